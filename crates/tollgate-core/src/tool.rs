@@ -1,0 +1,275 @@
+//! The `Tool` port, the gate verdicts, and the registry of tools offered to a model.
+//!
+//! The registry promises: names are unique, every schema compiles, and each tool's schema hash is computed
+//! once over its canonical JSON so a suspension can pin exactly what a person approved against.
+
+use crate::BoxFuture;
+use crate::canonical::canonical_sha256;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The gate's verdict for one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gate {
+    /// Runs without asking anyone (the default).
+    #[default]
+    Allow,
+    /// Waits for a person's decision.
+    Ask,
+    /// Never runs; the model gets an error result.
+    Forbid,
+}
+
+impl Gate {
+    /// The lowercase name used in JSON and on screen.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gate::Allow => "allow",
+            Gate::Ask => "ask",
+            Gate::Forbid => "forbid",
+        }
+    }
+}
+
+impl std::fmt::Display for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a tool hands back to the model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// The text the model reads.
+    pub content: String,
+    /// True for an error the model should see (a missing file, a failed command).
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A normal result.
+    pub fn text(content: impl Into<String>) -> Self {
+        Self { content: content.into(), is_error: false }
+    }
+
+    /// An error result meant for the model, e.g. "no such file: a.txt".
+    pub fn error(content: impl Into<String>) -> Self {
+        Self { content: content.into(), is_error: true }
+    }
+
+    /// A normal result from raw bytes, repaired to valid UTF-8 (invalid sequences become U+FFFD).
+    pub fn bytes(bytes: &[u8]) -> Self {
+        Self::text(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
+/// A tool's internal failure. Its text goes to the log only; the model is told the tool failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    /// What went wrong, for the operator.
+    pub message: String,
+}
+
+impl ToolError {
+    /// A failure with a message for the log.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into() }
+    }
+}
+
+/// What a tool learns about the call it serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolContext {
+    /// The run the call belongs to.
+    pub run_id: String,
+    /// The model's id for the call.
+    pub call_id: String,
+}
+
+impl ToolContext {
+    /// A key unique to this call of this run, for tools that talk to systems with idempotency keys.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.run_id, self.call_id)
+    }
+}
+
+/// A capability offered to the model.
+///
+/// `validate`, `gate` and `preview` are synchronous and must not have side effects: they run while the
+/// whole turn is checked, before any call of it executes. A panic in any method is caught and turned into
+/// an error result for that call.
+pub trait Tool: Send + Sync {
+    /// The name the model calls it by; unique in a registry.
+    fn name(&self) -> &str;
+
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+
+    /// JSON schema of the arguments (an object schema).
+    fn parameters(&self) -> &Value;
+
+    /// Checks beyond the schema that make a call impossible to run (e.g. a path outside the workspace).
+    /// An `Err` refuses the call before any gate, with the message as the model's error result.
+    fn validate(&self, _args: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The gate for these arguments. Allow by default.
+    fn gate(&self, _args: &Value) -> Gate {
+        Gate::Allow
+    }
+
+    /// What the approver sees, e.g. a diff. None by default.
+    fn preview(&self, _args: &Value) -> Option<String> {
+        None
+    }
+
+    /// Performs the call.
+    fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+}
+
+/// The name, description and argument schema of a tool, as offered to a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// The tool's description.
+    pub description: String,
+    /// The JSON schema of its arguments.
+    pub parameters: Value,
+}
+
+/// A tool's name and the hash of its argument schema, pinned in a suspension.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolPin {
+    /// The tool's name.
+    pub name: String,
+    /// `sha256:` + hex of the canonical JSON of its schema.
+    pub schema_hash: String,
+}
+
+/// Why a tool could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Two tools share a name.
+    #[error("a tool named `{0}` is already registered")]
+    Duplicate(String),
+    /// The tool's argument schema is not a valid JSON schema.
+    #[error("tool `{name}` has an invalid argument schema: {message}")]
+    InvalidSchema {
+        /// The tool.
+        name: String,
+        /// The schema compiler's message.
+        message: String,
+    },
+}
+
+/// A registered tool with its compiled schema.
+pub struct RegisteredTool {
+    tool: Arc<dyn Tool>,
+    validator: jsonschema::Validator,
+    schema_hash: String,
+}
+
+impl RegisteredTool {
+    /// The tool itself.
+    pub fn tool(&self) -> &Arc<dyn Tool> {
+        &self.tool
+    }
+
+    /// `sha256:` + hex of the canonical JSON of the tool's schema.
+    pub fn schema_hash(&self) -> &str {
+        &self.schema_hash
+    }
+
+    /// Checks arguments against the schema; the error lists each violation with its JSON pointer.
+    pub fn check_arguments(&self, args: &Value) -> Result<(), String> {
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(args)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+            })
+            .collect();
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+    }
+}
+
+/// The set of tools offered to a model; refuses duplicate names.
+#[derive(Default)]
+pub struct ToolRegistry {
+    tools: Vec<RegisteredTool>,
+    by_name: HashMap<String, usize>,
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool; refuses a duplicate name or a schema that does not compile.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let name = tool.name().to_owned();
+        if self.by_name.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        let validator = jsonschema::validator_for(tool.parameters())
+            .map_err(|e| RegistryError::InvalidSchema { name: name.clone(), message: e.to_string() })?;
+        let schema_hash = format!("sha256:{}", canonical_sha256(tool.parameters()));
+        self.by_name.insert(name, self.tools.len());
+        self.tools.push(RegisteredTool { tool, validator, schema_hash });
+        Ok(())
+    }
+
+    /// Builder form of [`register`](Self::register).
+    pub fn with(mut self, tool: Arc<dyn Tool>) -> Result<Self, RegistryError> {
+        self.register(tool)?;
+        Ok(self)
+    }
+
+    /// The tool with this name.
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        self.by_name.get(name).and_then(|i| self.tools.get(*i))
+    }
+
+    /// Every tool, in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = &RegisteredTool> {
+        self.tools.iter()
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// True when no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The specs offered to the model, in registration order.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.tool.name().to_owned(),
+                description: t.tool.description().to_owned(),
+                parameters: t.tool.parameters().clone(),
+            })
+            .collect()
+    }
+
+    /// Name and schema hash of every tool.
+    pub fn pins(&self) -> Vec<ToolPin> {
+        self.tools
+            .iter()
+            .map(|t| ToolPin { name: t.tool.name().to_owned(), schema_hash: t.schema_hash.clone() })
+            .collect()
+    }
+}

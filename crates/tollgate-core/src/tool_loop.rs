@@ -1,0 +1,695 @@
+//! The tool loop: model call → gate the whole turn → run the calls or suspend → repeat.
+//!
+//! Invariants this module keeps (DESIGN.md, "The loop"):
+//! - a turn is gated as a whole before any of its calls runs; if one call asks, nothing of the turn runs
+//!   and the loop returns [`Outcome::Suspended`];
+//! - an ask-gated call runs only with an `approve` or `edit` decision for its `call_id`;
+//! - before the model is called again, every call of the previous turn has exactly one result;
+//! - no failure of a tool (error, panic, unknown name, bad arguments) aborts the run: it becomes an error
+//!   result for the model, and the tool's internal error text goes to the log only.
+
+use crate::model::{ModelClient, ModelError, ModelRequest, ModelResponse};
+use crate::suspension::{Decision, DecisionError, Decisions, HeldCall, Suspension};
+use crate::tool::{Gate, RegisteredTool, ToolContext, ToolPin, ToolRegistry, ToolSpec};
+use crate::transcript::{Counters, Invocation, Message, ToolCall, ToolResult};
+use crate::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+/// The error result a call gets when the iteration cap is reached with calls still pending.
+pub const ITERATION_LIMIT_RESULT: &str = "not executed: iteration limit reached";
+
+/// How one agent's loop behaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoopConfig {
+    /// The model name passed to the provider.
+    pub model: String,
+    /// The system prompt, if any.
+    pub system_prompt: Option<String>,
+    /// Model calls allowed over the whole run (every segment); at least 1.
+    pub max_iterations: u32,
+    /// Token budget (input + output) over the whole run.
+    pub max_tokens: Option<u64>,
+    /// A tool result longer than this many bytes is cut, with a visible marker.
+    pub result_cap_bytes: usize,
+    /// How many allow-gated calls of one turn may run at once.
+    pub concurrency: usize,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        Self {
+            model: String::new(),
+            system_prompt: None,
+            max_iterations: 10,
+            max_tokens: None,
+            result_cap_bytes: 50_000,
+            concurrency: 8,
+        }
+    }
+}
+
+/// Why a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminationReason {
+    /// The model answered without calls.
+    Completed,
+    /// The iteration cap was reached; a closing completion gave the output.
+    MaxIterations,
+    /// The token budget was used up.
+    BudgetExhausted,
+    /// The run failed.
+    Error,
+    /// Someone cancelled it.
+    Cancelled,
+    /// Its approval deadline passed with `on_expiry = "cancel"`.
+    Expired,
+}
+
+impl TerminationReason {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminationReason::Completed => "completed",
+            TerminationReason::MaxIterations => "max_iterations",
+            TerminationReason::BudgetExhausted => "budget_exhausted",
+            TerminationReason::Error => "error",
+            TerminationReason::Cancelled => "cancelled",
+            TerminationReason::Expired => "expired",
+        }
+    }
+}
+
+/// A finished run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    /// The final text (null when the last response had none).
+    pub output: Option<String>,
+    /// Why it ended.
+    pub reason: TerminationReason,
+    /// The whole transcript.
+    pub transcript: Vec<Message>,
+    /// Counters over every segment.
+    pub counters: Counters,
+    /// Every tool invocation over every segment.
+    pub trace: Vec<Invocation>,
+}
+
+/// What a segment of the loop returns.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The run finished.
+    Completed(Completion),
+    /// The run waits at the gate; nothing of the held turn ran.
+    Suspended(Suspension),
+}
+
+/// Something the loop reports as it goes, so an outer layer can persist it.
+#[derive(Debug)]
+pub enum LoopEvent<'a> {
+    /// About to call the model.
+    ModelRequest {
+        /// The model call this is (1-based; the closing completion is max_iterations + 1).
+        round: u32,
+        /// Messages sent.
+        messages: usize,
+        /// Tools offered.
+        tools: &'a [ToolSpec],
+    },
+    /// The model answered.
+    ModelResponse {
+        /// The model call.
+        round: u32,
+        /// Its response.
+        response: &'a ModelResponse,
+    },
+    /// A call is about to run. For an ask-gated call the hook must make this durable before returning:
+    /// the call runs only after it returns `Ok`.
+    ToolStarted {
+        /// The model call whose turn holds the call.
+        round: u32,
+        /// The call's id.
+        call_id: &'a str,
+        /// The tool.
+        tool: &'a str,
+        /// The arguments it will run with.
+        arguments: &'a Value,
+        /// Its gate (`ask` for calls a person approved).
+        gate: Gate,
+    },
+    /// A call ran.
+    ToolFinished {
+        /// The model call whose turn holds the call.
+        round: u32,
+        /// Its result as the model will see it.
+        result: &'a ToolResult,
+    },
+}
+
+/// A hook that could not do its job (e.g. the store was unreachable); the loop stops.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct HookError(pub String);
+
+/// Observes a loop's progress; the durable runtime persists through it.
+pub trait LoopHooks: Send + Sync {
+    /// Called for each event, in order. An `Err` stops the loop with [`LoopError::Hook`].
+    fn on_event<'a>(&'a self, event: LoopEvent<'a>) -> BoxFuture<'a, Result<(), HookError>>;
+}
+
+/// Hooks that do nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHooks;
+
+impl LoopHooks for NoHooks {
+    fn on_event<'a>(&'a self, _event: LoopEvent<'a>) -> BoxFuture<'a, Result<(), HookError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// Why a segment could not finish or suspend.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    /// A model call failed (after the adapter's own retries).
+    #[error("model call {round} failed: {source}")]
+    Model {
+        /// The model call.
+        round: u32,
+        /// What failed.
+        source: ModelError,
+    },
+    /// The decisions cannot resume the suspension; nothing ran.
+    #[error(transparent)]
+    Decision(#[from] DecisionError),
+    /// A hook failed; the loop stopped.
+    #[error("could not record the run's progress: {0}")]
+    Hook(#[from] HookError),
+}
+
+/// A loop the runtime can drive; implemented by [`ToolLoop`] and by test doubles.
+pub trait AgentLoop: Send + Sync {
+    /// Starts a run on an input.
+    fn start<'a>(
+        &'a self,
+        run_id: &'a str,
+        input: &'a str,
+        hooks: &'a dyn LoopHooks,
+    ) -> BoxFuture<'a, Result<Outcome, LoopError>>;
+
+    /// Resumes a suspension with a decision for every call that takes one.
+    fn resume<'a>(
+        &'a self,
+        run_id: &'a str,
+        suspension: Suspension,
+        decisions: &'a Decisions,
+        hooks: &'a dyn LoopHooks,
+    ) -> BoxFuture<'a, Result<Outcome, LoopError>>;
+}
+
+/// The transcript, counters and trace carried through a segment.
+struct RunState {
+    transcript: Vec<Message>,
+    counters: Counters,
+    trace: Vec<Invocation>,
+}
+
+impl RunState {
+    fn finish(self, output: Option<String>, reason: TerminationReason) -> Outcome {
+        Outcome::Completed(Completion {
+            output,
+            reason,
+            transcript: self.transcript,
+            counters: self.counters,
+            trace: self.trace,
+        })
+    }
+}
+
+/// A call of a turn on its way to exactly one result.
+enum Step {
+    Settled(ToolResult),
+    Run { call_id: String, tool: String, arguments: Value, gate: Gate, edited: bool },
+}
+
+/// The provider-neutral tool loop.
+pub struct ToolLoop {
+    model: Arc<dyn ModelClient>,
+    tools: Arc<ToolRegistry>,
+    specs: Vec<ToolSpec>,
+    config: LoopConfig,
+}
+
+impl ToolLoop {
+    /// A loop over a model and a set of tools.
+    pub fn new(model: Arc<dyn ModelClient>, tools: Arc<ToolRegistry>, config: LoopConfig) -> Self {
+        let specs = tools.specs();
+        Self { model, tools, specs, config }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LoopConfig {
+        &self.config
+    }
+
+    /// The tools offered.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    /// Checks one decision against a suspension without resuming: the call exists and takes a decision,
+    /// and edited arguments pass the live tool's schema and checks.
+    pub fn check_decision(
+        &self,
+        suspension: &Suspension,
+        call_id: &str,
+        decision: &Decision,
+    ) -> Result<(), DecisionError> {
+        let call = suspension.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.to_owned()))?;
+        if !call.takes_decision() {
+            return Err(DecisionError::NotDecidable { call_id: call_id.to_owned(), gate: call.gate });
+        }
+        if let Decision::Edit { arguments } = decision {
+            // A vanished tool is reported when the call would run; there is no schema to check against.
+            if let Some(registered) = self.tools.get(&call.tool) {
+                let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.to_owned(), message };
+                registered.check_arguments(arguments).map_err(invalid)?;
+                guarded(|| registered.tool().validate(arguments))
+                    .unwrap_or_else(|| Err(format!("tool {} failed to check the arguments", call.tool)))
+                    .map_err(invalid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a complete set of decisions: each names a decidable held call, and every decidable call has one.
+    pub fn check_decisions(&self, suspension: &Suspension, decisions: &Decisions) -> Result<(), DecisionError> {
+        for (call_id, decision) in decisions {
+            self.check_decision(suspension, call_id, decision)?;
+        }
+        let missing: Vec<String> = suspension
+            .decidable_calls()
+            .filter(|c| !decisions.contains_key(&c.call_id))
+            .map(|c| c.call_id.clone())
+            .collect();
+        if missing.is_empty() { Ok(()) } else { Err(DecisionError::Missing(missing)) }
+    }
+
+    async fn start_run(&self, run_id: &str, input: &str, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
+        let mut transcript = Vec::with_capacity(2 * self.config.max_iterations as usize + 2);
+        if let Some(prompt) = &self.config.system_prompt {
+            transcript.push(Message::system(prompt.clone()));
+        }
+        transcript.push(Message::user(input));
+        let state = RunState { transcript, counters: Counters::default(), trace: Vec::new() };
+        self.drive(run_id, state, hooks).await
+    }
+
+    async fn resume_run(
+        &self,
+        run_id: &str,
+        suspension: Suspension,
+        decisions: &Decisions,
+        hooks: &dyn LoopHooks,
+    ) -> Result<Outcome, LoopError> {
+        self.check_decisions(&suspension, decisions)?;
+        let Suspension { round, transcript, calls, counters, trace, tools: pins, .. } = suspension;
+        let mut state = RunState { transcript, counters, trace };
+        let steps = self.plan_resumed_turn(calls, decisions, &pins);
+        self.execute_turn(run_id, round, &mut state, steps, hooks).await?;
+        self.drive(run_id, state, hooks).await
+    }
+
+    async fn drive(&self, run_id: &str, mut state: RunState, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
+        let max_iterations = self.config.max_iterations.max(1);
+        loop {
+            if state.counters.iterations >= max_iterations {
+                return self.close_at_cap(state, hooks).await;
+            }
+            let round = state.counters.iterations + 1;
+            let response = self.call_model(round, &state.transcript, &self.specs, hooks).await?;
+            state.counters.iterations = round;
+            state.counters.usage.add(response.usage);
+            let ModelResponse { text, tool_calls, .. } = response;
+            state.transcript.push(Message::Assistant { content: text.clone(), tool_calls: tool_calls.clone() });
+
+            if self.config.max_tokens.is_some_and(|budget| state.counters.usage.total() >= budget) {
+                return Ok(state.finish(text, TerminationReason::BudgetExhausted));
+            }
+            if tool_calls.is_empty() {
+                return Ok(state.finish(text, TerminationReason::Completed));
+            }
+            if round >= max_iterations {
+                for call in &tool_calls {
+                    state.transcript.push(Message::Tool(error_result(call, ITERATION_LIMIT_RESULT.to_owned())));
+                }
+                return self.close_at_cap(state, hooks).await;
+            }
+
+            let held: Vec<HeldCall> = tool_calls.iter().map(|call| self.check_call(call)).collect();
+            if held.iter().any(HeldCall::takes_decision) {
+                return Ok(Outcome::Suspended(self.suspend(round, state, held)));
+            }
+            let steps = held.into_iter().map(|c| self.step_without_decision(c)).collect();
+            self.execute_turn(run_id, round, &mut state, steps, hooks).await?;
+        }
+    }
+
+    async fn call_model(
+        &self,
+        round: u32,
+        transcript: &[Message],
+        tools: &[ToolSpec],
+        hooks: &dyn LoopHooks,
+    ) -> Result<ModelResponse, LoopError> {
+        hooks.on_event(LoopEvent::ModelRequest { round, messages: transcript.len(), tools }).await?;
+        let request = ModelRequest { model: &self.config.model, messages: transcript, tools };
+        let response =
+            self.model.complete(request).await.map_err(|source| LoopError::Model { round, source })?;
+        hooks.on_event(LoopEvent::ModelResponse { round, response: &response }).await?;
+        Ok(response)
+    }
+
+    /// The closing completion at the iteration cap: no tools offered, any calls it makes are dropped.
+    async fn close_at_cap(&self, mut state: RunState, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
+        let round = state.counters.iterations + 1;
+        let response = self.call_model(round, &state.transcript, &[], hooks).await?;
+        state.counters.usage.add(response.usage);
+        state.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: Vec::new() });
+        Ok(state.finish(response.text, TerminationReason::MaxIterations))
+    }
+
+    fn suspend(&self, round: u32, state: RunState, mut held: Vec<HeldCall>) -> Suspension {
+        for call in held.iter_mut().filter(|c| c.settled.is_none()) {
+            if let Some(registered) = self.tools.get(&call.tool) {
+                call.preview = guarded(|| registered.tool().preview(&call.arguments)).flatten();
+            }
+        }
+        Suspension::new(round, state.transcript, held, state.counters, state.trace, self.tools.pins())
+    }
+
+    /// Gates one call: refusals are settled at once with their error result; the rest carry their gate.
+    fn check_call(&self, call: &ToolCall) -> HeldCall {
+        let mut held = HeldCall {
+            call_id: call.call_id.clone(),
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+            gate: Gate::Forbid,
+            preview: None,
+            in_doubt: false,
+            settled: None,
+        };
+        match self.gate_of(call) {
+            Ok(gate) => held.gate = gate,
+            Err(message) => held.settled = Some(error_result(call, message)),
+        }
+        held
+    }
+
+    fn gate_of(&self, call: &ToolCall) -> Result<Gate, String> {
+        let name = &call.name;
+        if let Some(problem) = &call.malformed_arguments {
+            return Err(format!("Tool {name} was not run: its arguments are not valid JSON ({problem})."));
+        }
+        let Some(registered) = self.tools.get(name) else {
+            return Err(format!("Tool {name} does not exist. Available tools: {}.", self.tool_names()));
+        };
+        registered
+            .check_arguments(&call.arguments)
+            .map_err(|problems| format!("Tool {name} was not run: invalid arguments: {problems}."))?;
+        let tool = registered.tool();
+        let failed = || format!("Tool {name} failed to check its arguments.");
+        guarded(|| tool.validate(&call.arguments))
+            .ok_or_else(failed)?
+            .map_err(|problem| format!("Tool {name} was not run: {problem}"))?;
+        match guarded(|| tool.gate(&call.arguments)).ok_or_else(failed)? {
+            Gate::Forbid => Err(format!("Tool {name} is forbidden by policy and was not run.")),
+            gate => Ok(gate),
+        }
+    }
+
+    fn tool_names(&self) -> String {
+        let names: Vec<&str> = self.specs.iter().map(|s| s.name.as_str()).collect();
+        if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+    }
+
+    fn step_without_decision(&self, call: HeldCall) -> Step {
+        match call.settled {
+            Some(result) => Step::Settled(result),
+            None => Step::Run {
+                call_id: call.call_id,
+                tool: call.tool,
+                arguments: call.arguments,
+                gate: call.gate,
+                edited: false,
+            },
+        }
+    }
+
+    /// Turns the held calls and their decisions into steps, re-checking each call that would run against
+    /// the live tool set: a tool that vanished, changed its schema, or is now gated differently is
+    /// reported to the model, never run in place of what was approved.
+    fn plan_resumed_turn(&self, calls: Vec<HeldCall>, decisions: &Decisions, pins: &[ToolPin]) -> Vec<Step> {
+        calls
+            .into_iter()
+            .map(|call| {
+                let decided = call.takes_decision();
+                let step = match (decisions.get(&call.call_id), call.settled.is_some()) {
+                    (_, true) | (None, _) => self.step_without_decision(call.clone()),
+                    (Some(Decision::Deny { reason }), false) => Step::Settled(ToolResult {
+                        call_id: call.call_id.clone(),
+                        tool: call.tool.clone(),
+                        content: format!("Tool {} was denied by the approver: {reason}", call.tool),
+                        is_error: true,
+                        denied: true,
+                    }),
+                    (Some(Decision::Respond { result }), false) => Step::Settled(ToolResult {
+                        call_id: call.call_id.clone(),
+                        tool: call.tool.clone(),
+                        content: result.clone(),
+                        is_error: false,
+                        denied: false,
+                    }),
+                    (Some(Decision::Approve), false) => self.step_without_decision(call.clone()),
+                    (Some(Decision::Edit { arguments }), false) => Step::Run {
+                        call_id: call.call_id.clone(),
+                        tool: call.tool.clone(),
+                        arguments: arguments.clone(),
+                        gate: call.gate,
+                        edited: true,
+                    },
+                };
+                match step {
+                    Step::Run { call_id, tool, arguments, gate, edited } => {
+                        match self.recheck(&tool, &arguments, pins, decided) {
+                            Some(problem) => Step::Settled(ToolResult {
+                                call_id,
+                                tool,
+                                content: problem,
+                                is_error: true,
+                                denied: false,
+                            }),
+                            None => Step::Run { call_id, tool, arguments, gate, edited },
+                        }
+                    }
+                    settled => settled,
+                }
+            })
+            .collect()
+    }
+
+    /// Why a call that was cleared at suspension must not run now, if it must not.
+    fn recheck(&self, tool: &str, arguments: &Value, pins: &[ToolPin], decided: bool) -> Option<String> {
+        let Some(registered) = self.tools.get(tool) else {
+            return Some(format!("Tool {tool} is no longer available; the call was not run."));
+        };
+        let pinned = pins.iter().find(|p| p.name == tool).map(|p| p.schema_hash.as_str());
+        if pinned != Some(registered.schema_hash()) {
+            return Some(format!("Tool {tool} changed since the call was checked; the call was not run."));
+        }
+        match guarded(|| registered.tool().gate(arguments)) {
+            None => Some(format!("Tool {tool} failed to check its arguments.")),
+            Some(Gate::Forbid) => Some(format!("Tool {tool} is forbidden by policy and was not run.")),
+            Some(Gate::Ask) if !decided => {
+                Some(format!("Tool {tool} now requires approval and was not run; call it again to ask."))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Runs the steps of one turn and appends exactly one result per call, in the model's order.
+    /// Consecutive allow-gated calls run concurrently (bounded); a call a person approved runs alone.
+    async fn execute_turn(
+        &self,
+        run_id: &str,
+        round: u32,
+        state: &mut RunState,
+        steps: Vec<Step>,
+        hooks: &dyn LoopHooks,
+    ) -> Result<(), LoopError> {
+        let mut results: Vec<ToolResult> = Vec::with_capacity(steps.len());
+        let mut steps = steps.into_iter().peekable();
+        while let Some(step) = steps.next() {
+            match step {
+                Step::Settled(result) => results.push(result),
+                Step::Run { call_id, tool, arguments, gate: Gate::Allow, edited } => {
+                    let mut batch = vec![(call_id, tool, arguments, edited)];
+                    while let Some(Step::Run { gate: Gate::Allow, .. }) = steps.peek() {
+                        if let Some(Step::Run { call_id, tool, arguments, edited, .. }) = steps.next() {
+                            batch.push((call_id, tool, arguments, edited));
+                        }
+                    }
+                    if batch.len() == 1 {
+                        let (call_id, tool, arguments, edited) = batch.remove(0);
+                        let result =
+                            self.invoke(run_id, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks).await?;
+                        record(state, round, &result.1, result.0, &mut results);
+                    } else {
+                        let outcomes: Vec<Result<(ToolResult, Value), HookError>> =
+                            futures_util::stream::iter(batch.into_iter().map(|(call_id, tool, arguments, edited)| {
+                                async move {
+                                    self.invoke(run_id, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks)
+                                        .await
+                                }
+                            }))
+                            .buffered(self.config.concurrency.max(1))
+                            .collect()
+                            .await;
+                        for outcome in outcomes {
+                            let (result, arguments) = outcome?;
+                            record(state, round, &arguments, result, &mut results);
+                        }
+                    }
+                }
+                Step::Run { call_id, tool, arguments, gate, edited } => {
+                    let (result, arguments) =
+                        self.invoke(run_id, round, &call_id, &tool, arguments, gate, edited, hooks).await?;
+                    record(state, round, &arguments, result, &mut results);
+                }
+            }
+        }
+        state.transcript.extend(results.into_iter().map(Message::Tool));
+        Ok(())
+    }
+
+    /// Runs one call: the `tool_started` hook first (durable for ask-gated calls), then the tool with any
+    /// panic caught, then the capped result and the `tool_finished` hook.
+    #[allow(clippy::too_many_arguments)]
+    async fn invoke(
+        &self,
+        run_id: &str,
+        round: u32,
+        call_id: &str,
+        tool: &str,
+        arguments: Value,
+        gate: Gate,
+        edited: bool,
+        hooks: &dyn LoopHooks,
+    ) -> Result<(ToolResult, Value), HookError> {
+        hooks.on_event(LoopEvent::ToolStarted { round, call_id, tool, arguments: &arguments, gate }).await?;
+        let (content, is_error) = match self.tools.get(tool) {
+            Some(registered) => self.run_tool(registered, run_id, call_id, arguments.clone()).await,
+            None => (format!("Tool {tool} is no longer available; the call was not run."), true),
+        };
+        let mut content = cap_result(content, self.config.result_cap_bytes);
+        if edited {
+            content = format!("[arguments edited by the approver: {arguments}]\n{content}");
+        }
+        let result = ToolResult { call_id: call_id.to_owned(), tool: tool.to_owned(), content, is_error, denied: false };
+        hooks.on_event(LoopEvent::ToolFinished { round, result: &result }).await?;
+        Ok((result, arguments))
+    }
+
+    async fn run_tool(
+        &self,
+        registered: &RegisteredTool,
+        run_id: &str,
+        call_id: &str,
+        arguments: Value,
+    ) -> (String, bool) {
+        let name = registered.tool().name();
+        let ctx = ToolContext { run_id: run_id.to_owned(), call_id: call_id.to_owned() };
+        let failed = || (format!("Tool {name} failed."), true);
+        let Some(future) = guarded(|| registered.tool().call(arguments, ctx)) else {
+            tracing::error!(tool = name, call_id, "tool panicked");
+            return failed();
+        };
+        match AssertUnwindSafe(future).catch_unwind().await {
+            Ok(Ok(output)) => (output.content, output.is_error),
+            Ok(Err(error)) => {
+                tracing::warn!(tool = name, call_id, %error, "tool failed");
+                failed()
+            }
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(tool = name, call_id, panic = %message, "tool panicked");
+                failed()
+            }
+        }
+    }
+}
+
+impl AgentLoop for ToolLoop {
+    fn start<'a>(
+        &'a self,
+        run_id: &'a str,
+        input: &'a str,
+        hooks: &'a dyn LoopHooks,
+    ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
+        Box::pin(self.start_run(run_id, input, hooks))
+    }
+
+    fn resume<'a>(
+        &'a self,
+        run_id: &'a str,
+        suspension: Suspension,
+        decisions: &'a Decisions,
+        hooks: &'a dyn LoopHooks,
+    ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
+        Box::pin(self.resume_run(run_id, suspension, decisions, hooks))
+    }
+}
+
+fn record(state: &mut RunState, round: u32, arguments: &Value, result: ToolResult, results: &mut Vec<ToolResult>) {
+    state.counters.tool_invocations += 1;
+    state.trace.push(Invocation {
+        round,
+        call_id: result.call_id.clone(),
+        tool: result.tool.clone(),
+        arguments: arguments.clone(),
+        is_error: result.is_error,
+    });
+    results.push(result);
+}
+
+fn error_result(call: &ToolCall, content: String) -> ToolResult {
+    ToolResult { call_id: call.call_id.clone(), tool: call.name.clone(), content, is_error: true, denied: false }
+}
+
+/// Runs a synchronous tool method, turning a panic into `None`.
+fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).ok()
+}
+
+/// Cuts a result to at most `cap` bytes of content on a character boundary, with a visible marker.
+pub fn cap_result(content: String, cap: usize) -> String {
+    if content.len() <= cap {
+        return content;
+    }
+    let mut end = cap;
+    while !content.is_char_boundary(end) {
+        end -= 1;
+    }
+    let total = content.len();
+    let mut cut = content;
+    cut.truncate(end);
+    cut.push_str(&format!("\n[output truncated: showing {end} of {total} bytes]"));
+    cut
+}
