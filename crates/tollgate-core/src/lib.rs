@@ -28,13 +28,21 @@
 //! ```
 
 pub mod canonical;
+pub mod event;
 pub mod model;
+pub mod run;
+pub mod store;
 pub mod suspension;
 pub mod tool;
 pub mod tool_loop;
 pub mod transcript;
 
+pub use event::{ChainBreak, EventKind, NewEvent, StoredEvent, verify_chain};
 pub use model::{FinishReason, ModelClient, ModelError, ModelRequest, ModelResponse};
+pub use run::{
+    Lease, Millis, Pending, RecordedDecision, RunError, RunRecord, RunStatus, Transition, TransitionError, rfc3339,
+};
+pub use store::{Clock, Guard, IdGen, RunPage, RunQuery, RunStore, StoreError, SystemClock};
 pub use suspension::{
     Decision, DecisionError, Decisions, HeldCall, SCHEMA_VERSION, Suspension, SuspensionError, TurnDigest,
 };
