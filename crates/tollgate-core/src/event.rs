@@ -208,7 +208,12 @@ mod tests {
 
     fn log(n: u32) -> (Vec<StoredEvent>, u64, String) {
         let events = (0..n)
-            .map(|i| NewEvent { at: 1_764_410_400_000 + i64::from(i), kind: EventKind::ModelRequest, round: i, data: json!({"i": i}) })
+            .map(|i| NewEvent {
+                at: 1_764_410_400_000 + i64::from(i),
+                kind: EventKind::ModelRequest,
+                round: i,
+                data: json!({"i": i}),
+            })
             .collect();
         chain(0, GENESIS_HASH, events)
     }

@@ -108,7 +108,10 @@ impl ModelError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ModelError::Connection(_) | ModelError::Timeout(_) | ModelError::RateLimited { .. } | ModelError::Server { .. }
+            ModelError::Connection(_)
+                | ModelError::Timeout(_)
+                | ModelError::RateLimited { .. }
+                | ModelError::Server { .. }
         )
     }
 

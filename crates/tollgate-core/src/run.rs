@@ -236,7 +236,7 @@ impl RunRecord {
                 next.iterations = *iterations;
                 next.usage = *usage;
             }
-            Transition::Decide { decisions } => {
+            Transition::Decide { decisions, resume } => {
                 if self.status != WaitingForApproval {
                     return Err(refuse());
                 }
@@ -246,6 +246,13 @@ impl RunRecord {
                         return Err(refuse());
                     }
                     pending.decisions.insert(call_id.clone(), decision.clone());
+                }
+                if let Some(lease) = resume {
+                    if !pending.complete_for_resume() {
+                        return Err(refuse());
+                    }
+                    next.status = Running;
+                    next.lease = Some(lease.clone());
                 }
             }
             Transition::Complete { output, reason, iterations, usage } => {
@@ -320,10 +327,14 @@ pub enum Transition {
         /// Tokens so far.
         usage: Usage,
     },
-    /// waiting → waiting, recording decisions for calls not yet decided.
+    /// waiting → waiting, recording decisions for calls not yet decided; with `resume`, the decisions
+    /// must complete the set and the run goes on to running under that lease in the same transaction
+    /// (so exactly one request — the one that completed the set — resumes it).
     Decide {
         /// The new decisions, by call id.
         decisions: Vec<(String, RecordedDecision)>,
+        /// Claim the resume with this lease.
+        resume: Option<Lease>,
     },
     /// running → completed.
     Complete {

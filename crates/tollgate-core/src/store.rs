@@ -49,7 +49,9 @@ pub enum StoreError {
         detail: String,
     },
     /// The database was written by a newer Tollgate.
-    #[error("the database schema is version {found}, newer than this Tollgate understands ({supported}); upgrade Tollgate")]
+    #[error(
+        "the database schema is version {found}, newer than this Tollgate understands ({supported}); upgrade Tollgate"
+    )]
     NewerSchema {
         /// The database's version.
         found: i64,
@@ -126,7 +128,8 @@ pub trait RunStore: Send + Sync {
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
 
     /// Events of a run with seq > `after`, at most `limit`, in order.
-    fn events<'a>(&'a self, id: &'a str, after: u64, limit: u32) -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>>;
+    fn events<'a>(&'a self, id: &'a str, after: u64, limit: u32)
+    -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>>;
 
     /// Waiting runs whose deadline is at or before `now`, and running runs whose lease expired, oldest
     /// first, at most `limit`.
@@ -134,8 +137,12 @@ pub trait RunStore: Send + Sync {
 
     /// Deletes up to `batch` runs (with their events): terminal runs finished before `terminal_before`,
     /// and waiting runs last updated before `waiting_before`. Returns how many went.
-    fn purge(&self, terminal_before: Millis, waiting_before: Millis, batch: u32)
-    -> BoxFuture<'_, Result<u64, StoreError>>;
+    fn purge(
+        &self,
+        terminal_before: Millis,
+        waiting_before: Millis,
+        batch: u32,
+    ) -> BoxFuture<'_, Result<u64, StoreError>>;
 }
 
 /// The time, injected so tests are deterministic.

@@ -8,11 +8,11 @@
 //! - no failure of a tool (error, panic, unknown name, bad arguments) aborts the run: it becomes an error
 //!   result for the model, and the tool's internal error text goes to the log only.
 
+use crate::BoxFuture;
 use crate::model::{ModelClient, ModelError, ModelRequest, ModelResponse};
 use crate::suspension::{Decision, DecisionError, Decisions, HeldCall, Suspension};
 use crate::tool::{Gate, RegisteredTool, ToolContext, ToolPin, ToolRegistry, ToolSpec};
 use crate::transcript::{Counters, Invocation, Message, ToolCall, ToolResult};
-use crate::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,6 +21,9 @@ use std::sync::Arc;
 
 /// The error result a call gets when the iteration cap is reached with calls still pending.
 pub const ITERATION_LIMIT_RESULT: &str = "not executed: iteration limit reached";
+
+/// The error result each call of the last turn gets when the token budget ends the run.
+pub const BUDGET_RESULT: &str = "not executed: token budget exhausted";
 
 /// How one agent's loop behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -200,6 +203,9 @@ pub trait AgentLoop: Send + Sync {
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>>;
 
+    /// Checks one decision against a suspension without resuming (see [`ToolLoop::check_decision`]).
+    fn check_decision(&self, suspension: &Suspension, call_id: &str, decision: &Decision) -> Result<(), DecisionError>;
+
     /// Resumes a suspension with a decision for every call that takes one.
     fn resume<'a>(
         &'a self,
@@ -336,11 +342,14 @@ impl ToolLoop {
             let ModelResponse { text, tool_calls, .. } = response;
             state.transcript.push(Message::Assistant { content: text.clone(), tool_calls: tool_calls.clone() });
 
-            if self.config.max_tokens.is_some_and(|budget| state.counters.usage.total() >= budget) {
-                return Ok(state.finish(text, TerminationReason::BudgetExhausted));
-            }
             if tool_calls.is_empty() {
                 return Ok(state.finish(text, TerminationReason::Completed));
+            }
+            if self.config.max_tokens.is_some_and(|budget| state.counters.usage.total() >= budget) {
+                for call in &tool_calls {
+                    state.transcript.push(Message::Tool(error_result(call, BUDGET_RESULT.to_owned())));
+                }
+                return Ok(state.finish(text, TerminationReason::BudgetExhausted));
             }
             if round >= max_iterations {
                 for call in &tool_calls {
@@ -349,7 +358,28 @@ impl ToolLoop {
                 return self.close_at_cap(state, hooks).await;
             }
 
-            let held: Vec<HeldCall> = tool_calls.iter().map(|call| self.check_call(call)).collect();
+            let mut seen = std::collections::HashSet::with_capacity(tool_calls.len());
+            let held: Vec<HeldCall> = tool_calls
+                .iter()
+                .map(|call| {
+                    if seen.insert(call.call_id.as_str()) {
+                        self.check_call(call)
+                    } else {
+                        // A decision is keyed by call_id: a second call with the same id could ride on the
+                        // first one's approval, so it never runs.
+                        let mut held = self.check_call(call);
+                        held.gate = Gate::Forbid;
+                        held.settled = Some(error_result(
+                            call,
+                            format!(
+                                "Tool {} was not run: call id `{}` is used twice in one turn.",
+                                call.name, call.call_id
+                            ),
+                        ));
+                        held
+                    }
+                })
+                .collect();
             if held.iter().any(HeldCall::takes_decision) {
                 return Ok(Outcome::Suspended(self.suspend(round, state, held)));
             }
@@ -367,8 +397,7 @@ impl ToolLoop {
     ) -> Result<ModelResponse, LoopError> {
         hooks.on_event(LoopEvent::ModelRequest { round, messages: transcript.len(), tools }).await?;
         let request = ModelRequest { model: &self.config.model, messages: transcript, tools };
-        let response =
-            self.model.complete(request).await.map_err(|source| LoopError::Model { round, source })?;
+        let response = self.model.complete(request).await.map_err(|source| LoopError::Model { round, source })?;
         hooks.on_event(LoopEvent::ModelResponse { round, response: &response }).await?;
         Ok(response)
     }
@@ -462,14 +491,17 @@ impl ToolLoop {
                     (Some(Decision::Deny { reason }), false) => Step::Settled(ToolResult {
                         call_id: call.call_id.clone(),
                         tool: call.tool.clone(),
-                        content: format!("Tool {} was denied by the approver: {reason}", call.tool),
+                        content: cap_result(
+                            format!("Tool {} was denied by the approver: {reason}", call.tool),
+                            self.config.result_cap_bytes,
+                        ),
                         is_error: true,
                         denied: true,
                     }),
                     (Some(Decision::Respond { result }), false) => Step::Settled(ToolResult {
                         call_id: call.call_id.clone(),
                         tool: call.tool.clone(),
-                        content: result.clone(),
+                        content: cap_result(result.clone(), self.config.result_cap_bytes),
                         is_error: false,
                         denied: false,
                     }),
@@ -548,16 +580,14 @@ impl ToolLoop {
                             self.invoke(run_id, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks).await?;
                         record(state, round, &result.1, result.0, &mut results);
                     } else {
-                        let outcomes: Vec<Result<(ToolResult, Value), HookError>> =
-                            futures_util::stream::iter(batch.into_iter().map(|(call_id, tool, arguments, edited)| {
-                                async move {
-                                    self.invoke(run_id, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks)
-                                        .await
-                                }
-                            }))
-                            .buffered(self.config.concurrency.max(1))
-                            .collect()
-                            .await;
+                        let outcomes: Vec<Result<(ToolResult, Value), HookError>> = futures_util::stream::iter(
+                            batch.into_iter().map(|(call_id, tool, arguments, edited)| async move {
+                                self.invoke(run_id, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks).await
+                            }),
+                        )
+                        .buffered(self.config.concurrency.max(1))
+                        .collect()
+                        .await;
                         for outcome in outcomes {
                             let (result, arguments) = outcome?;
                             record(state, round, &arguments, result, &mut results);
@@ -598,7 +628,8 @@ impl ToolLoop {
         if edited {
             content = format!("[arguments edited by the approver: {arguments}]\n{content}");
         }
-        let result = ToolResult { call_id: call_id.to_owned(), tool: tool.to_owned(), content, is_error, denied: false };
+        let result =
+            ToolResult { call_id: call_id.to_owned(), tool: tool.to_owned(), content, is_error, denied: false };
         hooks.on_event(LoopEvent::ToolFinished { round, result: &result }).await?;
         Ok((result, arguments))
     }
@@ -637,6 +668,10 @@ impl ToolLoop {
 }
 
 impl AgentLoop for ToolLoop {
+    fn check_decision(&self, suspension: &Suspension, call_id: &str, decision: &Decision) -> Result<(), DecisionError> {
+        ToolLoop::check_decision(self, suspension, call_id, decision)
+    }
+
     fn start<'a>(
         &'a self,
         run_id: &'a str,

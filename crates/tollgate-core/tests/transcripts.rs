@@ -4,8 +4,7 @@
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tollgate_core::{
-    AgentLoop, Completion, Decision, Decisions, Gate, LoopConfig, NoHooks, Outcome, Suspension, ToolLoop,
-    ToolRegistry,
+    AgentLoop, Completion, Decision, Decisions, Gate, LoopConfig, NoHooks, Outcome, Suspension, ToolLoop, ToolRegistry,
 };
 use tollgate_providers::{Script, ScriptedModel};
 use tollgate_testkit::{Behaviour, TestTool};
@@ -89,7 +88,8 @@ async fn respond() {
     let write = write_tool();
     let agent = agent(write_script(), &[&write], config());
     let suspension = suspend(&agent, "hello").await;
-    let done = complete(&agent, suspension, &[("call_1", Decision::Respond { result: "The answer is 42".into() })]).await;
+    let done =
+        complete(&agent, suspension, &[("call_1", Decision::Respond { result: "The answer is 42".into() })]).await;
     assert_eq!(write.call_count(), 0);
     insta::assert_json_snapshot!(done);
 }

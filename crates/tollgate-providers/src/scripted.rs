@@ -102,7 +102,8 @@ impl Script {
 
     fn check(&self) -> Result<(), ScriptError> {
         for (i, turn) in self.turns.iter().enumerate() {
-            for variant in [Some(turn), turn.when_denied.as_deref(), turn.when_approved.as_deref()].into_iter().flatten()
+            for variant in
+                [Some(turn), turn.when_denied.as_deref(), turn.when_approved.as_deref()].into_iter().flatten()
             {
                 if let Some(call) = variant.tool_calls.iter().find(|c| !c.arguments.is_object()) {
                     return Err(ScriptError::Invalid(format!(
@@ -298,10 +299,7 @@ mod tests {
         let script = Script::from_json(r#"{"turns": [{"text": "only"}]}"#).unwrap_or_else(|e| panic!("{e}"));
         let messages = [Message::user("x"), Message::Assistant { content: Some("only".into()), tool_calls: vec![] }];
         let err = ScriptedModel::new(script).respond(&ModelRequest { model: "", messages: &messages, tools: &[] });
-        assert_eq!(
-            err,
-            Err(ModelError::Script("the script has 1 turn(s) and model call 2 has none left".into()))
-        );
+        assert_eq!(err, Err(ModelError::Script("the script has 1 turn(s) and model call 2 has none left".into())));
     }
 
     #[test]

@@ -5,9 +5,7 @@
 
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate_core::{
-    BoxFuture, Gate, HookError, LoopEvent, LoopHooks, Tool, ToolContext, ToolError, ToolOutput,
-};
+use tollgate_core::{BoxFuture, Gate, HookError, LoopEvent, LoopHooks, Tool, ToolContext, ToolError, ToolOutput};
 
 /// What a [`TestTool`] does when called.
 #[derive(Clone, Debug)]
@@ -22,6 +20,8 @@ pub enum Behaviour {
     Fail(String),
     /// Panics with this message.
     Panic(String),
+    /// Never finishes (a process "crashes" while the call runs).
+    Hang,
 }
 
 type GateFn = Arc<dyn Fn(&Value) -> Gate + Send + Sync>;
@@ -129,6 +129,7 @@ impl Tool for TestTool {
                 Behaviour::ModelError(text) => Ok(ToolOutput::error(text.clone())),
                 Behaviour::Fail(message) => Err(ToolError::new(message.clone())),
                 Behaviour::Panic(message) => panic!("{message}"),
+                Behaviour::Hang => std::future::pending().await,
             }
         })
     }
@@ -165,5 +166,136 @@ impl LoopHooks for RecordingHooks {
         };
         self.lines.lock().unwrap_or_else(PoisonError::into_inner).push(line);
         Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// A clock that stands still until moved.
+#[derive(Clone, Default)]
+pub struct ManualClock {
+    now: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl ManualClock {
+    /// A clock at `now` (milliseconds since the epoch).
+    pub fn at(now: tollgate_core::Millis) -> Self {
+        Self { now: Arc::new(std::sync::atomic::AtomicI64::new(now)) }
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: std::time::Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.now.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl tollgate_core::Clock for ManualClock {
+    fn now(&self) -> tollgate_core::Millis {
+        self.now.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A store wrapper that refuses chosen transitions with a database error, to test what happens when a
+/// write cannot be made.
+pub struct FailingStore {
+    inner: Arc<dyn tollgate_core::RunStore>,
+    fail: &'static str,
+}
+
+impl FailingStore {
+    /// Fails every transition named `fail` (e.g. `"suspend"`), passes everything else through.
+    pub fn new(inner: Arc<dyn tollgate_core::RunStore>, fail: &'static str) -> Self {
+        Self { inner, fail }
+    }
+}
+
+impl tollgate_core::RunStore for FailingStore {
+    fn create(
+        &self,
+        run: tollgate_core::RunRecord,
+        events: Vec<tollgate_core::NewEvent>,
+    ) -> BoxFuture<'_, Result<tollgate_core::RunRecord, tollgate_core::StoreError>> {
+        self.inner.create(run, events)
+    }
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<tollgate_core::RunRecord, tollgate_core::StoreError>> {
+        self.inner.get(id)
+    }
+    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, tollgate_core::StoreError>> {
+        self.inner.resolve_prefix(prefix)
+    }
+    fn list(
+        &self,
+        query: tollgate_core::RunQuery,
+    ) -> BoxFuture<'_, Result<tollgate_core::RunPage, tollgate_core::StoreError>> {
+        self.inner.list(query)
+    }
+    fn transition<'a>(
+        &'a self,
+        id: &'a str,
+        guard: tollgate_core::Guard,
+        transition: tollgate_core::Transition,
+        events: Vec<tollgate_core::NewEvent>,
+        now: tollgate_core::Millis,
+    ) -> BoxFuture<'a, Result<tollgate_core::RunRecord, tollgate_core::StoreError>> {
+        if transition.name() == self.fail {
+            return Box::pin(std::future::ready(Err(tollgate_core::StoreError::Database("disk full".into()))));
+        }
+        self.inner.transition(id, guard, transition, events, now)
+    }
+    fn append<'a>(
+        &'a self,
+        id: &'a str,
+        owner: &'a str,
+        events: Vec<tollgate_core::NewEvent>,
+        lease_until: tollgate_core::Millis,
+    ) -> BoxFuture<'a, Result<u64, tollgate_core::StoreError>> {
+        self.inner.append(id, owner, events, lease_until)
+    }
+    fn events<'a>(
+        &'a self,
+        id: &'a str,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<tollgate_core::StoredEvent>, tollgate_core::StoreError>> {
+        self.inner.events(id, after, limit)
+    }
+    fn due(
+        &self,
+        now: tollgate_core::Millis,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<tollgate_core::RunRecord>, tollgate_core::StoreError>> {
+        self.inner.due(now, limit)
+    }
+    fn purge(
+        &self,
+        terminal_before: tollgate_core::Millis,
+        waiting_before: tollgate_core::Millis,
+        batch: u32,
+    ) -> BoxFuture<'_, Result<u64, tollgate_core::StoreError>> {
+        self.inner.purge(terminal_before, waiting_before, batch)
+    }
+}
+
+/// A fresh, unique scratch folder under the system's temp dir (removed by the OS, not by the test).
+pub fn scratch_dir(label: &str) -> std::path::PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("tollgate-{label}-{}-{nanos}-{n}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+/// The PostgreSQL URL for tests (`TOLLGATE_TEST_POSTGRES_URL`). When it is unset: `None` locally, but a
+/// panic under CI (env `CI` set), so a missing database never passes silently there.
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("TOLLGATE_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("TOLLGATE_TEST_POSTGRES_URL must be set in CI (e.g. postgres://postgres@127.0.0.1:5432/test)")
+        }
+        _ => {
+            eprintln!("note: TOLLGATE_TEST_POSTGRES_URL is unset; skipping the PostgreSQL half of this test");
+            None
+        }
     }
 }
