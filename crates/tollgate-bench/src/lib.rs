@@ -1,0 +1,318 @@
+//! # tollgate-bench
+//!
+//! The workloads of BENCH.md, in process, with the scripted provider (instant answers, no network):
+//! - A: the approval cycle — N runs suspend at a `write_note` call (phase 1), then each is loaded fresh
+//!   from the store, approved, and completed (phase 2);
+//! - B: loop overhead — one run of 50 allow-gated `get_time` turns, repeated, no store;
+//! - C: as A, but phase 2 denies with reason `not allowed`.
+//!
+//! Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS, and for A/C
+//! the mean bytes of persisted suspension; the end checks (N completed, the tool ran exactly N times with
+//! each text once, or never for C) make a wrong result fail loudly rather than look fast.
+
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tollgate_core::{
+    BoxFuture, Gate, LoopConfig, NoHooks, Outcome, RunStatus, RunStore, SystemClock, Tool, ToolContext, ToolError,
+    ToolLoop, ToolOutput, ToolRegistry,
+};
+use tollgate_providers::{Script, ScriptedModel};
+use tollgate_runtime::{AgentSpec, DecisionSet, OnExpiry, Runtime, RuntimeOptions, UuidV7Ids};
+
+/// One measured phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseReport {
+    /// What was measured.
+    pub name: String,
+    /// Runs (or loop iterations for B) done.
+    pub count: u64,
+    /// Wall time in seconds.
+    pub wall_secs: f64,
+    /// Runs (or iterations) per second.
+    pub per_sec: f64,
+    /// Per-run latency, median, microseconds.
+    pub p50_us: f64,
+    /// Per-run latency, 99th percentile, microseconds.
+    pub p99_us: f64,
+    /// CPU time of the whole process per run, microseconds.
+    pub cpu_us_per_run: f64,
+    /// Peak resident set size so far, MiB.
+    pub peak_rss_mib: f64,
+    /// Mean bytes of persisted suspension per run (A and C).
+    pub suspension_bytes: Option<f64>,
+}
+
+/// A benchmark that could not run or whose end check failed.
+#[derive(Debug)]
+pub struct BenchError(pub String);
+
+impl std::fmt::Display for BenchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BenchError {}
+
+fn err(e: impl std::fmt::Display) -> BenchError {
+    BenchError(e.to_string())
+}
+
+/// The `write_note` tool of workload A: gate ask, appends its text to an in-memory list.
+struct WriteNote {
+    schema: Value,
+    notes: Arc<Mutex<Vec<String>>>,
+}
+
+impl Tool for WriteNote {
+    fn name(&self) -> &str {
+        "write_note"
+    }
+    fn description(&self) -> &str {
+        "Write a note."
+    }
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+    fn gate(&self, _args: &Value) -> Gate {
+        Gate::Ask
+    }
+    fn preview(&self, args: &Value) -> Option<String> {
+        Some(format!("write note: {}", args["text"].as_str().unwrap_or_default()))
+    }
+    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        let text = args["text"].as_str().unwrap_or_default().to_owned();
+        self.notes.lock().unwrap_or_else(PoisonError::into_inner).push(text);
+        Box::pin(std::future::ready(Ok(ToolOutput::text("saved"))))
+    }
+}
+
+/// The `get_time` tool of workload B: gate allow.
+struct GetTime {
+    schema: Value,
+}
+
+impl Tool for GetTime {
+    fn name(&self) -> &str {
+        "get_time"
+    }
+    fn description(&self) -> &str {
+        "The current time."
+    }
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+    fn call<'a>(&'a self, _args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(std::future::ready(Ok(ToolOutput::text("2026-11-29T10:00:00Z"))))
+    }
+}
+
+/// Workload A (or C with `deny`) against the store at `store_url`, with `concurrency` runs in flight.
+pub async fn approval_cycle(
+    store_url: &str,
+    n: u64,
+    concurrency: usize,
+    deny: bool,
+) -> Result<Vec<PhaseReport>, BenchError> {
+    let store = tollgate_store::open(store_url).await.map_err(err)?;
+    let notes = Arc::new(Mutex::new(Vec::new()));
+    let runtime = approval_runtime(store, notes.clone())?;
+    let label = if deny { "C" } else { "A" };
+
+    // Phase 1: start N runs; each suspends at write_note and is committed waiting.
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let results: Vec<Result<(String, Duration), BenchError>> = futures_util::stream::iter(0..n)
+        .map(|i| {
+            let runtime = runtime.clone();
+            async move {
+                let t = Instant::now();
+                let run = runtime
+                    .start_and_wait(None, &format!("Save a note saying hello {i}"), "bench")
+                    .await
+                    .map_err(err)?;
+                if run.status != RunStatus::WaitingForApproval {
+                    return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status)));
+                }
+                Ok((run.id, t.elapsed()))
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let (ids, latencies): (Vec<String>, Vec<Duration>) =
+        results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
+    let phase1 = report(&format!("{label} phase 1: start → waiting (c={concurrency})"), started, cpu0, latencies, None);
+
+    // Phase 2: load each run fresh, decide, let it complete.
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let results: Vec<Result<(Duration, usize), BenchError>> = futures_util::stream::iter(ids)
+        .map(|id| {
+            let runtime = runtime.clone();
+            async move {
+                let t = Instant::now();
+                let run = runtime.get(&id).await.map_err(err)?;
+                let pending = run.pending.as_ref().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
+                let bytes = pending.suspension.len();
+                let set =
+                    if deny { DecisionSet::DenyAll { reason: "not allowed".into() } } else { DecisionSet::ApproveAll };
+                runtime.decide(&id, pending.turn_digest.as_str(), set, "bench").await.map_err(err)?;
+                let done = runtime.wait_settled(&id).await.map_err(err)?;
+                if done.status != RunStatus::Completed {
+                    return Err(BenchError(format!("run {id} ended {}", done.status)));
+                }
+                Ok((t.elapsed(), bytes))
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let (latencies, sizes): (Vec<Duration>, Vec<usize>) =
+        results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
+    let mean_bytes = sizes.iter().sum::<usize>() as f64 / sizes.len().max(1) as f64;
+    let phase2 = report(
+        &format!("{label} phase 2: load → {} → completed (c={concurrency})", if deny { "deny" } else { "approve" }),
+        started,
+        cpu0,
+        latencies,
+        Some(mean_bytes),
+    );
+
+    // End checks.
+    let notes = notes.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    if deny {
+        if !notes.is_empty() {
+            return Err(BenchError(format!("workload C: the tool ran {} times; it must never run", notes.len())));
+        }
+    } else {
+        let mut sorted = notes.clone();
+        sorted.sort();
+        sorted.dedup();
+        if notes.len() as u64 != n || sorted.len() as u64 != n {
+            return Err(BenchError(format!(
+                "workload A: the tool ran {} times with {} distinct texts; expected {n} and {n}",
+                notes.len(),
+                sorted.len()
+            )));
+        }
+    }
+    Ok(vec![phase1, phase2])
+}
+
+fn approval_runtime(store: Arc<dyn RunStore>, notes: Arc<Mutex<Vec<String>>>) -> Result<Runtime, BenchError> {
+    let schema = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}});
+    let registry = ToolRegistry::new().with(Arc::new(WriteNote { schema, notes })).map_err(err)?;
+    let script = Script::from_value(json!({"turns": [
+        {"tool_calls": [{"name": "write_note", "arguments": {"text": "{{input}}"}}]},
+        {"text": "done"}
+    ]}))
+    .map_err(err)?;
+    let registry = Arc::new(registry);
+    let agent_loop = ToolLoop::new(Arc::new(ScriptedModel::new(script)), registry.clone(), LoopConfig::default());
+    let spec = AgentSpec {
+        name: "bench".into(),
+        model: "scripted".into(),
+        agent_loop: Arc::new(agent_loop),
+        tools: registry.specs(),
+        approval_ttl: None,
+        on_expiry: OnExpiry::Deny,
+        forbid_self_approval: false,
+    };
+    Ok(Runtime::new(store, vec![spec], Arc::new(SystemClock), Arc::new(UuidV7Ids), RuntimeOptions::default()))
+}
+
+/// Workload B: `repeat` runs of 50 allow-gated `get_time` turns and a final answer, no store.
+pub async fn loop_overhead(repeat: u64) -> Result<PhaseReport, BenchError> {
+    let mut turns: Vec<Value> = (0..50).map(|_| json!({"tool_calls": [{"name": "get_time"}]})).collect();
+    turns.push(json!({"text": "done"}));
+    let script = Script::from_value(json!({ "turns": turns })).map_err(err)?;
+    let registry = ToolRegistry::new()
+        .with(Arc::new(GetTime { schema: json!({"type": "object", "properties": {}}) }))
+        .map_err(err)?;
+    let config = LoopConfig { max_iterations: 51, ..LoopConfig::default() };
+    let agent = ToolLoop::new(Arc::new(ScriptedModel::new(script)), Arc::new(registry), config);
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let mut latencies = Vec::with_capacity(repeat as usize);
+    for _ in 0..repeat {
+        let t = Instant::now();
+        match tollgate_core::AgentLoop::start(&agent, "bench", "what time is it?", &NoHooks).await.map_err(err)? {
+            Outcome::Completed(done) if done.counters.tool_invocations == 50 => {}
+            other => return Err(BenchError(format!("workload B: unexpected outcome {other:?}"))),
+        }
+        latencies.push(t.elapsed());
+    }
+    let mut phase = report("B: loop overhead (iterations)", started, cpu0, latencies, None);
+    phase.count = repeat * 51;
+    phase.per_sec = phase.count as f64 / phase.wall_secs;
+    Ok(phase)
+}
+
+fn report(name: &str, started: Instant, cpu0: f64, mut latencies: Vec<Duration>, bytes: Option<f64>) -> PhaseReport {
+    let wall = started.elapsed().as_secs_f64();
+    let count = latencies.len() as u64;
+    latencies.sort();
+    let pct = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p).ceil() as usize).saturating_sub(1))
+            .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    };
+    PhaseReport {
+        name: name.to_owned(),
+        count,
+        wall_secs: wall,
+        per_sec: count as f64 / wall.max(1e-9),
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+        cpu_us_per_run: (cpu_time() - cpu0) * 1e6 / count.max(1) as f64,
+        peak_rss_mib: peak_rss_mib(),
+        suspension_bytes: bytes,
+    }
+}
+
+/// Prints reports as one table.
+pub fn table(reports: &[PhaseReport]) -> String {
+    let mut out = format!(
+        "{:<52} {:>8} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>10}\n",
+        "phase", "count", "wall s", "per s", "p50 µs", "p99 µs", "cpu µs", "rss MiB", "susp B"
+    );
+    for r in reports {
+        out.push_str(&format!(
+            "{:<52} {:>8} {:>9.3} {:>11.0} {:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>10}\n",
+            r.name,
+            r.count,
+            r.wall_secs,
+            r.per_sec,
+            r.p50_us,
+            r.p99_us,
+            r.cpu_us_per_run,
+            r.peak_rss_mib,
+            r.suspension_bytes.map_or("-".to_owned(), |b| format!("{b:.0}"))
+        ));
+    }
+    out
+}
+
+/// User + system CPU seconds of this process (Linux /proc; 0 elsewhere).
+fn cpu_time() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line: indexes 11 and 12 after the closing parenthesis.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn peak_rss_mib() -> f64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return 0.0 };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}

@@ -1,0 +1,736 @@
+//! # tollgate-runtime
+//!
+//! Joins the tool loop ([`tollgate_core::AgentLoop`]) to a [`RunStore`], persisting each step as it
+//! happens, and keeps DESIGN.md's exactly-once rule:
+//! - a run is created `running` under this process's lease; every later write is guarded by that lease
+//!   (while running) or by the run's version (a person's action on what they saw);
+//! - decisions are recorded one by one; the request whose decisions complete the held turn's set claims
+//!   the resume in the same transaction, so exactly one resume happens per suspension;
+//! - before an ask-gated call runs, its `tool_started` event is committed; after a crash such a call is
+//!   never run again by itself: the run goes back to waiting with the call marked in doubt;
+//! - a suspension that cannot be stored fails the run visibly; it is never reported as waiting.
+//!
+//! Other events (model requests and responses, allow-gated calls) ride with the next durable write, so
+//! a run costs few commits; allow-gated calls are declared safe to repeat after a crash.
+
+mod events;
+mod hooks;
+mod recovery;
+pub mod view;
+
+use hooks::PersistHooks;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::{Notify, broadcast};
+use tollgate_core::{
+    AgentLoop, ChainBreak, Clock, Decision, DecisionError, Decisions, Guard, IdGen, Lease, LoopError, Millis, NewEvent,
+    Outcome, Pending, RecordedDecision, RunError, RunPage, RunQuery, RunRecord, RunStatus, RunStore, StoreError,
+    StoredEvent, Suspension, ToolSpec, Transition, TurnDigest, verify_chain,
+};
+
+/// What happens to a waiting run when its approval deadline passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnExpiry {
+    /// Deny every undecided call (actor `system`, reason `approval deadline passed`) and resume.
+    #[default]
+    Deny,
+    /// End the run as `expired`.
+    Cancel,
+}
+
+/// One agent the runtime can run.
+pub struct AgentSpec {
+    /// Its name.
+    pub name: String,
+    /// The model name (for listing).
+    pub model: String,
+    /// The loop that runs it.
+    pub agent_loop: Arc<dyn AgentLoop>,
+    /// The tools it is offered (for listing).
+    pub tools: Vec<ToolSpec>,
+    /// How long a run may wait for a decision.
+    pub approval_ttl: Option<Duration>,
+    /// What happens when that deadline passes.
+    pub on_expiry: OnExpiry,
+    /// The actor who started a run may not decide its calls.
+    pub forbid_self_approval: bool,
+}
+
+/// How this process takes part.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// This process's lease owner id (unique per process).
+    pub node_id: String,
+    /// How long a lease lasts without renewal.
+    pub lease: Duration,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self { node_id: format!("node-{}", uuid::Uuid::now_v7()), lease: Duration::from_secs(30) }
+    }
+}
+
+/// A change to a run, broadcast in process as it commits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunNotice {
+    /// The run.
+    pub run_id: String,
+    /// Its status after the change.
+    pub status: RunStatus,
+    /// Its last event's seq after the change.
+    pub last_seq: u64,
+}
+
+/// Decisions as a caller sends them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DecisionSet {
+    /// One decision per named call.
+    Each(Vec<(String, Decision)>),
+    /// Approve every held call not yet decided.
+    ApproveAll,
+    /// Deny every held call not yet decided, with a reason.
+    DenyAll {
+        /// The reason the model is given.
+        reason: String,
+    },
+}
+
+/// Why a runtime operation was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// No agent has this name.
+    #[error("unknown agent `{0}`")]
+    UnknownAgent(String),
+    /// No run has this id.
+    #[error("run {0} not found")]
+    NotFound(String),
+    /// The request is malformed (HTTP 422).
+    #[error("{0}")]
+    Invalid(String),
+    /// A decision does not fit the held turn (HTTP 422).
+    #[error(transparent)]
+    Decision(#[from] DecisionError),
+    /// The run is not in a state that allows this, or someone else acted first (HTTP 409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The actor may not do this (HTTP 403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for RuntimeError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NotFound(id) => RuntimeError::NotFound(id),
+            StoreError::Conflict { detail, .. } => RuntimeError::Conflict(detail),
+            StoreError::Transition(t) => RuntimeError::Conflict(t.to_string()),
+            other => RuntimeError::Store(other),
+        }
+    }
+}
+
+/// UUIDv7 run ids.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UuidV7Ids;
+
+impl IdGen for UuidV7Ids {
+    fn run_id(&self) -> String {
+        uuid::Uuid::now_v7().to_string()
+    }
+}
+
+/// The durable runtime. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn RunStore>,
+    agents: Vec<Arc<AgentSpec>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGen>,
+    pub(crate) node: String,
+    pub(crate) lease_ms: i64,
+    notices: broadcast::Sender<RunNotice>,
+    in_flight: Mutex<HashSet<String>>,
+    idle: Notify,
+}
+
+/// What a drive does: start from the input, or resume a held turn.
+pub(crate) enum Work {
+    Start,
+    Resume { suspension: Suspension, decisions: Decisions },
+}
+
+const DECIDE_ATTEMPTS: usize = 8;
+const SYSTEM_ACTOR: &str = "system";
+const EXPIRY_REASON: &str = "approval deadline passed";
+
+impl Runtime {
+    /// A runtime over a store and a set of agents (the first is the default agent).
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        agents: Vec<AgentSpec>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGen>,
+        options: RuntimeOptions,
+    ) -> Self {
+        let (notices, _) = broadcast::channel(4096);
+        let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX).max(1000);
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                agents: agents.into_iter().map(Arc::new).collect(),
+                clock,
+                ids,
+                node: options.node_id,
+                lease_ms,
+                notices,
+                in_flight: Mutex::new(HashSet::new()),
+                idle: Notify::new(),
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn RunStore> {
+        &self.inner.store
+    }
+
+    /// The agents, the default first.
+    pub fn agents(&self) -> impl Iterator<Item = &AgentSpec> {
+        self.inner.agents.iter().map(|a| a.as_ref())
+    }
+
+    /// The agent with this name.
+    pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
+        self.inner.agents.iter().find(|a| a.name == name).map(|a| a.as_ref())
+    }
+
+    /// Live notices of run changes committed by this process.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
+        self.inner.notices.subscribe()
+    }
+
+    /// Starts a run and drives it in the background; returns it as created (`running`).
+    pub async fn start(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, RuntimeError> {
+        if input.trim().is_empty() {
+            return Err(RuntimeError::Invalid("input must be a non-empty string".into()));
+        }
+        let spec = match agent {
+            Some(name) => self.inner.agent(name).ok_or_else(|| RuntimeError::UnknownAgent(name.to_owned()))?,
+            None => self.inner.agents.first().cloned().ok_or_else(|| RuntimeError::UnknownAgent("(none)".into()))?,
+        };
+        let now = self.inner.clock.now();
+        let run = RunRecord::new(
+            self.inner.ids.run_id(),
+            spec.name.clone(),
+            input.to_owned(),
+            actor.to_owned(),
+            now,
+            Some(self.inner.lease(now)),
+        );
+        let started = events::run_started(now, &spec.name, input, actor);
+        let run = self.inner.store.create(run, vec![started]).await?;
+        self.inner.notify(&run);
+        self.inner.spawn_drive(run.clone(), spec, Work::Start);
+        Ok(run)
+    }
+
+    /// Starts a run and answers once it waits for approval or has ended.
+    pub async fn start_and_wait(
+        &self,
+        agent: Option<&str>,
+        input: &str,
+        actor: &str,
+    ) -> Result<RunRecord, RuntimeError> {
+        let mut notices = self.subscribe();
+        let run = self.start(agent, input, actor).await?;
+        self.wait_settled_with(&run.id, &mut notices).await
+    }
+
+    /// Waits until a run waits for approval or has ended.
+    pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, RuntimeError> {
+        let mut notices = self.subscribe();
+        self.wait_settled_with(id, &mut notices).await
+    }
+
+    async fn wait_settled_with(
+        &self,
+        id: &str,
+        notices: &mut broadcast::Receiver<RunNotice>,
+    ) -> Result<RunRecord, RuntimeError> {
+        loop {
+            let run = self.get(id).await?;
+            if settled(run.status) {
+                return Ok(run);
+            }
+            // Another process may drive the run: look again now and then even without a notice.
+            let wait = async {
+                loop {
+                    match notices.recv().await {
+                        Ok(notice) if notice.run_id == id && settled(notice.status) => return,
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => return,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_millis(500), wait).await;
+        }
+    }
+
+    /// Reads a run.
+    pub async fn get(&self, id: &str) -> Result<RunRecord, RuntimeError> {
+        Ok(self.inner.store.get(id).await?)
+    }
+
+    /// Resolves a unique id prefix to a full id.
+    pub async fn resolve(&self, prefix: &str) -> Result<String, RuntimeError> {
+        match self.inner.store.resolve_prefix(prefix).await {
+            Ok(id) => Ok(id),
+            Err(StoreError::NotFound(_)) => Err(RuntimeError::NotFound(prefix.to_owned())),
+            Err(StoreError::Conflict { detail, .. }) => Err(RuntimeError::Invalid(detail)),
+            Err(other) => Err(RuntimeError::Store(other)),
+        }
+    }
+
+    /// Lists runs, newest first.
+    pub async fn list(&self, query: RunQuery) -> Result<RunPage, RuntimeError> {
+        Ok(self.inner.store.list(query).await?)
+    }
+
+    /// A run's events after `after`.
+    pub async fn events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, RuntimeError> {
+        self.inner.store.get(id).await?;
+        Ok(self.inner.store.events(id, after, limit).await?)
+    }
+
+    /// Checks a run's hash chain: `Ok(Err(break))` names the first bad event.
+    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, RuntimeError> {
+        let run = self.inner.store.get(id).await?;
+        let mut all = Vec::new();
+        loop {
+            let page = self.inner.store.events(id, all.len() as u64, 1000).await?;
+            let done = page.len() < 1000;
+            all.extend(page);
+            if done {
+                break;
+            }
+        }
+        Ok(verify_chain(&all, run.last_seq, &run.last_hash).map(|()| run.last_seq))
+    }
+
+    /// Records decisions for a waiting run. The request whose decisions complete the held turn's set
+    /// resumes the run (in the background); the answer is the run after the decisions were recorded.
+    pub async fn decide(
+        &self,
+        id: &str,
+        turn_digest: &str,
+        set: DecisionSet,
+        actor: &str,
+    ) -> Result<RunRecord, RuntimeError> {
+        if let DecisionSet::Each(list) = &set {
+            if list.is_empty() {
+                return Err(RuntimeError::Invalid("decisions must not be empty".into()));
+            }
+            let mut seen = HashSet::new();
+            if let Some((dup, _)) = list.iter().find(|(id, _)| !seen.insert(id.as_str())) {
+                return Err(RuntimeError::Invalid(format!("call `{dup}` is decided twice in one request")));
+            }
+        }
+        for _ in 0..DECIDE_ATTEMPTS {
+            let run = self.inner.store.get(id).await?;
+            match self.try_decide(&run, turn_digest, &set, actor).await {
+                Err(RuntimeError::Store(StoreError::Conflict { .. })) => continue,
+                Err(RuntimeError::Conflict(detail)) if detail == RACE => continue,
+                other => return other,
+            }
+        }
+        Err(RuntimeError::Conflict("the run kept changing while deciding; try again".into()))
+    }
+
+    async fn try_decide(
+        &self,
+        run: &RunRecord,
+        turn_digest: &str,
+        set: &DecisionSet,
+        actor: &str,
+    ) -> Result<RunRecord, RuntimeError> {
+        if run.status != RunStatus::WaitingForApproval {
+            return Err(RuntimeError::Conflict(format!("run {} is {}, not waiting for approval", run.id, run.status)));
+        }
+        let spec = self.inner.agent(&run.agent).ok_or_else(|| RuntimeError::UnknownAgent(run.agent.clone()))?;
+        if spec.forbid_self_approval && actor == run.created_by {
+            return Err(RuntimeError::Forbidden(format!(
+                "agent {} forbids self-approval: {actor} started this run and cannot decide its calls",
+                spec.name
+            )));
+        }
+        let Some(pending) = &run.pending else {
+            return Err(RuntimeError::Conflict(format!("run {} has no held turn", run.id)));
+        };
+        if pending.turn_digest.as_str() != turn_digest {
+            return Err(RuntimeError::Conflict(format!(
+                "stale turn_digest: the held turn is now {}",
+                pending.turn_digest
+            )));
+        }
+        let suspension = match Suspension::from_json(&pending.suspension) {
+            Ok(s) => s,
+            Err(e) => {
+                self.inner.fail_corrupt(run, &e.to_string()).await;
+                return Err(RuntimeError::Conflict(format!("run {} failed: {e}", run.id)));
+            }
+        };
+        let undecided =
+            || pending.required.iter().filter(|c| !pending.decisions.contains_key(*c)).cloned().collect::<Vec<_>>();
+        let wanted: Vec<(String, Decision)> = match set {
+            DecisionSet::Each(list) => list.clone(),
+            DecisionSet::ApproveAll => undecided().into_iter().map(|c| (c, Decision::Approve)).collect(),
+            DecisionSet::DenyAll { reason } => {
+                undecided().into_iter().map(|c| (c, Decision::Deny { reason: reason.clone() })).collect()
+            }
+        };
+        if wanted.is_empty() {
+            return Err(RuntimeError::Conflict("every held call is already decided".into()));
+        }
+        for (call_id, decision) in &wanted {
+            spec.agent_loop.check_decision(&suspension, call_id, decision)?;
+            if pending.decisions.contains_key(call_id) {
+                return Err(RuntimeError::Conflict(format!("call `{call_id}` is already decided")));
+            }
+        }
+        let now = self.inner.clock.now();
+        let recorded: Vec<(String, RecordedDecision)> = wanted
+            .into_iter()
+            .map(|(call_id, decision)| (call_id, RecordedDecision { decision, actor: actor.to_owned(), at: now }))
+            .collect();
+        let mut events: Vec<NewEvent> =
+            recorded.iter().map(|(id, d)| events::decision(now, suspension.round, id, d)).collect();
+        let completes = pending
+            .required
+            .iter()
+            .all(|c| pending.decisions.contains_key(c) || recorded.iter().any(|(id, _)| id == c));
+        let resume = completes.then(|| self.inner.lease(now));
+        if completes {
+            events.push(events::run_resumed(now, suspension.round, actor));
+        }
+        let transition = Transition::Decide { decisions: recorded, resume };
+        let next =
+            match self.inner.store.transition(&run.id, Guard::Version(run.version), transition, events, now).await {
+                Ok(next) => next,
+                Err(StoreError::Conflict { .. }) => return Err(RuntimeError::Conflict(RACE.into())),
+                Err(other) => return Err(other.into()),
+            };
+        self.inner.notify(&next);
+        if completes {
+            let decisions = decisions_for(&suspension, next.pending.as_ref());
+            self.inner.spawn_drive(
+                next.clone(),
+                spec_arc(&self.inner, &run.agent)?,
+                Work::Resume { suspension, decisions },
+            );
+        }
+        Ok(next)
+    }
+
+    /// Cancels a run that has not finished.
+    pub async fn cancel(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<RunRecord, RuntimeError> {
+        for _ in 0..DECIDE_ATTEMPTS {
+            let run = self.inner.store.get(id).await?;
+            if run.status.is_terminal() {
+                return Err(RuntimeError::Conflict(format!("run {} is already {}", run.id, run.status)));
+            }
+            let now = self.inner.clock.now();
+            let event = events::run_cancelled(now, run.iterations, actor, reason);
+            match self
+                .inner
+                .store
+                .transition(id, Guard::Version(run.version), Transition::Cancel, vec![event], now)
+                .await
+            {
+                Ok(next) => {
+                    self.inner.notify(&next);
+                    return Ok(next);
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(RuntimeError::Conflict("the run kept changing while cancelling; try again".into()))
+    }
+
+    /// Deletes terminal runs finished before `terminal_before` and waiting runs untouched since
+    /// `waiting_before`, in batches. Returns how many went.
+    pub async fn purge(&self, terminal_before: Millis, waiting_before: Millis) -> Result<u64, RuntimeError> {
+        let mut total = 0;
+        loop {
+            let n = self.inner.store.purge(terminal_before, waiting_before, 500).await?;
+            total += n;
+            if n < 500 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Applies due deadlines (`on_expiry`) and takes over runs whose lease expired. Returns how many runs
+    /// it acted on. A server calls it every second; CLI commands call it when they open the store.
+    pub async fn sweep(&self) -> Result<usize, RuntimeError> {
+        let now = self.inner.clock.now();
+        let due = self.inner.store.due(now, 100).await?;
+        let mut acted = 0;
+        for run in due {
+            let result = match run.status {
+                RunStatus::WaitingForApproval => self.expire(&run).await,
+                RunStatus::Running => recovery::take_over(self, &run).await,
+                _ => Ok(()),
+            };
+            match result {
+                Ok(()) => acted += 1,
+                Err(RuntimeError::Conflict(_)) => {}
+                Err(e) => tracing::warn!(run = %run.id, error = %e, "sweep could not act on a due run"),
+            }
+        }
+        Ok(acted)
+    }
+
+    async fn expire(&self, run: &RunRecord) -> Result<(), RuntimeError> {
+        let spec = self.inner.agent(&run.agent).ok_or_else(|| RuntimeError::UnknownAgent(run.agent.clone()))?;
+        let Some(pending) = &run.pending else { return Ok(()) };
+        match spec.on_expiry {
+            OnExpiry::Deny => {
+                self.decide(
+                    &run.id,
+                    pending.turn_digest.as_str(),
+                    DecisionSet::DenyAll { reason: EXPIRY_REASON.into() },
+                    SYSTEM_ACTOR,
+                )
+                .await?;
+            }
+            OnExpiry::Cancel => {
+                let now = self.inner.clock.now();
+                let deadline = pending.expires_at.unwrap_or(now);
+                let event = events::run_expired(now, run.iterations, deadline);
+                let next = self
+                    .inner
+                    .store
+                    .transition(&run.id, Guard::Version(run.version), Transition::Expire, vec![event], now)
+                    .await?;
+                self.inner.notify(&next);
+            }
+        }
+        Ok(())
+    }
+
+    /// Renews the leases of the runs this process drives. Call it every third of the lease.
+    pub async fn renew_leases(&self) {
+        let ids: Vec<String> =
+            self.inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
+        for id in ids {
+            let until = self.inner.clock.now() + self.inner.lease_ms;
+            if let Err(e) = self.inner.store.append(&id, &self.inner.node, Vec::new(), until).await {
+                tracing::debug!(run = %id, error = %e, "lease not renewed");
+            }
+        }
+    }
+
+    /// Runs [`sweep`](Self::sweep) every second and [`renew_leases`](Self::renew_leases) every third of
+    /// the lease, until the returned handle is dropped or aborted.
+    pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
+        let runtime = self.clone();
+        let renew_every = Duration::from_millis((self.inner.lease_ms / 3).max(100) as u64);
+        tokio::spawn(async move {
+            let mut sweep = tokio::time::interval(Duration::from_secs(1));
+            let mut renew = tokio::time::interval(renew_every);
+            loop {
+                tokio::select! {
+                    _ = sweep.tick() => {
+                        if let Err(e) = runtime.sweep().await {
+                            tracing::warn!(error = %e, "sweep failed");
+                        }
+                    }
+                    _ = renew.tick() => runtime.renew_leases().await,
+                }
+            }
+        })
+    }
+
+    /// Waits until every run this process drives has reached its next durable state.
+    pub async fn drain(&self) {
+        loop {
+            let idle = self.inner.idle.notified();
+            if self.inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).is_empty() {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+}
+
+const RACE: &str = "lost a race with another decision";
+
+fn settled(status: RunStatus) -> bool {
+    status == RunStatus::WaitingForApproval || status.is_terminal()
+}
+
+fn spec_arc(inner: &Inner, name: &str) -> Result<Arc<AgentSpec>, RuntimeError> {
+    inner.agent(name).ok_or_else(|| RuntimeError::UnknownAgent(name.to_owned()))
+}
+
+/// The decisions a resume needs: those recorded for the calls that still take one.
+pub(crate) fn decisions_for(suspension: &Suspension, pending: Option<&Pending>) -> Decisions {
+    let Some(pending) = pending else { return BTreeMap::new() };
+    suspension
+        .decidable_calls()
+        .filter_map(|c| pending.decisions.get(&c.call_id).map(|d| (c.call_id.clone(), d.decision.clone())))
+        .collect()
+}
+
+impl Inner {
+    fn agent(&self, name: &str) -> Option<Arc<AgentSpec>> {
+        self.agents.iter().find(|a| a.name == name).cloned()
+    }
+
+    pub(crate) fn lease(&self, now: Millis) -> Lease {
+        Lease { owner: self.node.clone(), expires_at: now + self.lease_ms }
+    }
+
+    pub(crate) fn notify(&self, run: &RunRecord) {
+        let _ = self.notices.send(RunNotice { run_id: run.id.clone(), status: run.status, last_seq: run.last_seq });
+    }
+
+    pub(crate) fn notify_seq(&self, run_id: &str, last_seq: u64) {
+        let _ = self.notices.send(RunNotice { run_id: run_id.to_owned(), status: RunStatus::Running, last_seq });
+    }
+
+    pub(crate) fn spawn_drive(self: &Arc<Self>, run: RunRecord, spec: Arc<AgentSpec>, work: Work) {
+        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(run.id.clone());
+        let inner = Arc::clone(self);
+        tokio::spawn(async move {
+            let id = run.id.clone();
+            inner.drive(run, spec, work).await;
+            let mut in_flight = inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+            in_flight.remove(&id);
+            if in_flight.is_empty() {
+                inner.idle.notify_waiters();
+            }
+        });
+    }
+
+    /// Runs the loop for one segment and commits where it ended.
+    async fn drive(self: &Arc<Self>, run: RunRecord, spec: Arc<AgentSpec>, work: Work) {
+        let hooks = PersistHooks::new(Arc::clone(self), run.id.clone());
+        let outcome = match work {
+            Work::Start => spec.agent_loop.start(&run.id, &run.input, &hooks).await,
+            Work::Resume { suspension, decisions, .. } => {
+                spec.agent_loop.resume(&run.id, suspension, &decisions, &hooks).await
+            }
+        };
+        let now = self.clock.now();
+        let mut events = hooks.take_buffer();
+        let (transition, round) = match outcome {
+            Ok(Outcome::Completed(done)) => {
+                let round = done.counters.iterations;
+                events.push(events::run_completed(now, round, done.output.as_deref(), done.reason.as_str()));
+                let transition = Transition::Complete {
+                    output: done.output,
+                    reason: done.reason,
+                    iterations: done.counters.iterations,
+                    usage: done.counters.usage,
+                };
+                (transition, round)
+            }
+            Ok(Outcome::Suspended(suspension)) => {
+                let expires_at = spec.approval_ttl.map(|ttl| now + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+                events.push(events::approval_requested(now, &suspension, expires_at));
+                let round = suspension.round;
+                (suspend_transition(&suspension, BTreeMap::new(), expires_at), round)
+            }
+            Err(error) => {
+                let error = match &error {
+                    LoopError::Model { source, .. } => {
+                        RunError { kind: source.kind().to_owned(), message: error.to_string() }
+                    }
+                    LoopError::Decision(e) => RunError { kind: e.kind().to_owned(), message: e.to_string() },
+                    LoopError::Hook(e) => RunError { kind: "store".into(), message: e.to_string() },
+                };
+                events.push(events::run_failed(now, hooks.round(), &error));
+                (Transition::Fail { error }, hooks.round())
+            }
+        };
+        let _ = round;
+        match self.store.transition(&run.id, Guard::Lease(self.node.clone()), transition, events, now).await {
+            Ok(next) => self.notify(&next),
+            Err(StoreError::Conflict { detail, .. }) => {
+                // Cancelled meanwhile, or another process took the run over: it owns the run now.
+                tracing::info!(run = %run.id, %detail, "run changed hands while driving; stopping");
+            }
+            Err(error) => {
+                tracing::error!(run = %run.id, %error, "could not commit the end of a segment; failing the run");
+                let failure = RunError {
+                    kind: "store".into(),
+                    message: format!("the run's progress could not be stored: {error}"),
+                };
+                let event = events::run_failed(now, hooks.round(), &failure);
+                match self
+                    .store
+                    .transition(
+                        &run.id,
+                        Guard::Lease(self.node.clone()),
+                        Transition::Fail { error: failure },
+                        vec![event],
+                        now,
+                    )
+                    .await
+                {
+                    Ok(next) => self.notify(&next),
+                    Err(e) => {
+                        tracing::error!(run = %run.id, error = %e, "could not fail the run either; its lease will expire and another process will recover it")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fails a run whose stored state cannot be read, leaving every other run alone.
+    pub(crate) async fn fail_corrupt(&self, run: &RunRecord, detail: &str) {
+        let now = self.clock.now();
+        let error = RunError { kind: "corrupt_suspension".into(), message: detail.to_owned() };
+        let event = events::run_failed(now, run.iterations, &error);
+        match self
+            .store
+            .transition(&run.id, Guard::Version(run.version), Transition::Fail { error }, vec![event], now)
+            .await
+        {
+            Ok(next) => self.notify(&next),
+            Err(e) => tracing::warn!(run = %run.id, error = %e, "could not fail a run with a corrupt suspension"),
+        }
+    }
+}
+
+/// The transition that stores a suspension as the run's held turn.
+pub(crate) fn suspend_transition(
+    suspension: &Suspension,
+    decisions: BTreeMap<String, RecordedDecision>,
+    expires_at: Option<Millis>,
+) -> Transition {
+    let pending = Pending {
+        suspension: suspension.to_json(),
+        turn_digest: TurnDigest(suspension.turn_digest.0.clone()),
+        required: suspension.decidable_calls().map(|c| c.call_id.clone()).collect(),
+        decisions,
+        expires_at,
+    };
+    Transition::Suspend { pending, iterations: suspension.counters.iterations, usage: suspension.counters.usage }
+}

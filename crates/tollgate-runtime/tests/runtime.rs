@@ -1,0 +1,412 @@
+//! The durable runtime against real stores: SQLite always, PostgreSQL when `TOLLGATE_TEST_POSTGRES_URL`
+//! is set (and always in CI).
+
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tollgate_core::{
+    Clock, Decision, EventKind, Gate, Guard, LoopConfig, Pending, RunRecord, RunStatus, RunStore, ToolLoop,
+    ToolRegistry, Transition, TurnDigest,
+};
+use tollgate_providers::{Script, ScriptedModel};
+use tollgate_runtime::{AgentSpec, DecisionSet, OnExpiry, Runtime, RuntimeError, RuntimeOptions, UuidV7Ids};
+use tollgate_testkit::{ManualClock, TestTool, postgres_url, scratch_dir};
+
+const T0: i64 = 1_796_000_000_000;
+
+async fn sqlite() -> Arc<dyn RunStore> {
+    let path = scratch_dir("runtime").join("tollgate.db");
+    tollgate_store::open(&format!("sqlite://{}", path.display())).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn stores() -> Vec<(&'static str, Arc<dyn RunStore>)> {
+    let mut stores = vec![("sqlite", sqlite().await)];
+    if let Some(url) = postgres_url() {
+        stores.push(("postgres", tollgate_store::open(&url).await.unwrap_or_else(|e| panic!("{e}"))));
+    }
+    stores
+}
+
+struct Setup {
+    script: Value,
+    tools: Vec<TestTool>,
+    ttl: Option<Duration>,
+    on_expiry: OnExpiry,
+    forbid_self_approval: bool,
+}
+
+impl Setup {
+    fn new(script: Value, tools: Vec<TestTool>) -> Self {
+        Self { script, tools, ttl: None, on_expiry: OnExpiry::Deny, forbid_self_approval: false }
+    }
+
+    fn spec(&self) -> AgentSpec {
+        let mut registry = ToolRegistry::new();
+        for tool in &self.tools {
+            registry.register(tool.shared()).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let registry = Arc::new(registry);
+        let script = Script::from_value(self.script.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let agent_loop = ToolLoop::new(Arc::new(ScriptedModel::new(script)), registry.clone(), LoopConfig::default());
+        AgentSpec {
+            name: "writer".into(),
+            model: "scripted".into(),
+            agent_loop: Arc::new(agent_loop),
+            tools: registry.specs(),
+            approval_ttl: self.ttl,
+            on_expiry: self.on_expiry,
+            forbid_self_approval: self.forbid_self_approval,
+        }
+    }
+
+    fn runtime(&self, store: Arc<dyn RunStore>, clock: &ManualClock, node: &str) -> Runtime {
+        let options = RuntimeOptions { node_id: node.into(), lease: Duration::from_secs(30) };
+        Runtime::new(store, vec![self.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options)
+    }
+}
+
+fn write_tool() -> TestTool {
+    TestTool::new("write").gate(Gate::Ask).preview("write a note")
+}
+
+fn one_write() -> Value {
+    json!({"turns": [
+        {"tool_calls": [{"name": "write", "arguments": {"text": "{{input}}"}}]},
+        {"when_denied": {"text": "Not written."}, "when_approved": {"text": "done"}}
+    ]})
+}
+
+fn two_writes() -> Value {
+    json!({"turns": [
+        {"tool_calls": [{"name": "write", "arguments": {"text": "a"}}, {"name": "write", "arguments": {"text": "b"}}]},
+        {"text": "done"}
+    ]})
+}
+
+fn digest(run: &RunRecord) -> String {
+    run.pending.as_ref().map(|p| p.turn_digest.0.clone()).unwrap_or_default()
+}
+
+async fn event_kinds(runtime: &Runtime, id: &str) -> Vec<EventKind> {
+    runtime.events(id, 0, 1000).await.unwrap_or_default().into_iter().map(|e| e.kind).collect()
+}
+
+#[tokio::test]
+async fn approve_runs_the_tool_once_and_the_log_verifies() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(one_write(), vec![write_tool()]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status, RunStatus::WaitingForApproval, "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 0, "{backend}: nothing runs before the decision");
+        let view = tollgate_runtime::view::run_json(&run);
+        assert_eq!(view["pending"]["calls"][0]["preview"], "write a note", "{backend}");
+
+        let decided = runtime
+            .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
+            .await
+            .unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(decided.status, RunStatus::Running, "{backend}");
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status, RunStatus::Completed, "{backend}");
+        assert_eq!(done.output.as_deref(), Some("done"));
+        assert!(done.pending.is_none(), "{backend}: finishing clears the held turn");
+        assert_eq!(setup.tools[0].calls(), vec![("call_1".to_owned(), json!({"text": "hello"}))]);
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+        assert_eq!(
+            event_kinds(&runtime, &run.id).await,
+            vec![
+                EventKind::RunStarted,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::ApprovalRequested,
+                EventKind::Decision,
+                EventKind::RunResumed,
+                EventKind::ToolStarted,
+                EventKind::ToolFinished,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::RunCompleted,
+            ],
+            "{backend}"
+        );
+        let decision = runtime.events(&run.id, 4, 1).await.unwrap_or_default();
+        assert_eq!(decision[0].data["actor"], "bob", "{backend}: the decision names who decided");
+    }
+}
+
+#[tokio::test]
+async fn deny_all_gives_the_model_the_reason_and_runs_nothing() {
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .decide(&run.id, &digest(&run), DecisionSet::DenyAll { reason: "not on a Friday".into() }, "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.output.as_deref(), Some("Not written."));
+    assert_eq!(setup.tools[0].call_count(), 0);
+    let kinds = event_kinds(&runtime, &run.id).await;
+    assert!(!kinds.contains(&EventKind::ToolStarted), "a denied call gets no tool_started");
+}
+
+#[tokio::test]
+async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
+    let setup = Setup::new(two_writes(), vec![write_tool()]);
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let d = digest(&run);
+    let each = |id: &str, decision: Decision| DecisionSet::Each(vec![(id.to_owned(), decision)]);
+
+    let stale = runtime.decide(&run.id, "sha256:0000", each("call_1", Decision::Approve), "bob").await;
+    assert!(matches!(stale, Err(RuntimeError::Conflict(m)) if m.contains("stale")));
+    let unknown = runtime.decide(&run.id, &d, each("call_9", Decision::Approve), "bob").await;
+    assert!(matches!(unknown, Err(RuntimeError::Decision(_))));
+    let empty = runtime.decide(&run.id, &d, DecisionSet::Each(vec![]), "bob").await;
+    assert!(matches!(empty, Err(RuntimeError::Invalid(_))));
+
+    let partial = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
+    let partial = partial.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(partial.status, RunStatus::WaitingForApproval, "one of two calls decided: still waiting");
+    assert_eq!(setup.tools[0].call_count(), 0);
+    let again = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
+    assert!(matches!(again, Err(RuntimeError::Conflict(m)) if m.contains("already decided")));
+
+    runtime.decide(&run.id, &d, DecisionSet::ApproveAll, "carol").await.unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(setup.tools[0].call_count(), 2);
+    let after = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
+    assert!(matches!(after, Err(RuntimeError::Conflict(_))), "a finished run takes no decision");
+}
+
+#[tokio::test]
+async fn thirty_two_concurrent_deciders_resume_once() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(one_write(), vec![write_tool()]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "race", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let d = digest(&run);
+        let mut tasks = Vec::new();
+        for i in 0..32 {
+            let runtime = runtime.clone();
+            let (id, d) = (run.id.clone(), d.clone());
+            tasks.push(tokio::spawn(async move {
+                runtime
+                    .decide(&id, &d, DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), &format!("a{i}"))
+                    .await
+            }));
+        }
+        let mut won = 0;
+        for task in tasks {
+            match task.await.unwrap_or_else(|e| panic!("{e}")) {
+                Ok(_) => won += 1,
+                Err(RuntimeError::Conflict(_)) => {}
+                Err(other) => panic!("{backend}: unexpected {other}"),
+            }
+        }
+        assert_eq!(won, 1, "{backend}: exactly one decision lands");
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status, RunStatus::Completed, "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 1, "{backend}: the tool ran once");
+        let resumed = event_kinds(&runtime, &run.id).await.iter().filter(|k| **k == EventKind::RunResumed).count();
+        assert_eq!(resumed, 1, "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn self_approval_can_be_forbidden() {
+    let mut setup = Setup::new(one_write(), vec![write_tool()]);
+    setup.forbid_self_approval = true;
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let own = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "alice").await;
+    assert!(matches!(own, Err(RuntimeError::Forbidden(_))));
+    let other = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await;
+    assert!(other.is_ok());
+}
+
+#[tokio::test]
+async fn deadlines_apply_the_agents_on_expiry() {
+    for on_expiry in [OnExpiry::Deny, OnExpiry::Cancel] {
+        let mut setup = Setup::new(one_write(), vec![write_tool()]);
+        setup.ttl = Some(Duration::from_secs(60));
+        setup.on_expiry = on_expiry;
+        let clock = ManualClock::at(T0);
+        let runtime = setup.runtime(sqlite().await, &clock, "node-a");
+        let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run.pending.as_ref().and_then(|p| p.expires_at), Some(T0 + 60_000));
+        assert_eq!(runtime.sweep().await.ok(), Some(0), "not due yet");
+        clock.advance(Duration::from_secs(61));
+        assert_eq!(runtime.sweep().await.ok(), Some(1));
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+        let events = runtime.events(&run.id, 0, 100).await.unwrap_or_default();
+        match on_expiry {
+            OnExpiry::Deny => {
+                assert_eq!(done.status, RunStatus::Completed);
+                assert_eq!(done.output.as_deref(), Some("Not written."));
+                let decision = events.iter().find(|e| e.kind == EventKind::Decision).map(|e| e.data.clone());
+                assert_eq!(
+                    decision,
+                    Some(
+                        json!({"action": "deny", "reason": "approval deadline passed", "call_id": "call_1", "actor": "system"})
+                    )
+                );
+            }
+            OnExpiry::Cancel => {
+                assert_eq!(done.status, RunStatus::Expired);
+                assert_eq!(events.last().map(|e| e.kind), Some(EventKind::RunExpired));
+            }
+        }
+        assert_eq!(setup.tools[0].call_count(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_suspension_fails_only_its_run() {
+    let store = sqlite().await;
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let clock = ManualClock::at(T0);
+    let runtime = setup.runtime(store.clone(), &clock, "node-a");
+    let healthy = runtime.start_and_wait(None, "ok", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+
+    // A run whose stored suspension was written by a future Tollgate.
+    let lease = tollgate_core::Lease { owner: "node-x".into(), expires_at: T0 + 30_000 };
+    let record = RunRecord::new(
+        "0190aaaa-0000-7000-8000-000000000001".into(),
+        "writer".into(),
+        "x".into(),
+        "alice".into(),
+        T0,
+        Some(lease),
+    );
+    store.create(record.clone(), vec![]).await.unwrap_or_else(|e| panic!("{e}"));
+    let pending = Pending {
+        suspension: r#"{"schema_version": 99}"#.into(),
+        turn_digest: TurnDigest("sha256:abc".into()),
+        required: vec!["call_1".into()],
+        decisions: Default::default(),
+        expires_at: None,
+    };
+    let suspend = Transition::Suspend { pending, iterations: 1, usage: Default::default() };
+    store
+        .transition(&record.id, Guard::Lease("node-x".into()), suspend, vec![], T0)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let refused = runtime.decide(&record.id, "sha256:abc", DecisionSet::ApproveAll, "bob").await;
+    assert!(matches!(refused, Err(RuntimeError::Conflict(m)) if m.contains("schema_version 99")));
+    let failed = runtime.get(&record.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(failed.status, RunStatus::Failed);
+    assert_eq!(failed.error.as_ref().map(|e| e.kind.as_str()), Some("corrupt_suspension"));
+
+    runtime
+        .decide(&healthy.id, &digest(&healthy), DecisionSet::ApproveAll, "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&healthy.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status, RunStatus::Completed, "other runs keep working");
+}
+
+#[tokio::test]
+async fn a_suspension_that_cannot_be_stored_fails_the_run_visibly() {
+    let store: Arc<dyn RunStore> = Arc::new(tollgate_testkit::FailingStore::new(sqlite().await, "suspend"));
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status, RunStatus::Failed, "never reported as waiting");
+    assert_eq!(run.error.as_ref().map(|e| e.kind.as_str()), Some("store"));
+}
+
+#[tokio::test]
+async fn cancel_and_purge() {
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let clock = ManualClock::at(T0);
+    let runtime = setup.runtime(sqlite().await, &clock, "node-a");
+    let waiting = runtime.start_and_wait(None, "keep", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let cancelled = runtime.start_and_wait(None, "drop", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let c = runtime.cancel(&cancelled.id, "alice", Some("changed my mind")).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.status, RunStatus::Cancelled);
+    assert!(matches!(runtime.cancel(&cancelled.id, "alice", None).await, Err(RuntimeError::Conflict(_))));
+
+    clock.advance(Duration::from_secs(3600));
+    let now = clock.now();
+    // Terminal runs older than 30 minutes go; waiting runs are kept for 90 days.
+    let purged = runtime.purge(now - 1_800_000, now - 90 * 86_400_000).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(purged, 1);
+    assert!(matches!(runtime.get(&cancelled.id).await, Err(RuntimeError::NotFound(_))));
+    assert!(runtime.events(&cancelled.id, 0, 10).await.is_err(), "events go with their run");
+    assert!(runtime.get(&waiting.id).await.is_ok());
+    let purged = runtime.purge(now - 1_800_000, now - 1_800_000).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(purged, 1, "the waiting run goes by the waiting window");
+}
+
+const CRASH_CHILD_DB: &str = "TOLLGATE_CRASH_CHILD_DB";
+
+/// The child half of the crash test: approves the held call and hangs inside the tool until killed.
+/// Without the environment variable it does nothing (it is not a test on its own).
+#[tokio::test]
+async fn crash_child_process() {
+    let Ok(db) = std::env::var(CRASH_CHILD_DB) else { return };
+    let store = tollgate_store::open(&format!("sqlite://{db}")).await.unwrap_or_else(|e| panic!("{e}"));
+    let setup = Setup::new(one_write(), vec![write_tool().behaviour(tollgate_testkit::Behaviour::Hang)]);
+    let runtime = setup.runtime(store, &ManualClock::at(T0), "node-child");
+    let run = runtime.start_and_wait(None, "crash", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+#[tokio::test]
+async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
+    let dir = scratch_dir("crash");
+    let db = dir.join("tollgate.db");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap_or_else(|e| panic!("{e}")))
+        .args(["--exact", "crash_child_process", "--nocapture", "--test-threads=1"])
+        .env(CRASH_CHILD_DB, &db)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Wait (bounded) until the child has committed tool_started, then kill it mid-call.
+    let mut store: Option<Arc<dyn RunStore>> = None;
+    let mut run_id = None;
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if !db.exists() {
+            continue;
+        }
+        if store.is_none() {
+            store = tollgate_store::open(&format!("sqlite://{}", db.display())).await.ok();
+        }
+        let Some(s) = &store else { continue };
+        let page = s.list(tollgate_core::RunQuery { limit: 1, ..Default::default() }).await;
+        let Some(run) = page.ok().and_then(|p| p.runs.into_iter().next()) else { continue };
+        let events = s.events(&run.id, 0, 100).await.unwrap_or_default();
+        if events.iter().any(|e| e.kind == EventKind::ToolStarted) {
+            run_id = Some(run.id);
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let (Some(store), Some(run_id)) = (store, run_id) else { panic!("the child never reached tool_started") };
+
+    // Another process, after the child's lease ran out.
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let clock = ManualClock::at(T0 + 120_000);
+    let runtime = setup.runtime(store, &clock, "node-parent");
+    assert_eq!(runtime.sweep().await.ok(), Some(1));
+    let run = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status, RunStatus::WaitingForApproval, "back to waiting, not re-run");
+    let view = tollgate_runtime::view::run_json(&run);
+    assert_eq!(view["pending"]["calls"][0]["in_doubt"], true);
+    assert_eq!(setup.tools[0].call_count(), 0, "nothing runs again without a decision");
+    assert_eq!(runtime.sweep().await.ok(), Some(0), "a sweep does not touch it again");
+
+    runtime.decide(&run_id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(setup.tools[0].call_count(), 1, "run again once a person approved");
+    assert!(runtime.verify(&run_id).await.ok().is_some_and(|r| r.is_ok()));
+}
