@@ -217,7 +217,7 @@ fn approval_runtime(store: Arc<dyn RunStore>, notes: Arc<Mutex<Vec<String>>>) ->
         name: "bench".into(),
         model: "scripted".into(),
         agent_loop: Arc::new(agent_loop),
-        tools: registry.specs(),
+        tools: registry.iter().map(|t| tollgate_runtime::ToolInfo::of(t.tool().as_ref(), "default")).collect(),
         approval_ttl: None,
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,

@@ -26,7 +26,7 @@ use tokio::sync::{Notify, broadcast};
 use tollgate_core::{
     AgentLoop, ChainBreak, Clock, Decision, DecisionError, Decisions, Guard, IdGen, Lease, LoopError, Millis, NewEvent,
     Outcome, Pending, RecordedDecision, RunError, RunPage, RunQuery, RunRecord, RunStatus, RunStore, StoreError,
-    StoredEvent, Suspension, ToolSpec, Transition, TurnDigest, verify_chain,
+    StoredEvent, Suspension, Transition, TurnDigest, verify_chain,
 };
 
 /// What happens to a waiting run when its approval deadline passes.
@@ -47,14 +47,44 @@ pub struct AgentSpec {
     pub model: String,
     /// The loop that runs it.
     pub agent_loop: Arc<dyn AgentLoop>,
-    /// The tools it is offered (for listing).
-    pub tools: Vec<ToolSpec>,
+    /// The tools it is offered, with their effective gates (for listing).
+    pub tools: Vec<ToolInfo>,
     /// How long a run may wait for a decision.
     pub approval_ttl: Option<Duration>,
     /// What happens when that deadline passes.
     pub on_expiry: OnExpiry,
     /// The actor who started a run may not decide its calls.
     pub forbid_self_approval: bool,
+}
+
+/// A tool as listed by `tollgate tools` and `GET /v1/tools`: what it is, its gate, and why.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ToolInfo {
+    /// The tool's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub parameters: serde_json::Value,
+    /// The gate for a call with no particular arguments (a policy rule with argument matchers or a tool
+    /// whose gate depends on its arguments may decide differently per call).
+    pub gate: tollgate_core::Gate,
+    /// Why: `default`, `annotation readOnlyHint`, or the policy rule that decided.
+    pub why: String,
+}
+
+impl ToolInfo {
+    /// Lists a tool with its own gate for empty arguments.
+    pub fn of(tool: &dyn tollgate_core::Tool, why: impl Into<String>) -> Self {
+        let empty = serde_json::Value::Object(serde_json::Map::new());
+        Self {
+            name: tool.name().to_owned(),
+            description: tool.description().to_owned(),
+            parameters: tool.parameters().clone(),
+            gate: tool.gate(&empty),
+            why: why.into(),
+        }
+    }
 }
 
 /// How this process takes part.
@@ -64,11 +94,13 @@ pub struct RuntimeOptions {
     pub node_id: String,
     /// How long a lease lasts without renewal.
     pub lease: Duration,
+    /// Every tool this process knows, with its own default gate (no policy), for listing.
+    pub catalog: Vec<ToolInfo>,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        Self { node_id: format!("node-{}", uuid::Uuid::now_v7()), lease: Duration::from_secs(30) }
+        Self { node_id: format!("node-{}", uuid::Uuid::now_v7()), lease: Duration::from_secs(30), catalog: Vec::new() }
     }
 }
 
@@ -160,6 +192,7 @@ pub(crate) struct Inner {
     notices: broadcast::Sender<RunNotice>,
     in_flight: Mutex<HashSet<String>>,
     idle: Notify,
+    catalog: Vec<ToolInfo>,
 }
 
 /// What a drive does: start from the input, or resume a held turn.
@@ -194,6 +227,7 @@ impl Runtime {
                 notices,
                 in_flight: Mutex::new(HashSet::new()),
                 idle: Notify::new(),
+                catalog: options.catalog,
             }),
         }
     }
@@ -211,6 +245,11 @@ impl Runtime {
     /// The agent with this name.
     pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
         self.inner.agents.iter().find(|a| a.name == name).map(|a| a.as_ref())
+    }
+
+    /// Every tool this process knows, with its own default gate.
+    pub fn catalog(&self) -> &[ToolInfo] {
+        &self.inner.catalog
     }
 
     /// Live notices of run changes committed by this process.

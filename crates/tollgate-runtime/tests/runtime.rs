@@ -52,7 +52,7 @@ impl Setup {
             name: "writer".into(),
             model: "scripted".into(),
             agent_loop: Arc::new(agent_loop),
-            tools: registry.specs(),
+            tools: registry.iter().map(|t| tollgate_runtime::ToolInfo::of(t.tool().as_ref(), "default")).collect(),
             approval_ttl: self.ttl,
             on_expiry: self.on_expiry,
             forbid_self_approval: self.forbid_self_approval,
@@ -60,7 +60,7 @@ impl Setup {
     }
 
     fn runtime(&self, store: Arc<dyn RunStore>, clock: &ManualClock, node: &str) -> Runtime {
-        let options = RuntimeOptions { node_id: node.into(), lease: Duration::from_secs(30) };
+        let options = RuntimeOptions { node_id: node.into(), lease: Duration::from_secs(30), catalog: Vec::new() };
         Runtime::new(store, vec![self.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options)
     }
 }
