@@ -1,0 +1,245 @@
+//! Text output for people: the runs table, one run, its event log, and the lines printed when a run
+//! waits for approval. Pure functions of the records and the current time, so they are easy to test.
+
+use serde_json::Value;
+use tollgate_core::{Millis, RunRecord, RunStatus, StoredEvent, rfc3339};
+use tollgate_runtime::view::run_json;
+
+/// Input longer than this many characters is cut in the runs table.
+const INPUT_WIDTH: usize = 40;
+/// An event's data longer than this many characters is cut in the event log.
+const EVENT_DATA_WIDTH: usize = 100;
+
+/// How long ago `then` was, in the largest whole unit: `5s`, `3m`, `2h`, `4d`.
+pub fn age(now: Millis, then: Millis) -> String {
+    let seconds = (now - then).max(0) / 1000;
+    match seconds {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// Text on one line, at most `width` characters, with `…` when cut.
+fn one_line(text: &str, width: usize) -> String {
+    let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if flat.chars().count() <= width {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// Rows padded into columns, two spaces apart; the last column is not padded.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|cell| cell.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The `runs` table: id, agent, status, age, input. Empty text when there are no runs.
+pub fn runs_table(runs: &[RunRecord], now: Millis) -> String {
+    if runs.is_empty() {
+        return String::new();
+    }
+    let mut rows = vec![vec!["ID".into(), "AGENT".into(), "STATUS".into(), "AGE".into(), "INPUT".into()]];
+    rows.extend(runs.iter().map(|run| {
+        vec![
+            run.id.clone(),
+            run.agent.clone(),
+            run.status.to_string(),
+            age(now, run.created_at),
+            one_line(&run.input, INPUT_WIDTH),
+        ]
+    }));
+    table(&rows)
+}
+
+/// One run as `show` prints it: its fields, then the held turn with each call's preview and decision.
+pub fn run_details(run: &RunRecord, now: Millis) -> String {
+    let view = run_json(run);
+    let mut rows: Vec<Vec<String>> = vec![
+        vec!["run".into(), run.id.clone()],
+        vec!["agent".into(), run.agent.clone()],
+        vec!["status".into(), run.status.to_string()],
+        vec!["input".into(), one_line(&run.input, 200)],
+        vec![
+            "created".into(),
+            format!("{} ({} ago, by {})", rfc3339(run.created_at), age(now, run.created_at), run.created_by),
+        ],
+        vec!["updated".into(), rfc3339(run.updated_at)],
+    ];
+    if let Some(finished) = run.finished_at {
+        rows.push(vec!["finished".into(), rfc3339(finished)]);
+    }
+    rows.push(vec!["iterations".into(), run.iterations.to_string()]);
+    rows.push(vec!["tokens".into(), format!("{} in, {} out", run.usage.input_tokens, run.usage.output_tokens)]);
+    if let Some(reason) = run.termination_reason {
+        rows.push(vec!["ended".into(), reason.as_str().to_owned()]);
+    }
+    if let Some(output) = &run.output {
+        rows.push(vec!["output".into(), one_line(output, 200)]);
+    }
+    if let Some(error) = &run.error {
+        rows.push(vec!["error".into(), format!("{}: {}", error.kind, error.message)]);
+    }
+    let mut out = table(&rows);
+    if let Some(pending) = view.get("pending").filter(|p| !p.is_null()) {
+        out.push_str(&held_turn(pending));
+    }
+    out
+}
+
+/// The held turn of a run's JSON view: digest, deadline, and every call.
+fn held_turn(pending: &Value) -> String {
+    let mut out = format!("\nheld turn {}\n", text_of(&pending["turn_digest"]));
+    if let Some(expires) = pending["expires_at"].as_str() {
+        out.push_str(&format!("decide before {expires}\n"));
+    }
+    for call in pending["calls"].as_array().into_iter().flatten() {
+        let doubt = if call["in_doubt"].as_bool() == Some(true) { "  IN DOUBT: it may already have run" } else { "" };
+        out.push_str(&format!(
+            "\n  {}  {}  gate {}{doubt}\n    arguments {}\n",
+            text_of(&call["call_id"]),
+            text_of(&call["tool"]),
+            text_of(&call["gate"]),
+            call["arguments"]
+        ));
+        if let Some(preview) = call["preview"].as_str() {
+            out.push_str("    preview\n");
+            for line in preview.lines() {
+                out.push_str(&format!("      {line}\n"));
+            }
+        }
+        let decision = &call["decision"];
+        if !decision.is_null() {
+            let detail = ["reason", "result", "arguments"]
+                .iter()
+                .find_map(|k| {
+                    decision.get(*k).map(|v| format!(": {}", if v.is_string() { text_of(v) } else { v.to_string() }))
+                })
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "    decided {} by {}{detail}\n",
+                text_of(&decision["action"]),
+                text_of(&decision["actor"])
+            ));
+        } else if call["gate"] == "ask" || call["in_doubt"] == true {
+            out.push_str("    awaiting a decision\n");
+        }
+    }
+    out
+}
+
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The event log, one event per line: seq, time, kind, round and the data (cut).
+pub fn events_table(events: &[StoredEvent]) -> String {
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                e.seq.to_string(),
+                e.at.clone(),
+                e.kind.as_str().to_owned(),
+                format!("r{}", e.round),
+                one_line(&e.data.to_string(), EVENT_DATA_WIDTH),
+            ]
+        })
+        .collect();
+    table(&rows)
+}
+
+/// What `run` and the deciding commands print on stdout when a run waits: the waiting line and the
+/// commands that decide it.
+pub fn waiting_lines(run: &RunRecord) -> String {
+    let id = &run.id;
+    format!(
+        "run {id} is waiting for approval\n\
+         approve: tollgate approve {id}\n\
+         deny:    tollgate deny {id} --reason TEXT\n\
+         details: tollgate show {id}\n"
+    )
+}
+
+/// What is printed on stderr when a run waits: each call that needs a decision, with its preview.
+pub fn held_calls_summary(run: &RunRecord) -> String {
+    let view = run_json(run);
+    let mut out = String::new();
+    for call in view["pending"]["calls"].as_array().into_iter().flatten() {
+        let takes_decision = call["gate"] == "ask" || call["in_doubt"] == true;
+        if !takes_decision || !call["decision"].is_null() {
+            continue;
+        }
+        out.push_str(&format!(
+            "{} {} wants to run: {}\n",
+            text_of(&call["call_id"]),
+            text_of(&call["tool"]),
+            call["arguments"]
+        ));
+        if let Some(preview) = call["preview"].as_str() {
+            for line in preview.lines() {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+    }
+    out
+}
+
+/// A sentence for a run that ended without completing, for stderr.
+pub fn unfinished_reason(run: &RunRecord) -> String {
+    match run.status {
+        RunStatus::Failed => match &run.error {
+            Some(error) => format!("run {} failed: {} ({})", run.id, error.message, error.kind),
+            None => format!("run {} failed", run.id),
+        },
+        RunStatus::Cancelled => format!("run {} was cancelled", run.id),
+        RunStatus::Expired => format!("run {} expired: its approval deadline passed", run.id),
+        other => format!("run {} is {other}", run.id),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_use_the_largest_whole_unit() {
+        assert_eq!(age(59_999, 0), "59s");
+        assert_eq!(age(60_000, 0), "1m");
+        assert_eq!(age(7_200_000, 0), "2h");
+        assert_eq!(age(3 * 86_400_000 + 5, 0), "3d");
+        assert_eq!(age(0, 5_000), "0s", "a clock behind the record is not a negative age");
+    }
+
+    #[test]
+    fn long_and_multiline_input_is_cut_to_one_line() {
+        assert_eq!(one_line("a\nb", 10), "a b");
+        assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
+        assert_eq!(one_line("héllo", 5), "héllo");
+    }
+}

@@ -1,0 +1,97 @@
+//! # tollgate-mcp
+//!
+//! MCP servers as tool sources. Each `[[mcp_servers]]` entry becomes an [`McpSource`]: a child process
+//! speaking MCP over stdio through the official Rust SDK (rmcp), whose tools are listed once at start and
+//! offered to the model as `SERVER__TOOL` ([`tool_name`]).
+//!
+//! This is the only crate that imports rmcp, and no rmcp type crosses its public API: tools are
+//! [`tollgate_core::Tool`]s, results are [`tollgate_core::ToolOutput`]s, errors are ours.
+//!
+//! Promises:
+//! - A tool annotated `readOnlyHint: true` defaults to [`Gate::Allow`](tollgate_core::Gate), every other to
+//!   `Ask`; [`McpTool::gate_reason`] says which. Operator policy is applied over this by the caller.
+//! - A server that cannot start makes [`McpSource::start`] return a [`StartError`]; the app logs it and
+//!   goes on without that server.
+//! - A server that dies, or a call that fails at the transport level or times out, gives that call an
+//!   error result naming the server; nothing panics. A dead server is started again on its next use, with
+//!   the same tool list. A call is never retried on its own: it may have had an effect.
+
+mod config;
+mod error;
+mod naming;
+mod server;
+mod tool;
+
+pub use config::{McpServerConfig, resolve_command};
+pub use error::{StartError, StartFailure};
+pub use naming::{MAX_TOOL_NAME_LEN, tool_name};
+pub use tool::{GATE_REASON_DEFAULT, GATE_REASON_READ_ONLY, McpTool};
+
+use server::Server;
+use std::collections::HashSet;
+use std::sync::Arc;
+use tollgate_core::Tool;
+
+/// A started MCP server and the tools it listed at start.
+///
+/// Dropping the source and every tool taken from it stops the server's process.
+pub struct McpSource {
+    server: Arc<Server>,
+    tools: Vec<Arc<McpTool>>,
+}
+
+impl McpSource {
+    /// Spawns the server, completes the MCP handshake and lists its tools (every page), all within
+    /// [`McpServerConfig::start_timeout`].
+    ///
+    /// Two MCP tools whose names map to the same `SERVER__TOOL` cannot both be offered: the first listed
+    /// wins and the other is left out with a warning in the log.
+    pub async fn start(config: McpServerConfig) -> Result<Self, StartError> {
+        let server_name = config.name.clone();
+        let (server, listed) =
+            Server::start(config).await.map_err(|failure| StartError { server: server_name, failure })?;
+        let mut seen = HashSet::new();
+        let mut tools = Vec::with_capacity(listed.len());
+        for listed in listed {
+            let tool = McpTool::from_listing(&server, listed);
+            if seen.insert(tool.name().to_owned()) {
+                tools.push(Arc::new(tool));
+            } else {
+                tracing::warn!(
+                    server = %server.name(),
+                    tool = %tool.mcp_name(),
+                    name = %tool.name(),
+                    "MCP tool left out: another tool of this server already has the same Tollgate name"
+                );
+            }
+        }
+        Ok(Self { server, tools })
+    }
+
+    /// The server's configured name.
+    pub fn name(&self) -> &str {
+        self.server.name()
+    }
+
+    /// The server's tools, in the order it listed them, with their MCP-specific details.
+    pub fn mcp_tools(&self) -> &[Arc<McpTool>] {
+        &self.tools
+    }
+
+    /// The server's tools as Tollgate tools, ready for a registry.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools.iter().map(|tool| tool.clone() as Arc<dyn Tool>).collect()
+    }
+
+    /// Closes the session and stops the process (gracefully first). Tools taken from this source answer
+    /// every later call with an error result.
+    pub async fn shutdown(&self) {
+        self.server.shut_down().await;
+    }
+}
+
+impl std::fmt::Debug for McpSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpSource").field("name", &self.name()).field("tools", &self.tools).finish()
+    }
+}
