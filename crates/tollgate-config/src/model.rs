@@ -1,0 +1,490 @@
+//! The typed configuration: what a valid `tollgate.toml` (plus `TOLLGATE_*` overrides) means, with every
+//! default applied, every `env:NAME` secret resolved and every relative path made absolute. A value of
+//! these types built by the loader has passed every check of the contract; nothing here is re-validated.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::{Glob, Secret};
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Where the configuration came from.
+    pub source: ConfigSource,
+    /// The folder relative paths of the file were resolved against: the config file's folder, or the
+    /// current folder when there is no file.
+    pub base_dir: PathBuf,
+    /// `[store]`.
+    pub store: StoreConfig,
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[retention]`.
+    pub retention: RetentionConfig,
+    /// `[workspace]`.
+    pub workspace: WorkspaceConfig,
+    /// `[[auth.tokens]]`.
+    pub auth: AuthConfig,
+    /// `[[providers]]`, in file order.
+    pub providers: Vec<ProviderConfig>,
+    /// `[[mcp_servers]]`, in file order.
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// `[[agents]]`, in file order (the first is the default agent).
+    pub agents: Vec<AgentConfig>,
+    /// `[[webhooks]]`, in file order.
+    pub webhooks: Vec<WebhookConfig>,
+}
+
+impl Config {
+    /// Whether the configuration defines any agent. When it does not, the caller adds the built-in `demo`
+    /// agent (CONFIG.md: "The `demo` agent exists only when the config defines no agents").
+    pub fn defines_agents(&self) -> bool {
+        !self.agents.is_empty()
+    }
+
+    /// The agent named `name`.
+    pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
+        self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// The provider named `name`. Every agent's `provider` names one that exists.
+    pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+
+    /// The MCP server named `name`.
+    pub fn mcp_server(&self, name: &str) -> Option<&McpServerConfig> {
+        self.mcp_servers.iter().find(|s| s.name == name)
+    }
+}
+
+/// Where a [`Config`] came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// This file (an absolute path), plus any `TOLLGATE_*` overrides.
+    File(PathBuf),
+    /// No file: the built-in defaults, plus any `TOLLGATE_*` overrides.
+    Defaults,
+}
+
+/// `[store]`: the database runs are kept in.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The resolved URL: a SQLite file is always absolute here (`sqlite:///abs/tollgate.db`); a PostgreSQL
+    /// URL is as given. It may hold a password: print [`StoreConfig::redacted_url`] instead.
+    pub url: String,
+    /// Which backend the URL selects.
+    pub backend: StoreBackend,
+}
+
+impl StoreConfig {
+    /// The URL with any password replaced by `***`, for logs and messages.
+    pub fn redacted_url(&self) -> String {
+        redact_url_password(&self.url)
+    }
+}
+
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreConfig").field("url", &self.redacted_url()).field("backend", &self.backend).finish()
+    }
+}
+
+/// The store backend a URL selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreBackend {
+    /// A SQLite file at this absolute path.
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// An in-memory SQLite database (`sqlite::memory:`), gone when the process ends.
+    SqliteInMemory,
+    /// PostgreSQL (`postgres://` or `postgresql://`).
+    Postgres,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// `addr`: where `serve` listens.
+    pub addr: SocketAddr,
+    /// `max_body_bytes`: the largest request body accepted.
+    pub max_body_bytes: u64,
+    /// `lease`: how long a running run's lease lasts before another process may take it over.
+    pub lease: Duration,
+}
+
+/// `[retention]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// `terminal_after`: terminal runs older than this (by when they finished) are purged.
+    pub terminal_after: Duration,
+    /// `waiting_after`: waiting runs older than this (by their last update) are purged.
+    pub waiting_after: Duration,
+}
+
+/// `[workspace]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceConfig {
+    /// `root`, absolute: the only folder the `fs_*` and `shell` tools can touch. It need not exist yet.
+    pub root: PathBuf,
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuthConfig {
+    /// `[[auth.tokens]]`; empty means auth is off. Token values are distinct.
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// One `[[auth.tokens]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenConfig {
+    /// `name`: the actor recorded on events for requests bearing this token. Several tokens may share a name
+    /// (e.g. while one is rotated out).
+    pub name: String,
+    /// `token`: the bearer token, never empty.
+    pub token: Secret,
+    /// `roles`: at least one, each once, in the order runner, approver, admin.
+    pub roles: Vec<Role>,
+}
+
+/// A role a token grants (API.md, Auth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// `runner`: start, read, cancel own runs.
+    Runner,
+    /// `approver`: decide held calls.
+    Approver,
+    /// `admin`: everything, purge included.
+    Admin,
+}
+
+impl Role {
+    /// Every role, in canonical order.
+    pub const ALL: [Role; 3] = [Role::Runner, Role::Approver, Role::Admin];
+
+    /// The name used in the config and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Runner => "runner",
+            Role::Approver => "approver",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// The role named `name`, if any.
+    pub fn parse(name: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One `[[providers]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    /// `name`, unique among providers.
+    pub name: String,
+    /// `model`: the model used by agents on this provider that name none.
+    pub model: Option<String>,
+    /// `kind` and the keys that belong to it.
+    pub kind: ProviderKind,
+}
+
+/// A provider's kind with its kind-specific settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// `kind = "openai"`: any Chat Completions-compatible server; requests go to `{base_url}/chat/completions`.
+    OpenAi(HttpProviderConfig),
+    /// `kind = "anthropic"`: the Messages API; requests go to `{base_url}/v1/messages`.
+    Anthropic(HttpProviderConfig),
+    /// `kind = "scripted"`: replays a JSON script (tests, benchmarks, offline demos).
+    Scripted(ScriptedProviderConfig),
+}
+
+impl ProviderKind {
+    /// The `kind` value as written in the config.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi(_) => "openai",
+            ProviderKind::Anthropic(_) => "anthropic",
+            ProviderKind::Scripted(_) => "scripted",
+        }
+    }
+}
+
+/// Settings of a provider reached over HTTP (`openai`, `anthropic`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpProviderConfig {
+    /// `base_url`, without a trailing `/`. Defaults: `https://api.openai.com/v1` for `openai`,
+    /// `https://api.anthropic.com` for `anthropic`.
+    pub base_url: String,
+    /// `api_key`, when given (optional for local servers).
+    pub api_key: Option<Secret>,
+    /// `timeout` of one request (default 120s).
+    pub timeout: Duration,
+    /// `max_retries` on 429 / 5xx / connection errors (default 3).
+    pub max_retries: u32,
+}
+
+/// Settings of the `scripted` provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptedProviderConfig {
+    /// `script`: the JSON script, absolute. Not read by the loader: the provider reports a missing or bad one.
+    pub script: PathBuf,
+}
+
+/// One `[[mcp_servers]]` entry: a stdio MCP server whose tools become `SERVER__TOOL`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    /// `name`, unique among MCP servers.
+    pub name: String,
+    /// `command`.
+    pub command: McpCommand,
+    /// `args`, with each one that is a relative path (`.`, `..`, or starting with `./` or `../`) made
+    /// absolute; the others as given.
+    pub args: Vec<String>,
+    /// `env`: extra environment variables for the server process; values are secrets.
+    pub env: BTreeMap<String, Secret>,
+}
+
+/// What `command` of an MCP server names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpCommand {
+    /// A `command` containing `/`: a file, made absolute against the config file's folder.
+    Path(PathBuf),
+    /// Any other `command`: a program looked up on `PATH` when started.
+    Program(String),
+}
+
+/// One `[[agents]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// `name`, unique among agents.
+    pub name: String,
+    /// `provider`: the name of a configured provider.
+    pub provider: String,
+    /// The model: the agent's `model`, else its provider's `model`. Always set for `openai` and `anthropic`
+    /// providers; may be `None` only on a `scripted` one.
+    pub model: Option<String>,
+    /// `system_prompt`, when given.
+    pub system_prompt: Option<String>,
+    /// `tools`: names or globs (MCP tools are `SERVER__TOOL`); empty means no tools.
+    pub tools: Vec<Glob>,
+    /// `max_iterations` (default 10, at least 1): model calls over the whole run.
+    pub max_iterations: u32,
+    /// `max_tokens`: the run's token budget (input + output), when given.
+    pub max_tokens: Option<u64>,
+    /// `approval_ttl`: how long a run may wait at the gate, when given.
+    pub approval_ttl: Option<Duration>,
+    /// `on_expiry` (default `deny`).
+    pub on_expiry: OnExpiry,
+    /// `forbid_self_approval` (default false): the actor who started a run may not decide its calls.
+    pub forbid_self_approval: bool,
+    /// `[[agents.policy]]`, in file order: the first rule that matches a call wins.
+    pub policy: Vec<PolicyRule>,
+}
+
+impl AgentConfig {
+    /// Whether one of the agent's `tools` entries (a name or a glob) matches the tool `name`.
+    pub fn offers_tool(&self, name: &str) -> bool {
+        self.tools.iter().any(|glob| glob.is_match(name))
+    }
+}
+
+/// What happens when a waiting run's `approval_ttl` passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OnExpiry {
+    /// `deny`: every undecided call is denied by `system` and the run resumes.
+    #[default]
+    Deny,
+    /// `cancel`: the run becomes `expired`.
+    Cancel,
+}
+
+impl OnExpiry {
+    /// The value as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExpiry::Deny => "deny",
+            OnExpiry::Cancel => "cancel",
+        }
+    }
+}
+
+/// One `[[agents.policy]]` rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyRule {
+    /// `tool`: a name or glob the call's tool must match.
+    pub tool: Glob,
+    /// `when`: every entry must match the call's arguments; empty means the rule applies to every call of
+    /// the tool. Ordered by pointer.
+    pub when: Vec<ArgumentMatch>,
+    /// `gate`: the gate for a matching call, overriding the tool's own.
+    pub gate: PolicyGate,
+}
+
+/// One `when` entry of a policy rule: a JSON pointer into the call's arguments and a glob for the value there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgumentMatch {
+    /// A JSON pointer (RFC 6901), e.g. `/path`; `""` is the whole arguments object.
+    pub pointer: String,
+    /// The glob the value at `pointer` must match.
+    pub pattern: Glob,
+}
+
+/// The gate a policy rule sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicyGate {
+    /// `allow`: the call runs without asking.
+    Allow,
+    /// `ask`: the run stops at the gate for a person's decision.
+    Ask,
+    /// `forbid`: the call is refused with an error result.
+    Forbid,
+}
+
+impl PolicyGate {
+    /// The value as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyGate::Allow => "allow",
+            PolicyGate::Ask => "ask",
+            PolicyGate::Forbid => "forbid",
+        }
+    }
+}
+
+/// One `[[webhooks]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// `url` (`http://` or `https://`).
+    pub url: String,
+    /// `secret` for the `X-Tollgate-Signature` HMAC, when given.
+    pub secret: Option<Secret>,
+    /// `events`: the event kinds delivered, each once, in config order; every kind when the key is absent.
+    pub events: Vec<WebhookEvent>,
+}
+
+/// An event kind a webhook can subscribe to (API.md, Events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WebhookEvent {
+    /// `run_started`
+    RunStarted,
+    /// `model_request`
+    ModelRequest,
+    /// `model_response`
+    ModelResponse,
+    /// `tool_started`
+    ToolStarted,
+    /// `tool_finished`
+    ToolFinished,
+    /// `approval_requested`
+    ApprovalRequested,
+    /// `decision`
+    Decision,
+    /// `run_resumed`
+    RunResumed,
+    /// `run_completed`
+    RunCompleted,
+    /// `run_failed`
+    RunFailed,
+    /// `run_cancelled`
+    RunCancelled,
+    /// `run_expired`
+    RunExpired,
+}
+
+impl WebhookEvent {
+    /// Every event kind, in the order API.md lists them.
+    pub const ALL: [WebhookEvent; 12] = [
+        WebhookEvent::RunStarted,
+        WebhookEvent::ModelRequest,
+        WebhookEvent::ModelResponse,
+        WebhookEvent::ToolStarted,
+        WebhookEvent::ToolFinished,
+        WebhookEvent::ApprovalRequested,
+        WebhookEvent::Decision,
+        WebhookEvent::RunResumed,
+        WebhookEvent::RunCompleted,
+        WebhookEvent::RunFailed,
+        WebhookEvent::RunCancelled,
+        WebhookEvent::RunExpired,
+    ];
+
+    /// The event kind as written in the config and in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookEvent::RunStarted => "run_started",
+            WebhookEvent::ModelRequest => "model_request",
+            WebhookEvent::ModelResponse => "model_response",
+            WebhookEvent::ToolStarted => "tool_started",
+            WebhookEvent::ToolFinished => "tool_finished",
+            WebhookEvent::ApprovalRequested => "approval_requested",
+            WebhookEvent::Decision => "decision",
+            WebhookEvent::RunResumed => "run_resumed",
+            WebhookEvent::RunCompleted => "run_completed",
+            WebhookEvent::RunFailed => "run_failed",
+            WebhookEvent::RunCancelled => "run_cancelled",
+            WebhookEvent::RunExpired => "run_expired",
+        }
+    }
+
+    /// The event kind named `name`, if any.
+    pub fn parse(name: &str) -> Option<WebhookEvent> {
+        WebhookEvent::ALL.into_iter().find(|e| e.as_str() == name)
+    }
+}
+
+impl fmt::Display for WebhookEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `scheme://user:password@host/...` → `scheme://user:***@host/...`; anything else unchanged.
+pub(crate) fn redact_url_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else { return url.to_owned() };
+    let authority_start = scheme_end + 3;
+    let rest = &url[authority_start..];
+    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_len];
+    let Some(at) = authority.rfind('@') else { return url.to_owned() };
+    let Some(colon) = authority[..at].find(':') else { return url.to_owned() };
+    format!("{}{}***{}", &url[..authority_start], &authority[..=colon], &url[authority_start + at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_only_the_password() {
+        assert_eq!(redact_url_password("postgres://u:pw@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url_password("postgres://u:p@w@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact_url_password("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url_password("postgres://h/db?x=a@b:c"), "postgres://h/db?x=a@b:c");
+        assert_eq!(redact_url_password("sqlite:///var/lib/t.db"), "sqlite:///var/lib/t.db");
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for role in Role::ALL {
+            assert_eq!(Role::parse(role.as_str()), Some(role));
+        }
+        for event in WebhookEvent::ALL {
+            assert_eq!(WebhookEvent::parse(event.as_str()), Some(event));
+        }
+        assert_eq!(Role::parse("root"), None);
+        assert_eq!(WebhookEvent::parse("run_done"), None);
+    }
+}

@@ -1,0 +1,821 @@
+//! From a TOML table (plus `TOLLGATE_<SECTION>_<KEY>` overrides) to a validated [`Config`].
+//!
+//! The table is walked by hand rather than through `serde` derives so that every error can name the key as a
+//! dotted path, say what was expected in the contract's own words, name the environment variable when an
+//! override supplied the value, and never echo a secret. The first error found wins; sections are checked
+//! in the order CONFIG.md lists them.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use toml::{Table, Value};
+
+use crate::duration::EXPECTED_DURATION;
+use crate::model::{
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, HttpProviderConfig, McpCommand, McpServerConfig,
+    OnExpiry, PolicyGate, PolicyRule, ProviderConfig, ProviderKind, RetentionConfig, Role, ScriptedProviderConfig,
+    ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+};
+use crate::{ConfigError, EnvVars, Glob, Secret, defaults, parse_addr, parse_duration};
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+const TOP_KEYS: &[&str] =
+    &["store", "server", "retention", "workspace", "auth", "providers", "mcp_servers", "agents", "webhooks"];
+const PROVIDER_KEYS: &[&str] = &["name", "kind", "model", "base_url", "api_key", "timeout", "max_retries", "script"];
+const HTTP_PROVIDER_KEYS: &[&str] = &["base_url", "api_key", "timeout", "max_retries"];
+const SCRIPTED_PROVIDER_KEYS: &[&str] = &["script"];
+const AGENT_KEYS: &[&str] = &[
+    "name",
+    "provider",
+    "model",
+    "system_prompt",
+    "tools",
+    "max_iterations",
+    "max_tokens",
+    "approval_ttl",
+    "on_expiry",
+    "forbid_self_approval",
+    "policy",
+];
+
+/// What the parser needs besides the table: names for messages, variables, and the folders paths are
+/// resolved against.
+pub(crate) struct Parser<'a> {
+    /// The config file as it was named (or a placeholder when there is none), for messages.
+    pub origin: &'a str,
+    /// Overrides and `env:NAME` secrets.
+    pub env: &'a EnvVars,
+    /// Relative paths in the file resolve against this folder.
+    pub base_dir: &'a Path,
+    /// Relative paths given through `TOLLGATE_*` variables resolve against this folder.
+    pub current_dir: &'a Path,
+}
+
+/// Where a value sits (dotted key) and where it came from (file or variable).
+#[derive(Clone, Debug)]
+struct At {
+    origin: String,
+    key: String,
+    from_env: bool,
+}
+
+impl At {
+    fn child(&self, key: &str) -> At {
+        let segment = if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            key.to_owned()
+        } else {
+            format!("{key:?}")
+        };
+        let key = if self.key.is_empty() { segment } else { format!("{}.{segment}", self.key) };
+        At { key, ..self.clone() }
+    }
+
+    fn index(&self, i: usize) -> At {
+        At { key: format!("{}[{i}]", self.key), ..self.clone() }
+    }
+
+    fn invalid(&self, problem: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid { origin: self.origin.clone(), key: self.key.clone(), problem: problem.into() }
+    }
+
+    fn expected(&self, what: &str, got: &Value) -> ConfigError {
+        self.invalid(format!("expected {what}, got {}", describe(got)))
+    }
+
+    fn missing(&self, expected: impl Into<String>) -> ConfigError {
+        ConfigError::MissingKey { origin: self.origin.clone(), key: self.key.clone(), expected: expected.into() }
+    }
+}
+
+/// A TOML table at a known place.
+struct Section<'t> {
+    table: &'t Table,
+    at: At,
+}
+
+impl<'t> Section<'t> {
+    fn of(value: &'t Value, at: At, what: &str) -> Result<Section<'t>> {
+        match value {
+            Value::Table(table) => Ok(Section { table, at }),
+            other => Err(at.expected(what, other)),
+        }
+    }
+
+    fn check_keys(&self, known: &[&str]) -> Result<()> {
+        match self.table.keys().find(|key| !known.contains(&key.as_str())) {
+            Some(key) => Err(ConfigError::UnknownKey {
+                origin: self.at.origin.clone(),
+                key: self.at.child(key).key,
+                known: known.join(", "),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<(&'t Value, At)> {
+        self.table.get(key).map(|value| (value, self.at.child(key)))
+    }
+
+    fn require(&self, key: &str, expected: &str) -> Result<(&'t Value, At)> {
+        self.get(key).ok_or_else(|| self.at.child(key).missing(expected))
+    }
+
+    /// The optional array of tables at `key`, each entry as a section; `header` is how the file writes one
+    /// entry's header (`agents.policy` for `[[agents.policy]]`).
+    fn entries(&self, key: &str, header: &str) -> Result<Vec<Section<'t>>> {
+        let Some((value, at)) = self.get(key) else { return Ok(Vec::new()) };
+        let Value::Array(items) = value else {
+            return Err(at.expected(&format!("an array of tables ([[{header}]])"), value));
+        };
+        items.iter().enumerate().map(|(i, item)| Section::of(item, at.index(i), "a table")).collect()
+    }
+}
+
+impl Parser<'_> {
+    /// Builds the configuration from `root`, the parsed file (an empty table when there is no file).
+    pub(crate) fn build(&self, root: &Table, source: ConfigSource) -> Result<Config> {
+        let root =
+            Section { table: root, at: At { origin: self.origin.to_owned(), key: String::new(), from_env: false } };
+        root.check_keys(TOP_KEYS)?;
+        let section = |name: &str| -> Result<Option<Section<'_>>> {
+            root.get(name).map(|(value, at)| Section::of(value, at, &format!("a table ([{name}])"))).transpose()
+        };
+        let store = self.store(section("store")?.as_ref())?;
+        let server = self.server(section("server")?.as_ref())?;
+        let retention = self.retention(section("retention")?.as_ref())?;
+        let workspace = self.workspace(section("workspace")?.as_ref())?;
+        let auth = match section("auth")? {
+            Some(auth) => self.auth(&auth)?,
+            None => AuthConfig::default(),
+        };
+        let providers = self.providers(&root)?;
+        let mcp_servers = self.mcp_servers(&root)?;
+        let agents = self.agents(&root, &providers)?;
+        let webhooks = self.webhooks(&root)?;
+        Ok(Config {
+            source,
+            base_dir: self.base_dir.to_path_buf(),
+            store,
+            server,
+            retention,
+            workspace,
+            auth,
+            providers,
+            mcp_servers,
+            agents,
+            webhooks,
+        })
+    }
+
+    /// The value of `[section] key`, or of `TOLLGATE_<SECTION>_<KEY>` when that is set and not empty.
+    fn scalar<'t>(&self, section: Option<&Section<'t>>, name: &str, key: &str) -> Option<(Cow<'t, Value>, At)> {
+        let var = format!("TOLLGATE_{}_{}", name.to_ascii_uppercase(), key.to_ascii_uppercase());
+        if let Some(text) = self.env.get_non_empty(&var) {
+            let at = At { origin: var, key: format!("{name}.{key}"), from_env: true };
+            return Some((Cow::Owned(Value::String(text.to_owned())), at));
+        }
+        section.and_then(|s| s.get(key)).map(|(value, at)| (Cow::Borrowed(value), at))
+    }
+
+    fn base_for(&self, at: &At) -> &Path {
+        if at.from_env { self.current_dir } else { self.base_dir }
+    }
+
+    fn store(&self, section: Option<&Section<'_>>) -> Result<StoreConfig> {
+        if let Some(section) = section {
+            section.check_keys(&["url"])?;
+        }
+        match self.scalar(section, "store", "url") {
+            Some((value, at)) => {
+                // A PostgreSQL URL may carry a password, so the file may say `env:NAME` here too.
+                let url = if at.from_env {
+                    string(&value, &at)?.to_owned()
+                } else {
+                    self.secret(&value, &at)?.expose().to_owned()
+                };
+                store_url(&url, self.base_for(&at)).map_err(|problem| at.invalid(problem))
+            }
+            None => store_url(defaults::STORE_URL, self.base_dir).map_err(|problem| {
+                At { origin: self.origin.to_owned(), key: "store.url".into(), from_env: false }.invalid(problem)
+            }),
+        }
+    }
+
+    fn server(&self, section: Option<&Section<'_>>) -> Result<ServerConfig> {
+        if let Some(section) = section {
+            section.check_keys(&["addr", "max_body_bytes", "lease"])?;
+        }
+        let addr = match self.scalar(section, "server", "addr") {
+            Some((value, at)) => parse_addr(string_as(&value, &at, r#"an address like "127.0.0.1:8080""#)?)
+                .map_err(|e| at.invalid(e.to_string()))?,
+            None => defaults::addr(),
+        };
+        let max_body_bytes = match self.scalar(section, "server", "max_body_bytes") {
+            Some((value, at)) => positive_integer(&value, &at)?,
+            None => defaults::MAX_BODY_BYTES,
+        };
+        let lease = match self.scalar(section, "server", "lease") {
+            Some((value, at)) => duration(&value, &at)?,
+            None => defaults::LEASE,
+        };
+        Ok(ServerConfig { addr, max_body_bytes, lease })
+    }
+
+    fn retention(&self, section: Option<&Section<'_>>) -> Result<RetentionConfig> {
+        if let Some(section) = section {
+            section.check_keys(&["terminal_after", "waiting_after"])?;
+        }
+        let window = |key: &str, default: Duration| match self.scalar(section, "retention", key) {
+            Some((value, at)) => duration(&value, &at),
+            None => Ok(default),
+        };
+        Ok(RetentionConfig {
+            terminal_after: window("terminal_after", defaults::TERMINAL_AFTER)?,
+            waiting_after: window("waiting_after", defaults::WAITING_AFTER)?,
+        })
+    }
+
+    fn workspace(&self, section: Option<&Section<'_>>) -> Result<WorkspaceConfig> {
+        if let Some(section) = section {
+            section.check_keys(&["root"])?;
+        }
+        let root = match self.scalar(section, "workspace", "root") {
+            Some((value, at)) => resolve(self.base_for(&at), non_empty(&value, &at)?),
+            None => resolve(self.base_dir, defaults::WORKSPACE_ROOT),
+        };
+        Ok(WorkspaceConfig { root })
+    }
+
+    fn auth(&self, auth: &Section<'_>) -> Result<AuthConfig> {
+        auth.check_keys(&["tokens"])?;
+        let mut tokens: Vec<TokenConfig> = Vec::new();
+        for entry in auth.entries("tokens", "auth.tokens")? {
+            entry.check_keys(&["name", "token", "roles"])?;
+            let (value, at) = entry.require("name", "the actor name recorded on events")?;
+            let name = non_empty(value, &at)?.to_owned();
+            let (value, token_at) = entry.require("token", r#"the bearer token (a literal or "env:NAME")"#)?;
+            let token = self.secret(value, &token_at)?;
+            if let Some(i) = tokens.iter().position(|t| t.token == token) {
+                return Err(token_at.invalid(format!("the same token as auth.tokens[{i}].token; tokens must differ")));
+            }
+            let (value, at) = entry.require("roles", r#"a list of roles ("runner", "approver", "admin")"#)?;
+            let roles = roles(value, &at)?;
+            tokens.push(TokenConfig { name, token, roles });
+        }
+        Ok(AuthConfig { tokens })
+    }
+
+    fn providers(&self, root: &Section<'_>) -> Result<Vec<ProviderConfig>> {
+        let mut providers: Vec<ProviderConfig> = Vec::new();
+        for entry in root.entries("providers", "providers")? {
+            entry.check_keys(PROVIDER_KEYS)?;
+            let (value, at) = entry.require("name", "the provider's name")?;
+            let name = name(value, &at)?;
+            if let Some(i) = providers.iter().position(|p| p.name == name) {
+                return Err(at.invalid(format!("duplicate provider name {name:?} (also providers[{i}].name)")));
+            }
+            let kinds = [("openai", "openai"), ("anthropic", "anthropic"), ("scripted", "scripted")];
+            let (value, at) = entry.require("kind", r#""openai", "anthropic" or "scripted""#)?;
+            let kind = choice(value, &at, &kinds)?;
+            let model = entry.get("model").map(|(value, at)| non_empty(value, &at).map(str::to_owned)).transpose()?;
+            let (allowed, foreign) = match kind {
+                "scripted" => (SCRIPTED_PROVIDER_KEYS, HTTP_PROVIDER_KEYS),
+                _ => (HTTP_PROVIDER_KEYS, SCRIPTED_PROVIDER_KEYS),
+            };
+            if let Some(key) = foreign.iter().find(|key| entry.table.contains_key(**key)) {
+                let takes = ["name", "kind", "model"].iter().chain(allowed).copied().collect::<Vec<_>>().join(", ");
+                return Err(entry.at.child(key).invalid(format!("not used by kind {kind:?} (its keys: {takes})")));
+            }
+            let kind = match kind {
+                "scripted" => {
+                    let (value, at) = entry.require("script", "the path of the JSON script")?;
+                    ProviderKind::Scripted(ScriptedProviderConfig {
+                        script: resolve(self.base_dir, non_empty(value, &at)?),
+                    })
+                }
+                "anthropic" => ProviderKind::Anthropic(self.http_provider(&entry, defaults::ANTHROPIC_BASE_URL)?),
+                _ => ProviderKind::OpenAi(self.http_provider(&entry, defaults::OPENAI_BASE_URL)?),
+            };
+            providers.push(ProviderConfig { name, model, kind });
+        }
+        Ok(providers)
+    }
+
+    fn http_provider(&self, entry: &Section<'_>, default_base_url: &str) -> Result<HttpProviderConfig> {
+        let base_url = match entry.get("base_url") {
+            Some((value, at)) => http_url(value, &at)?,
+            None => default_base_url.to_owned(),
+        };
+        let api_key = entry.get("api_key").map(|(value, at)| self.secret(value, &at)).transpose()?;
+        let timeout = entry.get("timeout").map(|(value, at)| duration(value, &at)).transpose()?;
+        let max_retries = match entry.get("max_retries") {
+            Some((value, at)) => {
+                let n = integer(value, &at, "a whole number of retries (0 or more)", 0)?;
+                u32::try_from(n).map_err(|_| at.expected("a whole number of retries (0 or more)", value))?
+            }
+            None => defaults::MAX_RETRIES,
+        };
+        Ok(HttpProviderConfig {
+            base_url,
+            api_key,
+            timeout: timeout.unwrap_or(defaults::PROVIDER_TIMEOUT),
+            max_retries,
+        })
+    }
+
+    fn mcp_servers(&self, root: &Section<'_>) -> Result<Vec<McpServerConfig>> {
+        let mut servers: Vec<McpServerConfig> = Vec::new();
+        for entry in root.entries("mcp_servers", "mcp_servers")? {
+            entry.check_keys(&["name", "command", "args", "env"])?;
+            let (value, at) = entry.require("name", "the server's name (its tools are SERVER__TOOL)")?;
+            let name = name(value, &at)?;
+            if let Some(i) = servers.iter().position(|s| s.name == name) {
+                return Err(at.invalid(format!("duplicate MCP server name {name:?} (also mcp_servers[{i}].name)")));
+            }
+            let (value, at) = entry.require("command", "the program to start, or a path to it")?;
+            let command = non_empty(value, &at)?;
+            let command = if command.contains('/') {
+                McpCommand::Path(resolve(self.base_dir, command))
+            } else {
+                McpCommand::Program(command.to_owned())
+            };
+            let mut args = Vec::new();
+            if let Some((value, at)) = entry.get("args") {
+                for (arg, at) in string_list(value, &at)? {
+                    args.push(self.mcp_arg(arg, &at)?);
+                }
+            }
+            let mut env = BTreeMap::new();
+            if let Some((value, at)) = entry.get("env") {
+                let table = Section::of(value, at, "a table of environment variables")?;
+                for (key, value) in table.table {
+                    let at = table.at.child(key);
+                    if key.is_empty() || key.contains(['=', '\0']) {
+                        return Err(at.invalid("expected an environment variable name (not empty, no '=')"));
+                    }
+                    env.insert(key.clone(), self.secret_allowing_empty(value, &at)?);
+                }
+            }
+            servers.push(McpServerConfig { name, command, args, env });
+        }
+        Ok(servers)
+    }
+
+    /// An argument that is a relative path (`.`, `..`, `./…`, `../…`) is made absolute; other arguments,
+    /// `@scope/package` names included, are passed as written.
+    fn mcp_arg(&self, arg: &str, at: &At) -> Result<String> {
+        let is_relative_path = arg == "." || arg == ".." || arg.starts_with("./") || arg.starts_with("../");
+        if !is_relative_path {
+            return Ok(arg.to_owned());
+        }
+        let path = resolve(self.base_dir, arg);
+        path.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| at.invalid(format!("the resolved path {} is not valid Unicode", path.display())))
+    }
+
+    fn agents(&self, root: &Section<'_>, providers: &[ProviderConfig]) -> Result<Vec<AgentConfig>> {
+        let mut agents: Vec<AgentConfig> = Vec::new();
+        for entry in root.entries("agents", "agents")? {
+            entry.check_keys(AGENT_KEYS)?;
+            let (value, at) = entry.require("name", "the agent's name")?;
+            let name = name(value, &at)?;
+            if let Some(i) = agents.iter().position(|a| a.name == name) {
+                return Err(at.invalid(format!("duplicate agent name {name:?} (also agents[{i}].name)")));
+            }
+            let (value, at) = entry.require("provider", "the name of a provider defined in [[providers]]")?;
+            let provider_name = string(value, &at)?;
+            let provider = providers.iter().find(|p| p.name == provider_name).ok_or_else(|| {
+                let defined = if providers.is_empty() {
+                    "none is defined".to_owned()
+                } else {
+                    providers.iter().map(|p| format!("{:?}", p.name)).collect::<Vec<_>>().join(", ")
+                };
+                at.expected(&format!("the name of a provider defined in [[providers]] ({defined})"), value)
+            })?;
+            let model = entry.get("model").map(|(value, at)| non_empty(value, &at).map(str::to_owned)).transpose()?;
+            let model = model.or_else(|| provider.model.clone());
+            if model.is_none() && !matches!(provider.kind, ProviderKind::Scripted(_)) {
+                return Err(entry.at.child("model").missing(format!(
+                    "a model name, since provider {:?} ({}) sets no default model",
+                    provider.name,
+                    provider.kind.as_str()
+                )));
+            }
+            let system_prompt =
+                entry.get("system_prompt").map(|(value, at)| string(value, &at).map(str::to_owned)).transpose()?;
+            let tools = match entry.get("tools") {
+                Some((value, at)) => string_list(value, &at)?
+                    .into_iter()
+                    .map(|(text, at)| non_empty_str(text, &at).map(Glob::new))
+                    .collect::<Result<Vec<_>>>()?,
+                None => Vec::new(),
+            };
+            let max_iterations = match entry.get("max_iterations") {
+                Some((value, at)) => {
+                    let n = positive_integer(value, &at)?;
+                    u32::try_from(n).map_err(|_| at.expected("a positive integer", value))?
+                }
+                None => defaults::MAX_ITERATIONS,
+            };
+            let max_tokens = entry.get("max_tokens").map(|(value, at)| positive_integer(value, &at)).transpose()?;
+            let approval_ttl = entry.get("approval_ttl").map(|(value, at)| duration(value, &at)).transpose()?;
+            let on_expiry = match entry.get("on_expiry") {
+                Some((value, at)) => choice(value, &at, &[("deny", OnExpiry::Deny), ("cancel", OnExpiry::Cancel)])?,
+                None => OnExpiry::default(),
+            };
+            let forbid_self_approval = match entry.get("forbid_self_approval") {
+                Some((value, at)) => boolean(value, &at)?,
+                None => false,
+            };
+            let policy =
+                entry.entries("policy", "agents.policy")?.iter().map(policy_rule).collect::<Result<Vec<_>>>()?;
+            agents.push(AgentConfig {
+                name,
+                provider: provider.name.clone(),
+                model,
+                system_prompt,
+                tools,
+                max_iterations,
+                max_tokens,
+                approval_ttl,
+                on_expiry,
+                forbid_self_approval,
+                policy,
+            });
+        }
+        Ok(agents)
+    }
+
+    fn webhooks(&self, root: &Section<'_>) -> Result<Vec<WebhookConfig>> {
+        let mut webhooks = Vec::new();
+        for entry in root.entries("webhooks", "webhooks")? {
+            entry.check_keys(&["url", "secret", "events"])?;
+            let (value, at) = entry.require("url", "the http:// or https:// URL events are posted to")?;
+            let url = http_url(value, &at)?;
+            let secret = entry.get("secret").map(|(value, at)| self.secret(value, &at)).transpose()?;
+            let events = match entry.get("events") {
+                Some((value, at)) => {
+                    let mut events: Vec<WebhookEvent> = Vec::new();
+                    for (name, at) in string_list(value, &at)? {
+                        let event = WebhookEvent::parse(name).ok_or_else(|| {
+                            let known = WebhookEvent::ALL.map(WebhookEvent::as_str).join(", ");
+                            at.invalid(format!("expected an event kind ({known}), got {name:?}"))
+                        })?;
+                        if !events.contains(&event) {
+                            events.push(event);
+                        }
+                    }
+                    if events.is_empty() {
+                        return Err(at.invalid("expected at least one event kind (leave `events` out for all of them)"));
+                    }
+                    events
+                }
+                None => WebhookEvent::ALL.to_vec(),
+            };
+            webhooks.push(WebhookConfig { url, secret, events });
+        }
+        Ok(webhooks)
+    }
+
+    /// A secret-valued key: `env:NAME` (resolved now; unset is an error naming both) or a literal. Never
+    /// empty. A value from a `TOLLGATE_*` override is always literal.
+    fn secret(&self, value: &Value, at: &At) -> Result<Secret> {
+        let secret = self.secret_allowing_empty(value, at)?;
+        if secret.is_empty() {
+            return Err(match value.as_str().and_then(|text| text.strip_prefix("env:")) {
+                Some(variable) if !at.from_env => at.invalid(format!("environment variable {variable} is empty")),
+                _ => at.invalid(r#"expected a non-empty string (a literal or "env:NAME"), got """#),
+            });
+        }
+        Ok(secret)
+    }
+
+    fn secret_allowing_empty(&self, value: &Value, at: &At) -> Result<Secret> {
+        let Value::String(text) = value else {
+            // Only the type: a mistyped secret is still a secret.
+            return Err(at.invalid(format!(r#"expected a string (a literal or "env:NAME"), got {}"#, type_name(value))));
+        };
+        match text.strip_prefix("env:") {
+            Some(variable) if !at.from_env => {
+                if variable.is_empty() {
+                    return Err(at.invalid(r#"expected "env:NAME" with a variable name, got "env:""#));
+                }
+                match self.env.get(variable) {
+                    Some(resolved) => Ok(Secret::new(resolved)),
+                    None => Err(ConfigError::MissingEnvVar {
+                        origin: at.origin.clone(),
+                        key: at.key.clone(),
+                        variable: variable.to_owned(),
+                    }),
+                }
+            }
+            _ => Ok(Secret::new(text.as_str())),
+        }
+    }
+}
+
+fn policy_rule(entry: &Section<'_>) -> Result<PolicyRule> {
+    entry.check_keys(&["tool", "when", "gate"])?;
+    let (value, at) = entry.require("tool", "a tool name or glob")?;
+    let tool = Glob::new(non_empty(value, &at)?);
+    let mut when = Vec::new();
+    if let Some((value, at)) = entry.get("when") {
+        let table = Section::of(value, at, r#"a table of JSON pointer = glob, e.g. { "/path" = "notes/**" }"#)?;
+        for (pointer, pattern) in table.table {
+            let at = table.at.child(pointer);
+            if !is_json_pointer(pointer) {
+                return Err(at.invalid(format!(
+                    r#"expected a JSON pointer into the arguments, like "/path" (empty, or starting with "/"), got {pointer:?}"#
+                )));
+            }
+            let pattern = Glob::new(string_as(pattern, &at, "a glob for the argument's value")?);
+            when.push(ArgumentMatch { pointer: pointer.clone(), pattern });
+        }
+    }
+    let gates = [("allow", PolicyGate::Allow), ("ask", PolicyGate::Ask), ("forbid", PolicyGate::Forbid)];
+    let (value, at) = entry.require("gate", r#""allow", "ask" or "forbid""#)?;
+    let gate = choice(value, &at, &gates)?;
+    Ok(PolicyRule { tool, when, gate })
+}
+
+/// RFC 6901: empty, or `/`-separated tokens where `~` appears only as `~0` or `~1`.
+fn is_json_pointer(pointer: &str) -> bool {
+    if pointer.is_empty() {
+        return true;
+    }
+    if !pointer.starts_with('/') {
+        return false;
+    }
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return false;
+        }
+    }
+    true
+}
+
+fn roles(value: &Value, at: &At) -> Result<Vec<Role>> {
+    let names = string_list(value, at)?;
+    if names.is_empty() {
+        return Err(at.invalid(r#"expected at least one role ("runner", "approver", "admin"), got []"#));
+    }
+    let options = Role::ALL.map(|role| (role.as_str(), role));
+    let mut roles = names
+        .into_iter()
+        .map(|(name, at)| choice(&Value::String(name.to_owned()), &at, &options))
+        .collect::<Result<Vec<_>>>()?;
+    roles.sort();
+    roles.dedup();
+    Ok(roles)
+}
+
+/// Resolves a store URL: a relative SQLite file against `base`; PostgreSQL as is. The problem text never
+/// repeats the URL beyond its scheme, since URLs may hold passwords.
+fn store_url(url: &str, base: &Path) -> std::result::Result<StoreConfig, String> {
+    const EXPECTED: &str = r#"expected "sqlite://FILE", "sqlite:///ABSOLUTE/FILE" or "postgres://...""#;
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(StoreConfig { url: url.to_owned(), backend: StoreBackend::Postgres });
+    }
+    let Some(rest) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) else {
+        return Err(match url.split_once(':') {
+            Some((scheme, _)) => format!("{EXPECTED}, got a URL with scheme {scheme:?}"),
+            None => format!("{EXPECTED}, got {url:?}"),
+        });
+    };
+    let (file, query) = match rest.split_once('?') {
+        Some((file, query)) => (file, Some(query)),
+        None => (rest, None),
+    };
+    if file == ":memory:" {
+        return Ok(StoreConfig { url: url.to_owned(), backend: StoreBackend::SqliteInMemory });
+    }
+    if file.is_empty() {
+        return Err(format!("{EXPECTED}, got a SQLite URL without a file name"));
+    }
+    let decoded =
+        percent_decode(file).ok_or_else(|| format!("{EXPECTED}, got a SQLite file name with bad %-escapes"))?;
+    let path = resolve(base, &decoded);
+    let text =
+        path.to_str().ok_or_else(|| format!("the SQLite file {} is not a valid Unicode path", path.display()))?;
+    let mut resolved = format!("sqlite://{}", percent_encode(text));
+    if let Some(query) = query {
+        resolved.push('?');
+        resolved.push_str(query);
+    }
+    Ok(StoreConfig { url: resolved, backend: StoreBackend::Sqlite { path } })
+}
+
+/// `%XX` escapes, as sqlx decodes the file part of a SQLite URL.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Escapes what would otherwise end or alter the file part of a SQLite URL.
+fn percent_encode(path: &str) -> String {
+    path.replace('%', "%25").replace('?', "%3F").replace('#', "%23")
+}
+
+/// `base/path` (or `path` when absolute), without `.` components.
+pub(crate) fn resolve(base: &Path, path: impl AsRef<Path>) -> PathBuf {
+    base.join(path).components().filter(|c| !matches!(c, Component::CurDir)).collect()
+}
+
+fn http_url(value: &Value, at: &At) -> Result<String> {
+    const WHAT: &str = "an http:// or https:// URL";
+    let url = string_as(value, at, WHAT)?;
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(url.trim_end_matches('/').to_owned()),
+        _ => Err(at.expected(WHAT, value)),
+    }
+}
+
+fn string<'v>(value: &'v Value, at: &At) -> Result<&'v str> {
+    string_as(value, at, "a string")
+}
+
+fn string_as<'v>(value: &'v Value, at: &At, what: &str) -> Result<&'v str> {
+    match value {
+        Value::String(text) => Ok(text),
+        other => Err(at.expected(what, other)),
+    }
+}
+
+fn non_empty<'v>(value: &'v Value, at: &At) -> Result<&'v str> {
+    non_empty_str(string_as(value, at, "a non-empty string")?, at)
+}
+
+fn non_empty_str<'v>(text: &'v str, at: &At) -> Result<&'v str> {
+    if text.trim().is_empty() {
+        return Err(at.invalid(format!("expected a non-empty string, got {text:?}")));
+    }
+    Ok(text)
+}
+
+/// Names of agents, providers and MCP servers appear in URLs, tool names and command lines: no spaces.
+fn name(value: &Value, at: &At) -> Result<String> {
+    let text = non_empty(value, at)?;
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(at.invalid(format!("expected a name without spaces, got {text:?}")));
+    }
+    Ok(text.to_owned())
+}
+
+fn string_list<'v>(value: &'v Value, at: &At) -> Result<Vec<(&'v str, At)>> {
+    let Value::Array(items) = value else { return Err(at.expected("a list of strings", value)) };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let at = at.index(i);
+            string(item, &at).map(|text| (text, at))
+        })
+        .collect()
+}
+
+fn choice<T: Copy>(value: &Value, at: &At, options: &[(&str, T)]) -> Result<T> {
+    let names: Vec<String> = options.iter().map(|(name, _)| format!("{name:?}")).collect();
+    let expected = match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "nothing".to_owned(),
+    };
+    let text = string_as(value, at, &expected)?;
+    options.iter().find(|(name, _)| *name == text).map(|(_, v)| *v).ok_or_else(|| at.expected(&expected, value))
+}
+
+fn boolean(value: &Value, at: &At) -> Result<bool> {
+    match value {
+        Value::Boolean(b) => Ok(*b),
+        other => Err(at.expected("true or false", other)),
+    }
+}
+
+/// A positive duration: zero would make a lease, a timeout or a window meaningless.
+fn duration(value: &Value, at: &At) -> Result<Duration> {
+    let text = string_as(value, at, EXPECTED_DURATION)?;
+    let duration = parse_duration(text).map_err(|e| at.invalid(e.to_string()))?;
+    if duration.is_zero() {
+        return Err(at.invalid(format!("expected a duration greater than zero, got {text:?}")));
+    }
+    Ok(duration)
+}
+
+fn positive_integer(value: &Value, at: &At) -> Result<u64> {
+    integer(value, at, "a positive integer", 1)
+}
+
+/// An integer of at least `min`; from a `TOLLGATE_*` variable, its decimal text.
+fn integer(value: &Value, at: &At, what: &str, min: i64) -> Result<u64> {
+    let n = match value {
+        Value::Integer(n) => Some(*n),
+        Value::String(text) if at.from_env => text.parse::<i64>().ok(),
+        _ => None,
+    };
+    match n {
+        Some(n) if n >= min => u64::try_from(n).map_err(|_| at.expected(what, value)),
+        _ => Err(at.expected(what, value)),
+    }
+}
+
+/// A value as an error message shows it: scalars as written (strings quoted, long ones cut), containers by
+/// kind.
+fn describe(value: &Value) -> String {
+    match value {
+        Value::String(text) if text.chars().count() > 80 => {
+            format!("{:?}…", text.chars().take(80).collect::<String>())
+        }
+        Value::String(text) => format!("{text:?}"),
+        Value::Integer(n) => n.to_string(),
+        Value::Float(x) => x.to_string(),
+        Value::Boolean(b) => b.to_string(),
+        Value::Datetime(d) => d.to_string(),
+        Value::Array(_) | Value::Table(_) => type_name(value).to_owned(),
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a datetime",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_pointers() {
+        for ok in ["", "/", "/path", "/a/b", "/a~0b", "/a~1b", "/0"] {
+            assert!(is_json_pointer(ok), "{ok:?}");
+        }
+        for bad in ["path", "a/b", "/a~", "/a~2", "~0"] {
+            assert!(!is_json_pointer(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sqlite_urls_resolve_against_the_base() {
+        let base = Path::new("/etc/tollgate");
+        let cases = [
+            ("sqlite://tollgate.db", "sqlite:///etc/tollgate/tollgate.db", "/etc/tollgate/tollgate.db"),
+            ("sqlite://./data/t.db", "sqlite:///etc/tollgate/data/t.db", "/etc/tollgate/data/t.db"),
+            ("sqlite://../t.db", "sqlite:///etc/tollgate/../t.db", "/etc/tollgate/../t.db"),
+            ("sqlite:///var/lib/tollgate.db", "sqlite:///var/lib/tollgate.db", "/var/lib/tollgate.db"),
+            ("sqlite:t.db?mode=rwc", "sqlite:///etc/tollgate/t.db?mode=rwc", "/etc/tollgate/t.db"),
+            ("sqlite://a%3Fb.db", "sqlite:///etc/tollgate/a%3Fb.db", "/etc/tollgate/a?b.db"),
+        ];
+        for (url, resolved, path) in cases {
+            let store = store_url(url, base);
+            assert_eq!(
+                store,
+                Ok(StoreConfig {
+                    url: resolved.to_owned(),
+                    backend: StoreBackend::Sqlite { path: PathBuf::from(path) }
+                }),
+                "{url}"
+            );
+        }
+        let odd_base = Path::new("/srv/50%#1");
+        assert_eq!(store_url("sqlite://t.db", odd_base).map(|s| s.url), Ok("sqlite:///srv/50%25%231/t.db".to_owned()));
+    }
+
+    #[test]
+    fn other_store_urls() {
+        let base = Path::new("/x");
+        assert_eq!(store_url("sqlite::memory:", base).map(|s| s.backend), Ok(StoreBackend::SqliteInMemory));
+        assert_eq!(store_url("sqlite://:memory:", base).map(|s| s.backend), Ok(StoreBackend::SqliteInMemory));
+        let pg = "postgresql://u:pw@db:5432/tollgate";
+        assert_eq!(store_url(pg, base), Ok(StoreConfig { url: pg.to_owned(), backend: StoreBackend::Postgres }));
+        assert_eq!(
+            store_url("mysql://root:hunter2@db/x", base),
+            Err(r#"expected "sqlite://FILE", "sqlite:///ABSOLUTE/FILE" or "postgres://...", got a URL with scheme "mysql""#.to_owned())
+        );
+        assert!(store_url("sqlite://", base).is_err());
+        assert!(store_url("sqlite://%zz", base).is_err());
+    }
+}
