@@ -1,5 +1,5 @@
 //! The command line as CLI.md defines it, parsed with clap. Global options may stand before or after
-//! the command. Only the local mode exists so far: there is no `--server` and no `--config` yet.
+//! the command.
 
 use crate::duration::parse_duration;
 use clap::{ArgAction, Args, Parser, Subcommand};
@@ -15,6 +15,10 @@ use std::time::Duration;
                   Store: sqlite://tollgate.db in the current folder, or TOLLGATE_STORE_URL."
 )]
 pub struct Cli {
+    /// The configuration file (else TOLLGATE_CONFIG, else ./tollgate.toml, else built-in defaults).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+
     /// Machine-readable output: stdout holds only JSON.
     #[arg(long, global = true)]
     pub json: bool,

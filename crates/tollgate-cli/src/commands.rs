@@ -22,10 +22,6 @@ use tollgate_runtime::{DecisionSet, Runtime, RuntimeError};
 /// The actor recorded on events for everything done from this command line (API.md: with no tokens,
 /// every caller is `local`).
 pub const ACTOR: &str = "local";
-/// Finished runs older than this go by default.
-const TERMINAL_RETENTION: Duration = Duration::from_secs(30 * 86_400);
-/// Waiting runs untouched for longer than this go.
-const WAITING_RETENTION: Duration = Duration::from_secs(90 * 86_400);
 /// Events are read in pages of this size.
 const EVENT_PAGE: u32 = 1000;
 
@@ -40,6 +36,12 @@ impl Context {
     /// A context over the local runtime.
     pub fn new(local: Local, json: bool, quiet: bool) -> Self {
         Self { local, json, quiet }
+    }
+
+    /// The runtime.
+    /// Stops what the process started.
+    pub async fn shutdown(&self) {
+        self.local.shutdown().await;
     }
 
     /// The runtime.
@@ -248,8 +250,9 @@ async fn cancel(ctx: &Context, args: CancelArgs) -> Result<Exit, CliError> {
 async fn purge(ctx: &Context, args: PurgeArgs) -> Result<Exit, CliError> {
     let now = SystemClock.now();
     let before = |window: Duration| now.saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
-    let terminal_before = before(args.older_than.unwrap_or(TERMINAL_RETENTION));
-    let deleted = ctx.runtime().purge(terminal_before, before(WAITING_RETENTION)).await?;
+    let retention = &ctx.local.config.retention;
+    let terminal_before = before(args.older_than.unwrap_or(retention.terminal_after));
+    let deleted = ctx.runtime().purge(terminal_before, before(retention.waiting_after)).await?;
     if ctx.json {
         ctx.print_json(&json!({ "deleted_runs": deleted }));
     } else {

@@ -29,7 +29,7 @@ use local::Local;
 
 /// Runs a parsed command line to its end and says how the process should exit.
 pub async fn execute(cli: Cli) -> Result<Exit, CliError> {
-    let local = Local::open().await?;
+    let local = Local::open(cli.config.as_deref()).await?;
     if let Err(error) = local.runtime.sweep().await {
         // Deadlines are applied again by the next command; this one can still do its job.
         tracing::warn!(%error, "could not apply due deadlines");
@@ -41,6 +41,7 @@ pub async fn execute(cli: Cli) -> Result<Exit, CliError> {
     // state before the process ends.
     ctx.runtime().drain().await;
     background.abort();
+    ctx.shutdown().await;
     result
 }
 

@@ -277,7 +277,7 @@ fn the_store_url_comes_from_the_environment() -> Result<()> {
 
     let unusable = sandbox.tollgate_with(&["runs"], &[("TOLLGATE_STORE_URL", "mysql://db/x")])?;
     assert_eq!(unusable.code, 2, "a store that cannot be opened is a configuration error: {unusable:?}");
-    assert!(unusable.stderr.contains("cannot open the store mysql://db/x"), "{unusable:?}");
+    assert!(unusable.stderr.contains("TOLLGATE_STORE_URL: store.url: expected"), "{unusable:?}");
     Ok(())
 }
 
@@ -293,7 +293,10 @@ fn tools_lists_gates_per_agent() -> Result<()> {
         .collect();
     assert_eq!(gates, [("fs_list".to_owned(), "allow".to_owned()), ("fs_write".to_owned(), "ask".to_owned())]);
     let all = sandbox.expect(0, &["tools", "--json"])?.json()?;
-    assert_eq!(all["tools"].as_array().map(Vec::len), Some(4), "every built-in tool is known");
+    let names: Vec<&str> = all["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+    for name in ["fs_list", "fs_read", "fs_write", "fs_delete"] {
+        assert!(names.contains(&name), "every built-in tool is known: {names:?}");
+    }
     sandbox.expect(2, &["tools", "--agent", "nobody"])?;
     Ok(())
 }

@@ -1,0 +1,211 @@
+//! # tollgate-app
+//!
+//! Assembles one Tollgate process from a loaded [`tollgate_config::Config`]: opens the store, builds each
+//! provider, the built-in workspace tools and the tools of every MCP server, applies each agent's operator
+//! policy over every tool's own gate, and hands the agents to a [`Runtime`]. The CLI's local mode and
+//! `tollgate serve` both start here, so both run exactly the same agents.
+//!
+//! With no agents configured, the built-in `demo` agent exists (DESIGN.md, "The built-in demo agent").
+
+pub mod policy;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tollgate_config::{Config, McpCommand, ProviderKind};
+use tollgate_core::{LoopConfig, ModelClient, SystemClock, Tool, ToolLoop, ToolRegistry};
+use tollgate_mcp::McpSource;
+use tollgate_providers::{AnthropicModel, ApiKey, OpenAiModel, ProviderSettings, Script, ScriptedModel};
+use tollgate_runtime::{AgentSpec, OnExpiry, Runtime, RuntimeOptions, ToolInfo, UuidV7Ids};
+
+/// Why a process could not be assembled. Each is a configuration problem (the CLI exits 2).
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The store could not be opened.
+    #[error("cannot open the store {url}: {message}")]
+    Store {
+        /// The store URL, password hidden.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// A provider could not be built.
+    #[error("provider `{name}`: {message}")]
+    Provider {
+        /// The provider.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// An agent's tools could not be registered.
+    #[error("agent `{name}`: {message}")]
+    Agent {
+        /// The agent.
+        name: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A tool the process knows, with the reason for its own gate.
+struct KnownTool {
+    tool: Arc<dyn Tool>,
+    reason: &'static str,
+}
+
+/// An assembled process.
+pub struct App {
+    /// The configuration it was built from.
+    pub config: Config,
+    /// The runtime over the store, with every agent.
+    pub runtime: Runtime,
+    /// The workspace root the built-in tools are confined to.
+    pub workspace: PathBuf,
+    /// MCP servers that started (stopped by [`App::shutdown`]).
+    mcp: Vec<McpSource>,
+}
+
+/// The name of the agent that exists when the configuration defines none.
+pub const DEMO_AGENT: &str = "demo";
+
+impl App {
+    /// Builds the process. MCP servers that fail to start are logged and left out (their tools are then
+    /// unknown to the model); everything else that fails is an error.
+    pub async fn build(config: Config) -> Result<App, AppError> {
+        let store = tollgate_store::open(&config.store.url)
+            .await
+            .map_err(|e| AppError::Store { url: config.store.redacted_url(), message: e.to_string() })?;
+        let workspace = config.workspace.root.clone();
+
+        let mut known: Vec<KnownTool> = tollgate_tools::builtin_tools(&workspace)
+            .into_iter()
+            .map(|tool| KnownTool { tool, reason: "default" })
+            .collect();
+        let mut mcp = Vec::new();
+        for server in &config.mcp_servers {
+            let command = match &server.command {
+                McpCommand::Path(path) => path.clone(),
+                McpCommand::Program(program) => PathBuf::from(program),
+            };
+            let mut settings = tollgate_mcp::McpServerConfig::new(server.name.clone(), command)
+                .args(server.args.iter().cloned())
+                .working_dir(config.base_dir.clone());
+            for (key, value) in &server.env {
+                settings = settings.env(key.clone(), value.expose().to_owned());
+            }
+            match McpSource::start(settings).await {
+                Ok(source) => {
+                    for tool in source.mcp_tools() {
+                        let reason = tool.gate_reason();
+                        known.push(KnownTool { tool: Arc::clone(tool) as Arc<dyn Tool>, reason });
+                    }
+                    mcp.push(source);
+                }
+                Err(error) => tracing::warn!(server = %server.name, %error, "MCP server left out"),
+            }
+        }
+
+        let catalog: Vec<ToolInfo> = known.iter().map(|k| ToolInfo::of(k.tool.as_ref(), k.reason)).collect();
+        let agents = if config.defines_agents() {
+            config.agents.iter().map(|agent| build_agent(&config, agent, &known)).collect::<Result<Vec<_>, _>>()?
+        } else {
+            vec![demo_agent(&known)?]
+        };
+        let options = RuntimeOptions { lease: config.server.lease, catalog, ..RuntimeOptions::default() };
+        let runtime = Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
+        Ok(App { config, runtime, workspace, mcp })
+    }
+
+    /// Stops the MCP servers.
+    pub async fn shutdown(&self) {
+        for source in &self.mcp {
+            source.shutdown().await;
+        }
+    }
+}
+
+fn build_agent(
+    config: &Config,
+    agent: &tollgate_config::AgentConfig,
+    known: &[KnownTool],
+) -> Result<AgentSpec, AppError> {
+    let provider = config.provider(&agent.provider).ok_or_else(|| AppError::Agent {
+        name: agent.name.clone(),
+        message: format!("unknown provider `{}`", agent.provider),
+    })?;
+    let model = model_client(provider)?;
+    let mut registry = ToolRegistry::new();
+    let mut infos = Vec::new();
+    for known in known.iter().filter(|k| agent.offers_tool(k.tool.name())) {
+        let (gate, why) = policy::explain(known.tool.as_ref(), known.reason, &agent.policy);
+        let tool = policy::apply(Arc::clone(&known.tool), &agent.policy);
+        let mut info = ToolInfo::of(tool.as_ref(), why);
+        info.gate = gate;
+        infos.push(info);
+        registry.register(tool).map_err(|e| AppError::Agent { name: agent.name.clone(), message: e.to_string() })?;
+    }
+    let model_name = agent.model.clone().or_else(|| provider.model.clone()).unwrap_or_default();
+    let loop_config = LoopConfig {
+        model: model_name.clone(),
+        system_prompt: agent.system_prompt.clone(),
+        max_iterations: agent.max_iterations,
+        max_tokens: agent.max_tokens,
+        ..LoopConfig::default()
+    };
+    let agent_loop = ToolLoop::new(model, Arc::new(registry), loop_config);
+    Ok(AgentSpec {
+        name: agent.name.clone(),
+        model: if model_name.is_empty() { provider.kind.as_str().to_owned() } else { model_name },
+        agent_loop: Arc::new(agent_loop),
+        tools: infos,
+        approval_ttl: agent.approval_ttl,
+        on_expiry: match agent.on_expiry {
+            tollgate_config::OnExpiry::Deny => OnExpiry::Deny,
+            tollgate_config::OnExpiry::Cancel => OnExpiry::Cancel,
+        },
+        forbid_self_approval: agent.forbid_self_approval,
+    })
+}
+
+fn model_client(provider: &tollgate_config::ProviderConfig) -> Result<Arc<dyn ModelClient>, AppError> {
+    let failed = |message: String| AppError::Provider { name: provider.name.clone(), message };
+    let http = |c: &tollgate_config::HttpProviderConfig| ProviderSettings {
+        base_url: Some(c.base_url.clone()),
+        api_key: c.api_key.as_ref().map(|k| ApiKey::new(k.expose())),
+        timeout: c.timeout,
+        max_retries: c.max_retries,
+        ..ProviderSettings::default()
+    };
+    Ok(match &provider.kind {
+        ProviderKind::OpenAi(c) => Arc::new(OpenAiModel::new(http(c)).map_err(|e| failed(e.to_string()))?),
+        ProviderKind::Anthropic(c) => Arc::new(AnthropicModel::new(http(c)).map_err(|e| failed(e.to_string()))?),
+        ProviderKind::Scripted(c) => {
+            Arc::new(ScriptedModel::new(Script::from_file(&c.script).map_err(|e| failed(e.to_string()))?))
+        }
+    })
+}
+
+/// The built-in `demo` agent: the scripted demo script, tools `fs_list` and `fs_write`.
+fn demo_agent(known: &[KnownTool]) -> Result<AgentSpec, AppError> {
+    let by_name: BTreeMap<&str, &KnownTool> = known.iter().map(|k| (k.tool.name(), k)).collect();
+    let mut registry = ToolRegistry::new();
+    let mut infos = Vec::new();
+    for name in ["fs_list", "fs_write"] {
+        let Some(known) = by_name.get(name) else { continue };
+        infos.push(ToolInfo::of(known.tool.as_ref(), known.reason));
+        registry
+            .register(Arc::clone(&known.tool))
+            .map_err(|e| AppError::Agent { name: DEMO_AGENT.into(), message: e.to_string() })?;
+    }
+    let config = LoopConfig { model: "scripted".into(), max_iterations: 10, ..LoopConfig::default() };
+    let model = ScriptedModel::new(tollgate_providers::scripted::demo_script());
+    Ok(AgentSpec {
+        name: DEMO_AGENT.into(),
+        model: "scripted".into(),
+        agent_loop: Arc::new(ToolLoop::new(Arc::new(model), Arc::new(registry), config)),
+        tools: infos,
+        approval_ttl: None,
+        on_expiry: OnExpiry::Deny,
+        forbid_self_approval: false,
+    })
+}
