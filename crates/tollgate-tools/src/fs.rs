@@ -8,10 +8,11 @@
 //! The file operations are synchronous: they are short, and this keeps the tools independent of any
 //! async runtime.
 
+use crate::bounded::cap_preview;
+use crate::call::{dot, parse, ready};
 use crate::diff::unified_diff;
 use crate::workspace::{PathError, ResolvedPath, Workspace, io_message};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -21,21 +22,11 @@ use tollgate_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
 const MAX_WHOLE_READ_BYTES: u64 = 10 * 1024 * 1024;
 /// A file larger than this is summarised, not diffed, in a write preview.
 const MAX_DIFF_BYTES: u64 = 1024 * 1024;
-/// A preview longer than this is cut, with a visible marker.
-const MAX_PREVIEW_BYTES: usize = 20_000;
 /// At most this many entries are named in a delete preview of a folder.
 const MAX_PREVIEW_ENTRIES: usize = 50;
 
-fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, String> {
-    T::deserialize(args).map_err(|e| format!("invalid arguments: {e}"))
-}
-
 fn escape_message(error: &PathError) -> String {
     error.to_string()
-}
-
-fn ready<'a>(output: Result<ToolOutput, ToolError>) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-    Box::pin(std::future::ready(output))
 }
 
 // ---------------------------------------------------------------------------------------------- fs_list
@@ -51,10 +42,6 @@ pub struct FsList {
 struct ListArgs {
     #[serde(default = "dot")]
     path: String,
-}
-
-fn dot() -> String {
-    ".".to_owned()
 }
 
 impl FsList {
@@ -347,20 +334,6 @@ fn write_preview(real: &Path, shown: &str, content: &str) -> String {
         Some(diff) => cap_preview(diff),
         None => replace(),
     }
-}
-
-fn cap_preview(mut text: String) -> String {
-    if text.len() <= MAX_PREVIEW_BYTES {
-        return text;
-    }
-    let mut cut = MAX_PREVIEW_BYTES;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let total = text.len();
-    text.truncate(cut);
-    text.push_str(&format!("\n[preview cut at {cut} of {total} bytes]"));
-    text
 }
 
 impl Tool for FsWrite {

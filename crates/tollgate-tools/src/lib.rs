@@ -6,34 +6,53 @@
 //! |---|---|---|---|
 //! | `fs_list` | `path` (default `.`) | allow | |
 //! | `fs_read` | **`path`**, `offset` (lines to skip), `limit` (lines) | allow | |
+//! | `fs_search` | **`pattern`** (regex), `path` (default `.`), `max_results` (default 100, at most 1000) | allow | |
+//! | `time_now` | none | allow | |
 //! | `fs_write` | **`path`**, **`content`** | ask | a unified diff, or `create PATH (N bytes)` |
 //! | `fs_delete` | **`path`** | ask | what goes |
+//! | `shell` | **`argv`** (program and arguments, no shell), `timeout_secs` (default 30, at most 600) | ask | the command, program, working directory and timeout |
+//! | `http_request` | **`method`**, **`url`**, `headers`, `body` | ask | method, URL, headers (credentials masked), body |
 //!
 //! The promise: no tool reads or writes outside the workspace root. A path that escapes it — absolute,
 //! `..` above the root, or through a symlink pointing out — is refused by [`Tool::validate`] before any
 //! gate, with a message saying the path escapes the workspace, and checked again when the call runs.
+//! `shell` runs in the root and resolves a program path with `/` inside it (its arguments are the
+//! approver's to judge); `http_request` touches no files. Everything a tool returns is bounded, and a cut
+//! is marked in the text.
 //!
 //! ```
 //! let tools = tollgate_tools::builtin_tools("./workspace");
-//! assert_eq!(tools.len(), 4);
+//! assert_eq!(tools.len(), tollgate_tools::BUILTIN_TOOL_NAMES.len());
 //! assert!(tollgate_tools::builtin_tool("./workspace", "fs_write").is_some());
 //! ```
 
+mod bounded;
+mod call;
 mod diff;
 pub mod fs;
+pub mod http;
+pub mod search;
+pub mod shell;
+pub mod time;
 pub mod workspace;
 
 pub use fs::{FsDelete, FsList, FsRead, FsWrite};
+pub use http::HttpRequest;
+pub use search::FsSearch;
+pub use shell::Shell;
+pub use time::TimeNow;
 pub use workspace::{PathError, ResolvedPath, Workspace};
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use tollgate_core::Tool;
+use tollgate_core::{SystemClock, Tool};
 
-/// The names of the built-in tools, in the order [`builtin_tools`] returns them.
-pub const BUILTIN_TOOL_NAMES: [&str; 4] = ["fs_list", "fs_read", "fs_write", "fs_delete"];
+/// The names of the built-in tools, in the order [`builtin_tools`] returns them: the ones that only read
+/// (gate allow) first, then the ones that change something (gate ask).
+pub const BUILTIN_TOOL_NAMES: [&str; 8] =
+    ["fs_list", "fs_read", "fs_search", "time_now", "fs_write", "fs_delete", "shell", "http_request"];
 
-/// Every built-in tool, confined to `root`.
+/// Every built-in tool, confined to `root`, reading the system clock.
 pub fn builtin_tools(root: impl Into<PathBuf>) -> Vec<Arc<dyn Tool>> {
     let workspace = Workspace::new(root);
     BUILTIN_TOOL_NAMES.iter().filter_map(|name| tool_named(&workspace, name)).collect()
@@ -49,8 +68,12 @@ fn tool_named(workspace: &Workspace, name: &str) -> Option<Arc<dyn Tool>> {
     let tool: Arc<dyn Tool> = match name {
         "fs_list" => Arc::new(FsList::new(workspace)),
         "fs_read" => Arc::new(FsRead::new(workspace)),
+        "fs_search" => Arc::new(FsSearch::new(workspace)),
+        "time_now" => Arc::new(TimeNow::new(Arc::new(SystemClock))),
         "fs_write" => Arc::new(FsWrite::new(workspace)),
         "fs_delete" => Arc::new(FsDelete::new(workspace)),
+        "shell" => Arc::new(Shell::new(workspace)),
+        "http_request" => Arc::new(HttpRequest::new()),
         _ => return None,
     };
     Some(tool)

@@ -1,67 +1,16 @@
 //! The built-in file tools through the `Tool` port: normal use, bad arguments, workspace escapes
 //! (including a symlink planted inside the workspace) and the previews an approver reads.
 
+mod support;
+
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use tollgate_core::{Gate, Tool, ToolContext, ToolOutput, ToolRegistry};
-use tollgate_testkit::scratch_dir;
-
-struct Fixture {
-    root: PathBuf,
-    outside: PathBuf,
-}
-
-impl Fixture {
-    fn new() -> Self {
-        let base = scratch_dir("tools");
-        let root = base.join("workspace");
-        let outside = base.join("outside");
-        for dir in [&root, &outside] {
-            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
-        }
-        std::fs::write(outside.join("secret.txt"), "top secret\n").unwrap_or_else(|e| panic!("{e}"));
-        Self { root, outside }
-    }
-
-    fn tool(&self, name: &str) -> Arc<dyn Tool> {
-        tollgate_tools::builtin_tool(&self.root, name).unwrap_or_else(|| panic!("no tool {name}"))
-    }
-
-    fn put(&self, path: &str, content: &str) {
-        let path = self.root.join(path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
-        }
-        std::fs::write(path, content).unwrap_or_else(|e| panic!("{e}"));
-    }
-
-    fn read(&self, path: &str) -> Option<String> {
-        std::fs::read_to_string(self.root.join(path)).ok()
-    }
-
-    fn plant_link(&self, name: &str, target: &Path) {
-        std::os::unix::fs::symlink(target, self.root.join(name)).unwrap_or_else(|e| panic!("{e}"));
-    }
-}
-
-async fn call(tool: &Arc<dyn Tool>, args: Value) -> ToolOutput {
-    let ctx = ToolContext { run_id: "run-1".into(), call_id: "call_1".into() };
-    tool.call(args, ctx).await.unwrap_or_else(|e| panic!("tool failed internally: {e}"))
-}
-
-fn registry(fx: &Fixture) -> ToolRegistry {
-    let mut registry = ToolRegistry::new();
-    for tool in tollgate_tools::builtin_tools(&fx.root) {
-        registry.register(tool).unwrap_or_else(|e| panic!("{e}"));
-    }
-    registry
-}
+use support::{Fixture, call};
+use tollgate_core::{Gate, ToolOutput};
 
 #[test]
 fn builtins_register_with_their_gates_and_schemas() {
     let fx = Fixture::new();
-    let registry = registry(&fx);
+    let registry = fx.registry();
     let names: Vec<String> = registry.specs().into_iter().map(|s| s.name).collect();
     assert_eq!(names, tollgate_tools::BUILTIN_TOOL_NAMES);
     let gate = |name: &str, args: Value| fx.tool(name).gate(&args);
@@ -69,7 +18,11 @@ fn builtins_register_with_their_gates_and_schemas() {
     assert_eq!(gate("fs_read", json!({"path": "a"})), Gate::Allow);
     assert_eq!(gate("fs_write", json!({"path": "a", "content": ""})), Gate::Ask);
     assert_eq!(gate("fs_delete", json!({"path": "a"})), Gate::Ask);
-    assert!(tollgate_tools::builtin_tool(&fx.root, "shell").is_none());
+    assert_eq!(gate("fs_search", json!({"pattern": "a"})), Gate::Allow);
+    assert_eq!(gate("time_now", json!({})), Gate::Allow);
+    assert_eq!(gate("shell", json!({"argv": ["ls"]})), Gate::Ask);
+    assert_eq!(gate("http_request", json!({"method": "GET", "url": "http://127.0.0.1/"})), Gate::Ask);
+    assert!(tollgate_tools::builtin_tool(&fx.root, "fs_move").is_none());
     for spec in registry.specs() {
         assert_eq!(spec.parameters["additionalProperties"], json!(false), "{}", spec.name);
     }
@@ -78,7 +31,7 @@ fn builtins_register_with_their_gates_and_schemas() {
 #[test]
 fn schemas_reject_missing_wrong_and_unknown_arguments() {
     let fx = Fixture::new();
-    let registry = registry(&fx);
+    let registry = fx.registry();
     let check = |name: &str, args: Value| registry.get(name).map(|t| t.check_arguments(&args).is_ok());
     assert_eq!(check("fs_list", json!({})), Some(true));
     assert_eq!(check("fs_list", json!({"path": 3})), Some(false));
