@@ -247,6 +247,11 @@ impl Runtime {
         self.inner.agents.iter().find(|a| a.name == name).map(|a| a.as_ref())
     }
 
+    /// The runtime's clock (injected, so a server computes retention cutoffs on the same time as the runs).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
     /// Every tool this process knows, with its own default gate.
     pub fn catalog(&self) -> &[ToolInfo] {
         &self.inner.catalog
@@ -678,23 +683,21 @@ impl Inner {
         };
         let now = self.clock.now();
         let mut events = hooks.take_buffer();
-        let (transition, round) = match outcome {
+        let transition = match outcome {
             Ok(Outcome::Completed(done)) => {
                 let round = done.counters.iterations;
                 events.push(events::run_completed(now, round, done.output.as_deref(), done.reason.as_str()));
-                let transition = Transition::Complete {
+                Transition::Complete {
                     output: done.output,
                     reason: done.reason,
                     iterations: done.counters.iterations,
                     usage: done.counters.usage,
-                };
-                (transition, round)
+                }
             }
             Ok(Outcome::Suspended(suspension)) => {
                 let expires_at = spec.approval_ttl.map(|ttl| now + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
                 events.push(events::approval_requested(now, &suspension, expires_at));
-                let round = suspension.round;
-                (suspend_transition(&suspension, BTreeMap::new(), expires_at), round)
+                suspend_transition(&suspension, BTreeMap::new(), expires_at)
             }
             Err(error) => {
                 let error = match &error {
@@ -705,10 +708,9 @@ impl Inner {
                     LoopError::Hook(e) => RunError { kind: "store".into(), message: e.to_string() },
                 };
                 events.push(events::run_failed(now, hooks.round(), &error));
-                (Transition::Fail { error }, hooks.round())
+                Transition::Fail { error }
             }
         };
-        let _ = round;
         match self.store.transition(&run.id, Guard::Lease(self.node.clone()), transition, events, now).await {
             Ok(next) => self.notify(&next),
             Err(StoreError::Conflict { detail, .. }) => {

@@ -13,8 +13,7 @@ use tollgate_core::{EventKind, Guard, RunRecord, StoredEvent, Suspension, ToolRe
 pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), RuntimeError> {
     let inner = runtime.inner();
     let now = inner.clock.now();
-    let spec = runtime.agent(&run.agent).ok_or_else(|| RuntimeError::UnknownAgent(run.agent.clone()))?;
-    let spec = inner_spec(runtime, &spec.name)?;
+    let spec = crate::spec_arc(inner, &run.agent)?;
     let claimed = inner
         .store
         .transition(
@@ -76,10 +75,6 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
     inner.notify(&next);
     tracing::warn!(run = %run.id, calls = ?in_doubt, "calls in doubt after a crash; the run waits for a person");
     Ok(())
-}
-
-fn inner_spec(runtime: &Runtime, name: &str) -> Result<std::sync::Arc<crate::AgentSpec>, RuntimeError> {
-    crate::spec_arc(runtime.inner(), name)
 }
 
 /// For each call of the held round since the last resume: `Some(result)` when it finished,
