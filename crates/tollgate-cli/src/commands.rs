@@ -13,7 +13,7 @@ use crate::exit::{CliError, Exit};
 use crate::local::Local;
 use crate::{prompt, render};
 use serde_json::{Value, json};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::time::Duration;
 use tollgate_core::{Clock, Decision, RunQuery, RunRecord, RunStatus, StoredEvent, SystemClock, TerminationReason};
 use tollgate_runtime::view::run_json;
@@ -47,6 +47,11 @@ impl Context {
     /// The runtime.
     pub fn runtime(&self) -> &Runtime {
         &self.local.runtime
+    }
+
+    /// True with `-q`: only errors on stderr.
+    pub fn is_quiet(&self) -> bool {
+        self.quiet
     }
 
     /// A message for people on stderr (not with `-q`).
@@ -155,10 +160,11 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<Exit, CliError> {
     ctx.local.ensure_workspace()?;
     let started = ctx.runtime().start(args.agent.as_deref(), &args.input, ACTOR).await?;
     ctx.note(&format!("started run {} (agent {})", started.id, started.agent));
-    let mut run = ctx.runtime().wait_settled(&started.id).await?;
-    if run.status == RunStatus::WaitingForApproval && !args.detach && std::io::stdin().is_terminal() {
-        run = prompt::follow_at_gate(ctx, run).await?;
-    }
+    let run = if !args.detach && prompt::is_interactive() {
+        prompt::follow_on_terminal(ctx, &started.id).await?
+    } else {
+        ctx.runtime().wait_settled(&started.id).await?
+    };
     Ok(ctx.report(&run))
 }
 

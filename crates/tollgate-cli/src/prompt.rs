@@ -1,18 +1,432 @@
-//! Asking at the gate on a terminal (CLI.md: `run` on a terminal asks y / n / e with each call's preview).
+//! `tollgate run` on a terminal (CLI.md: "on a terminal, ask at the gate"): a spinner while the run
+//! works, each step printed as it is committed, and at the gate a prompt per held call — approve (y),
+//! deny (n, with a reason), edit (e, the arguments in `$EDITOR`), respond (r) or quit (q).
 //!
-//! This is the boundary where that prompt plugs in: [`follow_at_gate`] is called by `run` when stdin is a
-//! terminal and `--detach` was not given, with a run that waits for approval. It must return the run as
-//! it finally settled (completed, failed, or waiting again if the person left it), deciding through
-//! [`crate::commands::Context::decide_and_settle`] so the exit code follows the same rule as the deciding
-//! commands.
+//! What it promises:
+//! - It is used only when stdin and stderr are both terminals and `--detach` was not given
+//!   ([`is_interactive`]); everything else keeps the non-interactive behaviour.
+//! - Steps are drawn from the run's event log (the audit record), read from the store after each notice,
+//!   so they show what was committed, in order, and nothing else.
+//! - Nothing is sent until every held call of the turn has an answer; then one decision set goes out,
+//!   naming the digest of the turn the person was shown, so a turn that changed meanwhile is refused
+//!   (a conflict) and shown again rather than decided blind.
+//! - Edited arguments are checked by the agent's own loop (JSON, the tool's schema and checks) before
+//!   anything is sent; a bad edit is reported and the person is asked again.
+//! - Quitting (q or end of input) sends nothing: the run stays waiting, and `run` prints the waiting
+//!   line and the commands that decide it (exit 3).
 //!
-//! Not written yet: for now the run is left waiting, exactly as with `--detach`.
+//! Progress and prompts go to stderr; stdout gets only what `run` prints when the run settles.
 
-use crate::commands::Context;
+mod editor;
+mod steps;
+
+use crate::commands::{ACTOR, Context};
 use crate::exit::CliError;
-use tollgate_core::RunRecord;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+use tokio::sync::broadcast;
+use tollgate_core::{AgentLoop, Decision, HeldCall, RunRecord, RunStatus, Suspension};
+use tollgate_runtime::{DecisionSet, RunNotice, Runtime, RuntimeError};
 
-/// Follows a waiting run on the terminal and returns it as it settled. For now: leaves it waiting.
-pub(crate) async fn follow_at_gate(_ctx: &Context, run: RunRecord) -> Result<RunRecord, CliError> {
-    Ok(run)
+/// Events are read in pages of this size.
+const EVENT_PAGE: u32 = 1000;
+/// How long to wait for a notice before looking at the store anyway (another process may drive the run).
+const LOOK_AGAIN: Duration = Duration::from_millis(500);
+/// The question asked for each held call.
+const CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)? ";
+/// Said when an answer is not one of [`CHOICES`].
+const CHOICES_HELP: &str = "  y  run the call as shown\n  n  deny it; the model is told your reason\n  \
+                            e  edit its arguments in $EDITOR\n  r  answer in the tool's place\n  q  leave the run waiting";
+
+/// True when `run` should follow the run on the terminal and ask at the gate: stdin and stderr are both
+/// terminals (someone can answer, and sees the questions).
+pub(crate) fn is_interactive() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
+/// Follows run `run_id` on the terminal until it ends, or until the person leaves it waiting; asks at
+/// every gate it reaches. Returns the run as it settled.
+pub(crate) async fn follow_on_terminal(ctx: &Context, run_id: &str) -> Result<RunRecord, CliError> {
+    let mut notices = ctx.runtime().subscribe();
+    let mut steps = Steps::new(ctx.is_quiet());
+    loop {
+        let run = ctx.runtime().get(run_id).await?;
+        // Read after the record: the log holds at least every event of the state just read.
+        steps.catch_up(ctx.runtime(), run_id).await?;
+        if run.status == RunStatus::WaitingForApproval {
+            steps.pause();
+            match decide_at_gate(ctx, &run).await? {
+                AtGate::Sent => continue,
+                AtGate::Left => return Ok(ctx.runtime().get(run_id).await?),
+            }
+        }
+        if run.status.is_terminal() {
+            steps.pause();
+            return Ok(run);
+        }
+        steps.spin();
+        wait_for_notice(&mut notices, run_id).await;
+    }
+}
+
+/// Waits until run `run_id` changes in this process, or [`LOOK_AGAIN`] passes.
+async fn wait_for_notice(notices: &mut broadcast::Receiver<RunNotice>, run_id: &str) {
+    let changed = async {
+        loop {
+            match notices.recv().await {
+                Ok(notice) if notice.run_id == run_id => return,
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                // No more notices: only the timeout ends the wait, so the caller polls the store.
+                Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LOOK_AGAIN, changed).await;
+}
+
+/// The steps printed so far, and the spinner while the run works (none with `-q`).
+struct Steps {
+    /// The seq of the last event printed.
+    after: u64,
+    quiet: bool,
+    spinner: Option<ProgressBar>,
+    activity: String,
+}
+
+impl Steps {
+    fn new(quiet: bool) -> Self {
+        Self { after: 0, quiet, spinner: None, activity: "working".to_owned() }
+    }
+
+    /// Prints the events committed since the last call.
+    async fn catch_up(&mut self, runtime: &Runtime, run_id: &str) -> Result<(), CliError> {
+        loop {
+            let page = runtime.events(run_id, self.after, EVENT_PAGE).await?;
+            for event in &page {
+                self.after = event.seq;
+                if let Some(activity) = steps::activity(event) {
+                    self.activity = activity;
+                }
+                for line in steps::lines(event) {
+                    self.print(&line);
+                }
+            }
+            if page.len() < EVENT_PAGE as usize {
+                return Ok(());
+            }
+        }
+    }
+
+    fn print(&self, line: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.spinner {
+            // Above the spinner, which is drawn again below the line.
+            Some(spinner) => spinner.suspend(|| eprintln!("{line}")),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// Shows the spinner with what the run is busy with.
+    fn spin(&mut self) {
+        if self.quiet {
+            return;
+        }
+        let spinner = self.spinner.get_or_insert_with(new_spinner);
+        spinner.set_message(self.activity.clone());
+    }
+
+    /// Takes the spinner off the screen (before a prompt, and at the end).
+    fn pause(&mut self) {
+        if let Some(spinner) = self.spinner.take() {
+            spinner.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Steps {
+    fn drop(&mut self) {
+        self.pause();
+    }
+}
+
+fn new_spinner() -> ProgressBar {
+    // Draws on stderr, and nothing at all when stderr is not a terminal.
+    let spinner = ProgressBar::new_spinner();
+    spinner.set_style(
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    spinner.enable_steady_tick(Duration::from_millis(100));
+    spinner
+}
+
+/// What happened at the gate.
+enum AtGate {
+    /// Decisions went out, or were refused with a reason shown: look at the run again.
+    Sent,
+    /// The person left the run waiting (or it cannot be decided here); nothing was sent.
+    Left,
+}
+
+/// Shows each held call that still takes a decision, asks for one, and sends them all at once.
+async fn decide_at_gate(ctx: &Context, run: &RunRecord) -> Result<AtGate, CliError> {
+    let Some(pending) = &run.pending else { return Ok(AtGate::Left) };
+    let suspension = match Suspension::from_json(&pending.suspension) {
+        Ok(suspension) => suspension,
+        Err(error) => {
+            eprintln!("run {}: cannot show the held turn: {error}", run.id);
+            return Ok(AtGate::Left);
+        }
+    };
+    let Some(spec) = ctx.runtime().agent(&run.agent) else {
+        eprintln!("run {} belongs to agent `{}`, which this configuration does not have", run.id, run.agent);
+        return Ok(AtGate::Left);
+    };
+    if spec.forbid_self_approval && run.created_by == ACTOR {
+        eprintln!("agent {} forbids self-approval: someone other than {ACTOR} must decide this run", spec.name);
+        return Ok(AtGate::Left);
+    }
+    let open: Vec<&HeldCall> =
+        suspension.decidable_calls().filter(|call| !pending.decisions.contains_key(&call.call_id)).collect();
+    if open.is_empty() {
+        return Ok(AtGate::Left);
+    }
+    let mut decisions = Vec::with_capacity(open.len());
+    for (index, call) in open.iter().enumerate() {
+        eprint!("{}", held_call_block(call, index + 1, open.len()));
+        match ask_for_decision(spec.agent_loop.as_ref(), &suspension, call).await? {
+            Some(decision) => decisions.push((call.call_id.clone(), decision)),
+            None => {
+                eprintln!("nothing was sent; the run stays waiting");
+                return Ok(AtGate::Left);
+            }
+        }
+    }
+    let set = DecisionSet::Each(decisions);
+    match ctx.runtime().decide(&run.id, suspension.turn_digest.as_str(), set, ACTOR).await {
+        Ok(_) => Ok(AtGate::Sent),
+        // The turn changed under the person (e.g. its deadline passed) or a decision does not fit it:
+        // say so, and show the run as it is now.
+        Err(RuntimeError::Conflict(detail)) => {
+            eprintln!("not sent: {detail}");
+            Ok(AtGate::Sent)
+        }
+        Err(RuntimeError::Decision(error)) => {
+            eprintln!("not sent: {error}");
+            Ok(AtGate::Sent)
+        }
+        Err(RuntimeError::Forbidden(detail)) => {
+            eprintln!("not sent: {detail}");
+            Ok(AtGate::Left)
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// One held call as the person sees it before answering: tool, arguments (pretty JSON) and preview.
+fn held_call_block(call: &HeldCall, index: usize, count: usize) -> String {
+    let position = if count > 1 { format!("  [{index} of {count}]") } else { String::new() };
+    let mut out = format!("\n{} {} wants to run{position}\n", call.call_id, call.tool);
+    if call.in_doubt {
+        out.push_str("  IN DOUBT: it started before a crash and may already have run\n");
+    }
+    out.push_str("  arguments\n");
+    for line in pretty(&call.arguments).lines() {
+        out.push_str(&format!("    {line}\n"));
+    }
+    if let Some(preview) = &call.preview {
+        out.push_str("  preview\n");
+        for line in preview.lines() {
+            out.push_str(&format!("    {line}\n"));
+        }
+    }
+    out
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+/// An answer to [`CHOICES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Choice {
+    Approve,
+    Deny,
+    Edit,
+    Respond,
+    Quit,
+}
+
+fn parse_choice(answer: &str) -> Option<Choice> {
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" | "approve" => Some(Choice::Approve),
+        "n" | "no" | "deny" => Some(Choice::Deny),
+        "e" | "edit" => Some(Choice::Edit),
+        "r" | "respond" => Some(Choice::Respond),
+        "q" | "quit" => Some(Choice::Quit),
+        _ => None,
+    }
+}
+
+/// Asks until the person decides `call`; `None` when they quit or input ends.
+async fn ask_for_decision(
+    agent_loop: &dyn AgentLoop,
+    suspension: &Suspension,
+    call: &HeldCall,
+) -> Result<Option<Decision>, CliError> {
+    // The text of an edit that did not pass, so the next edit starts from it rather than from scratch.
+    let mut draft: Option<String> = None;
+    loop {
+        let Some(answer) = ask(CHOICES).await? else { return Ok(None) };
+        let Some(choice) = parse_choice(&answer) else {
+            if !answer.trim().is_empty() {
+                eprintln!("`{}` is not one of the answers", answer.trim());
+            }
+            eprintln!("{CHOICES_HELP}");
+            continue;
+        };
+        match choice {
+            Choice::Approve => return Ok(Some(Decision::Approve)),
+            Choice::Quit => return Ok(None),
+            Choice::Deny => {
+                let reason = ask_text("reason (the model is told): ").await?;
+                return Ok(reason.map(|reason| Decision::Deny { reason }));
+            }
+            Choice::Respond => {
+                let result = ask_text("result (the model receives it in the tool's place): ").await?;
+                return Ok(result.map(|result| Decision::Respond { result }));
+            }
+            Choice::Edit => {
+                let text = draft.take().unwrap_or_else(|| format!("{}\n", pretty(&call.arguments)));
+                let call_id = call.call_id.clone();
+                let edited = tokio::task::spawn_blocking(move || editor::edit_text(&call_id, &text))
+                    .await
+                    .map_err(|e| CliError::failed(format!("the editor did not finish: {e}")))?;
+                let text = match edited {
+                    Ok(text) => text,
+                    Err(problem) => {
+                        eprintln!("{problem}");
+                        continue;
+                    }
+                };
+                match check_edit(agent_loop, suspension, call, &text) {
+                    Ok(decision) => return Ok(Some(decision)),
+                    Err(problem) => {
+                        eprintln!("{problem}\nanswer e to edit them again, or choose another answer");
+                        draft = Some(text);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The edit decision for the edited text, when it holds arguments the call's tool accepts; else what is
+/// wrong with it.
+fn check_edit(
+    agent_loop: &dyn AgentLoop,
+    suspension: &Suspension,
+    call: &HeldCall,
+    text: &str,
+) -> Result<Decision, String> {
+    let arguments: Value =
+        serde_json::from_str(text).map_err(|e| format!("the edited arguments are not valid JSON: {e}"))?;
+    if !arguments.is_object() {
+        return Err("the edited arguments must be a JSON object of the tool's arguments".to_owned());
+    }
+    if arguments == call.arguments {
+        return Err("the arguments are unchanged (answer y to approve them as they are)".to_owned());
+    }
+    let decision = Decision::Edit { arguments };
+    agent_loop.check_decision(suspension, &call.call_id, &decision).map_err(|e| e.to_string())?;
+    Ok(decision)
+}
+
+/// Asks for a line of text that is not blank; `None` when input ends.
+async fn ask_text(question: &str) -> Result<Option<String>, CliError> {
+    loop {
+        match ask(question).await? {
+            None => return Ok(None),
+            Some(text) if text.trim().is_empty() => {
+                eprintln!("an answer is needed (end of input leaves the run waiting)")
+            }
+            Some(text) => return Ok(Some(text.trim().to_owned())),
+        }
+    }
+}
+
+/// Asks on stderr and reads one line from stdin; `None` at end of input (or when the terminal cannot be
+/// read, which leaves the run waiting just the same).
+async fn ask(question: &str) -> Result<Option<String>, CliError> {
+    let question = question.to_owned();
+    let answer = tokio::task::spawn_blocking(move || -> std::io::Result<Option<String>> {
+        let mut stderr = std::io::stderr();
+        stderr.write_all(question.as_bytes())?;
+        stderr.flush()?;
+        let mut line = String::new();
+        if std::io::stdin().lock().read_line(&mut line)? == 0 {
+            // End the prompt's line, so what follows starts on its own.
+            let _ = writeln!(stderr);
+            return Ok(None);
+        }
+        Ok(Some(line.trim_end_matches(['\r', '\n']).to_owned()))
+    })
+    .await
+    .map_err(|e| CliError::failed(format!("the prompt did not finish: {e}")))?;
+    match answer {
+        Ok(answer) => Ok(answer),
+        Err(error) => {
+            eprintln!("cannot read the answer from the terminal: {error}");
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tollgate_core::Gate;
+
+    #[test]
+    fn answers_are_letters_or_words_in_any_case() {
+        assert_eq!(parse_choice("y"), Some(Choice::Approve));
+        assert_eq!(parse_choice(" YES "), Some(Choice::Approve));
+        assert_eq!(parse_choice("n"), Some(Choice::Deny));
+        assert_eq!(parse_choice("Edit"), Some(Choice::Edit));
+        assert_eq!(parse_choice("r"), Some(Choice::Respond));
+        assert_eq!(parse_choice("q"), Some(Choice::Quit));
+        assert_eq!(parse_choice(""), None);
+        assert_eq!(parse_choice("maybe"), None);
+    }
+
+    #[test]
+    fn a_held_call_shows_its_tool_arguments_and_preview() {
+        let call = HeldCall {
+            call_id: "call_2".into(),
+            tool: "fs_write".into(),
+            arguments: json!({"path": "note.txt", "content": "hello"}),
+            gate: Gate::Ask,
+            preview: Some("create note.txt (5 bytes)".into()),
+            in_doubt: true,
+            settled: None,
+        };
+        assert_eq!(
+            held_call_block(&call, 2, 3),
+            "\ncall_2 fs_write wants to run  [2 of 3]\n\
+             \x20 IN DOUBT: it started before a crash and may already have run\n\
+             \x20 arguments\n\
+             \x20   {\n\
+             \x20     \"path\": \"note.txt\",\n\
+             \x20     \"content\": \"hello\"\n\
+             \x20   }\n\
+             \x20 preview\n\
+             \x20   create note.txt (5 bytes)\n"
+        );
+    }
 }

@@ -22,7 +22,7 @@ pub fn age(now: Millis, then: Millis) -> String {
 }
 
 /// Text on one line, at most `width` characters, with `…` when cut.
-fn one_line(text: &str, width: usize) -> String {
+pub(crate) fn one_line(text: &str, width: usize) -> String {
     let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     if flat.chars().count() <= width {
         return flat;

@@ -1,0 +1,318 @@
+//! `tollgate run` on a terminal: the real binary in a pseudo-terminal, in a fresh folder with no
+//! configuration (the built-in demo agent), answered as a person would — approve, deny with a reason,
+//! edit the arguments in `$EDITOR` (invalid JSON, then arguments the tool rejects, then valid ones),
+//! respond, quit and end of input — plus `--detach`, which asks nothing even on a terminal.
+//!
+//! The expect timeouts only bound a hang; nothing here depends on timing.
+#![cfg(unix)]
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use rexpect::process::WaitStatus;
+use rexpect::reader::Options;
+use rexpect::session::{PtySession, spawn_with_options};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use tollgate_testkit::scratch_dir;
+
+/// Bounds each wait for output, so a hang fails the test instead of stalling it.
+const TIMEOUT_MS: u64 = 30_000;
+/// The question asked for each held call.
+const CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)?";
+
+/// A fresh, empty folder used as the current folder of every invocation.
+struct Sandbox {
+    dir: PathBuf,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        Self { dir: scratch_dir("prompt") }
+    }
+
+    fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        command
+            .args(args)
+            .current_dir(&self.dir)
+            .env_remove("TOLLGATE_STORE_URL")
+            .env_remove("TOLLGATE_WORKSPACE_ROOT")
+            .env_remove("TOLLGATE_CONFIG")
+            .env_remove("EDITOR")
+            .env("TERM", "xterm")
+            .envs(env.iter().copied());
+        command
+    }
+
+    /// `tollgate ARGS` with stdin, stdout and stderr on a pseudo-terminal.
+    fn on_terminal(&self, args: &[&str], env: &[(&str, &str)]) -> Result<Terminal> {
+        let options = Options::new().timeout_ms(Some(TIMEOUT_MS)).strip_ansi_escape_codes(true);
+        let session = spawn_with_options(self.command(args, env), options).context("cannot start tollgate")?;
+        Ok(Terminal { session, seen: String::new() })
+    }
+
+    /// `tollgate ARGS` without a terminal; fails unless it exits with `code`. Returns stdout.
+    fn plain(&self, code: i32, args: &[&str]) -> Result<String> {
+        let output = self.command(args, &[]).stdin(Stdio::null()).output().context("cannot start tollgate")?;
+        let stdout = String::from_utf8(output.stdout)?;
+        if output.status.code() != Some(code) {
+            bail!(
+                "`tollgate {}` exited {:?} instead of {code}: {stdout} {}",
+                args.join(" "),
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(stdout)
+    }
+
+    /// The data of the run's decision events, from its log.
+    fn decisions(&self, run: &str) -> Result<Vec<Value>> {
+        let shown: Value = serde_json::from_str(&self.plain(0, &["show", run, "--events", "--json"])?)?;
+        let events = shown["events"].as_array().cloned().unwrap_or_default();
+        Ok(events.into_iter().filter(|e| e["kind"] == "decision").map(|e| e["data"].clone()).collect())
+    }
+
+    fn workspace_file(&self, name: &str) -> Option<String> {
+        std::fs::read_to_string(self.dir.join("workspace").join(name)).ok()
+    }
+
+    /// An `EDITOR` that, on its n-th call, keeps a copy of the file it was given as `given-N.json` and
+    /// replaces the file's content with `contents[n - 1]`.
+    fn scripted_editor(&self, contents: &[&str]) -> Result<String> {
+        let dir = self.dir.join("editor");
+        std::fs::create_dir_all(&dir)?;
+        let mut script = format!(
+            "#!/bin/sh\nset -e\ncd '{}'\nn=$(( $(cat count 2>/dev/null || echo 0) + 1 ))\necho \"$n\" > count\n\
+             cp \"$1\" \"given-$n.json\"\ncase \"$n\" in\n",
+            dir.display()
+        );
+        for (i, content) in contents.iter().enumerate() {
+            std::fs::write(dir.join(format!("content-{}", i + 1)), content)?;
+            script.push_str(&format!("  {}) cat content-{} > \"$1\" ;;\n", i + 1, i + 1));
+        }
+        script.push_str("  *) exit 1 ;;\nesac\n");
+        let path = dir.join("editor.sh");
+        std::fs::write(&path, script)?;
+        Ok(format!("sh {}", path.display()))
+    }
+
+    fn editor_was_given(&self, call: usize) -> Option<String> {
+        std::fs::read_to_string(self.dir.join("editor").join(format!("given-{call}.json"))).ok()
+    }
+}
+
+/// A running `tollgate` on a pseudo-terminal, and everything it has shown so far.
+struct Terminal {
+    session: PtySession,
+    seen: String,
+}
+
+impl Terminal {
+    /// Waits until the terminal shows `text`.
+    fn expect(&mut self, text: &str) -> Result<()> {
+        match self.session.exp_string(&as_read(text)) {
+            Ok(before) => {
+                self.seen.push_str(&from_read(&before));
+                self.seen.push_str(text);
+                Ok(())
+            }
+            Err(error) => Err(anyhow!("waiting for `{text}`: {error}\n--- the terminal showed:\n{}", self.seen)),
+        }
+    }
+
+    /// Waits for the question about a held call, then answers it.
+    fn answer(&mut self, answer: &str) -> Result<()> {
+        self.expect(CHOICES)?;
+        self.type_line(answer)
+    }
+
+    fn type_line(&mut self, line: &str) -> Result<()> {
+        self.session.send_line(line).map(|_| ()).map_err(|e| anyhow!("cannot type `{line}`: {e}"))
+    }
+
+    /// Ends input, as Ctrl-D at the start of a line does.
+    fn end_input(&mut self) -> Result<()> {
+        self.session.send_control('d').map_err(|e| anyhow!("cannot send Ctrl-D: {e}"))
+    }
+
+    /// Waits for the process to end; returns its exit code and all it showed.
+    fn finish(mut self) -> Result<(i32, String)> {
+        let rest = self.session.exp_eof().map_err(|e| anyhow!("waiting for the end: {e}\n{}", self.seen))?;
+        self.seen.push_str(&from_read(&rest));
+        match self.session.process().wait() {
+            Ok(WaitStatus::Exited(_, code)) => Ok((code, self.seen)),
+            other => bail!("tollgate did not exit normally: {other:?}\n{}", self.seen),
+        }
+    }
+}
+
+/// rexpect reads the terminal byte by byte, each byte as one `char`: UTF-8 text is compared in that form.
+fn as_read(text: &str) -> String {
+    text.bytes().map(char::from).collect()
+}
+
+fn from_read(read: &str) -> String {
+    let bytes: Vec<u8> = read.chars().map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?')).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The id in the waiting line `run ID is waiting for approval`.
+fn waiting_id(shown: &str) -> Result<String> {
+    let line = shown
+        .lines()
+        .find(|l| l.trim_end().ends_with(" is waiting for approval"))
+        .ok_or_else(|| anyhow!("no waiting line in:\n{shown}"))?;
+    let id = line.trim_end().trim_end_matches(" is waiting for approval");
+    Ok(id.rsplit(' ').next().unwrap_or_default().to_owned())
+}
+
+/// The id in `started run ID (agent demo)`.
+fn started_id(shown: &str) -> Result<String> {
+    let line = shown.lines().find(|l| l.contains("started run ")).ok_or_else(|| anyhow!("no start line:\n{shown}"))?;
+    let id = line.split("started run ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap_or_default();
+    Ok(id.to_owned())
+}
+
+#[test]
+fn approve_shows_each_step_and_writes_the_note() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let mut terminal = sandbox.on_terminal(&["run", "hello"], &[])?;
+    // The held turn as it happened: the model's text and both calls, then the gate.
+    terminal.expect("round 1 · model: ")?;
+    terminal.expect(r#"→ call_1 fs_list {"path":"."}"#)?;
+    terminal.expect(r#"→ call_2 fs_write {"path":"note.txt","content":"hello"}"#)?;
+    terminal.expect("⏸ held at the gate: call_2 fs_write")?;
+    // The held call with its arguments as pretty JSON and its preview.
+    terminal.expect("call_2 fs_write wants to run")?;
+    terminal.expect("\"content\": \"hello\"")?;
+    terminal.expect("create note.txt (5 bytes)")?;
+    assert_eq!(sandbox.workspace_file("note.txt"), None, "nothing is written before the decision");
+    terminal.answer("y")?;
+    terminal.expect("✓ call_2 approved by local")?;
+    terminal.expect("← call_2 fs_write: created note.txt (5 bytes)")?;
+    terminal.expect("✓ run completed")?;
+    terminal.expect("Saved note.txt.")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(sandbox.workspace_file("note.txt").as_deref(), Some("hello"));
+    assert!(!shown.contains("is waiting for approval"), "{shown}");
+    Ok(())
+}
+
+#[test]
+fn deny_asks_for_a_reason_and_the_model_is_told() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let mut terminal = sandbox.on_terminal(&["run", "hello"], &[])?;
+    // An answer that is not one of the choices is explained, and the question asked again.
+    terminal.answer("maybe")?;
+    terminal.expect("`maybe` is not one of the answers")?;
+    terminal.answer("n")?;
+    terminal.expect("reason (the model is told): ")?;
+    terminal.type_line("not today")?;
+    terminal.expect("✗ call_2 denied by local: not today")?;
+    terminal.expect("Understood — I did not write the note.")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(sandbox.workspace_file("note.txt"), None);
+
+    let decisions = sandbox.decisions(&started_id(&shown)?)?;
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(decisions[0]["action"], "deny");
+    assert_eq!(decisions[0]["reason"], "not today");
+    assert_eq!(decisions[0]["actor"], "local");
+    Ok(())
+}
+
+#[test]
+fn edit_is_checked_and_asked_again_until_the_arguments_are_valid() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let not_json = r#"{"path": "edited.txt", "content": "#;
+    let wrong_type = r#"{"path": 3, "content": "edited"}"#;
+    let valid = r#"{"path":"edited.txt","content":"edited"}"#;
+    let editor = sandbox.scripted_editor(&[not_json, wrong_type, valid])?;
+    let mut terminal = sandbox.on_terminal(&["run", "hello"], &[("EDITOR", &editor)])?;
+
+    terminal.answer("e")?;
+    terminal.expect("the edited arguments are not valid JSON")?;
+    terminal.answer("e")?;
+    terminal.expect("edited arguments for call `call_2` are invalid")?;
+    terminal.answer("e")?;
+    terminal.expect(r#"✎ call_2 edited by local: {"path":"edited.txt","content":"edited"}"#)?;
+    terminal.expect("Saved note.txt.")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(sandbox.workspace_file("edited.txt").as_deref(), Some("edited"));
+    assert_eq!(sandbox.workspace_file("note.txt"), None, "the model's arguments did not run");
+
+    // The editor got the arguments as pretty JSON, then each time the text that did not pass.
+    assert_eq!(
+        sandbox.editor_was_given(1).as_deref(),
+        Some("{\n  \"path\": \"note.txt\",\n  \"content\": \"hello\"\n}\n")
+    );
+    assert_eq!(sandbox.editor_was_given(2).as_deref(), Some(not_json));
+    assert_eq!(sandbox.editor_was_given(3).as_deref(), Some(wrong_type));
+    let decisions = sandbox.decisions(&started_id(&shown)?)?;
+    assert_eq!(decisions.len(), 1, "only the valid edit was sent: {decisions:?}");
+    assert_eq!(decisions[0]["action"], "edit");
+    assert_eq!(decisions[0]["arguments"], serde_json::json!({"path": "edited.txt", "content": "edited"}));
+    Ok(())
+}
+
+#[test]
+fn respond_answers_in_the_tools_place() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let mut terminal = sandbox.on_terminal(&["run", "hello"], &[])?;
+    terminal.answer("r")?;
+    terminal.expect("result (the model receives it in the tool's place): ")?;
+    terminal.type_line("written by hand")?;
+    terminal.expect("↩ call_2 answered by local: written by hand")?;
+    terminal.expect("Saved note.txt.")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(sandbox.workspace_file("note.txt"), None, "the tool did not run");
+    Ok(())
+}
+
+#[test]
+fn quit_leaves_the_run_waiting_for_a_later_decision() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let mut terminal = sandbox.on_terminal(&["run", "hello"], &[])?;
+    terminal.answer("q")?;
+    terminal.expect("is waiting for approval")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 3, "{shown}");
+    let id = waiting_id(&shown)?;
+    assert_eq!(id, started_id(&shown)?);
+    assert!(shown.contains(&format!("approve: tollgate approve {id}")), "{shown}");
+    assert!(sandbox.decisions(&id)?.is_empty(), "nothing was sent");
+    assert_eq!(sandbox.workspace_file("note.txt"), None);
+
+    assert_eq!(sandbox.plain(0, &["approve", &id])?, "Saved note.txt.\n");
+    assert_eq!(sandbox.workspace_file("note.txt").as_deref(), Some("hello"));
+    Ok(())
+}
+
+#[test]
+fn end_of_input_leaves_the_run_waiting() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let mut terminal = sandbox.on_terminal(&["run", "hello"], &[])?;
+    terminal.expect(CHOICES)?;
+    terminal.end_input()?;
+    terminal.expect("is waiting for approval")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 3, "{shown}");
+    assert!(sandbox.decisions(&waiting_id(&shown)?)?.is_empty(), "nothing was sent");
+    Ok(())
+}
+
+#[test]
+fn detach_asks_nothing_even_on_a_terminal() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let terminal = sandbox.on_terminal(&["run", "--detach", "hello"], &[])?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 3, "{shown}");
+    waiting_id(&shown)?;
+    assert!(!shown.contains(CHOICES), "{shown}");
+    Ok(())
+}
