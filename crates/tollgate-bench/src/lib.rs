@@ -10,6 +10,8 @@
 //! the mean bytes of persisted suspension; the end checks (N completed, the tool ran exactly N times with
 //! each text once, or never for C) make a wrong result fail loudly rather than look fast.
 
+pub mod http;
+
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};

@@ -1,0 +1,382 @@
+//! # tollgate-server
+//!
+//! The HTTP API of `API.md` over a [`Runtime`]: start, list, read, follow (SSE), decide and cancel
+//! runs; agents and tools; purge; `/healthz`, `/metrics` (Prometheus text) and `/openapi.json`
+//! (OpenAPI 3.1, generated from this crate's code); the playground's mount point at `/`.
+//!
+//! What it promises:
+//! - **Bad input writes nothing.** Every body and query is checked before the runtime sees it; malformed
+//!   JSON is 400, wrong types / missing / unknown fields and bad query parameters 422, a body over
+//!   [`ServerOptions::max_body_bytes`] 413, a body declared as something other than JSON 415. Errors are
+//!   `application/problem+json`; their `type` is `https://tollgate.dev/problems/` + a slug of
+//!   [`ProblemKind`] (stable: clients may branch on it).
+//! - **Auth as API.md says.** With [`ServerOptions::tokens`] empty every caller is the actor `local` with
+//!   every role, and [`serve`] refuses any address but loopback. Otherwise a bearer token names the
+//!   actor recorded on every event it causes, and its [`Role`]s decide what it may do (401 / 403).
+//! - **Exactly-once resume holds over HTTP**: concurrent decision requests on one run get 200 or 409,
+//!   and the run resumes once (the runtime's compare-and-set does it; the server adds no state).
+//! - **The server never blocks a run**: live events and webhooks read what the runtime committed;
+//!   a slow SSE client or a failing webhook receiver costs the run nothing.
+//! - **Graceful shutdown**: [`serve`] stops accepting, ends live streams, lets in-flight requests and
+//!   the steps they started commit ([`Runtime::drain`]), and returns; every run stays resumable.
+//!
+//!
+//! ## Problem types
+//! `https://tollgate.dev/problems/` + `malformed-json` (400), `unauthorized` (401), `forbidden` (403),
+//! `not-found` (404), `method-not-allowed` (405), `conflict` (409), `payload-too-large` (413),
+//! `unsupported-media-type` (415), `invalid-request` (422: body or query does not fit),
+//! `invalid-decision` (422: unknown `call_id`, a call that takes no decision, edited arguments failing
+//! the tool's schema), `internal` (500), `unavailable` (503: the store cannot be reached).
+//!
+//! ## Live events
+//! `GET /v1/runs/{id}/events` with `Accept: text/event-stream`: `id:` = seq, `event:` = kind, `data:` =
+//! the event JSON; starts after `Last-Event-ID` (else `?after=`); ends after the terminal event; a
+//! reconnect with nothing left gets 204 (an `EventSource` stops reconnecting); keep-alive comments every
+//! [`ServerOptions::sse_keep_alive`].
+//!
+//! ## Webhooks
+//! For each event whose kind a [`WebhookTarget`] lists (`*` for all), a `POST` with the body
+//! `{"run_id": "...", "event": EVENT}` (`EVENT` exactly as the events endpoint serves it: `seq`, `at`,
+//! `kind`, `round`, `data`, `hash`) and the headers `Content-Type: application/json`,
+//! `X-Tollgate-Signature: sha256=HEX` (lowercase hex HMAC-SHA256 of the exact body bytes keyed with the
+//! target's secret; see [`signature`]), `X-Tollgate-Event: KIND` and `X-Tollgate-Delivery: RUN_ID:SEQ`.
+//! At least once and unordered: a non-2xx answer or a network error is retried with exponential
+//! backoff ([`WebhookRetry`]); receivers dedupe by `X-Tollgate-Delivery` and order by `event.seq`.
+//! Deliveries run in the background from a bounded queue: a slow or failing receiver never blocks or
+//! fails a run (a full queue drops and counts). Only events committed by this process are delivered.
+//!
+//! ## Metrics (`GET /metrics`, admin)
+//! `tollgate_runs{status}` and `tollgate_waiting_runs` (counted from the store when scraped, cached 5 s,
+//! capped at 10 000 per status, `tollgate_runs_count_capped{status}` = 1 where capped);
+//! `tollgate_decisions_total{action}`, `tollgate_events_total{kind}`,
+//! `tollgate_model_call_duration_seconds` and `tollgate_tool_call_duration_seconds{tool}` histograms
+//! (from the events this process commits, measured between their `at` times);
+//! `tollgate_webhook_deliveries_total{outcome}` (`delivered`, `failed`, `dropped`).
+
+mod auth;
+mod duration;
+mod feed;
+mod input;
+mod metrics;
+mod openapi;
+mod playground;
+mod problem;
+mod routes;
+mod schema;
+mod sse;
+mod webhooks;
+
+pub use auth::{ApiToken, LOCAL_ACTOR, Role};
+pub use duration::parse as parse_duration;
+pub use openapi::openapi_json;
+pub use problem::{ApiError, PROBLEM_BASE, PROBLEM_JSON, ProblemKind};
+pub use routes::{DEFAULT_DENY_REASON, DEFAULT_LIMIT, MAX_LIMIT};
+pub use webhooks::{SIGNATURE_HEADER, WebhookRetry, WebhookTarget, signature};
+
+use axum::Router;
+use axum::routing::{get, post};
+use metrics::Metrics;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tollgate_runtime::{Runtime, RuntimeError};
+
+/// How long a run's terminal and waiting states are kept (`[retention]` in CONFIG.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Terminal runs finished longer ago than this are purged.
+    pub terminal_after: Duration,
+    /// Waiting runs untouched for longer than this are purged.
+    pub waiting_after: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self { terminal_after: Duration::from_secs(30 * 86_400), waiting_after: Duration::from_secs(90 * 86_400) }
+    }
+}
+
+/// Everything the server takes from configuration.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Where [`serve`] listens (`[server] addr`).
+    pub addr: SocketAddr,
+    /// The largest request body accepted (`[server] max_body_bytes`, default 1 MiB).
+    pub max_body_bytes: usize,
+    /// API tokens (`[[auth.tokens]]`); empty means auth is off and only loopback may be bound.
+    pub tokens: Vec<ApiToken>,
+    /// Webhook receivers (`[[webhooks]]`).
+    pub webhooks: Vec<WebhookTarget>,
+    /// How webhook deliveries are retried.
+    pub webhook_retry: WebhookRetry,
+    /// Retention windows (`[retention]`), applied once an hour and by `POST /v1/purge` without a body.
+    pub retention: Retention,
+    /// How long shutdown waits for in-flight steps to commit before it returns anyway (the runs stay
+    /// resumable: their leases expire and a later process takes them over).
+    pub shutdown_grace: Duration,
+    /// How often a quiet live-event stream sends a keep-alive comment (default 15 s).
+    pub sse_keep_alive: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 1024 * 1024,
+            tokens: Vec::new(),
+            webhooks: Vec::new(),
+            webhook_retry: WebhookRetry::default(),
+            retention: Retention::default(),
+            shutdown_grace: Duration::from_secs(30),
+            sse_keep_alive: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// No tokens are configured and the address is not loopback: anyone who can reach it would act as
+    /// `local` with every role. Not retryable: configure `[[auth.tokens]]` or bind 127.0.0.1.
+    #[error(
+        "refusing to listen on {0} without auth: with no [[auth.tokens]] configured only a loopback address (127.0.0.1, ::1) is allowed"
+    )]
+    NoAuthOnPublicAddress(SocketAddr),
+    /// The address could not be bound (in use, not permitted). Retryable once it is free.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The options are not usable (e.g. a webhook URL that is not a URL). Not retryable.
+    #[error("invalid server options: {0}")]
+    Options(String),
+    /// Serving failed.
+    #[error("server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) runtime: Runtime,
+    pub(crate) auth: Arc<auth::Auth>,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) retention: Retention,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Turns true when the server shuts down: live streams end, waits answer at once.
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) openapi: Arc<str>,
+    pub(crate) sse_keep_alive: Duration,
+}
+
+/// What [`serve_on`] needs besides the router.
+struct Built {
+    router: Router,
+    metrics: Arc<Metrics>,
+    shutdown: watch::Sender<bool>,
+}
+
+fn build(runtime: Runtime, options: &ServerOptions) -> Built {
+    let metrics = Arc::new(Metrics::default());
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let state = AppState {
+        runtime,
+        auth: Arc::new(auth::Auth::new(&options.tokens)),
+        max_body_bytes: options.max_body_bytes,
+        retention: options.retention,
+        metrics: metrics.clone(),
+        shutdown: shutdown_rx,
+        openapi: Arc::from(openapi_json()),
+        sse_keep_alive: options.sse_keep_alive,
+    };
+    let api = Router::new()
+        .route("/v1/runs", get(routes::list_runs).post(routes::create_run))
+        .route("/v1/runs/{id}", get(routes::get_run))
+        .route("/v1/runs/{id}/events", get(routes::run_events))
+        .route("/v1/runs/{id}/decisions", post(routes::decide))
+        .route("/v1/runs/{id}/cancel", post(routes::cancel_run))
+        .route("/v1/agents", get(routes::agents))
+        .route("/v1/tools", get(routes::tools))
+        .route("/v1/purge", post(routes::purge))
+        .route("/healthz", get(routes::healthz))
+        .route("/metrics", get(routes::metrics))
+        .route("/openapi.json", get(routes::openapi));
+    let router = api
+        // MOUNT POINT of the playground: `/` and its static files (see `playground.rs`).
+        .merge(playground::routes())
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state);
+    Built { router, metrics, shutdown }
+}
+
+/// The API's router over a runtime, without the background work of [`serve`] (sweeps, retention,
+/// webhooks, event metrics). For tests and for embedding in another server.
+pub fn router(runtime: Runtime, options: &ServerOptions) -> Router {
+    build(runtime, options).router
+}
+
+/// Binds [`ServerOptions::addr`] and serves until `shutdown` completes. See [`serve_on`].
+pub async fn serve(
+    runtime: Runtime,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    refuse_public_without_auth(options.addr, &options)?;
+    let listener =
+        TcpListener::bind(options.addr).await.map_err(|source| ServerError::Bind { addr: options.addr, source })?;
+    serve_on(listener, runtime, options, shutdown).await
+}
+
+/// Serves on a bound listener until `shutdown` completes: the API, plus the runtime's background work
+/// ([`Runtime::spawn_background`]: deadlines every second, lease renewal), retention once an hour, the
+/// event feed (metrics) and the webhook dispatcher. On shutdown it stops accepting, ends live streams,
+/// waits for in-flight requests, then for in-flight steps to commit (at most
+/// [`ServerOptions::shutdown_grace`]), and returns.
+pub async fn serve_on(
+    listener: TcpListener,
+    runtime: Runtime,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let local = listener.local_addr()?;
+    refuse_public_without_auth(local, &options)?;
+    let built = build(runtime.clone(), &options);
+    let (webhooks, mut dispatcher) =
+        match webhooks::spawn(options.webhooks.clone(), options.webhook_retry, built.metrics.clone())
+            .map_err(ServerError::Options)?
+        {
+            Some((webhooks, handle)) => (Some(webhooks), Some(handle)),
+            None => (None, None),
+        };
+    let (stop_feed, feed_stopped) = tokio::sync::oneshot::channel();
+    let mut feed = feed::spawn(runtime.clone(), built.metrics.clone(), webhooks, feed_stopped);
+    let background = runtime.spawn_background();
+    let retention = spawn_retention(runtime.clone(), options.retention);
+    tracing::info!(addr = %local, auth = !options.tokens.is_empty(), "serving the Tollgate API");
+
+    let stop = built.shutdown;
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new connections; live streams end");
+        let _ = stop.send(true);
+    };
+    let served = axum::serve(listener, built.router).with_graceful_shutdown(signal).await;
+
+    // No new work from sweeps or retention; keep the leases of what is still running while it commits.
+    background.abort();
+    retention.abort();
+    let renew = spawn_renewal(runtime.clone());
+    if tokio::time::timeout(options.shutdown_grace, runtime.drain()).await.is_err() {
+        tracing::warn!(
+            grace = ?options.shutdown_grace,
+            "some steps were still running at shutdown; their runs will be taken over when their leases expire"
+        );
+    }
+    renew.abort();
+    // Hand on the last commits' events, then let queued webhook deliveries finish, for a bounded time.
+    let _ = stop_feed.send(());
+    let flush = async {
+        let _ = (&mut feed).await;
+        if let Some(dispatcher) = &mut dispatcher {
+            let _ = dispatcher.await;
+        }
+    };
+    if tokio::time::timeout(WEBHOOK_FLUSH, flush).await.is_err() {
+        tracing::warn!("webhook deliveries still pending at shutdown were dropped");
+    }
+    feed.abort();
+    if let Some(dispatcher) = dispatcher {
+        dispatcher.abort();
+    }
+    served.map_err(ServerError::Io)
+}
+
+fn refuse_public_without_auth(addr: SocketAddr, options: &ServerOptions) -> Result<(), ServerError> {
+    if options.tokens.is_empty() && !addr.ip().is_loopback() {
+        return Err(ServerError::NoAuthOnPublicAddress(addr));
+    }
+    Ok(())
+}
+
+/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM: pass it to [`serve`].
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+}
+
+/// Completes once the server shuts down (never, for a router without [`serve_on`]).
+pub(crate) async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|stopping| *stopping).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Purges terminal runs finished more than `terminal_after` ago and waiting runs untouched for more
+/// than `waiting_after`, on the runtime's clock.
+pub(crate) async fn apply_retention(
+    runtime: &Runtime,
+    terminal_after: Duration,
+    waiting_after: Duration,
+) -> Result<u64, RuntimeError> {
+    let now = runtime.clock().now();
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    runtime.purge(now.saturating_sub(ms(terminal_after)), now.saturating_sub(ms(waiting_after))).await
+}
+
+const RETENTION_EVERY: Duration = Duration::from_secs(3600);
+/// How long shutdown waits for queued webhook deliveries.
+const WEBHOOK_FLUSH: Duration = Duration::from_secs(5);
+
+fn spawn_retention(runtime: Runtime, retention: Retention) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(RETENTION_EVERY);
+        loop {
+            every.tick().await;
+            match apply_retention(&runtime, retention.terminal_after, retention.waiting_after).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted_runs = n, "retention applied"),
+                Err(e) => tracing::warn!(error = %e, "retention failed; trying again in an hour"),
+            }
+        }
+    })
+}
+
+fn spawn_renewal(runtime: Runtime) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            runtime.renew_leases().await;
+        }
+    })
+}

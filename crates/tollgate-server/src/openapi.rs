@@ -1,0 +1,78 @@
+//! The OpenAPI 3.1 document of the API, generated from the handlers' annotations and the types of
+//! `schema.rs`. A copy is committed as `crates/tollgate-server/openapi.json`; a test fails when the two
+//! drift (`UPDATE_OPENAPI=1 cargo test -p tollgate-server --test openapi` rewrites the copy).
+
+use crate::routes;
+use crate::schema;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Tollgate HTTP API",
+        version = "1",
+        description = "Runs of agents that stop at the gate before any side-effecting tool call, and the decisions that \
+resume them. JSON in and out; errors are application/problem+json with a stable `type` \
+(https://tollgate.dev/problems/SLUG). With tokens configured, every route but /healthz, /openapi.json and the \
+playground needs `Authorization: Bearer TOKEN`.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0")
+    ),
+    paths(
+        routes::create_run,
+        routes::list_runs,
+        routes::get_run,
+        routes::run_events,
+        routes::decide,
+        routes::cancel_run,
+        routes::agents,
+        routes::tools,
+        routes::purge,
+        routes::healthz,
+        routes::metrics,
+        routes::openapi,
+    ),
+    components(schemas(
+        schema::CreateRun,
+        schema::DecideRequest,
+        schema::DecisionItem,
+        schema::CancelRequest,
+        schema::PurgeRequest,
+        schema::RunView,
+        schema::RunList,
+        schema::EventView,
+        schema::EventList,
+        schema::AgentList,
+        schema::ToolList,
+        schema::PurgeResult,
+        schema::Health,
+        schema::Problem,
+    )),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "runs", description = "Start, list, read, follow, decide and cancel runs"),
+        (name = "agents", description = "The configured agents and their tools"),
+        (name = "admin", description = "Retention"),
+        (name = "meta", description = "Health, metrics and this document"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI document as pretty-printed JSON (what `GET /openapi.json` serves).
+pub fn openapi_json() -> String {
+    let mut text = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
+    text.push('\n');
+    text
+}
