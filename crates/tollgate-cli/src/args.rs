@@ -39,6 +39,8 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the HTTP API and the playground.
+    Serve(ServeArgs),
     /// Start a run and follow it until it waits for approval or ends.
     Run(RunArgs),
     /// List runs, newest first.
@@ -61,6 +63,14 @@ pub enum Command {
     Tools(ToolsArgs),
     /// Check a run's hash chain.
     Verify(VerifyArgs),
+}
+
+/// `tollgate serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (default: `[server] addr` of the config, `127.0.0.1:8080`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub addr: Option<std::net::SocketAddr>,
 }
 
 /// `tollgate run`.

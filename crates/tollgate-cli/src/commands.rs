@@ -142,6 +142,8 @@ impl Context {
 /// Runs one command.
 pub async fn dispatch(ctx: &Context, command: Command) -> Result<Exit, CliError> {
     match command {
+        // `serve` is handled before a command context exists (see `execute`).
+        Command::Serve(_) => Ok(Exit::Done),
         Command::Run(args) => run(ctx, args).await,
         Command::Runs(args) => runs(ctx, args).await,
         Command::Show(args) => show(ctx, args).await,

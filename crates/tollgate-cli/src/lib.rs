@@ -21,6 +21,7 @@ pub mod exit;
 pub mod local;
 mod prompt;
 pub mod render;
+mod serve;
 
 use args::Cli;
 use commands::Context;
@@ -30,6 +31,11 @@ use local::Local;
 /// Runs a parsed command line to its end and says how the process should exit.
 pub async fn execute(cli: Cli) -> Result<Exit, CliError> {
     let local = Local::open(cli.config.as_deref()).await?;
+    if let args::Command::Serve(serve) = &cli.command {
+        let result = serve::serve(&local, serve).await;
+        local.shutdown().await;
+        return result;
+    }
     if let Err(error) = local.runtime.sweep().await {
         // Deadlines are applied again by the next command; this one can still do its job.
         tracing::warn!(%error, "could not apply due deadlines");

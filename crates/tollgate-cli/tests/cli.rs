@@ -387,3 +387,61 @@ fn runs_and_show_text_snapshots() -> Result<()> {
     );
     Ok(())
 }
+
+/// One plain HTTP/1.1 request on loopback; returns the status line and the body.
+fn http(port: u16, request: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+#[test]
+fn serve_answers_the_api_and_a_run_started_over_http_waits_at_the_gate() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+        .current_dir(&sandbox.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .env_remove("TOLLGATE_STORE_URL")
+        .env_remove("TOLLGATE_WORKSPACE_ROOT")
+        .spawn()?;
+    let health = (0..200).find_map(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        http(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    });
+    let body = r#"{"input": "hello", "wait": true}"#;
+    let started = http(
+        port,
+        &format!(
+            "POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let health = health.context("the server never answered")?;
+    assert!(health.starts_with("HTTP/1.1 200") && health.contains(r#"{"status":"ok"}"#), "{health}");
+    let started = started.context("no answer to POST /v1/runs")?;
+    assert!(started.starts_with("HTTP/1.1 201"), "{started}");
+    assert!(started.contains(r#""status":"waiting_for_approval""#), "{started}");
+
+    // The run is in the store the CLI reads, and the CLI can decide it.
+    let id = sandbox.expect(0, &["runs", "--json"])?.json()?["runs"][0]["id"].as_str().unwrap_or_default().to_owned();
+    sandbox.expect(0, &["approve", &id])?;
+    assert_eq!(sandbox.workspace_file("note.txt").as_deref(), Some("hello"));
+    Ok(())
+}
+
+#[test]
+fn serve_refuses_a_public_address_without_tokens() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let out = sandbox.expect(2, &["serve", "--addr", "0.0.0.0:0"])?;
+    assert!(out.stderr.contains("cannot serve"), "{out:?}");
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! `tollgate serve`: the HTTP API and the playground over the configured runtime, until SIGINT/SIGTERM.
+
+use crate::args::ServeArgs;
+use crate::exit::{CliError, Exit};
+use crate::local::Local;
+use tollgate_config::Role as ConfigRole;
+use tollgate_server::{ApiToken, Retention, Role, ServerOptions, WebhookTarget};
+
+/// Maps the configuration onto the server's options and serves until a shutdown signal.
+pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
+    let config = &local.config;
+    // Runs started over HTTP use the workspace tools: the folder must exist before any call is checked.
+    local.ensure_workspace()?;
+    let options = ServerOptions {
+        addr: args.addr.unwrap_or(config.server.addr),
+        max_body_bytes: usize::try_from(config.server.max_body_bytes).unwrap_or(usize::MAX),
+        tokens: config
+            .auth
+            .tokens
+            .iter()
+            .map(|t| ApiToken {
+                name: t.name.clone(),
+                token: t.token.expose().to_owned(),
+                roles: t
+                    .roles
+                    .iter()
+                    .map(|r| match r {
+                        ConfigRole::Runner => Role::Runner,
+                        ConfigRole::Approver => Role::Approver,
+                        ConfigRole::Admin => Role::Admin,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        webhooks: config
+            .webhooks
+            .iter()
+            .map(|w| WebhookTarget {
+                url: w.url.clone(),
+                secret: w.secret.as_ref().map(|s| s.expose().to_owned()).unwrap_or_default(),
+                events: w.events.iter().map(|e| e.as_str().to_owned()).collect(),
+            })
+            .collect(),
+        retention: Retention {
+            terminal_after: config.retention.terminal_after,
+            waiting_after: config.retention.waiting_after,
+        },
+        ..ServerOptions::default()
+    };
+    eprintln!("tollgate: serving the API and the playground on http://{}", options.addr);
+    tollgate_server::serve(local.runtime.clone(), options, tollgate_server::shutdown_signal())
+        .await
+        .map_err(|e| CliError::usage(format!("cannot serve: {e}")))?;
+    Ok(Exit::Done)
+}
