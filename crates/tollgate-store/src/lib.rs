@@ -6,9 +6,30 @@
 //!
 //! Both follow the promises of [`tollgate_core::store`]: each transition is one transaction that
 //! compare-and-sets the run, applies [`tollgate_core::RunRecord::apply`] and appends its hash-chained events.
+//! One contract suite (`tests/contract`) runs against both.
+//!
+//! Shared choices:
+//! - Schema: a `runs` row per run (indexed id, agent, status, version, times, deadline, lease, chain
+//!   head; the pending turn's suspension in its own text column; decisions, required calls and error
+//!   as JSON text; times as Unix milliseconds) and an `events` row per event (`at` exactly as hashed,
+//!   `data` as JSON text), deleted with its run. Migrations are embedded and recorded in
+//!   `tollgate_migrations`.
+//! - A row that cannot be decoded is [`StoreError::Corrupt`] for that run, from `get`, `transition`,
+//!   `append` and `events`. `list` and `due` skip such a row with a `tracing` warning instead of failing
+//!   (a [`tollgate_core::RunPage`] has no room for a per-run error); the skipped row still takes its
+//!   place in paging, so a page may hold fewer runs than the limit while `next_cursor` goes on.
+//! - `list` pages newest first by id; the cursor is the last id of the page, and `next_cursor` is
+//!   `None` once no run is left after the page.
+//! - Database errors are [`StoreError::Database`] (retryable) and never contain the password of the
+//!   URL the store was opened with.
 
+mod codec;
+mod migrations;
 pub mod postgres;
 pub mod sqlite;
+
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
 
 use std::sync::Arc;
 use tollgate_core::{RunStore, StoreError};
@@ -21,8 +42,10 @@ pub async fn open(url: &str) -> Result<Arc<dyn RunStore>, StoreError> {
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(postgres::PostgresStore::open(url).await?))
     } else {
+        // Only the scheme is echoed: the rest of a URL may hold a password.
+        let scheme = url.split_once(':').map_or("(none)", |(scheme, _)| scheme);
         Err(StoreError::Database(format!(
-            "unsupported store URL `{url}`: expected sqlite://FILE or postgres://USER@HOST:PORT/DB"
+            "unsupported store URL scheme `{scheme}`: expected sqlite://FILE or postgres://USER@HOST:PORT/DB"
         )))
     }
 }

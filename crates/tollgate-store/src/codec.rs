@@ -1,0 +1,664 @@
+//! What both backends share: the row form of a run and of an event, the pure part of each write
+//! (guard check, [`RunRecord::apply`], [`chain`]), and the mapping of database errors.
+//!
+//! Promises kept here for both backends:
+//! - a row decodes to exactly the [`RunRecord`] that was encoded into it, or to
+//!   [`StoreError::Corrupt`] naming the run — never to a guess;
+//! - a [`StoreError::Database`] message never contains the password of the URL the store was opened
+//!   with.
+
+use serde_json::Value;
+use sqlx::{ColumnIndex, Decode, Row, Type};
+use std::collections::BTreeMap;
+use tollgate_core::event::{EventKind, NewEvent, StoredEvent, chain};
+use tollgate_core::run::{Lease, Millis, Pending, RecordedDecision, RunError, RunRecord, RunStatus, Transition};
+use tollgate_core::suspension::TurnDigest;
+use tollgate_core::tool_loop::TerminationReason;
+use tollgate_core::transcript::Usage;
+use tollgate_core::{Guard, StoreError};
+
+/// The columns of `runs`, in the order [`read_run_row`] reads them and [`bind_run_row!`] binds them.
+macro_rules! run_columns {
+    () => {
+        "id, agent, status, version, input, output, termination_reason, iterations, input_tokens, \
+         output_tokens, created_by, created_at, updated_at, finished_at, error, suspension, turn_digest, \
+         required_calls, decisions, expires_at, lease_owner, lease_expires_at, last_seq, last_hash"
+    };
+}
+pub(crate) use run_columns;
+
+/// Binds every field of a [`RunRow`] in [`run_columns!`] order.
+macro_rules! bind_run_row {
+    ($query:expr, $row:expr) => {{
+        let row = $row;
+        $query
+            .bind(&row.id)
+            .bind(&row.agent)
+            .bind(&row.status)
+            .bind(row.version)
+            .bind(&row.input)
+            .bind(&row.output)
+            .bind(&row.termination_reason)
+            .bind(row.iterations)
+            .bind(row.input_tokens)
+            .bind(row.output_tokens)
+            .bind(&row.created_by)
+            .bind(row.created_at)
+            .bind(row.updated_at)
+            .bind(row.finished_at)
+            .bind(&row.error)
+            .bind(&row.suspension)
+            .bind(&row.turn_digest)
+            .bind(&row.required_calls)
+            .bind(&row.decisions)
+            .bind(row.expires_at)
+            .bind(&row.lease_owner)
+            .bind(row.lease_expires_at)
+            .bind(row.last_seq)
+            .bind(&row.last_hash)
+    }};
+}
+pub(crate) use bind_run_row;
+
+/// Binds the fields a transition may change, in the order of the backends' `UPDATE runs SET …`
+/// statements: status, version, output, termination_reason, iterations, input_tokens, output_tokens,
+/// updated_at, finished_at, error, suspension, turn_digest, required_calls, decisions, expires_at,
+/// lease_owner, lease_expires_at, last_seq, last_hash.
+macro_rules! bind_run_changes {
+    ($query:expr, $row:expr) => {{
+        let row = $row;
+        $query
+            .bind(&row.status)
+            .bind(row.version)
+            .bind(&row.output)
+            .bind(&row.termination_reason)
+            .bind(row.iterations)
+            .bind(row.input_tokens)
+            .bind(row.output_tokens)
+            .bind(row.updated_at)
+            .bind(row.finished_at)
+            .bind(&row.error)
+            .bind(&row.suspension)
+            .bind(&row.turn_digest)
+            .bind(&row.required_calls)
+            .bind(&row.decisions)
+            .bind(row.expires_at)
+            .bind(&row.lease_owner)
+            .bind(row.lease_expires_at)
+            .bind(row.last_seq)
+            .bind(&row.last_hash)
+    }};
+}
+pub(crate) use bind_run_changes;
+
+/// A run as its `runs` row holds it: plain SQL values, JSON as text.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct RunRow {
+    pub id: String,
+    pub agent: String,
+    pub status: String,
+    pub version: i64,
+    pub input: String,
+    pub output: Option<String>,
+    pub termination_reason: Option<String>,
+    pub iterations: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub created_by: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub finished_at: Option<i64>,
+    pub error: Option<String>,
+    pub suspension: Option<String>,
+    pub turn_digest: Option<String>,
+    pub required_calls: Option<String>,
+    pub decisions: Option<String>,
+    pub expires_at: Option<i64>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub last_seq: i64,
+    pub last_hash: String,
+}
+
+/// The number of columns of `runs`.
+pub(crate) const RUN_ROW_LEN: usize = 24;
+
+/// A row serializes as a JSON array of its columns in [`run_columns!`] order (SQLite's writer sends
+/// rows that way).
+impl serde::Serialize for RunRow {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(RUN_ROW_LEN))?;
+        self.serialize_elements(&mut seq)?;
+        seq.end()
+    }
+}
+
+impl RunRow {
+    /// Serializes the columns, in [`run_columns!`] order, into a sequence being written.
+    pub fn serialize_elements<S: serde::ser::SerializeSeq>(&self, seq: &mut S) -> Result<(), S::Error> {
+        seq.serialize_element(&self.id)?;
+        seq.serialize_element(&self.agent)?;
+        seq.serialize_element(&self.status)?;
+        seq.serialize_element(&self.version)?;
+        seq.serialize_element(&self.input)?;
+        seq.serialize_element(&self.output)?;
+        seq.serialize_element(&self.termination_reason)?;
+        seq.serialize_element(&self.iterations)?;
+        seq.serialize_element(&self.input_tokens)?;
+        seq.serialize_element(&self.output_tokens)?;
+        seq.serialize_element(&self.created_by)?;
+        seq.serialize_element(&self.created_at)?;
+        seq.serialize_element(&self.updated_at)?;
+        seq.serialize_element(&self.finished_at)?;
+        seq.serialize_element(&self.error)?;
+        seq.serialize_element(&self.suspension)?;
+        seq.serialize_element(&self.turn_digest)?;
+        seq.serialize_element(&self.required_calls)?;
+        seq.serialize_element(&self.decisions)?;
+        seq.serialize_element(&self.expires_at)?;
+        seq.serialize_element(&self.lease_owner)?;
+        seq.serialize_element(&self.lease_expires_at)?;
+        seq.serialize_element(&self.last_seq)?;
+        seq.serialize_element(&self.last_hash)
+    }
+}
+
+/// Counters are `u64` in Rust and signed 64-bit in SQL; no real run comes near the limit.
+fn to_sql_int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn encode_json<T: serde::Serialize>(id: &str, what: &str, value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Database(format!("cannot encode the {what} of run {id}: {e}")))
+}
+
+impl RunRow {
+    /// The row for a record.
+    pub fn encode(run: &RunRecord) -> Result<RunRow, StoreError> {
+        let pending = run.pending.as_ref();
+        Ok(RunRow {
+            id: run.id.clone(),
+            agent: run.agent.clone(),
+            status: run.status.as_str().to_owned(),
+            version: to_sql_int(run.version),
+            input: run.input.clone(),
+            output: run.output.clone(),
+            termination_reason: run.termination_reason.map(|r| r.as_str().to_owned()),
+            iterations: i64::from(run.iterations),
+            input_tokens: to_sql_int(run.usage.input_tokens),
+            output_tokens: to_sql_int(run.usage.output_tokens),
+            created_by: run.created_by.clone(),
+            created_at: run.created_at,
+            updated_at: run.updated_at,
+            finished_at: run.finished_at,
+            error: run.error.as_ref().map(|e| encode_json(&run.id, "error", e)).transpose()?,
+            suspension: pending.map(|p| p.suspension.clone()),
+            turn_digest: pending.map(|p| p.turn_digest.as_str().to_owned()),
+            required_calls: pending.map(|p| encode_json(&run.id, "required calls", &p.required)).transpose()?,
+            decisions: pending.map(|p| encode_json(&run.id, "decisions", &p.decisions)).transpose()?,
+            expires_at: pending.and_then(|p| p.expires_at),
+            lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
+            lease_expires_at: run.lease.as_ref().map(|l| l.expires_at),
+            last_seq: to_sql_int(run.last_seq),
+            last_hash: run.last_hash.clone(),
+        })
+    }
+
+    /// The record this row holds, or [`StoreError::Corrupt`].
+    pub fn decode(self) -> Result<RunRecord, StoreError> {
+        let id = self.id;
+        let corrupt = |detail: String| StoreError::Corrupt { id: id.clone(), detail };
+        let unsigned = |column: &str, value: i64| {
+            u64::try_from(value).map_err(|_| corrupt(format!("column {column} is negative ({value})")))
+        };
+        let status =
+            RunStatus::parse(&self.status).ok_or_else(|| corrupt(format!("unknown status `{}`", self.status)))?;
+        let termination_reason = self
+            .termination_reason
+            .map(|text| {
+                serde_json::from_value::<TerminationReason>(Value::String(text.clone()))
+                    .map_err(|_| corrupt(format!("unknown termination reason `{text}`")))
+            })
+            .transpose()?;
+        let iterations = u32::try_from(self.iterations)
+            .map_err(|_| corrupt(format!("column iterations is out of range ({})", self.iterations)))?;
+        let usage = Usage {
+            input_tokens: unsigned("input_tokens", self.input_tokens)?,
+            output_tokens: unsigned("output_tokens", self.output_tokens)?,
+        };
+        let error = self
+            .error
+            .map(|text| {
+                serde_json::from_str::<RunError>(&text).map_err(|e| corrupt(format!("column error is not valid: {e}")))
+            })
+            .transpose()?;
+        let pending = match self.suspension {
+            None => None,
+            Some(suspension) => {
+                let turn_digest =
+                    self.turn_digest.ok_or_else(|| corrupt("a pending turn without a turn digest".to_owned()))?;
+                let required: Vec<String> = match self.required_calls {
+                    Some(text) => serde_json::from_str(&text)
+                        .map_err(|e| corrupt(format!("column required_calls is not valid: {e}")))?,
+                    None => return Err(corrupt("a pending turn without its required calls".to_owned())),
+                };
+                let decisions: BTreeMap<String, RecordedDecision> = match self.decisions {
+                    Some(text) => serde_json::from_str(&text)
+                        .map_err(|e| corrupt(format!("column decisions is not valid: {e}")))?,
+                    None => BTreeMap::new(),
+                };
+                Some(Pending {
+                    suspension,
+                    turn_digest: TurnDigest(turn_digest),
+                    required,
+                    decisions,
+                    expires_at: self.expires_at,
+                })
+            }
+        };
+        let lease = match (self.lease_owner, self.lease_expires_at) {
+            (Some(owner), Some(expires_at)) => Some(Lease { owner, expires_at }),
+            (None, None) => None,
+            _ => return Err(corrupt("a lease without both owner and expiry".to_owned())),
+        };
+        Ok(RunRecord {
+            agent: self.agent,
+            status,
+            input: self.input,
+            output: self.output,
+            termination_reason,
+            iterations,
+            usage,
+            version: unsigned("version", self.version)?,
+            created_by: self.created_by,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            finished_at: self.finished_at,
+            error,
+            pending,
+            lease,
+            last_seq: unsigned("last_seq", self.last_seq)?,
+            last_hash: self.last_hash,
+            id,
+        })
+    }
+}
+
+/// Reads the [`run_columns!`] of a result row (any extra columns after them are ignored). A value of
+/// the wrong SQL type is [`StoreError::Corrupt`] for that run.
+pub(crate) fn read_run_row<R>(row: &R) -> Result<RunRow, StoreError>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let id: String = row
+        .try_get(0)
+        .map_err(|e| StoreError::Corrupt { id: "<unreadable id>".to_owned(), detail: format!("column id: {e}") })?;
+    let read = || -> Result<RunRow, sqlx::Error> {
+        Ok(RunRow {
+            agent: row.try_get(1)?,
+            status: row.try_get(2)?,
+            version: row.try_get(3)?,
+            input: row.try_get(4)?,
+            output: row.try_get(5)?,
+            termination_reason: row.try_get(6)?,
+            iterations: row.try_get(7)?,
+            input_tokens: row.try_get(8)?,
+            output_tokens: row.try_get(9)?,
+            created_by: row.try_get(10)?,
+            created_at: row.try_get(11)?,
+            updated_at: row.try_get(12)?,
+            finished_at: row.try_get(13)?,
+            error: row.try_get(14)?,
+            suspension: row.try_get(15)?,
+            turn_digest: row.try_get(16)?,
+            required_calls: row.try_get(17)?,
+            decisions: row.try_get(18)?,
+            expires_at: row.try_get(19)?,
+            lease_owner: row.try_get(20)?,
+            lease_expires_at: row.try_get(21)?,
+            last_seq: row.try_get(22)?,
+            last_hash: row.try_get(23)?,
+            id: id.clone(),
+        })
+    };
+    read().map_err(|e| StoreError::Corrupt { id: id.clone(), detail: e.to_string() })
+}
+
+/// Reads and decodes a run row.
+pub(crate) fn decode_run<R>(row: &R) -> Result<RunRecord, StoreError>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    read_run_row(row)?.decode()
+}
+
+/// Decodes rows for `list` and `due`: a corrupt row is skipped with a warning so that one bad run does
+/// not hide all the others (reading it by id still reports [`StoreError::Corrupt`]).
+pub(crate) fn decode_runs_skipping_corrupt<R>(rows: &[R], operation: &str) -> Vec<RunRecord>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    rows.iter()
+        .filter_map(|row| match decode_run(row) {
+            Ok(run) => Some(run),
+            Err(error) => {
+                tracing::warn!(%error, operation, "skipping a run whose stored row cannot be read");
+                None
+            }
+        })
+        .collect()
+}
+
+/// An event as its `events` row holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct EventRow {
+    pub seq: i64,
+    pub at: String,
+    pub kind: &'static str,
+    pub round: i64,
+    pub data: String,
+    pub hash: String,
+}
+
+impl EventRow {
+    /// The row for a chained event.
+    pub fn encode(run_id: &str, event: &StoredEvent) -> Result<EventRow, StoreError> {
+        Ok(EventRow {
+            seq: to_sql_int(event.seq),
+            at: event.at.clone(),
+            kind: event.kind.as_str(),
+            round: i64::from(event.round),
+            data: encode_json(run_id, "event data", &event.data)?,
+            hash: event.hash.clone(),
+        })
+    }
+}
+
+/// Reads an `events` row selected as `seq, at, kind, round, data, hash`.
+pub(crate) fn decode_event<R>(run_id: &str, row: &R) -> Result<StoredEvent, StoreError>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let corrupt = |detail: String| StoreError::Corrupt { id: run_id.to_owned(), detail };
+    let read = || -> Result<(i64, String, String, i64, String, String), sqlx::Error> {
+        Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?, row.try_get(4)?, row.try_get(5)?))
+    };
+    let (seq, at, kind, round, data, hash) = read().map_err(|e| corrupt(format!("an event row: {e}")))?;
+    let seq = u64::try_from(seq).map_err(|_| corrupt(format!("event seq {seq} is negative")))?;
+    Ok(StoredEvent {
+        seq,
+        at,
+        kind: EventKind::parse(&kind).ok_or_else(|| corrupt(format!("event {seq} has unknown kind `{kind}`")))?,
+        round: u32::try_from(round).map_err(|_| corrupt(format!("event {seq} has round {round} out of range")))?,
+        data: serde_json::from_str(&data).map_err(|e| corrupt(format!("event {seq} data is not JSON: {e}")))?,
+        hash,
+    })
+}
+
+/// Checks a [`Guard`] against a run as it is now.
+pub(crate) fn check_guard(
+    id: &str,
+    guard: &Guard,
+    status: RunStatus,
+    version: u64,
+    lease_owner: Option<&str>,
+) -> Result<(), StoreError> {
+    match guard {
+        Guard::Version(expected) if *expected != version => Err(StoreError::Conflict {
+            id: id.to_owned(),
+            detail: format!("expected version {expected}, the run is at version {version}"),
+        }),
+        Guard::Version(_) => Ok(()),
+        Guard::Lease(owner) => {
+            if status != RunStatus::Running {
+                Err(StoreError::Conflict { id: id.to_owned(), detail: format!("the run is {status}, not running") })
+            } else if lease_owner != Some(owner.as_str()) {
+                Err(StoreError::Conflict { id: id.to_owned(), detail: "another process holds the lease".to_owned() })
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The pure part of a transition: the guard, [`RunRecord::apply`], and the chained events. Returns
+/// the new record (with its new chain head) and the events to insert.
+pub(crate) fn plan_transition(
+    current: &RunRecord,
+    guard: &Guard,
+    transition: &Transition,
+    events: Vec<NewEvent>,
+    now: Millis,
+) -> Result<(RunRecord, Vec<StoredEvent>), StoreError> {
+    check_guard(&current.id, guard, current.status, current.version, current.lease.as_ref().map(|l| l.owner.as_str()))?;
+    let mut next = current.apply(transition, now)?;
+    let (stored, last_seq, last_hash) = chain(current.last_seq, &current.last_hash, events);
+    next.last_seq = last_seq;
+    next.last_hash = last_hash;
+    Ok((next, stored))
+}
+
+/// The pure part of a create: chains the first events after the record's (empty) chain head.
+pub(crate) fn plan_create(mut run: RunRecord, events: Vec<NewEvent>) -> (RunRecord, Vec<StoredEvent>) {
+    let (stored, last_seq, last_hash) = chain(run.last_seq, &run.last_hash, events);
+    run.last_seq = last_seq;
+    run.last_hash = last_hash;
+    (run, stored)
+}
+
+/// The fields of a run that `append` reads.
+pub(crate) struct ChainHead {
+    pub status: String,
+    pub lease_owner: Option<String>,
+    pub last_seq: i64,
+    pub last_hash: String,
+}
+
+/// The pure part of an append: the lease guard and the chained events. Returns the events and the new
+/// chain head.
+pub(crate) fn plan_append(
+    id: &str,
+    owner: &str,
+    head: ChainHead,
+    events: Vec<NewEvent>,
+) -> Result<(Vec<StoredEvent>, u64, String), StoreError> {
+    let corrupt = |detail: String| StoreError::Corrupt { id: id.to_owned(), detail };
+    let status = RunStatus::parse(&head.status).ok_or_else(|| corrupt(format!("unknown status `{}`", head.status)))?;
+    let last_seq = u64::try_from(head.last_seq).map_err(|_| corrupt("column last_seq is negative".to_owned()))?;
+    check_guard(id, &Guard::Lease(owner.to_owned()), status, 0, head.lease_owner.as_deref())?;
+    Ok(chain(last_seq, &head.last_hash, events))
+}
+
+/// The exclusive upper end of the id range that starts with `prefix` (ids are compared bytewise).
+pub(crate) fn prefix_upper_bound(prefix: &str) -> String {
+    let mut upper = String::with_capacity(prefix.len() + 4);
+    upper.push_str(prefix);
+    upper.push(char::MAX);
+    upper
+}
+
+/// How many matches `resolve_prefix` counts at most before saying "more than".
+pub(crate) const PREFIX_COUNT_CAP: i64 = 10_000;
+
+/// The answer of `resolve_prefix` from the first (up to two) matching ids and, when there are several,
+/// their count (capped at [`PREFIX_COUNT_CAP`] + 1).
+pub(crate) fn resolve_prefix_answer(prefix: &str, first: Vec<String>, count: i64) -> Result<String, StoreError> {
+    let mut ids = first.into_iter();
+    match (ids.next(), ids.next()) {
+        (None, _) => Err(StoreError::NotFound(prefix.to_owned())),
+        (Some(id), None) => Ok(id),
+        (Some(_), Some(_)) => {
+            let how_many =
+                if count > PREFIX_COUNT_CAP { format!("more than {PREFIX_COUNT_CAP}") } else { count.to_string() };
+            Err(StoreError::Conflict {
+                id: prefix.to_owned(),
+                detail: format!("the prefix `{prefix}` matches {how_many} runs; give more characters"),
+            })
+        }
+    }
+}
+
+/// Passwords of the URL a store was opened with, kept only to remove them from error messages.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Secrets(Vec<String>);
+
+impl Secrets {
+    /// The password of `scheme://user:PASSWORD@host/…` and of a `password=` query parameter, both as
+    /// written and percent-decoded.
+    pub fn from_url(url: &str) -> Secrets {
+        let mut found = Vec::new();
+        if let Some((_, rest)) = url.split_once("://") {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            if let Some((userinfo, _)) = authority.rsplit_once('@')
+                && let Some((_, password)) = userinfo.split_once(':')
+            {
+                found.push(password.to_owned());
+            }
+        }
+        if let Some((_, query)) = url.split_once('?') {
+            for pair in query.split('&') {
+                if let Some(password) = pair.strip_prefix("password=") {
+                    found.push(password.to_owned());
+                }
+            }
+        }
+        let decoded: Vec<String> = found.iter().map(|p| percent_decode(p)).collect();
+        found.extend(decoded);
+        found.retain(|p| !p.is_empty());
+        found.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        found.dedup();
+        Secrets(found)
+    }
+
+    /// The text with every secret replaced by `***`.
+    pub fn redact(&self, text: &str) -> String {
+        self.0.iter().fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "***"))
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) =
+                (bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex))
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A database failure as a retryable [`StoreError::Database`], with secrets removed.
+pub(crate) fn database_error(secrets: &Secrets, context: &str, error: &sqlx::Error) -> StoreError {
+    StoreError::Database(secrets.redact(&format!("{context}: {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_core::suspension::Decision;
+
+    fn waiting_run() -> RunRecord {
+        let mut run = RunRecord::new(
+            "0193b0c6-0000-7000-8000-000000000001".into(),
+            "demo".into(),
+            "hello".into(),
+            "local".into(),
+            1_000,
+            Some(Lease { owner: "node-a".into(), expires_at: 31_000 }),
+        );
+        run.status = RunStatus::WaitingForApproval;
+        run.lease = None;
+        run.usage = Usage { input_tokens: 120, output_tokens: 30 };
+        run.iterations = 1;
+        let mut decisions = BTreeMap::new();
+        decisions.insert(
+            "call_1".to_owned(),
+            RecordedDecision { decision: Decision::Deny { reason: "no".into() }, actor: "alice".into(), at: 2_000 },
+        );
+        run.pending = Some(Pending {
+            suspension: "{\"schema_version\":1}".into(),
+            turn_digest: TurnDigest(format!("sha256:{}", "a".repeat(64))),
+            required: vec!["call_1".into(), "call_2".into()],
+            decisions,
+            expires_at: Some(9_000),
+        });
+        run
+    }
+
+    #[test]
+    fn a_run_round_trips_through_its_row() -> Result<(), StoreError> {
+        let waiting = waiting_run();
+        assert_eq!(RunRow::encode(&waiting)?.decode()?, waiting);
+        let mut failed =
+            waiting.apply(&Transition::Fail { error: RunError { kind: "k".into(), message: "m".into() } }, 5)?;
+        failed.termination_reason = Some(TerminationReason::BudgetExhausted);
+        assert_eq!(RunRow::encode(&failed)?.decode()?, failed);
+        let running = RunRecord::new(
+            "x".into(),
+            "a".into(),
+            "i".into(),
+            "c".into(),
+            1,
+            Some(Lease { owner: "o".into(), expires_at: 2 }),
+        );
+        assert_eq!(RunRow::encode(&running)?.decode()?, running);
+        Ok(())
+    }
+
+    #[test]
+    fn a_bad_row_is_corrupt_for_its_run() -> Result<(), StoreError> {
+        let mut row = RunRow::encode(&waiting_run())?;
+        row.decisions = Some("{not json".into());
+        assert!(matches!(row.decode(), Err(StoreError::Corrupt { id, .. }) if id.starts_with("0193b0c6")));
+        let mut row = RunRow::encode(&waiting_run())?;
+        row.status = "sleeping".into();
+        assert!(matches!(row.decode(), Err(StoreError::Corrupt { .. })));
+        let mut row = RunRow::encode(&waiting_run())?;
+        row.version = -1;
+        assert!(matches!(row.decode(), Err(StoreError::Corrupt { .. })));
+        Ok(())
+    }
+
+    #[test]
+    fn passwords_never_reach_error_text() {
+        let secrets = Secrets::from_url("postgres://tollgate:s3cr%40t@db.example:5432/runs?password=other");
+        let text = secrets.redact("could not connect to postgres://tollgate:s3cr%40t@db.example with s3cr@t or other");
+        assert!(!text.contains("s3cr"), "{text}");
+        assert!(!text.contains("other"), "{text}");
+        assert!(Secrets::from_url("postgres://postgres@127.0.0.1/test").0.is_empty());
+    }
+
+    #[test]
+    fn prefix_answers() {
+        assert_eq!(resolve_prefix_answer("01", vec![], 0), Err(StoreError::NotFound("01".into())));
+        assert_eq!(resolve_prefix_answer("01", vec!["0123".into()], 1), Ok("0123".into()));
+        let Err(StoreError::Conflict { detail, .. }) = resolve_prefix_answer("01", vec!["011".into(), "012".into()], 3)
+        else {
+            panic!("several matches must conflict");
+        };
+        assert!(detail.contains("matches 3 runs"), "{detail}");
+        assert!(prefix_upper_bound("01").as_str() > "01ffff-ffff");
+    }
+}
