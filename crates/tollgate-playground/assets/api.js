@@ -1,0 +1,92 @@
+// The HTTP API of API.md, as the playground calls it: JSON in and out, the token from localStorage as
+// `Authorization: Bearer`, problem+json errors turned into ApiError. A 401 is also announced on
+// `authEvents` so the page can ask for a token wherever the request came from.
+
+const TOKEN_KEY = 'tollgate.token';
+
+/** Fires `unauthorized` (detail: the ApiError) whenever the server answers 401. */
+export const authEvents = new EventTarget();
+
+/** The stored API token, or "" when none is set. */
+export function getToken() {
+  try {
+    return localStorage.getItem(TOKEN_KEY) ?? '';
+  } catch {
+    return '';
+  }
+}
+
+/** Stores the token (an empty string forgets it). */
+export function setToken(token) {
+  try {
+    if (token) localStorage.setItem(TOKEN_KEY, token);
+    else localStorage.removeItem(TOKEN_KEY);
+  } catch {
+    // Storage may be disabled; the token then lasts for this page only.
+  }
+  memoryToken = token;
+}
+
+let memoryToken = null;
+
+function token() {
+  return memoryToken ?? getToken();
+}
+
+/** An absolute URL for an API path, relative to where the playground is served. */
+export function apiUrl(path) {
+  return new URL(path.replace(/^\//, ''), document.baseURI).toString();
+}
+
+/** The headers every API request carries. */
+export function authHeaders() {
+  const t = token();
+  return t ? { Authorization: `Bearer ${t}` } : {};
+}
+
+/** A refused request: the HTTP status and the problem+json body (or what could be read of it). */
+export class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem.detail || problem.title || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+/**
+ * Calls the API.
+ * @param {string} method
+ * @param {string} path e.g. `v1/runs`
+ * @param {unknown} [body] sent as JSON
+ * @returns {Promise<any>} the parsed JSON answer (null for an empty one)
+ */
+export async function api(method, path, body) {
+  const headers = { Accept: 'application/json', ...authHeaders() };
+  const init = { method, headers };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(apiUrl(path), init);
+  } catch (e) {
+    throw new ApiError(0, { title: 'The server cannot be reached', detail: `The server cannot be reached (${e}).` });
+  }
+  const text = await response.text();
+  if (response.ok) return text ? JSON.parse(text) : null;
+  let problem;
+  try {
+    problem = JSON.parse(text);
+  } catch {
+    problem = { title: response.statusText || `HTTP ${response.status}`, detail: text.slice(0, 300) };
+  }
+  const error = new ApiError(response.status, problem);
+  if (response.status === 401) authEvents.dispatchEvent(new CustomEvent('unauthorized', { detail: error }));
+  return Promise.reject(error);
+}
+
+/** Whether a token is set (then live events go over fetch(), which can send it). */
+export function hasToken() {
+  return token() !== '';
+}

@@ -1,0 +1,363 @@
+// The held calls of a waiting run (`run.pending.calls`) and the decisions on them.
+//
+// Each call a person must decide (gate `ask`, or in doubt after a crash) gets approve, edit (a JSON
+// editor checked against the tool's schema before anything is sent), deny with a reason and respond;
+// the panel adds approve-all and deny-all. Every decision names the `turn_digest` the person saw, so a
+// decision on a turn that changed since is refused (409) instead of landing on calls nobody looked at.
+// Cards are kept across refreshes while their call is undecided, so a half-typed edit survives a
+// decision someone makes on another call.
+
+import { api, ApiError } from './api.js';
+import { h, replace, uid } from './dom.js';
+import { pretty } from './format.js';
+import { checkArguments } from './schema.js';
+import { jsonBlock, notify, previewBlock } from './ui.js';
+
+/** How each decision action reads in the past tense. */
+export const ACTION_WORDS = {
+  approve: 'Approved',
+  deny: 'Denied',
+  edit: 'Approved with edited arguments',
+  respond: 'Answered in the tool’s place',
+};
+
+/** Whether a held call takes a decision from a person. */
+export function decidable(call) {
+  return call.gate === 'ask' || call.in_doubt === true;
+}
+
+/** "Denied by alice: not on a Friday" — a recorded decision in words. */
+export function decisionText(decision) {
+  const words = ACTION_WORDS[decision.action] ?? decision.action;
+  const by = decision.actor ? ` by ${decision.actor}` : '';
+  const why = decision.action === 'deny' && decision.reason ? `: ${decision.reason}` : '';
+  return `${words}${by}${why}`;
+}
+
+export class HeldPanel {
+  /**
+   * @param {{runId: string, schemaOf: (tool: string) => (object|undefined), onRun: (run: object) => void,
+   *   onConflict: () => void}} options
+   */
+  constructor({ runId, schemaOf, onRun, onConflict }) {
+    this.runId = runId;
+    this.schemaOf = schemaOf;
+    this.onRun = onRun;
+    this.onConflict = onConflict;
+    this.digest = null;
+    this.cards = new Map(); // call_id -> {el, decided}
+    this.list = h('div.calls');
+    this.bulk = h('div.bulk');
+    this.summary = h('p.muted.small');
+    this.el = h(
+      'section.card.held',
+      { id: 'held', 'aria-labelledby': 'held-heading', hidden: true },
+      h('h2', { id: 'held-heading', tabindex: '-1', text: 'Waiting for a decision' }),
+      this.summary,
+      this.list,
+      this.bulk,
+    );
+  }
+
+  /** Shows the run's held calls (or hides the panel when the run is not waiting). */
+  update(run) {
+    const pending = run.status === 'waiting_for_approval' ? run.pending : null;
+    if (!pending) {
+      this.el.hidden = true;
+      this.digest = null;
+      this.cards.clear();
+      this.list.replaceChildren();
+      this.bulk.replaceChildren();
+      return;
+    }
+    this.el.hidden = false;
+    if (pending.turn_digest !== this.digest) {
+      this.digest = pending.turn_digest;
+      this.cards.clear();
+      this.list.replaceChildren();
+    }
+    this.calls = pending.calls;
+    for (const call of pending.calls) {
+      const known = this.cards.get(call.call_id);
+      const decided = Boolean(call.decision);
+      if (known && known.decided === decided) continue;
+      const card = this.card(call);
+      if (known) known.el.replaceWith(card);
+      else this.list.append(card);
+      this.cards.set(call.call_id, { el: card, decided });
+    }
+    const open = pending.calls.filter((c) => decidable(c) && !c.decision);
+    const deadline = pending.expires_at ? ` Deadline: ${new Date(pending.expires_at).toLocaleString()}.` : '';
+    this.summary.textContent =
+      open.length === 0
+        ? `Every call is decided; the run resumes.${deadline}`
+        : `${open.length} of ${pending.calls.length} call(s) need your decision. Nothing of this turn has run yet.${deadline}`;
+    this.renderBulk(open);
+  }
+
+  renderBulk(open) {
+    if (open.length === 0) {
+      this.bulk.replaceChildren();
+      return;
+    }
+    if (this.bulk.dataset.open === String(open.length) && this.bulk.childElementCount > 0) return;
+    this.bulk.dataset.open = String(open.length);
+    const reasonId = uid('deny-all-reason');
+    const reason = h('input', { id: reasonId, type: 'text', placeholder: 'Why not?', autocomplete: 'off' });
+    const approveAll = h('button.approve', {
+      type: 'button',
+      text: open.length > 1 ? `Approve all ${open.length}` : 'Approve all',
+      onClick: () => this.send({ approve_all: true }, approveAll),
+    });
+    const denyAll = h('button.danger', { type: 'submit', text: 'Deny all' });
+    replace(
+      this.bulk,
+      h('div.bulk-group', { role: 'group', 'aria-label': 'Decide every undecided call' }, approveAll),
+      h(
+        'form.bulk-group.inline',
+        {
+          'aria-label': 'Deny every undecided call',
+          onSubmit: (e) => {
+            e.preventDefault();
+            const body = { deny_all: true };
+            if (reason.value.trim()) body.reason = reason.value.trim();
+            this.send(body, denyAll);
+          },
+        },
+        h('label', { for: reasonId, text: 'Reason for denying all' }),
+        reason,
+        denyAll,
+      ),
+    );
+  }
+
+  card(call) {
+    const headingId = uid('call');
+    const badges = [h(`span.badge.gate-${call.gate}`, { text: `gate: ${call.gate}` })];
+    if (call.in_doubt) {
+      badges.push(
+        h('span.badge.in-doubt', {
+          text: 'in doubt',
+          title: 'It started before a crash and never reported back: it may have run already.',
+        }),
+      );
+    }
+    const card = h(
+      'article.call',
+      { 'aria-labelledby': headingId, dataset: { callId: call.call_id, tool: call.tool } },
+      h(
+        'header.call-head',
+        null,
+        h('h3', { id: headingId, tabindex: '-1' }, h('code', { text: call.tool }), ' ', h('span.call-id', { text: call.call_id })),
+        h('span.badges', null, badges),
+      ),
+      call.in_doubt
+        ? h('p.warning', { text: 'This call started before a crash and never reported back: it may already have run. Approving runs it again.' })
+        : null,
+      call.preview
+        ? h('div.preview-wrap', null, h('h4.label', { text: 'Preview' }), previewBlock(call.preview, `Preview of ${call.tool} ${call.call_id}`))
+        : null,
+      // Without a preview, the arguments are what a person decides on: show them open.
+      h('details.args', { open: !call.preview }, h('summary', { text: 'Arguments' }), jsonBlock(call.arguments, `Arguments of ${call.call_id}`)),
+    );
+    if (call.decision) {
+      const d = call.decision;
+      const extra = [];
+      if (d.action === 'edit') extra.push(jsonBlock(d.arguments, 'Edited arguments'));
+      if (d.action === 'respond') extra.push(h('pre.code', null, h('code', { text: d.result })));
+      card.append(h(`p.decided.decided-${d.action}`, { text: decisionText(d) }), ...extra);
+      card.classList.add('is-decided');
+      return card;
+    }
+    if (!decidable(call)) {
+      const note =
+        call.gate === 'forbid'
+          ? 'Refused before any gate: it will not run, and the model gets an error for it.'
+          : 'Allowed by its gate: it runs together with the approved calls once every call is decided.';
+      card.append(h('p.note', { text: note }));
+      return card;
+    }
+    card.append(this.controls(call));
+    return card;
+  }
+
+  controls(call) {
+    const area = h('div.form-area', { id: uid('decide') });
+    const buttons = [];
+    const toggle = (label, build) => {
+      const button = h('button', { type: 'button', 'aria-expanded': 'false', 'aria-controls': area.id, text: label });
+      button.addEventListener('click', () => {
+        const opening = button.getAttribute('aria-expanded') !== 'true';
+        for (const b of buttons) b.setAttribute('aria-expanded', 'false');
+        area.replaceChildren();
+        if (opening) {
+          button.setAttribute('aria-expanded', 'true');
+          const form = build(() => {
+            button.setAttribute('aria-expanded', 'false');
+            area.replaceChildren();
+            button.focus();
+          });
+          area.append(form);
+          form.querySelector('textarea, input')?.focus();
+        }
+      });
+      buttons.push(button);
+      return button;
+    };
+    const approve = h('button.approve', {
+      type: 'button',
+      text: 'Approve',
+      onClick: () => this.send({ decisions: [{ call_id: call.call_id, action: 'approve' }] }, approve),
+    });
+    const group = h(
+      'div.actions',
+      { role: 'group', 'aria-label': `Decide ${call.tool} ${call.call_id}` },
+      approve,
+      toggle('Edit…', (close) => this.editForm(call, close)),
+      toggle('Deny…', (close) => this.denyForm(call, close)),
+      toggle('Respond…', (close) => this.respondForm(call, close)),
+    );
+    return h('div.decide', null, group, area);
+  }
+
+  editForm(call, close) {
+    const id = uid('edit');
+    const problemsId = `${id}-problems`;
+    const schema = this.schemaOf(call.tool);
+    const text = h('textarea.json', {
+      id,
+      rows: Math.min(16, Math.max(5, pretty(call.arguments).split('\n').length + 1)),
+      spellcheck: 'false',
+      autocapitalize: 'off',
+      'aria-describedby': problemsId,
+    });
+    text.value = pretty(call.arguments);
+    const problems = h('div.problems', { id: problemsId, 'aria-live': 'polite' });
+    const submit = h('button.primary', { type: 'submit', text: 'Approve with these arguments' });
+    const check = () => {
+      const result = checkArguments(text.value, schema);
+      const ok = result.problems.length === 0;
+      text.setAttribute('aria-invalid', String(!ok));
+      submit.disabled = !ok;
+      if (ok) {
+        replace(problems, h('p.ok', { text: schema ? `Valid against the ${call.tool} schema.` : 'Valid JSON (no schema known for this tool).' }));
+      } else {
+        replace(
+          problems,
+          h('p.error-title', { text: `${result.problems.length} problem(s) — fix before sending:` }),
+          h('ul.error-list', null, result.problems.map((p) => h('li', { text: p }))),
+        );
+      }
+      return result;
+    };
+    text.addEventListener('input', check);
+    check();
+    return h(
+      'form.stack.decide-form',
+      {
+        'aria-label': `Edit the arguments of ${call.call_id}`,
+        onSubmit: (e) => {
+          e.preventDefault();
+          const result = check();
+          if (result.problems.length) {
+            text.focus();
+            return;
+          }
+          this.send({ decisions: [{ call_id: call.call_id, action: 'edit', arguments: result.value }] }, submit, problems);
+        },
+      },
+      h('label', { for: id, text: `Arguments for ${call.tool} (JSON)` }),
+      text,
+      problems,
+      h('div.row', null, submit, h('button', { type: 'button', text: 'Cancel', onClick: close })),
+    );
+  }
+
+  denyForm(call, close) {
+    const id = uid('deny');
+    const reason = h('input', { id, type: 'text', autocomplete: 'off', placeholder: 'e.g. not on a Friday' });
+    const submit = h('button.danger', { type: 'submit', text: 'Deny' });
+    const error = h('div.problems', { 'aria-live': 'polite' });
+    return h(
+      'form.stack.decide-form',
+      {
+        'aria-label': `Deny ${call.call_id}`,
+        onSubmit: (e) => {
+          e.preventDefault();
+          const item = { call_id: call.call_id, action: 'deny' };
+          if (reason.value.trim()) item.reason = reason.value.trim();
+          this.send({ decisions: [item] }, submit, error);
+        },
+      },
+      h('label', { for: id, text: 'Reason (the model sees it)' }),
+      reason,
+      error,
+      h('div.row', null, submit, h('button', { type: 'button', text: 'Cancel', onClick: close })),
+    );
+  }
+
+  respondForm(call, close) {
+    const id = uid('respond');
+    const result = h('textarea', { id, rows: 4, placeholder: 'The result the model receives instead of running the tool' });
+    const submit = h('button.primary', { type: 'submit', text: 'Send response' });
+    const error = h('div.problems', { 'aria-live': 'polite' });
+    return h(
+      'form.stack.decide-form',
+      {
+        'aria-label': `Respond in place of ${call.call_id}`,
+        onSubmit: (e) => {
+          e.preventDefault();
+          this.send({ decisions: [{ call_id: call.call_id, action: 'respond', result: result.value }] }, submit, error);
+        },
+      },
+      h('label', { for: id, text: `Result given to the model in place of ${call.tool}` }),
+      result,
+      error,
+      h('div.row', null, submit, h('button', { type: 'button', text: 'Cancel', onClick: close })),
+    );
+  }
+
+  /**
+   * Posts decisions on the digest this panel shows. A 409 is explained and the run refreshed; a 422
+   * (e.g. edited arguments the server's validator refuses) is shown next to the form.
+   */
+  async send(body, button, errorBox) {
+    const label = button?.textContent;
+    if (button) {
+      button.disabled = true;
+      button.textContent = 'Sending…';
+    }
+    try {
+      const run = await api('POST', `v1/runs/${encodeURIComponent(this.runId)}/decisions`, { turn_digest: this.digest, ...body });
+      this.onRun(run);
+      this.focusNext();
+    } catch (e) {
+      if (button?.isConnected) {
+        button.disabled = false;
+        button.textContent = label;
+      }
+      if (e instanceof ApiError && e.status === 409) {
+        notify(
+          `${e.message}. Someone else may have decided first, or the held turn changed since this page showed it. The run has been refreshed: look again before deciding.`,
+          { kind: 'error', title: 'Your decision was not recorded.' },
+        );
+        this.onConflict();
+      } else if (e instanceof ApiError && e.status === 422 && errorBox) {
+        replace(errorBox, h('p.error-title', { role: 'alert', text: `Refused by the server: ${e.message}` }));
+      } else {
+        notify(e.message, { kind: 'error', title: 'Your decision was not recorded.' });
+      }
+    }
+  }
+
+  /**
+   * After a decision: focus the next call still waiting, so deciding a turn needs no mouse; when none
+   * is left, the steps, where the run goes on.
+   */
+  focusNext() {
+    const next = this.list.querySelector('article.call:not(.is-decided) .actions button');
+    if (next) next.focus();
+    else if (this.el.hidden) document.getElementById('steps-heading')?.focus();
+    else document.getElementById('held-heading')?.focus();
+  }
+}

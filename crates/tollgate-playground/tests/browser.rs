@@ -1,0 +1,298 @@
+//! The playground in a real headless Chromium (`e2e/playground.test.mjs`, driven by playwright-core),
+//! against the real `tollgate serve` binary; and the unit tests of its DOM-free JavaScript modules
+//! (`e2e/units.test.mjs`).
+//!
+//! Each server runs in a fresh temporary folder with a `tollgate.toml` that defines the scripted agent
+//! `scribe`: turn 1 writes `a.txt` and `b.txt` (two `fs_write` calls, both ask-gated, in one turn;
+//! `b.txt` exists already, so its preview is a diff), turn 2 says `done`. A second server has auth on
+//! (token of `alice`), for the token prompt and the fetch()-read event stream.
+//!
+//! Needs `node`, Chromium (`/usr/bin/chromium`, or `CHROMIUM`) and playwright-core (installed by
+//! `npm ci --prefix .ci/npm`, or `PLAYWRIGHT_CORE`). Without them the tests say what is missing and pass
+//! — unless `CI` is set, where they fail. The run page's screenshot goes to `SCREENSHOT`, default
+//! `target/playground-run.png`.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The scripted agent's turns (CONFIG.md, "The scripted provider's script").
+const SCRIPT: &str = r#"{"turns": [
+  {"text": "I will write both notes.", "tool_calls": [
+    {"name": "fs_write", "arguments": {"path": "a.txt", "content": "A: {{input}}\n"}},
+    {"name": "fs_write", "arguments": {"path": "b.txt", "content": "B: {{input}}\nsecond line\n"}}
+  ]},
+  {"text": "done"}
+]}
+"#;
+
+const CONFIG: &str = r#"[[providers]]
+name = "script"
+kind = "scripted"
+script = "script.json"
+
+[[agents]]
+name = "scribe"
+provider = "script"
+system_prompt = "You write two notes."
+tools = ["fs_write"]
+max_iterations = 5
+"#;
+
+const AUTH: &str = r#"
+[[auth.tokens]]
+name = "alice"
+token = "alice-secret"
+roles = ["runner", "approver"]
+"#;
+
+const BROWSER_TIMEOUT: Duration = Duration::from_secs(240);
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn repo_dir() -> PathBuf {
+    crate_dir().join("../..")
+}
+
+/// `target/<profile>`: this test executable lives in its `deps/` folder.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("cannot find this test's executable: {e}"));
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| panic!("{} has no profile folder", exe.display()))
+}
+
+/// What the browser test needs from outside Cargo, or why it cannot run.
+fn javascript_tools(need_browser: bool) -> Result<(), String> {
+    let node = Command::new("node").arg("--version").output();
+    if !node.as_ref().is_ok_and(|o| o.status.success()) {
+        return Err("`node` is not on PATH (Debian: apt-get install nodejs)".into());
+    }
+    if need_browser {
+        let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        if !Path::new(&chromium).exists() {
+            return Err(format!("no Chromium at {chromium} (Debian: apt-get install chromium)"));
+        }
+        let playwright = std::env::var("PLAYWRIGHT_CORE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| repo_dir().join(".ci/npm/node_modules/playwright-core"));
+        if !playwright.join("package.json").exists() {
+            return Err(format!(
+                "playwright-core is not installed at {} (npm ci --prefix .ci/npm)",
+                playwright.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// True when the test can run; otherwise a note (or, under CI, a failure) saying what is missing.
+fn can_run(need_browser: bool) -> bool {
+    match javascript_tools(need_browser) {
+        Ok(()) => true,
+        Err(missing) if std::env::var_os("CI").is_some() => panic!("CI must run the playground's tests: {missing}"),
+        Err(missing) => {
+            eprintln!("note: skipping the playground's JavaScript tests: {missing}");
+            false
+        }
+    }
+}
+
+/// The `tollgate` binary of this profile, built first if it is missing or older than the playground's
+/// assets (so the browser never sees a page other than the one in this tree).
+fn tollgate_binary() -> PathBuf {
+    let binary = profile_dir().join(format!("tollgate{}", std::env::consts::EXE_SUFFIX));
+    if is_stale(&binary) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "tollgate-cli", "--bin", "tollgate"]).current_dir(repo_dir());
+        if profile_dir().file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().unwrap_or_else(|e| panic!("cannot run cargo to build tollgate: {e}"));
+        assert!(status.success(), "cargo build -p tollgate-cli failed");
+    }
+    assert!(binary.exists(), "{} is missing after the build", binary.display());
+    binary
+}
+
+fn is_stale(binary: &Path) -> bool {
+    let Ok(built) = binary.metadata().and_then(|m| m.modified()) else { return true };
+    let assets = crate_dir().join("assets");
+    let newest = std::fs::read_dir(&assets)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", assets.display()))
+        .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
+        .max();
+    newest.is_some_and(|newest| newest > built)
+}
+
+/// A `tollgate serve` in its own temporary folder, stopped on drop.
+struct Server {
+    child: Child,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(binary: &Path, auth: bool) -> Server {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("no temporary folder: {e}"));
+        let config = if auth { format!("{CONFIG}{AUTH}") } else { CONFIG.to_owned() };
+        write(&dir.path().join("tollgate.toml"), &config);
+        write(&dir.path().join("script.json"), SCRIPT);
+        std::fs::create_dir_all(dir.path().join("workspace")).unwrap_or_else(|e| panic!("no workspace: {e}"));
+        write(&dir.path().join("workspace/b.txt"), "B: old\nsecond line\n");
+
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap_or_else(|e| panic!("no log file: {e}"));
+        let err = log.try_clone().unwrap_or_else(|e| panic!("no log file: {e}"));
+        let mut command = Command::new(binary);
+        command
+            .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err);
+        // The temporary folder's tollgate.toml decides everything, whatever this shell has set.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("TOLLGATE_") {
+                command.env_remove(name);
+            }
+        }
+        let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        let mut server = Server { child, url: format!("http://127.0.0.1:{port}/"), dir };
+        server.wait_healthy(port);
+        server
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.path().join("workspace")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    fn wait_healthy(&mut self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("tollgate serve exited ({status}) before it was healthy:\n{}", self.log());
+            }
+            if healthz(port) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("tollgate serve did not answer /healthz within 30 s:\n{}", self.log());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+/// A port that was free a moment ago (bound to port 0, then released for the server).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap_or_else(|e| panic!("cannot bind: {e}"));
+    listener.local_addr().unwrap_or_else(|e| panic!("no local address: {e}")).port()
+}
+
+/// `GET /healthz` answered 200.
+fn healthz(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.starts_with("HTTP/1.1 200")
+}
+
+/// Runs `node --test FILE` in this crate's folder with `envs`, within `timeout`; panics with its output
+/// if it fails.
+fn node_test(file: &str, envs: &[(&str, String)], timeout: Duration) {
+    let out = tempfile::tempdir().unwrap_or_else(|e| panic!("no temporary folder: {e}"));
+    let stdout = std::fs::File::create(out.path().join("stdout")).unwrap_or_else(|e| panic!("{e}"));
+    let stderr = std::fs::File::create(out.path().join("stderr")).unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new("node")
+        .args(["--test", file])
+        .current_dir(crate_dir())
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run node: {e}"));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("cannot wait for node: {e}")) {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let output = format!(
+        "{}{}",
+        std::fs::read_to_string(out.path().join("stdout")).unwrap_or_default(),
+        std::fs::read_to_string(out.path().join("stderr")).unwrap_or_default()
+    );
+    // Shown by the test harness when the test fails (or with --nocapture).
+    println!("{output}");
+    match status {
+        Some(status) if status.success() => {}
+        Some(status) => panic!("node --test {file} failed ({status}):\n{output}"),
+        None => panic!("node --test {file} did not finish within {timeout:?}:\n{output}"),
+    }
+}
+
+#[test]
+fn javascript_modules_pass_their_unit_tests() {
+    if !can_run(false) {
+        return;
+    }
+    node_test("e2e/units.test.mjs", &[], Duration::from_secs(60));
+}
+
+#[test]
+fn playground_in_headless_chromium() {
+    if !can_run(true) {
+        return;
+    }
+    let binary = tollgate_binary();
+    let open = Server::start(&binary, false);
+    let guarded = Server::start(&binary, true);
+    let screenshot = std::env::var("SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| profile_dir().join("..").join("playground-run.png"));
+    let mut envs = vec![
+        ("BASE_URL", open.url.clone()),
+        ("WORKSPACE", open.workspace().display().to_string()),
+        ("AUTH_BASE_URL", guarded.url.clone()),
+        ("AUTH_TOKEN", "alice-secret".to_owned()),
+        ("SCREENSHOT", screenshot.display().to_string()),
+    ];
+    if let Ok(path) = std::env::var("PLAYWRIGHT_CORE") {
+        envs.push(("PLAYWRIGHT_CORE", path));
+    }
+    node_test("e2e/playground.test.mjs", &envs, BROWSER_TIMEOUT);
+    assert!(screenshot.exists(), "the test wrote no screenshot at {}", screenshot.display());
+    println!("screenshot of the run page: {}", screenshot.display());
+}
