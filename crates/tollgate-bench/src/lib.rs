@@ -4,13 +4,17 @@
 //! - A: the approval cycle — N runs suspend at a `write_note` call (phase 1), then each is loaded fresh
 //!   from the store, approved, and completed (phase 2);
 //! - B: loop overhead — one run of 50 allow-gated `get_time` turns, repeated, no store;
-//! - C: as A, but phase 2 denies with reason `not allowed`.
+//! - C: as A, but phase 2 denies with reason `not allowed`;
+//! - D: scale — the approval cycle and the waiting list with N runs waiting ([`scale`]).
+//!
+//! Workload A also runs through the HTTP API ([`http`]).
 //!
 //! Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS, and for A/C
 //! the mean bytes of persisted suspension; the end checks (N completed, the tool ran exactly N times with
 //! each text once, or never for C) make a wrong result fail loudly rather than look fast.
 
 pub mod http;
+pub mod scale;
 
 use futures_util::StreamExt;
 use serde::Serialize;
@@ -279,12 +283,12 @@ fn report(name: &str, started: Instant, cpu0: f64, mut latencies: Vec<Duration>,
 /// Prints reports as one table.
 pub fn table(reports: &[PhaseReport]) -> String {
     let mut out = format!(
-        "{:<52} {:>8} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>10}\n",
+        "{:<56} {:>8} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>10}\n",
         "phase", "count", "wall s", "per s", "p50 µs", "p99 µs", "cpu µs", "rss MiB", "susp B"
     );
     for r in reports {
         out.push_str(&format!(
-            "{:<52} {:>8} {:>9.3} {:>11.0} {:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>10}\n",
+            "{:<56} {:>8} {:>9.3} {:>11.0} {:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>10}\n",
             r.name,
             r.count,
             r.wall_secs,

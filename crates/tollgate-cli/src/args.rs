@@ -12,12 +12,18 @@ use std::time::Duration;
     version,
     about = "A durable agent runtime: runs stop at the gate until a person decides.",
     after_help = "Exit codes: 0 done, 1 failed, 2 usage or configuration error, 3 waiting for approval, 4 conflict.\n\
-                  Store: sqlite://tollgate.db in the current folder, or TOLLGATE_STORE_URL."
+                  Store: sqlite://tollgate.db in the current folder, or TOLLGATE_STORE_URL.\n\
+                  With --server URL the commands act through that server's HTTP API instead (token: TOLLGATE_TOKEN)."
 )]
 pub struct Cli {
     /// The configuration file (else TOLLGATE_CONFIG, else ./tollgate.toml, else built-in defaults).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<std::path::PathBuf>,
+
+    /// Act through the HTTP API of the Tollgate server at this URL instead of opening the store (the token
+    /// comes from TOLLGATE_TOKEN). Same output and exit codes; not for `serve` and `bench`.
+    #[arg(long, global = true, value_name = "URL")]
+    pub server: Option<String>,
 
     /// Machine-readable output: stdout holds only JSON.
     #[arg(long, global = true)]
@@ -63,6 +69,9 @@ pub enum Command {
     Tools(ToolsArgs),
     /// Check a run's hash chain.
     Verify(VerifyArgs),
+    /// Run the benchmark workloads of BENCH.md and print one table.
+    #[command(long_about = BENCH_ABOUT)]
+    Bench(BenchArgs),
 }
 
 /// `tollgate serve`.
@@ -192,6 +201,59 @@ pub struct VerifyArgs {
     pub run: String,
 }
 
+/// `tollgate bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The workload (all of them when omitted).
+    #[arg(value_enum, ignore_case = true)]
+    pub workload: Option<Workload>,
+    /// N: runs for A, C and D (default 1000, D's waiting runs); repeats of the 50-turn run for B (default 200).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub n: Option<u64>,
+    /// The store to measure (default: a fresh SQLite file in a temporary folder, removed afterwards).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+}
+
+/// The workloads of BENCH.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// The approval cycle: N runs wait at the gate, then each is loaded, approved and completed.
+    #[value(name = "A")]
+    A,
+    /// Loop overhead: a run of 50 allow-gated tool turns, repeated N times, no store.
+    #[value(name = "B")]
+    B,
+    /// As A, but each call is denied.
+    #[value(name = "C")]
+    C,
+    /// Scale: the approval cycle and the waiting list with N runs waiting.
+    #[value(name = "D")]
+    D,
+}
+
+/// The long help of `tollgate bench`.
+const BENCH_ABOUT: &str = "\
+Run the benchmark workloads of BENCH.md with the scripted provider (instant answers, no network) and
+print one table of their phases (--json: the reports).
+
+A  the approval cycle: in process one run at a time (c=1), then 32 in flight, then through the HTTP API
+   (32 clients on loopback). Phase 1 starts N runs that wait at the gate; phase 2 loads each one, approves
+   it and lets it complete.
+B  loop overhead: a run of 50 allow-gated tool turns and a final answer, repeated N times (default 200),
+   no store.
+C  as A in process, denying each call with reason `not allowed`.
+D  scale: fills the store with N waiting runs (default 1,000; many in flight), then measures the p99 of
+   \"load one waiting run by id, decide, complete\" over 200 of them, the latency of listing
+   status=waiting_for_approval limit=50, and the peak RSS. BENCH.md's criterion (within 2x, and a peak
+   RSS that does not grow) compares a run with --n 1000 against one with --n 1000000, which takes minutes
+   and a few GB of disk: the million runs are really started and suspended.
+
+Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS of the process
+and the mean bytes of persisted suspension. The default store is a fresh SQLite file per workload in a
+temporary folder (WAL, synchronous=FULL: the production settings), removed afterwards; --store measures
+another one (e.g. PostgreSQL; every workload then shares it). Exit 1 when a workload's end check fails.";
+
 fn parse_status(text: &str) -> Result<tollgate_core::RunStatus, String> {
     tollgate_core::RunStatus::parse(text).ok_or_else(|| {
         let known: Vec<&str> = tollgate_core::RunStatus::ALL.iter().map(|s| s.as_str()).collect();
@@ -225,5 +287,19 @@ mod tests {
         assert!(Cli::try_parse_from(["tollgate", "runs", "--status", "sleeping"]).is_err());
         assert!(Cli::try_parse_from(["tollgate", "runs", "--limit", "501"]).is_err());
         assert!(Cli::try_parse_from(["tollgate", "approve", "abc", "--call", "call_1", "--call", "call_2"]).is_ok());
+    }
+
+    #[test]
+    fn server_is_global_and_bench_takes_a_workload() {
+        let cli = Cli::try_parse_from(["tollgate", "runs", "--server", "http://127.0.0.1:8080"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cli.server.as_deref(), Some("http://127.0.0.1:8080"));
+        let cli = Cli::try_parse_from(["tollgate", "bench", "a", "--n", "20"]).unwrap_or_else(|e| panic!("{e}"));
+        match cli.command {
+            Command::Bench(args) => assert_eq!((args.workload, args.n), (Some(Workload::A), Some(20))),
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["tollgate", "bench", "E"]).is_err());
+        assert!(Cli::try_parse_from(["tollgate", "bench", "B", "--n", "0"]).is_err());
     }
 }

@@ -81,7 +81,8 @@ impl From<RuntimeError> for CliError {
             RuntimeError::Decision(DecisionError::UnknownCall(_)) => Exit::Failed,
             RuntimeError::Decision(_) => Exit::Usage,
             RuntimeError::Conflict(_) => Exit::Conflict,
-            RuntimeError::Forbidden(_) => Exit::Failed,
+            // Refused as not allowed, like a 403 through `--server`: nothing was done.
+            RuntimeError::Forbidden(_) => Exit::Usage,
             RuntimeError::Store(_) => Exit::Failed,
         };
         let message = match error {

@@ -1,37 +1,62 @@
 //! # tollgate-cli
 //!
-//! The `tollgate` command line (CLI.md), in local mode: it opens the store itself (SQLite
-//! `./tollgate.db` by default, `TOLLGATE_STORE_URL` to change it), drives runs in this process and exits
-//! once they settle. There is no `--server` and no config file yet; with no configuration the built-in
-//! `demo` agent shows the whole approval cycle offline:
+//! The `tollgate` command line (CLI.md). In local mode (the default) it opens the store itself (SQLite
+//! `./tollgate.db` by default, `TOLLGATE_STORE_URL` or the config to change it), drives runs in this
+//! process and exits once they settle. With no configuration the built-in `demo` agent shows the whole
+//! approval cycle offline:
 //!
 //! ```text
 //! $ tollgate run "hello"            # exit 3: run … is waiting for approval
 //! $ tollgate approve 0193b0c6       # exit 0: Saved note.txt.  (workspace/note.txt holds "hello")
 //! ```
 //!
+//! With `--server URL` the same commands act through a Tollgate server's HTTP API (token from
+//! `TOLLGATE_TOKEN`) and open no store ([`remote`]). `tollgate bench` runs BENCH.md's workloads
+//! ([`mod@bench`]).
+//!
 //! What it promises: data (and the waiting line) on stdout, messages on stderr, only JSON on stdout with
-//! `--json`; exit codes per CLI.md ([`exit::Exit`]); and every command that opens the store applies due
-//! deadlines first ([`tollgate_runtime::Runtime::sweep`]).
+//! `--json`; exit codes per CLI.md ([`exit::Exit`]), the same in local and `--server` mode; and every
+//! command that opens the store applies due deadlines first ([`tollgate_runtime::Runtime::sweep`]).
 
 pub mod args;
+pub mod backend;
+pub mod bench;
 pub mod commands;
 pub mod duration;
 pub mod exit;
 pub mod local;
 mod prompt;
+pub mod remote;
 pub mod render;
 mod serve;
+pub mod view;
 
-use args::Cli;
+use args::{Cli, Command};
+use backend::Backend;
 use commands::Context;
 use exit::{CliError, Exit};
 use local::Local;
+use remote::Remote;
 
 /// Runs a parsed command line to its end and says how the process should exit.
 pub async fn execute(cli: Cli) -> Result<Exit, CliError> {
+    if let Some(server) = &cli.server {
+        return match &cli.command {
+            Command::Serve(_) | Command::Bench(_) => {
+                Err(CliError::usage("--server is for the commands that act on runs, not for `serve` or `bench`"))
+            }
+            _ => {
+                let remote = Remote::new(server, Remote::token_from_env())?;
+                let ctx = Context::new(Backend::Remote(remote), cli.json, cli.quiet);
+                commands::dispatch(&ctx, cli.command).await
+            }
+        };
+    }
+    if let Command::Bench(args) = &cli.command {
+        return bench::bench(args, cli.json, cli.quiet).await;
+    }
     let local = Local::open(cli.config.as_deref()).await?;
-    if let args::Command::Serve(serve) = &cli.command {
+    if let Command::Serve(serve) = &cli.command {
         let result = serve::serve(&local, serve).await;
         local.shutdown().await;
         return result;
@@ -41,13 +66,13 @@ pub async fn execute(cli: Cli) -> Result<Exit, CliError> {
         tracing::warn!(%error, "could not apply due deadlines");
     }
     let background = local.spawn_background();
-    let ctx = Context::new(local, cli.json, cli.quiet);
+    let ctx = Context::new(Backend::Local(Box::new(local)), cli.json, cli.quiet);
     let result = commands::dispatch(&ctx, cli.command).await;
     // Whatever this process started (a resume, a run taken over by the sweep) reaches its next durable
-    // state before the process ends.
-    ctx.runtime().drain().await;
+    // state before the process ends, its lease renewed meanwhile.
+    ctx.backend().drain().await;
     background.abort();
-    ctx.shutdown().await;
+    ctx.backend().shutdown().await;
     result
 }
 

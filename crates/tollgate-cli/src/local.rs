@@ -1,18 +1,31 @@
-//! Local mode: the store and agents this process drives itself, assembled from the configuration.
+//! Local mode: the store and agents this process drives itself, assembled from the configuration, and
+//! the operations the commands need ([`crate::backend::Backend`]) done through the [`Runtime`].
 //!
 //! The configuration comes from `--config FILE`, else `TOLLGATE_CONFIG`, else `./tollgate.toml`, else the
 //! built-in defaults (CONFIG.md): the store `sqlite://tollgate.db` in the current folder, the workspace
 //! `./workspace`, and the built-in `demo` agent (DESIGN.md). `TOLLGATE_<SECTION>_<KEY>` overrides any key.
 
+use crate::backend::DecideError;
+use crate::commands::ACTOR;
 use crate::exit::CliError;
+use crate::view::RunView;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tokio::sync::broadcast;
 use tollgate_app::App;
 use tollgate_config::{Config, ConfigLoader};
-use tollgate_runtime::Runtime;
+use tollgate_core::{
+    ChainBreak, Clock, Decision, RunQuery, RunRecord, RunStatus, StoredEvent, Suspension, SystemClock,
+};
+use tollgate_runtime::{DecisionSet, RunNotice, Runtime, RuntimeError};
 
 /// How often a command that keeps running (e.g. waiting for a run) applies deadlines again.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
+/// Events are read in pages of this size.
+const EVENT_PAGE: u32 = 1000;
+/// How long to wait for a notice before looking at the store anyway (another process may drive the run).
+const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
 /// The runtime of this process and what it was built from.
 pub struct Local {
@@ -71,5 +84,180 @@ impl Local {
                 }
             }
         })
+    }
+}
+
+/// The view of a stored run.
+fn view(run: &RunRecord) -> Result<RunView, CliError> {
+    RunView::from_record(run).map_err(CliError::failed)
+}
+
+/// The operations of [`crate::backend::Backend`], on this process's runtime. Everything is recorded with
+/// the actor [`ACTOR`].
+impl Local {
+    /// Starts a run, driven in this process; returns it as created.
+    pub async fn start(&self, agent: Option<&str>, input: &str) -> Result<RunView, CliError> {
+        self.ensure_workspace()?;
+        view(&self.runtime.start(agent, input, ACTOR).await?)
+    }
+
+    /// Reads one run.
+    pub async fn get(&self, id: &str) -> Result<RunView, CliError> {
+        view(&self.runtime.get(id).await?)
+    }
+
+    /// The full id of the one run whose id starts with `prefix` (the store looks it up by index).
+    pub async fn resolve(&self, prefix: &str) -> Result<String, CliError> {
+        match self.runtime.resolve(prefix).await {
+            Ok(id) => Ok(id),
+            Err(RuntimeError::NotFound(_)) => Err(CliError::failed(format!("no run matches `{prefix}`"))),
+            // The store says how many runs the prefix matches.
+            Err(RuntimeError::Invalid(detail)) => Err(CliError::failed(detail)),
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// Waits until run `id` waits for approval or has ended.
+    pub async fn wait_settled(&self, id: &str) -> Result<RunView, CliError> {
+        view(&self.runtime.wait_settled(id).await?)
+    }
+
+    /// Lists runs, newest first (one page).
+    pub async fn list(
+        &self,
+        status: Option<RunStatus>,
+        agent: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<RunView>, CliError> {
+        let query = RunQuery { status, agent: agent.map(str::to_owned), limit, cursor: None };
+        self.runtime.list(query).await?.runs.iter().map(view).collect()
+    }
+
+    /// A run's events after seq `after`.
+    pub async fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, CliError> {
+        let mut all: Vec<StoredEvent> = Vec::new();
+        loop {
+            let from = all.last().map_or(after, |e| e.seq);
+            let page = self.runtime.events(id, from, EVENT_PAGE).await?;
+            let done = page.len() < EVENT_PAGE as usize;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Records decisions for the held turn of `run` (as read just before), naming its turn digest.
+    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecideError> {
+        self.ensure_workspace().map_err(DecideError::Failed)?;
+        let digest = run.pending.as_ref().map(|p| p.turn_digest.clone()).unwrap_or_default();
+        match self.runtime.decide(&run.id, &digest, set.clone(), ACTOR).await {
+            Ok(next) => view(&next).map_err(DecideError::Failed),
+            Err(RuntimeError::Conflict(detail)) => Err(DecideError::Conflict(detail)),
+            Err(error @ (RuntimeError::Decision(_) | RuntimeError::Invalid(_))) => {
+                Err(DecideError::Invalid(error.into()))
+            }
+            Err(error @ RuntimeError::Forbidden(_)) => Err(DecideError::Forbidden(error.into())),
+            Err(other) => Err(DecideError::Failed(other.into())),
+        }
+    }
+
+    /// Cancels a run that has not finished.
+    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<RunView, CliError> {
+        view(&self.runtime.cancel(id, ACTOR, reason).await?)
+    }
+
+    /// Applies retention now: terminal runs older than `older_than` (else the configured window) and
+    /// waiting runs past the configured window go. Returns how many went.
+    pub async fn purge(&self, older_than: Option<Duration>) -> Result<u64, CliError> {
+        let now = SystemClock.now();
+        let before = |window: Duration| now.saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
+        let retention = &self.config.retention;
+        let terminal_before = before(older_than.unwrap_or(retention.terminal_after));
+        Ok(self.runtime.purge(terminal_before, before(retention.waiting_after)).await?)
+    }
+
+    /// As `GET /v1/tools`: with an agent, its tools and their effective gates; without, every tool this
+    /// process knows with its own default gate.
+    pub fn tools(&self, agent: Option<&str>) -> Result<Vec<Value>, CliError> {
+        let listed = match agent {
+            Some(name) => {
+                let spec = self.runtime.agent(name).ok_or_else(|| {
+                    let known: Vec<&str> = self.runtime.agents().map(|a| a.name.as_str()).collect();
+                    CliError::usage(format!("unknown agent `{name}`; known agents: {}", known.join(", ")))
+                })?;
+                spec.tools.as_slice()
+            }
+            None => self.runtime.catalog(),
+        };
+        listed
+            .iter()
+            .map(|tool| serde_json::to_value(tool).map_err(|e| CliError::failed(format!("cannot list tools: {e}"))))
+            .collect()
+    }
+
+    /// Checks run `id`'s hash chain against its recorded head: the number of events when it is intact,
+    /// else where it breaks.
+    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, CliError> {
+        Ok(self.runtime.verify(id).await?)
+    }
+
+    /// A watch on run `id`'s changes in this process.
+    pub fn watch(&self, id: &str) -> LocalWatch {
+        LocalWatch { notices: self.runtime.subscribe(), run_id: id.to_owned() }
+    }
+
+    /// Whether this command line may decide `run`: not when its agent forbids self-approval (everything
+    /// here is done as [`ACTOR`]), nor when this configuration lacks its agent.
+    pub fn may_decide(&self, run: &RunView) -> Result<(), String> {
+        let Some(spec) = self.runtime.agent(&run.agent) else {
+            return Err(format!(
+                "run {} belongs to agent `{}`, which this configuration does not have",
+                run.id, run.agent
+            ));
+        };
+        if spec.forbid_self_approval && run.created_by == ACTOR {
+            return Err(format!(
+                "agent {} forbids self-approval: someone other than {ACTOR} must decide this run",
+                spec.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a decision against the held turn of run `run_id` with the agent's own loop (the tool's
+    /// schema and checks), before it is sent.
+    pub async fn check_decision(&self, run_id: &str, call_id: &str, decision: &Decision) -> Result<(), String> {
+        let run = self.runtime.get(run_id).await.map_err(|e| e.to_string())?;
+        let pending = run.pending.as_ref().ok_or_else(|| format!("run {run_id} has no held turn"))?;
+        let suspension = Suspension::from_json(&pending.suspension).map_err(|e| e.to_string())?;
+        let spec = self.runtime.agent(&run.agent).ok_or_else(|| format!("unknown agent `{}`", run.agent))?;
+        spec.agent_loop.check_decision(&suspension, call_id, decision).map_err(|e| e.to_string())
+    }
+}
+
+/// Notices of one run's changes committed in this process.
+pub struct LocalWatch {
+    notices: broadcast::Receiver<RunNotice>,
+    run_id: String,
+}
+
+impl LocalWatch {
+    /// Waits until the run changes in this process, or a moment passes (another process may drive it).
+    pub async fn changed(&mut self) {
+        let run_id = self.run_id.as_str();
+        let notices = &mut self.notices;
+        let changed = async {
+            loop {
+                match notices.recv().await {
+                    Ok(notice) if notice.run_id == run_id => return,
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    // No more notices: only the timeout ends the wait, so the caller polls the store.
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LOOK_AGAIN, changed).await;
     }
 }

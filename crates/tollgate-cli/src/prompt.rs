@@ -5,13 +5,16 @@
 //! What it promises:
 //! - It is used only when stdin and stderr are both terminals and `--detach` was not given
 //!   ([`is_interactive`]); everything else keeps the non-interactive behaviour.
-//! - Steps are drawn from the run's event log (the audit record), read from the store after each notice,
-//!   so they show what was committed, in order, and nothing else.
+//! - It works the same in local mode and through a server (`--server`): steps are drawn from the run's
+//!   event log (the audit record), read after each change (a notice in process, the live event stream
+//!   of the API), so they show what was committed, in order, and nothing else.
 //! - Nothing is sent until every held call of the turn has an answer; then one decision set goes out,
 //!   naming the digest of the turn the person was shown, so a turn that changed meanwhile is refused
 //!   (a conflict) and shown again rather than decided blind.
-//! - Edited arguments are checked by the agent's own loop (JSON, the tool's schema and checks) before
-//!   anything is sent; a bad edit is reported and the person is asked again.
+//! - Edited arguments are checked before anything is sent: JSON, an object, changed; locally also by the
+//!   agent's own loop (the tool's schema and checks), and a bad edit is reported and asked again. Through
+//!   a server, which holds the tools, the server checks them when the answers are sent: a refusal is
+//!   shown and the held turn asked again.
 //! - Quitting (q or end of input) sends nothing: the run stays waiting, and `run` prints the waiting
 //!   line and the commands that decide it (exit 3).
 //!
@@ -20,20 +23,16 @@
 mod editor;
 mod steps;
 
-use crate::commands::{ACTOR, Context};
+use crate::backend::{Backend, DecideError};
+use crate::commands::Context;
 use crate::exit::CliError;
+use crate::view::{CallView, RunView};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
-use tokio::sync::broadcast;
-use tollgate_core::{AgentLoop, Decision, HeldCall, RunRecord, RunStatus, Suspension};
-use tollgate_runtime::{DecisionSet, RunNotice, Runtime, RuntimeError};
-
-/// Events are read in pages of this size.
-const EVENT_PAGE: u32 = 1000;
-/// How long to wait for a notice before looking at the store anyway (another process may drive the run).
-const LOOK_AGAIN: Duration = Duration::from_millis(500);
+use tollgate_core::{Decision, RunStatus};
+use tollgate_runtime::DecisionSet;
 /// The question asked for each held call.
 const CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)? ";
 /// Said when an answer is not one of [`CHOICES`].
@@ -48,18 +47,19 @@ pub(crate) fn is_interactive() -> bool {
 
 /// Follows run `run_id` on the terminal until it ends, or until the person leaves it waiting; asks at
 /// every gate it reaches. Returns the run as it settled.
-pub(crate) async fn follow_on_terminal(ctx: &Context, run_id: &str) -> Result<RunRecord, CliError> {
-    let mut notices = ctx.runtime().subscribe();
+pub(crate) async fn follow_on_terminal(ctx: &Context, run_id: &str) -> Result<RunView, CliError> {
+    let backend = ctx.backend();
+    let mut watch = backend.watch(run_id);
     let mut steps = Steps::new(ctx.is_quiet());
     loop {
-        let run = ctx.runtime().get(run_id).await?;
-        // Read after the record: the log holds at least every event of the state just read.
-        steps.catch_up(ctx.runtime(), run_id).await?;
+        let run = backend.get(run_id).await?;
+        // Read after the run: the log holds at least every event of the state just read.
+        steps.catch_up(backend, run_id).await?;
         if run.status == RunStatus::WaitingForApproval {
             steps.pause();
-            match decide_at_gate(ctx, &run).await? {
+            match decide_at_gate(backend, &run).await? {
                 AtGate::Sent => continue,
-                AtGate::Left => return Ok(ctx.runtime().get(run_id).await?),
+                AtGate::Left => return backend.get(run_id).await,
             }
         }
         if run.status.is_terminal() {
@@ -67,24 +67,8 @@ pub(crate) async fn follow_on_terminal(ctx: &Context, run_id: &str) -> Result<Ru
             return Ok(run);
         }
         steps.spin();
-        wait_for_notice(&mut notices, run_id).await;
+        watch.changed().await;
     }
-}
-
-/// Waits until run `run_id` changes in this process, or [`LOOK_AGAIN`] passes.
-async fn wait_for_notice(notices: &mut broadcast::Receiver<RunNotice>, run_id: &str) {
-    let changed = async {
-        loop {
-            match notices.recv().await {
-                Ok(notice) if notice.run_id == run_id => return,
-                Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(_)) => return,
-                // No more notices: only the timeout ends the wait, so the caller polls the store.
-                Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-            }
-        }
-    };
-    let _ = tokio::time::timeout(LOOK_AGAIN, changed).await;
 }
 
 /// The steps printed so far, and the spinner while the run works (none with `-q`).
@@ -102,22 +86,17 @@ impl Steps {
     }
 
     /// Prints the events committed since the last call.
-    async fn catch_up(&mut self, runtime: &Runtime, run_id: &str) -> Result<(), CliError> {
-        loop {
-            let page = runtime.events(run_id, self.after, EVENT_PAGE).await?;
-            for event in &page {
-                self.after = event.seq;
-                if let Some(activity) = steps::activity(event) {
-                    self.activity = activity;
-                }
-                for line in steps::lines(event) {
-                    self.print(&line);
-                }
+    async fn catch_up(&mut self, backend: &Backend, run_id: &str) -> Result<(), CliError> {
+        for event in backend.events(run_id, self.after).await? {
+            self.after = event.seq;
+            if let Some(activity) = steps::activity(&event) {
+                self.activity = activity;
             }
-            if page.len() < EVENT_PAGE as usize {
-                return Ok(());
+            for line in steps::lines(&event) {
+                self.print(&line);
             }
         }
+        Ok(())
     }
 
     fn print(&self, line: &str) {
@@ -174,32 +153,19 @@ enum AtGate {
 }
 
 /// Shows each held call that still takes a decision, asks for one, and sends them all at once.
-async fn decide_at_gate(ctx: &Context, run: &RunRecord) -> Result<AtGate, CliError> {
-    let Some(pending) = &run.pending else { return Ok(AtGate::Left) };
-    let suspension = match Suspension::from_json(&pending.suspension) {
-        Ok(suspension) => suspension,
-        Err(error) => {
-            eprintln!("run {}: cannot show the held turn: {error}", run.id);
-            return Ok(AtGate::Left);
-        }
-    };
-    let Some(spec) = ctx.runtime().agent(&run.agent) else {
-        eprintln!("run {} belongs to agent `{}`, which this configuration does not have", run.id, run.agent);
-        return Ok(AtGate::Left);
-    };
-    if spec.forbid_self_approval && run.created_by == ACTOR {
-        eprintln!("agent {} forbids self-approval: someone other than {ACTOR} must decide this run", spec.name);
+async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliError> {
+    if let Err(why) = backend.may_decide(run) {
+        eprintln!("{why}");
         return Ok(AtGate::Left);
     }
-    let open: Vec<&HeldCall> =
-        suspension.decidable_calls().filter(|call| !pending.decisions.contains_key(&call.call_id)).collect();
+    let open: Vec<&CallView> = run.awaiting_decision().collect();
     if open.is_empty() {
         return Ok(AtGate::Left);
     }
     let mut decisions = Vec::with_capacity(open.len());
     for (index, call) in open.iter().enumerate() {
         eprint!("{}", held_call_block(call, index + 1, open.len()));
-        match ask_for_decision(spec.agent_loop.as_ref(), &suspension, call).await? {
+        match ask_for_decision(backend, run, call).await? {
             Some(decision) => decisions.push((call.call_id.clone(), decision)),
             None => {
                 eprintln!("nothing was sent; the run stays waiting");
@@ -207,29 +173,28 @@ async fn decide_at_gate(ctx: &Context, run: &RunRecord) -> Result<AtGate, CliErr
             }
         }
     }
-    let set = DecisionSet::Each(decisions);
-    match ctx.runtime().decide(&run.id, suspension.turn_digest.as_str(), set, ACTOR).await {
+    match backend.decide(run, &DecisionSet::Each(decisions)).await {
         Ok(_) => Ok(AtGate::Sent),
         // The turn changed under the person (e.g. its deadline passed) or a decision does not fit it:
         // say so, and show the run as it is now.
-        Err(RuntimeError::Conflict(detail)) => {
+        Err(DecideError::Conflict(detail)) => {
             eprintln!("not sent: {detail}");
             Ok(AtGate::Sent)
         }
-        Err(RuntimeError::Decision(error)) => {
-            eprintln!("not sent: {error}");
+        Err(DecideError::Invalid(error)) => {
+            eprintln!("not sent: {}", error.message);
             Ok(AtGate::Sent)
         }
-        Err(RuntimeError::Forbidden(detail)) => {
-            eprintln!("not sent: {detail}");
+        Err(DecideError::Forbidden(error)) => {
+            eprintln!("not sent: {}", error.message);
             Ok(AtGate::Left)
         }
-        Err(other) => Err(other.into()),
+        Err(DecideError::Failed(error)) => Err(error),
     }
 }
 
 /// One held call as the person sees it before answering: tool, arguments (pretty JSON) and preview.
-fn held_call_block(call: &HeldCall, index: usize, count: usize) -> String {
+fn held_call_block(call: &CallView, index: usize, count: usize) -> String {
     let position = if count > 1 { format!("  [{index} of {count}]") } else { String::new() };
     let mut out = format!("\n{} {} wants to run{position}\n", call.call_id, call.tool);
     if call.in_doubt {
@@ -274,11 +239,7 @@ fn parse_choice(answer: &str) -> Option<Choice> {
 }
 
 /// Asks until the person decides `call`; `None` when they quit or input ends.
-async fn ask_for_decision(
-    agent_loop: &dyn AgentLoop,
-    suspension: &Suspension,
-    call: &HeldCall,
-) -> Result<Option<Decision>, CliError> {
+async fn ask_for_decision(backend: &Backend, run: &RunView, call: &CallView) -> Result<Option<Decision>, CliError> {
     // The text of an edit that did not pass, so the next edit starts from it rather than from scratch.
     let mut draft: Option<String> = None;
     loop {
@@ -314,7 +275,7 @@ async fn ask_for_decision(
                         continue;
                     }
                 };
-                match check_edit(agent_loop, suspension, call, &text) {
+                match check_edit(backend, run, call, &text).await {
                     Ok(decision) => return Ok(Some(decision)),
                     Err(problem) => {
                         eprintln!("{problem}\nanswer e to edit them again, or choose another answer");
@@ -326,14 +287,9 @@ async fn ask_for_decision(
     }
 }
 
-/// The edit decision for the edited text, when it holds arguments the call's tool accepts; else what is
-/// wrong with it.
-fn check_edit(
-    agent_loop: &dyn AgentLoop,
-    suspension: &Suspension,
-    call: &HeldCall,
-    text: &str,
-) -> Result<Decision, String> {
+/// The edit decision for the edited text, when it holds arguments the call's tool accepts (as far as can
+/// be checked before sending); else what is wrong with it.
+async fn check_edit(backend: &Backend, run: &RunView, call: &CallView, text: &str) -> Result<Decision, String> {
     let arguments: Value =
         serde_json::from_str(text).map_err(|e| format!("the edited arguments are not valid JSON: {e}"))?;
     if !arguments.is_object() {
@@ -343,7 +299,7 @@ fn check_edit(
         return Err("the arguments are unchanged (answer y to approve them as they are)".to_owned());
     }
     let decision = Decision::Edit { arguments };
-    agent_loop.check_decision(suspension, &call.call_id, &decision).map_err(|e| e.to_string())?;
+    backend.check_decision(run, &call.call_id, &decision).await?;
     Ok(decision)
 }
 
@@ -391,7 +347,6 @@ async fn ask(question: &str) -> Result<Option<String>, CliError> {
 mod tests {
     use super::*;
     use serde_json::json;
-    use tollgate_core::Gate;
 
     #[test]
     fn answers_are_letters_or_words_in_any_case() {
@@ -407,14 +362,14 @@ mod tests {
 
     #[test]
     fn a_held_call_shows_its_tool_arguments_and_preview() {
-        let call = HeldCall {
+        let call = CallView {
             call_id: "call_2".into(),
             tool: "fs_write".into(),
             arguments: json!({"path": "note.txt", "content": "hello"}),
-            gate: Gate::Ask,
+            gate: "ask".into(),
             preview: Some("create note.txt (5 bytes)".into()),
             in_doubt: true,
-            settled: None,
+            decision: None,
         };
         assert_eq!(
             held_call_block(&call, 2, 3),

@@ -1,9 +1,10 @@
 //! Text output for people: the runs table, one run, its event log, and the lines printed when a run
-//! waits for approval. Pure functions of the records and the current time, so they are easy to test.
+//! waits for approval. Pure functions of the runs (as [`RunView`]s, the same in local and `--server`
+//! mode) and the current time, so they are easy to test.
 
+use crate::view::{RunView, millis};
 use serde_json::Value;
-use tollgate_core::{Millis, RunRecord, RunStatus, StoredEvent, rfc3339};
-use tollgate_runtime::view::run_json;
+use tollgate_core::{Millis, RunStatus, StoredEvent};
 
 /// Input longer than this many characters is cut in the runs table.
 const INPUT_WIDTH: usize = 40;
@@ -19,6 +20,11 @@ pub fn age(now: Millis, then: Millis) -> String {
         s if s < 86_400 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86_400),
     }
+}
+
+/// How long ago an RFC 3339 time was ([`age`]); `?` when the time cannot be read.
+fn age_of(now: Millis, then: &str) -> String {
+    millis(then).map_or_else(|| "?".to_owned(), |then| age(now, then))
 }
 
 /// Text on one line, at most `width` characters, with `…` when cut.
@@ -56,7 +62,7 @@ pub fn table(rows: &[Vec<String>]) -> String {
 }
 
 /// The `runs` table: id, agent, status, age, input. Empty text when there are no runs.
-pub fn runs_table(runs: &[RunRecord], now: Millis) -> String {
+pub fn runs_table(runs: &[RunView], now: Millis) -> String {
     if runs.is_empty() {
         return String::new();
     }
@@ -66,7 +72,7 @@ pub fn runs_table(runs: &[RunRecord], now: Millis) -> String {
             run.id.clone(),
             run.agent.clone(),
             run.status.to_string(),
-            age(now, run.created_at),
+            age_of(now, &run.created_at),
             one_line(&run.input, INPUT_WIDTH),
         ]
     }));
@@ -74,8 +80,7 @@ pub fn runs_table(runs: &[RunRecord], now: Millis) -> String {
 }
 
 /// One run as `show` prints it: its fields, then the held turn with each call's preview and decision.
-pub fn run_details(run: &RunRecord, now: Millis) -> String {
-    let view = run_json(run);
+pub fn run_details(run: &RunView, now: Millis) -> String {
     let mut rows: Vec<Vec<String>> = vec![
         vec!["run".into(), run.id.clone()],
         vec!["agent".into(), run.agent.clone()],
@@ -83,17 +88,17 @@ pub fn run_details(run: &RunRecord, now: Millis) -> String {
         vec!["input".into(), one_line(&run.input, 200)],
         vec![
             "created".into(),
-            format!("{} ({} ago, by {})", rfc3339(run.created_at), age(now, run.created_at), run.created_by),
+            format!("{} ({} ago, by {})", run.created_at, age_of(now, &run.created_at), run.created_by),
         ],
-        vec!["updated".into(), rfc3339(run.updated_at)],
+        vec!["updated".into(), run.updated_at.clone()],
     ];
-    if let Some(finished) = run.finished_at {
-        rows.push(vec!["finished".into(), rfc3339(finished)]);
+    if let Some(finished) = &run.finished_at {
+        rows.push(vec!["finished".into(), finished.clone()]);
     }
     rows.push(vec!["iterations".into(), run.iterations.to_string()]);
     rows.push(vec!["tokens".into(), format!("{} in, {} out", run.usage.input_tokens, run.usage.output_tokens)]);
-    if let Some(reason) = run.termination_reason {
-        rows.push(vec!["ended".into(), reason.as_str().to_owned()]);
+    if let Some(reason) = &run.termination_reason {
+        rows.push(vec!["ended".into(), reason.clone()]);
     }
     if let Some(output) = &run.output {
         rows.push(vec!["output".into(), one_line(output, 200)]);
@@ -102,7 +107,7 @@ pub fn run_details(run: &RunRecord, now: Millis) -> String {
         rows.push(vec!["error".into(), format!("{}: {}", error.kind, error.message)]);
     }
     let mut out = table(&rows);
-    if let Some(pending) = view.get("pending").filter(|p| !p.is_null()) {
+    if let Some(pending) = run.json.get("pending").filter(|p| !p.is_null()) {
         out.push_str(&held_turn(pending));
     }
     out
@@ -176,7 +181,7 @@ pub fn events_table(events: &[StoredEvent]) -> String {
 
 /// What `run` and the deciding commands print on stdout when a run waits: the waiting line and the
 /// commands that decide it.
-pub fn waiting_lines(run: &RunRecord) -> String {
+pub fn waiting_lines(run: &RunView) -> String {
     let id = &run.id;
     format!(
         "run {id} is waiting for approval\n\
@@ -187,10 +192,9 @@ pub fn waiting_lines(run: &RunRecord) -> String {
 }
 
 /// What is printed on stderr when a run waits: each call that needs a decision, with its preview.
-pub fn held_calls_summary(run: &RunRecord) -> String {
-    let view = run_json(run);
+pub fn held_calls_summary(run: &RunView) -> String {
     let mut out = String::new();
-    for call in view["pending"]["calls"].as_array().into_iter().flatten() {
+    for call in run.json["pending"]["calls"].as_array().into_iter().flatten() {
         let takes_decision = call["gate"] == "ask" || call["in_doubt"] == true;
         if !takes_decision || !call["decision"].is_null() {
             continue;
@@ -211,7 +215,7 @@ pub fn held_calls_summary(run: &RunRecord) -> String {
 }
 
 /// A sentence for a run that ended without completing, for stderr.
-pub fn unfinished_reason(run: &RunRecord) -> String {
+pub fn unfinished_reason(run: &RunView) -> String {
     match run.status {
         RunStatus::Failed => match &run.error {
             Some(error) => format!("run {} failed: {} ({})", run.id, error.message, error.kind),

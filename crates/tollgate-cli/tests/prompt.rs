@@ -1,7 +1,8 @@
 //! `tollgate run` on a terminal: the real binary in a pseudo-terminal, in a fresh folder with no
 //! configuration (the built-in demo agent), answered as a person would — approve, deny with a reason,
 //! edit the arguments in `$EDITOR` (invalid JSON, then arguments the tool rejects, then valid ones),
-//! respond, quit and end of input — plus `--detach`, which asks nothing even on a terminal.
+//! respond, quit and end of input — plus `--detach`, which asks nothing even on a terminal; and the same
+//! prompt through a server (`--server`), where the server checks edited arguments when they are sent.
 //!
 //! The expect timeouts only bound a hang; nothing here depends on timing.
 #![cfg(unix)]
@@ -12,7 +13,7 @@ use rexpect::reader::Options;
 use rexpect::session::{PtySession, spawn_with_options};
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use tollgate_testkit::scratch_dir;
 
 /// Bounds each wait for output, so a hang fails the test instead of stalling it.
@@ -97,8 +98,40 @@ impl Sandbox {
         Ok(format!("sh {}", path.display()))
     }
 
+    /// `tollgate serve` on a free loopback port over this folder's store and workspace.
+    fn serve(&self) -> Result<Served> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = self
+            .command(&["serve", "--addr", &format!("127.0.0.1:{port}")], &[])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let served = Served { child, url: format!("http://127.0.0.1:{port}") };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(served);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        bail!("the server never listened on port {port}")
+    }
+
     fn editor_was_given(&self, call: usize) -> Option<String> {
         std::fs::read_to_string(self.dir.join("editor").join(format!("given-{call}.json"))).ok()
+    }
+}
+
+/// A `tollgate serve`, stopped when dropped.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -314,5 +347,46 @@ fn detach_asks_nothing_even_on_a_terminal() -> Result<()> {
     assert_eq!(code, 3, "{shown}");
     waiting_id(&shown)?;
     assert!(!shown.contains(CHOICES), "{shown}");
+    Ok(())
+}
+
+#[test]
+fn through_a_server_the_prompt_shows_the_steps_and_approves() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let server = sandbox.serve()?;
+    let mut terminal = sandbox.on_terminal(&["--server", &server.url, "run", "hello"], &[])?;
+    terminal.expect(r#"→ call_2 fs_write {"path":"note.txt","content":"hello"}"#)?;
+    terminal.expect("⏸ held at the gate: call_2 fs_write")?;
+    terminal.expect("create note.txt (5 bytes)")?;
+    terminal.answer("y")?;
+    terminal.expect("✓ call_2 approved by local")?;
+    terminal.expect("← call_2 fs_write: created note.txt (5 bytes)")?;
+    terminal.expect("✓ run completed")?;
+    terminal.expect("Saved note.txt.")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(sandbox.workspace_file("note.txt").as_deref(), Some("hello"));
+    Ok(())
+}
+
+#[test]
+fn through_a_server_an_edit_the_tool_rejects_is_refused_and_asked_again() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let server = sandbox.serve()?;
+    let wrong_type = r#"{"path": 3, "content": "edited"}"#;
+    let valid = r#"{"path":"edited.txt","content":"edited"}"#;
+    let editor = sandbox.scripted_editor(&[wrong_type, valid])?;
+    let mut terminal = sandbox.on_terminal(&["--server", &server.url, "run", "hello"], &[("EDITOR", &editor)])?;
+    terminal.answer("e")?;
+    // The server holds the tools: it checks the arguments when they are sent, and nothing is recorded.
+    terminal.expect("not sent: edited arguments for call `call_2` are invalid")?;
+    terminal.answer("e")?;
+    terminal.expect(r#"✎ call_2 edited by local: {"path":"edited.txt","content":"edited"}"#)?;
+    terminal.expect("Saved note.txt.")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(sandbox.workspace_file("edited.txt").as_deref(), Some("edited"));
+    let decisions = sandbox.decisions(&started_id(&shown)?)?;
+    assert_eq!(decisions.len(), 1, "only the valid edit was recorded: {decisions:?}");
     Ok(())
 }

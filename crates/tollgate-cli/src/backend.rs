@@ -1,0 +1,205 @@
+//! What the commands act through: this process's own runtime over the configured store ([`Local`]), or
+//! a Tollgate server's HTTP API (`--server URL`, [`Remote`]).
+//!
+//! Every command is written once, against [`Backend`]; both sides answer with the same [`RunView`]s (the
+//! run object of API.md), the same events and the same errors, so the output and exit codes of a command
+//! do not depend on where the runs live.
+
+use crate::exit::{CliError, Exit};
+use crate::local::{Local, LocalWatch};
+use crate::remote::{EventFeed, Remote};
+use crate::view::RunView;
+use serde_json::Value;
+use std::time::Duration;
+use tollgate_core::{ChainBreak, Decision, RunStatus, StoredEvent};
+use tollgate_runtime::DecisionSet;
+
+/// Where the runs are.
+pub enum Backend {
+    /// This process drives runs over the configured store.
+    Local(Box<Local>),
+    /// A Tollgate server does, through its HTTP API.
+    Remote(Remote),
+}
+
+/// Decisions that were not recorded.
+#[derive(Debug)]
+pub enum DecideError {
+    /// The run is not waiting, its held turn changed (stale digest), a call is already decided, or
+    /// another request acted first (exit 4).
+    Conflict(String),
+    /// A decision does not fit the held turn: an unknown call (exit 1), a call that takes no decision,
+    /// or edited arguments the tool rejects (exit 2).
+    Invalid(CliError),
+    /// The actor may not decide this run.
+    Forbidden(CliError),
+    /// Anything else (the run is gone, the store or the server failed).
+    Failed(CliError),
+}
+
+impl From<DecideError> for CliError {
+    fn from(error: DecideError) -> Self {
+        match error {
+            DecideError::Conflict(detail) => CliError::new(Exit::Conflict, detail),
+            DecideError::Invalid(e) | DecideError::Forbidden(e) | DecideError::Failed(e) => e,
+        }
+    }
+}
+
+/// Changes of one run, as a signal to read it again.
+pub enum Watch {
+    /// Notices from this process's runtime.
+    Local(LocalWatch),
+    /// The run's live events from the server.
+    Remote(Box<EventFeed>),
+}
+
+impl Watch {
+    /// Waits until the run may have changed: a change was committed, or a while passed (the run may be
+    /// driven where no signal comes from).
+    pub async fn changed(&mut self) {
+        match self {
+            Watch::Local(watch) => watch.changed().await,
+            Watch::Remote(feed) => feed.changed().await,
+        }
+    }
+}
+
+impl Backend {
+    /// Starts a run; returns it as created (the caller follows it).
+    pub async fn start(&self, agent: Option<&str>, input: &str) -> Result<RunView, CliError> {
+        match self {
+            Backend::Local(local) => local.start(agent, input).await,
+            Backend::Remote(remote) => remote.start(agent, input).await,
+        }
+    }
+
+    /// Reads one run by its full id.
+    pub async fn get(&self, id: &str) -> Result<RunView, CliError> {
+        match self {
+            Backend::Local(local) => local.get(id).await,
+            Backend::Remote(remote) => remote.get(id).await,
+        }
+    }
+
+    /// The full id of the one run whose id starts with `prefix`; exit 1 naming it when none or several.
+    pub async fn resolve(&self, prefix: &str) -> Result<String, CliError> {
+        match self {
+            Backend::Local(local) => local.resolve(prefix).await,
+            Backend::Remote(remote) => remote.resolve(prefix).await,
+        }
+    }
+
+    /// Waits until run `id` waits for approval or has ended.
+    pub async fn wait_settled(&self, id: &str) -> Result<RunView, CliError> {
+        match self {
+            Backend::Local(local) => local.wait_settled(id).await,
+            Backend::Remote(remote) => remote.wait_settled(id).await,
+        }
+    }
+
+    /// Lists runs, newest first.
+    pub async fn list(
+        &self,
+        status: Option<RunStatus>,
+        agent: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<RunView>, CliError> {
+        match self {
+            Backend::Local(local) => local.list(status, agent, limit).await,
+            Backend::Remote(remote) => remote.list(status, agent, limit).await,
+        }
+    }
+
+    /// A run's events after seq `after` (0 for all).
+    pub async fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, CliError> {
+        match self {
+            Backend::Local(local) => local.events(id, after).await,
+            Backend::Remote(remote) => remote.events(id, after).await,
+        }
+    }
+
+    /// Records decisions for the held turn of `run` as it was read, naming that turn's digest, so that a
+    /// turn that changed meanwhile is refused (a conflict) rather than decided blind. Returns the run
+    /// right after the decisions (resuming in the background when they completed the set).
+    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecideError> {
+        match self {
+            Backend::Local(local) => local.decide(run, set).await,
+            Backend::Remote(remote) => remote.decide(run, set).await,
+        }
+    }
+
+    /// Cancels a run that has not finished.
+    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<RunView, CliError> {
+        match self {
+            Backend::Local(local) => local.cancel(id, reason).await,
+            Backend::Remote(remote) => remote.cancel(id, reason).await,
+        }
+    }
+
+    /// Applies retention now; returns how many runs went.
+    pub async fn purge(&self, older_than: Option<Duration>) -> Result<u64, CliError> {
+        match self {
+            Backend::Local(local) => local.purge(older_than).await,
+            Backend::Remote(remote) => remote.purge(older_than).await,
+        }
+    }
+
+    /// An agent's tools with their effective gates, or every known tool with its own default gate; each as
+    /// `GET /v1/tools` lists it.
+    pub async fn tools(&self, agent: Option<&str>) -> Result<Vec<Value>, CliError> {
+        match self {
+            Backend::Local(local) => local.tools(agent),
+            Backend::Remote(remote) => remote.tools(agent).await,
+        }
+    }
+
+    /// Checks run `id`'s hash chain: the number of events when intact, else where it breaks.
+    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, CliError> {
+        match self {
+            Backend::Local(local) => local.verify(id).await,
+            Backend::Remote(remote) => remote.verify(id).await,
+        }
+    }
+
+    /// A watch on run `id`'s changes. Open it before reading the run, so no change in between is missed.
+    pub fn watch(&self, id: &str) -> Watch {
+        match self {
+            Backend::Local(local) => Watch::Local(local.watch(id)),
+            Backend::Remote(remote) => Watch::Remote(Box::new(remote.feed(id))),
+        }
+    }
+
+    /// Whether this command line may decide `run`, checked before asking a person anything. Through the
+    /// API the server decides (and says why when it refuses).
+    pub fn may_decide(&self, run: &RunView) -> Result<(), String> {
+        match self {
+            Backend::Local(local) => local.may_decide(run),
+            Backend::Remote(_) => Ok(()),
+        }
+    }
+
+    /// Checks one decision against `run`'s held turn before anything is sent, where that can be done
+    /// here: locally with the agent's own loop; through the API the server checks it when it is sent.
+    pub async fn check_decision(&self, run: &RunView, call_id: &str, decision: &Decision) -> Result<(), String> {
+        match self {
+            Backend::Local(local) => local.check_decision(&run.id, call_id, decision).await,
+            Backend::Remote(_) => Ok(()),
+        }
+    }
+
+    /// Waits until whatever this process started (locally: a resume, a run taken over by a sweep)
+    /// reaches its next durable state.
+    pub async fn drain(&self) {
+        if let Backend::Local(local) = self {
+            local.runtime.drain().await;
+        }
+    }
+
+    /// Stops what this process started (locally: MCP servers).
+    pub async fn shutdown(&self) {
+        if let Backend::Local(local) = self {
+            local.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! `tollgate bench [A|B|C|D] [--n N] [--store URL]`: BENCH.md's workloads, run by `tollgate-bench`, and
+//! one table of their phases (`--json`: the reports).
+//!
+//! This module only chooses stores and sizes and prints; the workloads and their end checks live in
+//! `tollgate-bench`. It never touches the configured store: without `--store`, each workload gets a
+//! fresh SQLite file (WAL, `synchronous = FULL`, as in production) in a temporary folder that is removed
+//! afterwards.
+
+use crate::args::{BenchArgs, Workload};
+use crate::exit::{CliError, Exit};
+use serde_json::json;
+use std::io::Write;
+use std::time::Duration;
+use tollgate_bench::{BenchError, PhaseReport};
+
+/// N for A, C and D when `--n` is not given.
+const DEFAULT_RUNS: u64 = 1000;
+/// Repeats of B's 50-turn run when `--n` is not given.
+const DEFAULT_REPEATS: u64 = 200;
+/// Runs in flight for the concurrent in-process phases, and HTTP clients for A over HTTP.
+const CONCURRENCY: usize = 32;
+/// A over HTTP gives up after this long.
+const HTTP_TIME_LIMIT: Duration = Duration::from_secs(3600);
+
+/// Runs the chosen workloads (all when none is named) and prints the table; exit 1 when one fails.
+pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, CliError> {
+    if let Some(url) = &args.store
+        && !["sqlite:", "postgres://", "postgresql://"].iter().any(|scheme| url.starts_with(scheme))
+    {
+        return Err(CliError::usage("--store must be a sqlite://FILE or postgres://USER@HOST:PORT/DB URL"));
+    }
+    let folder = tempfile::Builder::new()
+        .prefix("tollgate-bench-")
+        .tempdir()
+        .map_err(|e| CliError::failed(format!("cannot create a temporary folder for the bench store: {e}")))?;
+    let store = |label: &str| match &args.store {
+        Some(url) => url.clone(),
+        None => format!("sqlite://{}", folder.path().join(format!("{label}.db")).display()),
+    };
+    let store_said = match &args.store {
+        // Only the scheme: the rest of a URL may hold a password.
+        Some(url) => format!("the store at --store ({})", url.split(':').next().unwrap_or_default()),
+        None => format!("a fresh SQLite file per workload in {} (WAL, synchronous=FULL)", folder.path().display()),
+    };
+    let note = |text: String| {
+        if !quiet {
+            eprintln!("{text}");
+        }
+    };
+    note(format!("bench: {store_said}"));
+
+    let workloads = match args.workload {
+        Some(workload) => vec![workload],
+        None => vec![Workload::A, Workload::B, Workload::C, Workload::D],
+    };
+    let mut reports: Vec<PhaseReport> = Vec::new();
+    let mut failure: Option<BenchError> = None;
+    for workload in workloads {
+        let outcome = run_workload(workload, args.n, &store, &note).await;
+        match outcome {
+            Ok(done) => reports.extend(done),
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+    }
+
+    // What was measured is printed even when a later workload failed.
+    if json {
+        let value = json!({"store": store_said, "reports": reports});
+        let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string());
+        print_out(&format!("{text}\n"));
+    } else if !reports.is_empty() {
+        print_out(&tollgate_bench::table(&reports));
+    }
+    match failure {
+        None => Ok(Exit::Done),
+        Some(error) => Err(CliError::failed(format!("bench failed: {error}"))),
+    }
+}
+
+async fn run_workload(
+    workload: Workload,
+    n: Option<u64>,
+    store: &impl Fn(&str) -> String,
+    note: &impl Fn(String),
+) -> Result<Vec<PhaseReport>, BenchError> {
+    let runs = n.unwrap_or(DEFAULT_RUNS);
+    let mut reports = Vec::new();
+    match workload {
+        Workload::A | Workload::C => {
+            let (label, deny) = if workload == Workload::A { ("A", false) } else { ("C", true) };
+            for concurrency in [1, CONCURRENCY] {
+                note(format!("{label}: {runs} runs in process, {concurrency} in flight"));
+                let url = store(&format!("{}-c{concurrency}", label.to_lowercase()));
+                reports.extend(tollgate_bench::approval_cycle(&url, runs, concurrency, deny).await?);
+            }
+            if workload == Workload::A {
+                note(format!("A: {runs} runs through the HTTP API, {CONCURRENCY} clients on loopback"));
+                let url = store("a-http");
+                reports
+                    .extend(tollgate_bench::http::approval_cycle_http(&url, runs, CONCURRENCY, HTTP_TIME_LIMIT).await?);
+            }
+        }
+        Workload::B => {
+            let repeats = n.unwrap_or(DEFAULT_REPEATS);
+            note(format!("B: {repeats} runs of 50 tool turns, no store"));
+            reports.push(tollgate_bench::loop_overhead(repeats).await?);
+        }
+        Workload::D => {
+            note(format!(
+                "D: filling the store with {runs} waiting runs, then timing {} approval cycles and the waiting list",
+                tollgate_bench::scale::SAMPLE.min(usize::try_from(runs).unwrap_or(usize::MAX))
+            ));
+            reports.extend(tollgate_bench::scale::scale(&store("d"), runs, tollgate_bench::scale::SAMPLE).await?);
+        }
+    }
+    Ok(reports)
+}
+
+fn print_out(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}

@@ -1,0 +1,579 @@
+//! `--server URL` mode: the commands act through a Tollgate server's HTTP API (API.md) instead of opening
+//! a store, with the token of `TOLLGATE_TOKEN` (sent as `Authorization: Bearer …` when set).
+//!
+//! What it promises: the same output and exit codes as local mode. The server's answers map onto the
+//! exit codes of CLI.md: 400, 401, 403, 413, 415 and 422 are arguments the server rejects (2, nothing was
+//! done); 404 for a run is an unknown run (1) and for an agent an unknown agent (2, as locally); 409 is a
+//! conflict (4); a server that cannot be reached, or answers 5xx, is a failure (1).
+//!
+//! Where the API has no counterpart of a local operation, this module does the work on the client side:
+//! - **Id prefixes.** The API looks runs up by full id only. A full id costs one `GET /v1/runs/{id}`; a
+//!   shorter prefix is resolved by listing every run (`GET /v1/runs`, pages of 500, newest first) and
+//!   matching ids, so it costs one request per 500 runs on the server: fine for hundreds or thousands of
+//!   runs, slow for millions (give the full id there).
+//! - **Following a run.** `run` and the deciding commands send their request without `wait`, then follow
+//!   the run's live events (`GET /v1/runs/{id}/events` as SSE) as a wake-up signal, reading the run
+//!   after each burst of events (and every few seconds regardless) until it waits or ends.
+//! - **Verify.** There is no verify endpoint and the run object carries no chain head, so `verify` reads
+//!   every event and checks, with [`tollgate_core::verify_chain`], that seqs run 1, 2, … without a gap
+//!   and that each hash matches the event and the hash before it. Unlike local mode it cannot see
+//!   events cut off the end of the log (the recorded head is not served), and it trusts the server to
+//!   serve the log as stored.
+//! - **Unknown `--call`.** Checked against the held turn before anything is sent, so that it is exit 1
+//!   naming the call, as locally (the API answers 422 for it).
+
+use crate::backend::DecideError;
+use crate::exit::{CliError, Exit};
+use crate::view::RunView;
+use reqwest::{Method, StatusCode, Url};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use tollgate_core::{ChainBreak, RunStatus, StoredEvent, verify_chain};
+use tollgate_runtime::DecisionSet;
+
+/// The environment variable holding the API token.
+pub const TOKEN_ENV: &str = "TOLLGATE_TOKEN";
+/// How long a connection may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one ordinary request may take (live event streams have no such bound).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Runs are listed in pages of this size when resolving a prefix (the API's largest `limit`).
+const LIST_PAGE: u32 = 500;
+/// How long the live stream may stay quiet before the run is read again anyway.
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
+/// After a first new event, how long to keep reading so that a burst of events is one wake-up.
+const COALESCE: Duration = Duration::from_millis(25);
+/// The pause before opening the live stream again after it failed or ended early.
+const RECONNECT: Duration = Duration::from_millis(250);
+
+/// A client of one Tollgate server. Cheap to clone. (Not `Debug`: it holds the token.)
+#[derive(Clone)]
+pub struct Remote {
+    /// The server's URL, its path ending in `/`, without query or fragment.
+    base: Url,
+    /// The URL for messages: as given, without a password.
+    shown: String,
+    token: Option<String>,
+    client: reqwest::Client,
+}
+
+/// An answer other than the one asked for.
+#[derive(Debug)]
+enum HttpError {
+    /// No answer: the server cannot be reached, or the connection broke.
+    Unreachable(String),
+    /// A non-2xx answer: its status and the problem's `detail` (or the body's text).
+    Refused {
+        /// The HTTP status.
+        status: StatusCode,
+        /// What the server said.
+        detail: String,
+    },
+    /// A 2xx answer whose body is not what API.md says.
+    Unexpected(String),
+}
+
+impl Remote {
+    /// A client of the server at `url` (`http://` or `https://`), with `token` (from `TOLLGATE_TOKEN`).
+    pub fn new(url: &str, token: Option<String>) -> Result<Remote, CliError> {
+        let mut base = Url::parse(url).map_err(|e| CliError::usage(format!("--server `{url}` is not a URL: {e}")))?;
+        if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
+            return Err(CliError::usage(format!(
+                "--server `{url}` must be an http:// or https:// URL, e.g. http://127.0.0.1:8080"
+            )));
+        }
+        // A server behind a path prefix (e.g. a reverse proxy's `/tollgate`) keeps it.
+        if !base.path().ends_with('/') {
+            base.set_path(&format!("{}/", base.path()));
+        }
+        base.set_query(None);
+        base.set_fragment(None);
+        let mut shown = base.clone();
+        let _ = shown.set_password(None);
+        let shown = shown.as_str().trim_end_matches('/').to_owned();
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("tollgate-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| CliError::failed(format!("cannot set up the HTTP client: {e}")))?;
+        let token = token.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+        Ok(Remote { base, shown, token, client })
+    }
+
+    /// The token from `TOLLGATE_TOKEN`, when set and not blank.
+    pub fn token_from_env() -> Option<String> {
+        std::env::var(TOKEN_ENV).ok().filter(|t| !t.trim().is_empty())
+    }
+
+    /// The URL of an API path (`v1/runs`, …) on this server, with query parameters.
+    fn url(&self, path: &str, query: &[(&str, &str)]) -> Url {
+        let mut url = self.base.clone();
+        url.set_path(&format!("{}{path}", self.base.path()));
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        url
+    }
+
+    fn request(&self, method: Method, url: Url) -> reqwest::RequestBuilder {
+        let request = self.client.request(method, url);
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// Sends one request and returns the JSON body of a 2xx answer.
+    async fn call(&self, method: Method, url: Url, body: Option<&Value>) -> Result<Value, HttpError> {
+        let mut request = self.request(method, url).timeout(REQUEST_TIMEOUT);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|e| HttpError::Unreachable(cause(&e.without_url())))?;
+        let status = response.status();
+        let text = response.text().await.map_err(|e| HttpError::Unreachable(cause(&e.without_url())))?;
+        if !status.is_success() {
+            let detail = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|problem| problem["detail"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| text.trim().chars().take(300).collect());
+            return Err(HttpError::Refused { status, detail });
+        }
+        serde_json::from_str(&text).map_err(|e| HttpError::Unexpected(format!("the answer is not JSON: {e}")))
+    }
+
+    /// The CLI's error for an answer that was not the one asked for; `not_found` says what a 404 means.
+    fn error(&self, error: HttpError, not_found: impl FnOnce(String) -> CliError) -> CliError {
+        match error {
+            HttpError::Unreachable(why) => {
+                CliError::failed(format!("cannot reach the Tollgate server at {}: {why}", self.shown))
+            }
+            HttpError::Unexpected(why) => {
+                CliError::failed(format!("the server at {} answered unexpectedly: {why}", self.shown))
+            }
+            HttpError::Refused { status, detail } => match status {
+                StatusCode::UNAUTHORIZED => CliError::usage(match &self.token {
+                    None => format!(
+                        "the server at {} needs a token: set {TOKEN_ENV} to an API token ({detail})",
+                        self.shown
+                    ),
+                    Some(_) => format!("the server at {} refused the token in {TOKEN_ENV}: {detail}", self.shown),
+                }),
+                StatusCode::FORBIDDEN => CliError::usage(format!("not allowed: {detail}")),
+                StatusCode::NOT_FOUND => not_found(detail),
+                StatusCode::CONFLICT => CliError::new(Exit::Conflict, detail),
+                s if s.is_client_error() => CliError::usage(detail),
+                s => CliError::failed(format!("the server answered {s}: {detail}")),
+            },
+        }
+    }
+
+    /// The error for a request about run `id`: a 404 means the run is gone.
+    fn run_error(&self, error: HttpError, id: &str) -> CliError {
+        self.error(error, |_| CliError::failed(format!("run {id} not found")))
+    }
+
+    async fn run_call(&self, method: Method, path: &str, id: &str, body: Option<&Value>) -> Result<RunView, CliError> {
+        let json = self.call(method, self.url(path, &[]), body).await.map_err(|e| self.run_error(e, id))?;
+        self.view(json)
+    }
+
+    fn view(&self, json: Value) -> Result<RunView, CliError> {
+        RunView::from_json(json)
+            .map_err(|e| CliError::failed(format!("the server at {} answered unexpectedly: {e}", self.shown)))
+    }
+
+    /// Starts a run (`POST /v1/runs`, not waiting: the caller follows it).
+    pub async fn start(&self, agent: Option<&str>, input: &str) -> Result<RunView, CliError> {
+        let body = json!({"agent": agent, "input": input});
+        let answer = self.call(Method::POST, self.url("v1/runs", &[]), Some(&body)).await;
+        let json = match answer {
+            Ok(json) => json,
+            // As locally: an unknown agent is a usage error naming it.
+            Err(HttpError::Refused { status: StatusCode::NOT_FOUND, detail }) => {
+                return Err(CliError::usage(match agent {
+                    Some(name) => format!("unknown agent `{name}`"),
+                    None => detail,
+                }));
+            }
+            Err(error) => return Err(self.error(error, CliError::usage)),
+        };
+        self.view(json)
+    }
+
+    /// Reads one run.
+    pub async fn get(&self, id: &str) -> Result<RunView, CliError> {
+        self.run_call(Method::GET, &format!("v1/runs/{id}"), id, None).await
+    }
+
+    /// The full id of the one run whose id starts with `prefix` (see the module's notes on the cost).
+    pub async fn resolve(&self, prefix: &str) -> Result<String, CliError> {
+        let none = || CliError::failed(format!("no run matches `{prefix}`"));
+        if is_full_id(prefix) {
+            return match self.call(Method::GET, self.url(&format!("v1/runs/{prefix}"), &[]), None).await {
+                Ok(_) => Ok(prefix.to_owned()),
+                Err(error) => Err(self.error(error, |_| none())),
+            };
+        }
+        // Ids are lowercase hex and hyphens: anything else matches no run, without asking.
+        if !prefix.chars().all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c)) {
+            return Err(none());
+        }
+        let mut matches = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let limit = LIST_PAGE.to_string();
+            let mut query = vec![("limit", limit.as_str())];
+            if let Some(cursor) = &cursor {
+                query.push(("cursor", cursor.as_str()));
+            }
+            let url = self.url("v1/runs", &query);
+            let page = self.call(Method::GET, url, None).await.map_err(|e| self.error(e, CliError::failed))?;
+            let runs = page["runs"].as_array().ok_or_else(|| self.unexpected("no `runs` in the list"))?;
+            matches.extend(
+                runs.iter().filter_map(|r| r["id"].as_str()).filter(|id| id.starts_with(prefix)).map(str::to_owned),
+            );
+            match page["next_cursor"].as_str() {
+                Some(next) if !runs.is_empty() => cursor = Some(next.to_owned()),
+                _ => break,
+            }
+        }
+        match matches.len() {
+            0 => Err(none()),
+            1 => Ok(matches.remove(0)),
+            n => Err(CliError::failed(format!("the prefix `{prefix}` matches {n} runs; give more characters"))),
+        }
+    }
+
+    fn unexpected(&self, why: &str) -> CliError {
+        CliError::failed(format!("the server at {} answered unexpectedly: {why}", self.shown))
+    }
+
+    /// Waits until run `id` waits for approval or has ended, following its live events.
+    pub async fn wait_settled(&self, id: &str) -> Result<RunView, CliError> {
+        let mut feed = self.feed(id);
+        loop {
+            let run = self.get(id).await?;
+            if run.status == RunStatus::WaitingForApproval || run.status.is_terminal() {
+                return Ok(run);
+            }
+            feed.changed().await;
+        }
+    }
+
+    /// Lists runs, newest first (one page).
+    pub async fn list(
+        &self,
+        status: Option<RunStatus>,
+        agent: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<RunView>, CliError> {
+        let limit = limit.to_string();
+        let mut query = vec![("limit", limit.as_str())];
+        if let Some(status) = status {
+            query.push(("status", status.as_str()));
+        }
+        if let Some(agent) = agent {
+            query.push(("agent", agent));
+        }
+        let url = self.url("v1/runs", &query);
+        let page = self.call(Method::GET, url, None).await.map_err(|e| self.error(e, CliError::failed))?;
+        let runs = page["runs"].as_array().ok_or_else(|| self.unexpected("no `runs` in the list"))?;
+        runs.iter().map(|r| self.view(r.clone())).collect()
+    }
+
+    /// A run's events after seq `after` (the server answers them all).
+    pub async fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, CliError> {
+        let url = self.url(&format!("v1/runs/{id}/events"), &[("after", &after.to_string())]);
+        let answer = self.call(Method::GET, url, None).await.map_err(|e| self.run_error(e, id))?;
+        serde_json::from_value(answer["events"].clone())
+            .map_err(|e| self.unexpected(&format!("the events do not read: {e}")))
+    }
+
+    /// Sends decisions for the held turn of `run` (as read just before), naming its turn digest.
+    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecideError> {
+        let digest = run.pending.as_ref().map(|p| p.turn_digest.clone()).unwrap_or_default();
+        let body = match set {
+            DecisionSet::ApproveAll => json!({"turn_digest": digest, "approve_all": true}),
+            DecisionSet::DenyAll { reason } => json!({"turn_digest": digest, "deny_all": true, "reason": reason}),
+            DecisionSet::Each(list) => {
+                if let Some(pending) = &run.pending
+                    && let Some((unknown, _)) =
+                        list.iter().find(|(id, _)| !pending.calls.iter().any(|c| &c.call_id == id))
+                {
+                    return Err(DecideError::Invalid(CliError::failed(format!("no held call has id `{unknown}`"))));
+                }
+                let decisions: Vec<Value> = list
+                    .iter()
+                    .map(|(call_id, decision)| {
+                        let mut item = serde_json::to_value(decision).unwrap_or_else(|_| json!({}));
+                        if let Value::Object(map) = &mut item {
+                            map.insert("call_id".into(), json!(call_id));
+                        }
+                        item
+                    })
+                    .collect();
+                json!({"turn_digest": digest, "decisions": decisions})
+            }
+        };
+        let url = self.url(&format!("v1/runs/{}/decisions", run.id), &[]);
+        match self.call(Method::POST, url, Some(&body)).await {
+            Ok(json) => self.view(json).map_err(DecideError::Failed),
+            Err(HttpError::Refused { status: StatusCode::CONFLICT, detail }) => Err(DecideError::Conflict(detail)),
+            Err(HttpError::Refused { status: StatusCode::FORBIDDEN, detail }) => {
+                Err(DecideError::Forbidden(CliError::usage(format!("not allowed: {detail}"))))
+            }
+            Err(HttpError::Refused { status: StatusCode::UNPROCESSABLE_ENTITY, detail }) => {
+                Err(DecideError::Invalid(CliError::usage(detail)))
+            }
+            Err(error) => Err(DecideError::Failed(self.run_error(error, &run.id))),
+        }
+    }
+
+    /// Cancels a run that has not finished.
+    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<RunView, CliError> {
+        let body = match reason {
+            Some(reason) => json!({ "reason": reason }),
+            None => json!({}),
+        };
+        self.run_call(Method::POST, &format!("v1/runs/{id}/cancel"), id, Some(&body)).await
+    }
+
+    /// Applies retention now: terminal runs older than `older_than` (else the server's window) and the
+    /// waiting runs of the server's window go. Returns how many went.
+    pub async fn purge(&self, older_than: Option<Duration>) -> Result<u64, CliError> {
+        let body = match older_than {
+            Some(window) => json!({"older_than": format!("{}s", window.as_secs())}),
+            None => json!({}),
+        };
+        let answer = self
+            .call(Method::POST, self.url("v1/purge", &[]), Some(&body))
+            .await
+            .map_err(|e| self.error(e, CliError::failed))?;
+        answer["deleted_runs"].as_u64().ok_or_else(|| self.unexpected("no `deleted_runs` in the answer"))
+    }
+
+    /// The tools of an agent with their effective gates, or every tool the server knows; each as the API
+    /// lists it.
+    pub async fn tools(&self, agent: Option<&str>) -> Result<Vec<Value>, CliError> {
+        let url = match agent {
+            Some(agent) => self.url("v1/tools", &[("agent", agent)]),
+            None => self.url("v1/tools", &[]),
+        };
+        match self.call(Method::GET, url, None).await {
+            Ok(answer) => {
+                answer["tools"].as_array().cloned().ok_or_else(|| self.unexpected("no `tools` in the answer"))
+            }
+            Err(HttpError::Refused { status: StatusCode::NOT_FOUND, .. }) => {
+                // As locally: name the agents there are.
+                let known = self.agent_names().await.unwrap_or_default();
+                Err(CliError::usage(format!(
+                    "unknown agent `{}`; known agents: {}",
+                    agent.unwrap_or_default(),
+                    known.join(", ")
+                )))
+            }
+            Err(error) => Err(self.error(error, CliError::usage)),
+        }
+    }
+
+    async fn agent_names(&self) -> Result<Vec<String>, HttpError> {
+        let answer = self.call(Method::GET, self.url("v1/agents", &[]), None).await?;
+        Ok(answer["agents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["name"].as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// Checks run `id`'s hash chain as served (see the module's notes): the number of events when it is
+    /// intact, else where it breaks.
+    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, CliError> {
+        let events = self.events(id, 0).await?;
+        let head = events.last().map(|e| e.hash.clone()).unwrap_or_default();
+        let count = events.len() as u64;
+        Ok(verify_chain(&events, count, &head).map(|()| count))
+    }
+
+    /// A follower of run `id`'s live events, from its first.
+    pub fn feed(&self, id: &str) -> EventFeed {
+        EventFeed { remote: self.clone(), run_id: id.to_owned(), last_seq: 0, response: None, buffer: Vec::new() }
+    }
+
+    /// Opens the live stream after `after`; `None` when the run has ended and every event was sent (204).
+    async fn open_stream(&self, id: &str, after: u64) -> Result<Option<reqwest::Response>, String> {
+        let url = self.url(&format!("v1/runs/{id}/events"), &[]);
+        let mut request = self.request(Method::GET, url).header(reqwest::header::ACCEPT, "text/event-stream");
+        if after > 0 {
+            request = request.header("Last-Event-ID", after.to_string());
+        }
+        let response = request.send().await.map_err(|e| cause(&e.without_url()))?;
+        match response.status() {
+            StatusCode::NO_CONTENT => Ok(None),
+            s if s.is_success() => Ok(Some(response)),
+            s => Err(format!("the live event stream answered {s}")),
+        }
+    }
+}
+
+/// Follows a run's live events (SSE) as a signal that the run changed; the caller reads the run itself.
+pub struct EventFeed {
+    remote: Remote,
+    run_id: String,
+    /// The seq of the last event received: a new stream starts after it.
+    last_seq: u64,
+    response: Option<reqwest::Response>,
+    /// Received bytes not yet ending in a blank line.
+    buffer: Vec<u8>,
+}
+
+impl EventFeed {
+    /// Waits until new events arrived (a burst counts once), or a while passed: the run may have changed.
+    pub async fn changed(&mut self) {
+        let mut deadline = Instant::now() + LOOK_AGAIN;
+        let mut seen = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let response = match &mut self.response {
+                Some(response) => response,
+                None if seen => return,
+                None => match self.remote.open_stream(&self.run_id, self.last_seq).await {
+                    Ok(Some(response)) => self.response.insert(response),
+                    // The run has ended and every event was sent: the caller reads the run.
+                    Ok(None) => return,
+                    Err(why) => {
+                        tracing::debug!(run = %self.run_id, %why, "cannot follow the run's live events");
+                        tokio::time::sleep(RECONNECT.min(left)).await;
+                        return;
+                    }
+                },
+            };
+            match tokio::time::timeout(left, response.chunk()).await {
+                Err(_) => return,
+                Ok(Ok(Some(bytes))) => {
+                    if self.take(&bytes) > 0 && !seen {
+                        seen = true;
+                        deadline = Instant::now() + COALESCE;
+                    }
+                }
+                // The stream ended (after the run's terminal event, or the server is going away).
+                Ok(Ok(None)) | Ok(Err(_)) => {
+                    self.response = None;
+                    if !seen {
+                        tokio::time::sleep(RECONNECT.min(left)).await;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Takes received bytes; returns how many whole events they completed.
+    fn take(&mut self, bytes: &[u8]) -> usize {
+        self.buffer.extend_from_slice(bytes);
+        let mut events = 0;
+        while let Some(end) = find_blank_line(&self.buffer) {
+            let block: Vec<u8> = self.buffer.drain(..end.1).collect();
+            let text = String::from_utf8_lossy(&block[..end.0]);
+            let mut data = false;
+            for line in text.lines() {
+                if let Some(id) = line.strip_prefix("id:") {
+                    if let Ok(seq) = id.trim().parse::<u64>() {
+                        self.last_seq = self.last_seq.max(seq);
+                    }
+                } else if line.starts_with("data:") {
+                    data = true;
+                }
+            }
+            // Comment-only blocks are keep-alives.
+            events += usize::from(data);
+        }
+        events
+    }
+}
+
+/// The end of the first SSE block in `buffer`: (where its text ends, where the next block starts).
+fn find_blank_line(buffer: &[u8]) -> Option<(usize, usize)> {
+    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| (i, i + 2));
+    let crlf = buffer.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, i + 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// True for a whole run id: a lowercase, hyphenated UUID.
+fn is_full_id(text: &str) -> bool {
+    text.len() == 36
+        && text.char_indices().all(|(i, c)| {
+            if matches!(i, 8 | 13 | 18 | 23) { c == '-' } else { c.is_ascii_digit() || ('a'..='f').contains(&c) }
+        })
+}
+
+/// The innermost cause of a transport error, which says what actually went wrong (e.g. "Connection
+/// refused"), after the outer message.
+fn cause(error: &reqwest::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    let mut last = None;
+    while let Some(inner) = source {
+        last = Some(inner.to_string());
+        source = inner.source();
+    }
+    if let Some(last) = last.filter(|l| !message.contains(l.as_str())) {
+        message.push_str(": ");
+        message.push_str(&last);
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_http_urls_with_a_host_are_servers() {
+        assert!(Remote::new("http://127.0.0.1:8080", None).is_ok());
+        assert!(Remote::new("https://tollgate.example/", Some("t".into())).is_ok());
+        for bad in ["127.0.0.1:8080", "ftp://x", "http://", "not a url"] {
+            let error = Remote::new(bad, None).err().map(|e| e.exit);
+            assert_eq!(error, Some(Exit::Usage), "{bad}");
+        }
+    }
+
+    #[test]
+    fn api_paths_keep_the_servers_path_prefix() {
+        let url = |server: &str| {
+            let remote = Remote::new(server, None).unwrap_or_else(|e| panic!("{e}"));
+            remote.url("v1/runs", &[("limit", "5"), ("status", "waiting_for_approval")]).to_string()
+        };
+        assert_eq!(url("http://127.0.0.1:8080"), "http://127.0.0.1:8080/v1/runs?limit=5&status=waiting_for_approval");
+        assert_eq!(url("https://h/tollgate/?x=1"), "https://h/tollgate/v1/runs?limit=5&status=waiting_for_approval");
+        assert_eq!(url("http://h/tollgate"), "http://h/tollgate/v1/runs?limit=5&status=waiting_for_approval");
+    }
+
+    #[test]
+    fn full_ids_are_lowercase_hyphenated_uuids() {
+        assert!(is_full_id("0193b0c6-0000-7000-8000-000000000001"));
+        assert!(!is_full_id("0193B0C6-0000-7000-8000-000000000001"));
+        assert!(!is_full_id("0193b0c6-0000-7000-8000"));
+        assert!(!is_full_id("0193b0c6a0000a7000a8000a000000000001"));
+    }
+
+    #[test]
+    fn sse_blocks_count_events_and_track_the_last_seq() {
+        let Ok(remote) = Remote::new("http://127.0.0.1:1", None) else { panic!("a valid URL") };
+        let mut feed = remote.feed("r");
+        assert_eq!(feed.take(b": keep-alive\n\n"), 0, "a comment is no event");
+        assert_eq!(feed.take(b"id: 3\nevent: decision\ndata: {}\n\nid: 4\nevent: run_resumed\nda"), 1);
+        assert_eq!(feed.last_seq, 3);
+        assert_eq!(feed.take(b"ta: {}\n\n"), 1, "an event split across chunks counts once it is whole");
+        assert_eq!(feed.last_seq, 4);
+        assert_eq!(feed.take(b"id: 5\r\ndata: {}\r\n\r\n"), 1);
+        assert_eq!(feed.last_seq, 5);
+    }
+}
