@@ -105,7 +105,7 @@ impl Default for RuntimeOptions {
 }
 
 /// A change to a run, broadcast in process as it commits.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunNotice {
     /// The run.
     pub run_id: String,
@@ -113,6 +113,9 @@ pub struct RunNotice {
     pub status: RunStatus,
     /// Its last event's seq after the change.
     pub last_seq: u64,
+    /// The run as committed by the change, when the change committed a whole record (an append of
+    /// events alone carries none).
+    pub run: Option<Arc<RunRecord>>,
 }
 
 /// Decisions as a caller sends them.
@@ -296,37 +299,53 @@ impl Runtime {
     ) -> Result<RunRecord, RuntimeError> {
         let mut notices = self.subscribe();
         let run = self.start(agent, input, actor).await?;
-        self.wait_settled_with(&run.id, &mut notices).await
+        if settled(run.status) {
+            return Ok(run);
+        }
+        // The run as created is the last state seen: wait for a notice newer than it.
+        self.wait_settled_with(&run.id.clone(), &mut notices, Some(run)).await
     }
 
     /// Waits until a run waits for approval or has ended.
     pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, RuntimeError> {
         let mut notices = self.subscribe();
-        self.wait_settled_with(id, &mut notices).await
+        self.wait_settled_with(id, &mut notices, None).await
     }
 
+    /// Waits on `notices` (subscribed before `seen` was read, if given) until the run is settled. A
+    /// notice that carries a settled record newer than the last state read answers without another
+    /// read; any other settled notice, a lag, or a quiet half second reads the run again.
     async fn wait_settled_with(
         &self,
         id: &str,
         notices: &mut broadcast::Receiver<RunNotice>,
+        mut seen: Option<RunRecord>,
     ) -> Result<RunRecord, RuntimeError> {
         loop {
-            let run = self.get(id).await?;
+            let run = match seen.take() {
+                Some(run) => run,
+                None => self.get(id).await?,
+            };
             if settled(run.status) {
                 return Ok(run);
             }
+            let version = run.version;
             // Another process may drive the run: look again now and then even without a notice.
             let wait = async {
                 loop {
                     match notices.recv().await {
-                        Ok(notice) if notice.run_id == id && settled(notice.status) => return,
+                        Ok(notice) if notice.run_id == id && settled(notice.status) => {
+                            return notice.run.filter(|r| r.version > version);
+                        }
                         Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(_)) => return,
-                        Err(broadcast::error::RecvError::Closed) => return,
+                        Err(broadcast::error::RecvError::Lagged(_)) => return None,
+                        Err(broadcast::error::RecvError::Closed) => return None,
                     }
                 }
             };
-            let _ = tokio::time::timeout(Duration::from_millis(500), wait).await;
+            if let Ok(Some(committed)) = tokio::time::timeout(Duration::from_millis(500), wait).await {
+                return Ok(Arc::unwrap_or_clone(committed));
+            }
         }
     }
 
@@ -651,11 +670,20 @@ impl Inner {
     }
 
     pub(crate) fn notify(&self, run: &RunRecord) {
-        let _ = self.notices.send(RunNotice { run_id: run.id.clone(), status: run.status, last_seq: run.last_seq });
+        if self.notices.receiver_count() == 0 {
+            return;
+        }
+        let _ = self.notices.send(RunNotice {
+            run_id: run.id.clone(),
+            status: run.status,
+            last_seq: run.last_seq,
+            run: Some(Arc::new(run.clone())),
+        });
     }
 
     pub(crate) fn notify_seq(&self, run_id: &str, last_seq: u64) {
-        let _ = self.notices.send(RunNotice { run_id: run_id.to_owned(), status: RunStatus::Running, last_seq });
+        let _ =
+            self.notices.send(RunNotice { run_id: run_id.to_owned(), status: RunStatus::Running, last_seq, run: None });
     }
 
     pub(crate) fn spawn_drive(self: &Arc<Self>, run: RunRecord, spec: Arc<AgentSpec>, work: Work) {

@@ -189,6 +189,9 @@ impl SqliteStore {
         let readers = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, 8);
         let reader = SqlitePoolOptions::new()
             .max_connections(u32::try_from(readers).unwrap_or(4))
+            // A ping before every read is a round trip to the connection's worker thread; a local file
+            // connection does not go stale the way a network one does (a failing read reports its error).
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await
             .map_err(|e| database_error(&secrets, "cannot open SQLite read connections", &e))?;
