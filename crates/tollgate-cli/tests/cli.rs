@@ -8,40 +8,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use tollgate_testkit::scratch_dir;
 
-/// What one invocation of the binary gave back.
-#[derive(Debug)]
-struct Outcome {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Outcome {
-    fn json(&self) -> Result<Value> {
-        serde_json::from_str(&self.stdout).with_context(|| format!("stdout is not JSON: {self:?}"))
-    }
-
-    /// The run id of the waiting line `run ID is waiting for approval`.
-    fn waiting_id(&self) -> Result<String> {
-        let line = self
-            .stdout
-            .lines()
-            .find(|l| l.ends_with(" is waiting for approval"))
-            .ok_or_else(|| anyhow!("no waiting line in {self:?}"))?;
-        let id = line.trim_start_matches("run ").trim_end_matches(" is waiting for approval");
-        if !is_uuid_v7(id) {
-            bail!("`{id}` is not a UUIDv7");
-        }
-        Ok(id.to_owned())
-    }
-}
-
-fn is_uuid_v7(id: &str) -> bool {
-    let groups: Vec<&str> = id.split('-').collect();
-    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
-        && id.chars().all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c))
-        && groups[2].starts_with('7')
-}
+mod support;
+use support::{Outcome, is_uuid_v7};
 
 /// A fresh, empty folder used as the current folder of every invocation.
 struct Sandbox {

@@ -10,29 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tollgate_testkit::scratch_dir;
 
-/// What one invocation of the binary gave back.
-#[derive(Debug)]
-struct Outcome {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Outcome {
-    fn json(&self) -> Result<Value> {
-        serde_json::from_str(&self.stdout).with_context(|| format!("stdout is not JSON: {self:?}"))
-    }
-
-    /// The run id of the waiting line `run ID is waiting for approval`.
-    fn waiting_id(&self) -> Result<String> {
-        let line = self
-            .stdout
-            .lines()
-            .find(|l| l.ends_with(" is waiting for approval"))
-            .ok_or_else(|| anyhow!("no waiting line in {self:?}"))?;
-        Ok(line.trim_start_matches("run ").trim_end_matches(" is waiting for approval").to_owned())
-    }
-}
+mod support;
+use support::Outcome;
 
 /// `tollgate` with a clean environment in `dir`.
 fn tollgate(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {

@@ -1,0 +1,41 @@
+//! What the CLI's integration tests share: the outcome of one invocation of the real binary.
+
+#![allow(dead_code)] // Each test file uses the part it needs.
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde_json::Value;
+
+/// What one invocation of the binary gave back.
+#[derive(Debug)]
+pub struct Outcome {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Outcome {
+    pub fn json(&self) -> Result<Value> {
+        serde_json::from_str(&self.stdout).with_context(|| format!("stdout is not JSON: {self:?}"))
+    }
+
+    /// The run id of the waiting line `run ID is waiting for approval`.
+    pub fn waiting_id(&self) -> Result<String> {
+        let line = self
+            .stdout
+            .lines()
+            .find(|l| l.ends_with(" is waiting for approval"))
+            .ok_or_else(|| anyhow!("no waiting line in {self:?}"))?;
+        let id = line.trim_start_matches("run ").trim_end_matches(" is waiting for approval");
+        if !is_uuid_v7(id) {
+            bail!("`{id}` is not a UUIDv7");
+        }
+        Ok(id.to_owned())
+    }
+}
+
+pub fn is_uuid_v7(id: &str) -> bool {
+    let groups: Vec<&str> = id.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && id.chars().all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c))
+        && groups[2].starts_with('7')
+}
