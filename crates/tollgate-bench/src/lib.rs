@@ -134,17 +134,7 @@ pub async fn approval_cycle(
     let results: Vec<Result<(String, Duration), BenchError>> = futures_util::stream::iter(0..n)
         .map(|i| {
             let runtime = runtime.clone();
-            async move {
-                let t = Instant::now();
-                let run = runtime
-                    .start_and_wait(None, &format!("Save a note saying hello {i}"), "bench")
-                    .await
-                    .map_err(err)?;
-                if run.status != RunStatus::WaitingForApproval {
-                    return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status)));
-                }
-                Ok((run.id, t.elapsed()))
-            }
+            async move { start_waiting(&runtime, i).await }
         })
         .buffer_unordered(concurrency.max(1))
         .collect()
@@ -207,6 +197,17 @@ pub async fn approval_cycle(
         }
     }
     Ok(vec![phase1, phase2])
+}
+
+/// Phase 1 of workload A for run `i`: start it and wait until it is committed waiting at the gate.
+/// Returns its id and how long that took.
+pub(crate) async fn start_waiting(runtime: &Runtime, i: u64) -> Result<(String, Duration), BenchError> {
+    let t = Instant::now();
+    let run = runtime.start_and_wait(None, &format!("Save a note saying hello {i}"), "bench").await.map_err(err)?;
+    if run.status != RunStatus::WaitingForApproval {
+        return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status)));
+    }
+    Ok((run.id, t.elapsed()))
 }
 
 fn approval_runtime(store: Arc<dyn RunStore>, notes: Arc<Mutex<Vec<String>>>) -> Result<Runtime, BenchError> {

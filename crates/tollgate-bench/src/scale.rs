@@ -53,15 +53,8 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
         .map(|i| {
             let runtime = runtime.clone();
             async move {
-                let t = Instant::now();
-                let run = runtime
-                    .start_and_wait(None, &format!("Save a note saying hello {i}"), "bench")
-                    .await
-                    .map_err(err)?;
-                if run.status != RunStatus::WaitingForApproval {
-                    return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status)));
-                }
-                Ok::<_, BenchError>((i, run.id, t.elapsed()))
+                let (id, elapsed) = crate::start_waiting(&runtime, i).await?;
+                Ok::<_, BenchError>((i, id, elapsed))
             }
         })
         .buffer_unordered(FILL_CONCURRENCY);
