@@ -11,7 +11,11 @@ async fn main() -> ExitCode {
     let n = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let concurrency = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1);
     let deny = args.get(3).is_some_and(|a| a == "deny");
-    match tollgate_bench::approval_cycle(&url, n, concurrency, deny).await {
+    let floor = if concurrency == 1 { tollgate_bench::sqlite_commit_floor(&url, n) } else { Ok(None) };
+    match tollgate_bench::approval_cycle(&url, n, concurrency, deny).await.and_then(|mut reports| {
+        reports.extend(floor?);
+        Ok(reports)
+    }) {
         Ok(reports) => {
             print!("{}", tollgate_bench::table(&reports));
             ExitCode::SUCCESS

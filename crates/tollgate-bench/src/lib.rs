@@ -199,6 +199,45 @@ pub async fn approval_cycle(
     Ok(vec![phase1, phase2])
 }
 
+/// The reference for workload A's CPU figures on SQLite: the same durability settings (WAL,
+/// `synchronous=FULL`) on a scratch file next to `store_url`'s, `n` transactions that each insert one
+/// 1 KiB row and commit, one at a time. Its CPU per commit is what the operating system and SQLite
+/// charge for one durable commit (mostly the write and the fsync, in the kernel) before Tollgate does
+/// anything; phase 1 of A commits twice per run (created, suspended) and phase 2 three times (claimed,
+/// `tool_started`, completed). `None` when the store is not a SQLite file.
+pub fn sqlite_commit_floor(store_url: &str, n: u64) -> Result<Option<PhaseReport>, BenchError> {
+    let Some(path) = store_url.strip_prefix("sqlite://").filter(|p| !p.is_empty() && !p.contains(":memory:")) else {
+        return Ok(None);
+    };
+    let path = format!("{}-commit-floor.db", path.split('?').next().unwrap_or(path));
+    let connection = rusqlite::Connection::open(&path).map_err(err)?;
+    connection.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).map_err(err)?;
+    connection
+        .execute_batch(
+            "PRAGMA synchronous = FULL; CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, data TEXT)",
+        )
+        .map_err(err)?;
+    let row = "x".repeat(1024);
+    let mut latencies = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        connection
+            .execute_batch("BEGIN IMMEDIATE")
+            .and_then(|()| connection.execute("INSERT INTO floor (data) VALUES (?1)", [&row]))
+            .and_then(|_| connection.execute_batch("COMMIT"))
+            .map_err(err)?;
+        latencies.push(t.elapsed());
+    }
+    let floor = report("SQLite floor: insert 1 KiB + COMMIT (c=1)", started, cpu0, latencies, None);
+    drop(connection);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{path}{suffix}"));
+    }
+    Ok(Some(floor))
+}
+
 /// Phase 1 of workload A for run `i`: start it and wait until it is committed waiting at the gate.
 /// Returns its id and how long that took.
 pub(crate) async fn start_waiting(runtime: &Runtime, i: u64) -> Result<(String, Duration), BenchError> {

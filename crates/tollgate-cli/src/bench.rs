@@ -95,6 +95,9 @@ async fn run_workload(
                 note(format!("{label}: {runs} runs in process, {concurrency} in flight"));
                 let url = store(&format!("{}-c{concurrency}", label.to_lowercase()));
                 reports.extend(tollgate_bench::approval_cycle(&url, runs, concurrency, deny).await?);
+                if concurrency == 1 {
+                    reports.extend(tollgate_bench::sqlite_commit_floor(&url, runs)?);
+                }
             }
             if workload == Workload::A {
                 note(format!("A: {runs} runs through the HTTP API, {CONCURRENCY} clients on loopback"));

@@ -45,6 +45,7 @@ fn workload_a_reports_both_phases_in_process_and_over_http() -> Result<()> {
         [
             "A phase 1: start → waiting (c=1)",
             "A phase 2: load → approve → completed (c=1)",
+            "SQLite floor: insert 1 KiB + COMMIT (c=1)",
             "A phase 1: start → waiting (c=32)",
             "A phase 2: load → approve → completed (c=32)",
             "A/HTTP phase 1: POST /v1/runs → waiting (c=32)",
@@ -52,7 +53,7 @@ fn workload_a_reports_both_phases_in_process_and_over_http() -> Result<()> {
         ]
     );
     for line in table.lines().skip(1) {
-        assert!(line.contains(" 20 "), "each phase counts the 20 runs: {line}");
+        assert!(line.contains(" 20 "), "each phase counts the 20 runs (the floor 20 commits): {line}");
     }
     Ok(())
 }

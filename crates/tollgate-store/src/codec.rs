@@ -8,7 +8,6 @@
 //!   with.
 
 use serde_json::Value;
-use sqlx::{ColumnIndex, Decode, Row, Type};
 use std::collections::BTreeMap;
 use tollgate_core::event::{EventKind, NewEvent, StoredEvent, chain};
 use tollgate_core::run::{Lease, Millis, Pending, RecordedDecision, RunError, RunRecord, RunStatus, Transition};
@@ -118,50 +117,6 @@ pub(crate) struct RunRow {
     pub lease_expires_at: Option<i64>,
     pub last_seq: i64,
     pub last_hash: String,
-}
-
-/// The number of columns of `runs`.
-pub(crate) const RUN_ROW_LEN: usize = 24;
-
-/// A row serializes as a JSON array of its columns in [`run_columns!`] order (SQLite's writer sends
-/// rows that way).
-impl serde::Serialize for RunRow {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let mut seq = serializer.serialize_seq(Some(RUN_ROW_LEN))?;
-        self.serialize_elements(&mut seq)?;
-        seq.end()
-    }
-}
-
-impl RunRow {
-    /// Serializes the columns, in [`run_columns!`] order, into a sequence being written.
-    pub fn serialize_elements<S: serde::ser::SerializeSeq>(&self, seq: &mut S) -> Result<(), S::Error> {
-        seq.serialize_element(&self.id)?;
-        seq.serialize_element(&self.agent)?;
-        seq.serialize_element(&self.status)?;
-        seq.serialize_element(&self.version)?;
-        seq.serialize_element(&self.input)?;
-        seq.serialize_element(&self.output)?;
-        seq.serialize_element(&self.termination_reason)?;
-        seq.serialize_element(&self.iterations)?;
-        seq.serialize_element(&self.input_tokens)?;
-        seq.serialize_element(&self.output_tokens)?;
-        seq.serialize_element(&self.created_by)?;
-        seq.serialize_element(&self.created_at)?;
-        seq.serialize_element(&self.updated_at)?;
-        seq.serialize_element(&self.finished_at)?;
-        seq.serialize_element(&self.error)?;
-        seq.serialize_element(&self.suspension)?;
-        seq.serialize_element(&self.turn_digest)?;
-        seq.serialize_element(&self.required_calls)?;
-        seq.serialize_element(&self.decisions)?;
-        seq.serialize_element(&self.expires_at)?;
-        seq.serialize_element(&self.lease_owner)?;
-        seq.serialize_element(&self.lease_expires_at)?;
-        seq.serialize_element(&self.last_seq)?;
-        seq.serialize_element(&self.last_hash)
-    }
 }
 
 /// Counters are `u64` in Rust and signed 64-bit in SQL; no real run comes near the limit.
@@ -285,78 +240,73 @@ impl RunRow {
     }
 }
 
+/// Typed access to the columns of a result row, by position: what the two backends' row types
+/// (sqlx's `PgRow`, rusqlite's `Row`) have in common for reading runs and events. An error is the
+/// driver's text (a wrong SQL type, a missing column).
+pub(crate) trait Columns {
+    fn text(&self, index: usize) -> Result<String, String>;
+    fn optional_text(&self, index: usize) -> Result<Option<String>, String>;
+    fn int(&self, index: usize) -> Result<i64, String>;
+    fn optional_int(&self, index: usize) -> Result<Option<i64>, String>;
+}
+
 /// Reads the [`run_columns!`] of a result row (any extra columns after them are ignored). A value of
 /// the wrong SQL type is [`StoreError::Corrupt`] for that run.
-pub(crate) fn read_run_row<R>(row: &R) -> Result<RunRow, StoreError>
-where
-    R: Row,
-    usize: ColumnIndex<R>,
-    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
-    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    let id: String = row
-        .try_get(0)
+pub(crate) fn read_run_row(row: &impl Columns) -> Result<RunRow, StoreError> {
+    let id = row
+        .text(0)
         .map_err(|e| StoreError::Corrupt { id: "<unreadable id>".to_owned(), detail: format!("column id: {e}") })?;
-    let read = || -> Result<RunRow, sqlx::Error> {
+    let read = || -> Result<RunRow, String> {
         Ok(RunRow {
-            agent: row.try_get(1)?,
-            status: row.try_get(2)?,
-            version: row.try_get(3)?,
-            input: row.try_get(4)?,
-            output: row.try_get(5)?,
-            termination_reason: row.try_get(6)?,
-            iterations: row.try_get(7)?,
-            input_tokens: row.try_get(8)?,
-            output_tokens: row.try_get(9)?,
-            created_by: row.try_get(10)?,
-            created_at: row.try_get(11)?,
-            updated_at: row.try_get(12)?,
-            finished_at: row.try_get(13)?,
-            error: row.try_get(14)?,
-            suspension: row.try_get(15)?,
-            turn_digest: row.try_get(16)?,
-            required_calls: row.try_get(17)?,
-            decisions: row.try_get(18)?,
-            expires_at: row.try_get(19)?,
-            lease_owner: row.try_get(20)?,
-            lease_expires_at: row.try_get(21)?,
-            last_seq: row.try_get(22)?,
-            last_hash: row.try_get(23)?,
+            agent: row.text(1)?,
+            status: row.text(2)?,
+            version: row.int(3)?,
+            input: row.text(4)?,
+            output: row.optional_text(5)?,
+            termination_reason: row.optional_text(6)?,
+            iterations: row.int(7)?,
+            input_tokens: row.int(8)?,
+            output_tokens: row.int(9)?,
+            created_by: row.text(10)?,
+            created_at: row.int(11)?,
+            updated_at: row.int(12)?,
+            finished_at: row.optional_int(13)?,
+            error: row.optional_text(14)?,
+            suspension: row.optional_text(15)?,
+            turn_digest: row.optional_text(16)?,
+            required_calls: row.optional_text(17)?,
+            decisions: row.optional_text(18)?,
+            expires_at: row.optional_int(19)?,
+            lease_owner: row.optional_text(20)?,
+            lease_expires_at: row.optional_int(21)?,
+            last_seq: row.int(22)?,
+            last_hash: row.text(23)?,
             id: id.clone(),
         })
     };
-    read().map_err(|e| StoreError::Corrupt { id: id.clone(), detail: e.to_string() })
+    read().map_err(|detail| StoreError::Corrupt { id: id.clone(), detail })
 }
 
 /// Reads and decodes a run row.
-pub(crate) fn decode_run<R>(row: &R) -> Result<RunRecord, StoreError>
-where
-    R: Row,
-    usize: ColumnIndex<R>,
-    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
-    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
-{
+pub(crate) fn decode_run(row: &impl Columns) -> Result<RunRecord, StoreError> {
     read_run_row(row)?.decode()
 }
 
 /// Decodes rows for `list` and `due`: a corrupt row is skipped with a warning so that one bad run does
 /// not hide all the others (reading it by id still reports [`StoreError::Corrupt`]).
-pub(crate) fn decode_runs_skipping_corrupt<R>(rows: &[R], operation: &str) -> Vec<RunRecord>
-where
-    R: Row,
-    usize: ColumnIndex<R>,
-    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
-    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
-{
-    rows.iter()
-        .filter_map(|row| match decode_run(row) {
-            Ok(run) => Some(run),
-            Err(error) => {
-                tracing::warn!(%error, operation, "skipping a run whose stored row cannot be read");
-                None
-            }
-        })
-        .collect()
+pub(crate) fn decode_runs_skipping_corrupt<R: Columns>(rows: &[R], operation: &str) -> Vec<RunRecord> {
+    rows.iter().filter_map(|row| keep_readable(decode_run(row), operation)).collect()
+}
+
+/// A decoded run, or `None` with a warning when its row is corrupt (see [`decode_runs_skipping_corrupt`]).
+pub(crate) fn keep_readable(run: Result<RunRecord, StoreError>, operation: &str) -> Option<RunRecord> {
+    match run {
+        Ok(run) => Some(run),
+        Err(error) => {
+            tracing::warn!(%error, operation, "skipping a run whose stored row cannot be read");
+            None
+        }
+    }
 }
 
 /// An event as its `events` row holds it.
@@ -385,16 +335,10 @@ impl EventRow {
 }
 
 /// Reads an `events` row selected as `seq, at, kind, round, data, hash`.
-pub(crate) fn decode_event<R>(run_id: &str, row: &R) -> Result<StoredEvent, StoreError>
-where
-    R: Row,
-    usize: ColumnIndex<R>,
-    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
-    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
-{
+pub(crate) fn decode_event(run_id: &str, row: &impl Columns) -> Result<StoredEvent, StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt { id: run_id.to_owned(), detail };
-    let read = || -> Result<(i64, String, String, i64, String, String), sqlx::Error> {
-        Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?, row.try_get(4)?, row.try_get(5)?))
+    let read = || -> Result<(i64, String, String, i64, String, String), String> {
+        Ok((row.int(0)?, row.text(1)?, row.text(2)?, row.int(3)?, row.text(4)?, row.text(5)?))
     };
     let (seq, at, kind, round, data, hash) = read().map_err(|e| corrupt(format!("an event row: {e}")))?;
     let seq = u64::try_from(seq).map_err(|_| corrupt(format!("event seq {seq} is negative")))?;
@@ -570,7 +514,7 @@ fn percent_decode(text: &str) -> String {
 }
 
 /// A database failure as a retryable [`StoreError::Database`], with secrets removed.
-pub(crate) fn database_error(secrets: &Secrets, context: &str, error: &sqlx::Error) -> StoreError {
+pub(crate) fn database_error(secrets: &Secrets, context: &str, error: &impl std::fmt::Display) -> StoreError {
     StoreError::Database(secrets.redact(&format!("{context}: {error}")))
 }
 

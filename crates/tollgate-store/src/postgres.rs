@@ -11,12 +11,12 @@
 //! `options[search_path]=NAME` (the schema must exist).
 
 use crate::codec::{
-    ChainHead, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, bind_run_changes, bind_run_row, database_error,
+    ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, bind_run_changes, bind_run_row, database_error,
     decode_event, decode_run, decode_runs_skipping_corrupt, plan_append, plan_create, plan_transition,
     prefix_upper_bound, resolve_prefix_answer, run_columns,
 };
 use crate::migrations::{self, Migration};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection, Row};
 use std::str::FromStr;
 use std::time::Duration;
@@ -24,6 +24,24 @@ use tollgate_core::BoxFuture;
 use tollgate_core::event::{NewEvent, StoredEvent};
 use tollgate_core::run::{Millis, RunRecord, Transition};
 use tollgate_core::store::{Guard, RunPage, RunQuery, RunStore, StoreError};
+
+impl Columns for PgRow {
+    fn text(&self, index: usize) -> Result<String, String> {
+        self.try_get(index).map_err(|e| e.to_string())
+    }
+
+    fn optional_text(&self, index: usize) -> Result<Option<String>, String> {
+        self.try_get(index).map_err(|e| e.to_string())
+    }
+
+    fn int(&self, index: usize) -> Result<i64, String> {
+        self.try_get(index).map_err(|e| e.to_string())
+    }
+
+    fn optional_int(&self, index: usize) -> Result<Option<i64>, String> {
+        self.try_get(index).map_err(|e| e.to_string())
+    }
+}
 
 /// The schema changes of this backend, oldest first.
 const MIGRATIONS: &[Migration] = &[Migration {

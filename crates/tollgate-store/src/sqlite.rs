@@ -2,47 +2,42 @@
 //!
 //! SQLite lets one connection write at a time, and with `synchronous = FULL` every commit waits for an
 //! fsync of the WAL, so committing each write on its own would cap the store at one fsync per
-//! transition. Instead a single writer task owns the one write connection. Writes (create, transition,
+//! transition. Instead one writer thread owns the one write connection. Writes (create, transition,
 //! append, purge) reach it over a channel; it takes whatever is queued (up to [`MAX_BATCH`]) and runs
-//! it as ONE transaction with one commit:
+//! it as ONE transaction (`BEGIN IMMEDIATE` … `COMMIT`) with one fsync. Inside it, each operation in
+//! queue order:
 //!
-//! 1. one round trip begins the transaction (`BEGIN IMMEDIATE`) and reads every run the batch touches
-//!    (a batch that only creates runs skips it: a duplicate id then fails the insert below);
-//! 2. the operations are checked and applied in queue order, in Rust, against those rows — each one
-//!    sees the effect of those before it, so the compare-and-set of a [`Guard`] is exact, and an
+//! 1. reads its run (each operation sees the writes of those before it in the batch, so the
+//!    compare-and-set of a [`Guard`] is exact);
+//! 2. checks and applies itself in Rust ([`plan_transition`], [`plan_create`], [`plan_append`]) — an
 //!    operation that conflicts or does not apply is answered with its error and writes nothing;
-//! 3. one round trip writes the resulting rows and events inside a savepoint and commits. The
-//!    statements are fixed texts (rows travel as JSON arrays), so they stay prepared.
-//!
-//! If that write fails (a constraint, say, because a row was edited behind Tollgate's back), the
-//! savepoint is rolled back and the batch is written again one operation at a time, each inside its
-//! own `SAVEPOINT`, re-reading its run first: the failing operation is rolled back alone and gets the
-//! error, the others go through. (A batch holding a purge is written that way directly.)
+//! 3. writes the run's row and its events inside its own `SAVEPOINT`: if a write fails (a
+//!    constraint, say, because a row was edited behind Tollgate's back), that savepoint is rolled back
+//!    and only that operation gets the error.
 //!
 //! Every caller is answered only after the COMMIT has returned, so an `Ok` means durable; if the
-//! transaction fails as a whole (the COMMIT, an I/O error), every operation of the batch gets the
-//! retryable [`StoreError::Database`] and none of them happened.
+//! transaction fails as a whole (the COMMIT, an I/O error that ends it), every operation of the batch
+//! gets the retryable [`StoreError::Database`] and none of them happened.
 //!
-//! Reads (get, list, events, due, resolve_prefix) use a separate pool of connections, which WAL lets
-//! read the last committed state while the writer writes.
+//! The writer is a plain thread calling SQLite directly (rusqlite), not an async task: a write costs
+//! one hand-off to the thread and one back, whatever the number of statements, which keeps the CPU
+//! cost of a transition small next to its fsync.
+//!
+//! Reads (get, list, events, due, resolve_prefix) run on the calling thread, on a read connection of
+//! a small pool; WAL lets them read the last committed state while the writer writes. They are short
+//! index lookups (at most a page of rows), so they do not hold an async worker for long.
 
 use crate::codec::{
-    ChainHead, EventRow, PREFIX_COUNT_CAP, RUN_ROW_LEN, RunRow, Secrets, database_error, decode_event, decode_run,
-    decode_runs_skipping_corrupt, plan_append, plan_create, plan_transition, prefix_upper_bound, read_run_row,
-    resolve_prefix_answer, run_columns,
+    ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, database_error, decode_event, decode_run,
+    keep_readable, plan_append, plan_create, plan_transition, prefix_upper_bound, read_run_row, resolve_prefix_answer,
+    run_columns,
 };
 use crate::migrations::{self, Migration};
-use futures_util::StreamExt;
-use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
-};
-use sqlx::{Arguments, AssertSqlSafe, ConnectOptions, Connection, Executor, Row};
-use std::collections::HashMap;
-use std::str::FromStr;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, ToSql, params, params_from_iter};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 use tollgate_core::BoxFuture;
 use tollgate_core::event::{NewEvent, StoredEvent};
 use tollgate_core::run::{Millis, RunRecord, Transition};
@@ -57,6 +52,12 @@ const QUEUE_CAPACITY: usize = 4096;
 /// How long a connection waits for another process's write lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Read connections kept open between reads.
+const IDLE_READERS: usize = 8;
+
+/// Prepared statements kept per connection (the writer uses about ten, the readers about twenty).
+const STATEMENT_CACHE: usize = 64;
+
 /// The schema changes of this backend, oldest first.
 const MIGRATIONS: &[Migration] = &[Migration {
     version: 1,
@@ -65,57 +66,21 @@ const MIGRATIONS: &[Migration] = &[Migration {
 }];
 
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ?1");
-/// The runs a batch touches, by a JSON array of ids (one statement whatever the count, so it stays
-/// prepared).
-const SELECT_RUNS: &str =
-    concat!("SELECT ", run_columns!(), " FROM runs WHERE id IN (SELECT value FROM json_each(?1))");
-const BEGIN_AND_SELECT_RUNS: &str =
-    concat!("BEGIN IMMEDIATE; SELECT ", run_columns!(), " FROM runs WHERE id IN (SELECT value FROM json_each(?1))");
-
-// The writer's statements. Each is one fixed text, so it stays prepared on the write connection:
-// rows travel as JSON arrays (one element per run or event) unpacked by `json_each`, whatever their
-// number. A text value travels as a JSON string and comes back exactly (`->>`).
-
-/// Inserts new runs (1st argument: arrays in `run_columns!` order), updates changed runs (2nd: the
-/// same arrays plus the version and last_seq read at the start of the batch, a compare-and-set),
-/// checks that every update found its row (3rd: their number; `json('…')` raises an error
-/// otherwise), inserts events (4th: arrays `[run_id, seq, at, kind, round, data, hash]`).
-///
-/// The placeholders are plain `?`: in a multi-statement query sqlx binds numbered ones correctly only
-/// when no statement skips a number.
-macro_rules! write_statements {
-    () => {
-        concat!(
-            "SAVEPOINT op;\n",
-            "INSERT INTO runs (",
-            run_columns!(),
-            ") SELECT value->>0, value->>1, value->>2, value->>3, ",
-            "value->>4, value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, value->>12, ",
-            "value->>13, value->>14, value->>15, value->>16, value->>17, value->>18, value->>19, value->>20, ",
-            "value->>21, value->>22, value->>23 FROM jsonb_each(?);\n",
-            "UPDATE runs SET status = n.value->>2, version = n.value->>3, output = n.value->>5, ",
-            "termination_reason = n.value->>6, iterations = n.value->>7, input_tokens = n.value->>8, ",
-            "output_tokens = n.value->>9, updated_at = n.value->>12, finished_at = n.value->>13, ",
-            "error = n.value->>14, suspension = n.value->>15, turn_digest = n.value->>16, ",
-            "required_calls = n.value->>17, decisions = n.value->>18, expires_at = n.value->>19, ",
-            "lease_owner = n.value->>20, lease_expires_at = n.value->>21, last_seq = n.value->>22, ",
-            "last_hash = n.value->>23 FROM jsonb_each(?) AS n ",
-            "WHERE runs.id = n.value->>0 AND runs.version = n.value->>24 AND runs.last_seq = n.value->>25;\n",
-            "SELECT CASE WHEN changes() = ? THEN NULL ELSE json('a run changed during its write') END;\n",
-            "INSERT INTO events (run_id, seq, at, kind, round, data, hash) SELECT value->>0, value->>1, ",
-            "value->>2, value->>3, value->>4, value->>5, value->>6 FROM jsonb_each(?);\n",
-            "RELEASE op"
-        )
-    };
-}
-/// A whole batch's writes and its commit: one round trip.
-const WRITE_AND_COMMIT: &str = concat!(write_statements!(), ";\nCOMMIT");
-/// The same for a batch that only creates runs and so reads nothing first (a duplicate id fails the
-/// insert, and the batch is then written one by one, where the duplicate is found).
-const BEGIN_WRITE_AND_COMMIT: &str = concat!("BEGIN IMMEDIATE;\n", write_statements!(), ";\nCOMMIT");
-/// One operation's writes (when operations are written one by one).
-const WRITE_ONE: &str = write_statements!();
-const UNDO_ONE: &str = "ROLLBACK TO op; RELEASE op";
+const INSERT_RUN: &str = concat!(
+    "INSERT INTO runs (",
+    run_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ",
+    "?23, ?24)"
+);
+/// The columns a transition may change, then the compare-and-set on the version and chain head read
+/// at the start of the operation.
+const UPDATE_RUN: &str = "UPDATE runs SET status = ?1, version = ?2, output = ?3, termination_reason = ?4, \
+     iterations = ?5, input_tokens = ?6, output_tokens = ?7, updated_at = ?8, finished_at = ?9, error = ?10, \
+     suspension = ?11, turn_digest = ?12, required_calls = ?13, decisions = ?14, expires_at = ?15, \
+     lease_owner = ?16, lease_expires_at = ?17, last_seq = ?18, last_hash = ?19 \
+     WHERE id = ?20 AND version = ?21 AND last_seq = ?22";
+const INSERT_EVENT: &str =
+    "INSERT INTO events (run_id, seq, at, kind, round, data, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 /// terminal_before, waiting_before, batch.
 const PURGE: &str = "DELETE FROM runs WHERE id IN (\
      SELECT id FROM (SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < ?1 \
@@ -141,6 +106,24 @@ const SELECT_DUE: &str = concat!(
 const PREFIX_FIRST: &str = "SELECT id FROM runs WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 2";
 const PREFIX_COUNT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE id >= ?1 AND id < ?2 LIMIT ?3)";
 
+impl Columns for rusqlite::Row<'_> {
+    fn text(&self, index: usize) -> Result<String, String> {
+        self.get(index).map_err(|e| e.to_string())
+    }
+
+    fn optional_text(&self, index: usize) -> Result<Option<String>, String> {
+        self.get(index).map_err(|e| e.to_string())
+    }
+
+    fn int(&self, index: usize) -> Result<i64, String> {
+        self.get(index).map_err(|e| e.to_string())
+    }
+
+    fn optional_int(&self, index: usize) -> Result<Option<i64>, String> {
+        self.get(index).map_err(|e| e.to_string())
+    }
+}
+
 /// The SQLite [`RunStore`].
 ///
 /// Durability: the database is in WAL mode with `synchronous = FULL`, so a write is acknowledged only
@@ -153,8 +136,9 @@ const PREFIX_COUNT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE id >=
 /// A write whose caller stops waiting (its future dropped) still goes through with its batch.
 pub struct SqliteStore {
     writer: mpsc::Sender<WriteOp>,
-    writer_task: JoinHandle<()>,
-    reader: SqlitePool,
+    /// Fires when the writer thread has finished the queue and closed its connection.
+    writer_done: oneshot::Receiver<()>,
+    readers: Readers,
     secrets: Secrets,
 }
 
@@ -164,56 +148,104 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// Where a URL's database lives.
+#[derive(Clone, Debug, PartialEq)]
+enum Location {
+    /// A file, as an SQLite URI (`file:PATH?QUERY`, `%XX` escapes kept for SQLite to decode).
+    File(String),
+    /// A private in-memory database: one connection, shared by the writer and the readers.
+    Memory,
+}
+
+impl Location {
+    /// `sqlite://FILE[?QUERY]`, `sqlite:FILE`, `sqlite:///ABSOLUTE/FILE` or `sqlite::memory:`. The
+    /// query is handed to SQLite as URI parameters (`mode=ro`, say).
+    fn parse(url: &str) -> Result<Location, StoreError> {
+        let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).ok_or_else(|| {
+            StoreError::Database("invalid SQLite URL: expected sqlite://FILE or sqlite::memory:".to_owned())
+        })?;
+        let (file, query) = rest.split_once('?').map_or((rest, None), |(file, query)| (file, Some(query)));
+        match file {
+            ":memory:" => Ok(Location::Memory),
+            "" => Err(StoreError::Database("invalid SQLite URL: it names no file".to_owned())),
+            _ => Ok(Location::File(match query {
+                Some(query) => format!("file:{file}?{query}"),
+                None => format!("file:{file}"),
+            })),
+        }
+    }
+
+    /// A new connection with Tollgate's settings.
+    fn connect(&self) -> rusqlite::Result<Connection> {
+        let connection = match self {
+            Location::File(uri) => Connection::open_with_flags(
+                uri,
+                OpenFlags::SQLITE_OPEN_READ_WRITE
+                    | OpenFlags::SQLITE_OPEN_CREATE
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?,
+            Location::Memory => Connection::open_in_memory()?,
+        };
+        connection.busy_timeout(BUSY_TIMEOUT)?;
+        connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        connection.pragma_update(None, "foreign_keys", true)?;
+        if let Location::File(_) = self {
+            let mode: String = connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                tracing::warn!(mode, "the SQLite database is not in WAL mode");
+            }
+            connection.pragma_update(None, "synchronous", "FULL")?;
+        }
+        Ok(connection)
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating it if missing) the database `url` names — `sqlite://relative.db`,
     /// `sqlite:///absolute/path.db` or `sqlite::memory:` — applies the embedded migrations, and starts
-    /// the writer task (so it must be called inside a Tokio runtime).
+    /// the writer thread.
     ///
     /// # Errors
     /// [`StoreError::NewerSchema`] when the file was written by a newer Tollgate;
     /// [`StoreError::Database`] when it cannot be opened or migrated.
     pub async fn open(url: &str) -> Result<SqliteStore, StoreError> {
         let secrets = Secrets::from_url(url);
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| database_error(&secrets, "invalid SQLite URL", &e))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(BUSY_TIMEOUT)
-            .foreign_keys(true);
-
-        let mut write_connection =
-            options.connect().await.map_err(|e| database_error(&secrets, "cannot open the SQLite database", &e))?;
-        migrate(&mut write_connection, &secrets).await?;
-
-        let readers = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(2, 8);
-        let reader = SqlitePoolOptions::new()
-            .max_connections(u32::try_from(readers).unwrap_or(4))
-            // A ping before every read is a round trip to the connection's worker thread; a local file
-            // connection does not go stale the way a network one does (a failing read reports its error).
-            .test_before_acquire(false)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| database_error(&secrets, "cannot open SQLite read connections", &e))?;
+        let location = Location::parse(url)?;
+        let write_connection =
+            location.connect().map_err(|e| database_error(&secrets, "cannot open the SQLite database", &e))?;
+        migrate(&write_connection, &secrets)?;
+        let write_connection = Arc::new(Mutex::new(write_connection));
+        let readers = Readers {
+            source: match &location {
+                Location::File(_) => ReadSource::Own(location.clone()),
+                Location::Memory => ReadSource::Writer(write_connection.clone()),
+            },
+            idle: Mutex::new(Vec::new()),
+        };
 
         let (writer, queue) = mpsc::channel(QUEUE_CAPACITY);
-        let task = Writer { options, connection: Some(write_connection), secrets: secrets.clone() };
-        let writer_task = tokio::spawn(task.run(queue));
-        Ok(SqliteStore { writer, writer_task, reader, secrets })
+        let (done, writer_done) = oneshot::channel();
+        let thread = Writer { connection: write_connection, secrets: secrets.clone() };
+        std::thread::Builder::new()
+            .name("tollgate-sqlite-writer".to_owned())
+            .spawn(move || {
+                thread.run(queue);
+                // Nobody waiting for it (the store was dropped without `close`) is fine.
+                let _ = done.send(());
+            })
+            .map_err(|e| StoreError::Database(format!("cannot start the SQLite writer thread: {e}")))?;
+        Ok(SqliteStore { writer, writer_done, readers, secrets })
     }
 
     /// Finishes the writes already queued, then closes every connection.
     pub async fn close(self) {
-        let SqliteStore { writer, writer_task, reader, .. } = self;
+        let SqliteStore { writer, writer_done, readers, .. } = self;
         drop(writer);
-        if let Err(error) = writer_task.await {
-            tracing::warn!(%error, "the SQLite writer task ended abnormally");
+        if writer_done.await.is_err() {
+            tracing::warn!("the SQLite writer thread ended abnormally");
         }
-        reader.close().await;
-    }
-
-    fn db_error(&self, context: &str, error: &sqlx::Error) -> StoreError {
-        database_error(&self.secrets, context, error)
+        drop(readers);
     }
 
     async fn submit<T>(
@@ -225,99 +257,157 @@ impl SqliteStore {
         answer.await.map_err(|_| writer_gone())?
     }
 
-    async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
-        let row = sqlx::query(SELECT_RUN)
-            .bind(id)
-            .fetch_optional(&self.reader)
-            .await
-            .map_err(|e| self.db_error("cannot read a run", &e))?;
-        match row {
-            Some(row) => decode_run(&row),
-            None => Err(StoreError::NotFound(id.to_owned())),
-        }
+    /// Runs `read` on a read connection; a database error is reported with `context`.
+    fn read<T>(&self, context: &str, read: impl FnOnce(&Connection) -> Result<T, ReadError>) -> Result<T, StoreError> {
+        self.readers.read(read).map_err(|error| match error {
+            ReadError::Database(e) => database_error(&self.secrets, context, &e),
+            ReadError::Store(e) => e,
+        })
     }
 
-    async fn list_runs(&self, query: RunQuery) -> Result<RunPage, StoreError> {
+    fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
+        let run = self.read("cannot read a run", |connection| {
+            let mut statement = connection.prepare_cached(SELECT_RUN)?;
+            Ok(statement.query_row([id], |row| Ok(decode_run(row))).optional()?)
+        })?;
+        run.unwrap_or_else(|| Err(StoreError::NotFound(id.to_owned())))
+    }
+
+    fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
         if query.limit == 0 {
             return Ok(RunPage { runs: Vec::new(), next_cursor: None });
         }
-        let mut statement = sqlx::query(AssertSqlSafe(list_sql(&query)));
-        if let Some(status) = query.status {
-            statement = statement.bind(status.as_str());
+        let mut arguments: Vec<&dyn ToSql> = Vec::with_capacity(4);
+        let status = query.status.map(|status| status.as_str());
+        if let Some(status) = &status {
+            arguments.push(status);
         }
         if let Some(agent) = &query.agent {
-            statement = statement.bind(agent);
+            arguments.push(agent);
         }
         if let Some(cursor) = &query.cursor {
-            statement = statement.bind(cursor);
+            arguments.push(cursor);
         }
-        let rows = statement
-            .bind(i64::from(query.limit) + 1)
-            .fetch_all(&self.reader)
-            .await
-            .map_err(|e| self.db_error("cannot list runs", &e))?;
+        let fetch = i64::from(query.limit) + 1;
+        arguments.push(&fetch);
+        let rows = self.read("cannot list runs", |connection| {
+            let mut statement = connection.prepare_cached(&list_sql(query))?;
+            let rows = statement.query_map(params_from_iter(arguments), |row| Ok((row.get(0), decode_run(row))))?;
+            Ok(rows.collect::<Result<Vec<(rusqlite::Result<String>, _)>, _>>()?)
+        })?;
         let limit = usize::try_from(query.limit).unwrap_or(usize::MAX);
-        let next_cursor = if rows.len() > limit {
-            rows.get(limit - 1).and_then(|row| row.try_get::<String, _>(0).ok())
-        } else {
-            None
-        };
-        let page = &rows[..rows.len().min(limit)];
-        Ok(RunPage { runs: decode_runs_skipping_corrupt(page, "list"), next_cursor })
+        let next_cursor =
+            if rows.len() > limit { rows.get(limit - 1).and_then(|(id, _)| id.as_ref().ok().cloned()) } else { None };
+        let runs = rows.into_iter().take(limit).filter_map(|(_, run)| keep_readable(run, "list")).collect();
+        Ok(RunPage { runs, next_cursor })
     }
 
-    async fn resolve(&self, prefix: &str) -> Result<String, StoreError> {
+    fn resolve(&self, prefix: &str) -> Result<String, StoreError> {
         let upper = prefix_upper_bound(prefix);
-        let first: Vec<String> = sqlx::query_scalar(PREFIX_FIRST)
-            .bind(prefix)
-            .bind(&upper)
-            .fetch_all(&self.reader)
-            .await
-            .map_err(|e| self.db_error("cannot look up a run id prefix", &e))?;
-        let count = if first.len() > 1 {
-            sqlx::query_scalar(PREFIX_COUNT)
-                .bind(prefix)
-                .bind(&upper)
-                .bind(PREFIX_COUNT_CAP + 1)
-                .fetch_one(&self.reader)
-                .await
-                .map_err(|e| self.db_error("cannot count a run id prefix", &e))?
-        } else {
-            0
-        };
+        let (first, count) = self.read("cannot look up a run id prefix", |connection| {
+            let mut statement = connection.prepare_cached(PREFIX_FIRST)?;
+            let first =
+                statement.query_map([prefix, upper.as_str()], |row| row.get(0))?.collect::<Result<Vec<String>, _>>()?;
+            let count = if first.len() > 1 {
+                let mut statement = connection.prepare_cached(PREFIX_COUNT)?;
+                statement.query_row(params![prefix, upper, PREFIX_COUNT_CAP + 1], |row| row.get(0))?
+            } else {
+                0
+            };
+            Ok((first, count))
+        })?;
         resolve_prefix_answer(prefix, first, count)
     }
 
-    async fn read_events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
-        let rows = sqlx::query(SELECT_EVENTS)
-            .bind(id)
-            .bind(i64::try_from(after).unwrap_or(i64::MAX))
-            .bind(i64::from(limit))
-            .fetch_all(&self.reader)
-            .await
-            .map_err(|e| self.db_error("cannot read events", &e))?;
-        if rows.is_empty() {
-            let exists = sqlx::query(RUN_EXISTS)
-                .bind(id)
-                .fetch_optional(&self.reader)
-                .await
-                .map_err(|e| self.db_error("cannot read a run", &e))?;
-            if exists.is_none() {
-                return Err(StoreError::NotFound(id.to_owned()));
+    fn read_events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
+        self.read("cannot read events", |connection| {
+            let mut statement = connection.prepare_cached(SELECT_EVENTS)?;
+            let after = i64::try_from(after).unwrap_or(i64::MAX);
+            let events = statement
+                .query_map(params![id, after, i64::from(limit)], |row| Ok(decode_event(id, row)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            if events.is_empty() && !run_exists(connection, id)? {
+                return Err(ReadError::Store(StoreError::NotFound(id.to_owned())));
             }
-        }
-        rows.iter().map(|row| decode_event(id, row)).collect()
+            Ok(events.into_iter().collect::<Result<Vec<_>, _>>()?)
+        })
     }
 
-    async fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query(SELECT_DUE)
-            .bind(now)
-            .bind(i64::from(limit))
-            .fetch_all(&self.reader)
-            .await
-            .map_err(|e| self.db_error("cannot read due runs", &e))?;
-        Ok(decode_runs_skipping_corrupt(&rows, "due"))
+    fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let runs = self.read("cannot read due runs", |connection| {
+            let mut statement = connection.prepare_cached(SELECT_DUE)?;
+            let runs = statement.query_map(params![now, i64::from(limit)], |row| Ok(decode_run(row)))?;
+            Ok(runs.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        Ok(runs.into_iter().filter_map(|run| keep_readable(run, "due")).collect())
     }
+}
+
+fn run_exists(connection: &Connection, id: &str) -> rusqlite::Result<bool> {
+    connection.prepare_cached(RUN_EXISTS)?.exists([id])
+}
+
+/// A read's failure: the database's, or a store answer (not found) decided inside the read.
+enum ReadError {
+    Database(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for ReadError {
+    fn from(error: rusqlite::Error) -> ReadError {
+        ReadError::Database(error)
+    }
+}
+
+impl From<StoreError> for ReadError {
+    fn from(error: StoreError) -> ReadError {
+        ReadError::Store(error)
+    }
+}
+
+/// The read connections.
+struct Readers {
+    source: ReadSource,
+    /// Connections not in use (file databases only).
+    idle: Mutex<Vec<Connection>>,
+}
+
+enum ReadSource {
+    /// Each read takes a connection of its own to the file (WAL: readers never wait for the writer).
+    Own(Location),
+    /// An in-memory database has one connection: the writer's.
+    Writer(Arc<Mutex<Connection>>),
+}
+
+impl Readers {
+    fn read<T>(&self, read: impl FnOnce(&Connection) -> Result<T, ReadError>) -> Result<T, ReadError> {
+        match &self.source {
+            ReadSource::Writer(connection) => read(&lock(connection)),
+            ReadSource::Own(location) => {
+                let idle = lock(&self.idle).pop();
+                let connection = match idle {
+                    Some(connection) => connection,
+                    None => {
+                        let connection = location.connect()?;
+                        connection.pragma_update(None, "query_only", true)?;
+                        connection
+                    }
+                };
+                let result = read(&connection);
+                let mut idle = lock(&self.idle);
+                if idle.len() < IDLE_READERS {
+                    idle.push(connection);
+                }
+                result
+            }
+        }
+    }
+}
+
+/// A mutex's guard; a panic while it was held leaves nothing half-done that matters here (the writer
+/// rolls back an open transaction before its next batch), so poisoning is ignored.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The statement for a [`RunQuery`]: its filters in order (status, agent, cursor), then the limit —
@@ -339,24 +429,26 @@ fn list_sql(query: &RunQuery) -> String {
 }
 
 fn writer_gone() -> StoreError {
-    StoreError::Database("the SQLite store is closed (its writer task has stopped)".to_owned())
+    StoreError::Database("the SQLite store is closed (its writer thread has stopped)".to_owned())
 }
 
 impl RunStore for SqliteStore {
     fn create(&self, run: RunRecord, events: Vec<NewEvent>) -> BoxFuture<'_, Result<RunRecord, StoreError>> {
-        Box::pin(self.submit(|reply| WriteOp::Create { run, events, reply }))
+        Box::pin(
+            self.submit(|reply| WriteOp { request: Request::Create { run, events }, reply: Replier::Record(reply) }),
+        )
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
-        Box::pin(self.get_run(id))
+        Box::pin(async move { self.get_run(id) })
     }
 
     fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
-        Box::pin(self.resolve(prefix))
+        Box::pin(async move { self.resolve(prefix) })
     }
 
     fn list(&self, query: RunQuery) -> BoxFuture<'_, Result<RunPage, StoreError>> {
-        Box::pin(self.list_runs(query))
+        Box::pin(async move { self.list_runs(&query) })
     }
 
     fn transition<'a>(
@@ -367,8 +459,8 @@ impl RunStore for SqliteStore {
         events: Vec<NewEvent>,
         now: Millis,
     ) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
-        let id = id.to_owned();
-        Box::pin(self.submit(move |reply| WriteOp::Transition { id, guard, transition, events, now, reply }))
+        let request = Request::Transition { id: id.to_owned(), guard, transition, events, now };
+        Box::pin(self.submit(move |reply| WriteOp { request, reply: Replier::Record(reply) }))
     }
 
     fn append<'a>(
@@ -378,8 +470,8 @@ impl RunStore for SqliteStore {
         events: Vec<NewEvent>,
         lease_until: Millis,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        let (id, owner) = (id.to_owned(), owner.to_owned());
-        Box::pin(self.submit(move |reply| WriteOp::Append { id, owner, events, lease_until, reply }))
+        let request = Request::Append { id: id.to_owned(), owner: owner.to_owned(), events, lease_until };
+        Box::pin(self.submit(move |reply| WriteOp { request, reply: Replier::Count(reply) }))
     }
 
     fn events<'a>(
@@ -388,11 +480,11 @@ impl RunStore for SqliteStore {
         after: u64,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>> {
-        Box::pin(self.read_events(id, after, limit))
+        Box::pin(async move { self.read_events(id, after, limit) })
     }
 
     fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
-        Box::pin(self.due_runs(now, limit))
+        Box::pin(async move { self.due_runs(now, limit) })
     }
 
     fn purge(
@@ -401,36 +493,35 @@ impl RunStore for SqliteStore {
         waiting_before: Millis,
         batch: u32,
     ) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(self.submit(move |reply| WriteOp::Purge { terminal_before, waiting_before, batch, reply }))
+        let request = Request::Purge { terminal_before, waiting_before, batch };
+        Box::pin(self.submit(move |reply| WriteOp { request, reply: Replier::Count(reply) }))
     }
 }
 
 /// Applies the migrations this build knows, in one `BEGIN IMMEDIATE` transaction (so two processes
 /// opening the same new file do not both migrate it).
-async fn migrate(connection: &mut SqliteConnection, secrets: &Secrets) -> Result<(), StoreError> {
-    let error = |e: sqlx::Error| database_error(secrets, "cannot migrate the SQLite database", &e);
-    connection.execute("BEGIN IMMEDIATE").await.map_err(error)?;
-    let outcome = async {
-        connection.execute(migrations::CREATE_TABLE).await.map_err(error)?;
+fn migrate(connection: &Connection, secrets: &Secrets) -> Result<(), StoreError> {
+    let error = |e: rusqlite::Error| database_error(secrets, "cannot migrate the SQLite database", &e);
+    connection.execute_batch("BEGIN IMMEDIATE").map_err(error)?;
+    let outcome = (|| {
+        connection.execute_batch(migrations::CREATE_TABLE).map_err(error)?;
         let found: Option<i64> =
-            sqlx::query_scalar(migrations::SELECT_VERSION).fetch_one(&mut *connection).await.map_err(error)?;
+            connection.query_row(migrations::SELECT_VERSION, [], |row| row.get(0)).map_err(error)?;
         for migration in migrations::to_apply(MIGRATIONS, found.unwrap_or(0))? {
-            connection.execute(sqlx::raw_sql(migration.sql)).await.map_err(error)?;
-            sqlx::query("INSERT INTO tollgate_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)")
-                .bind(migration.version)
-                .bind(migration.name)
-                .bind(migrations::now_millis())
-                .execute(&mut *connection)
-                .await
+            connection.execute_batch(migration.sql).map_err(error)?;
+            connection
+                .execute(
+                    "INSERT INTO tollgate_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
+                    params![migration.version, migration.name, migrations::now_millis()],
+                )
                 .map_err(error)?;
         }
         Ok(())
-    }
-    .await;
+    })();
     match outcome {
-        Ok(()) => connection.execute("COMMIT").await.map(drop).map_err(error),
+        Ok(()) => connection.execute_batch("COMMIT").map_err(error),
         Err(failure) => {
-            if let Err(e) = connection.execute("ROLLBACK").await {
+            if let Err(e) = connection.execute_batch("ROLLBACK") {
                 tracing::warn!(error = %e, "cannot roll back a failed SQLite migration");
             }
             Err(failure)
@@ -440,55 +531,19 @@ async fn migrate(connection: &mut SqliteConnection, secrets: &Secrets) -> Result
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
-/// A write waiting for the writer task.
-#[expect(clippy::large_enum_variant, reason = "moved once through the queue; boxing would allocate per write")]
-enum WriteOp {
-    Create {
-        run: RunRecord,
-        events: Vec<NewEvent>,
-        reply: Reply<RunRecord>,
-    },
-    Transition {
-        id: String,
-        guard: Guard,
-        transition: Transition,
-        events: Vec<NewEvent>,
-        now: Millis,
-        reply: Reply<RunRecord>,
-    },
-    Append {
-        id: String,
-        owner: String,
-        events: Vec<NewEvent>,
-        lease_until: Millis,
-        reply: Reply<u64>,
-    },
-    Purge {
-        terminal_before: Millis,
-        waiting_before: Millis,
-        batch: u32,
-        reply: Reply<u64>,
-    },
+/// A write waiting for the writer thread, and where its answer goes.
+struct WriteOp {
+    request: Request,
+    reply: Replier,
 }
 
-/// A write operation without its reply channel, so that it can be planned again.
-#[expect(clippy::large_enum_variant, reason = "lives only for one batch; boxing would allocate per write")]
+/// A write operation.
+#[expect(clippy::large_enum_variant, reason = "moved once through the queue; boxing would allocate per write")]
 enum Request {
     Create { run: RunRecord, events: Vec<NewEvent> },
     Transition { id: String, guard: Guard, transition: Transition, events: Vec<NewEvent>, now: Millis },
     Append { id: String, owner: String, events: Vec<NewEvent>, lease_until: Millis },
     Purge { terminal_before: Millis, waiting_before: Millis, batch: u32 },
-}
-
-impl Request {
-    /// The run it reads (purge reads none).
-    fn run_id(&self) -> Option<&str> {
-        match self {
-            Request::Create { run, .. } => Some(&run.id),
-            Request::Transition { id, .. } | Request::Append { id, .. } => Some(id),
-            Request::Purge { .. } => None,
-        }
-    }
 }
 
 /// Where an operation's answer goes.
@@ -502,23 +557,6 @@ enum Replier {
 enum Outcome {
     Record(Result<RunRecord, StoreError>),
     Count(Result<u64, StoreError>),
-}
-
-impl WriteOp {
-    fn split(self) -> (Request, Replier) {
-        match self {
-            WriteOp::Create { run, events, reply } => (Request::Create { run, events }, Replier::Record(reply)),
-            WriteOp::Transition { id, guard, transition, events, now, reply } => {
-                (Request::Transition { id, guard, transition, events, now }, Replier::Record(reply))
-            }
-            WriteOp::Append { id, owner, events, lease_until, reply } => {
-                (Request::Append { id, owner, events, lease_until }, Replier::Count(reply))
-            }
-            WriteOp::Purge { terminal_before, waiting_before, batch, reply } => {
-                (Request::Purge { terminal_before, waiting_before, batch }, Replier::Count(reply))
-            }
-        }
-    }
 }
 
 impl Replier {
@@ -544,363 +582,294 @@ fn mismatched_outcome() -> StoreError {
     StoreError::Database("internal error: a write was answered with the wrong kind of result".to_owned())
 }
 
+impl Request {
+    /// Whether its answer is a run record (otherwise a count).
+    fn answers_record(&self) -> bool {
+        matches!(self, Request::Create { .. } | Request::Transition { .. })
+    }
+}
+
 impl Outcome {
-    fn error(request: &Request, error: StoreError) -> Outcome {
-        match request {
-            Request::Create { .. } | Request::Transition { .. } => Outcome::Record(Err(error)),
-            Request::Append { .. } | Request::Purge { .. } => Outcome::Count(Err(error)),
-        }
+    fn error(record: bool, error: StoreError) -> Outcome {
+        if record { Outcome::Record(Err(error)) } else { Outcome::Count(Err(error)) }
     }
 }
 
 /// A failure that leaves the batch's transaction unusable: the whole batch is undone.
 struct BatchFailure(StoreError);
 
-/// A run as a batch sees it: its state after the operations planned so far, where it came from, and
-/// whether those operations changed it.
-struct Entry {
-    state: Result<RunRecord, StoreError>,
-    /// `Some((version, last_seq))` as stored when the batch began; `None` for a run the batch creates.
-    stored: Option<(i64, i64)>,
-    changed: bool,
+/// What one checked operation writes.
+struct Planned {
+    outcome: Outcome,
+    run_id: String,
+    row: RowWrite,
+    events: Vec<EventRow>,
 }
 
-/// The writes of a batch (or of one operation), as the JSON arguments of [`WRITE_AND_COMMIT`].
-#[derive(Default)]
-struct WriteSet {
-    inserts: Vec<RunRow>,
-    updates: Vec<(RunRow, i64, i64)>,
-    events: Vec<(String, EventRow)>,
-}
-
-impl WriteSet {
-    /// The final state of every run the plan changed, then their events.
-    fn collect(
-        runs: &HashMap<String, Entry>,
-        order: &[String],
-        events: Vec<(String, EventRow)>,
-    ) -> Result<WriteSet, StoreError> {
-        let mut set = WriteSet { events, ..WriteSet::default() };
-        for id in order {
-            let Some(Entry { state: Ok(run), stored, changed: true }) = runs.get(id) else { continue };
-            let row = RunRow::encode(run)?;
-            match stored {
-                None => set.inserts.push(row),
-                Some((version, last_seq)) => set.updates.push((row, *version, *last_seq)),
-            }
-        }
-        Ok(set)
-    }
-
-    fn arguments(&self) -> Result<SqliteArguments, StoreError> {
-        let json = |e: serde_json::Error| StoreError::Database(format!("cannot encode a write: {e}"));
-        let updates: Vec<UpdateRow<'_>> = self.updates.iter().map(|(row, v, s)| UpdateRow(row, *v, *s)).collect();
-        let events: Vec<_> =
-            self.events.iter().map(|(run_id, e)| (run_id, e.seq, &e.at, e.kind, e.round, &e.data, &e.hash)).collect();
-        let mut arguments = SqliteArguments::default();
-        let mut add = |value: String| arguments.add(value).map_err(|e| StoreError::Database(e.to_string()));
-        add(serde_json::to_string(&self.inserts).map_err(json)?)?;
-        add(serde_json::to_string(&updates).map_err(json)?)?;
-        arguments
-            .add(i64::try_from(self.updates.len()).unwrap_or(i64::MAX))
-            .map_err(|e| StoreError::Database(e.to_string()))?;
-        arguments
-            .add(serde_json::to_string(&events).map_err(json)?)
-            .map_err(|e| StoreError::Database(e.to_string()))?;
-        Ok(arguments)
-    }
-}
-
-/// An updated run's row followed by the version and last_seq its compare-and-set expects.
-struct UpdateRow<'a>(&'a RunRow, i64, i64);
-
-impl serde::Serialize for UpdateRow<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let mut seq = serializer.serialize_seq(Some(RUN_ROW_LEN + 2))?;
-        self.0.serialize_elements(&mut seq)?;
-        seq.serialize_element(&self.1)?;
-        seq.serialize_element(&self.2)?;
-        seq.end()
-    }
-}
-
-/// Plans one request against the runs as the operations before it in the batch left them: checks
-/// it, updates `runs`, appends its events to `events`, and returns its answer. An error means it
-/// changes nothing. (A purge is not planned: it runs on its own.)
-fn plan(
-    request: &Request,
-    runs: &mut HashMap<String, Entry>,
-    order: &mut Vec<String>,
-    events: &mut Vec<(String, EventRow)>,
-) -> Result<Outcome, StoreError> {
-    let mut touch = |id: &str, runs: &mut HashMap<String, Entry>, next: RunRecord| {
-        if let Some(entry) = runs.get_mut(id) {
-            entry.state = Ok(next);
-            if !entry.changed {
-                entry.changed = true;
-                order.push(id.to_owned());
-            }
-        } else {
-            runs.insert(id.to_owned(), Entry { state: Ok(next), stored: None, changed: true });
-            order.push(id.to_owned());
-        }
-    };
-    let encode = |run_id: &str, stored: &[StoredEvent]| -> Result<Vec<(String, EventRow)>, StoreError> {
-        stored.iter().map(|e| Ok((run_id.to_owned(), EventRow::encode(run_id, e)?))).collect()
-    };
-    match request {
-        Request::Create { run, events: new } => {
-            if runs.get(&run.id).is_some_and(|entry| entry.stored.is_some() || entry.changed) {
-                return Err(StoreError::Duplicate(run.id.clone()));
-            }
-            let (run, stored) = plan_create(run.clone(), new.clone());
-            events.extend(encode(&run.id, &stored)?);
-            touch(&run.id, runs, run.clone());
-            Ok(Outcome::Record(Ok(run)))
-        }
-        Request::Transition { id, guard, transition, events: new, now } => {
-            let current = current_run(runs, id)?;
-            let (next, stored) = plan_transition(current, guard, transition, new.clone(), *now)?;
-            events.extend(encode(id, &stored)?);
-            touch(id, runs, next.clone());
-            Ok(Outcome::Record(Ok(next)))
-        }
-        Request::Append { id, owner, events: new, lease_until } => {
-            let current = current_run(runs, id)?;
-            let head = ChainHead {
-                status: current.status.as_str().to_owned(),
-                lease_owner: current.lease.as_ref().map(|l| l.owner.clone()),
-                last_seq: i64::try_from(current.last_seq).unwrap_or(i64::MAX),
-                last_hash: current.last_hash.clone(),
-            };
-            let (stored, last_seq, last_hash) = plan_append(id, owner, head, new.clone())?;
-            let mut next = current.clone();
-            next.last_seq = last_seq;
-            next.last_hash = last_hash;
-            if let Some(lease) = next.lease.as_mut() {
-                lease.expires_at = *lease_until;
-            }
-            events.extend(encode(id, &stored)?);
-            touch(id, runs, next);
-            Ok(Outcome::Count(Ok(last_seq)))
-        }
-        Request::Purge { .. } => Err(StoreError::Database("internal error: a purge cannot be planned".to_owned())),
-    }
-}
-
-/// The run as the batch sees it so far.
-fn current_run<'r>(runs: &'r HashMap<String, Entry>, id: &str) -> Result<&'r RunRecord, StoreError> {
-    match runs.get(id).map(|entry| &entry.state) {
-        Some(Ok(run)) => Ok(run),
-        Some(Err(error)) => Err(error.clone()),
-        None => Err(StoreError::NotFound(id.to_owned())),
-    }
+enum RowWrite {
+    Insert(RunRow),
+    /// The new row, and the version and last_seq the stored row must still have.
+    Update(RunRow, i64, i64),
 }
 
 /// The single writer: owns the write connection and commits queued writes in batches.
 struct Writer {
-    options: SqliteConnectOptions,
-    connection: Option<SqliteConnection>,
+    connection: Arc<Mutex<Connection>>,
     secrets: Secrets,
 }
 
 impl Writer {
-    async fn run(mut self, mut queue: mpsc::Receiver<WriteOp>) {
+    /// Commits batches until every sender is gone and the queue is empty.
+    fn run(self, mut queue: mpsc::Receiver<WriteOp>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
-        while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            let (requests, repliers): (Vec<Request>, Vec<Replier>) = batch.drain(..).map(WriteOp::split).unzip();
-            match self.commit_batch(&requests).await {
+        while let Some(first) = queue.blocking_recv() {
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            let (requests, repliers): (Vec<Request>, Vec<Replier>) =
+                batch.drain(..).map(|op| (op.request, op.reply)).unzip();
+            let connection = lock(&self.connection);
+            let committed = std::panic::catch_unwind(AssertUnwindSafe(|| self.commit_batch(&connection, requests)))
+                .unwrap_or_else(|_| {
+                    Err(BatchFailure(StoreError::Database(
+                        "internal error: the SQLite writer failed; the batch was rolled back".to_owned(),
+                    )))
+                });
+            match committed {
                 Ok(outcomes) => {
+                    drop(connection);
                     repliers.into_iter().zip(outcomes).for_each(|(replier, outcome)| replier.send(outcome));
-                    // Let the callers just answered run first: many submit their next write at once,
-                    // and it then joins the next batch instead of waiting for the one after.
-                    tokio::task::yield_now().await;
                 }
                 Err(BatchFailure(error)) => {
-                    tracing::warn!(%error, ops = requests.len(), "a SQLite write batch was rolled back");
-                    // A connection whose transaction state is unknown is replaced by a fresh one.
-                    if let Some(mut connection) = self.connection.take() {
-                        let _ = connection.execute("ROLLBACK").await;
+                    tracing::warn!(%error, ops = repliers.len(), "a SQLite write batch was rolled back");
+                    if !connection.is_autocommit()
+                        && let Err(e) = connection.execute_batch("ROLLBACK")
+                    {
+                        tracing::warn!(error = %e, "cannot roll back a failed SQLite write batch");
                     }
+                    drop(connection);
                     repliers.into_iter().for_each(|replier| replier.fail(error.clone()));
                 }
             }
         }
-        if let Some(connection) = self.connection.take()
-            && let Err(error) = connection.close().await
-        {
-            tracing::warn!(%error, "cannot close the SQLite write connection cleanly");
-        }
     }
 
-    fn error(&self, context: &str, error: &sqlx::Error) -> StoreError {
-        database_error(&self.secrets, context, error)
+    fn fail(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> BatchFailure + '_ {
+        move |e| BatchFailure(database_error(&self.secrets, context, &e))
     }
 
-    async fn connection(&mut self) -> Result<&mut SqliteConnection, BatchFailure> {
-        if self.connection.is_none() {
-            let connection = self
-                .options
-                .connect()
-                .await
-                .map_err(|e| BatchFailure(self.error("cannot reopen the SQLite database", &e)))?;
-            self.connection = Some(connection);
-        }
-        self.connection.as_mut().ok_or_else(|| BatchFailure(writer_gone()))
+    fn error(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |e| database_error(&self.secrets, context, &e)
     }
 
-    /// The fast path: one round trip reads every run the batch touches and begins the transaction (a
-    /// batch of creates only skips it), the operations are planned in order against those rows — each
-    /// seeing the ones before it, so a conflict or a refused transition writes nothing — and a second
-    /// round trip writes the result and commits. If that write fails, it is undone and the batch is written again one operation at
-    /// a time ([`Writer::one_by_one`]), so that only the operation at fault fails. A batch holding a
-    /// purge takes that slower path directly.
-    async fn commit_batch(&mut self, requests: &[Request]) -> Result<Vec<Outcome>, BatchFailure> {
-        if requests.iter().any(|r| matches!(r, Request::Purge { .. })) {
-            self.execute("BEGIN IMMEDIATE").await?;
-            return self.one_by_one(requests).await;
-        }
-        let only_creates = requests.iter().all(|r| matches!(r, Request::Create { .. }));
-        let (mut runs, write) = if only_creates {
-            (HashMap::new(), BEGIN_WRITE_AND_COMMIT)
-        } else {
-            (
-                self.read_runs(requests.iter().filter_map(Request::run_id), BEGIN_AND_SELECT_RUNS).await?,
-                WRITE_AND_COMMIT,
-            )
-        };
-        let mut order = Vec::new();
-        let mut events = Vec::new();
-        let outcomes: Vec<Outcome> = requests
-            .iter()
-            .map(|request| {
-                plan(request, &mut runs, &mut order, &mut events).unwrap_or_else(|error| Outcome::error(request, error))
-            })
-            .collect();
-        let arguments =
-            WriteSet::collect(&runs, &order, events).and_then(|set| set.arguments()).map_err(BatchFailure)?;
-        let connection = self.connection().await?;
-        match sqlx::query_with(write, arguments).execute(&mut *connection).await {
-            Ok(_) => Ok(outcomes),
-            Err(error) => {
-                // Undoing the savepoint succeeds only if the failure came before the COMMIT.
-                self.undo_savepoint(&error).await?;
-                tracing::debug!(%error, "a SQLite write batch failed; writing its operations one by one");
-                self.one_by_one(requests).await
-            }
-        }
-    }
-
-    /// Writes each operation on its own, inside its own savepoint, then commits: an operation whose
-    /// writes fail is rolled back alone and answered with the error.
-    async fn one_by_one(&mut self, requests: &[Request]) -> Result<Vec<Outcome>, BatchFailure> {
+    /// One transaction for the whole batch: each operation is applied in order, in its own savepoint.
+    fn commit_batch(&self, connection: &Connection, requests: Vec<Request>) -> Result<Vec<Outcome>, BatchFailure> {
+        execute(connection, "BEGIN IMMEDIATE").map_err(self.fail("cannot begin a write transaction"))?;
         let mut outcomes = Vec::with_capacity(requests.len());
         for request in requests {
-            let outcome = match request {
-                Request::Purge { terminal_before, waiting_before, batch } => {
-                    self.purge(*terminal_before, *waiting_before, *batch).await?
-                }
-                _ => self.write_one(request).await?,
-            };
-            outcomes.push(outcome);
+            outcomes.push(self.apply(connection, request)?);
         }
-        self.execute("COMMIT").await?;
+        execute(connection, "COMMIT").map_err(self.fail("cannot commit"))?;
         Ok(outcomes)
     }
 
-    async fn write_one(&mut self, request: &Request) -> Result<Outcome, BatchFailure> {
-        let mut runs = self.read_runs(request.run_id().into_iter(), SELECT_RUNS).await?;
-        let mut order = Vec::new();
-        let mut events = Vec::new();
-        let outcome = match plan(request, &mut runs, &mut order, &mut events) {
-            Ok(outcome) => outcome,
-            Err(error) => return Ok(Outcome::error(request, error)),
+    /// Checks and writes one operation. Its own failure (a refused transition, a failed write) is its
+    /// outcome; a failure that ends the transaction is the batch's.
+    fn apply(&self, connection: &Connection, request: Request) -> Result<Outcome, BatchFailure> {
+        if let Request::Purge { terminal_before, waiting_before, batch } = request {
+            return self
+                .in_savepoint(connection, |connection| {
+                    let mut statement = connection.prepare_cached(PURGE).map_err(self.error("cannot purge runs"))?;
+                    let deleted = statement
+                        .execute(params![terminal_before, waiting_before, i64::from(batch)])
+                        .map_err(self.error("cannot purge runs"))?;
+                    Ok(Outcome::Count(Ok(u64::try_from(deleted).unwrap_or(u64::MAX))))
+                })
+                .map(|outcome| outcome.unwrap_or_else(|error| Outcome::Count(Err(error))));
+        }
+        let record = request.answers_record();
+        let planned = match self.plan(connection, request) {
+            Ok(planned) => planned,
+            Err(error) => return Ok(Outcome::error(record, error)),
         };
-        let arguments = match WriteSet::collect(&runs, &order, events).and_then(|set| set.arguments()) {
-            Ok(arguments) => arguments,
-            Err(error) => return Ok(Outcome::error(request, error)),
-        };
-        let connection = self.connection().await?;
-        match sqlx::query_with(WRITE_ONE, arguments).execute(&mut *connection).await {
-            Ok(_) => Ok(outcome),
+        let Planned { outcome, run_id, row, events } = planned;
+        let written = self.in_savepoint(connection, |connection| {
+            write_run(connection, &row).map_err(self.error("cannot write a run"))?;
+            if let RowWrite::Update(..) = row
+                && connection.changes() != 1
+            {
+                return Err(StoreError::Database(format!("run {run_id} changed during its write")));
+            }
+            let mut insert = connection.prepare_cached(INSERT_EVENT).map_err(self.error("cannot write events"))?;
+            for event in &events {
+                insert
+                    .execute(params![run_id, event.seq, event.at, event.kind, event.round, event.data, event.hash])
+                    .map_err(self.error("cannot write events"))?;
+            }
+            Ok(())
+        })?;
+        Ok(match written {
+            Ok(()) => outcome,
+            Err(error) => Outcome::error(record, error),
+        })
+    }
+
+    /// Runs `write` inside `SAVEPOINT op`: released when it succeeds, rolled back when it fails (the
+    /// failure is then the operation's). If the savepoint itself cannot be handled, the transaction is
+    /// in an unknown state and the batch fails.
+    fn in_savepoint<T>(
+        &self,
+        connection: &Connection,
+        write: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<Result<T, StoreError>, BatchFailure> {
+        execute(connection, "SAVEPOINT op").map_err(self.fail("cannot open a savepoint"))?;
+        match write(connection) {
+            Ok(value) => {
+                execute(connection, "RELEASE op").map_err(self.fail("cannot release a savepoint"))?;
+                Ok(Ok(value))
+            }
             Err(error) => {
-                self.undo_savepoint(&error).await?;
-                Ok(Outcome::error(request, self.error("cannot write", &error)))
+                // Undoing succeeds only if SQLite did not already end the transaction (it may after an
+                // I/O error): otherwise the batch fails as a whole, as it must.
+                execute(connection, "ROLLBACK TO op")
+                    .and_then(|()| execute(connection, "RELEASE op"))
+                    .map_err(self.fail("the write transaction failed"))?;
+                Ok(Err(error))
             }
         }
     }
 
-    async fn purge(
-        &mut self,
-        terminal_before: Millis,
-        waiting_before: Millis,
-        batch: u32,
-    ) -> Result<Outcome, BatchFailure> {
-        let secrets = self.secrets.clone();
-        let connection = self.connection().await?;
-        let deleted = sqlx::query(PURGE)
-            .bind(terminal_before)
-            .bind(waiting_before)
-            .bind(i64::from(batch))
-            .execute(&mut *connection)
-            .await
-            .map_err(|e| BatchFailure(database_error(&secrets, "cannot purge runs", &e)))?;
-        Ok(Outcome::Count(Ok(deleted.rows_affected())))
-    }
-
-    /// Reads every run with one of `ids` (with `sql`: [`SELECT_RUNS`], or [`BEGIN_AND_SELECT_RUNS`]
-    /// to begin the batch's transaction first). A row that cannot be decoded is kept as its error,
-    /// for the operations on that run.
-    async fn read_runs<'i>(
-        &mut self,
-        ids: impl Iterator<Item = &'i str>,
-        sql: &'static str,
-    ) -> Result<HashMap<String, Entry>, BatchFailure> {
-        let mut ids: Vec<&str> = ids.collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let ids = serde_json::to_string(&ids).map_err(|e| BatchFailure(StoreError::Database(e.to_string())))?;
-        let secrets = self.secrets.clone();
-        let connection = self.connection().await?;
-        let rows = sqlx::query(sql)
-            .bind(ids)
-            .fetch_all(&mut *connection)
-            .await
-            .map_err(|e| BatchFailure(database_error(&secrets, "cannot read runs", &e)))?;
-        let mut runs = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            match read_run_row(row) {
-                Ok(encoded) => {
-                    let stored = Some((encoded.version, encoded.last_seq));
-                    runs.insert(encoded.id.clone(), Entry { state: encoded.decode(), stored, changed: false });
+    /// Reads the operation's run as the batch left it and checks the operation against it.
+    fn plan(&self, connection: &Connection, request: Request) -> Result<Planned, StoreError> {
+        let encode_events = |run_id: &str, stored: &[StoredEvent]| -> Result<Vec<EventRow>, StoreError> {
+            stored.iter().map(|e| EventRow::encode(run_id, e)).collect()
+        };
+        match request {
+            Request::Create { run, events } => {
+                if run_exists(connection, &run.id).map_err(self.error("cannot read a run"))? {
+                    return Err(StoreError::Duplicate(run.id.clone()));
                 }
-                Err(error) => tracing::warn!(%error, "skipping a run whose id cannot be read"),
+                let (run, stored) = plan_create(run, events);
+                Ok(Planned {
+                    events: encode_events(&run.id, &stored)?,
+                    row: RowWrite::Insert(RunRow::encode(&run)?),
+                    run_id: run.id.clone(),
+                    outcome: Outcome::Record(Ok(run)),
+                })
             }
+            Request::Transition { id, guard, transition, events, now } => {
+                let (current, version, last_seq) = self.current(connection, &id)?;
+                let (next, stored) = plan_transition(&current, &guard, &transition, events, now)?;
+                Ok(Planned {
+                    events: encode_events(&id, &stored)?,
+                    row: RowWrite::Update(RunRow::encode(&next)?, version, last_seq),
+                    run_id: id,
+                    outcome: Outcome::Record(Ok(next)),
+                })
+            }
+            Request::Append { id, owner, events, lease_until } => {
+                let (current, version, stored_seq) = self.current(connection, &id)?;
+                let head = ChainHead {
+                    status: current.status.as_str().to_owned(),
+                    lease_owner: current.lease.as_ref().map(|l| l.owner.clone()),
+                    last_seq: stored_seq,
+                    last_hash: current.last_hash.clone(),
+                };
+                let (stored, last_seq, last_hash) = plan_append(&id, &owner, head, events)?;
+                let mut next = current;
+                next.last_seq = last_seq;
+                next.last_hash = last_hash;
+                if let Some(lease) = next.lease.as_mut() {
+                    lease.expires_at = lease_until;
+                }
+                Ok(Planned {
+                    events: encode_events(&id, &stored)?,
+                    row: RowWrite::Update(RunRow::encode(&next)?, version, stored_seq),
+                    run_id: id,
+                    outcome: Outcome::Count(Ok(last_seq)),
+                })
+            }
+            Request::Purge { .. } => Err(StoreError::Database("internal error: a purge cannot be planned".to_owned())),
         }
-        Ok(runs)
     }
 
-    async fn execute(&mut self, sql: &'static str) -> Result<(), BatchFailure> {
-        let secrets = self.secrets.clone();
-        let connection = self.connection().await?;
-        connection.execute(sql).await.map(drop).map_err(|e| BatchFailure(database_error(&secrets, sql, &e)))
+    /// The run as stored now (in this transaction), with its stored version and last_seq.
+    fn current(&self, connection: &Connection, id: &str) -> Result<(RunRecord, i64, i64), StoreError> {
+        let mut statement = connection.prepare_cached(SELECT_RUN).map_err(self.error("cannot read a run"))?;
+        let row = statement
+            .query_row([id], |row| Ok(read_run_row(row)))
+            .optional()
+            .map_err(self.error("cannot read a run"))?;
+        let row = row.ok_or_else(|| StoreError::NotFound(id.to_owned()))??;
+        let (version, last_seq) = (row.version, row.last_seq);
+        Ok((row.decode()?, version, last_seq))
     }
+}
 
-    /// Undoes the writes of the operation (or batch) whose statement failed. If SQLite already rolled
-    /// the whole transaction back (it may after an I/O error), or the failure was the COMMIT, the
-    /// savepoint is gone and this fails: the batch then fails as a whole, as it must.
-    async fn undo_savepoint(&mut self, cause: &sqlx::Error) -> Result<(), BatchFailure> {
-        let failure = BatchFailure(self.error("the write transaction failed", cause));
-        let connection = self.connection().await?;
-        let mut undo = connection.execute_many(UNDO_ONE);
-        while let Some(result) = undo.next().await {
-            if result.is_err() {
-                return Err(failure);
-            }
-        }
-        Ok(())
+/// Runs a statement without parameters, prepared once per connection.
+fn execute(connection: &Connection, sql: &str) -> rusqlite::Result<()> {
+    connection.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+/// Inserts or compare-and-set updates a run's row.
+fn write_run(connection: &Connection, write: &RowWrite) -> rusqlite::Result<()> {
+    match write {
+        RowWrite::Insert(r) => connection.prepare_cached(INSERT_RUN)?.execute(params![
+            r.id,
+            r.agent,
+            r.status,
+            r.version,
+            r.input,
+            r.output,
+            r.termination_reason,
+            r.iterations,
+            r.input_tokens,
+            r.output_tokens,
+            r.created_by,
+            r.created_at,
+            r.updated_at,
+            r.finished_at,
+            r.error,
+            r.suspension,
+            r.turn_digest,
+            r.required_calls,
+            r.decisions,
+            r.expires_at,
+            r.lease_owner,
+            r.lease_expires_at,
+            r.last_seq,
+            r.last_hash
+        ]),
+        RowWrite::Update(r, version, last_seq) => connection.prepare_cached(UPDATE_RUN)?.execute(params![
+            r.status,
+            r.version,
+            r.output,
+            r.termination_reason,
+            r.iterations,
+            r.input_tokens,
+            r.output_tokens,
+            r.updated_at,
+            r.finished_at,
+            r.error,
+            r.suspension,
+            r.turn_digest,
+            r.required_calls,
+            r.decisions,
+            r.expires_at,
+            r.lease_owner,
+            r.lease_expires_at,
+            r.last_seq,
+            r.last_hash,
+            r.id,
+            version,
+            last_seq
+        ]),
     }
+    .map(drop)
 }
 
 #[cfg(test)]
@@ -908,7 +877,18 @@ mod tests {
     use super::*;
     use tollgate_core::run::RunStatus;
 
-    /// The writer and the readers share one set of connection options; a reader shows what they are.
+    #[test]
+    fn urls_name_a_file_or_memory() {
+        assert_eq!(Location::parse("sqlite://a.db"), Ok(Location::File("file:a.db".to_owned())));
+        assert_eq!(Location::parse("sqlite:///abs/a.db"), Ok(Location::File("file:/abs/a.db".to_owned())));
+        assert_eq!(Location::parse("sqlite://a.db?mode=ro"), Ok(Location::File("file:a.db?mode=ro".to_owned())));
+        assert_eq!(Location::parse("sqlite::memory:"), Ok(Location::Memory));
+        assert_eq!(Location::parse("sqlite://:memory:"), Ok(Location::Memory));
+        assert!(Location::parse("sqlite://").is_err());
+        assert!(Location::parse("postgres://x").is_err());
+    }
+
+    /// Every connection is durable and patient; a reader shows what they are.
     #[tokio::test]
     async fn connections_are_durable_and_patient() -> Result<(), Box<dyn std::error::Error>> {
         let dir = std::env::temp_dir().join(format!("tollgate-store-unit-{}", std::process::id()));
@@ -920,14 +900,12 @@ mod tests {
 
     async fn check_connection_settings(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         let store = SqliteStore::open(&format!("sqlite://{}", dir.join("t.db").display())).await?;
-        let mut connection = store.reader.acquire().await?;
-        let number = |name: &'static str| sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!("PRAGMA {name}")));
-        let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut *connection).await?;
-        assert_eq!(mode, "wal");
-        assert_eq!(number("synchronous").fetch_one(&mut *connection).await?, 2, "2 is FULL");
-        assert_eq!(number("foreign_keys").fetch_one(&mut *connection).await?, 1);
-        assert_eq!(number("busy_timeout").fetch_one(&mut *connection).await?, 5000);
-        drop(connection);
+        let pragmas = store.read("pragmas", |connection| {
+            let text = |name: &str| connection.query_row(&format!("PRAGMA {name}"), [], |row| row.get::<_, String>(0));
+            let number = |name: &str| connection.query_row(&format!("PRAGMA {name}"), [], |row| row.get::<_, i64>(0));
+            Ok((text("journal_mode")?, number("synchronous")?, number("foreign_keys")?, number("busy_timeout")?))
+        })?;
+        assert_eq!(pragmas, ("wal".to_owned(), 2, 1, 5000), "synchronous 2 is FULL");
         store.close().await;
         Ok(())
     }
@@ -938,7 +916,7 @@ mod tests {
     async fn queries_use_indexes() -> Result<(), Box<dyn std::error::Error>> {
         let store = SqliteStore::open("sqlite::memory:").await?;
         let mut statements: Vec<String> =
-            [SELECT_RUN, SELECT_RUNS, SELECT_EVENTS, SELECT_DUE, PURGE, PREFIX_FIRST, PREFIX_COUNT]
+            [SELECT_RUN, SELECT_EVENTS, SELECT_DUE, PURGE, PREFIX_FIRST, PREFIX_COUNT, UPDATE_RUN, RUN_EXISTS]
                 .iter()
                 .map(|s| (*s).to_owned())
                 .collect();
@@ -949,26 +927,27 @@ mod tests {
                 }
             }
         }
-        // The writer's statements, one at a time (EXPLAIN takes one statement).
-        statements.extend(
-            WRITE_ONE.split(";\n").filter(|s| s.starts_with("INSERT") || s.starts_with("UPDATE")).map(str::to_owned),
-        );
         statements.push("DELETE FROM events WHERE run_id = ?1".to_owned());
         for sql in statements {
-            let plan: Vec<(i64, i64, i64, String)> =
-                sqlx::query_as(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}"))).fetch_all(&store.reader).await?;
-            let steps: Vec<&str> = plan.iter().map(|(_, _, _, step)| step.as_str()).collect();
+            let plan: Vec<(i64, i64, String)> = store.read("explain", |connection| {
+                let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+                let unbound = std::iter::repeat_n(rusqlite::types::Null, statement.parameter_count());
+                let rows = statement
+                    .query_map(params_from_iter(unbound), |row| Ok((row.get(0)?, row.get(1)?, row.get(3)?)))?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })?;
+            let steps: Vec<&str> = plan.iter().map(|(_, _, step)| step.as_str()).collect();
             let full_scan = steps.iter().any(|step| {
                 (step.starts_with("SCAN runs") && !step.contains("USING INDEX sqlite_autoindex_runs_1"))
                     || step.starts_with("SCAN events")
             });
             assert!(!full_scan, "{sql}\n{steps:#?}");
             // A sort next to a search of `runs` sorts every row found, not just a page of them.
-            let sorts_rows = plan.iter().any(|(_, parent, _, step)| {
+            let sorts_rows = plan.iter().any(|(_, parent, step)| {
                 step.starts_with("USE TEMP B-TREE")
                     && plan
                         .iter()
-                        .any(|(_, p, _, s)| p == parent && (s.starts_with("SEARCH runs") || s.starts_with("SCAN runs")))
+                        .any(|(_, p, s)| p == parent && (s.starts_with("SEARCH runs") || s.starts_with("SCAN runs")))
             });
             assert!(!sorts_rows, "the rows must come in index order: {sql}\n{steps:#?}");
         }
