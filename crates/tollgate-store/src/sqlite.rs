@@ -73,12 +73,13 @@ const INSERT_RUN: &str = concat!(
     "?23, ?24)"
 );
 /// The columns a transition may change, then the compare-and-set on the version and chain head read
-/// at the start of the operation.
-const UPDATE_RUN: &str = "UPDATE runs SET status = ?1, version = ?2, output = ?3, termination_reason = ?4, \
-     iterations = ?5, input_tokens = ?6, output_tokens = ?7, updated_at = ?8, finished_at = ?9, error = ?10, \
-     suspension = ?11, turn_digest = ?12, required_calls = ?13, decisions = ?14, expires_at = ?15, \
-     lease_owner = ?16, lease_expires_at = ?17, last_seq = ?18, last_hash = ?19 \
-     WHERE id = ?20 AND version = ?21 AND last_seq = ?22";
+/// at the start of the operation. The parameters are the row in [`run_columns!`] order (those a
+/// transition never changes go unused), then the stored version and last_seq.
+const UPDATE_RUN: &str = "UPDATE runs SET status = ?3, version = ?4, output = ?6, termination_reason = ?7, \
+     iterations = ?8, input_tokens = ?9, output_tokens = ?10, updated_at = ?13, finished_at = ?14, error = ?15, \
+     suspension = ?16, turn_digest = ?17, required_calls = ?18, decisions = ?19, expires_at = ?20, \
+     lease_owner = ?21, lease_expires_at = ?22, last_seq = ?23, last_hash = ?24 \
+     WHERE id = ?1 AND version = ?25 AND last_seq = ?26";
 const INSERT_EVENT: &str =
     "INSERT INTO events (run_id, seq, at, kind, round, data, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 /// terminal_before, waiting_before, batch.
@@ -818,58 +819,44 @@ fn execute(connection: &Connection, sql: &str) -> rusqlite::Result<()> {
 /// Inserts or compare-and-set updates a run's row.
 fn write_run(connection: &Connection, write: &RowWrite) -> rusqlite::Result<()> {
     match write {
-        RowWrite::Insert(r) => connection.prepare_cached(INSERT_RUN)?.execute(params![
-            r.id,
-            r.agent,
-            r.status,
-            r.version,
-            r.input,
-            r.output,
-            r.termination_reason,
-            r.iterations,
-            r.input_tokens,
-            r.output_tokens,
-            r.created_by,
-            r.created_at,
-            r.updated_at,
-            r.finished_at,
-            r.error,
-            r.suspension,
-            r.turn_digest,
-            r.required_calls,
-            r.decisions,
-            r.expires_at,
-            r.lease_owner,
-            r.lease_expires_at,
-            r.last_seq,
-            r.last_hash
-        ]),
-        RowWrite::Update(r, version, last_seq) => connection.prepare_cached(UPDATE_RUN)?.execute(params![
-            r.status,
-            r.version,
-            r.output,
-            r.termination_reason,
-            r.iterations,
-            r.input_tokens,
-            r.output_tokens,
-            r.updated_at,
-            r.finished_at,
-            r.error,
-            r.suspension,
-            r.turn_digest,
-            r.required_calls,
-            r.decisions,
-            r.expires_at,
-            r.lease_owner,
-            r.lease_expires_at,
-            r.last_seq,
-            r.last_hash,
-            r.id,
-            version,
-            last_seq
-        ]),
+        RowWrite::Insert(row) => connection.prepare_cached(INSERT_RUN)?.execute(run_values(row).as_slice()),
+        RowWrite::Update(row, version, last_seq) => {
+            let mut values = run_values(row).to_vec();
+            values.extend([version as &dyn ToSql, last_seq]);
+            connection.prepare_cached(UPDATE_RUN)?.execute(values.as_slice())
+        }
     }
     .map(drop)
+}
+
+/// A row's values in [`run_columns!`] order.
+fn run_values(r: &RunRow) -> [&dyn ToSql; 24] {
+    [
+        &r.id,
+        &r.agent,
+        &r.status,
+        &r.version,
+        &r.input,
+        &r.output,
+        &r.termination_reason,
+        &r.iterations,
+        &r.input_tokens,
+        &r.output_tokens,
+        &r.created_by,
+        &r.created_at,
+        &r.updated_at,
+        &r.finished_at,
+        &r.error,
+        &r.suspension,
+        &r.turn_digest,
+        &r.required_calls,
+        &r.decisions,
+        &r.expires_at,
+        &r.lease_owner,
+        &r.lease_expires_at,
+        &r.last_seq,
+        &r.last_hash,
+    ]
 }
 
 #[cfg(test)]
