@@ -127,6 +127,9 @@ pub trait RunStore: Send + Sync {
         lease_until: Millis,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
 
+    /// How many runs have each status (statuses without runs are left out).
+    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>>;
+
     /// Events of a run with seq > `after`, at most `limit`, in order.
     fn events<'a>(&'a self, id: &'a str, after: u64, limit: u32)
     -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>>;

@@ -369,6 +369,15 @@ impl Runtime {
         Ok(self.inner.store.list(query).await?)
     }
 
+    /// How many runs have each status, every status listed (zero where none).
+    pub async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, RuntimeError> {
+        let counted = self.inner.store.count_by_status().await?;
+        Ok(RunStatus::ALL
+            .iter()
+            .map(|status| (*status, counted.iter().find(|(s, _)| s == status).map_or(0, |(_, n)| *n)))
+            .collect())
+    }
+
     /// A run's events after `after`.
     pub async fn events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, RuntimeError> {
         self.inner.store.get(id).await?;

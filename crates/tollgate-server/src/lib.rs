@@ -46,8 +46,8 @@
 //! fails a run (a full queue drops and counts). Only events committed by this process are delivered.
 //!
 //! ## Metrics (`GET /metrics`, admin)
-//! `tollgate_runs{status}` and `tollgate_waiting_runs` (counted from the store when scraped, cached 5 s,
-//! capped at 10 000 per status, `tollgate_runs_count_capped{status}` = 1 where capped);
+//! `tollgate_runs{status}` and `tollgate_waiting_runs` (counted by the store with one `GROUP BY status`
+//! query when scraped, cached 5 s);
 //! `tollgate_decisions_total{action}`, `tollgate_events_total{kind}`,
 //! `tollgate_model_call_duration_seconds` and `tollgate_tool_call_duration_seconds{tool}` histograms
 //! (from the events this process commits, measured between their `at` times);

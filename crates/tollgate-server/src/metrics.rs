@@ -1,8 +1,7 @@
 //! `/metrics` in the Prometheus text format.
 //!
-//! - `tollgate_runs{status}` and `tollgate_waiting_runs`: gauges counted from the store when scraped
-//!   (cached for a few seconds). The store has no count query, so counting pages through the list and
-//!   stops at [`COUNT_CAP`] per status; `tollgate_runs_count_capped{status}` is 1 where it stopped.
+//! - `tollgate_runs{status}` and `tollgate_waiting_runs`: gauges counted by the store (one
+//!   `GROUP BY status` query) when scraped, cached for a few seconds.
 //! - `tollgate_decisions_total{action}`, `tollgate_events_total{kind}`, and the model-call and
 //!   tool-call latency histograms: counted from the events this process commits, as the event feed
 //!   (`feed.rs`) reads them; they start at zero with the process, as counters do.
@@ -14,12 +13,10 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tollgate_core::{RunQuery, RunStatus};
+use tollgate_core::RunStatus;
 use tollgate_runtime::Runtime;
 
-/// Counting stops at this many runs per status.
-pub const COUNT_CAP: u64 = 10_000;
-const COUNT_PAGE: u32 = 500;
+/// How long run counts are reused between scrapes.
 const COUNT_TTL: Duration = Duration::from_secs(5);
 
 /// Histogram bucket bounds, seconds.
@@ -79,11 +76,11 @@ pub(crate) struct Metrics {
     delivered: AtomicU64,
     failed: AtomicU64,
     dropped: AtomicU64,
-    counts: tokio::sync::Mutex<Option<(Instant, Vec<StatusCount>)>>,
+    counts: tokio::sync::Mutex<Option<(Instant, StatusCounts)>>,
 }
 
-/// A status, how many runs have it (up to the cap), and whether counting stopped at the cap.
-type StatusCount = (RunStatus, u64, bool);
+/// How many runs have each status.
+type StatusCounts = Vec<(RunStatus, u64)>;
 
 impl Metrics {
     fn observed(&self) -> std::sync::MutexGuard<'_, Observed> {
@@ -115,31 +112,15 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Runs per status, counted from the store (at most [`COUNT_CAP`] each), cached briefly.
-    async fn run_counts(&self, runtime: &Runtime) -> Result<Vec<StatusCount>, tollgate_runtime::RuntimeError> {
+    /// Runs per status, counted by the store, cached briefly.
+    async fn run_counts(&self, runtime: &Runtime) -> Result<StatusCounts, tollgate_runtime::RuntimeError> {
         let mut cache = self.counts.lock().await;
         if let Some((at, counts)) = cache.as_ref()
             && at.elapsed() < COUNT_TTL
         {
             return Ok(counts.clone());
         }
-        let mut counts = Vec::with_capacity(RunStatus::ALL.len());
-        for status in RunStatus::ALL {
-            let mut n = 0u64;
-            let mut cursor = None;
-            let capped = loop {
-                let page = runtime
-                    .list(RunQuery { status: Some(status), agent: None, limit: COUNT_PAGE, cursor: cursor.take() })
-                    .await?;
-                n += page.runs.len() as u64;
-                match page.next_cursor {
-                    Some(next) if n < COUNT_CAP => cursor = Some(next),
-                    Some(_) => break true,
-                    None => break false,
-                }
-            };
-            counts.push((status, n.min(COUNT_CAP), capped));
-        }
+        let counts = runtime.count_by_status().await?;
         *cache = Some((Instant::now(), counts.clone()));
         Ok(counts)
     }
@@ -148,17 +129,12 @@ impl Metrics {
     pub(crate) async fn render(&self, runtime: &Runtime) -> Result<String, tollgate_runtime::RuntimeError> {
         let counts = self.run_counts(runtime).await?;
         let mut out = String::with_capacity(4096);
-        out.push_str("# HELP tollgate_runs Runs in the store by status (counted up to the cap).\n");
+        out.push_str("# HELP tollgate_runs Runs in the store by status.\n");
         out.push_str("# TYPE tollgate_runs gauge\n");
-        for (status, n, _) in &counts {
+        for (status, n) in &counts {
             let _ = writeln!(out, "tollgate_runs{{status=\"{status}\"}} {n}");
         }
-        out.push_str("# HELP tollgate_runs_count_capped 1 where counting stopped at the cap.\n");
-        out.push_str("# TYPE tollgate_runs_count_capped gauge\n");
-        for (status, _, capped) in &counts {
-            let _ = writeln!(out, "tollgate_runs_count_capped{{status=\"{status}\"}} {}", u8::from(*capped));
-        }
-        let waiting = counts.iter().find(|(s, _, _)| *s == RunStatus::WaitingForApproval).map_or(0, |(_, n, _)| *n);
+        let waiting = counts.iter().find(|(s, _)| *s == RunStatus::WaitingForApproval).map_or(0, |(_, n)| *n);
         out.push_str("# HELP tollgate_waiting_runs Runs waiting for approval.\n");
         out.push_str("# TYPE tollgate_waiting_runs gauge\n");
         let _ = writeln!(out, "tollgate_waiting_runs {waiting}");

@@ -13,7 +13,7 @@
 use crate::codec::{
     ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, bind_run_changes, bind_run_row, database_error,
     decode_event, decode_run, decode_runs_skipping_corrupt, plan_append, plan_create, plan_transition,
-    prefix_upper_bound, resolve_prefix_answer, run_columns,
+    prefix_upper_bound, resolve_prefix_answer, run_columns, status_counts,
 };
 use crate::migrations::{self, Migration};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -22,7 +22,7 @@ use std::str::FromStr;
 use std::time::Duration;
 use tollgate_core::BoxFuture;
 use tollgate_core::event::{NewEvent, StoredEvent};
-use tollgate_core::run::{Millis, RunRecord, Transition};
+use tollgate_core::run::{Millis, RunRecord, RunStatus, Transition};
 use tollgate_core::store::{Guard, RunPage, RunQuery, RunStore, StoreError};
 
 impl Columns for PgRow {
@@ -362,6 +362,14 @@ impl PostgresStore {
         rows.iter().map(|row| decode_event(id, row)).collect()
     }
 
+    async fn count_runs(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as("SELECT status, COUNT(*) FROM runs GROUP BY status")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.db_error("cannot count runs"))?;
+        Ok(status_counts(rows))
+    }
+
     async fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
         let rows = sqlx::query(SELECT_DUE)
             .bind(now)
@@ -457,6 +465,10 @@ impl RunStore for PostgresStore {
 
     fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
         Box::pin(self.due_runs(now, limit))
+    }
+
+    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {
+        Box::pin(self.count_runs())
     }
 
     fn purge(

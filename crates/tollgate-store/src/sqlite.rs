@@ -30,7 +30,7 @@
 use crate::codec::{
     ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, database_error, decode_event, decode_run,
     keep_readable, plan_append, plan_create, plan_transition, prefix_upper_bound, read_run_row, resolve_prefix_answer,
-    run_columns,
+    run_columns, status_counts,
 };
 use crate::migrations::{self, Migration};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, ToSql, params, params_from_iter};
@@ -40,7 +40,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tollgate_core::BoxFuture;
 use tollgate_core::event::{NewEvent, StoredEvent};
-use tollgate_core::run::{Millis, RunRecord, Transition};
+use tollgate_core::run::{Millis, RunRecord, RunStatus, Transition};
 use tollgate_core::store::{Guard, RunPage, RunQuery, RunStore, StoreError};
 
 /// The most operations the writer puts into one transaction.
@@ -104,6 +104,8 @@ const SELECT_DUE: &str = concat!(
     "AND lease_expires_at <= ?1 ORDER BY lease_expires_at LIMIT ?2) AS running ",
     "ORDER BY due_at, id LIMIT ?2"
 );
+/// A scan of the small `(status, id)` index, not of the table (for `/metrics`, which caches it).
+const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) FROM runs GROUP BY status";
 const PREFIX_FIRST: &str = "SELECT id FROM runs WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 2";
 const PREFIX_COUNT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE id >= ?1 AND id < ?2 LIMIT ?3)";
 
@@ -334,6 +336,15 @@ impl SqliteStore {
         })
     }
 
+    fn count_runs(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let counts = self.read("cannot count runs", |connection| {
+            let mut statement = connection.prepare_cached(COUNT_BY_STATUS)?;
+            let rows = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        Ok(status_counts(counts))
+    }
+
     fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
         let runs = self.read("cannot read due runs", |connection| {
             let mut statement = connection.prepare_cached(SELECT_DUE)?;
@@ -486,6 +497,10 @@ impl RunStore for SqliteStore {
 
     fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
         Box::pin(async move { self.due_runs(now, limit) })
+    }
+
+    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {
+        Box::pin(async move { self.count_runs() })
     }
 
     fn purge(
@@ -862,7 +877,6 @@ fn run_values(r: &RunRow) -> [&dyn ToSql; 24] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_core::run::RunStatus;
 
     #[test]
     fn urls_name_a_file_or_memory() {
@@ -915,6 +929,12 @@ mod tests {
             }
         }
         statements.push("DELETE FROM events WHERE run_id = ?1".to_owned());
+        // Counting reads every entry of an index by nature; it must at least not read the table.
+        let counting = store.read("explain", |connection| {
+            Ok(connection
+                .query_row(&format!("EXPLAIN QUERY PLAN {COUNT_BY_STATUS}"), [], |row| row.get::<_, String>(3))?)
+        })?;
+        assert_eq!(counting, "SCAN runs USING COVERING INDEX runs_status_id");
         for sql in statements {
             let plan: Vec<(i64, i64, String)> = store.read("explain", |connection| {
                 let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;

@@ -258,6 +258,11 @@ impl tollgate_core::RunStore for FailingStore {
     ) -> BoxFuture<'a, Result<Vec<tollgate_core::StoredEvent>, tollgate_core::StoreError>> {
         self.inner.events(id, after, limit)
     }
+    fn count_by_status(
+        &self,
+    ) -> BoxFuture<'_, Result<Vec<(tollgate_core::RunStatus, u64)>, tollgate_core::StoreError>> {
+        self.inner.count_by_status()
+    }
     fn due(
         &self,
         now: tollgate_core::Millis,

@@ -685,6 +685,26 @@ pub async fn due_finds_expired_deadlines_and_leases<H: Harness>(h: &H) -> anyhow
 
 /// purge: terminal runs by finished_at, waiting runs by updated_at, in batches, events with them;
 /// running and recent runs stay.
+pub async fn counts_by_status<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    ensure!(store.count_by_status().await?.is_empty(), "an empty store counts nothing");
+    create_running(&*store, 1, "demo").await?;
+    create_waiting(&*store, 2, &["call_1"], None).await?;
+    create_waiting(&*store, 3, &["call_1"], None).await?;
+    create_terminal(&*store, 4, RunStatus::Completed, T0 + 20).await?;
+    create_terminal(&*store, 5, RunStatus::Cancelled, T0 + 20).await?;
+    let mut counts = store.count_by_status().await?;
+    counts.sort_by_key(|(status, _)| status.as_str());
+    let expected = [
+        (RunStatus::Cancelled, 1),
+        (RunStatus::Completed, 1),
+        (RunStatus::Running, 1),
+        (RunStatus::WaitingForApproval, 2),
+    ];
+    ensure!(counts == expected, "counts {counts:?}");
+    Ok(())
+}
+
 pub async fn purge_windows_and_batches<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let old = T0 + 1_000;
@@ -947,6 +967,7 @@ macro_rules! all_contract_tests {
             an_edited_event_breaks_the_chain,
             due_finds_expired_deadlines_and_leases,
             purge_windows_and_batches,
+            counts_by_status,
             a_newer_schema_is_refused,
             a_corrupt_row_spoils_only_its_run,
             concurrent_writes_fail_alone,
