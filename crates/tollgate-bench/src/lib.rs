@@ -117,7 +117,23 @@ impl Tool for GetTime {
 }
 
 /// Workload A (or C with `deny`) against the store at `store_url`, with `concurrency` runs in flight.
+///
+/// The workload runs in a task of its own on the current runtime's workers, as a server's request
+/// handlers do, not on the thread that called `block_on`: every wake-up between the caller and the
+/// run it started would otherwise cross threads.
 pub async fn approval_cycle(
+    store_url: &str,
+    n: u64,
+    concurrency: usize,
+    deny: bool,
+) -> Result<Vec<PhaseReport>, BenchError> {
+    let store_url = store_url.to_owned();
+    tokio::spawn(async move { approval_cycle_here(&store_url, n, concurrency, deny).await })
+        .await
+        .map_err(|e| BenchError(format!("the workload task failed: {e}")))?
+}
+
+async fn approval_cycle_here(
     store_url: &str,
     n: u64,
     concurrency: usize,

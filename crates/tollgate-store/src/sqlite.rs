@@ -1,11 +1,15 @@
 //! The SQLite backend: one file, WAL, `synchronous = FULL`, with group commit.
 //!
-//! SQLite lets one connection write at a time, and with `synchronous = FULL` every commit waits for an
-//! fsync of the WAL, so committing each write on its own would cap the store at one fsync per
-//! transition. Instead one writer thread owns the one write connection. Writes (create, transition,
-//! append, purge) reach it over a channel; it takes whatever is queued (up to [`MAX_BATCH`]) and runs
-//! it as ONE transaction (`BEGIN IMMEDIATE` … `COMMIT`) with one fsync. Inside it, each operation in
-//! queue order:
+//! SQLite lets one connection write at a time, and with `synchronous = FULL` every commit waits for a
+//! sync of the WAL, so committing each write on its own would cap the store at one sync per
+//! transition. There is one write connection, and one thread at a time commits through it:
+//!
+//! - when no other write is queued and the connection is free, the caller's own thread commits its
+//!   write at once (one run at a time then costs no hand-off between threads);
+//! - otherwise the write joins a queue, and the writer thread takes whatever is queued (up to
+//!   [`MAX_BATCH`]) and runs it as ONE transaction (`BEGIN IMMEDIATE` … `COMMIT`) with one sync.
+//!
+//! Inside a transaction, each operation in order:
 //!
 //! 1. reads its run (each operation sees the writes of those before it in the batch, so the
 //!    compare-and-set of a [`Guard`] is exact);
@@ -16,16 +20,16 @@
 //!    and only that operation gets the error.
 //!
 //! Every caller is answered only after the COMMIT has returned, so an `Ok` means durable; if the
-//! transaction fails as a whole (the COMMIT, an I/O error that ends it), every operation of the batch
-//! gets the retryable [`StoreError::Database`] and none of them happened.
+//! transaction fails as a whole (the COMMIT, an I/O error that ends it, a panic), every operation of
+//! the batch gets the retryable [`StoreError::Database`] and none of them happened.
 //!
-//! The writer is a plain thread calling SQLite directly (rusqlite), not an async task: a write costs
-//! one hand-off to the thread and one back, whatever the number of statements, which keeps the CPU
-//! cost of a transition small next to its fsync.
+//! The write connection's automatic checkpoint is off: a checkpointer thread with its own connection
+//! copies the WAL back into the database file (`PASSIVE`: it never blocks the writer or the readers)
+//! every 200 commits and after a quiet spell, so no commit pays for a checkpoint.
 //!
-//! Reads (get, list, events, due, resolve_prefix) run on the calling thread, on a read connection of
-//! a small pool; WAL lets them read the last committed state while the writer writes. They are short
-//! index lookups (at most a page of rows), so they do not hold an async worker for long.
+//! Reads (get, list, events, due, resolve_prefix, counts) run on the calling thread, on a read
+//! connection of a small pool; WAL lets them read the last committed state while a write goes on.
+//! They are short index lookups (at most a page of rows), so they do not hold an async worker long.
 
 use crate::codec::{
     ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, database_error, decode_event, decode_run,
@@ -35,6 +39,7 @@ use crate::codec::{
 use crate::migrations::{self, Migration};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, ToSql, params, params_from_iter};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -54,6 +59,18 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Read connections kept open between reads.
 const IDLE_READERS: usize = 8;
+
+/// Commits between two checkpoints of the WAL into the database file.
+const CHECKPOINT_EVERY: u32 = 200;
+
+/// A WAL holding more frames than this (about 16 MiB) is finished and started over by the write path.
+const RESTART_FRAMES: i64 = 4096;
+
+/// What a WAL file is cut back to when it starts over.
+const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
+/// The checkpointer also runs this long after the last one when writes came in meanwhile.
+const CHECKPOINT_IDLE: Duration = Duration::from_secs(2);
 
 /// Prepared statements kept per connection (the writer uses about ten, the readers about twenty).
 const STATEMENT_CACHE: usize = 64;
@@ -141,6 +158,11 @@ pub struct SqliteStore {
     writer: mpsc::Sender<WriteOp>,
     /// Fires when the writer thread has finished the queue and closed its connection.
     writer_done: oneshot::Receiver<()>,
+    /// The write path, shared with the writer thread (a caller commits its own write through it when
+    /// nothing else is queued).
+    committer: Arc<Writer>,
+    /// Wakes the checkpointer thread (file databases only); dropping it stops the thread.
+    checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
     readers: Readers,
     secrets: Secrets,
 }
@@ -218,6 +240,16 @@ impl SqliteStore {
         let write_connection =
             location.connect().map_err(|e| database_error(&secrets, "cannot open the SQLite database", &e))?;
         migrate(&write_connection, &secrets)?;
+        if let Location::File(_) = location {
+            // The checkpointer thread does it (see `start_checkpointer`), so that no commit waits for one.
+            let configure = |pragma: &str, value: i64| {
+                write_connection
+                    .pragma_update(None, pragma, value)
+                    .map_err(|e| database_error(&secrets, "cannot configure the SQLite database", &e))
+            };
+            configure("wal_autocheckpoint", 0)?;
+            configure("journal_size_limit", WAL_SIZE_LIMIT)?;
+        }
         let write_connection = Arc::new(Mutex::new(write_connection));
         let readers = Readers {
             source: match &location {
@@ -227,9 +259,23 @@ impl SqliteStore {
             idle: Mutex::new(Vec::new()),
         };
 
+        let finish_checkpoint = Arc::new(AtomicBool::new(false));
+        let checkpoints = match &location {
+            Location::File(_) => {
+                Some(start_checkpointer(location.clone(), secrets.clone(), finish_checkpoint.clone())?)
+            }
+            Location::Memory => None,
+        };
         let (writer, queue) = mpsc::channel(QUEUE_CAPACITY);
         let (done, writer_done) = oneshot::channel();
-        let thread = Writer { connection: write_connection, secrets: secrets.clone() };
+        let committer = Arc::new(Writer {
+            connection: write_connection,
+            secrets: secrets.clone(),
+            checkpoints: checkpoints.clone(),
+            finish_checkpoint,
+            commits: std::sync::atomic::AtomicU32::new(0),
+        });
+        let thread = committer.clone();
         std::thread::Builder::new()
             .name("tollgate-sqlite-writer".to_owned())
             .spawn(move || {
@@ -238,26 +284,53 @@ impl SqliteStore {
                 let _ = done.send(());
             })
             .map_err(|e| StoreError::Database(format!("cannot start the SQLite writer thread: {e}")))?;
-        Ok(SqliteStore { writer, writer_done, readers, secrets })
+        Ok(SqliteStore { writer, writer_done, committer, checkpoints, readers, secrets })
     }
 
     /// Finishes the writes already queued, then closes every connection.
     pub async fn close(self) {
-        let SqliteStore { writer, writer_done, readers, .. } = self;
+        let SqliteStore { writer, writer_done, committer, checkpoints, readers, .. } = self;
         drop(writer);
         if writer_done.await.is_err() {
             tracing::warn!("the SQLite writer thread ended abnormally");
         }
+        drop(checkpoints);
+        drop(committer);
         drop(readers);
     }
 
-    async fn submit<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> WriteOp,
-    ) -> Result<T, StoreError> {
+    /// Commits a write. When no other write is queued and the write connection is free, the caller's
+    /// thread commits it at once (no hand-off to the writer thread and back: one run at a time costs
+    /// no thread switches); otherwise it joins the writer thread's next batch. Either way at most one
+    /// thread is inside SQLite's write transaction, and the answer comes after the COMMIT.
+    async fn submit(&self, request: Request) -> Outcome {
+        let mut request = Some(request);
+        if self.writer.capacity() == self.writer.max_capacity()
+            && let Some(outcome) = self.committer.try_commit_alone(&mut request)
+        {
+            return outcome;
+        }
+        let Some(request) = request else { return Outcome::error(true, mismatched_outcome()) };
+        let record = request.answers_record();
         let (reply, answer) = oneshot::channel();
-        self.writer.send(make(reply)).await.map_err(|_| writer_gone())?;
-        answer.await.map_err(|_| writer_gone())?
+        if self.writer.send(WriteOp { request, reply }).await.is_err() {
+            return Outcome::error(record, writer_gone());
+        }
+        answer.await.unwrap_or_else(|_| Outcome::error(record, writer_gone()))
+    }
+
+    async fn write_record(&self, request: Request) -> Result<RunRecord, StoreError> {
+        match self.submit(request).await {
+            Outcome::Record(result) => result,
+            Outcome::Count(_) => Err(mismatched_outcome()),
+        }
+    }
+
+    async fn write_count(&self, request: Request) -> Result<u64, StoreError> {
+        match self.submit(request).await {
+            Outcome::Count(result) => result,
+            Outcome::Record(_) => Err(mismatched_outcome()),
+        }
     }
 
     /// Runs `read` on a read connection; a database error is reported with `context`.
@@ -446,9 +519,7 @@ fn writer_gone() -> StoreError {
 
 impl RunStore for SqliteStore {
     fn create(&self, run: RunRecord, events: Vec<NewEvent>) -> BoxFuture<'_, Result<RunRecord, StoreError>> {
-        Box::pin(
-            self.submit(|reply| WriteOp { request: Request::Create { run, events }, reply: Replier::Record(reply) }),
-        )
+        Box::pin(self.write_record(Request::Create { run, events }))
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
@@ -472,7 +543,7 @@ impl RunStore for SqliteStore {
         now: Millis,
     ) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
         let request = Request::Transition { id: id.to_owned(), guard, transition, events, now };
-        Box::pin(self.submit(move |reply| WriteOp { request, reply: Replier::Record(reply) }))
+        Box::pin(self.write_record(request))
     }
 
     fn append<'a>(
@@ -483,7 +554,7 @@ impl RunStore for SqliteStore {
         lease_until: Millis,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         let request = Request::Append { id: id.to_owned(), owner: owner.to_owned(), events, lease_until };
-        Box::pin(self.submit(move |reply| WriteOp { request, reply: Replier::Count(reply) }))
+        Box::pin(self.write_count(request))
     }
 
     fn events<'a>(
@@ -510,8 +581,46 @@ impl RunStore for SqliteStore {
         batch: u32,
     ) -> BoxFuture<'_, Result<u64, StoreError>> {
         let request = Request::Purge { terminal_before, waiting_before, batch };
-        Box::pin(self.submit(move |reply| WriteOp { request, reply: Replier::Count(reply) }))
+        Box::pin(self.write_count(request))
     }
+}
+
+/// Starts the checkpointer: a thread with its own connection that copies the WAL back into the
+/// database file (`PRAGMA wal_checkpoint(PASSIVE)`: it never waits for, nor blocks, the writer or the
+/// readers) when woken and after a quiet spell. The write connection's own automatic checkpoint is
+/// off, so no commit pays for one. The thread ends when the returned sender is dropped.
+fn start_checkpointer(
+    location: Location,
+    secrets: Secrets,
+    finish: Arc<AtomicBool>,
+) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
+    let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+    let connection =
+        location.connect().map_err(|e| database_error(&secrets, "cannot open the SQLite checkpoint connection", &e))?;
+    std::thread::Builder::new()
+        .name("tollgate-sqlite-checkpoint".to_owned())
+        .spawn(move || {
+            // Woken every CHECKPOINT_EVERY commits, or after a quiet spell (a checkpoint of an empty WAL
+            // costs next to nothing).
+            while let Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) = woken.recv_timeout(CHECKPOINT_IDLE) {
+                // (busy, frames in the WAL, frames copied into the database file)
+                let checkpoint = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+                });
+                match checkpoint {
+                    // While commits keep coming, a checkpoint beside them never copies the very last
+                    // frames, and SQLite starts the WAL over only once all of them are copied. Past a
+                    // size, the write path copies the last few itself before its next transaction.
+                    Ok((_, frames, _)) if frames > RESTART_FRAMES => finish.store(true, Ordering::Relaxed),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %database_error(&secrets, "checkpoint", &e), "a WAL checkpoint failed");
+                    }
+                }
+            }
+        })
+        .map_err(|e| StoreError::Database(format!("cannot start the SQLite checkpoint thread: {e}")))?;
+    Ok(wake)
 }
 
 /// Applies the migrations this build knows, in one `BEGIN IMMEDIATE` transaction (so two processes
@@ -545,12 +654,10 @@ fn migrate(connection: &Connection, secrets: &Secrets) -> Result<(), StoreError>
     }
 }
 
-type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
-
 /// A write waiting for the writer thread, and where its answer goes.
 struct WriteOp {
     request: Request,
-    reply: Replier,
+    reply: oneshot::Sender<Outcome>,
 }
 
 /// A write operation.
@@ -562,36 +669,11 @@ enum Request {
     Purge { terminal_before: Millis, waiting_before: Millis, batch: u32 },
 }
 
-/// Where an operation's answer goes.
-enum Replier {
-    Record(Reply<RunRecord>),
-    Count(Reply<u64>),
-}
-
 /// An operation's answer, held until its batch has committed.
 #[expect(clippy::large_enum_variant, reason = "lives only for one batch; boxing would allocate per write")]
 enum Outcome {
     Record(Result<RunRecord, StoreError>),
     Count(Result<u64, StoreError>),
-}
-
-impl Replier {
-    /// Answers; a caller that stopped waiting has nobody to tell.
-    fn send(self, outcome: Outcome) {
-        match (self, outcome) {
-            (Replier::Record(reply), Outcome::Record(result)) => drop(reply.send(result)),
-            (Replier::Count(reply), Outcome::Count(result)) => drop(reply.send(result)),
-            (Replier::Record(reply), Outcome::Count(_)) => drop(reply.send(Err(mismatched_outcome()))),
-            (Replier::Count(reply), Outcome::Record(_)) => drop(reply.send(Err(mismatched_outcome()))),
-        }
-    }
-
-    fn fail(self, error: StoreError) {
-        match self {
-            Replier::Record(reply) => drop(reply.send(Err(error))),
-            Replier::Count(reply) => drop(reply.send(Err(error))),
-        }
-    }
 }
 
 fn mismatched_outcome() -> StoreError {
@@ -628,15 +710,22 @@ enum RowWrite {
     Update(RunRow, i64, i64),
 }
 
-/// The single writer: owns the write connection and commits queued writes in batches.
+/// The write path: the one write connection, committed through by the writer thread (batches) or by
+/// a caller when nothing else is queued.
 struct Writer {
     connection: Arc<Mutex<Connection>>,
     secrets: Secrets,
+    /// Wakes the checkpointer every [`CHECKPOINT_EVERY`] commits (file databases only).
+    checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
+    /// Set by the checkpointer when the WAL has grown past [`RESTART_FRAMES`]: the next transaction
+    /// first copies the WAL's last frames into the database file, so that it starts the WAL over.
+    finish_checkpoint: Arc<AtomicBool>,
+    commits: std::sync::atomic::AtomicU32,
 }
 
 impl Writer {
     /// Commits batches until every sender is gone and the queue is empty.
-    fn run(self, mut queue: mpsc::Receiver<WriteOp>) {
+    fn run(&self, mut queue: mpsc::Receiver<WriteOp>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         while let Some(first) = queue.blocking_recv() {
             batch.push(first);
@@ -646,31 +735,77 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let (requests, repliers): (Vec<Request>, Vec<Replier>) =
+            let (requests, repliers): (Vec<Request>, Vec<oneshot::Sender<Outcome>>) =
                 batch.drain(..).map(|op| (op.request, op.reply)).unzip();
-            let connection = lock(&self.connection);
-            let committed = std::panic::catch_unwind(AssertUnwindSafe(|| self.commit_batch(&connection, requests)))
-                .unwrap_or_else(|_| {
-                    Err(BatchFailure(StoreError::Database(
-                        "internal error: the SQLite writer failed; the batch was rolled back".to_owned(),
-                    )))
-                });
+            let records: Vec<bool> = requests.iter().map(Request::answers_record).collect();
+            let committed = self.commit(&lock(&self.connection), requests);
+            // A caller that stopped waiting has nobody to tell.
             match committed {
                 Ok(outcomes) => {
-                    drop(connection);
-                    repliers.into_iter().zip(outcomes).for_each(|(replier, outcome)| replier.send(outcome));
+                    repliers.into_iter().zip(outcomes).for_each(|(reply, outcome)| drop(reply.send(outcome)));
                 }
-                Err(BatchFailure(error)) => {
-                    tracing::warn!(%error, ops = repliers.len(), "a SQLite write batch was rolled back");
-                    if !connection.is_autocommit()
-                        && let Err(e) = connection.execute_batch("ROLLBACK")
-                    {
-                        tracing::warn!(error = %e, "cannot roll back a failed SQLite write batch");
+                Err(error) => {
+                    for (reply, record) in repliers.into_iter().zip(records) {
+                        drop(reply.send(Outcome::error(record, error.clone())));
                     }
-                    drop(connection);
-                    repliers.into_iter().for_each(|replier| replier.fail(error.clone()));
                 }
             }
+        }
+    }
+
+    /// Takes and commits `request` on the caller's thread if the write connection is free right now;
+    /// leaves it in place otherwise.
+    fn try_commit_alone(&self, request: &mut Option<Request>) -> Option<Outcome> {
+        let connection = match self.connection.try_lock() {
+            Ok(connection) => connection,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        let request = request.take()?;
+        let record = request.answers_record();
+        let outcome = self.commit(&connection, vec![request]).map(|mut outcomes| outcomes.pop());
+        Some(match outcome {
+            Ok(Some(outcome)) => outcome,
+            Ok(None) => Outcome::error(record, mismatched_outcome()),
+            Err(error) => Outcome::error(record, error),
+        })
+    }
+
+    /// One batch, one transaction: every operation's outcome, or the error that undid them all. A
+    /// panic inside is caught and undoes the batch too.
+    fn commit(&self, connection: &Connection, requests: Vec<Request>) -> Result<Vec<Outcome>, StoreError> {
+        let count = requests.len();
+        let committed = std::panic::catch_unwind(AssertUnwindSafe(|| self.commit_batch(connection, requests)))
+            .unwrap_or_else(|_| {
+                Err(BatchFailure(StoreError::Database(
+                    "internal error: the SQLite writer failed; the batch was rolled back".to_owned(),
+                )))
+            });
+        match committed {
+            Ok(outcomes) => {
+                self.committed();
+                Ok(outcomes)
+            }
+            Err(BatchFailure(error)) => {
+                tracing::warn!(%error, ops = count, "a SQLite write batch was rolled back");
+                if !connection.is_autocommit()
+                    && let Err(e) = connection.execute_batch("ROLLBACK")
+                {
+                    tracing::warn!(error = %e, "cannot roll back a failed SQLite write batch");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Counts a commit; every [`CHECKPOINT_EVERY`] commits the checkpointer is woken (if it is already
+    /// awake, the wake-up is dropped).
+    fn committed(&self) {
+        let n = self.commits.fetch_add(1, Ordering::Relaxed);
+        if (n + 1).is_multiple_of(CHECKPOINT_EVERY)
+            && let Some(checkpoints) = &self.checkpoints
+        {
+            let _ = checkpoints.try_send(());
         }
     }
 
@@ -684,6 +819,11 @@ impl Writer {
 
     /// One transaction for the whole batch: each operation is applied in order, in its own savepoint.
     fn commit_batch(&self, connection: &Connection, requests: Vec<Request>) -> Result<Vec<Outcome>, BatchFailure> {
+        if self.finish_checkpoint.swap(false, Ordering::Relaxed)
+            && let Err(e) = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+        {
+            tracing::warn!(error = %database_error(&self.secrets, "checkpoint", &e), "a WAL checkpoint failed");
+        }
         execute(connection, "BEGIN IMMEDIATE").map_err(self.fail("cannot begin a write transaction"))?;
         let mut outcomes = Vec::with_capacity(requests.len());
         for request in requests {

@@ -165,3 +165,49 @@ async fn an_unsupported_url_names_only_its_scheme() {
     let text = error.map(|e| e.to_string()).unwrap_or_default();
     assert!(text.contains("mysql") && !text.contains("hunter2"), "{text}");
 }
+
+/// No commit runs a checkpoint itself (the write connection's automatic checkpoint is off), yet the WAL
+/// does reach the database file: the checkpointer thread copies it back as commits go by.
+#[tokio::test]
+async fn the_checkpointer_copies_the_wal_into_the_database_file() -> anyhow::Result<()> {
+    let dir = temp_dir()?;
+    let path = dir.0.join("tollgate.db");
+    let store = SqliteStore::open(&format!("sqlite://{}", path.display())).await?;
+    let before = std::fs::metadata(&path)?.len();
+    for n in 1..=450 {
+        store.create(running_run(n, "demo"), started()).await?;
+    }
+    let mut grown = false;
+    for _ in 0..100 {
+        if std::fs::metadata(&path)?.len() > before + 64 * 1024 {
+            grown = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    anyhow::ensure!(grown, "450 runs' pages reached the database file ({before} bytes before)");
+    anyhow::ensure!(store.list(RunQuery { limit: 500, ..Default::default() }).await?.runs.len() == 450);
+    store.close().await;
+    Ok(())
+}
+
+/// Under a steady stream of commits the WAL still starts over: it stays bounded instead of growing with
+/// every run ever written.
+#[tokio::test]
+async fn the_wal_stays_bounded_under_steady_writes() -> anyhow::Result<()> {
+    let dir = temp_dir()?;
+    let path = dir.0.join("tollgate.db");
+    let store = SqliteStore::open(&format!("sqlite://{}", path.display())).await?;
+    let wal = dir.0.join("tollgate.db-wal");
+    let mut largest = 0;
+    for n in 1..=3000 {
+        store.create(running_run(n, "demo"), started()).await?;
+        if n % 100 == 0 {
+            largest = largest.max(std::fs::metadata(&wal)?.len());
+        }
+    }
+    // 3,000 runs write well over 30,000 WAL frames (120 MiB) when the WAL never starts over.
+    anyhow::ensure!(largest < 48 * 1024 * 1024, "the WAL grew to {largest} bytes");
+    store.close().await;
+    Ok(())
+}
