@@ -5,6 +5,7 @@
 //!   time) over a sample of runs spread evenly over the N, and
 //! - the latency of listing `status = waiting_for_approval`, `limit = 50` (the query behind
 //!   `GET /v1/runs?status=waiting_for_approval&limit=50`, through [`tollgate_runtime::Runtime::list`]),
+//!   timed first, while all N runs wait, so every listing returns a full page,
 //!
 //! and reports the process's peak RSS with each. BENCH.md's criterion ("within 2×") compares two runs of
 //! this workload: one with N = 1,000 and one with N = 1,000,000.
@@ -28,12 +29,12 @@ pub const SAMPLE: usize = 1000;
 /// Runs started at once while filling the store.
 const FILL_CONCURRENCY: usize = 256;
 /// How many times the waiting list is read and timed.
-const LIST_REPEAT: usize = 50;
+const LIST_REPEAT: usize = 200;
 /// The page size of the timed listing (the API's default).
 const LIST_LIMIT: u32 = 50;
 
 /// Workload D against the store at `store_url` (use a fresh database): fills it with `n` waiting runs,
-/// then times the approval cycle of `sample` of them and the waiting list. Returns three phases: the
+/// then times the waiting list and the approval cycle of `sample` of them. Returns three phases: the
 /// fill, the cycle, the listing.
 pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseReport>, BenchError> {
     if n == 0 {
@@ -69,6 +70,26 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
     drop(fills);
     let fill = report_micros(&format!("D fill: {n} runs → waiting (c={FILL_CONCURRENCY})"), started, cpu0, micros);
 
+    // The waiting list, first page, with all N runs waiting (before any is decided).
+    let expected = n.min(u64::from(LIST_LIMIT));
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let mut latencies = Vec::with_capacity(LIST_REPEAT);
+    for _ in 0..LIST_REPEAT {
+        let t = Instant::now();
+        let query =
+            RunQuery { status: Some(RunStatus::WaitingForApproval), agent: None, limit: LIST_LIMIT, cursor: None };
+        let page = runtime.list(query).await.map_err(err)?;
+        latencies.push(t.elapsed());
+        if (page.runs.len() as u64) < expected || page.runs.iter().any(|r| r.status != RunStatus::WaitingForApproval) {
+            return Err(BenchError(format!(
+                "workload D: the waiting list gave {} runs (expected {expected}, all waiting)",
+                page.runs.len()
+            )));
+        }
+    }
+    let list = report(&format!("D at {n} waiting: list waiting, limit {LIST_LIMIT}"), started, cpu0, latencies, None);
+
     // The approval cycle, one run at a time, with the store full.
     let cpu0 = cpu_time();
     let started = Instant::now();
@@ -94,27 +115,6 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
         latencies,
         Some(mean_bytes),
     );
-
-    // The waiting list, first page, with the store full.
-    let still_waiting = n - picked.len() as u64;
-    let expected = still_waiting.min(u64::from(LIST_LIMIT));
-    let cpu0 = cpu_time();
-    let started = Instant::now();
-    let mut latencies = Vec::with_capacity(LIST_REPEAT);
-    for _ in 0..LIST_REPEAT {
-        let t = Instant::now();
-        let query =
-            RunQuery { status: Some(RunStatus::WaitingForApproval), agent: None, limit: LIST_LIMIT, cursor: None };
-        let page = runtime.list(query).await.map_err(err)?;
-        latencies.push(t.elapsed());
-        if (page.runs.len() as u64) < expected || page.runs.iter().any(|r| r.status != RunStatus::WaitingForApproval) {
-            return Err(BenchError(format!(
-                "workload D: the waiting list gave {} runs (expected {expected}, all waiting)",
-                page.runs.len()
-            )));
-        }
-    }
-    let list = report(&format!("D at {n} waiting: list waiting, limit {LIST_LIMIT}"), started, cpu0, latencies, None);
 
     // End checks: the sampled runs, and only they, ran the tool, each once.
     let notes = notes.lock().unwrap_or_else(PoisonError::into_inner).clone();

@@ -39,7 +39,7 @@ use crate::codec::{
 use crate::migrations::{self, Migration};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, ToSql, params, params_from_iter};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -161,6 +161,8 @@ pub struct SqliteStore {
     /// The write path, shared with the writer thread (a caller commits its own write through it when
     /// nothing else is queued).
     committer: Arc<Writer>,
+    /// Writes submitted and not yet answered.
+    under_way: AtomicUsize,
     /// Wakes the checkpointer thread (file databases only); dropping it stops the thread.
     checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
     readers: Readers,
@@ -284,7 +286,15 @@ impl SqliteStore {
                 let _ = done.send(());
             })
             .map_err(|e| StoreError::Database(format!("cannot start the SQLite writer thread: {e}")))?;
-        Ok(SqliteStore { writer, writer_done, committer, checkpoints, readers, secrets })
+        Ok(SqliteStore {
+            writer,
+            writer_done,
+            committer,
+            under_way: AtomicUsize::new(0),
+            checkpoints,
+            readers,
+            secrets,
+        })
     }
 
     /// Finishes the writes already queued, then closes every connection.
@@ -299,13 +309,17 @@ impl SqliteStore {
         drop(readers);
     }
 
-    /// Commits a write. When no other write is queued and the write connection is free, the caller's
-    /// thread commits it at once (no hand-off to the writer thread and back: one run at a time costs
-    /// no thread switches); otherwise it joins the writer thread's next batch. Either way at most one
+    /// Commits a write. When no other write is under way (none submitted and unanswered, none queued)
+    /// and the write connection is free, the caller's thread commits it at once (no hand-off to the
+    /// writer thread and back: one run at a time costs no thread switches); otherwise it joins the
+    /// writer thread's next batch, so that many runs in flight share commits. Either way at most one
     /// thread is inside SQLite's write transaction, and the answer comes after the COMMIT.
     async fn submit(&self, request: Request) -> Outcome {
+        let _under_way = UnderWay::enter(&self.under_way);
+        let alone = self.under_way.load(Ordering::Acquire) == 1;
         let mut request = Some(request);
-        if self.writer.capacity() == self.writer.max_capacity()
+        if alone
+            && self.writer.capacity() == self.writer.max_capacity()
             && let Some(outcome) = self.committer.try_commit_alone(&mut request)
         {
             return outcome;
@@ -425,6 +439,22 @@ impl SqliteStore {
             Ok(runs.collect::<Result<Vec<_>, _>>()?)
         })?;
         Ok(runs.into_iter().filter_map(|run| keep_readable(run, "due")).collect())
+    }
+}
+
+/// Counts a write as under way until it is answered (or its caller stops waiting).
+struct UnderWay<'a>(&'a AtomicUsize);
+
+impl<'a> UnderWay<'a> {
+    fn enter(count: &'a AtomicUsize) -> UnderWay<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        UnderWay(count)
+    }
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
