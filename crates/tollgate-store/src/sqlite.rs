@@ -25,7 +25,7 @@
 //!
 //! The write connection's automatic checkpoint is off: a checkpointer thread with its own connection
 //! copies the WAL back into the database file (`PASSIVE`: it never blocks the writer or the readers)
-//! every 200 commits and after a quiet spell, so no commit pays for a checkpoint.
+//! every 200 write operations and after a quiet spell, so no commit pays for a checkpoint.
 //!
 //! Reads (get, list, events, due, resolve_prefix, counts) run on the calling thread, on a read
 //! connection of a small pool; WAL lets them read the last committed state while a write goes on.
@@ -60,8 +60,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Read connections kept open between reads.
 const IDLE_READERS: usize = 8;
 
-/// Commits between two checkpoints of the WAL into the database file.
-const CHECKPOINT_EVERY: u32 = 200;
+/// Write operations between two checkpoints of the WAL into the database file (each writes a handful
+/// of pages: about 8 MiB of WAL).
+const CHECKPOINT_EVERY: u64 = 200;
 
 /// A WAL holding more frames than this (about 16 MiB) is finished and started over by the write path.
 const RESTART_FRAMES: i64 = 4096;
@@ -275,7 +276,7 @@ impl SqliteStore {
             secrets: secrets.clone(),
             checkpoints: checkpoints.clone(),
             finish_checkpoint,
-            commits: std::sync::atomic::AtomicU32::new(0),
+            operations: std::sync::atomic::AtomicU64::new(0),
         });
         let thread = committer.clone();
         std::thread::Builder::new()
@@ -630,7 +631,7 @@ fn start_checkpointer(
     std::thread::Builder::new()
         .name("tollgate-sqlite-checkpoint".to_owned())
         .spawn(move || {
-            // Woken every CHECKPOINT_EVERY commits, or after a quiet spell (a checkpoint of an empty WAL
+            // Woken every CHECKPOINT_EVERY write operations, or after a quiet spell (a checkpoint of an empty WAL
             // costs next to nothing).
             while let Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) = woken.recv_timeout(CHECKPOINT_IDLE) {
                 // (busy, frames in the WAL, frames copied into the database file)
@@ -745,12 +746,12 @@ enum RowWrite {
 struct Writer {
     connection: Arc<Mutex<Connection>>,
     secrets: Secrets,
-    /// Wakes the checkpointer every [`CHECKPOINT_EVERY`] commits (file databases only).
+    /// Wakes the checkpointer every [`CHECKPOINT_EVERY`] operations (file databases only).
     checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
     /// Set by the checkpointer when the WAL has grown past [`RESTART_FRAMES`]: the next transaction
     /// first copies the WAL's last frames into the database file, so that it starts the WAL over.
     finish_checkpoint: Arc<AtomicBool>,
-    commits: std::sync::atomic::AtomicU32,
+    operations: std::sync::atomic::AtomicU64,
 }
 
 impl Writer {
@@ -813,7 +814,7 @@ impl Writer {
             });
         match committed {
             Ok(outcomes) => {
-                self.committed();
+                self.committed(count as u64);
                 Ok(outcomes)
             }
             Err(BatchFailure(error)) => {
@@ -828,11 +829,11 @@ impl Writer {
         }
     }
 
-    /// Counts a commit; every [`CHECKPOINT_EVERY`] commits the checkpointer is woken (if it is already
-    /// awake, the wake-up is dropped).
-    fn committed(&self) {
-        let n = self.commits.fetch_add(1, Ordering::Relaxed);
-        if (n + 1).is_multiple_of(CHECKPOINT_EVERY)
+    /// Counts a commit of `operations` writes; each time the count passes a multiple of
+    /// [`CHECKPOINT_EVERY`] the checkpointer is woken (if it is already awake, the wake-up is dropped).
+    fn committed(&self, operations: u64) {
+        let before = self.operations.fetch_add(operations, Ordering::Relaxed);
+        if before / CHECKPOINT_EVERY != (before + operations) / CHECKPOINT_EVERY
             && let Some(checkpoints) = &self.checkpoints
         {
             let _ = checkpoints.try_send(());

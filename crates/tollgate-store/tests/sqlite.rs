@@ -207,7 +207,8 @@ async fn the_wal_stays_bounded_under_steady_writes() -> anyhow::Result<()> {
         }
     }
     // 3,000 runs write well over 30,000 WAL frames (120 MiB) when the WAL never starts over.
-    anyhow::ensure!(largest < 48 * 1024 * 1024, "the WAL grew to {largest} bytes");
+    // (It starts over past about 16 MiB; the margin is for a busy machine where the checkpointer runs late.)
+    anyhow::ensure!(largest < 80 * 1024 * 1024, "the WAL grew to {largest} bytes");
     store.close().await;
     Ok(())
 }
