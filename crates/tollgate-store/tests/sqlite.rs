@@ -200,15 +200,15 @@ async fn the_wal_stays_bounded_under_steady_writes() -> anyhow::Result<()> {
     let store = SqliteStore::open(&format!("sqlite://{}", path.display())).await?;
     let wal = dir.0.join("tollgate.db-wal");
     let mut largest = 0;
-    for n in 1..=3000 {
+    for n in 1..=6000 {
         store.create(running_run(n, "demo"), started()).await?;
         if n % 100 == 0 {
             largest = largest.max(std::fs::metadata(&wal)?.len());
         }
     }
-    // 3,000 runs write well over 30,000 WAL frames (120 MiB) when the WAL never starts over.
-    // (It starts over past about 16 MiB; the margin is for a busy machine where the checkpointer runs late.)
-    anyhow::ensure!(largest < 80 * 1024 * 1024, "the WAL grew to {largest} bytes");
+    // 6,000 runs write about 60,000 WAL frames (235 MiB) when the WAL never starts over. It starts over
+    // within about 50 MiB; the margin is for a busy machine where the checkpointer runs late.
+    anyhow::ensure!(largest < 120 * 1024 * 1024, "the WAL grew to {largest} bytes");
     store.close().await;
     Ok(())
 }
