@@ -90,14 +90,6 @@ const INSERT_RUN: &str = concat!(
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ",
     "?23, ?24)"
 );
-/// The columns a transition may change, then the compare-and-set on the version and chain head read
-/// at the start of the operation. The parameters are the row in [`run_columns!`] order (those a
-/// transition never changes go unused), then the stored version and last_seq.
-const UPDATE_RUN: &str = "UPDATE runs SET status = ?3, version = ?4, output = ?6, termination_reason = ?7, \
-     iterations = ?8, input_tokens = ?9, output_tokens = ?10, updated_at = ?13, finished_at = ?14, error = ?15, \
-     suspension = ?16, turn_digest = ?17, required_calls = ?18, decisions = ?19, expires_at = ?20, \
-     lease_owner = ?21, lease_expires_at = ?22, last_seq = ?23, last_hash = ?24 \
-     WHERE id = ?1 AND version = ?25 AND last_seq = ?26";
 const INSERT_EVENT: &str =
     "INSERT INTO events (run_id, seq, at, kind, round, data, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 /// terminal_before, waiting_before, batch.
@@ -735,10 +727,14 @@ struct Planned {
     events: Vec<EventRow>,
 }
 
+#[expect(clippy::large_enum_variant, reason = "lives only while one operation is written")]
 enum RowWrite {
     Insert(RunRow),
-    /// The new row, and the version and last_seq the stored row must still have.
-    Update(RunRow, i64, i64),
+    /// The new row, and the stored one it replaces (whose version and last_seq must still be there).
+    Update {
+        new: RunRow,
+        old: RunRow,
+    },
 }
 
 /// The write path: the one write connection, committed through by the writer thread (batches) or by
@@ -886,7 +882,7 @@ impl Writer {
         let Planned { outcome, run_id, row, events } = planned;
         let written = self.in_savepoint(connection, |connection| {
             write_run(connection, &row).map_err(self.error("cannot write a run"))?;
-            if let RowWrite::Update(..) = row
+            if let RowWrite::Update { .. } = row
                 && connection.changes() != 1
             {
                 return Err(StoreError::Database(format!("run {run_id} changed during its write")));
@@ -949,21 +945,21 @@ impl Writer {
                 })
             }
             Request::Transition { id, guard, transition, events, now } => {
-                let (current, version, last_seq) = self.current(connection, &id)?;
+                let (current, old) = self.current(connection, &id)?;
                 let (next, stored) = plan_transition(&current, &guard, &transition, events, now)?;
                 Ok(Planned {
                     events: encode_events(&id, &stored)?,
-                    row: RowWrite::Update(RunRow::encode(&next)?, version, last_seq),
+                    row: RowWrite::Update { new: RunRow::encode(&next)?, old },
                     run_id: id,
                     outcome: Outcome::Record(Ok(next)),
                 })
             }
             Request::Append { id, owner, events, lease_until } => {
-                let (current, version, stored_seq) = self.current(connection, &id)?;
+                let (current, old) = self.current(connection, &id)?;
                 let head = ChainHead {
                     status: current.status.as_str().to_owned(),
                     lease_owner: current.lease.as_ref().map(|l| l.owner.clone()),
-                    last_seq: stored_seq,
+                    last_seq: old.last_seq,
                     last_hash: current.last_hash.clone(),
                 };
                 let (stored, last_seq, last_hash) = plan_append(&id, &owner, head, events)?;
@@ -975,7 +971,7 @@ impl Writer {
                 }
                 Ok(Planned {
                     events: encode_events(&id, &stored)?,
-                    row: RowWrite::Update(RunRow::encode(&next)?, version, stored_seq),
+                    row: RowWrite::Update { new: RunRow::encode(&next)?, old },
                     run_id: id,
                     outcome: Outcome::Count(Ok(last_seq)),
                 })
@@ -984,16 +980,15 @@ impl Writer {
         }
     }
 
-    /// The run as stored now (in this transaction), with its stored version and last_seq.
-    fn current(&self, connection: &Connection, id: &str) -> Result<(RunRecord, i64, i64), StoreError> {
+    /// The run as stored now (in this transaction), decoded and as its row.
+    fn current(&self, connection: &Connection, id: &str) -> Result<(RunRecord, RunRow), StoreError> {
         let mut statement = connection.prepare_cached(SELECT_RUN).map_err(self.error("cannot read a run"))?;
         let row = statement
             .query_row([id], |row| Ok(read_run_row(row)))
             .optional()
             .map_err(self.error("cannot read a run"))?;
         let row = row.ok_or_else(|| StoreError::NotFound(id.to_owned()))??;
-        let (version, last_seq) = (row.version, row.last_seq);
-        Ok((row.decode()?, version, last_seq))
+        Ok((row.clone().decode()?, row))
     }
 }
 
@@ -1006,13 +1001,35 @@ fn execute(connection: &Connection, sql: &str) -> rusqlite::Result<()> {
 fn write_run(connection: &Connection, write: &RowWrite) -> rusqlite::Result<()> {
     match write {
         RowWrite::Insert(row) => connection.prepare_cached(INSERT_RUN)?.execute(run_values(row).as_slice()),
-        RowWrite::Update(row, version, last_seq) => {
-            let mut values = run_values(row).to_vec();
-            values.extend([version as &dyn ToSql, last_seq]);
-            connection.prepare_cached(UPDATE_RUN)?.execute(values.as_slice())
+        RowWrite::Update { new, old } => {
+            let (sql, values) = update_statement(new, old)?;
+            connection.prepare_cached(&sql)?.execute(values.as_slice())
         }
     }
     .map(drop)
+}
+
+/// `UPDATE runs SET` only the columns whose values changed (always the version), compare-and-set on
+/// the stored version and last_seq. An index whose columns are set is rewritten even when their values
+/// are the same, so setting only what changed keeps a commit's pages few. The few column sets that
+/// occur each stay prepared.
+fn update_statement<'r>(new: &'r RunRow, old: &'r RunRow) -> rusqlite::Result<(String, Vec<&'r dyn ToSql>)> {
+    let mut sql = String::from("UPDATE runs SET ");
+    let mut values: Vec<&dyn ToSql> = Vec::with_capacity(24);
+    let columns = run_columns!().split(',').map(str::trim);
+    for ((column, value), before) in columns.zip(run_values(new)).zip(run_values(old)) {
+        if column == "version" || value.to_sql()? != before.to_sql()? {
+            if !values.is_empty() {
+                sql.push_str(", ");
+            }
+            values.push(value);
+            sql.push_str(&format!("{column} = ?{}", values.len()));
+        }
+    }
+    let n = values.len();
+    sql.push_str(&format!(" WHERE id = ?{} AND version = ?{} AND last_seq = ?{}", n + 1, n + 2, n + 3));
+    values.extend([&new.id as &dyn ToSql, &old.version, &old.last_seq]);
+    Ok((sql, values))
 }
 
 /// A row's values in [`run_columns!`] order.
@@ -1088,7 +1105,7 @@ mod tests {
     async fn queries_use_indexes() -> Result<(), Box<dyn std::error::Error>> {
         let store = SqliteStore::open("sqlite::memory:").await?;
         let mut statements: Vec<String> =
-            [SELECT_RUN, SELECT_EVENTS, SELECT_DUE, PURGE, PREFIX_FIRST, PREFIX_COUNT, UPDATE_RUN, RUN_EXISTS]
+            [SELECT_RUN, SELECT_EVENTS, SELECT_DUE, PURGE, PREFIX_FIRST, PREFIX_COUNT, RUN_EXISTS]
                 .iter()
                 .map(|s| (*s).to_owned())
                 .collect();
@@ -1100,6 +1117,10 @@ mod tests {
             }
         }
         statements.push("DELETE FROM events WHERE run_id = ?1".to_owned());
+        // An update as `update_statement` writes it.
+        statements.push(
+            "UPDATE runs SET status = ?1, version = ?2 WHERE id = ?3 AND version = ?4 AND last_seq = ?5".to_owned(),
+        );
         // Counting reads every entry of an index by nature; it must at least not read the table.
         let counting = store.read("explain", |connection| {
             Ok(connection
