@@ -318,21 +318,35 @@ fn report(name: &str, started: Instant, cpu0: f64, mut latencies: Vec<Duration>,
     let wall = started.elapsed().as_secs_f64();
     let count = latencies.len() as u64;
     latencies.sort();
-    let pct = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 * p).ceil() as usize).saturating_sub(1))
-            .map_or(0.0, |d| d.as_secs_f64() * 1e6)
-    };
+    let micros = |p: f64| percentile(&latencies, p).map_or(0.0, |d| d.as_secs_f64() * 1e6);
+    let (p50, p99) = (micros(0.50), micros(0.99));
+    phase_report(name, wall, count, (p50, p99), cpu0, bytes)
+}
+
+/// The element at percentile `p` (0..=1) of sorted values (nearest rank).
+pub(crate) fn percentile<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
+    sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied()
+}
+
+/// A phase's report from its measured parts; CPU and peak RSS are read now.
+pub(crate) fn phase_report(
+    name: &str,
+    wall: f64,
+    count: u64,
+    (p50_us, p99_us): (f64, f64),
+    cpu0: f64,
+    suspension_bytes: Option<f64>,
+) -> PhaseReport {
     PhaseReport {
         name: name.to_owned(),
         count,
         wall_secs: wall,
         per_sec: count as f64 / wall.max(1e-9),
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
+        p50_us,
+        p99_us,
         cpu_us_per_run: (cpu_time() - cpu0) * 1e6 / count.max(1) as f64,
         peak_rss_mib: peak_rss_mib(),
-        suspension_bytes: bytes,
+        suspension_bytes,
     }
 }
 

@@ -16,7 +16,7 @@
 //! sampled run completed, the tool ran once per sampled run with each text once, and each listing
 //! returned only waiting runs, as many as the limit allows.
 
-use crate::{BenchError, PhaseReport, approval_runtime, cpu_time, err, peak_rss_mib, report};
+use crate::{BenchError, PhaseReport, approval_runtime, cpu_time, err, percentile, phase_report, report};
 use futures_util::StreamExt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -138,20 +138,8 @@ fn report_micros(name: &str, started: Instant, cpu0: f64, mut micros: Vec<u32>) 
     let wall = started.elapsed().as_secs_f64();
     let count = micros.len() as u64;
     micros.sort_unstable();
-    let pct = |p: f64| {
-        micros.get(((micros.len() as f64 * p).ceil() as usize).saturating_sub(1)).map_or(0.0, |&us| f64::from(us))
-    };
-    PhaseReport {
-        name: name.to_owned(),
-        count,
-        wall_secs: wall,
-        per_sec: count as f64 / wall.max(1e-9),
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
-        cpu_us_per_run: (cpu_time() - cpu0) * 1e6 / count.max(1) as f64,
-        peak_rss_mib: peak_rss_mib(),
-        suspension_bytes: None,
-    }
+    let pct = |p: f64| percentile(&micros, p).map_or(0.0, f64::from);
+    phase_report(name, wall, count, (pct(0.50), pct(0.99)), cpu0, None)
 }
 
 #[cfg(test)]

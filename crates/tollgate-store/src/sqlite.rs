@@ -310,14 +310,12 @@ impl SqliteStore {
     async fn submit(&self, request: Request) -> Outcome {
         let _under_way = UnderWay::enter(&self.under_way);
         let alone = self.under_way.load(Ordering::Acquire) == 1;
-        let mut request = Some(request);
         if alone
             && self.writer.capacity() == self.writer.max_capacity()
-            && let Some(outcome) = self.committer.try_commit_alone(&mut request)
+            && let Some(connection) = self.committer.try_connection()
         {
-            return outcome;
+            return self.committer.commit_alone(&connection, request);
         }
-        let Some(request) = request else { return Outcome::error(true, mismatched_outcome()) };
         let record = request.answers_record();
         let (reply, answer) = oneshot::channel();
         if self.writer.send(WriteOp { request, reply }).await.is_err() {
@@ -780,22 +778,23 @@ impl Writer {
         }
     }
 
-    /// Takes and commits `request` on the caller's thread if the write connection is free right now;
-    /// leaves it in place otherwise.
-    fn try_commit_alone(&self, request: &mut Option<Request>) -> Option<Outcome> {
-        let connection = match self.connection.try_lock() {
-            Ok(connection) => connection,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
-        let request = request.take()?;
+    /// The write connection, if it is free right now.
+    fn try_connection(&self) -> Option<MutexGuard<'_, Connection>> {
+        match self.connection.try_lock() {
+            Ok(connection) => Some(connection),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Commits one request on its own, on the caller's thread.
+    fn commit_alone(&self, connection: &Connection, request: Request) -> Outcome {
         let record = request.answers_record();
-        let outcome = self.commit(&connection, vec![request]).map(|mut outcomes| outcomes.pop());
-        Some(match outcome {
+        match self.commit(connection, vec![request]).map(|mut outcomes| outcomes.pop()) {
             Ok(Some(outcome)) => outcome,
             Ok(None) => Outcome::error(record, mismatched_outcome()),
             Err(error) => Outcome::error(record, error),
-        })
+        }
     }
 
     /// One batch, one transaction: every operation's outcome, or the error that undid them all. A
