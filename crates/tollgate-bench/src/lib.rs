@@ -43,8 +43,10 @@ pub struct PhaseReport {
     pub p50_us: f64,
     /// Per-run latency, 99th percentile, microseconds.
     pub p99_us: f64,
-    /// CPU time of the whole process per run, microseconds.
+    /// CPU time of the whole process per run, microseconds (user + system).
     pub cpu_us_per_run: f64,
+    /// The system (kernel) part of that CPU time, microseconds per run.
+    pub sys_us_per_run: f64,
     /// Peak resident set size so far, MiB.
     pub peak_rss_mib: f64,
     /// Mean bytes of persisted suspension per run (A and C).
@@ -314,7 +316,13 @@ pub async fn loop_overhead(repeat: u64) -> Result<PhaseReport, BenchError> {
     Ok(phase)
 }
 
-fn report(name: &str, started: Instant, cpu0: f64, mut latencies: Vec<Duration>, bytes: Option<f64>) -> PhaseReport {
+fn report(
+    name: &str,
+    started: Instant,
+    cpu0: CpuTime,
+    mut latencies: Vec<Duration>,
+    bytes: Option<f64>,
+) -> PhaseReport {
     let wall = started.elapsed().as_secs_f64();
     let count = latencies.len() as u64;
     latencies.sort();
@@ -334,9 +342,11 @@ pub(crate) fn phase_report(
     wall: f64,
     count: u64,
     (p50_us, p99_us): (f64, f64),
-    cpu0: f64,
+    cpu0: CpuTime,
     suspension_bytes: Option<f64>,
 ) -> PhaseReport {
+    let cpu = cpu_time();
+    let per_run = |seconds: f64| seconds * 1e6 / count.max(1) as f64;
     PhaseReport {
         name: name.to_owned(),
         count,
@@ -344,7 +354,8 @@ pub(crate) fn phase_report(
         per_sec: count as f64 / wall.max(1e-9),
         p50_us,
         p99_us,
-        cpu_us_per_run: (cpu_time() - cpu0) * 1e6 / count.max(1) as f64,
+        cpu_us_per_run: per_run(cpu.user + cpu.system - cpu0.user - cpu0.system),
+        sys_us_per_run: per_run(cpu.system - cpu0.system),
         peak_rss_mib: peak_rss_mib(),
         suspension_bytes,
     }
@@ -353,12 +364,12 @@ pub(crate) fn phase_report(
 /// Prints reports as one table.
 pub fn table(reports: &[PhaseReport]) -> String {
     let mut out = format!(
-        "{:<56} {:>8} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>10}\n",
-        "phase", "count", "wall s", "per s", "p50 µs", "p99 µs", "cpu µs", "rss MiB", "susp B"
+        "{:<56} {:>8} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n",
+        "phase", "count", "wall s", "per s", "p50 µs", "p99 µs", "cpu µs", "sys µs", "rss MiB", "susp B"
     );
     for r in reports {
         out.push_str(&format!(
-            "{:<56} {:>8} {:>9.3} {:>11.0} {:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>10}\n",
+            "{:<56} {:>8} {:>9.3} {:>11.0} {:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>10}\n",
             r.name,
             r.count,
             r.wall_secs,
@@ -366,6 +377,7 @@ pub fn table(reports: &[PhaseReport]) -> String {
             r.p50_us,
             r.p99_us,
             r.cpu_us_per_run,
+            r.sys_us_per_run,
             r.peak_rss_mib,
             r.suspension_bytes.map_or("-".to_owned(), |b| format!("{b:.0}"))
         ));
@@ -373,15 +385,22 @@ pub fn table(reports: &[PhaseReport]) -> String {
     out
 }
 
-/// User + system CPU seconds of this process (Linux /proc; 0 elsewhere).
-fn cpu_time() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+/// CPU seconds this process has used so far, user and system apart.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CpuTime {
+    user: f64,
+    system: f64,
+}
+
+/// This process's CPU time so far (Linux /proc; zero elsewhere).
+pub(crate) fn cpu_time() -> CpuTime {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return CpuTime::default() };
     // Fields after the command name (which may hold spaces) start after the last ')'.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
     // utime and stime are fields 14 and 15 of the line: indexes 11 and 12 after the closing parenthesis.
-    (ticks(11) + ticks(12)) / 100.0
+    CpuTime { user: ticks(11) / 100.0, system: ticks(12) / 100.0 }
 }
 
 fn peak_rss_mib() -> f64 {

@@ -16,7 +16,7 @@
 //! sampled run completed, the tool ran once per sampled run with each text once, and each listing
 //! returned only waiting runs, as many as the limit allows.
 
-use crate::{BenchError, PhaseReport, approval_runtime, cpu_time, err, percentile, phase_report, report};
+use crate::{BenchError, CpuTime, PhaseReport, approval_runtime, cpu_time, err, percentile, phase_report, report};
 use futures_util::StreamExt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -134,7 +134,7 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
 }
 
 /// A phase report from latencies in whole microseconds (compact for a million runs).
-fn report_micros(name: &str, started: Instant, cpu0: f64, mut micros: Vec<u32>) -> PhaseReport {
+fn report_micros(name: &str, started: Instant, cpu0: CpuTime, mut micros: Vec<u32>) -> PhaseReport {
     let wall = started.elapsed().as_secs_f64();
     let count = micros.len() as u64;
     micros.sort_unstable();

@@ -51,7 +51,7 @@ pub use tool::{
 };
 pub use tool_loop::{
     AgentLoop, Completion, HookError, ITERATION_LIMIT_RESULT, LoopConfig, LoopError, LoopEvent, LoopHooks, NoHooks,
-    Outcome, TerminationReason, ToolLoop, cap_result,
+    Outcome, StartingCall, TerminationReason, ToolLoop, cap_result,
 };
 pub use transcript::{Counters, Invocation, Message, ToolCall, ToolResult, Usage};
 

@@ -206,6 +206,14 @@ pub trait AgentLoop: Send + Sync {
     /// Checks one decision against a suspension without resuming (see [`ToolLoop::check_decision`]).
     fn check_decision(&self, suspension: &Suspension, call_id: &str, decision: &Decision) -> Result<(), DecisionError>;
 
+    /// The call that resuming `suspension` with `decisions` will run first, when it is one a person
+    /// decided (approved or edited) and nothing runs before it: its `tool_started` may then be committed
+    /// together with the claim of the resume, saving a commit. `None` otherwise, and by default, in which
+    /// case every decided call's `tool_started` is committed on its own as the call starts.
+    fn first_decided_call(&self, _suspension: &Suspension, _decisions: &Decisions) -> Option<StartingCall> {
+        None
+    }
+
     /// Resumes a suspension with a decision for every call that takes one.
     fn resume<'a>(
         &'a self,
@@ -214,6 +222,19 @@ pub trait AgentLoop: Send + Sync {
         decisions: &'a Decisions,
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>>;
+}
+
+/// A call about to run, as [`LoopEvent::ToolStarted`] will announce it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StartingCall {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments it will run with (an edit's, when edited).
+    pub arguments: Value,
+    /// Its gate.
+    pub gate: Gate,
 }
 
 /// The transcript, counters and trace carried through a segment.
@@ -679,6 +700,17 @@ impl AgentLoop for ToolLoop {
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
         Box::pin(self.start_run(run_id, input, hooks))
+    }
+
+    fn first_decided_call(&self, suspension: &Suspension, decisions: &Decisions) -> Option<StartingCall> {
+        self.check_decisions(suspension, decisions).ok()?;
+        let steps = self.plan_resumed_turn(suspension.calls.clone(), decisions, &suspension.tools);
+        match steps.into_iter().find(|step| matches!(step, Step::Run { .. }))? {
+            Step::Run { call_id, tool, arguments, gate, .. } if gate != Gate::Allow => {
+                Some(StartingCall { call_id, tool, arguments, gate })
+            }
+            _ => None,
+        }
     }
 
     fn resume<'a>(

@@ -756,3 +756,54 @@ async fn a_call_id_used_twice_in_one_turn_never_rides_on_another_calls_approval(
     let refusals = done.transcript.iter().filter(|m| matches!(m, Message::Tool(r) if r.is_error)).count();
     assert_eq!(refusals, 1);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// The call a resume runs first, whose ledger entry may ride with the claim
+
+#[tokio::test]
+async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
+    let write = write_tool();
+    let list = TestTool::new("list");
+    let args = |p: &str| json!({"path": p, "content": "x"});
+    let agent = agent(
+        one_turn(json!([
+            {"name": "write", "arguments": args("a")},
+            {"name": "write", "arguments": args("b")}
+        ])),
+        &[&write, &list],
+        LoopConfig::default(),
+    );
+    let held = reload(&suspended(agent.start("run-1", "go", &NoHooks).await));
+    let first = |d: &Decisions| agent.first_decided_call(&held, d).map(|c| (c.call_id, c.arguments, c.gate));
+
+    let approve_both = decisions(&[("call_1", Decision::Approve), ("call_2", Decision::Approve)]);
+    assert_eq!(first(&approve_both), Some(("call_1".into(), args("a"), Gate::Ask)));
+    let edited = decisions(&[("call_1", Decision::Edit { arguments: args("c") }), ("call_2", Decision::Approve)]);
+    assert_eq!(first(&edited), Some(("call_1".into(), args("c"), Gate::Ask)), "an edit runs with its arguments");
+    let deny_first = decisions(&[
+        ("call_1", Decision::Deny { reason: "no".into() }),
+        ("call_2", Decision::Edit { arguments: args("d") }),
+    ]);
+    assert_eq!(first(&deny_first), Some(("call_2".into(), args("d"), Gate::Ask)), "a denied call does not run");
+    let none_run = decisions(&[
+        ("call_1", Decision::Deny { reason: "no".into() }),
+        ("call_2", Decision::Respond { result: "ok".into() }),
+    ]);
+    assert_eq!(first(&none_run), None);
+    assert_eq!(first(&decisions(&[("call_1", Decision::Approve)])), None, "an incomplete set resumes nothing");
+
+    // The hooks see exactly that call start first.
+    let hooks = RecordingHooks::default();
+    let _ = agent.resume("run-1", held.clone(), &deny_first, &hooks).await;
+    let started = hooks.lines().into_iter().find(|e| e.starts_with("tool_started"));
+    assert_eq!(started.as_deref(), Some("tool_started 1 call_2 write ask"));
+
+    // An allow-gated call that runs before the decided one: nothing may ride with the claim.
+    let mixed = agent_with(
+        Arc::new(scripted(one_turn(json!([{"name": "list"}, {"name": "write", "arguments": args("a")}])))),
+        &[write.shared(), list.shared()],
+        LoopConfig::default(),
+    );
+    let held = reload(&suspended(mixed.start("run-2", "go", &NoHooks).await));
+    assert_eq!(mixed.first_decided_call(&held, &decisions(&[("call_2", Decision::Approve)])), None);
+}

@@ -1,10 +1,11 @@
 //! Persists the loop's progress: events are buffered and committed at the next durable point, and an
-//! ask-gated call's `tool_started` is committed before the call runs (the execution ledger).
+//! ask-gated call's `tool_started` is committed before the call runs (the execution ledger), on its
+//! own or, for a resume's first call, with the claim of the resume.
 
 use crate::Inner;
 use crate::events;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate_core::{BoxFuture, Gate, HookError, LoopEvent, LoopHooks, NewEvent};
+use tollgate_core::{BoxFuture, Gate, HookError, LoopEvent, LoopHooks, NewEvent, RunRecord, StartingCall};
 
 pub(crate) struct PersistHooks {
     inner: Arc<Inner>,
@@ -17,11 +18,25 @@ struct State {
     buffer: Vec<NewEvent>,
     model_calls: u32,
     round: u32,
+    /// The call whose `tool_started` was committed with the claim of this resume, until it starts.
+    started_with_claim: Option<StartingCall>,
+    /// A run not in the store yet (as created, with its first events), until its first durable write.
+    unborn: Option<(RunRecord, Vec<NewEvent>)>,
 }
 
 impl PersistHooks {
-    pub(crate) fn new(inner: Arc<Inner>, run_id: String) -> Self {
-        Self { inner, run_id, state: Mutex::new(State::default()) }
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        run_id: String,
+        started_with_claim: Option<StartingCall>,
+        unborn: Option<(RunRecord, Vec<NewEvent>)>,
+    ) -> Self {
+        Self { inner, run_id, state: Mutex::new(State { started_with_claim, unborn, ..State::default() }) }
+    }
+
+    /// The run as created and its first events, when no durable write has stored it yet.
+    pub(crate) fn take_unborn(&self) -> Option<(RunRecord, Vec<NewEvent>)> {
+        self.lock().unborn.take()
     }
 
     /// Events not yet committed; they go with the segment's closing transition.
@@ -38,8 +53,25 @@ impl PersistHooks {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn flush(&self, events: Vec<NewEvent>) -> Result<(), HookError> {
-        let until = self.inner.clock.now() + self.inner.lease_ms;
+    async fn flush(&self, events: Vec<NewEvent>, unborn: Option<(RunRecord, Vec<NewEvent>)>) -> Result<(), HookError> {
+        let now = self.inner.clock.now();
+        if let Some((run, first_events)) = unborn {
+            let mut created = run.clone();
+            created.lease = Some(self.inner.lease(now));
+            let all = first_events.iter().cloned().chain(events).collect();
+            return match self.inner.store.create(created, all).await {
+                Ok(created) => {
+                    self.inner.notify(&created);
+                    Ok(())
+                }
+                Err(e) => {
+                    // Still not stored: the end of the segment stores it, failed.
+                    self.lock().unborn = Some((run, first_events));
+                    Err(HookError(e.to_string()))
+                }
+            };
+        }
+        let until = now + self.inner.lease_ms;
         let last_seq = self
             .inner
             .store
@@ -55,6 +87,7 @@ impl LoopHooks for PersistHooks {
     fn on_event<'a>(&'a self, event: LoopEvent<'a>) -> BoxFuture<'a, Result<(), HookError>> {
         let now = self.inner.clock.now();
         let mut flush = None;
+        let mut unborn = None;
         {
             let mut state = self.lock();
             match event {
@@ -72,19 +105,36 @@ impl LoopHooks for PersistHooks {
                     state.buffer.push(events::model_response(now, round, response));
                 }
                 LoopEvent::ToolStarted { round, call_id, tool, arguments, gate } => {
-                    state.buffer.push(events::tool_started(now, round, &self.run_id, call_id, tool, arguments, gate));
-                    if gate != Gate::Allow {
-                        flush = Some(std::mem::take(&mut state.buffer));
+                    // The start committed with the claim is the first one; it is not committed again.
+                    let committed = state.started_with_claim.take().is_some_and(|c| {
+                        c.call_id == call_id && c.tool == tool && &c.arguments == arguments && c.gate == gate
+                    });
+                    if !committed {
+                        state.buffer.push(events::tool_started(
+                            now,
+                            round,
+                            &self.run_id,
+                            call_id,
+                            tool,
+                            arguments,
+                            gate,
+                        ));
+                        if gate != Gate::Allow {
+                            flush = Some(std::mem::take(&mut state.buffer));
+                        }
                     }
                 }
                 LoopEvent::ToolFinished { round, result } => {
                     state.buffer.push(events::tool_finished(now, round, result));
                 }
             }
+            if flush.is_some() {
+                unborn = state.unborn.take();
+            }
         }
         Box::pin(async move {
             match flush {
-                Some(events) => self.flush(events).await,
+                Some(events) => self.flush(events, unborn).await,
                 None => Ok(()),
             }
         })

@@ -25,8 +25,8 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast};
 use tollgate_core::{
     AgentLoop, ChainBreak, Clock, Decision, DecisionError, Decisions, Guard, IdGen, Lease, LoopError, Millis, NewEvent,
-    Outcome, Pending, RecordedDecision, RunError, RunPage, RunQuery, RunRecord, RunStatus, RunStore, StoreError,
-    StoredEvent, Suspension, Transition, TurnDigest, verify_chain,
+    Outcome, Pending, RecordedDecision, RunError, RunPage, RunQuery, RunRecord, RunStatus, RunStore, StartingCall,
+    StoreError, StoredEvent, Suspension, Transition, TurnDigest, verify_chain,
 };
 
 /// What happens to a waiting run when its approval deadline passes.
@@ -198,10 +198,20 @@ pub(crate) struct Inner {
     catalog: Vec<ToolInfo>,
 }
 
+/// Where the first segment of a run started with [`Runtime::start_and_wait`] ended, or why it could not
+/// be stored.
+pub(crate) type Settled = tokio::sync::oneshot::Sender<Result<RunRecord, RuntimeError>>;
+
 /// What a drive does: start from the input, or resume a held turn.
+#[expect(clippy::large_enum_variant, reason = "one per drive, moved once into its task")]
 pub(crate) enum Work {
     Start,
-    Resume { suspension: Suspension, decisions: Decisions },
+    /// `started`: the call whose `tool_started` was committed with the claim.
+    Resume {
+        suspension: Suspension,
+        decisions: Decisions,
+        started: Option<StartingCall>,
+    },
 }
 
 const DECIDE_ATTEMPTS: usize = 8;
@@ -267,6 +277,44 @@ impl Runtime {
 
     /// Starts a run and drives it in the background; returns it as created (`running`).
     pub async fn start(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, RuntimeError> {
+        let (run, spec, started) = self.new_run(agent, input, actor)?;
+        let run = self.inner.store.create(run, vec![started]).await?;
+        self.inner.notify(&run);
+        self.inner.spawn_drive(run.clone(), spec, Work::Start, None);
+        Ok(run)
+    }
+
+    /// Starts a run and answers once it waits for approval or has ended.
+    ///
+    /// Until then only the caller, who is waiting, knows of the run, so it is not committed on its own:
+    /// its creation rides with its first durable write (the held turn, the end, or the progress committed
+    /// before a second model call), one commit less. Should the process die before that, no run is left
+    /// behind and the caller's request fails; nothing was promised to anyone.
+    pub async fn start_and_wait(
+        &self,
+        agent: Option<&str>,
+        input: &str,
+        actor: &str,
+    ) -> Result<RunRecord, RuntimeError> {
+        let (run, spec, started) = self.new_run(agent, input, actor)?;
+        let id = run.id.clone();
+        let (done, driven) = tokio::sync::oneshot::channel();
+        self.inner.spawn_drive(run, spec, Work::Start, Some((vec![started], done)));
+        match driven.await {
+            Ok(Ok(run)) if settled(run.status) => Ok(run),
+            Ok(Err(error)) => Err(error),
+            // Committed but changed hands meanwhile (cancelled, or taken over): wait on the stored run.
+            Ok(Ok(_)) | Err(_) => self.wait_settled(&id).await,
+        }
+    }
+
+    /// A new run of an agent, as created (`running` under this process's lease), with its first event.
+    fn new_run(
+        &self,
+        agent: Option<&str>,
+        input: &str,
+        actor: &str,
+    ) -> Result<(RunRecord, Arc<AgentSpec>, NewEvent), RuntimeError> {
         if input.trim().is_empty() {
             return Err(RuntimeError::Invalid("input must be a non-empty string".into()));
         }
@@ -284,53 +332,20 @@ impl Runtime {
             Some(self.inner.lease(now)),
         );
         let started = events::run_started(now, &spec.name, input, actor);
-        let run = self.inner.store.create(run, vec![started]).await?;
-        self.inner.notify(&run);
-        self.inner.spawn_drive(run.clone(), spec, Work::Start);
-        Ok(run)
+        Ok((run, spec, started))
     }
 
-    /// Starts a run and answers once it waits for approval or has ended.
-    pub async fn start_and_wait(
-        &self,
-        agent: Option<&str>,
-        input: &str,
-        actor: &str,
-    ) -> Result<RunRecord, RuntimeError> {
-        let mut notices = self.subscribe();
-        let run = self.start(agent, input, actor).await?;
-        if settled(run.status) {
-            return Ok(run);
-        }
-        // The run as created is the last state seen: wait for a notice newer than it.
-        self.wait_settled_with(&run.id.clone(), &mut notices, Some(run)).await
-    }
-
-    /// Waits until a run waits for approval or has ended.
+    /// Waits until a run waits for approval or has ended. A notice that carries a settled record newer
+    /// than the last state read answers without another read; any other settled notice, a lag, or a
+    /// quiet half second reads the run again (another process may drive it).
     pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, RuntimeError> {
         let mut notices = self.subscribe();
-        self.wait_settled_with(id, &mut notices, None).await
-    }
-
-    /// Waits on `notices` (subscribed before `seen` was read, if given) until the run is settled. A
-    /// notice that carries a settled record newer than the last state read answers without another
-    /// read; any other settled notice, a lag, or a quiet half second reads the run again.
-    async fn wait_settled_with(
-        &self,
-        id: &str,
-        notices: &mut broadcast::Receiver<RunNotice>,
-        mut seen: Option<RunRecord>,
-    ) -> Result<RunRecord, RuntimeError> {
         loop {
-            let run = match seen.take() {
-                Some(run) => run,
-                None => self.get(id).await?,
-            };
+            let run = self.get(id).await?;
             if settled(run.status) {
                 return Ok(run);
             }
             let version = run.version;
-            // Another process may drive the run: look again now and then even without a notice.
             let wait = async {
                 loop {
                     match notices.recv().await {
@@ -491,8 +506,29 @@ impl Runtime {
             .iter()
             .all(|c| pending.decisions.contains_key(c) || recorded.iter().any(|(id, _)| id == c));
         let resume = completes.then(|| self.inner.lease(now));
+        // The resume's first call, when a person decided it and nothing runs before it, has its
+        // `tool_started` committed with the claim: one commit less between the decision and the call.
+        let mut started_with_claim = None;
         if completes {
             events.push(events::run_resumed(now, suspension.round, actor));
+            let all: Decisions = pending
+                .decisions
+                .iter()
+                .map(|(id, d)| (id.clone(), d.decision.clone()))
+                .chain(recorded.iter().map(|(id, d)| (id.clone(), d.decision.clone())))
+                .collect();
+            if let Some(call) = spec.agent_loop.first_decided_call(&suspension, &all) {
+                events.push(events::tool_started(
+                    now,
+                    suspension.round,
+                    &run.id,
+                    &call.call_id,
+                    &call.tool,
+                    &call.arguments,
+                    call.gate,
+                ));
+                started_with_claim = Some(call);
+            }
         }
         let transition = Transition::Decide { decisions: recorded, resume };
         let next =
@@ -507,7 +543,8 @@ impl Runtime {
             self.inner.spawn_drive(
                 next.clone(),
                 spec_arc(&self.inner, &run.agent)?,
-                Work::Resume { suspension, decisions },
+                Work::Resume { suspension, decisions, started: started_with_claim },
+                None,
             );
         }
         Ok(next)
@@ -695,12 +732,25 @@ impl Inner {
             self.notices.send(RunNotice { run_id: run_id.to_owned(), status: RunStatus::Running, last_seq, run: None });
     }
 
-    pub(crate) fn spawn_drive(self: &Arc<Self>, run: RunRecord, spec: Arc<AgentSpec>, work: Work) {
+    /// Drives a run in the background until its next durable state. With `unborn`, the run is not in
+    /// the store yet: its first events ride with its first durable write, and the result goes to the
+    /// one waiting for it.
+    pub(crate) fn spawn_drive(
+        self: &Arc<Self>,
+        run: RunRecord,
+        spec: Arc<AgentSpec>,
+        work: Work,
+        unborn: Option<(Vec<NewEvent>, Settled)>,
+    ) {
         self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(run.id.clone());
         let inner = Arc::clone(self);
         tokio::spawn(async move {
             let id = run.id.clone();
-            inner.drive(run, spec, work).await;
+            let (first_events, waiter) = unborn.map_or((None, None), |(events, waiter)| (Some(events), Some(waiter)));
+            let result = inner.drive(run, spec, work, first_events).await;
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(result);
+            }
             let mut in_flight = inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
             in_flight.remove(&id);
             if in_flight.is_empty() {
@@ -709,9 +759,20 @@ impl Inner {
         });
     }
 
-    /// Runs the loop for one segment and commits where it ended.
-    async fn drive(self: &Arc<Self>, run: RunRecord, spec: Arc<AgentSpec>, work: Work) {
-        let hooks = PersistHooks::new(Arc::clone(self), run.id.clone());
+    /// Runs the loop for one segment and commits where it ended; answers the run as committed.
+    async fn drive(
+        self: &Arc<Self>,
+        run: RunRecord,
+        spec: Arc<AgentSpec>,
+        mut work: Work,
+        first_events: Option<Vec<NewEvent>>,
+    ) -> Result<RunRecord, RuntimeError> {
+        let started = match &mut work {
+            Work::Start => None,
+            Work::Resume { started, .. } => started.take(),
+        };
+        let unborn = first_events.map(|events| (run.clone(), events));
+        let hooks = PersistHooks::new(Arc::clone(self), run.id.clone(), started, unborn);
         let outcome = match work {
             Work::Start => spec.agent_loop.start(&run.id, &run.input, &hooks).await,
             Work::Resume { suspension, decisions, .. } => {
@@ -748,37 +809,50 @@ impl Inner {
                 Transition::Fail { error }
             }
         };
-        match self.store.transition(&run.id, Guard::Lease(self.node.clone()), transition, events, now).await {
-            Ok(next) => self.notify(&next),
+        let unborn = hooks.take_unborn();
+        let error = match self.commit_end(&run.id, unborn.as_ref(), transition, events, now).await {
+            Ok(next) => {
+                self.notify(&next);
+                return Ok(next);
+            }
             Err(StoreError::Conflict { detail, .. }) => {
                 // Cancelled meanwhile, or another process took the run over: it owns the run now.
                 tracing::info!(run = %run.id, %detail, "run changed hands while driving; stopping");
+                return Err(RuntimeError::Conflict(detail));
             }
-            Err(error) => {
-                tracing::error!(run = %run.id, %error, "could not commit the end of a segment; failing the run");
-                let failure = RunError {
-                    kind: "store".into(),
-                    message: format!("the run's progress could not be stored: {error}"),
-                };
-                let event = events::run_failed(now, hooks.round(), &failure);
-                match self
-                    .store
-                    .transition(
-                        &run.id,
-                        Guard::Lease(self.node.clone()),
-                        Transition::Fail { error: failure },
-                        vec![event],
-                        now,
-                    )
-                    .await
-                {
-                    Ok(next) => self.notify(&next),
-                    Err(e) => {
-                        tracing::error!(run = %run.id, error = %e, "could not fail the run either; its lease will expire and another process will recover it")
-                    }
-                }
+            Err(error) => error,
+        };
+        tracing::error!(run = %run.id, %error, "could not commit the end of a segment; failing the run");
+        let failure =
+            RunError { kind: "store".into(), message: format!("the run's progress could not be stored: {error}") };
+        let event = events::run_failed(now, hooks.round(), &failure);
+        match self.commit_end(&run.id, unborn.as_ref(), Transition::Fail { error: failure }, vec![event], now).await {
+            Ok(next) => {
+                self.notify(&next);
+                Ok(next)
+            }
+            Err(e) => {
+                tracing::error!(run = %run.id, error = %e, "could not fail the run either; its lease will expire and another process will recover it");
+                Err(RuntimeError::Store(error))
             }
         }
+    }
+
+    /// Commits the end of a segment under this process's lease; for a run not stored yet, creates it as
+    /// it ends, with its first events.
+    async fn commit_end(
+        &self,
+        id: &str,
+        unborn: Option<&(RunRecord, Vec<NewEvent>)>,
+        transition: Transition,
+        events: Vec<NewEvent>,
+        now: Millis,
+    ) -> Result<RunRecord, StoreError> {
+        let Some((created, first_events)) = unborn else {
+            return self.store.transition(id, Guard::Lease(self.node.clone()), transition, events, now).await;
+        };
+        let ended = created.apply(&transition, now).map_err(StoreError::Transition)?;
+        self.store.create(ended, first_events.iter().cloned().chain(events).collect()).await
     }
 
     /// Fails a run whose stored state cannot be read, leaving every other run alone.

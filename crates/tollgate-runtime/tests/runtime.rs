@@ -107,6 +107,10 @@ async fn approve_runs_the_tool_once_and_the_log_verifies() {
             .await
             .unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(decided.status, RunStatus::Running, "{backend}");
+        // The claim's commit carries the approved call's ledger entry: one commit before the call runs.
+        let claimed = runtime.events(&run.id, 4, 100).await.unwrap_or_default();
+        let claimed: Vec<EventKind> = claimed.iter().filter(|e| e.seq <= decided.last_seq).map(|e| e.kind).collect();
+        assert_eq!(claimed, vec![EventKind::Decision, EventKind::RunResumed, EventKind::ToolStarted], "{backend}");
         let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(done.status, RunStatus::Completed, "{backend}");
         assert_eq!(done.output.as_deref(), Some("done"));
@@ -132,6 +136,38 @@ async fn approve_runs_the_tool_once_and_the_log_verifies() {
         );
         let decision = runtime.events(&run.id, 4, 1).await.unwrap_or_default();
         assert_eq!(decision[0].data["actor"], "bob", "{backend}: the decision names who decided");
+    }
+}
+
+#[tokio::test]
+async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
+    for (backend, inner) in stores().await {
+        let store = Arc::new(tollgate_testkit::FailingStore::logging(inner));
+        let setup = Setup::new(one_write(), vec![write_tool()]);
+        let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
+        // The waiting starter's run is created already held: one write.
+        let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status, RunStatus::WaitingForApproval, "{backend}");
+        assert_eq!(store.writes(), vec!["create waiting_for_approval"], "{backend}");
+        assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.last_seq), Some(run.last_seq), "{backend}");
+        // The approval claims the resume with the call's ledger entry; the end is the second write.
+        runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status, RunStatus::Completed, "{backend}");
+        assert_eq!(
+            store.writes(),
+            vec!["create waiting_for_approval", "transition decide", "transition complete"],
+            "{backend}"
+        );
+        assert_eq!(setup.tools[0].call_count(), 1, "{backend}");
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+
+        // A starter who takes the id at once gets a run already stored, as created.
+        let started = runtime.start(None, "later", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(started.status, RunStatus::Running, "{backend}");
+        let stored = runtime.get(&started.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(stored.id, started.id, "{backend}");
+        assert_eq!(store.writes()[3], "create running", "{backend}");
     }
 }
 
@@ -177,6 +213,25 @@ async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(setup.tools[0].call_count(), 2);
+    // The first call's ledger entry rode with the claim, the second's was committed as it started: one
+    // `tool_started` per call, each before its `tool_finished`.
+    let ledger: Vec<(EventKind, Value)> = runtime
+        .events(&run.id, 0, 100)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| matches!(e.kind, EventKind::ToolStarted | EventKind::ToolFinished))
+        .map(|e| (e.kind, e.data["call_id"].clone()))
+        .collect();
+    assert_eq!(
+        ledger,
+        vec![
+            (EventKind::ToolStarted, json!("call_1")),
+            (EventKind::ToolFinished, json!("call_1")),
+            (EventKind::ToolStarted, json!("call_2")),
+            (EventKind::ToolFinished, json!("call_2")),
+        ]
+    );
     let after = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
     assert!(matches!(after, Err(RuntimeError::Conflict(_))), "a finished run takes no decision");
 }
@@ -314,7 +369,14 @@ async fn a_suspension_that_cannot_be_stored_fails_the_run_visibly() {
     let store: Arc<dyn RunStore> = Arc::new(tollgate_testkit::FailingStore::new(sqlite().await, "suspend"));
     let setup = Setup::new(one_write(), vec![write_tool()]);
     let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+    // Started and held in one write (the starter waits)...
     let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status, RunStatus::Failed, "never reported as waiting");
+    assert_eq!(run.error.as_ref().map(|e| e.kind.as_str()), Some("store"));
+    assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.status), Some(RunStatus::Failed), "stored as failed");
+    // ...or created first (the starter took the id at once) and held by a later write.
+    let run = runtime.start(None, "y", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(run.status, RunStatus::Failed, "never reported as waiting");
     assert_eq!(run.error.as_ref().map(|e| e.kind.as_str()), Some("store"));
 }

@@ -195,16 +195,32 @@ impl tollgate_core::Clock for ManualClock {
 }
 
 /// A store wrapper that refuses chosen transitions with a database error, to test what happens when a
-/// write cannot be made.
+/// write cannot be made, and logs every write it lets through.
 pub struct FailingStore {
     inner: Arc<dyn tollgate_core::RunStore>,
     fail: &'static str,
+    writes: Mutex<Vec<String>>,
 }
 
 impl FailingStore {
-    /// Fails every transition named `fail` (e.g. `"suspend"`), passes everything else through.
+    /// Fails nothing: only logs the writes.
+    pub fn logging(inner: Arc<dyn tollgate_core::RunStore>) -> Self {
+        Self::new(inner, "")
+    }
+
+    /// The writes let through so far, in order: `create <status>`, `transition <name>`, `append`.
+    pub fn writes(&self) -> Vec<String> {
+        self.writes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn log(&self, write: String) {
+        self.writes.lock().unwrap_or_else(PoisonError::into_inner).push(write);
+    }
+
+    /// Fails every transition named `fail` (e.g. `"suspend"`), and the creation of a run in the state such
+    /// a transition leads to (a run started and held in one write); passes everything else through.
     pub fn new(inner: Arc<dyn tollgate_core::RunStore>, fail: &'static str) -> Self {
-        Self { inner, fail }
+        Self { inner, fail, writes: Mutex::new(Vec::new()) }
     }
 }
 
@@ -214,6 +230,17 @@ impl tollgate_core::RunStore for FailingStore {
         run: tollgate_core::RunRecord,
         events: Vec<tollgate_core::NewEvent>,
     ) -> BoxFuture<'_, Result<tollgate_core::RunRecord, tollgate_core::StoreError>> {
+        use tollgate_core::RunStatus;
+        let made_by = match run.status {
+            RunStatus::WaitingForApproval => "suspend",
+            RunStatus::Completed => "complete",
+            RunStatus::Failed => "fail",
+            _ => "create",
+        };
+        if made_by == self.fail {
+            return Box::pin(std::future::ready(Err(tollgate_core::StoreError::Database("disk full".into()))));
+        }
+        self.log(format!("create {}", run.status));
         self.inner.create(run, events)
     }
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<tollgate_core::RunRecord, tollgate_core::StoreError>> {
@@ -239,6 +266,7 @@ impl tollgate_core::RunStore for FailingStore {
         if transition.name() == self.fail {
             return Box::pin(std::future::ready(Err(tollgate_core::StoreError::Database("disk full".into()))));
         }
+        self.log(format!("transition {}", transition.name()));
         self.inner.transition(id, guard, transition, events, now)
     }
     fn append<'a>(
@@ -248,6 +276,7 @@ impl tollgate_core::RunStore for FailingStore {
         events: Vec<tollgate_core::NewEvent>,
         lease_until: tollgate_core::Millis,
     ) -> BoxFuture<'a, Result<u64, tollgate_core::StoreError>> {
+        self.log("append".into());
         self.inner.append(id, owner, events, lease_until)
     }
     fn events<'a>(
