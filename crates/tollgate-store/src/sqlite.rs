@@ -39,7 +39,7 @@ use crate::codec::{
 use crate::migrations::{self, Migration};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, ToSql, params, params_from_iter};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -60,12 +60,15 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Read connections kept open between reads.
 const IDLE_READERS: usize = 8;
 
-/// Write operations between two checkpoints of the WAL into the database file (each writes a handful
-/// of pages: some 40 MiB of WAL; checkpointing more often costs throughput under load).
+/// Write operations between two checkpoints of the WAL into the database file (each writes about ten
+/// pages: some 10 MiB of WAL).
 const CHECKPOINT_EVERY: u64 = 1000;
 
-/// A WAL holding more frames than this (about 16 MiB) is finished and started over by the write path.
-const RESTART_FRAMES: i64 = 4096;
+/// A WAL holding more frames than this (8 MiB) after a commit is finished by the write connection
+/// itself, so that the next transaction starts it over from the top: commits then overwrite the
+/// file's blocks instead of growing it (a sync that must also record a new file size costs twice the
+/// CPU).
+const RESTART_FRAMES: i32 = 4096;
 
 /// What a WAL file is cut back to when it starts over.
 const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
@@ -244,6 +247,7 @@ impl SqliteStore {
             };
             configure("wal_autocheckpoint", 0)?;
             configure("journal_size_limit", WAL_SIZE_LIMIT)?;
+            write_connection.wal_hook(Some(finish_a_long_wal));
         }
         let write_connection = Arc::new(Mutex::new(write_connection));
         let readers = Readers {
@@ -254,11 +258,8 @@ impl SqliteStore {
             idle: Mutex::new(Vec::new()),
         };
 
-        let finish_checkpoint = Arc::new(AtomicBool::new(false));
         let checkpoints = match &location {
-            Location::File(_) => {
-                Some(start_checkpointer(location.clone(), secrets.clone(), finish_checkpoint.clone())?)
-            }
+            Location::File(_) => Some(start_checkpointer(location.clone(), secrets.clone())?),
             Location::Memory => None,
         };
         let (writer, queue) = mpsc::channel(QUEUE_CAPACITY);
@@ -267,7 +268,6 @@ impl SqliteStore {
             connection: write_connection,
             secrets: secrets.clone(),
             checkpoints: checkpoints.clone(),
-            finish_checkpoint,
             operations: std::sync::atomic::AtomicU64::new(0),
         });
         let thread = committer.clone();
@@ -610,11 +610,7 @@ impl RunStore for SqliteStore {
 /// database file (`PRAGMA wal_checkpoint(PASSIVE)`: it never waits for, nor blocks, the writer or the
 /// readers) when woken and after a quiet spell. The write connection's own automatic checkpoint is
 /// off, so no commit pays for one. The thread ends when the returned sender is dropped.
-fn start_checkpointer(
-    location: Location,
-    secrets: Secrets,
-    finish: Arc<AtomicBool>,
-) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
+fn start_checkpointer(location: Location, secrets: Secrets) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
     let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
     let connection =
         location.connect().map_err(|e| database_error(&secrets, "cannot open the SQLite checkpoint connection", &e))?;
@@ -624,24 +620,28 @@ fn start_checkpointer(
             // Woken every CHECKPOINT_EVERY write operations, or after a quiet spell (a checkpoint of an empty WAL
             // costs next to nothing).
             while let Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) = woken.recv_timeout(CHECKPOINT_IDLE) {
-                // (busy, frames in the WAL, frames copied into the database file)
-                let checkpoint = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-                    Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
-                });
-                match checkpoint {
-                    // While commits keep coming, a checkpoint beside them never copies the very last
-                    // frames, and SQLite starts the WAL over only once all of them are copied. Past a
-                    // size, the write path copies the last few itself before its next transaction.
-                    Ok((_, frames, _)) if frames > RESTART_FRAMES => finish.store(true, Ordering::Relaxed),
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %database_error(&secrets, "checkpoint", &e), "a WAL checkpoint failed");
-                    }
+                if let Err(e) = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                    tracing::warn!(error = %database_error(&secrets, "checkpoint", &e), "a WAL checkpoint failed");
                 }
             }
         })
         .map_err(|e| StoreError::Database(format!("cannot start the SQLite checkpoint thread: {e}")))?;
     Ok(wake)
+}
+
+/// Called by SQLite on the write connection after each commit, with the frames now in the WAL. While
+/// commits keep coming, the checkpointer (beside them) never copies the very last frames, and SQLite
+/// starts a WAL over only once all of them are copied: past [`RESTART_FRAMES`], the write connection
+/// copies the last few itself (`PASSIVE`, so never waiting on anyone), and its next transaction starts
+/// the WAL over. Its own errors are not the commit's (which has happened): they are only logged, and
+/// the next commit tries again.
+fn finish_a_long_wal(wal: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+    if frames > RESTART_FRAMES
+        && let Err(e) = wal.checkpoint_v2(rusqlite::hooks::CheckpointMode::PASSIVE)
+    {
+        tracing::debug!(error = %e, "the write connection could not finish the WAL yet");
+    }
+    Ok(())
 }
 
 /// Applies the migrations this build knows, in one `BEGIN IMMEDIATE` transaction (so two processes
@@ -742,9 +742,6 @@ struct Writer {
     secrets: Secrets,
     /// Wakes the checkpointer every [`CHECKPOINT_EVERY`] operations (file databases only).
     checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
-    /// Set by the checkpointer when the WAL has grown past [`RESTART_FRAMES`]: the next transaction
-    /// first copies the WAL's last frames into the database file, so that it starts the WAL over.
-    finish_checkpoint: Arc<AtomicBool>,
     operations: std::sync::atomic::AtomicU64,
 }
 
@@ -845,11 +842,6 @@ impl Writer {
 
     /// One transaction for the whole batch: each operation is applied in order, in its own savepoint.
     fn commit_batch(&self, connection: &Connection, requests: Vec<Request>) -> Result<Vec<Outcome>, BatchFailure> {
-        if self.finish_checkpoint.swap(false, Ordering::Relaxed)
-            && let Err(e) = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-        {
-            tracing::warn!(error = %database_error(&self.secrets, "checkpoint", &e), "a WAL checkpoint failed");
-        }
         execute(connection, "BEGIN IMMEDIATE").map_err(self.fail("cannot begin a write transaction"))?;
         let mut outcomes = Vec::with_capacity(requests.len());
         for request in requests {
