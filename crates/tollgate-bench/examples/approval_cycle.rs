@@ -4,6 +4,10 @@
 
 use std::process::ExitCode;
 
+/// The same allocator as the `tollgate` binary.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -22,49 +22,80 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Lowercase hex sha256 of the canonical text of a value.
 pub fn canonical_sha256(value: &Value) -> String {
-    sha256_hex(to_canonical_string(value).as_bytes())
+    let mut hasher = Hashing(Sha256::new());
+    write_value(value, &mut hasher);
+    hex::encode(hasher.0.finalize())
 }
 
-fn write_value(value: &Value, out: &mut String) {
+/// Where canonical text goes: a string, or straight into a digest (no text is kept).
+pub(crate) trait Sink {
+    /// Appends text.
+    fn push_str(&mut self, text: &str);
+}
+
+impl Sink for String {
+    fn push_str(&mut self, text: &str) {
+        String::push_str(self, text);
+    }
+}
+
+/// Canonical text fed to a sha256 as it is written.
+pub(crate) struct Hashing(pub(crate) Sha256);
+
+impl Sink for Hashing {
+    fn push_str(&mut self, text: &str) {
+        self.0.update(text.as_bytes());
+    }
+}
+
+/// Writes `value`'s canonical text.
+pub(crate) fn write_value(value: &Value, out: &mut impl Sink) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => write_number(n, out),
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
-            out.push('[');
+            out.push_str("[");
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push_str(",");
                 }
                 write_value(item, out);
             }
-            out.push(']');
+            out.push_str("]");
         }
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-            out.push('{');
+            // UTF-16 code unit order; for ASCII keys (nearly all) that is plain byte order.
+            if entries.iter().all(|(key, _)| key.is_ascii()) {
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            } else {
+                entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            }
+            out.push_str("{");
             for (i, (key, item)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push_str(",");
                 }
                 write_string(key, out);
-                out.push(':');
+                out.push_str(":");
                 write_value(item, out);
             }
-            out.push('}');
+            out.push_str("}");
         }
     }
 }
 
-fn write_number(n: &serde_json::Number, out: &mut String) {
+fn write_number(n: &serde_json::Number, out: &mut impl Sink) {
     if let Some(i) = n.as_i64() {
-        let _ = write!(out, "{i}");
+        out.push_str(&i.to_string());
     } else if let Some(u) = n.as_u64() {
-        let _ = write!(out, "{u}");
+        out.push_str(&u.to_string());
     } else if let Some(f) = n.as_f64() {
-        write_f64(f, out);
+        let mut text = String::new();
+        write_f64(f, &mut text);
+        out.push_str(&text);
     } else {
         out.push_str(&n.to_string());
     }
@@ -109,24 +140,32 @@ fn write_f64(f: f64, out: &mut String) {
     }
 }
 
-fn write_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0C}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+/// Writes a JSON string: runs of characters that need no escape go out whole.
+pub(crate) fn write_string(s: &str, out: &mut impl Sink) {
+    out.push_str("\"");
+    let mut plain = 0;
+    for (i, byte) in s.bytes().enumerate() {
+        // Only ASCII bytes are escaped, and those never occur inside a multi-byte character.
+        let escape = match byte {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            0x08 => Some("\\b"),
+            0x0C => Some("\\f"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            0x00..=0x1F => None,
+            _ => continue,
+        };
+        out.push_str(&s[plain..i]);
+        match escape {
+            Some(escape) => out.push_str(escape),
+            None => out.push_str(&format!("\\u{byte:04x}")),
         }
+        plain = i + 1;
     }
-    out.push('"');
+    out.push_str(&s[plain..]);
+    out.push_str("\"");
 }
 
 #[cfg(test)]

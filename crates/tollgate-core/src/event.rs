@@ -4,10 +4,11 @@
 //! `hash = sha256_hex(previous hash as 64 hex chars ‖ canonical JSON of {seq, at, kind, round, data})`,
 //! with 64 `0` characters before the first event (API.md, "Events").
 
-use crate::canonical::{sha256_hex, to_canonical_string};
+use crate::canonical::{Hashing, Sink, write_string, write_value};
 use crate::run::{GENESIS_HASH, Millis, rfc3339};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// The kinds of event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -117,11 +118,18 @@ pub struct StoredEvent {
 
 /// The hash of an event given the previous event's hash.
 pub fn event_hash(prev_hash: &str, seq: u64, at: &str, kind: EventKind, round: u32, data: &Value) -> String {
-    let body = json!({"seq": seq, "at": at, "kind": kind.as_str(), "round": round, "data": data});
-    let mut text = String::with_capacity(64 + 256);
-    text.push_str(prev_hash);
-    text.push_str(&to_canonical_string(&body));
-    sha256_hex(text.as_bytes())
+    // The canonical text of {seq, at, kind, round, data}, its keys in canonical order, fed to the hash
+    // as it is written.
+    let mut hasher = Hashing(Sha256::new());
+    hasher.push_str(prev_hash);
+    hasher.push_str("{\"at\":");
+    write_string(at, &mut hasher);
+    hasher.push_str(",\"data\":");
+    write_value(data, &mut hasher);
+    hasher.push_str(",\"kind\":");
+    write_string(kind.as_str(), &mut hasher);
+    hasher.push_str(&format!(",\"round\":{round},\"seq\":{seq}}}"));
+    hex::encode(hasher.0.finalize())
 }
 
 /// Numbers and chains new events after `(last_seq, last_hash)`; returns them and the new chain head.
@@ -205,6 +213,19 @@ pub fn verify_chain(events: &[StoredEvent], last_seq: u64, last_hash: &str) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canonical::{sha256_hex, to_canonical_string};
+    use serde_json::json;
+
+    #[test]
+    fn the_hash_is_sha256_of_the_previous_hash_and_the_canonical_event() {
+        let data = json!({"z": [1, 2.5, null, true], "a\"b": "line\nbreak \u{1} é 🦀", "\u{ff61}": {"y": 1, "x": -3},
+                          "\u{1f600}": "surrogates sort first", "n": 12345678901234_u64});
+        let at = "2026-11-29T10:00:00.123Z";
+        let body = json!({"seq": 7, "at": at, "kind": "tool_finished", "round": 3, "data": data});
+        let expected = sha256_hex(format!("{}{}", "ab".repeat(32), to_canonical_string(&body)).as_bytes());
+        assert_eq!(event_hash(&"ab".repeat(32), 7, at, EventKind::ToolFinished, 3, &data), expected);
+        assert_eq!(crate::canonical::canonical_sha256(&data), sha256_hex(to_canonical_string(&data).as_bytes()));
+    }
 
     fn log(n: u32) -> (Vec<StoredEvent>, u64, String) {
         let events = (0..n)

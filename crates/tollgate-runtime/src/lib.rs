@@ -301,10 +301,10 @@ impl Runtime {
         let (done, driven) = tokio::sync::oneshot::channel();
         self.inner.spawn_drive(run, spec, Work::Start, Some((vec![started], done)));
         match driven.await {
-            Ok(Ok(run)) if settled(run.status) => Ok(run),
+            Ok(Ok(run)) => Ok(run),
+            // Stored, then changed hands (cancelled, or taken over): wait on the stored run.
+            Ok(Err(RuntimeError::Conflict(_))) | Err(_) => self.wait_settled(&id).await,
             Ok(Err(error)) => Err(error),
-            // Committed but changed hands meanwhile (cancelled, or taken over): wait on the stored run.
-            Ok(Ok(_)) | Err(_) => self.wait_settled(&id).await,
         }
     }
 
