@@ -174,8 +174,8 @@ async fn approval_cycle_here(
                 let bytes = pending.suspension.len();
                 let set =
                     if deny { DecisionSet::DenyAll { reason: "not allowed".into() } } else { DecisionSet::ApproveAll };
-                runtime.decide(&id, pending.turn_digest.as_str(), set, "bench").await.map_err(err)?;
-                let done = runtime.wait_settled(&id).await.map_err(err)?;
+                let done =
+                    runtime.decide_and_wait(&run, pending.turn_digest.as_str(), set, "bench").await.map_err(err)?;
                 if done.status != RunStatus::Completed {
                     return Err(BenchError(format!("run {id} ended {}", done.status)));
                 }

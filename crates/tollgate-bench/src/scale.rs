@@ -100,8 +100,10 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
         let run = runtime.get(id).await.map_err(err)?;
         let pending = run.pending.as_ref().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
         bytes += pending.suspension.len();
-        runtime.decide(id, pending.turn_digest.as_str(), DecisionSet::ApproveAll, "bench").await.map_err(err)?;
-        let done = runtime.wait_settled(id).await.map_err(err)?;
+        let done = runtime
+            .decide_and_wait(&run, pending.turn_digest.as_str(), DecisionSet::ApproveAll, "bench")
+            .await
+            .map_err(err)?;
         if done.status != RunStatus::Completed {
             return Err(BenchError(format!("workload D: run {id} ended {}", done.status)));
         }

@@ -335,13 +335,24 @@ impl Runtime {
         Ok((run, spec, started))
     }
 
-    /// Waits until a run waits for approval or has ended. A notice that carries a settled record newer
-    /// than the last state read answers without another read; any other settled notice, a lag, or a
-    /// quiet half second reads the run again (another process may drive it).
+    /// Waits until a run waits for approval or has ended.
     pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, RuntimeError> {
         let mut notices = self.subscribe();
+        let run = self.get(id).await?;
+        self.wait_settled_after(id, &mut notices, run).await
+    }
+
+    /// Waits on `notices` (subscribed before `seen` was read) until the run is settled. A notice that
+    /// carries a settled record newer than the last state seen answers without another read; any other
+    /// settled notice, a lag, or a quiet half second reads the run again (another process may drive it).
+    async fn wait_settled_after(
+        &self,
+        id: &str,
+        notices: &mut broadcast::Receiver<RunNotice>,
+        seen: RunRecord,
+    ) -> Result<RunRecord, RuntimeError> {
+        let mut run = seen;
         loop {
-            let run = self.get(id).await?;
             if settled(run.status) {
                 return Ok(run);
             }
@@ -358,9 +369,10 @@ impl Runtime {
                     }
                 }
             };
-            if let Ok(Some(committed)) = tokio::time::timeout(Duration::from_millis(500), wait).await {
-                return Ok(Arc::unwrap_or_clone(committed));
-            }
+            run = match tokio::time::timeout(Duration::from_millis(500), wait).await {
+                Ok(Some(committed)) => Arc::unwrap_or_clone(committed),
+                _ => self.get(id).await?,
+            };
         }
     }
 
@@ -423,6 +435,36 @@ impl Runtime {
         set: DecisionSet,
         actor: &str,
     ) -> Result<RunRecord, RuntimeError> {
+        self.decide_from(None, id, turn_digest, set, actor).await
+    }
+
+    /// Records decisions on a run the caller has just loaded, starting from that record (no second read
+    /// while it is current; if it is not, or is refused, the run is read again and decided on as stored),
+    /// and, when they resume the run, answers once it waits again or has ended. Otherwise answers as
+    /// [`decide`](Self::decide) does.
+    pub async fn decide_and_wait(
+        &self,
+        loaded: &RunRecord,
+        turn_digest: &str,
+        set: DecisionSet,
+        actor: &str,
+    ) -> Result<RunRecord, RuntimeError> {
+        let mut notices = self.subscribe();
+        let decided = self.decide_from(Some(loaded), &loaded.id, turn_digest, set, actor).await?;
+        if decided.status != RunStatus::Running {
+            return Ok(decided);
+        }
+        self.wait_settled_after(&loaded.id, &mut notices, decided).await
+    }
+
+    async fn decide_from(
+        &self,
+        loaded: Option<&RunRecord>,
+        id: &str,
+        turn_digest: &str,
+        set: DecisionSet,
+        actor: &str,
+    ) -> Result<RunRecord, RuntimeError> {
         if let DecisionSet::Each(list) = &set {
             if list.is_empty() {
                 return Err(RuntimeError::Invalid("decisions must not be empty".into()));
@@ -431,6 +473,11 @@ impl Runtime {
             if let Some((dup, _)) = list.iter().find(|(id, _)| !seen.insert(id.as_str())) {
                 return Err(RuntimeError::Invalid(format!("call `{dup}` is decided twice in one request")));
             }
+        }
+        if let Some(run) = loaded
+            && let Ok(decided) = self.try_decide(run, turn_digest, &set, actor).await
+        {
+            return Ok(decided);
         }
         for _ in 0..DECIDE_ATTEMPTS {
             let run = self.inner.store.get(id).await?;

@@ -237,6 +237,45 @@ async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
 }
 
 #[tokio::test]
+async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
+    let setup = Setup::new(two_writes(), vec![write_tool()]);
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let d = digest(&run);
+
+    // Someone else decides the first call after this caller loaded the run.
+    let loaded = runtime.get(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .decide(&run.id, &d, DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Approving "all" on the stale record is decided on the run as stored: only call_2 is left.
+    let done = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, "carol").await;
+    let done = done.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status, RunStatus::Completed, "answers once the resumed run has ended");
+    assert_eq!(setup.tools[0].call_count(), 2);
+    let deciders: Vec<Value> = runtime
+        .events(&run.id, 0, 100)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Decision)
+        .map(|e| json!([e.data["call_id"], e.data["actor"]]))
+        .collect();
+    assert_eq!(deciders, vec![json!(["call_1", "bob"]), json!(["call_2", "carol"])]);
+
+    // On a run that has ended, the loaded record's answer is the stored run's: a conflict.
+    let late = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, "dave").await;
+    assert!(matches!(late, Err(RuntimeError::Conflict(_))), "{late:?}");
+
+    // A partial decision answers at once, still waiting.
+    let other = runtime.start_and_wait(None, "y", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let each = DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]);
+    let partial = runtime.decide_and_wait(&other, &digest(&other), each, "bob").await;
+    assert_eq!(partial.ok().map(|r| r.status), Some(RunStatus::WaitingForApproval));
+}
+
+#[tokio::test]
 async fn thirty_two_concurrent_deciders_resume_once() {
     for (backend, store) in stores().await {
         let setup = Setup::new(one_write(), vec![write_tool()]);
