@@ -172,6 +172,40 @@ async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
 }
 
 #[tokio::test]
+async fn a_waiting_starters_run_is_stored_by_its_first_durable_write() {
+    // Turn 1 runs an allow-gated call; the second model call commits that progress first, which is
+    // where the run is created; turn 2 then holds a call.
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "list"}]},
+        {"tool_calls": [{"name": "write", "arguments": {"text": "x"}}]},
+        {"text": "done"}
+    ]});
+    for (backend, inner) in stores().await {
+        let store = Arc::new(tollgate_testkit::FailingStore::logging(inner));
+        let setup = Setup::new(script.clone(), vec![TestTool::new("list"), write_tool()]);
+        let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "go", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status, RunStatus::WaitingForApproval, "{backend}");
+        assert_eq!(store.writes(), vec!["create running", "transition suspend"], "{backend}");
+        assert_eq!(
+            event_kinds(&runtime, &run.id).await,
+            vec![
+                EventKind::RunStarted,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::ToolStarted,
+                EventKind::ToolFinished,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::ApprovalRequested,
+            ],
+            "{backend}"
+        );
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(run.last_seq), "{backend}");
+    }
+}
+
+#[tokio::test]
 async fn deny_all_gives_the_model_the_reason_and_runs_nothing() {
     let setup = Setup::new(one_write(), vec![write_tool()]);
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
