@@ -198,9 +198,32 @@ pub(crate) struct Inner {
     catalog: Vec<ToolInfo>,
 }
 
-/// Where the first segment of a run started with [`Runtime::start_and_wait`] ended, or why it could not
-/// be stored.
+/// Where a drive left its run (or why it could not store it), for the one waiting on it.
 pub(crate) type Settled = tokio::sync::oneshot::Sender<Result<RunRecord, RuntimeError>>;
+
+/// A run this process is driving, from [`InFlight::enter`] until dropped: its lease is renewed, and
+/// [`Runtime::drain`] waits for it.
+pub(crate) struct InFlight {
+    inner: Arc<Inner>,
+    id: String,
+}
+
+impl InFlight {
+    pub(crate) fn enter(inner: &Arc<Inner>, id: &str) -> Self {
+        inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned());
+        Self { inner: Arc::clone(inner), id: id.to_owned() }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut in_flight = self.inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        in_flight.remove(&self.id);
+        if in_flight.is_empty() {
+            self.inner.idle.notify_waiters();
+        }
+    }
+}
 
 /// What a drive does: start from the input, or resume a held turn.
 #[expect(clippy::large_enum_variant, reason = "one per drive, moved once into its task")]
@@ -298,13 +321,17 @@ impl Runtime {
     ) -> Result<RunRecord, RuntimeError> {
         let (run, spec, started) = self.new_run(agent, input, actor)?;
         let id = run.id.clone();
-        let (done, driven) = tokio::sync::oneshot::channel();
-        self.inner.spawn_drive(run, spec, Work::Start, Some((vec![started], done)));
-        match driven.await {
-            Ok(Ok(run)) => Ok(run),
+        // Driven here, in the caller's task, rather than in a task of its own: nothing but the caller
+        // waits for this segment. If the caller gives up midway, the segment stops with it: before the
+        // first durable write nothing is left behind; after it, the run is stored running, and when its
+        // lease runs out another sweep takes it over from its last committed step (a first segment runs
+        // allow-gated calls only, which are safe to repeat).
+        let _driving = InFlight::enter(&self.inner, &id);
+        match self.inner.drive(run, spec, Work::Start, Some(vec![started])).await {
+            Ok(run) => Ok(run),
             // Stored, then changed hands (cancelled, or taken over): wait on the stored run.
-            Ok(Err(RuntimeError::Conflict(_))) | Err(_) => self.wait_settled(&id).await,
-            Ok(Err(error)) => Err(error),
+            Err(RuntimeError::Conflict(_)) => self.wait_settled(&id).await,
+            Err(error) => Err(error),
         }
     }
 
@@ -435,7 +462,7 @@ impl Runtime {
         set: DecisionSet,
         actor: &str,
     ) -> Result<RunRecord, RuntimeError> {
-        self.decide_from(None, id, turn_digest, set, actor).await
+        self.decide_from(None, id, turn_digest, set, actor, &mut None).await
     }
 
     /// Records decisions on a run the caller has just loaded, starting from that record (no second read
@@ -450,13 +477,24 @@ impl Runtime {
         actor: &str,
     ) -> Result<RunRecord, RuntimeError> {
         let mut notices = self.subscribe();
-        let decided = self.decide_from(Some(loaded), &loaded.id, turn_digest, set, actor).await?;
+        let (done, driven) = tokio::sync::oneshot::channel();
+        let mut waiter = Some(done);
+        let decided = self.decide_from(Some(loaded), &loaded.id, turn_digest, set, actor, &mut waiter).await?;
         if decided.status != RunStatus::Running {
             return Ok(decided);
+        }
+        if waiter.is_none() {
+            // This request resumed the run: the drive it started answers with where the run settled.
+            match driven.await {
+                Ok(Ok(settled_run)) => return Ok(settled_run),
+                Ok(Err(RuntimeError::Conflict(_))) | Err(_) => {}
+                Ok(Err(error)) => return Err(error),
+            }
         }
         self.wait_settled_after(&loaded.id, &mut notices, decided).await
     }
 
+    /// `waiter`, if any, is handed to the drive when these decisions resume the run.
     async fn decide_from(
         &self,
         loaded: Option<&RunRecord>,
@@ -464,6 +502,7 @@ impl Runtime {
         turn_digest: &str,
         set: DecisionSet,
         actor: &str,
+        waiter: &mut Option<Settled>,
     ) -> Result<RunRecord, RuntimeError> {
         if let DecisionSet::Each(list) = &set {
             if list.is_empty() {
@@ -475,13 +514,13 @@ impl Runtime {
             }
         }
         if let Some(run) = loaded
-            && let Ok(decided) = self.try_decide(run, turn_digest, &set, actor).await
+            && let Ok(decided) = self.try_decide(run, turn_digest, &set, actor, waiter).await
         {
             return Ok(decided);
         }
         for _ in 0..DECIDE_ATTEMPTS {
             let run = self.inner.store.get(id).await?;
-            match self.try_decide(&run, turn_digest, &set, actor).await {
+            match self.try_decide(&run, turn_digest, &set, actor, waiter).await {
                 Err(RuntimeError::Store(StoreError::Conflict { .. })) => continue,
                 Err(RuntimeError::Conflict(detail)) if detail == RACE => continue,
                 other => return other,
@@ -496,6 +535,7 @@ impl Runtime {
         turn_digest: &str,
         set: &DecisionSet,
         actor: &str,
+        waiter: &mut Option<Settled>,
     ) -> Result<RunRecord, RuntimeError> {
         if run.status != RunStatus::WaitingForApproval {
             return Err(RuntimeError::Conflict(format!("run {} is {}, not waiting for approval", run.id, run.status)));
@@ -591,7 +631,7 @@ impl Runtime {
                 next.clone(),
                 spec_arc(&self.inner, &run.agent)?,
                 Work::Resume { suspension, decisions, started: started_with_claim },
-                None,
+                waiter.take(),
             );
         }
         Ok(next)
@@ -779,30 +819,23 @@ impl Inner {
             self.notices.send(RunNotice { run_id: run_id.to_owned(), status: RunStatus::Running, last_seq, run: None });
     }
 
-    /// Drives a run in the background until its next durable state. With `unborn`, the run is not in
-    /// the store yet: its first events ride with its first durable write, and the result goes to the
-    /// one waiting for it.
+    /// Drives a run in a task of its own until its next durable state; where it got to goes to
+    /// `waiter`, if any.
     pub(crate) fn spawn_drive(
         self: &Arc<Self>,
         run: RunRecord,
         spec: Arc<AgentSpec>,
         work: Work,
-        unborn: Option<(Vec<NewEvent>, Settled)>,
+        waiter: Option<Settled>,
     ) {
-        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(run.id.clone());
+        let driving = InFlight::enter(self, &run.id);
         let inner = Arc::clone(self);
         tokio::spawn(async move {
-            let id = run.id.clone();
-            let (first_events, waiter) = unborn.map_or((None, None), |(events, waiter)| (Some(events), Some(waiter)));
-            let result = inner.drive(run, spec, work, first_events).await;
+            let result = inner.drive(run, spec, work, None).await;
             if let Some(waiter) = waiter {
                 let _ = waiter.send(result);
             }
-            let mut in_flight = inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
-            in_flight.remove(&id);
-            if in_flight.is_empty() {
-                inner.idle.notify_waiters();
-            }
+            drop(driving);
         });
     }
 
