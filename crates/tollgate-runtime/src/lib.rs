@@ -303,7 +303,7 @@ impl Runtime {
         let (run, spec, started) = self.new_run(agent, input, actor)?;
         let run = self.inner.store.create(run, vec![started]).await?;
         self.inner.notify(&run);
-        self.inner.spawn_drive(run.clone(), spec, Work::Start, None);
+        self.inner.spawn_drive(run.clone(), spec, Work::Start, None, None);
         Ok(run)
     }
 
@@ -321,17 +321,15 @@ impl Runtime {
     ) -> Result<RunRecord, RuntimeError> {
         let (run, spec, started) = self.new_run(agent, input, actor)?;
         let id = run.id.clone();
-        // Driven here, in the caller's task, rather than in a task of its own: nothing but the caller
-        // waits for this segment. If the caller gives up midway, the segment stops with it: before the
-        // first durable write nothing is left behind; after it, the run is stored running, and when its
-        // lease runs out another sweep takes it over from its last committed step (a first segment runs
-        // allow-gated calls only, which are safe to repeat).
-        let _driving = InFlight::enter(&self.inner, &id);
-        match self.inner.drive(run, spec, Work::Start, Some(vec![started])).await {
-            Ok(run) => Ok(run),
+        // Driven in a task of its own (so that many runs started at once from one task still run side by
+        // side and commit together), which answers here.
+        let (done, driven) = tokio::sync::oneshot::channel();
+        self.inner.spawn_drive(run, spec, Work::Start, Some(vec![started]), Some(done));
+        match driven.await {
+            Ok(Ok(run)) => Ok(run),
             // Stored, then changed hands (cancelled, or taken over): wait on the stored run.
-            Err(RuntimeError::Conflict(_)) => self.wait_settled(&id).await,
-            Err(error) => Err(error),
+            Ok(Err(RuntimeError::Conflict(_))) | Err(_) => self.wait_settled(&id).await,
+            Ok(Err(error)) => Err(error),
         }
     }
 
@@ -631,6 +629,7 @@ impl Runtime {
                 next.clone(),
                 spec_arc(&self.inner, &run.agent)?,
                 Work::Resume { suspension, decisions, started: started_with_claim },
+                None,
                 waiter.take(),
             );
         }
@@ -820,18 +819,20 @@ impl Inner {
     }
 
     /// Drives a run in a task of its own until its next durable state; where it got to goes to
-    /// `waiter`, if any.
+    /// `waiter`, if any. With `first_events`, the run is not in the store yet: it is created, with
+    /// those events, by its first durable write.
     pub(crate) fn spawn_drive(
         self: &Arc<Self>,
         run: RunRecord,
         spec: Arc<AgentSpec>,
         work: Work,
+        first_events: Option<Vec<NewEvent>>,
         waiter: Option<Settled>,
     ) {
         let driving = InFlight::enter(self, &run.id);
         let inner = Arc::clone(self);
         tokio::spawn(async move {
-            let result = inner.drive(run, spec, work, None).await;
+            let result = inner.drive(run, spec, work, first_events).await;
             if let Some(waiter) = waiter {
                 let _ = waiter.send(result);
             }
