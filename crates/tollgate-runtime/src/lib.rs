@@ -360,23 +360,12 @@ impl Runtime {
         Ok((run, spec, started))
     }
 
-    /// Waits until a run waits for approval or has ended.
+    /// Waits until a run waits for approval or has ended. A notice that carries a settled record newer
+    /// than the last state read answers without another read; any other settled notice, a lag, or a
+    /// quiet half second reads the run again (another process may drive it).
     pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, RuntimeError> {
         let mut notices = self.subscribe();
-        let run = self.get(id).await?;
-        self.wait_settled_after(id, &mut notices, run).await
-    }
-
-    /// Waits on `notices` (subscribed before `seen` was read) until the run is settled. A notice that
-    /// carries a settled record newer than the last state seen answers without another read; any other
-    /// settled notice, a lag, or a quiet half second reads the run again (another process may drive it).
-    async fn wait_settled_after(
-        &self,
-        id: &str,
-        notices: &mut broadcast::Receiver<RunNotice>,
-        seen: RunRecord,
-    ) -> Result<RunRecord, RuntimeError> {
-        let mut run = seen;
+        let mut run = self.get(id).await?;
         loop {
             if settled(run.status) {
                 return Ok(run);
@@ -474,7 +463,6 @@ impl Runtime {
         set: DecisionSet,
         actor: &str,
     ) -> Result<RunRecord, RuntimeError> {
-        let mut notices = self.subscribe();
         let (done, driven) = tokio::sync::oneshot::channel();
         let mut waiter = Some(done);
         let decided = self.decide_from(Some(loaded), &loaded.id, turn_digest, set, actor, &mut waiter).await?;
@@ -489,7 +477,8 @@ impl Runtime {
                 Ok(Err(error)) => return Err(error),
             }
         }
-        self.wait_settled_after(&loaded.id, &mut notices, decided).await
+        // Resumed by another request, or the drive lost the run to another process: wait on the store.
+        self.wait_settled(&loaded.id).await
     }
 
     /// `waiter`, if any, is handed to the drive when these decisions resume the run.
