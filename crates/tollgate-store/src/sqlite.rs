@@ -25,7 +25,8 @@
 //!
 //! The write connection's automatic checkpoint is off: a checkpointer thread with its own connection
 //! copies the WAL back into the database file (`PASSIVE`: it never blocks the writer or the readers)
-//! every 1,000 write operations and after a quiet spell, so no commit pays for a checkpoint.
+//! every 1,000 write operations and after a quiet spell; a commit that leaves the WAL longer than
+//! `RESTART_FRAMES` copies what is left itself, so that the WAL starts over instead of growing.
 //!
 //! Reads (get, list, events, due, resolve_prefix, counts) run on the calling thread, on a read
 //! connection of a small pool; WAL lets them read the last committed state while a write goes on.
@@ -609,7 +610,8 @@ impl RunStore for SqliteStore {
 /// Starts the checkpointer: a thread with its own connection that copies the WAL back into the
 /// database file (`PRAGMA wal_checkpoint(PASSIVE)`: it never waits for, nor blocks, the writer or the
 /// readers) when woken and after a quiet spell. The write connection's own automatic checkpoint is
-/// off, so no commit pays for one. The thread ends when the returned sender is dropped.
+/// off (see [`finish_a_long_wal`] for the one it does run). The thread ends when the returned sender is
+/// dropped.
 fn start_checkpointer(location: Location, secrets: Secrets) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
     let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
     let connection =
@@ -632,7 +634,7 @@ fn start_checkpointer(location: Location, secrets: Secrets) -> Result<std::sync:
 /// Called by SQLite on the write connection after each commit, with the frames now in the WAL. While
 /// commits keep coming, the checkpointer (beside them) never copies the very last frames, and SQLite
 /// starts a WAL over only once all of them are copied: past [`RESTART_FRAMES`], the write connection
-/// copies the last few itself (`PASSIVE`, so never waiting on anyone), and its next transaction starts
+/// copies what is left itself (`PASSIVE`, so never waiting on anyone), and its next transaction starts
 /// the WAL over. Its own errors are not the commit's (which has happened): they are only logged, and
 /// the next commit tries again.
 fn finish_a_long_wal(wal: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
