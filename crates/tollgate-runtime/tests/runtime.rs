@@ -206,6 +206,33 @@ async fn a_waiting_starters_run_is_stored_by_its_first_durable_write() {
 }
 
 #[tokio::test]
+async fn an_edited_call_has_one_ledger_entry_with_the_arguments_it_ran_with() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(two_writes(), vec![write_tool()]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let set = DecisionSet::Each(vec![
+            ("call_1".into(), Decision::Edit { arguments: json!({"text": "edited"}) }),
+            ("call_2".into(), Decision::Respond { result: "already written".into() }),
+        ]);
+        let done = runtime.decide_and_wait(&run, &digest(&run), set, "bob").await;
+        let done = done.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status, RunStatus::Completed, "{backend}");
+        assert_eq!(setup.tools[0].calls(), vec![("call_1".to_owned(), json!({"text": "edited"}))], "{backend}");
+        let started: Vec<Value> = runtime
+            .events(&run.id, 0, 100)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.kind == EventKind::ToolStarted)
+            .map(|e| json!([e.data["call_id"], e.data["arguments"]]))
+            .collect();
+        assert_eq!(started, vec![json!(["call_1", {"text": "edited"}])], "{backend}: one entry, the edit's arguments");
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+    }
+}
+
+#[tokio::test]
 async fn deny_all_gives_the_model_the_reason_and_runs_nothing() {
     let setup = Setup::new(one_write(), vec![write_tool()]);
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
