@@ -91,6 +91,20 @@ async fn event_kinds(runtime: &Runtime, id: &str) -> Vec<EventKind> {
     runtime.events(id, 0, 1000).await.unwrap_or_default().into_iter().map(|e| e.kind).collect()
 }
 
+/// For each event of one of `kinds`, in order: its kind's name and the named fields of its data.
+async fn event_fields(runtime: &Runtime, id: &str, kinds: &[EventKind], fields: &[&str]) -> Vec<Value> {
+    let events = runtime.events(id, 0, 1000).await.unwrap_or_default();
+    events
+        .into_iter()
+        .filter(|e| kinds.contains(&e.kind))
+        .map(|e| {
+            let mut row = vec![json!(e.kind.as_str())];
+            row.extend(fields.iter().map(|f| e.data[*f].clone()));
+            Value::Array(row)
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn approve_runs_the_tool_once_and_the_log_verifies() {
     for (backend, store) in stores().await {
@@ -219,15 +233,11 @@ async fn an_edited_call_has_one_ledger_entry_with_the_arguments_it_ran_with() {
         let done = done.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(done.status, RunStatus::Completed, "{backend}");
         assert_eq!(setup.tools[0].calls(), vec![("call_1".to_owned(), json!({"text": "edited"}))], "{backend}");
-        let started: Vec<Value> = runtime
-            .events(&run.id, 0, 100)
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|e| e.kind == EventKind::ToolStarted)
-            .map(|e| json!([e.data["call_id"], e.data["arguments"]]))
-            .collect();
-        assert_eq!(started, vec![json!(["call_1", {"text": "edited"}])], "{backend}: one entry, the edit's arguments");
+        assert_eq!(
+            event_fields(&runtime, &run.id, &[EventKind::ToolStarted], &["call_id", "arguments"]).await,
+            vec![json!(["tool_started", "call_1", {"text": "edited"}])],
+            "{backend}: one entry, with the edit's arguments"
+        );
         assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
     }
 }
@@ -276,21 +286,13 @@ async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
     assert_eq!(setup.tools[0].call_count(), 2);
     // The first call's ledger entry rode with the claim, the second's was committed as it started: one
     // `tool_started` per call, each before its `tool_finished`.
-    let ledger: Vec<(EventKind, Value)> = runtime
-        .events(&run.id, 0, 100)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| matches!(e.kind, EventKind::ToolStarted | EventKind::ToolFinished))
-        .map(|e| (e.kind, e.data["call_id"].clone()))
-        .collect();
     assert_eq!(
-        ledger,
+        event_fields(&runtime, &run.id, &[EventKind::ToolStarted, EventKind::ToolFinished], &["call_id"]).await,
         vec![
-            (EventKind::ToolStarted, json!("call_1")),
-            (EventKind::ToolFinished, json!("call_1")),
-            (EventKind::ToolStarted, json!("call_2")),
-            (EventKind::ToolFinished, json!("call_2")),
+            json!(["tool_started", "call_1"]),
+            json!(["tool_finished", "call_1"]),
+            json!(["tool_started", "call_2"]),
+            json!(["tool_finished", "call_2"]),
         ]
     );
     let after = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
@@ -315,15 +317,10 @@ async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
     let done = done.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status, RunStatus::Completed, "answers once the resumed run has ended");
     assert_eq!(setup.tools[0].call_count(), 2);
-    let deciders: Vec<Value> = runtime
-        .events(&run.id, 0, 100)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.kind == EventKind::Decision)
-        .map(|e| json!([e.data["call_id"], e.data["actor"]]))
-        .collect();
-    assert_eq!(deciders, vec![json!(["call_1", "bob"]), json!(["call_2", "carol"])]);
+    assert_eq!(
+        event_fields(&runtime, &run.id, &[EventKind::Decision], &["call_id", "actor"]).await,
+        vec![json!(["decision", "call_1", "bob"]), json!(["decision", "call_2", "carol"])]
+    );
 
     // On a run that has ended, the loaded record's answer is the stored run's: a conflict.
     let late = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, "dave").await;
