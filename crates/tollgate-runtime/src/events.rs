@@ -2,16 +2,18 @@
 
 use serde_json::{Value, json};
 use tollgate_core::{
-    EventKind, HeldCall, Millis, ModelResponse, NewEvent, RecordedDecision, RunError, Suspension, ToolResult, ToolSpec,
-    rfc3339,
+    EventKind, HeldCall, Millis, ModelResponse, NewEvent, RecordedDecision, RunError, RunRecord, Suspension,
+    ToolResult, ToolSpec, rfc3339,
 };
 
 pub(crate) fn event(at: Millis, kind: EventKind, round: u32, data: Value) -> NewEvent {
     NewEvent { at, kind, round, data }
 }
 
-pub(crate) fn run_started(at: Millis, agent: &str, input: &str, actor: &str) -> NewEvent {
-    event(at, EventKind::RunStarted, 0, json!({"agent": agent, "input": input, "actor": actor}))
+/// A run's first event, as of its creation.
+pub(crate) fn run_started(run: &RunRecord) -> NewEvent {
+    let data = json!({"agent": run.agent, "input": run.input, "actor": run.created_by});
+    event(run.created_at, EventKind::RunStarted, 0, data)
 }
 
 pub(crate) fn model_request(at: Millis, round: u32, messages: usize, tools: &[ToolSpec]) -> NewEvent {

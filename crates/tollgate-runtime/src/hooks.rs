@@ -20,8 +20,8 @@ struct State {
     round: u32,
     /// The call whose `tool_started` was committed with the claim of this resume, until it starts.
     started_with_claim: Option<StartingCall>,
-    /// A run not in the store yet (as created, with its first events), until its first durable write.
-    unborn: Option<(RunRecord, Vec<NewEvent>)>,
+    /// A run not in the store yet (as created), until its first durable write.
+    unborn: Option<RunRecord>,
 }
 
 impl PersistHooks {
@@ -29,13 +29,13 @@ impl PersistHooks {
         inner: Arc<Inner>,
         run_id: String,
         started_with_claim: Option<StartingCall>,
-        unborn: Option<(RunRecord, Vec<NewEvent>)>,
+        unborn: Option<RunRecord>,
     ) -> Self {
         Self { inner, run_id, state: Mutex::new(State { started_with_claim, unborn, ..State::default() }) }
     }
 
-    /// The run as created and its first events, when no durable write has stored it yet.
-    pub(crate) fn take_unborn(&self) -> Option<(RunRecord, Vec<NewEvent>)> {
+    /// The run as created, when no durable write has stored it yet.
+    pub(crate) fn take_unborn(&self) -> Option<RunRecord> {
         self.lock().unborn.take()
     }
 
@@ -53,12 +53,12 @@ impl PersistHooks {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn flush(&self, events: Vec<NewEvent>, unborn: Option<(RunRecord, Vec<NewEvent>)>) -> Result<(), HookError> {
+    async fn flush(&self, events: Vec<NewEvent>, unborn: Option<RunRecord>) -> Result<(), HookError> {
         let now = self.inner.clock.now();
-        if let Some((run, first_events)) = unborn {
+        if let Some(run) = unborn {
             let mut created = run.clone();
             created.lease = Some(self.inner.lease(now));
-            let all = first_events.iter().cloned().chain(events).collect();
+            let all = std::iter::once(events::run_started(&run)).chain(events).collect();
             return match self.inner.store.create(created, all).await {
                 Ok(created) => {
                     self.inner.notify(&created);
@@ -66,7 +66,7 @@ impl PersistHooks {
                 }
                 Err(e) => {
                     // Still not stored: the end of the segment stores it, failed.
-                    self.lock().unborn = Some((run, first_events));
+                    self.lock().unborn = Some(run);
                     Err(HookError(e.to_string()))
                 }
             };

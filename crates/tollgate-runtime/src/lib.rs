@@ -225,10 +225,12 @@ impl Drop for InFlight {
     }
 }
 
-/// What a drive does: start from the input, or resume a held turn.
+/// What a drive does: start a stored run from its input, start a run not stored yet (created by its
+/// first durable write, see [`Runtime::start_and_wait`]), or resume a held turn.
 #[expect(clippy::large_enum_variant, reason = "one per drive, moved once into its task")]
 pub(crate) enum Work {
     Start,
+    Create,
     /// `started`: the call whose `tool_started` was committed with the claim.
     Resume {
         suspension: Suspension,
@@ -300,10 +302,11 @@ impl Runtime {
 
     /// Starts a run and drives it in the background; returns it as created (`running`).
     pub async fn start(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, RuntimeError> {
-        let (run, spec, started) = self.new_run(agent, input, actor)?;
+        let (run, spec) = self.new_run(agent, input, actor)?;
+        let started = events::run_started(&run);
         let run = self.inner.store.create(run, vec![started]).await?;
         self.inner.notify(&run);
-        self.inner.spawn_drive(run.clone(), spec, Work::Start, None, None);
+        self.inner.spawn_drive(run.clone(), spec, Work::Start, None);
         Ok(run)
     }
 
@@ -319,12 +322,12 @@ impl Runtime {
         input: &str,
         actor: &str,
     ) -> Result<RunRecord, RuntimeError> {
-        let (run, spec, started) = self.new_run(agent, input, actor)?;
+        let (run, spec) = self.new_run(agent, input, actor)?;
         let id = run.id.clone();
         // Driven in a task of its own (so that many runs started at once from one task still run side by
         // side and commit together), which answers here.
         let (done, driven) = tokio::sync::oneshot::channel();
-        self.inner.spawn_drive(run, spec, Work::Start, Some(vec![started]), Some(done));
+        self.inner.spawn_drive(run, spec, Work::Create, Some(done));
         match driven.await {
             Ok(Ok(run)) => Ok(run),
             // Stored, then changed hands (cancelled, or taken over): wait on the stored run.
@@ -333,13 +336,13 @@ impl Runtime {
         }
     }
 
-    /// A new run of an agent, as created (`running` under this process's lease), with its first event.
+    /// A new run of an agent, as created (`running` under this process's lease), not stored yet.
     fn new_run(
         &self,
         agent: Option<&str>,
         input: &str,
         actor: &str,
-    ) -> Result<(RunRecord, Arc<AgentSpec>, NewEvent), RuntimeError> {
+    ) -> Result<(RunRecord, Arc<AgentSpec>), RuntimeError> {
         if input.trim().is_empty() {
             return Err(RuntimeError::Invalid("input must be a non-empty string".into()));
         }
@@ -356,8 +359,7 @@ impl Runtime {
             now,
             Some(self.inner.lease(now)),
         );
-        let started = events::run_started(now, &spec.name, input, actor);
-        Ok((run, spec, started))
+        Ok((run, spec))
     }
 
     /// Waits until a run waits for approval or has ended. A notice that carries a settled record newer
@@ -618,7 +620,6 @@ impl Runtime {
                 next.clone(),
                 spec_arc(&self.inner, &run.agent)?,
                 Work::Resume { suspension, decisions, started: started_with_claim },
-                None,
                 waiter.take(),
             );
         }
@@ -808,20 +809,18 @@ impl Inner {
     }
 
     /// Drives a run in a task of its own until its next durable state; where it got to goes to
-    /// `waiter`, if any. With `first_events`, the run is not in the store yet: it is created, with
-    /// those events, by its first durable write.
+    /// `waiter`, if any.
     pub(crate) fn spawn_drive(
         self: &Arc<Self>,
         run: RunRecord,
         spec: Arc<AgentSpec>,
         work: Work,
-        first_events: Option<Vec<NewEvent>>,
         waiter: Option<Settled>,
     ) {
         let driving = InFlight::enter(self, &run.id);
         let inner = Arc::clone(self);
         tokio::spawn(async move {
-            let result = inner.drive(run, spec, work, first_events).await;
+            let result = inner.drive(run, spec, work).await;
             if let Some(waiter) = waiter {
                 let _ = waiter.send(result);
             }
@@ -835,16 +834,15 @@ impl Inner {
         run: RunRecord,
         spec: Arc<AgentSpec>,
         mut work: Work,
-        first_events: Option<Vec<NewEvent>>,
     ) -> Result<RunRecord, RuntimeError> {
         let started = match &mut work {
-            Work::Start => None,
+            Work::Start | Work::Create => None,
             Work::Resume { started, .. } => started.take(),
         };
-        let unborn = first_events.map(|events| (run.clone(), events));
+        let unborn = matches!(work, Work::Create).then(|| run.clone());
         let hooks = PersistHooks::new(Arc::clone(self), run.id.clone(), started, unborn);
         let outcome = match work {
-            Work::Start => spec.agent_loop.start(&run.id, &run.input, &hooks).await,
+            Work::Start | Work::Create => spec.agent_loop.start(&run.id, &run.input, &hooks).await,
             Work::Resume { suspension, decisions, .. } => {
                 spec.agent_loop.resume(&run.id, suspension, &decisions, &hooks).await
             }
@@ -908,21 +906,21 @@ impl Inner {
         }
     }
 
-    /// Commits the end of a segment under this process's lease; for a run not stored yet, creates it as
-    /// it ends, with its first events.
+    /// Commits the end of a segment under this process's lease; a run not stored yet (as created) is
+    /// created as it ends, its `run_started` first.
     async fn commit_end(
         &self,
         id: &str,
-        unborn: Option<&(RunRecord, Vec<NewEvent>)>,
+        unborn: Option<&RunRecord>,
         transition: Transition,
         events: Vec<NewEvent>,
         now: Millis,
     ) -> Result<RunRecord, StoreError> {
-        let Some((created, first_events)) = unborn else {
+        let Some(created) = unborn else {
             return self.store.transition(id, Guard::Lease(self.node.clone()), transition, events, now).await;
         };
         let ended = created.apply(&transition, now).map_err(StoreError::Transition)?;
-        self.store.create(ended, first_events.iter().cloned().chain(events).collect()).await
+        self.store.create(ended, std::iter::once(events::run_started(created)).chain(events).collect()).await
     }
 
     /// Fails a run whose stored state cannot be read, leaving every other run alone.

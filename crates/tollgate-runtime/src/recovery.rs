@@ -29,7 +29,7 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
 
     let Some(pending) = claimed.pending.clone() else {
         // Nothing was held yet: every call so far was allow-gated and safe to repeat. Start again.
-        inner.spawn_drive(claimed, spec, Work::Start, None, None);
+        inner.spawn_drive(claimed, spec, Work::Start, None);
         return Ok(());
     };
     let mut suspension = match Suspension::from_json(&pending.suspension) {
@@ -58,7 +58,7 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
     }
     if in_doubt.is_empty() {
         let decisions = decisions_for(&suspension, Some(&pending));
-        inner.spawn_drive(claimed, spec, Work::Resume { suspension, decisions, started: None }, None, None);
+        inner.spawn_drive(claimed, spec, Work::Resume { suspension, decisions, started: None }, None);
         return Ok(());
     }
     // Keep the decisions of calls that never started; the in-doubt ones need a person again.

@@ -240,7 +240,8 @@ impl SqliteStore {
             location.connect().map_err(|e| database_error(&secrets, "cannot open the SQLite database", &e))?;
         migrate(&write_connection, &secrets)?;
         if let Location::File(_) = location {
-            // The checkpointer thread does it (see `start_checkpointer`), so that no commit waits for one.
+            // SQLite's automatic checkpoint is off: the checkpointer thread copies the WAL (see
+            // `start_checkpointer`), and a commit that leaves it long finishes it (`finish_a_long_wal`).
             let configure = |pragma: &str, value: i64| {
                 write_connection
                     .pragma_update(None, pragma, value)
