@@ -84,7 +84,7 @@ impl Tool for PolicyTool {
         self.inner.parameters()
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
         self.inner.validate(args)
     }
 
@@ -95,7 +95,7 @@ impl Tool for PolicyTool {
         }
     }
 
-    fn preview(&self, args: &Value) -> Option<String> {
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
         self.inner.preview(args)
     }
 

@@ -88,8 +88,8 @@ impl Tool for WriteNote {
     fn gate(&self, _args: &Value) -> Gate {
         Gate::Ask
     }
-    fn preview(&self, args: &Value) -> Option<String> {
-        Some(format!("write note: {}", args["text"].as_str().unwrap_or_default()))
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(Some(format!("write note: {}", args["text"].as_str().unwrap_or_default()))))
     }
     fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         let text = args["text"].as_str().unwrap_or_default().to_owned();

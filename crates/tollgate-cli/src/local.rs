@@ -232,7 +232,7 @@ impl Local {
         let pending = run.pending.as_ref().ok_or_else(|| format!("run {run_id} has no held turn"))?;
         let suspension = Suspension::from_json(&pending.suspension).map_err(|e| e.to_string())?;
         let spec = self.runtime.agent(&run.agent).ok_or_else(|| format!("unknown agent `{}`", run.agent))?;
-        spec.agent_loop.check_decision(&suspension, call_id, decision).map_err(|e| e.to_string())
+        spec.agent_loop.check_decision(&suspension, call_id, decision).await.map_err(|e| e.to_string())
     }
 }
 

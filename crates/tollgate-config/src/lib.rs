@@ -82,9 +82,10 @@ pub use error::ConfigError;
 pub use glob::Glob;
 pub use load::{ConfigFile, ConfigLoader, FoundBy, load};
 pub use model::{
-    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, HttpProviderConfig, McpCommand, McpServerConfig,
-    OnExpiry, PolicyGate, PolicyRule, ProviderConfig, ProviderKind, RetentionConfig, Role, ScriptedProviderConfig,
-    ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, HttpProviderConfig, McpCommand,
+    McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind,
+    RetentionConfig, Role, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, StoreBackend,
+    StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
 };
 pub use secret::Secret;
 

@@ -36,6 +36,10 @@ pub struct Config {
     pub agents: Vec<AgentConfig>,
     /// `[[webhooks]]`, in file order.
     pub webhooks: Vec<WebhookConfig>,
+    /// `[sandbox]`.
+    pub sandbox: SandboxConfig,
+    /// `[privacy]`.
+    pub privacy: PrivacyConfig,
 }
 
 impl Config {
@@ -53,6 +57,45 @@ impl Config {
     /// The provider named `name`. Every agent's `provider` names one that exists.
     pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
         self.providers.iter().find(|p| p.name == name)
+    }
+
+    /// Every configured secret's value — provider keys, bearer tokens, webhook secrets, MCP `env` values,
+    /// data keys and the store URL's password — for the redactor that keeps them out of errors, events,
+    /// logs and output. Empty values are left out.
+    pub fn secret_values(&self) -> Vec<String> {
+        let mut values: Vec<String> = Vec::new();
+        let mut add = |secret: &Secret| {
+            if !secret.is_empty() {
+                values.push(secret.expose().to_owned());
+            }
+        };
+        for token in &self.auth.tokens {
+            add(&token.token);
+        }
+        for provider in &self.providers {
+            if let ProviderKind::OpenAi(http) | ProviderKind::Anthropic(http) = &provider.kind
+                && let Some(key) = &http.api_key
+            {
+                add(key);
+            }
+        }
+        for server in &self.mcp_servers {
+            server.env.values().for_each(&mut add);
+        }
+        for webhook in &self.webhooks {
+            if let Some(secret) = &webhook.secret {
+                add(secret);
+            }
+        }
+        for key in &self.privacy.keys {
+            add(&key.key);
+        }
+        if let Some(password) = url_password(&self.store.url) {
+            values.push(password);
+        }
+        values.sort();
+        values.dedup();
+        values
     }
 
     /// The MCP server named `name`.
@@ -132,6 +175,56 @@ pub struct RetentionConfig {
 pub struct WorkspaceConfig {
     /// `root`, absolute: the only folder the `fs_*` and `shell` tools can touch. It need not exist yet.
     pub root: PathBuf,
+}
+
+/// `[sandbox]`: how the `shell` tool's commands are confined by the operating system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SandboxConfig {
+    /// `mode` (default `auto`).
+    pub mode: SandboxMode,
+}
+
+/// `[sandbox] mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// `auto`: Landlock where the kernel has it; elsewhere commands run unconfined and `serve` warns once.
+    #[default]
+    Auto,
+    /// `required`: `shell` refuses to run a command it cannot confine.
+    Required,
+    /// `off`: commands run unconfined (still in their own process group, with a scrubbed environment).
+    Off,
+}
+
+/// `[privacy]`: what the event log keeps of prompts, arguments and results, and encryption at rest.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrivacyConfig {
+    /// `level` (default `full`).
+    pub level: PrivacyLevel,
+    /// `[[privacy.keys]]`, in file order: the first encrypts new data, every one decrypts. Empty means
+    /// nothing is encrypted.
+    pub keys: Vec<DataKeyConfig>,
+}
+
+/// `[privacy] level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrivacyLevel {
+    /// `full`: events keep prompts, arguments and results as they were.
+    #[default]
+    Full,
+    /// `redacted`: events keep the shape and size of each text, not the text.
+    Redacted,
+    /// `metadata`: events keep kinds, ids, tool names and counts only.
+    Metadata,
+}
+
+/// One `[[privacy.keys]]` entry: an AES-256-GCM key for suspensions and event payloads at rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataKeyConfig {
+    /// `id`: stored beside each encrypted value, so an old key still decrypts after rotation.
+    pub id: String,
+    /// `key`: 32 bytes as 64 hex digits (a secret; usually `env:NAME`). Checked at load.
+    pub key: Secret,
 }
 
 /// `[auth]`.
@@ -255,6 +348,9 @@ pub struct McpServerConfig {
     pub args: Vec<String>,
     /// `env`: extra environment variables for the server process; values are secrets.
     pub env: BTreeMap<String, Secret>,
+    /// `inherit_env` (default false): start the server with Tollgate's whole environment instead of only
+    /// `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM` and `USER` (plus `env`).
+    pub inherit_env: bool,
 }
 
 /// What `command` of an MCP server names.
@@ -290,6 +386,8 @@ pub struct AgentConfig {
     pub on_expiry: OnExpiry,
     /// `forbid_self_approval` (default false): the actor who started a run may not decide its calls.
     pub forbid_self_approval: bool,
+    /// `shell_network` (default false): the agent's sandboxed `shell` commands may open TCP connections.
+    pub shell_network: bool,
     /// `[[agents.policy]]`, in file order: the first rule that matches a call wins.
     pub policy: Vec<PolicyRule>,
 }
@@ -449,6 +547,15 @@ impl fmt::Display for WebhookEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The password of `scheme://user:password@host/...`, when there is one.
+fn url_password(url: &str) -> Option<String> {
+    let rest = &url[url.find("://")? + 3..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let credentials = &authority[..authority.rfind('@')?];
+    let password = &credentials[credentials.find(':')? + 1..];
+    (!password.is_empty()).then(|| password.to_owned())
 }
 
 /// `scheme://user:password@host/...` → `scheme://user:***@host/...`; anything else unchanged.

@@ -14,16 +14,28 @@ use toml::{Table, Value};
 
 use crate::duration::EXPECTED_DURATION;
 use crate::model::{
-    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, HttpProviderConfig, McpCommand, McpServerConfig,
-    OnExpiry, PolicyGate, PolicyRule, ProviderConfig, ProviderKind, RetentionConfig, Role, ScriptedProviderConfig,
-    ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, HttpProviderConfig, McpCommand,
+    McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind,
+    RetentionConfig, Role, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, StoreBackend,
+    StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
 };
 use crate::{ConfigError, EnvVars, Glob, Secret, defaults, parse_addr, parse_duration};
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
-const TOP_KEYS: &[&str] =
-    &["store", "server", "retention", "workspace", "auth", "providers", "mcp_servers", "agents", "webhooks"];
+const TOP_KEYS: &[&str] = &[
+    "store",
+    "server",
+    "retention",
+    "workspace",
+    "auth",
+    "providers",
+    "mcp_servers",
+    "agents",
+    "webhooks",
+    "sandbox",
+    "privacy",
+];
 const PROVIDER_KEYS: &[&str] = &["name", "kind", "model", "base_url", "api_key", "timeout", "max_retries", "script"];
 const HTTP_PROVIDER_KEYS: &[&str] = &["base_url", "api_key", "timeout", "max_retries"];
 const SCRIPTED_PROVIDER_KEYS: &[&str] = &["script"];
@@ -38,6 +50,7 @@ const AGENT_KEYS: &[&str] = &[
     "approval_ttl",
     "on_expiry",
     "forbid_self_approval",
+    "shell_network",
     "policy",
 ];
 
@@ -155,6 +168,8 @@ impl Parser<'_> {
         let mcp_servers = self.mcp_servers(&root)?;
         let agents = self.agents(&root, &providers)?;
         let webhooks = self.webhooks(&root)?;
+        let sandbox = self.sandbox(section("sandbox")?.as_ref())?;
+        let privacy = self.privacy(section("privacy")?.as_ref())?;
         Ok(Config {
             source,
             base_dir: self.base_dir.to_path_buf(),
@@ -167,7 +182,56 @@ impl Parser<'_> {
             mcp_servers,
             agents,
             webhooks,
+            sandbox,
+            privacy,
         })
+    }
+
+    fn sandbox(&self, section: Option<&Section<'_>>) -> Result<SandboxConfig> {
+        if let Some(section) = section {
+            section.check_keys(&["mode"])?;
+        }
+        let modes = [("auto", SandboxMode::Auto), ("required", SandboxMode::Required), ("off", SandboxMode::Off)];
+        let mode = match self.scalar(section, "sandbox", "mode") {
+            Some((value, at)) => choice(&value, &at, &modes)?,
+            None => SandboxMode::default(),
+        };
+        Ok(SandboxConfig { mode })
+    }
+
+    fn privacy(&self, section: Option<&Section<'_>>) -> Result<PrivacyConfig> {
+        if let Some(section) = section {
+            section.check_keys(&["level", "keys"])?;
+        }
+        let levels =
+            [("full", PrivacyLevel::Full), ("redacted", PrivacyLevel::Redacted), ("metadata", PrivacyLevel::Metadata)];
+        let level = match self.scalar(section, "privacy", "level") {
+            Some((value, at)) => choice(&value, &at, &levels)?,
+            None => PrivacyLevel::default(),
+        };
+        let mut keys: Vec<DataKeyConfig> = Vec::new();
+        if let Some(section) = section {
+            for entry in section.entries("keys", "privacy.keys")? {
+                entry.check_keys(&["id", "key"])?;
+                let (value, at) = entry.require("id", "the key's id, stored beside what it encrypts")?;
+                let id = name(value, &at)?;
+                if let Some(i) = keys.iter().position(|k| k.id == id) {
+                    return Err(at.invalid(format!("duplicate key id {id:?} (also privacy.keys[{i}].id)")));
+                }
+                let (value, at) = entry.require("key", r#"32 bytes as 64 hex digits (a literal or "env:NAME")"#)?;
+                let key = self.secret(value, &at)?;
+                let text = key.expose();
+                if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    // Only the length: the value is a secret.
+                    return Err(at.invalid(format!(
+                        "expected 32 bytes as 64 hex digits (e.g. from `openssl rand -hex 32`), got {} characters",
+                        text.len()
+                    )));
+                }
+                keys.push(DataKeyConfig { id, key });
+            }
+        }
+        Ok(PrivacyConfig { level, keys })
     }
 
     /// The value of `[section] key`, or of `TOLLGATE_<SECTION>_<KEY>` when that is set and not empty.
@@ -329,7 +393,7 @@ impl Parser<'_> {
     fn mcp_servers(&self, root: &Section<'_>) -> Result<Vec<McpServerConfig>> {
         let mut servers: Vec<McpServerConfig> = Vec::new();
         for entry in root.entries("mcp_servers", "mcp_servers")? {
-            entry.check_keys(&["name", "command", "args", "env"])?;
+            entry.check_keys(&["name", "command", "args", "env", "inherit_env"])?;
             let (value, at) = entry.require("name", "the server's name (its tools are SERVER__TOOL)")?;
             let name = name(value, &at)?;
             if let Some(i) = servers.iter().position(|s| s.name == name) {
@@ -359,7 +423,11 @@ impl Parser<'_> {
                     env.insert(key.clone(), self.secret_allowing_empty(value, &at)?);
                 }
             }
-            servers.push(McpServerConfig { name, command, args, env });
+            let inherit_env = match entry.get("inherit_env") {
+                Some((value, at)) => boolean(value, &at)?,
+                None => false,
+            };
+            servers.push(McpServerConfig { name, command, args, env, inherit_env });
         }
         Ok(servers)
     }
@@ -431,6 +499,10 @@ impl Parser<'_> {
                 Some((value, at)) => boolean(value, &at)?,
                 None => false,
             };
+            let shell_network = match entry.get("shell_network") {
+                Some((value, at)) => boolean(value, &at)?,
+                None => false,
+            };
             let policy =
                 entry.entries("policy", "agents.policy")?.iter().map(policy_rule).collect::<Result<Vec<_>>>()?;
             agents.push(AgentConfig {
@@ -444,6 +516,7 @@ impl Parser<'_> {
                 approval_ttl,
                 on_expiry,
                 forbid_self_approval,
+                shell_network,
                 policy,
             });
         }

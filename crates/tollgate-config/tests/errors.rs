@@ -298,7 +298,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
             "top level",
             "storage = { url = \"x\" }\n".into(),
             "tollgate.toml: storage: unknown key (known keys here: store, server, retention, workspace, auth, \
-             providers, mcp_servers, agents, webhooks)",
+             providers, mcp_servers, agents, webhooks, sandbox, privacy)",
         ),
         (
             "in a section",
@@ -315,7 +315,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
             "in an agent",
             with_agent("temperature = 0.2", ""),
             "tollgate.toml: agents[0].temperature: unknown key (known keys here: name, provider, model, \
-             system_prompt, tools, max_iterations, max_tokens, approval_ttl, on_expiry, forbid_self_approval, policy)",
+             system_prompt, tools, max_iterations, max_tokens, approval_ttl, on_expiry, forbid_self_approval, shell_network, policy)",
         ),
         (
             "in a policy rule",

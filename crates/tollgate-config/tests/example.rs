@@ -91,6 +91,7 @@ fn mcp_servers() -> anyhow::Result<()> {
             // `./workspace` is a path; the package name, though it contains `/`, is not.
             args: vec!["-y".into(), "@modelcontextprotocol/server-filesystem".into(), "/etc/tollgate/workspace".into()],
             env: BTreeMap::new(),
+            inherit_env: false,
         }]
     );
     Ok(())
@@ -111,6 +112,7 @@ fn agents_and_policy() -> anyhow::Result<()> {
         approval_ttl: Some(Duration::from_secs(86_400)),
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
+        shell_network: false,
         policy: vec![PolicyRule {
             tool: Glob::new("fs_write"),
             when: vec![ArgumentMatch { pointer: "/path".into(), pattern: Glob::new("notes/**") }],

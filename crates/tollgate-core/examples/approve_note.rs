@@ -95,9 +95,10 @@ impl Tool for SendEmail {
     }
 
     /// What the approver sees. Show exactly what would happen, in the words the person would use.
-    fn preview(&self, args: &Value) -> Option<String> {
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
         let field = |name: &str| args.get(name).and_then(Value::as_str).unwrap_or("?");
-        Some(format!("To: {}\nSubject: {}\n\n{}", field("to"), field("subject"), field("body")))
+        let text = format!("To: {}\nSubject: {}\n\n{}", field("to"), field("subject"), field("body"));
+        Box::pin(std::future::ready(Some(text)))
     }
 
     /// Runs only after a person approved (or edited) the call.
@@ -316,10 +317,11 @@ mod tests {
         assert_eq!(run.completion.counters.tool_invocations, 0);
     }
 
-    #[test]
-    fn preview_shows_what_would_be_sent() {
+    #[tokio::test]
+    async fn preview_shows_what_would_be_sent() {
         let tool = SendEmail::new(Outbox::default());
-        let preview = tool.preview(&json!({"to": "a@b.c", "subject": "Hi", "body": "Line 1\nLine 2"}));
+        let args = json!({"to": "a@b.c", "subject": "Hi", "body": "Line 1\nLine 2"});
+        let preview = tool.preview(&args).await;
         assert_eq!(preview.as_deref(), Some("To: a@b.c\nSubject: Hi\n\nLine 1\nLine 2"));
     }
 }

@@ -99,9 +99,11 @@ impl ToolContext {
 
 /// A capability offered to the model.
 ///
-/// `validate`, `gate` and `preview` are synchronous and must not have side effects: they run while the
-/// whole turn is checked, before any call of it executes. A panic in any method is caught and turned into
-/// an error result for that call.
+/// `validate`, `gate` and `preview` must not have side effects: they run while the whole turn is checked,
+/// before any call of it executes. `gate` is a pure function of the arguments; `validate` and `preview`
+/// may look at the world (a file's type, its current content) and are asynchronous so that a tool can do
+/// that I/O off the async workers, with a time bound of its own. A panic in any method is caught and turned
+/// into an error result for that call.
 pub trait Tool: Send + Sync {
     /// The name the model calls it by; unique in a registry.
     fn name(&self) -> &str;
@@ -114,8 +116,8 @@ pub trait Tool: Send + Sync {
 
     /// Checks beyond the schema that make a call impossible to run (e.g. a path outside the workspace).
     /// An `Err` refuses the call before any gate, with the message as the model's error result.
-    fn validate(&self, _args: &Value) -> Result<(), String> {
-        Ok(())
+    fn validate<'a>(&'a self, _args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// The gate for these arguments. Allow by default.
@@ -124,8 +126,8 @@ pub trait Tool: Send + Sync {
     }
 
     /// What the approver sees, e.g. a diff. None by default.
-    fn preview(&self, _args: &Value) -> Option<String> {
-        None
+    fn preview<'a>(&'a self, _args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(None))
     }
 
     /// Performs the call.

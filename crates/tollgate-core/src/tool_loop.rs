@@ -204,7 +204,12 @@ pub trait AgentLoop: Send + Sync {
     ) -> BoxFuture<'a, Result<Outcome, LoopError>>;
 
     /// Checks one decision against a suspension without resuming (see [`ToolLoop::check_decision`]).
-    fn check_decision(&self, suspension: &Suspension, call_id: &str, decision: &Decision) -> Result<(), DecisionError>;
+    fn check_decision<'a>(
+        &'a self,
+        suspension: &'a Suspension,
+        call_id: &'a str,
+        decision: &'a Decision,
+    ) -> BoxFuture<'a, Result<(), DecisionError>>;
 
     /// The call that resuming `suspension` with `decisions` will run first, when it is one a person
     /// decided (approved or edited) and nothing runs before it: its `tool_started` may then be committed
@@ -289,7 +294,29 @@ impl ToolLoop {
 
     /// Checks one decision against a suspension without resuming: the call exists and takes a decision,
     /// and edited arguments pass the live tool's schema and checks.
-    pub fn check_decision(
+    pub async fn check_decision(
+        &self,
+        suspension: &Suspension,
+        call_id: &str,
+        decision: &Decision,
+    ) -> Result<(), DecisionError> {
+        self.check_decision_shape(suspension, call_id, decision)?;
+        if let Decision::Edit { arguments } = decision
+            && let Some(call) = suspension.call(call_id)
+            && let Some(registered) = self.tools.get(&call.tool)
+        {
+            let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.to_owned(), message };
+            guarded_future(|| registered.tool().validate(arguments))
+                .await
+                .unwrap_or_else(|| Err(format!("tool {} failed to check the arguments", call.tool)))
+                .map_err(invalid)?;
+        }
+        Ok(())
+    }
+
+    /// The part of [`check_decision`](Self::check_decision) that needs no tool to look at the world: the
+    /// call exists and takes a decision, and edited arguments pass the live tool's schema.
+    fn check_decision_shape(
         &self,
         suspension: &Suspension,
         call_id: &str,
@@ -304,25 +331,24 @@ impl ToolLoop {
             if let Some(registered) = self.tools.get(&call.tool) {
                 let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.to_owned(), message };
                 registered.check_arguments(arguments).map_err(invalid)?;
-                guarded(|| registered.tool().validate(arguments))
-                    .unwrap_or_else(|| Err(format!("tool {} failed to check the arguments", call.tool)))
-                    .map_err(invalid)?;
             }
         }
         Ok(())
     }
 
     /// Checks a complete set of decisions: each names a decidable held call, and every decidable call has one.
-    pub fn check_decisions(&self, suspension: &Suspension, decisions: &Decisions) -> Result<(), DecisionError> {
+    pub async fn check_decisions(&self, suspension: &Suspension, decisions: &Decisions) -> Result<(), DecisionError> {
         for (call_id, decision) in decisions {
-            self.check_decision(suspension, call_id, decision)?;
+            self.check_decision(suspension, call_id, decision).await?;
         }
-        let missing: Vec<String> = suspension
-            .decidable_calls()
-            .filter(|c| !decisions.contains_key(&c.call_id))
-            .map(|c| c.call_id.clone())
-            .collect();
-        if missing.is_empty() { Ok(()) } else { Err(DecisionError::Missing(missing)) }
+        missing_decisions(suspension, decisions)
+    }
+
+    fn check_decisions_shape(&self, suspension: &Suspension, decisions: &Decisions) -> Result<(), DecisionError> {
+        for (call_id, decision) in decisions {
+            self.check_decision_shape(suspension, call_id, decision)?;
+        }
+        missing_decisions(suspension, decisions)
     }
 
     async fn start_run(&self, run_id: &str, input: &str, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
@@ -342,7 +368,7 @@ impl ToolLoop {
         decisions: &Decisions,
         hooks: &dyn LoopHooks,
     ) -> Result<Outcome, LoopError> {
-        self.check_decisions(&suspension, decisions)?;
+        self.check_decisions(&suspension, decisions).await?;
         let Suspension { round, transcript, calls, counters, trace, tools: pins, .. } = suspension;
         let mut state = RunState { transcript, counters, trace };
         let steps = self.plan_resumed_turn(calls, decisions, &pins);
@@ -380,29 +406,34 @@ impl ToolLoop {
             }
 
             let mut seen = std::collections::HashSet::with_capacity(tool_calls.len());
-            let held: Vec<HeldCall> = tool_calls
-                .iter()
-                .map(|call| {
-                    if seen.insert(call.call_id.as_str()) {
-                        self.check_call(call)
-                    } else {
-                        // A decision is keyed by call_id: a second call with the same id could ride on the
-                        // first one's approval, so it never runs.
-                        let mut held = self.check_call(call);
-                        held.gate = Gate::Forbid;
-                        held.settled = Some(error_result(
-                            call,
-                            format!(
-                                "Tool {} was not run: call id `{}` is used twice in one turn.",
-                                call.name, call.call_id
-                            ),
-                        ));
-                        held
-                    }
-                })
-                .collect();
+            let mut held: Vec<HeldCall> = Vec::with_capacity(tool_calls.len());
+            for call in &tool_calls {
+                if seen.insert(call.call_id.as_str()) {
+                    held.push(self.check_call(call).await);
+                } else {
+                    // A decision is keyed by call_id: a second call with the same id could ride on the
+                    // first one's approval, so it never runs (and is not checked).
+                    let mut refused = HeldCall {
+                        call_id: call.call_id.clone(),
+                        tool: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                        gate: Gate::Forbid,
+                        preview: None,
+                        in_doubt: false,
+                        settled: None,
+                    };
+                    refused.settled = Some(error_result(
+                        call,
+                        format!(
+                            "Tool {} was not run: call id `{}` is used twice in one turn.",
+                            call.name, call.call_id
+                        ),
+                    ));
+                    held.push(refused);
+                }
+            }
             if held.iter().any(HeldCall::takes_decision) {
-                return Ok(Outcome::Suspended(self.suspend(round, state, held)));
+                return Ok(Outcome::Suspended(self.suspend(round, state, held).await));
             }
             let steps = held.into_iter().map(|c| self.step_without_decision(c)).collect();
             self.execute_turn(run_id, round, &mut state, steps, hooks).await?;
@@ -432,17 +463,17 @@ impl ToolLoop {
         Ok(state.finish(response.text, TerminationReason::MaxIterations))
     }
 
-    fn suspend(&self, round: u32, state: RunState, mut held: Vec<HeldCall>) -> Suspension {
+    async fn suspend(&self, round: u32, state: RunState, mut held: Vec<HeldCall>) -> Suspension {
         for call in held.iter_mut().filter(|c| c.settled.is_none()) {
             if let Some(registered) = self.tools.get(&call.tool) {
-                call.preview = guarded(|| registered.tool().preview(&call.arguments)).flatten();
+                call.preview = guarded_future(|| registered.tool().preview(&call.arguments)).await.flatten();
             }
         }
         Suspension::new(round, state.transcript, held, state.counters, state.trace, self.tools.pins())
     }
 
     /// Gates one call: refusals are settled at once with their error result; the rest carry their gate.
-    fn check_call(&self, call: &ToolCall) -> HeldCall {
+    async fn check_call(&self, call: &ToolCall) -> HeldCall {
         let mut held = HeldCall {
             call_id: call.call_id.clone(),
             tool: call.name.clone(),
@@ -452,14 +483,14 @@ impl ToolLoop {
             in_doubt: false,
             settled: None,
         };
-        match self.gate_of(call) {
+        match self.gate_of(call).await {
             Ok(gate) => held.gate = gate,
             Err(message) => held.settled = Some(error_result(call, message)),
         }
         held
     }
 
-    fn gate_of(&self, call: &ToolCall) -> Result<Gate, String> {
+    async fn gate_of(&self, call: &ToolCall) -> Result<Gate, String> {
         let name = &call.name;
         if let Some(problem) = &call.malformed_arguments {
             return Err(format!("Tool {name} was not run: its arguments are not valid JSON ({problem})."));
@@ -472,7 +503,8 @@ impl ToolLoop {
             .map_err(|problems| format!("Tool {name} was not run: invalid arguments: {problems}."))?;
         let tool = registered.tool();
         let failed = || format!("Tool {name} failed to check its arguments.");
-        guarded(|| tool.validate(&call.arguments))
+        guarded_future(|| tool.validate(&call.arguments))
+            .await
             .ok_or_else(failed)?
             .map_err(|problem| format!("Tool {name} was not run: {problem}"))?;
         match guarded(|| tool.gate(&call.arguments)).ok_or_else(failed)? {
@@ -689,8 +721,13 @@ impl ToolLoop {
 }
 
 impl AgentLoop for ToolLoop {
-    fn check_decision(&self, suspension: &Suspension, call_id: &str, decision: &Decision) -> Result<(), DecisionError> {
-        ToolLoop::check_decision(self, suspension, call_id, decision)
+    fn check_decision<'a>(
+        &'a self,
+        suspension: &'a Suspension,
+        call_id: &'a str,
+        decision: &'a Decision,
+    ) -> BoxFuture<'a, Result<(), DecisionError>> {
+        Box::pin(ToolLoop::check_decision(self, suspension, call_id, decision))
     }
 
     fn start<'a>(
@@ -703,7 +740,9 @@ impl AgentLoop for ToolLoop {
     }
 
     fn first_decided_call(&self, suspension: &Suspension, decisions: &Decisions) -> Option<StartingCall> {
-        self.check_decisions(suspension, decisions).ok()?;
+        // The tools' own checks of edited arguments ran when the decisions were taken (and run again
+        // when the resume starts); here only what needs no I/O is checked.
+        self.check_decisions_shape(suspension, decisions).ok()?;
         let steps = self.plan_resumed_turn(suspension.calls.clone(), decisions, &suspension.tools);
         match steps.into_iter().find(|step| matches!(step, Step::Run { .. }))? {
             Step::Run { call_id, tool, arguments, gate, .. } if gate != Gate::Allow => {
@@ -743,6 +782,22 @@ fn error_result(call: &ToolCall, content: String) -> ToolResult {
 /// Runs a synchronous tool method, turning a panic into `None`.
 fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
     std::panic::catch_unwind(AssertUnwindSafe(f)).ok()
+}
+
+/// Runs an asynchronous tool method, turning a panic (building or polling its future) into `None`.
+async fn guarded_future<'a, T>(f: impl FnOnce() -> BoxFuture<'a, T>) -> Option<T> {
+    let future = guarded(f)?;
+    AssertUnwindSafe(future).catch_unwind().await.ok()
+}
+
+/// The decidable calls without a decision, as an error naming them.
+fn missing_decisions(suspension: &Suspension, decisions: &Decisions) -> Result<(), DecisionError> {
+    let missing: Vec<String> = suspension
+        .decidable_calls()
+        .filter(|c| !decisions.contains_key(&c.call_id))
+        .map(|c| c.call_id.clone())
+        .collect();
+    if missing.is_empty() { Ok(()) } else { Err(DecisionError::Missing(missing)) }
 }
 
 /// Cuts a result to at most `cap` bytes of content on a character boundary, with a visible marker.

@@ -565,7 +565,7 @@ impl Runtime {
             return Err(RuntimeError::Conflict("every held call is already decided".into()));
         }
         for (call_id, decision) in &wanted {
-            spec.agent_loop.check_decision(&suspension, call_id, decision)?;
+            spec.agent_loop.check_decision(&suspension, call_id, decision).await?;
             if pending.decisions.contains_key(call_id) {
                 return Err(RuntimeError::Conflict(format!("call `{call_id}` is already decided")));
             }

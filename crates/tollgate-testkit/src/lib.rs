@@ -116,8 +116,8 @@ impl Tool for TestTool {
         (self.gate)(args)
     }
 
-    fn preview(&self, _args: &Value) -> Option<String> {
-        self.preview.clone()
+    fn preview<'a>(&'a self, _args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(self.preview.clone()))
     }
 
     fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {

@@ -99,9 +99,12 @@ impl Tool for FsList {
         &self.schema
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
-        let args: ListArgs = parse(args)?;
-        self.workspace.resolve(&args.path).map(drop).map_err(|e| escape_message(&e))
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        let checked = (|| -> Result<(), String> {
+            let args: ListArgs = parse(args)?;
+            self.workspace.resolve(&args.path).map(drop).map_err(|e| escape_message(&e))
+        })();
+        Box::pin(std::future::ready(checked))
     }
 
     fn gate(&self, _args: &Value) -> Gate {
@@ -236,9 +239,12 @@ impl Tool for FsRead {
         &self.schema
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
-        let args: ReadArgs = parse(args)?;
-        self.workspace.resolve(&args.path).map(drop).map_err(|e| escape_message(&e))
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        let checked = (|| -> Result<(), String> {
+            let args: ReadArgs = parse(args)?;
+            self.workspace.resolve(&args.path).map(drop).map_err(|e| escape_message(&e))
+        })();
+        Box::pin(std::future::ready(checked))
     }
 
     fn gate(&self, _args: &Value) -> Gate {
@@ -349,19 +355,25 @@ impl Tool for FsWrite {
         &self.schema
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
-        let args: WriteArgs = parse(args)?;
-        self.check(&args).map(drop)
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        let checked = (|| -> Result<(), String> {
+            let args: WriteArgs = parse(args)?;
+            self.check(&args).map(drop)
+        })();
+        Box::pin(std::future::ready(checked))
     }
 
     fn gate(&self, _args: &Value) -> Gate {
         Gate::Ask
     }
 
-    fn preview(&self, args: &Value) -> Option<String> {
-        let args: WriteArgs = parse(args).ok()?;
-        let target = self.check(&args).ok()?;
-        Some(write_preview(&target.real, target.display(), &args.content))
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        let preview = (|| -> Option<String> {
+            let args: WriteArgs = parse(args).ok()?;
+            let target = self.check(&args).ok()?;
+            Some(write_preview(&target.real, target.display(), &args.content))
+        })();
+        Box::pin(std::future::ready(preview))
     }
 
     fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
@@ -522,19 +534,25 @@ impl Tool for FsDelete {
         &self.schema
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
-        let args: DeleteArgs = parse(args)?;
-        self.check(&args).map(drop)
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        let checked = (|| -> Result<(), String> {
+            let args: DeleteArgs = parse(args)?;
+            self.check(&args).map(drop)
+        })();
+        Box::pin(std::future::ready(checked))
     }
 
     fn gate(&self, _args: &Value) -> Gate {
         Gate::Ask
     }
 
-    fn preview(&self, args: &Value) -> Option<String> {
-        let args: DeleteArgs = parse(args).ok()?;
-        let target = self.check(&args).ok()?;
-        Some(cap_preview(Self::preview_of(&target)))
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        let preview = (|| -> Option<String> {
+            let args: DeleteArgs = parse(args).ok()?;
+            let target = self.check(&args).ok()?;
+            Some(cap_preview(Self::preview_of(&target)))
+        })();
+        Box::pin(std::future::ready(preview))
     }
 
     fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {

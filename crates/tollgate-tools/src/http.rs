@@ -293,16 +293,22 @@ impl Tool for HttpRequest {
         &self.schema
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
-        Self::check(args).map(drop)
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        let checked = (|| -> Result<(), String> {
+            Self::check(args).map(drop)
+        })();
+        Box::pin(std::future::ready(checked))
     }
 
     fn gate(&self, _args: &Value) -> Gate {
         Gate::Ask
     }
 
-    fn preview(&self, args: &Value) -> Option<String> {
-        Self::check(args).ok().map(|plan| self.preview_of(&plan))
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        let preview = (|| -> Option<String> {
+            Self::check(args).ok().map(|plan| self.preview_of(&plan))
+        })();
+        Box::pin(std::future::ready(preview))
     }
 
     fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {

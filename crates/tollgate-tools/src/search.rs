@@ -272,8 +272,11 @@ impl Tool for FsSearch {
         &self.schema
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
-        check(&self.workspace, args).map(drop)
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        let checked = (|| -> Result<(), String> {
+            check(&self.workspace, args).map(drop)
+        })();
+        Box::pin(std::future::ready(checked))
     }
 
     fn gate(&self, _args: &Value) -> Gate {

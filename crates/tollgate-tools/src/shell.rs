@@ -310,23 +310,29 @@ impl Tool for Shell {
         &self.schema
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
-        self.check(args).map(drop)
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        let checked = (|| -> Result<(), String> {
+            self.check(args).map(drop)
+        })();
+        Box::pin(std::future::ready(checked))
     }
 
     fn gate(&self, _args: &Value) -> Gate {
         Gate::Ask
     }
 
-    fn preview(&self, args: &Value) -> Option<String> {
-        let plan = self.check(args).ok()?;
-        Some(format!(
-            "run: {}\nprogram: {}\nin: {} (the workspace root)\ntimeout: {}s",
-            plan.command_line(),
-            plan.program.describe(),
-            plan.cwd.display(),
-            plan.timeout.as_secs()
-        ))
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        let preview = (|| -> Option<String> {
+            let plan = self.check(args).ok()?;
+            Some(format!(
+                "run: {}\nprogram: {}\nin: {} (the workspace root)\ntimeout: {}s",
+                plan.command_line(),
+                plan.program.describe(),
+                plan.cwd.display(),
+                plan.timeout.as_secs()
+            ))
+        })();
+        Box::pin(std::future::ready(preview))
     }
 
     fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {

@@ -50,8 +50,11 @@ impl Tool for TimeNow {
         &self.schema
     }
 
-    fn validate(&self, args: &Value) -> Result<(), String> {
-        parse::<NoArgs>(args).map(drop)
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        let checked = (|| -> Result<(), String> {
+            parse::<NoArgs>(args).map(drop)
+        })();
+        Box::pin(std::future::ready(checked))
     }
 
     fn gate(&self, _args: &Value) -> Gate {

@@ -109,7 +109,7 @@ async fn bad_arguments_are_refused_naming_the_problem() {
     assert_eq!(check(json!({"pattern": "a", "glob": "*.rs"})), Some(false));
 
     // An invalid regex: the message quotes the pattern and says what is wrong with it.
-    let refused = search.validate(&json!({"pattern": "fn (unclosed"}));
+    let refused = search.validate(&json!({"pattern": "fn (unclosed"})).await;
     assert!(
         refused.as_ref().is_err_and(|e| e.contains("invalid regex `fn (unclosed`") && e.contains("unclosed group"))
     );
@@ -117,7 +117,7 @@ async fn bad_arguments_are_refused_naming_the_problem() {
     assert!(out.is_error && out.content.contains("unclosed group"), "{out:?}");
 
     for args in [json!({}), json!({"pattern": "a", "max_results": 0}), json!({"pattern": "a", "glob": "*.rs"})] {
-        assert!(search.validate(&args).is_err(), "{args}");
+        assert!(search.validate(&args).await.is_err(), "{args}");
         assert!(call(&search, args).await.is_error);
     }
 }

@@ -28,8 +28,8 @@ fn builtins_register_with_their_gates_and_schemas() {
     }
 }
 
-#[test]
-fn schemas_reject_missing_wrong_and_unknown_arguments() {
+#[tokio::test]
+async fn schemas_reject_missing_wrong_and_unknown_arguments() {
     let fx = Fixture::new();
     let registry = fx.registry();
     let check = |name: &str, args: Value| registry.get(name).map(|t| t.check_arguments(&args).is_ok());
@@ -42,7 +42,7 @@ fn schemas_reject_missing_wrong_and_unknown_arguments() {
     assert_eq!(check("fs_write", json!({"path": "a", "content": "x", "mode": "append"})), Some(false));
     assert_eq!(check("fs_delete", json!({"path": "a", "recursive": true})), Some(false));
     // validate repeats the shape check, so a tool used without a registry refuses bad arguments too.
-    assert!(fx.tool("fs_write").validate(&json!({"path": "a"})).is_err());
+    assert!(fx.tool("fs_write").validate(&json!({"path": "a"})).await.is_err());
 }
 
 #[tokio::test]
@@ -88,8 +88,8 @@ async fn write_creates_folders_and_replaces() {
     let fx = Fixture::new();
     let write = fx.tool("fs_write");
     let args = json!({"path": "notes/today/note.txt", "content": "hello"});
-    assert_eq!(write.validate(&args), Ok(()));
-    assert_eq!(write.preview(&args).as_deref(), Some("create notes/today/note.txt (5 bytes)"));
+    assert_eq!(write.validate(&args).await, Ok(()));
+    assert_eq!(write.preview(&args).await.as_deref(), Some("create notes/today/note.txt (5 bytes)"));
     assert_eq!(call(&write, args).await, ToolOutput::text("created notes/today/note.txt (5 bytes)"));
     assert_eq!(fx.read("notes/today/note.txt").as_deref(), Some("hello"));
 
@@ -98,33 +98,33 @@ async fn write_creates_folders_and_replaces() {
     assert_eq!(fx.read("notes/today/note.txt").as_deref(), Some("hello\nworld\n"));
 
     let onto_folder = json!({"path": "notes", "content": "x"});
-    assert!(write.validate(&onto_folder).is_err_and(|e| e.contains("is a folder")));
+    assert!(write.validate(&onto_folder).await.is_err_and(|e| e.contains("is a folder")));
 }
 
-#[test]
-fn write_preview_is_a_unified_diff() {
+#[tokio::test]
+async fn write_preview_is_a_unified_diff() {
     let fx = Fixture::new();
     fx.put("poem.txt", "roses are red\nviolets are blue\nsugar is sweet\n");
     let write = fx.tool("fs_write");
     let args = json!({"path": "./poem.txt", "content": "roses are red\nviolets are violet\nsugar is sweet\n"});
-    let preview = write.preview(&args).unwrap_or_default();
+    let preview = write.preview(&args).await.unwrap_or_default();
     assert_eq!(
         preview,
         "--- a/poem.txt\n+++ b/poem.txt\n@@ -1,3 +1,3 @@\n roses are red\n-violets are blue\n+violets are violet\n sugar is sweet\n"
     );
     let same = json!({"path": "poem.txt", "content": "roses are red\nviolets are blue\nsugar is sweet\n"});
-    assert!(write.preview(&same).unwrap_or_default().starts_with("no change"));
+    assert!(write.preview(&same).await.unwrap_or_default().starts_with("no change"));
 }
 
-#[test]
-fn write_preview_summarises_big_and_binary_files() {
+#[tokio::test]
+async fn write_preview_summarises_big_and_binary_files() {
     let fx = Fixture::new();
     let big: String = (0..200_000).map(|i| format!("line {i}\n")).collect();
     fx.put("big.txt", &big);
-    let preview = fx.tool("fs_write").preview(&json!({"path": "big.txt", "content": "tiny"})).unwrap_or_default();
+    let preview = fx.tool("fs_write").preview(&json!({"path": "big.txt", "content": "tiny"})).await.unwrap_or_default();
     assert_eq!(preview, format!("replace big.txt: {} bytes with 4 bytes", big.len()));
     std::fs::write(fx.root.join("blob.bin"), [0xff, 0xfe, 0x00]).unwrap_or_else(|e| panic!("{e}"));
-    let preview = fx.tool("fs_write").preview(&json!({"path": "blob.bin", "content": "text"})).unwrap_or_default();
+    let preview = fx.tool("fs_write").preview(&json!({"path": "blob.bin", "content": "text"})).await.unwrap_or_default();
     assert_eq!(preview, "replace blob.bin: 3 bytes with 4 bytes");
 }
 
@@ -136,15 +136,15 @@ async fn delete_previews_and_removes() {
     fx.put("drafts/deeper/b.txt", "bbb");
     let delete = fx.tool("fs_delete");
 
-    assert_eq!(delete.preview(&json!({"path": "old.txt"})).as_deref(), Some("delete old.txt (5 bytes)"));
+    assert_eq!(delete.preview(&json!({"path": "old.txt"})).await.as_deref(), Some("delete old.txt (5 bytes)"));
     assert_eq!(
-        delete.preview(&json!({"path": "drafts"})).as_deref(),
+        delete.preview(&json!({"path": "drafts"})).await.as_deref(),
         Some(
             "delete the folder drafts/ and everything in it: 2 file(s), 1 folder(s), 5 bytes\n  drafts/a.txt (2 bytes)\n  drafts/deeper/\n  drafts/deeper/b.txt (3 bytes)"
         )
     );
     assert_eq!(
-        delete.preview(&json!({"path": "ghost.txt"})).as_deref(),
+        delete.preview(&json!({"path": "ghost.txt"})).await.as_deref(),
         Some("nothing to delete: ghost.txt does not exist")
     );
 
@@ -153,7 +153,7 @@ async fn delete_previews_and_removes() {
     assert_eq!(call(&delete, json!({"path": "drafts"})).await, ToolOutput::text("deleted the folder drafts/"));
     assert!(!fx.root.join("drafts").exists());
     assert!(call(&delete, json!({"path": "ghost.txt"})).await.is_error);
-    assert!(delete.validate(&json!({"path": "."})).is_err_and(|e| e.contains("workspace root")));
+    assert!(delete.validate(&json!({"path": "."})).await.is_err_and(|e| e.contains("workspace root")));
     assert!(fx.root.exists());
 }
 
@@ -164,7 +164,7 @@ async fn delete_of_an_inner_symlink_removes_the_link_only() {
     fx.plant_link("alias.txt", &fx.root.join("real.txt"));
     let delete = fx.tool("fs_delete");
     assert_eq!(
-        delete.preview(&json!({"path": "alias.txt"})).as_deref(),
+        delete.preview(&json!({"path": "alias.txt"})).await.as_deref(),
         Some("delete the symlink alias.txt (not what it points to)")
     );
     assert_eq!(call(&delete, json!({"path": "alias.txt"})).await, ToolOutput::text("deleted alias.txt"));
@@ -186,7 +186,7 @@ async fn escapes_are_refused_by_every_tool() {
     ];
     for (name, args) in cases {
         let tool = fx.tool(name);
-        let refused = tool.validate(&args);
+        let refused = tool.validate(&args).await;
         assert!(refused.as_ref().is_err_and(|e| e.contains("escapes the workspace")), "{name} {args}: {refused:?}");
         let out = call(&tool, args.clone()).await;
         assert!(out.is_error && out.content.contains("escapes the workspace"), "{name} {args}: {out:?}");
@@ -214,9 +214,9 @@ async fn a_symlink_planted_in_the_workspace_cannot_lead_out() {
     ];
     for (name, args) in cases {
         let tool = fx.tool(name);
-        let refused = tool.validate(&args);
+        let refused = tool.validate(&args).await;
         assert!(refused.as_ref().is_err_and(|e| e.contains("escapes the workspace")), "{name} {args}: {refused:?}");
-        assert_eq!(tool.preview(&args), None, "{name} {args}: no preview of what cannot run");
+        assert_eq!(tool.preview(&args).await, None, "{name} {args}: no preview of what cannot run");
         let out = call(&tool, args.clone()).await;
         assert!(out.is_error && out.content.contains("escapes the workspace"), "{name} {args}: {out:?}");
     }
@@ -230,7 +230,7 @@ async fn a_symlink_planted_after_approval_is_caught_when_the_call_runs() {
     let fx = Fixture::new();
     let write = fx.tool("fs_write");
     let args = json!({"path": "later/note.txt", "content": "x"});
-    assert_eq!(write.validate(&args), Ok(()));
+    assert_eq!(write.validate(&args).await, Ok(()));
     // While the call waits for a person, someone replaces the folder with a link pointing out.
     fx.plant_link("later", &fx.outside);
     let out = call(&write, args).await;

@@ -101,8 +101,8 @@ async fn non_2xx_is_an_error_result_and_redirects_are_not_followed() {
     );
 }
 
-#[test]
-fn the_preview_masks_credentials() {
+#[tokio::test]
+async fn the_preview_masks_credentials() {
     let tool = http_tool();
     let args = json!({
         "method": "PUT",
@@ -111,8 +111,8 @@ fn the_preview_masks_credentials() {
         "body": "{\"name\":\"pen\"}"
     });
     assert_eq!(tool.gate(&args), Gate::Ask);
-    assert_eq!(tool.validate(&args), Ok(()));
-    let preview = tool.preview(&args).unwrap_or_default();
+    assert_eq!(tool.validate(&args).await, Ok(()));
+    let preview = tool.preview(&args).await.unwrap_or_default();
     assert_eq!(
         preview,
         "PUT https://bob:****@api.example.test/v1/items/7?x=1\nauthorization: Bearer ****\nx-api-key: ****\ncookie: ****\naccept: application/json\nbody (14 bytes):\n{\"name\":\"pen\"}\ntimeout: 30s"
@@ -121,9 +121,9 @@ fn the_preview_masks_credentials() {
         assert!(!preview.contains(secret), "{secret} leaked: {preview}");
     }
     let big = "x".repeat(10_000);
-    let preview = tool.preview(&json!({"method": "POST", "url": "http://127.0.0.1/", "body": big})).unwrap_or_default();
+    let preview = tool.preview(&json!({"method": "POST", "url": "http://127.0.0.1/", "body": big})).await.unwrap_or_default();
     assert!(preview.contains("body (10000 bytes):\n") && preview.contains("[body preview cut at 2000 of 10000 bytes]"));
-    let preview = tool.preview(&json!({"method": "GET", "url": "http://127.0.0.1:9/x"})).unwrap_or_default();
+    let preview = tool.preview(&json!({"method": "GET", "url": "http://127.0.0.1:9/x"})).await.unwrap_or_default();
     assert_eq!(preview, "GET http://127.0.0.1:9/x\nno body\ntimeout: 30s");
 }
 

@@ -49,21 +49,21 @@ async fn only_a_few_environment_variables_reach_the_command() {
     assert!(names.iter().all(|name| PASSED_ENV.contains(name)), "{names:?}");
 }
 
-#[test]
-fn the_preview_shows_the_command_program_folder_and_timeout() {
+#[tokio::test]
+async fn the_preview_shows_the_command_program_folder_and_timeout() {
     let fx = Fixture::new();
     let shell = fx.tool("shell");
     let args = json!({"argv": ["echo", "a b", "it's", "line\nbreak"], "timeout_secs": 5});
     assert_eq!(shell.gate(&args), Gate::Ask);
-    assert_eq!(shell.validate(&args), Ok(()));
-    let preview = shell.preview(&args).unwrap_or_default();
+    assert_eq!(shell.validate(&args).await, Ok(()));
+    let preview = shell.preview(&args).await.unwrap_or_default();
     let lines: Vec<&str> = preview.lines().collect();
     assert_eq!(lines[0], r"run: echo 'a b' 'it'\''s' $'line\nbreak'");
     assert!(lines[1].starts_with("program: /") && lines[1].ends_with("/echo (found on PATH)"), "{preview}");
     assert_eq!(lines[2], format!("in: {} (the workspace root)", fx.canonical_root().display()));
     assert_eq!(lines[3], "timeout: 5s");
     assert_eq!(lines.len(), 4, "{preview}");
-    let default = shell.preview(&json!({"argv": ["ls"]})).unwrap_or_default();
+    let default = shell.preview(&json!({"argv": ["ls"]})).await.unwrap_or_default();
     assert!(default.ends_with("\ntimeout: 30s"), "{default}");
 }
 
@@ -116,7 +116,7 @@ async fn program_paths_resolve_inside_the_workspace_only() {
     assert_eq!(out, ToolOutput::text("exit code 0\n--- stdout ---\nhello x\n"));
     let out = call(&shell, json!({"argv": ["./bin/../bin/hello.sh"]})).await;
     assert!(!out.is_error, "{out:?}");
-    let preview = shell.preview(&json!({"argv": ["./bin/hello.sh"]})).unwrap_or_default();
+    let preview = shell.preview(&json!({"argv": ["./bin/hello.sh"]})).await.unwrap_or_default();
     assert!(preview.contains("\nprogram: bin/hello.sh (in the workspace)\n"), "{preview}");
 
     for program in ["../outside/evil.sh", "/bin/echo", "./evil", "tools/evil.sh", "bin/../../outside/evil.sh"] {

@@ -14,7 +14,7 @@ async fn reads_the_injected_clock_as_rfc3339_utc() {
     let clock = ManualClock::at(1_738_315_800_123);
     let tool: Arc<dyn Tool> = Arc::new(TimeNow::new(Arc::new(clock.clone())));
     assert_eq!(tool.gate(&json!({})), Gate::Allow);
-    assert_eq!(tool.preview(&json!({})), None);
+    assert_eq!(tool.preview(&json!({})).await, None);
     assert_eq!(call(&tool, json!({})).await, ToolOutput::text("2025-01-31T09:30:00.123Z"));
     clock.advance(std::time::Duration::from_secs(86_400));
     assert_eq!(call(&tool, json!({})).await, ToolOutput::text("2025-02-01T09:30:00.123Z"));
@@ -40,7 +40,7 @@ async fn takes_no_arguments() {
     assert_eq!(check(json!({})), Some(true));
     assert_eq!(check(json!({"timezone": "Europe/Paris"})), Some(false));
     for args in [json!({"timezone": "Europe/Paris"}), json!("now"), json!(null)] {
-        assert!(tool.validate(&args).is_err(), "{args}");
+        assert!(tool.validate(&args).await.is_err(), "{args}");
         let out = call(&tool, args.clone()).await;
         assert!(out.is_error && out.content.contains("invalid arguments"), "{args}: {out:?}");
     }

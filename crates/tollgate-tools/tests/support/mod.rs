@@ -85,9 +85,9 @@ pub async fn call(tool: &Arc<dyn Tool>, args: Value) -> ToolOutput {
 /// of what cannot run, and that a call made anyway is an error result saying the same.
 pub async fn assert_refused(tool: &Arc<dyn Tool>, args: Value, needle: &str) {
     let name = tool.name().to_owned();
-    let refused = tool.validate(&args);
+    let refused = tool.validate(&args).await;
     assert!(refused.as_ref().is_err_and(|e| e.contains(needle)), "{name} {args}: {refused:?}");
-    assert_eq!(tool.preview(&args), None, "{name} {args}: no preview of what cannot run");
+    assert_eq!(tool.preview(&args).await, None, "{name} {args}: no preview of what cannot run");
     let out = call(tool, args.clone()).await;
     assert!(out.is_error && out.content.contains(needle), "{name} {args}: {out:?}");
 }
