@@ -13,10 +13,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tollgate_config::{Config, McpCommand, ProviderKind};
-use tollgate_core::{LoopConfig, ModelClient, SystemClock, Tool, ToolLoop, ToolRegistry};
+use tollgate_core::{LoopConfig, ModelClient, Redactor, SystemClock, Tool, ToolLoop, ToolRegistry};
 use tollgate_mcp::McpSource;
 use tollgate_providers::{AnthropicModel, ApiKey, OpenAiModel, ProviderSettings, Script, ScriptedModel};
-use tollgate_runtime::{AgentSpec, OnExpiry, Runtime, RuntimeOptions, ToolInfo, UuidV7Ids};
+use tollgate_runtime::{AgentSpec, OnExpiry, PrivacyLevel, Runtime, RuntimeOptions, ToolInfo, UuidV7Ids};
+use tollgate_tools::{BuiltinOptions, SandboxMode, ShellOptions};
 
 /// Why a process could not be assembled. Each is a configuration problem (the CLI exits 2).
 #[derive(Debug, thiserror::Error)]
@@ -65,10 +66,28 @@ pub struct App {
     mcp: Vec<McpSource>,
 }
 
+/// Why a built-in tool has its gate.
+const BUILTIN_REASON: &str = "default";
+
 /// The name of the agent that exists when the configuration defines none.
 pub const DEMO_AGENT: &str = "demo";
 
 impl App {
+    /// Why `shell` commands will not be confined as `[sandbox] mode` asks, if they will not be: a sentence
+    /// for `serve` to print once at start. `None` when the sandbox is fully available or turned off.
+    pub fn sandbox_warning(&self) -> Option<String> {
+        let support = tollgate_tools::sandbox_support();
+        match (self.config.sandbox.mode, &support) {
+            (tollgate_config::SandboxMode::Off, _) | (_, tollgate_tools::SandboxSupport::Full { .. }) => None,
+            (tollgate_config::SandboxMode::Required, _) => Some(format!(
+                "the shell sandbox is required ([sandbox] mode = \"required\") but {support}: shell calls will be refused"
+            )),
+            (tollgate_config::SandboxMode::Auto, _) => Some(format!(
+                "{support}: shell commands run without the full sandbox (see SECURITY.md; [sandbox] mode = \"required\" refuses them instead)"
+            )),
+        }
+    }
+
     /// Builds the process. MCP servers that fail to start are logged and left out (their tools are then
     /// unknown to the model); everything else that fails is an error.
     pub async fn build(config: Config) -> Result<App, AppError> {
@@ -77,9 +96,10 @@ impl App {
             .map_err(|e| AppError::Store { url: config.store.redacted_url(), message: e.to_string() })?;
         let workspace = config.workspace.root.clone();
 
-        let mut known: Vec<KnownTool> = tollgate_tools::builtin_tools(&workspace)
+        let builtin = builtin_options(&config, false);
+        let mut known: Vec<KnownTool> = tollgate_tools::builtin_tools_with(&workspace, &builtin)
             .into_iter()
-            .map(|tool| KnownTool { tool, reason: "default" })
+            .map(|tool| KnownTool { tool, reason: BUILTIN_REASON })
             .collect();
         let mut mcp = Vec::new();
         for server in &config.mcp_servers {
@@ -89,7 +109,8 @@ impl App {
             };
             let mut settings = tollgate_mcp::McpServerConfig::new(server.name.clone(), command)
                 .args(server.args.iter().cloned())
-                .working_dir(config.base_dir.clone());
+                .working_dir(config.base_dir.clone())
+                .inherit_env(server.inherit_env);
             for (key, value) in &server.env {
                 settings = settings.env(key.clone(), value.expose().to_owned());
             }
@@ -111,13 +132,23 @@ impl App {
         } else {
             vec![demo_agent(&known)?]
         };
-        let options = RuntimeOptions { lease: config.server.lease, catalog, ..RuntimeOptions::default() };
+        let options = RuntimeOptions {
+            lease: config.server.lease,
+            catalog,
+            privacy: privacy_level(config.privacy.level),
+            redactor: redactor(&config),
+            ..RuntimeOptions::default()
+        };
         let runtime = Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
         Ok(App { config, runtime, workspace, mcp })
     }
 
-    /// Stops the MCP servers.
+    /// Kills every `shell` command still running (its whole process group) and stops the MCP servers.
     pub async fn shutdown(&self) {
+        let killed = tollgate_tools::kill_running_commands();
+        if killed > 0 {
+            tracing::warn!(killed, "killed shell commands still running at shutdown");
+        }
         for source in &self.mcp {
             source.shutdown().await;
         }
@@ -137,8 +168,16 @@ fn build_agent(
     let mut registry = ToolRegistry::new();
     let mut infos = Vec::new();
     for known in known.iter().filter(|k| agent.offers_tool(k.tool.name())) {
-        let (gate, why) = policy::explain(known.tool.as_ref(), known.reason, &agent.policy);
-        let tool = policy::apply(Arc::clone(&known.tool), &agent.policy);
+        // An agent whose commands may use the network gets a `shell` of its own.
+        let own = match known.tool.name() {
+            "shell" if agent.shell_network && known.reason == BUILTIN_REASON => {
+                tollgate_tools::builtin_tool_with(&config.workspace.root, "shell", &builtin_options(config, true))
+            }
+            _ => None,
+        };
+        let base = own.unwrap_or_else(|| Arc::clone(&known.tool));
+        let (gate, why) = policy::explain(base.as_ref(), known.reason, &agent.policy);
+        let tool = policy::apply(base, &agent.policy);
         let mut info = ToolInfo::of(tool.as_ref(), why);
         info.gate = gate;
         infos.push(info);
@@ -150,6 +189,7 @@ fn build_agent(
         system_prompt: agent.system_prompt.clone(),
         max_iterations: agent.max_iterations,
         max_tokens: agent.max_tokens,
+        redactor: redactor(config),
         ..LoopConfig::default()
     };
     let agent_loop = ToolLoop::new(model, Arc::new(registry), loop_config);
@@ -165,6 +205,29 @@ fn build_agent(
         },
         forbid_self_approval: agent.forbid_self_approval,
     })
+}
+
+/// How the built-in tools are set up: the `shell` sandbox from `[sandbox] mode`, network as given.
+fn builtin_options(config: &Config, network: bool) -> BuiltinOptions {
+    let sandbox = match config.sandbox.mode {
+        tollgate_config::SandboxMode::Auto => SandboxMode::Auto,
+        tollgate_config::SandboxMode::Required => SandboxMode::Required,
+        tollgate_config::SandboxMode::Off => SandboxMode::Off,
+    };
+    BuiltinOptions { shell: ShellOptions { sandbox, network } }
+}
+
+/// The one redactor of this process: every configured secret (see [`Config::secret_values`]).
+pub fn redactor(config: &Config) -> Redactor {
+    Redactor::new(config.secret_values())
+}
+
+fn privacy_level(level: tollgate_config::PrivacyLevel) -> PrivacyLevel {
+    match level {
+        tollgate_config::PrivacyLevel::Full => PrivacyLevel::Full,
+        tollgate_config::PrivacyLevel::Redacted => PrivacyLevel::Redacted,
+        tollgate_config::PrivacyLevel::Metadata => PrivacyLevel::Metadata,
+    }
 }
 
 fn model_client(provider: &tollgate_config::ProviderConfig) -> Result<Arc<dyn ModelClient>, AppError> {

@@ -28,7 +28,7 @@ pub async fn approval_cycle_http(
     time_limit: Duration,
 ) -> Result<Vec<PhaseReport>, BenchError> {
     let deadline = Instant::now() + time_limit;
-    let store = tollgate_store::open(store_url).await.map_err(err)?;
+    let store = crate::open_store(store_url).await?;
     let notes = Arc::new(Mutex::new(Vec::new()));
     let runtime = approval_runtime(store.clone(), notes.clone())?;
 

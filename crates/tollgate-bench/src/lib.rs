@@ -69,6 +69,20 @@ fn err(e: impl std::fmt::Display) -> BenchError {
     BenchError(e.to_string())
 }
 
+/// The environment variable that turns on encryption at rest for the benchmarks: 64 hexadecimal
+/// digits, used as data key `bench`.
+pub const DATA_KEY_ENV: &str = "TOLLGATE_BENCH_DATA_KEY";
+
+/// Opens the store at `store_url`, encrypting at rest when [`DATA_KEY_ENV`] is set.
+pub async fn open_store(store_url: &str) -> Result<Arc<dyn RunStore>, BenchError> {
+    let mut options = tollgate_store::StoreOptions::default();
+    if let Ok(hex) = std::env::var(DATA_KEY_ENV) {
+        let key = tollgate_store::DataKey::from_hex("bench", &hex).map_err(err)?;
+        options.data_keys = Some(Arc::new(tollgate_store::DataKeys::new([key]).map_err(err)?));
+    }
+    tollgate_store::open_with(store_url, options).await.map_err(err)
+}
+
 /// The `write_note` tool of workload A: gate ask, appends its text to an in-memory list.
 struct WriteNote {
     schema: Value,
@@ -141,7 +155,7 @@ async fn approval_cycle_here(
     concurrency: usize,
     deny: bool,
 ) -> Result<Vec<PhaseReport>, BenchError> {
-    let store = tollgate_store::open(store_url).await.map_err(err)?;
+    let store = open_store(store_url).await?;
     let notes = Arc::new(Mutex::new(Vec::new()));
     let runtime = approval_runtime(store, notes.clone())?;
     let label = if deny { "C" } else { "A" };

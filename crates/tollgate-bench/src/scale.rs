@@ -40,7 +40,7 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
     if n == 0 {
         return Err(BenchError("workload D needs at least one waiting run".into()));
     }
-    let store = tollgate_store::open(store_url).await.map_err(err)?;
+    let store = crate::open_store(store_url).await?;
     let notes = Arc::new(Mutex::new(Vec::new()));
     let runtime = approval_runtime(store, notes.clone())?;
     let sample = u64::try_from(sample).unwrap_or(u64::MAX).clamp(1, n);

@@ -76,6 +76,40 @@ pub async fn execute(cli: Cli) -> Result<Exit, CliError> {
     result
 }
 
+/// The process's redactor, set once the configuration is loaded: log lines and error messages pass
+/// through it, so no configured secret (or a masked fragment of one) reaches the terminal.
+static REDACTOR: std::sync::OnceLock<tollgate_core::Redactor> = std::sync::OnceLock::new();
+
+/// Installs the redactor of the loaded configuration (the first one installed stays).
+pub fn install_redactor(redactor: tollgate_core::Redactor) {
+    let _ = REDACTOR.set(redactor);
+}
+
+/// `text` with every configured secret redacted (unchanged before a configuration is loaded).
+pub fn redact(text: &str) -> std::borrow::Cow<'_, str> {
+    match REDACTOR.get() {
+        Some(redactor) => redactor.redact(text),
+        None => std::borrow::Cow::Borrowed(text),
+    }
+}
+
+/// stderr for log records, each record redacted (the formatter writes a record in one call).
+struct RedactingStderr;
+
+impl std::io::Write for RedactingStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(buf) {
+            Ok(text) => std::io::stderr().write_all(redact(text).as_bytes())?,
+            Err(_) => std::io::stderr().write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 /// Sends log records to stderr: errors only with `-q`, warnings by default, more with each `-v`.
 pub fn init_logging(verbose: u8, quiet: bool) {
     let level = match (quiet, verbose) {
@@ -86,7 +120,7 @@ pub fn init_logging(verbose: u8, quiet: bool) {
         _ => tracing::Level::TRACE,
     };
     let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| RedactingStderr)
         .with_max_level(level)
         .with_target(verbose > 1)
         .without_time()

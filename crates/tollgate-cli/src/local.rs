@@ -35,7 +35,7 @@ pub struct Local {
     pub workspace: PathBuf,
     /// The configuration in force.
     pub config: Config,
-    app: App,
+    pub(crate) app: App,
 }
 
 impl Local {
@@ -47,6 +47,7 @@ impl Local {
             .with_file(config_file.map(Path::to_path_buf))
             .load()
             .map_err(|e| CliError::usage(e.to_string()))?;
+        crate::install_redactor(tollgate_app::redactor(&config));
         let app = App::build(config.clone()).await.map_err(|e| CliError::usage(e.to_string()))?;
         Ok(Local { runtime: app.runtime.clone(), workspace: app.workspace.clone(), config, app })
     }

@@ -27,7 +27,7 @@ fn main() -> ExitCode {
     match runtime.block_on(tollgate_cli::execute(cli)) {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(error) => {
-            eprintln!("tollgate: {}", error.message);
+            eprintln!("tollgate: {}", tollgate_cli::redact(&error.message));
             ExitCode::from(error.exit.code())
         }
     }

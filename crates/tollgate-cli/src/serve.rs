@@ -47,6 +47,9 @@ pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
         },
         ..ServerOptions::default()
     };
+    if let Some(warning) = local.app.sandbox_warning() {
+        eprintln!("tollgate: warning: {warning}");
+    }
     eprintln!("tollgate: serving the API and the playground on http://{}", options.addr);
     tollgate_server::serve(local.runtime.clone(), options, tollgate_server::shutdown_signal())
         .await

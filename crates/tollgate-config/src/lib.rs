@@ -84,8 +84,8 @@ pub use load::{ConfigFile, ConfigLoader, FoundBy, load};
 pub use model::{
     AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, HttpProviderConfig, McpCommand,
     McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind,
-    RetentionConfig, Role, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, StoreBackend,
-    StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+    RetentionConfig, Role, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, StoreBackend, StoreConfig,
+    TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
 };
 pub use secret::Secret;
 

@@ -16,8 +16,8 @@ use crate::duration::EXPECTED_DURATION;
 use crate::model::{
     AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, HttpProviderConfig, McpCommand,
     McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind,
-    RetentionConfig, Role, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, StoreBackend,
-    StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+    RetentionConfig, Role, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, StoreBackend, StoreConfig,
+    TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
 };
 use crate::{ConfigError, EnvVars, Glob, Secret, defaults, parse_addr, parse_duration};
 

@@ -30,6 +30,7 @@
 pub mod canonical;
 pub mod event;
 pub mod model;
+pub mod redact;
 pub mod run;
 pub mod store;
 pub mod suspension;
@@ -39,6 +40,7 @@ pub mod transcript;
 
 pub use event::{ChainBreak, EventKind, NewEvent, StoredEvent, verify_chain};
 pub use model::{FinishReason, ModelClient, ModelError, ModelRequest, ModelResponse};
+pub use redact::Redactor;
 pub use run::{
     Lease, Millis, Pending, RecordedDecision, RunError, RunRecord, RunStatus, Transition, TransitionError, rfc3339,
 };

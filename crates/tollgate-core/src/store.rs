@@ -48,6 +48,16 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// The run's stored data is encrypted (tollgate-store's data keys) and this store cannot decrypt
+    /// it: no data keys are configured, the key it names is not among them, or the key does not open
+    /// it (a wrong key under that id, or an altered value). Not retryable: configure the right key.
+    #[error("stored data for run {id} cannot be decrypted: {detail}")]
+    Undecryptable {
+        /// The run.
+        id: String,
+        /// Which value, and which key id it names (never key material).
+        detail: String,
+    },
     /// The database was written by a newer Tollgate.
     #[error(
         "the database schema is version {found}, newer than this Tollgate understands ({supported}); upgrade Tollgate"

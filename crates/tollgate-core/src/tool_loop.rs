@@ -10,6 +10,7 @@
 
 use crate::BoxFuture;
 use crate::model::{ModelClient, ModelError, ModelRequest, ModelResponse};
+use crate::redact::Redactor;
 use crate::suspension::{Decision, DecisionError, Decisions, HeldCall, Suspension};
 use crate::tool::{Gate, RegisteredTool, ToolContext, ToolPin, ToolRegistry, ToolSpec};
 use crate::transcript::{Counters, Invocation, Message, ToolCall, ToolResult};
@@ -40,6 +41,9 @@ pub struct LoopConfig {
     pub result_cap_bytes: usize,
     /// How many allow-gated calls of one turn may run at once.
     pub concurrency: usize,
+    /// Removes configured secrets from every tool result before the model, the transcript or an event
+    /// sees it (empty: nothing to remove).
+    pub redactor: Redactor,
 }
 
 impl Default for LoopConfig {
@@ -51,6 +55,7 @@ impl Default for LoopConfig {
             max_tokens: None,
             result_cap_bytes: 50_000,
             concurrency: 8,
+            redactor: Redactor::default(),
         }
     }
 }
@@ -677,7 +682,7 @@ impl ToolLoop {
             Some(registered) => self.run_tool(registered, run_id, call_id, arguments.clone()).await,
             None => (format!("Tool {tool} is no longer available; the call was not run."), true),
         };
-        let mut content = cap_result(content, self.config.result_cap_bytes);
+        let mut content = cap_result(self.config.redactor.redact(&content).into_owned(), self.config.result_cap_bytes);
         if edited {
             content = format!("[arguments edited by the approver: {arguments}]\n{content}");
         }

@@ -13,8 +13,13 @@ pub struct McpServerConfig {
     pub command: PathBuf,
     /// Arguments passed to the program as they are (no shell).
     pub args: Vec<String>,
-    /// Variables added to the environment the server inherits from Tollgate.
+    /// Variables added to the server's environment (after [`DEFAULT_ENV`], or after Tollgate's whole
+    /// environment with [`inherit_env`](Self::inherit_env)).
     pub env: BTreeMap<String, String>,
+    /// Start the server with Tollgate's whole environment. Off by default: a server gets only the
+    /// variables of [`DEFAULT_ENV`] that are set, plus [`env`](Self::env), so provider keys and tokens
+    /// never reach it (as the official MCP SDKs do).
+    pub inherit_env: bool,
     /// The server's working directory; `None` keeps Tollgate's. The app sets the config file's folder, so
     /// relative paths in `args` mean what CONFIG.md says they mean.
     pub working_dir: Option<PathBuf>,
@@ -23,6 +28,10 @@ pub struct McpServerConfig {
     /// How long spawning, the MCP handshake and the tool listing may take together.
     pub start_timeout: Duration,
 }
+
+/// The variables an MCP server gets from Tollgate's environment unless
+/// [`inherit_env`](McpServerConfig::inherit_env) is set: what the official MCP SDKs pass on POSIX.
+pub const DEFAULT_ENV: [&str; 6] = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
 
 impl McpServerConfig {
     /// The default [`call_timeout`](Self::call_timeout).
@@ -37,6 +46,7 @@ impl McpServerConfig {
             command: command.into(),
             args: Vec::new(),
             env: BTreeMap::new(),
+            inherit_env: false,
             working_dir: None,
             call_timeout: Self::DEFAULT_CALL_TIMEOUT,
             start_timeout: Self::DEFAULT_START_TIMEOUT,
@@ -62,6 +72,12 @@ impl McpServerConfig {
     /// Adds one environment variable.
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Starts the server with Tollgate's whole environment (see [`inherit_env`](Self::inherit_env)).
+    pub fn inherit_env(mut self, inherit: bool) -> Self {
+        self.inherit_env = inherit;
         self
     }
 

@@ -22,7 +22,7 @@ mod naming;
 mod server;
 mod tool;
 
-pub use config::{McpServerConfig, resolve_command};
+pub use config::{DEFAULT_ENV, McpServerConfig, resolve_command};
 pub use error::{StartError, StartFailure};
 pub use naming::{MAX_TOOL_NAME_LEN, tool_name};
 pub use tool::{GATE_REASON_DEFAULT, GATE_REASON_READ_ONLY, McpTool};

@@ -4,7 +4,7 @@
 //! dropped (which kills its process) and the next call starts a fresh one with the same tool list; a tool
 //! call is never retried on its own, since it may have had an effect before the server died.
 
-use crate::config::McpServerConfig;
+use crate::config::{DEFAULT_ENV, McpServerConfig};
 use crate::error::{StartFailure, stderr_note};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, Implementation, InitializeRequestParams, JsonObject,
@@ -236,7 +236,16 @@ async fn open(
     listing: Listing,
 ) -> Result<(Connection, Vec<rmcp::model::Tool>), StartFailure> {
     let mut command = tokio::process::Command::new(&config.command);
-    command.args(&config.args).envs(&config.env).kill_on_drop(true);
+    command.args(&config.args).kill_on_drop(true);
+    if !config.inherit_env {
+        command.env_clear();
+        for key in DEFAULT_ENV {
+            if let Some(value) = std::env::var_os(key) {
+                command.env(key, value);
+            }
+        }
+    }
+    command.envs(&config.env);
     if let Some(dir) = &config.working_dir {
         command.current_dir(dir);
     }

@@ -13,7 +13,7 @@ use tollgate_testkit::scratch_dir;
 
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_tollgate-mcp-test-server");
 
-const ALL_NAMES: [&str; 7] = [
+const ALL_NAMES: [&str; 8] = [
     "test__read_thing",
     "test__delete_thing",
     "test__crash",
@@ -22,6 +22,7 @@ const ALL_NAMES: [&str; 7] = [
     "test__odd_name_v2",
     // sha256("test__a_tool_name_long_enough_that_the_full_name_passes_sixty_four_chars") starts a93594fd.
     "test__a_tool_name_long_enough_that_the_full_name_passes_a93594fd",
+    "test__get_env",
 ];
 
 fn config() -> McpServerConfig {
@@ -258,4 +259,23 @@ async fn after_shutdown_calls_are_error_results() {
     source.shutdown().await;
     let output = call(&read, json!({"id": "1"})).await;
     assert_eq!(output, ToolOutput::error("MCP server `test` is not available: it was shut down"));
+}
+
+/// Attack: a server's read-only tool handed Tollgate's environment (provider keys, tokens) to the model.
+/// A server now gets only `DEFAULT_ENV` plus its configured `env`, unless `inherit_env` is set.
+#[tokio::test]
+async fn a_server_sees_only_the_default_environment_and_its_own_env() {
+    // Cargo sets CARGO_MANIFEST_DIR for the test process: a stand-in for a secret in Tollgate's environment.
+    let ours = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|e| panic!("{e}"));
+    let get_env = |source: &McpSource| tool(source, "test__get_env");
+
+    let scrubbed = start(config().env("CONFIGURED", "given")).await;
+    let tool_ = get_env(&scrubbed);
+    assert_eq!(call(&tool_, json!({"name": "CARGO_MANIFEST_DIR"})).await.content, "(unset)");
+    assert_eq!(call(&tool_, json!({"name": "CONFIGURED"})).await.content, "given");
+    let path = std::env::var("PATH").unwrap_or_default();
+    assert_eq!(call(&tool_, json!({"name": "PATH"})).await.content, path, "PATH is one of the defaults");
+
+    let inheriting = start(config().inherit_env(true)).await;
+    assert_eq!(call(&get_env(&inheriting), json!({"name": "CARGO_MANIFEST_DIR"})).await.content, ours);
 }

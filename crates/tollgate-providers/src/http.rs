@@ -353,11 +353,17 @@ impl Endpoint {
         }
     }
 
-    /// Replaces every occurrence of the API key, and cuts the text to a length fit for an error message.
+    /// Replaces every occurrence of the API key, and the masked echo of it a provider prints
+    /// (`sk-PRO...3456`, with [`tollgate_core::Redactor`]'s rule), and cuts the text to a length fit for
+    /// an error message.
     pub(crate) fn redact(&self, text: String) -> String {
         let text = match &self.key {
-            Some(key) if !key.expose().is_empty() && text.contains(key.expose()) => {
-                text.replace(key.expose(), REDACTED)
+            Some(key) if !key.expose().is_empty() => {
+                let text = if text.contains(key.expose()) { text.replace(key.expose(), REDACTED) } else { text };
+                match tollgate_core::Redactor::new([key.expose()]).redact(&text) {
+                    std::borrow::Cow::Owned(clean) => clean,
+                    std::borrow::Cow::Borrowed(_) => text,
+                }
             }
             _ => text,
         };

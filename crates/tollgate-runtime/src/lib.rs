@@ -13,8 +13,11 @@
 //! Other events (model requests and responses, allow-gated calls) ride with the next durable write, so
 //! a run costs few commits; allow-gated calls are declared safe to repeat after a crash.
 
+pub use privacy::PrivacyLevel;
+use tollgate_core::Redactor;
 mod events;
 mod hooks;
+pub mod privacy;
 mod recovery;
 pub mod view;
 
@@ -96,11 +99,21 @@ pub struct RuntimeOptions {
     pub lease: Duration,
     /// Every tool this process knows, with its own default gate (no policy), for listing.
     pub catalog: Vec<ToolInfo>,
+    /// What the event log keeps of prompts, arguments and results (`[privacy] level`).
+    pub privacy: PrivacyLevel,
+    /// Removes configured secrets from events, run errors and outputs before they are stored.
+    pub redactor: Redactor,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        Self { node_id: format!("node-{}", uuid::Uuid::now_v7()), lease: Duration::from_secs(30), catalog: Vec::new() }
+        Self {
+            node_id: format!("node-{}", uuid::Uuid::now_v7()),
+            lease: Duration::from_secs(30),
+            catalog: Vec::new(),
+            privacy: PrivacyLevel::Full,
+            redactor: Redactor::default(),
+        }
     }
 }
 
@@ -256,7 +269,7 @@ impl Runtime {
         let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX).max(1000);
         Self {
             inner: Arc::new(Inner {
-                store,
+                store: privacy::filtered(store, options.privacy, options.redactor),
                 agents: agents.into_iter().map(Arc::new).collect(),
                 clock,
                 ids,

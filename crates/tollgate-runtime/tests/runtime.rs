@@ -60,7 +60,8 @@ impl Setup {
     }
 
     fn runtime(&self, store: Arc<dyn RunStore>, clock: &ManualClock, node: &str) -> Runtime {
-        let options = RuntimeOptions { node_id: node.into(), lease: Duration::from_secs(30), catalog: Vec::new() };
+        let options =
+            RuntimeOptions { node_id: node.into(), lease: Duration::from_secs(30), ..RuntimeOptions::default() };
         Runtime::new(store, vec![self.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options)
     }
 }

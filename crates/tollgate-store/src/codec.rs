@@ -3,10 +3,14 @@
 //!
 //! Promises kept here for both backends:
 //! - a row decodes to exactly the [`RunRecord`] that was encoded into it, or to
-//!   [`StoreError::Corrupt`] naming the run — never to a guess;
+//!   [`StoreError::Corrupt`] (or [`StoreError::Undecryptable`]) naming the run — never to a guess;
+//! - with data keys, the columns `suspension` and `decisions` of a run and `data` of an event are
+//!   sealed on the way in and opened on the way out (see [`crate::encryption`]); events are chained
+//!   over their plaintext before that;
 //! - a [`StoreError::Database`] message never contains the password of the URL the store was opened
 //!   with.
 
+use crate::encryption::{DataKeys, Place, open, seal};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use tollgate_core::event::{EventKind, NewEvent, StoredEvent, chain};
@@ -128,10 +132,51 @@ fn encode_json<T: serde::Serialize>(id: &str, what: &str, value: &T) -> Result<S
     serde_json::to_string(value).map_err(|e| StoreError::Database(format!("cannot encode the {what} of run {id}: {e}")))
 }
 
+/// A sealed column's stored value: without keys the plaintext itself; with keys the value it replaces
+/// when that holds the same plaintext (`unchanged`) already sealed with the current key — an unchanged
+/// value is not encrypted again, and SQLite's update then leaves its column alone — else a new seal.
+fn sealed_column(
+    keys: Option<&DataKeys>,
+    place: Place<'_>,
+    unchanged: Option<&Option<String>>,
+    plain: impl FnOnce() -> Result<String, StoreError>,
+) -> Result<String, StoreError> {
+    let Some(keys) = keys else { return plain() };
+    match unchanged {
+        Some(Some(stored)) if keys.sealed_with_current_key(stored) => Ok(stored.clone()),
+        _ => keys.seal(place, &plain()?),
+    }
+}
+
 impl RunRow {
-    /// The row for a record.
-    pub fn encode(run: &RunRecord) -> Result<RunRow, StoreError> {
+    /// The row for a record. With data keys its sealed columns are encrypted; `before` is the record
+    /// and the stored row this one replaces (for a value that did not change, see [`sealed_column`]).
+    pub fn encode(
+        run: &RunRecord,
+        keys: Option<&DataKeys>,
+        before: Option<(&RunRecord, &RunRow)>,
+    ) -> Result<RunRow, StoreError> {
         let pending = run.pending.as_ref();
+        let place = |column| Place { run_id: &run.id, column, seq: None };
+        let before_pending = before.map(|(record, row)| (record.pending.as_ref(), row));
+        let suspension = pending
+            .map(|p| {
+                let unchanged = before_pending
+                    .filter(|(old, _)| old.is_some_and(|old| old.suspension == p.suspension))
+                    .map(|(_, row)| &row.suspension);
+                sealed_column(keys, place("runs.suspension"), unchanged, || Ok(p.suspension.clone()))
+            })
+            .transpose()?;
+        let decisions = pending
+            .map(|p| {
+                let unchanged = before_pending
+                    .filter(|(old, _)| old.is_some_and(|old| old.decisions == p.decisions))
+                    .map(|(_, row)| &row.decisions);
+                sealed_column(keys, place("runs.decisions"), unchanged, || {
+                    encode_json(&run.id, "decisions", &p.decisions)
+                })
+            })
+            .transpose()?;
         Ok(RunRow {
             id: run.id.clone(),
             agent: run.agent.clone(),
@@ -148,10 +193,10 @@ impl RunRow {
             updated_at: run.updated_at,
             finished_at: run.finished_at,
             error: run.error.as_ref().map(|e| encode_json(&run.id, "error", e)).transpose()?,
-            suspension: pending.map(|p| p.suspension.clone()),
+            suspension,
             turn_digest: pending.map(|p| p.turn_digest.as_str().to_owned()),
             required_calls: pending.map(|p| encode_json(&run.id, "required calls", &p.required)).transpose()?,
-            decisions: pending.map(|p| encode_json(&run.id, "decisions", &p.decisions)).transpose()?,
+            decisions,
             expires_at: pending.and_then(|p| p.expires_at),
             lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
             lease_expires_at: run.lease.as_ref().map(|l| l.expires_at),
@@ -160,10 +205,12 @@ impl RunRow {
         })
     }
 
-    /// The record this row holds, or [`StoreError::Corrupt`].
-    pub fn decode(self) -> Result<RunRecord, StoreError> {
+    /// The record this row holds (its sealed columns opened with `keys`), or [`StoreError::Corrupt`] /
+    /// [`StoreError::Undecryptable`].
+    pub fn decode(self, keys: Option<&DataKeys>) -> Result<RunRecord, StoreError> {
         let id = self.id;
         let corrupt = |detail: String| StoreError::Corrupt { id: id.clone(), detail };
+        let place = |column| Place { run_id: &id, column, seq: None };
         let unsigned = |column: &str, value: i64| {
             u64::try_from(value).map_err(|_| corrupt(format!("column {column} is negative ({value})")))
         };
@@ -191,6 +238,7 @@ impl RunRow {
         let pending = match self.suspension {
             None => None,
             Some(suspension) => {
+                let suspension = open(keys, place("runs.suspension"), suspension)?;
                 let turn_digest =
                     self.turn_digest.ok_or_else(|| corrupt("a pending turn without a turn digest".to_owned()))?;
                 let required: Vec<String> = match self.required_calls {
@@ -199,7 +247,7 @@ impl RunRow {
                     None => return Err(corrupt("a pending turn without its required calls".to_owned())),
                 };
                 let decisions: BTreeMap<String, RecordedDecision> = match self.decisions {
-                    Some(text) => serde_json::from_str(&text)
+                    Some(text) => serde_json::from_str(&open(keys, place("runs.decisions"), text)?)
                         .map_err(|e| corrupt(format!("column decisions is not valid: {e}")))?,
                     None => BTreeMap::new(),
                 };
@@ -288,14 +336,19 @@ pub(crate) fn read_run_row(row: &impl Columns) -> Result<RunRow, StoreError> {
 }
 
 /// Reads and decodes a run row.
-pub(crate) fn decode_run(row: &impl Columns) -> Result<RunRecord, StoreError> {
-    read_run_row(row)?.decode()
+pub(crate) fn decode_run(row: &impl Columns, keys: Option<&DataKeys>) -> Result<RunRecord, StoreError> {
+    read_run_row(row)?.decode(keys)
 }
 
 /// Decodes rows for `list` and `due`: a corrupt row is skipped with a warning so that one bad run does
-/// not hide all the others (reading it by id still reports [`StoreError::Corrupt`]).
-pub(crate) fn decode_runs_skipping_corrupt<R: Columns>(rows: &[R], operation: &str) -> Vec<RunRecord> {
-    rows.iter().filter_map(|row| keep_readable(decode_run(row), operation)).collect()
+/// not hide all the others (reading it by id still reports [`StoreError::Corrupt`]). So is a row this
+/// store cannot decrypt ([`StoreError::Undecryptable`]).
+pub(crate) fn decode_runs_skipping_corrupt<R: Columns>(
+    rows: &[R],
+    operation: &str,
+    keys: Option<&DataKeys>,
+) -> Vec<RunRecord> {
+    rows.iter().filter_map(|row| keep_readable(decode_run(row, keys), operation)).collect()
 }
 
 /// A decoded run, or `None` with a warning when its row is corrupt (see [`decode_runs_skipping_corrupt`]).
@@ -321,26 +374,33 @@ pub(crate) struct EventRow {
 }
 
 impl EventRow {
-    /// The row for a chained event.
-    pub fn encode(run_id: &str, event: &StoredEvent) -> Result<EventRow, StoreError> {
+    /// The row for a chained event, its data sealed with `keys` (bound to the run and the seq).
+    pub fn encode(run_id: &str, event: &StoredEvent, keys: Option<&DataKeys>) -> Result<EventRow, StoreError> {
+        let seq = to_sql_int(event.seq);
+        let data = encode_json(run_id, "event data", &event.data)?;
         Ok(EventRow {
-            seq: to_sql_int(event.seq),
+            seq,
             at: event.at.clone(),
             kind: event.kind.as_str(),
             round: i64::from(event.round),
-            data: encode_json(run_id, "event data", &event.data)?,
+            data: seal(keys, Place { run_id, column: "events.data", seq: Some(seq) }, data)?,
             hash: event.hash.clone(),
         })
     }
 }
 
-/// Reads an `events` row selected as `seq, at, kind, round, data, hash`.
-pub(crate) fn decode_event(run_id: &str, row: &impl Columns) -> Result<StoredEvent, StoreError> {
+/// Reads an `events` row selected as `seq, at, kind, round, data, hash`, its data opened with `keys`.
+pub(crate) fn decode_event(
+    run_id: &str,
+    row: &impl Columns,
+    keys: Option<&DataKeys>,
+) -> Result<StoredEvent, StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt { id: run_id.to_owned(), detail };
     let read = || -> Result<(i64, String, String, i64, String, String), String> {
         Ok((row.int(0)?, row.text(1)?, row.text(2)?, row.int(3)?, row.text(4)?, row.text(5)?))
     };
     let (seq, at, kind, round, data, hash) = read().map_err(|e| corrupt(format!("an event row: {e}")))?;
+    let data = open(keys, Place { run_id, column: "events.data", seq: Some(seq) }, data)?;
     let seq = u64::try_from(seq).map_err(|_| corrupt(format!("event seq {seq} is negative")))?;
     Ok(StoredEvent {
         seq,
@@ -568,11 +628,11 @@ mod tests {
     #[test]
     fn a_run_round_trips_through_its_row() -> Result<(), StoreError> {
         let waiting = waiting_run();
-        assert_eq!(RunRow::encode(&waiting)?.decode()?, waiting);
+        assert_eq!(RunRow::encode(&waiting, None, None)?.decode(None)?, waiting);
         let mut failed =
             waiting.apply(&Transition::Fail { error: RunError { kind: "k".into(), message: "m".into() } }, 5)?;
         failed.termination_reason = Some(TerminationReason::BudgetExhausted);
-        assert_eq!(RunRow::encode(&failed)?.decode()?, failed);
+        assert_eq!(RunRow::encode(&failed, None, None)?.decode(None)?, failed);
         let running = RunRecord::new(
             "x".into(),
             "a".into(),
@@ -581,21 +641,21 @@ mod tests {
             1,
             Some(Lease { owner: "o".into(), expires_at: 2 }),
         );
-        assert_eq!(RunRow::encode(&running)?.decode()?, running);
+        assert_eq!(RunRow::encode(&running, None, None)?.decode(None)?, running);
         Ok(())
     }
 
     #[test]
     fn a_bad_row_is_corrupt_for_its_run() -> Result<(), StoreError> {
-        let mut row = RunRow::encode(&waiting_run())?;
+        let mut row = RunRow::encode(&waiting_run(), None, None)?;
         row.decisions = Some("{not json".into());
-        assert!(matches!(row.decode(), Err(StoreError::Corrupt { id, .. }) if id.starts_with("0193b0c6")));
-        let mut row = RunRow::encode(&waiting_run())?;
+        assert!(matches!(row.decode(None), Err(StoreError::Corrupt { id, .. }) if id.starts_with("0193b0c6")));
+        let mut row = RunRow::encode(&waiting_run(), None, None)?;
         row.status = "sleeping".into();
-        assert!(matches!(row.decode(), Err(StoreError::Corrupt { .. })));
-        let mut row = RunRow::encode(&waiting_run())?;
+        assert!(matches!(row.decode(None), Err(StoreError::Corrupt { .. })));
+        let mut row = RunRow::encode(&waiting_run(), None, None)?;
         row.version = -1;
-        assert!(matches!(row.decode(), Err(StoreError::Corrupt { .. })));
+        assert!(matches!(row.decode(None), Err(StoreError::Corrupt { .. })));
         Ok(())
     }
 

@@ -22,25 +22,44 @@
 //!   `None` once no run is left after the page.
 //! - Database errors are [`StoreError::Database`] (retryable) and never contain the password of the
 //!   URL the store was opened with.
+//! - Optional encryption at rest ([`StoreOptions::data_keys`], see [`encryption`]): the run's
+//!   suspension and decisions and each event's data are stored sealed with AES-256-GCM, below the
+//!   hash chain; a value this store cannot decrypt is [`StoreError::Undecryptable`] for that run.
 
 mod codec;
+pub mod encryption;
 mod migrations;
 pub mod postgres;
 pub mod sqlite;
 
+pub use encryption::{DataKey, DataKeyError, DataKeys};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 use std::sync::Arc;
 use tollgate_core::{RunStore, StoreError};
 
+/// How a store is opened, beyond its URL.
+#[derive(Clone, Debug, Default)]
+pub struct StoreOptions {
+    /// Encrypt suspensions, decisions and event data at rest with these keys (the first seals new
+    /// values, every one opens the values that name it). `None`: values are written in plaintext, and
+    /// a sealed value read back is [`StoreError::Undecryptable`].
+    pub data_keys: Option<Arc<DataKeys>>,
+}
+
 /// Opens the store a URL names: `sqlite://FILE` / `sqlite:///ABS/FILE` / `sqlite::memory:`, or
-/// `postgres://…` / `postgresql://…`.
+/// `postgres://…` / `postgresql://…`, without encryption.
 pub async fn open(url: &str) -> Result<Arc<dyn RunStore>, StoreError> {
+    open_with(url, StoreOptions::default()).await
+}
+
+/// Opens the store a URL names (see [`open`]) with `options`.
+pub async fn open_with(url: &str, options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
     if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+        Ok(Arc::new(sqlite::SqliteStore::open_with(url, options).await?))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PostgresStore::open(url).await?))
+        Ok(Arc::new(postgres::PostgresStore::open_with(url, options).await?))
     } else {
         // Only the scheme is echoed: the rest of a URL may hold a password.
         let scheme = url.split_once(':').map_or("(none)", |(scheme, _)| scheme);

@@ -10,15 +10,18 @@
 //! Tables live in the connection's current schema; choose another with the URL parameter
 //! `options[search_path]=NAME` (the schema must exist).
 
+use crate::StoreOptions;
 use crate::codec::{
     ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, bind_run_changes, bind_run_row, database_error,
     decode_event, decode_run, decode_runs_skipping_corrupt, plan_append, plan_create, plan_transition,
-    prefix_upper_bound, resolve_prefix_answer, run_columns, status_counts,
+    prefix_upper_bound, read_run_row, resolve_prefix_answer, run_columns, status_counts,
 };
+use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection, Row};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 use tollgate_core::BoxFuture;
 use tollgate_core::event::{NewEvent, StoredEvent};
@@ -105,6 +108,8 @@ const PREFIX_COUNT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE id >=
 pub struct PostgresStore {
     pool: PgPool,
     secrets: Secrets,
+    /// Seals and opens the encrypted columns; `None`: plaintext.
+    keys: Option<Arc<DataKeys>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -121,6 +126,14 @@ impl PostgresStore {
     /// [`StoreError::NewerSchema`] when the database was written by a newer Tollgate;
     /// [`StoreError::Database`] (never containing the password) when it cannot be reached or migrated.
     pub async fn open(url: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::open_with(url, StoreOptions::default()).await
+    }
+
+    /// [`PostgresStore::open`] with `options` (data keys for encryption at rest).
+    ///
+    /// # Errors
+    /// As [`PostgresStore::open`].
+    pub async fn open_with(url: &str, store_options: StoreOptions) -> Result<PostgresStore, StoreError> {
         let secrets = Secrets::from_url(url);
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| database_error(&secrets, "invalid PostgreSQL URL", &e))?
@@ -138,12 +151,16 @@ impl PostgresStore {
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy_with(options);
-        Ok(PostgresStore { pool, secrets })
+        Ok(PostgresStore { pool, secrets, keys: store_options.data_keys })
     }
 
     /// Closes every connection of the pool.
     pub async fn close(self) {
         self.pool.close().await;
+    }
+
+    fn keys(&self) -> Option<&DataKeys> {
+        self.keys.as_deref()
     }
 
     fn db_error<'a>(&'a self, context: &'a str) -> impl Fn(sqlx::Error) -> StoreError + 'a {
@@ -159,7 +176,7 @@ impl PostgresStore {
         if events.is_empty() {
             return Ok(());
         }
-        let rows = events.iter().map(|e| EventRow::encode(run_id, e)).collect::<Result<Vec<_>, _>>()?;
+        let rows = events.iter().map(|e| EventRow::encode(run_id, e, self.keys())).collect::<Result<Vec<_>, _>>()?;
         sqlx::query(INSERT_EVENTS)
             .bind(run_id)
             .bind(rows.iter().map(|r| r.seq).collect::<Vec<_>>())
@@ -176,7 +193,7 @@ impl PostgresStore {
 
     async fn create_run(&self, run: RunRecord, events: Vec<NewEvent>) -> Result<RunRecord, StoreError> {
         let (run, stored) = plan_create(run, events);
-        let row = RunRow::encode(&run)?;
+        let row = RunRow::encode(&run, self.keys(), None)?;
         let mut tx = self.pool.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
         let inserted = bind_run_row!(sqlx::query(INSERT_RUN), &row)
             .execute(&mut *tx)
@@ -205,9 +222,14 @@ impl PostgresStore {
             .await
             .map_err(self.db_error("cannot read a run"))?
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        let current = decode_run(&row)?;
+        let row = read_run_row(&row)?;
+        // With keys, the stored row lets unchanged sealed values be kept rather than sealed again.
+        let (current, before) = match self.keys() {
+            None => (row.decode(None)?, None),
+            keys => (row.clone().decode(keys)?, Some(row)),
+        };
         let (next, stored) = plan_transition(&current, &guard, &transition, events, now)?;
-        let changes = RunRow::encode(&next)?;
+        let changes = RunRow::encode(&next, self.keys(), before.as_ref().map(|row| (&current, row)))?;
         let updated = bind_run_changes!(sqlx::query(UPDATE_RUN), &changes)
             .bind(id)
             .bind(i64::try_from(current.version).unwrap_or(i64::MAX))
@@ -267,7 +289,7 @@ impl PostgresStore {
             .await
             .map_err(self.db_error("cannot read a run"))?;
         match row {
-            Some(row) => decode_run(&row),
+            Some(row) => decode_run(&row, self.keys()),
             None => Err(StoreError::NotFound(id.to_owned())),
         }
     }
@@ -316,7 +338,7 @@ impl PostgresStore {
             None
         };
         let page = &rows[..rows.len().min(limit)];
-        Ok(RunPage { runs: decode_runs_skipping_corrupt(page, "list"), next_cursor })
+        Ok(RunPage { runs: decode_runs_skipping_corrupt(page, "list", self.keys()), next_cursor })
     }
 
     async fn resolve(&self, prefix: &str) -> Result<String, StoreError> {
@@ -359,7 +381,7 @@ impl PostgresStore {
                 return Err(StoreError::NotFound(id.to_owned()));
             }
         }
-        rows.iter().map(|row| decode_event(id, row)).collect()
+        rows.iter().map(|row| decode_event(id, row, self.keys())).collect()
     }
 
     async fn count_runs(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
@@ -377,7 +399,7 @@ impl PostgresStore {
             .fetch_all(&self.pool)
             .await
             .map_err(self.db_error("cannot read due runs"))?;
-        Ok(decode_runs_skipping_corrupt(&rows, "due"))
+        Ok(decode_runs_skipping_corrupt(&rows, "due", self.keys()))
     }
 
     async fn purge_runs(&self, terminal_before: Millis, waiting_before: Millis, batch: u32) -> Result<u64, StoreError> {

@@ -32,11 +32,13 @@
 //! connection of a small pool; WAL lets them read the last committed state while a write goes on.
 //! They are short index lookups (at most a page of rows), so they do not hold an async worker long.
 
+use crate::StoreOptions;
 use crate::codec::{
     ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, database_error, decode_event, decode_run,
     keep_readable, plan_append, plan_create, plan_transition, prefix_upper_bound, read_run_row, resolve_prefix_answer,
     run_columns, status_counts,
 };
+use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, ToSql, params, params_from_iter};
 use std::panic::AssertUnwindSafe;
@@ -164,6 +166,8 @@ pub struct SqliteStore {
     checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
     readers: Readers,
     secrets: Secrets,
+    /// Opens the encrypted columns on reads (the writer holds the same keys); `None`: plaintext.
+    keys: Option<Arc<DataKeys>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -234,6 +238,14 @@ impl SqliteStore {
     /// [`StoreError::NewerSchema`] when the file was written by a newer Tollgate;
     /// [`StoreError::Database`] when it cannot be opened or migrated.
     pub async fn open(url: &str) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(url, StoreOptions::default()).await
+    }
+
+    /// [`SqliteStore::open`] with `options` (data keys for encryption at rest).
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub async fn open_with(url: &str, options: StoreOptions) -> Result<SqliteStore, StoreError> {
         let secrets = Secrets::from_url(url);
         let location = Location::parse(url)?;
         let write_connection =
@@ -271,6 +283,7 @@ impl SqliteStore {
             secrets: secrets.clone(),
             checkpoints: checkpoints.clone(),
             operations: std::sync::atomic::AtomicU64::new(0),
+            keys: options.data_keys.clone(),
         });
         let thread = committer.clone();
         std::thread::Builder::new()
@@ -289,6 +302,7 @@ impl SqliteStore {
             checkpoints,
             readers,
             secrets,
+            keys: options.data_keys,
         })
     }
 
@@ -349,9 +363,10 @@ impl SqliteStore {
     }
 
     fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
+        let keys = self.keys.as_deref();
         let run = self.read("cannot read a run", |connection| {
             let mut statement = connection.prepare_cached(SELECT_RUN)?;
-            Ok(statement.query_row([id], |row| Ok(decode_run(row))).optional()?)
+            Ok(statement.query_row([id], |row| Ok(decode_run(row, keys))).optional()?)
         })?;
         run.unwrap_or_else(|| Err(StoreError::NotFound(id.to_owned())))
     }
@@ -373,9 +388,11 @@ impl SqliteStore {
         }
         let fetch = i64::from(query.limit) + 1;
         arguments.push(&fetch);
+        let keys = self.keys.as_deref();
         let rows = self.read("cannot list runs", |connection| {
             let mut statement = connection.prepare_cached(&list_sql(query))?;
-            let rows = statement.query_map(params_from_iter(arguments), |row| Ok((row.get(0), decode_run(row))))?;
+            let rows =
+                statement.query_map(params_from_iter(arguments), |row| Ok((row.get(0), decode_run(row, keys))))?;
             Ok(rows.collect::<Result<Vec<(rusqlite::Result<String>, _)>, _>>()?)
         })?;
         let limit = usize::try_from(query.limit).unwrap_or(usize::MAX);
@@ -403,11 +420,12 @@ impl SqliteStore {
     }
 
     fn read_events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
+        let keys = self.keys.as_deref();
         self.read("cannot read events", |connection| {
             let mut statement = connection.prepare_cached(SELECT_EVENTS)?;
             let after = i64::try_from(after).unwrap_or(i64::MAX);
             let events = statement
-                .query_map(params![id, after, i64::from(limit)], |row| Ok(decode_event(id, row)))?
+                .query_map(params![id, after, i64::from(limit)], |row| Ok(decode_event(id, row, keys)))?
                 .collect::<Result<Vec<_>, _>>()?;
             if events.is_empty() && !run_exists(connection, id)? {
                 return Err(ReadError::Store(StoreError::NotFound(id.to_owned())));
@@ -426,9 +444,10 @@ impl SqliteStore {
     }
 
     fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let keys = self.keys.as_deref();
         let runs = self.read("cannot read due runs", |connection| {
             let mut statement = connection.prepare_cached(SELECT_DUE)?;
-            let runs = statement.query_map(params![now, i64::from(limit)], |row| Ok(decode_run(row)))?;
+            let runs = statement.query_map(params![now, i64::from(limit)], |row| Ok(decode_run(row, keys)))?;
             Ok(runs.collect::<Result<Vec<_>, _>>()?)
         })?;
         Ok(runs.into_iter().filter_map(|run| keep_readable(run, "due")).collect())
@@ -746,6 +765,8 @@ struct Writer {
     /// Wakes the checkpointer every [`CHECKPOINT_EVERY`] operations (file databases only).
     checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
     operations: std::sync::atomic::AtomicU64,
+    /// Seals the encrypted columns (and opens them when a run is read to be changed).
+    keys: Option<Arc<DataKeys>>,
 }
 
 impl Writer {
@@ -922,8 +943,9 @@ impl Writer {
 
     /// Reads the operation's run as the batch left it and checks the operation against it.
     fn plan(&self, connection: &Connection, request: Request) -> Result<Planned, StoreError> {
+        let keys = self.keys.as_deref();
         let encode_events = |run_id: &str, stored: &[StoredEvent]| -> Result<Vec<EventRow>, StoreError> {
-            stored.iter().map(|e| EventRow::encode(run_id, e)).collect()
+            stored.iter().map(|e| EventRow::encode(run_id, e, keys)).collect()
         };
         match request {
             Request::Create { run, events } => {
@@ -933,7 +955,7 @@ impl Writer {
                 let (run, stored) = plan_create(run, events);
                 Ok(Planned {
                     events: encode_events(&run.id, &stored)?,
-                    row: RowWrite::Insert(RunRow::encode(&run)?),
+                    row: RowWrite::Insert(RunRow::encode(&run, keys, None)?),
                     run_id: run.id.clone(),
                     outcome: Outcome::Record(Ok(run)),
                 })
@@ -943,7 +965,7 @@ impl Writer {
                 let (next, stored) = plan_transition(&current, &guard, &transition, events, now)?;
                 Ok(Planned {
                     events: encode_events(&id, &stored)?,
-                    row: RowWrite::Update { new: RunRow::encode(&next)?, old },
+                    row: RowWrite::Update { new: RunRow::encode(&next, keys, Some((&current, &old)))?, old },
                     run_id: id,
                     outcome: Outcome::Record(Ok(next)),
                 })
@@ -965,7 +987,8 @@ impl Writer {
                 }
                 Ok(Planned {
                     events: encode_events(&id, &stored)?,
-                    row: RowWrite::Update { new: RunRow::encode(&next)?, old },
+                    // Only the chain head and the lease change: the sealed values are kept as stored.
+                    row: RowWrite::Update { new: RunRow::encode(&next, keys, Some((&next, &old)))?, old },
                     run_id: id,
                     outcome: Outcome::Count(Ok(last_seq)),
                 })
@@ -982,7 +1005,7 @@ impl Writer {
             .optional()
             .map_err(self.error("cannot read a run"))?;
         let row = row.ok_or_else(|| StoreError::NotFound(id.to_owned()))??;
-        Ok((row.clone().decode()?, row))
+        Ok((row.clone().decode(self.keys.as_deref())?, row))
     }
 }
 

@@ -9,7 +9,7 @@ use sqlx::{Connection, Executor, PgConnection};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::store::{RunStore, StoreError};
-use tollgate_store::PostgresStore;
+use tollgate_store::{PostgresStore, StoreOptions};
 
 struct Postgres {
     base_url: String,
@@ -37,8 +37,19 @@ impl Harness for Postgres {
         Ok(n)
     }
 
+    async fn query_text(&self, sql: String) -> anyhow::Result<String> {
+        let mut connection = PgConnection::connect(&self.url).await?;
+        let text = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&mut connection).await?;
+        connection.close().await?;
+        Ok(text)
+    }
+
     async fn open_again(&self) -> Result<Arc<dyn RunStore>, StoreError> {
         Ok(Arc::new(PostgresStore::open(&self.url).await?))
+    }
+
+    async fn open_with(&self, options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
+        Ok(Arc::new(PostgresStore::open_with(&self.url, options).await?))
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::event::{EventKind, NewEvent, verify_chain};
 use tollgate_core::run::{RunStatus, Transition};
 use tollgate_core::store::{Guard, RunQuery, RunStore, StoreError};
-use tollgate_store::SqliteStore;
+use tollgate_store::{SqliteStore, StoreOptions};
 
 /// A directory of its own under the system temp dir, removed when dropped (test failed or not).
 struct TempDir(PathBuf);
@@ -75,8 +75,19 @@ impl Harness for Sqlite {
         Ok(n)
     }
 
+    async fn query_text(&self, sql: String) -> anyhow::Result<String> {
+        let mut connection = self.connection().await?;
+        let text = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&mut connection).await?;
+        connection.close().await?;
+        Ok(text)
+    }
+
     async fn open_again(&self) -> Result<Arc<dyn RunStore>, StoreError> {
         Ok(Arc::new(SqliteStore::open(&self.url).await?))
+    }
+
+    async fn open_with(&self, options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
+        Ok(Arc::new(SqliteStore::open_with(&self.url, options).await?))
     }
 }
 

@@ -66,15 +66,22 @@ impl CappedBytes {
         self.total
     }
 
-    /// The kept bytes as text (invalid UTF-8 repaired), followed by `[{what} cut at N of M bytes]` when
-    /// more arrived than was kept.
-    pub(crate) fn text(&self, what: &str) -> String {
-        let mut text = String::from_utf8_lossy(&self.kept).into_owned();
-        if self.is_cut() {
+    /// The kept bytes as text (invalid UTF-8 repaired): how long it is, to share room between streams.
+    pub(crate) fn text_len(&self) -> usize {
+        String::from_utf8_lossy(&self.kept).len()
+    }
+
+    /// The kept bytes as text (invalid UTF-8 repaired) cut to at most `max` bytes, followed by
+    /// `[{what} cut: showing N of M bytes]` when less than the whole stream is shown.
+    pub(crate) fn text(&self, what: &str, max: usize) -> String {
+        let whole = String::from_utf8_lossy(&self.kept);
+        let shown = prefix_at_char_boundary(&whole, max);
+        let mut text = shown.to_owned();
+        if shown.len() < whole.len() || self.is_cut() {
             if !text.ends_with('\n') {
                 text.push('\n');
             }
-            text.push_str(&format!("[{what} cut at {} of {} bytes]", self.kept.len(), self.total));
+            text.push_str(&format!("[{what} cut: showing {} of {} bytes]", shown.len(), self.total));
         }
         text
     }
@@ -96,12 +103,14 @@ mod tests {
         let mut buffer = CappedBytes::new(4);
         buffer.push(b"ab");
         assert!(!buffer.is_cut());
-        assert_eq!(buffer.text("stdout"), "ab");
+        assert_eq!(buffer.text("stdout", 10), "ab");
+        assert_eq!(buffer.text("stdout", 1), "a\n[stdout cut: showing 1 of 2 bytes]");
         buffer.push(b"cdef");
         buffer.push(b"gh");
         assert_eq!(buffer.kept(), b"abcd");
         assert_eq!(buffer.total(), 8);
-        assert_eq!(buffer.text("stdout"), "abcd\n[stdout cut at 4 of 8 bytes]");
+        assert_eq!(buffer.text_len(), 4);
+        assert_eq!(buffer.text("stdout", 10), "abcd\n[stdout cut: showing 4 of 8 bytes]");
     }
 
     #[test]

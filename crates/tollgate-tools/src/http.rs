@@ -294,9 +294,7 @@ impl Tool for HttpRequest {
     }
 
     fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let checked = (|| -> Result<(), String> {
-            Self::check(args).map(drop)
-        })();
+        let checked = (|| -> Result<(), String> { Self::check(args).map(drop) })();
         Box::pin(std::future::ready(checked))
     }
 
@@ -305,9 +303,7 @@ impl Tool for HttpRequest {
     }
 
     fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
-        let preview = (|| -> Option<String> {
-            Self::check(args).ok().map(|plan| self.preview_of(&plan))
-        })();
+        let preview = (|| -> Option<String> { Self::check(args).ok().map(|plan| self.preview_of(&plan)) })();
         Box::pin(std::future::ready(preview))
     }
 

@@ -1,20 +1,27 @@
 //! `fs_search` (allow): the lines of workspace files that match a regular expression.
 //!
 //! The promise, on top of the workspace's: a search reads only regular files inside the root and returns
-//! a bounded answer. The walk never follows a symlink that leads out of the workspace (nor a dangling
-//! one), visits each real folder once (so a link to an ancestor cannot loop), skips files that are
-//! binary, not UTF-8, or larger than [`MAX_FILE_BYTES`], stops after [`MAX_FILES_SCANNED`] files, and
-//! returns at most `max_results` lines of at most [`MAX_LINE_BYTES`] each. Every cut and every skip is
-//! said in a bracketed note after the results.
+//! a bounded answer. The walk goes through folder fds by the workspace rules (see [`crate::workspace`]):
+//! it never follows a symlink, never opens a FIFO, socket or device, and skips files with more than one
+//! hard link; it visits each folder once (by device and inode, so a bind mount cannot loop), skips files
+//! that are binary, not UTF-8, or larger than [`MAX_FILE_BYTES`], stops after [`MAX_FILES_SCANNED`]
+//! files, and returns at most `max_results` lines of at most [`MAX_LINE_BYTES`] each. Every cut and every
+//! skip is said in a bracketed note after the results. The whole search runs on the blocking pool within
+//! a time bound (10 s).
 
 use crate::bounded::prefix_at_char_boundary;
-use crate::call::{dot, parse};
-use crate::workspace::{ResolvedPath, Workspace, io_message};
+use crate::call::{blocking_call, blocking_validate, dot, parse};
+use crate::workspace::{
+    Entry, Located, PathError, Workspace, WorkspacePath, check_regular, entry_at, folder_names, links, open_folder_at,
+    open_regular, size,
+};
 use regex::{Regex, RegexBuilder};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::ffi::OsStr;
+use std::io::Read;
 use tollgate_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
 
 /// Matching lines returned when `max_results` is not given.
@@ -54,7 +61,7 @@ fn default_max_results() -> u64 {
 /// A call whose arguments were checked: the compiled pattern and where to look.
 struct Plan {
     regex: Regex,
-    start: ResolvedPath,
+    start: WorkspacePath,
     limit: usize,
 }
 
@@ -84,9 +91,27 @@ fn check(workspace: &Workspace, args: &Value) -> Result<Plan, String> {
         .size_limit(MAX_REGEX_BYTES)
         .build()
         .map_err(|e| format!("invalid regex `{}`: {e}", args.pattern))?;
-    let start = workspace.resolve(&args.path).map_err(|e| e.to_string())?;
+    let start = workspace.path(&args.path).map_err(|e| e.to_string())?;
     let limit = usize::try_from(args.max_results.min(MAX_RESULTS_CAP)).unwrap_or(usize::MAX);
     Ok(Plan { regex, start, limit })
+}
+
+/// Where a search starts, opened by the walk.
+enum Start {
+    /// A folder, to walk.
+    Folder(OwnedFd),
+    /// A regular file with one name, in this opened folder.
+    File(OwnedFd),
+}
+
+fn open_start(workspace: &Workspace, path: &WorkspacePath) -> Result<Start, PathError> {
+    match workspace.locate(path)? {
+        Located::Root(root) => Ok(Start::Folder(root)),
+        Located::Entry { parent, entry: Entry::Folder(_) } => {
+            Workspace::open_last_folder(parent.as_fd(), path).map(Start::Folder)
+        }
+        Located::Entry { parent, entry } => check_regular(&entry, path.given()).map(|_| Start::File(parent)),
+    }
 }
 
 fn search(workspace: &Workspace, args: &Value) -> Result<ToolOutput, ToolError> {
@@ -94,30 +119,34 @@ fn search(workspace: &Workspace, args: &Value) -> Result<ToolOutput, ToolError> 
         Ok(plan) => plan,
         Err(e) => return Ok(ToolOutput::error(e)),
     };
-    let root = workspace.canonical_root().map_err(|e| ToolError::new(e.to_string()))?;
-    let meta = match std::fs::metadata(&plan.start.real) {
-        Ok(meta) => meta,
-        Err(e) => {
-            let message = io_message(&e);
-            return Ok(ToolOutput::error(format!("cannot search `{}`: {message}", plan.start.display())));
+    let shown = plan.start.shown();
+    let start = match open_start(workspace, &plan.start) {
+        Ok(start) => start,
+        Err(e) if e.is_not_found() => {
+            return Ok(ToolOutput::error(format!("cannot search `{shown}`: no such file or folder")));
         }
+        Err(e) => return Ok(ToolOutput::error(e.to_string())),
     };
-    let mut walk = Walk::new(&plan.regex, root, plan.limit);
-    if meta.is_dir() {
-        walk.visited.insert(plan.start.real.clone());
-        walk.folder(&plan.start.real, &plan.start.relative);
-    } else if meta.is_file() {
-        walk.file(&plan.start.real, &plan.start.relative, meta.len());
-    } else {
-        return Ok(ToolOutput::error(format!("`{}` is neither a file nor a folder", plan.start.display())));
+    let mut walk = Walk::new(&plan.regex, plan.limit);
+    let relative = if plan.start.is_root() { String::new() } else { shown.clone() };
+    match start {
+        Start::Folder(dir) => {
+            if let Ok(stat) = rustix::fs::fstat(&dir) {
+                walk.visited.insert((stat.st_dev, stat.st_ino));
+            }
+            walk.folder(dir.as_fd(), &relative);
+        }
+        Start::File(parent) => {
+            let name: &OsStr = plan.start.name().unwrap_or_default().as_ref();
+            walk.file(parent.as_fd(), name, &relative);
+        }
     }
-    Ok(ToolOutput::text(walk.report(plan.regex.as_str(), plan.start.display())))
+    Ok(ToolOutput::text(walk.report(plan.regex.as_str(), &shown)))
 }
 
 /// The state of one search: what was found, and what was skipped or cut.
 struct Walk<'a> {
     regex: &'a Regex,
-    root: PathBuf,
     limit: usize,
     hits: Vec<String>,
     /// A match beyond `limit` exists.
@@ -128,15 +157,16 @@ struct Walk<'a> {
     skipped_binary: usize,
     skipped_large: usize,
     skipped_links: usize,
-    /// Real folders already walked: a symlink back to one of them is not walked again.
-    visited: HashSet<PathBuf>,
+    skipped_special: usize,
+    skipped_hard_linked: usize,
+    /// Folders already walked, by (device, inode).
+    visited: HashSet<(u64, u64)>,
 }
 
 impl<'a> Walk<'a> {
-    fn new(regex: &'a Regex, root: PathBuf, limit: usize) -> Self {
+    fn new(regex: &'a Regex, limit: usize) -> Self {
         Self {
             regex,
-            root,
             limit,
             hits: Vec::new(),
             more: false,
@@ -145,6 +175,8 @@ impl<'a> Walk<'a> {
             skipped_binary: 0,
             skipped_large: 0,
             skipped_links: 0,
+            skipped_special: 0,
+            skipped_hard_linked: 0,
             visited: HashSet::new(),
         }
     }
@@ -153,55 +185,52 @@ impl<'a> Walk<'a> {
         self.more || self.stopped
     }
 
-    /// Walks a real folder inside the root; `shown` is its workspace-relative path (empty for the root).
-    fn folder(&mut self, real: &Path, shown: &str) {
-        let Ok(entries) = std::fs::read_dir(real) else { return };
-        let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
+    /// Walks an opened folder; `shown` is its workspace-relative path (empty for the root).
+    fn folder(&mut self, dir: BorrowedFd<'_>, shown: &str) {
+        let Ok(names) = folder_names(dir) else { return };
+        for name in names {
             if self.done() {
                 return;
             }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let child_shown = if shown.is_empty() { name } else { format!("{shown}/{name}") };
-            let Ok(link_meta) = entry.path().symlink_metadata() else { continue };
-            let (child_real, meta) = if link_meta.file_type().is_symlink() {
-                // Dangling links and links out of the workspace are both skipped (and counted).
-                let target = match entry.path().canonicalize() {
-                    Ok(target) if target.starts_with(&self.root) => target,
-                    _ => {
-                        self.skipped_links += 1;
-                        continue;
+            let lossy = name.to_string_lossy();
+            let child_shown = if shown.is_empty() { lossy.into_owned() } else { format!("{shown}/{lossy}") };
+            match entry_at(dir, &name) {
+                Ok(Entry::Folder(stat)) => {
+                    #[allow(clippy::useless_conversion)] // The field types differ between targets.
+                    let key = (u64::from(stat.st_dev), u64::from(stat.st_ino));
+                    if self.visited.insert(key)
+                        && let Ok(sub) = open_folder_at(dir, &name)
+                    {
+                        self.folder(sub.as_fd(), &child_shown);
                     }
-                };
-                let Ok(meta) = std::fs::metadata(&target) else { continue };
-                (target, meta)
-            } else {
-                (entry.path(), link_meta)
-            };
-            if meta.is_dir() {
-                // Paths under the canonical root with every link replaced by its target are canonical.
-                if self.visited.insert(child_real.clone()) {
-                    self.folder(&child_real, &child_shown);
                 }
-            } else if meta.is_file() {
-                self.file(&child_real, &child_shown, meta.len());
+                Ok(Entry::File(stat)) if links(&stat) > 1 => self.skipped_hard_linked += 1,
+                Ok(Entry::File(_)) => self.file(dir, &name, &child_shown),
+                Ok(Entry::Symlink) => self.skipped_links += 1,
+                // Never opened: opening a FIFO could block forever.
+                Ok(Entry::Special(_)) => self.skipped_special += 1,
+                Ok(Entry::Missing) | Err(_) => {}
             }
-            // Sockets, FIFOs and devices are never opened: reading a FIFO could block forever.
         }
     }
 
-    fn file(&mut self, real: &Path, shown: &str, len: u64) {
+    /// Searches the regular file `name` of the opened folder `dir`.
+    fn file(&mut self, dir: BorrowedFd<'_>, name: &OsStr, shown: &str) {
         if self.files_scanned >= MAX_FILES_SCANNED {
             self.stopped = true;
             return;
         }
         self.files_scanned += 1;
-        if len > MAX_FILE_BYTES {
+        // Checked again on the opened fd: a file swapped meanwhile is skipped.
+        let Ok((file, stat)) = open_regular(dir, name, shown) else { return };
+        if size(&stat) > MAX_FILE_BYTES {
             self.skipped_large += 1;
             return;
         }
-        let Ok(bytes) = std::fs::read(real) else { return };
+        let mut bytes = Vec::new();
+        if file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).is_err() {
+            return;
+        }
         // The file may have grown since its size was read.
         if bytes.len() as u64 > MAX_FILE_BYTES {
             self.skipped_large += 1;
@@ -250,7 +279,13 @@ impl<'a> Walk<'a> {
             skipped.push(format!("{} file(s) over {MAX_FILE_BYTES} bytes", self.skipped_large));
         }
         if self.skipped_links > 0 {
-            skipped.push(format!("{} symlink(s) leading out of the workspace or nowhere", self.skipped_links));
+            skipped.push(format!("{} symlink(s) (never followed)", self.skipped_links));
+        }
+        if self.skipped_special > 0 {
+            skipped.push(format!("{} FIFO(s), socket(s) or device(s)", self.skipped_special));
+        }
+        if self.skipped_hard_linked > 0 {
+            skipped.push(format!("{} file(s) with more than one hard link", self.skipped_hard_linked));
         }
         if !skipped.is_empty() {
             lines.push(format!("[skipped {}]", skipped.join(", ")));
@@ -273,10 +308,16 @@ impl Tool for FsSearch {
     }
 
     fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let checked = (|| -> Result<(), String> {
-            check(&self.workspace, args).map(drop)
-        })();
-        Box::pin(std::future::ready(checked))
+        let (workspace, args) = (self.workspace.clone(), args.clone());
+        blocking_validate(move || {
+            let plan = check(&workspace, &args)?;
+            // A missing path passes: the call says so.
+            match open_start(&workspace, &plan.start) {
+                Ok(_) => Ok(()),
+                Err(e) if e.is_not_found() => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
     }
 
     fn gate(&self, _args: &Value) -> Gate {
@@ -284,12 +325,7 @@ impl Tool for FsSearch {
     }
 
     fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        // A walk over a large tree is long blocking work: keep it off the async workers.
         let workspace = self.workspace.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || search(&workspace, &args))
-                .await
-                .map_err(|e| ToolError::new(format!("fs_search stopped: {e}")))?
-        })
+        blocking_call(move || search(&workspace, &args))
     }
 }

@@ -1,20 +1,29 @@
 //! `shell` (ask): runs one program with arguments, without a shell, in the workspace root.
 //!
-//! The promise: what the approver reads in the preview is what runs. `argv[0]` is resolved before the
-//! gate — a name with `/` is a workspace path (refused if it escapes, symlinks included), a bare name is
-//! looked up on the absolute entries of `PATH` (never the workspace, even if `PATH` says `.`) — and the
-//! preview names the resolved program, the arguments quoted as a POSIX shell would need them, the working
-//! directory and the timeout. Nothing is expanded: `*`, `$HOME` and `;` reach the program as written.
+//! The promise: what the approver reads in the preview is what runs, and under what confinement. `argv[0]`
+//! is resolved before the gate — a name with `/` is a workspace path (refused if it escapes, symlinks
+//! included), a bare name is looked up on the absolute entries of `PATH` (never the workspace, even if
+//! `PATH` says `.`) — and the preview names the resolved program, the arguments quoted as a POSIX shell
+//! would need them, the working directory, the timeout and the sandbox. Nothing is expanded: `*`, `$HOME`
+//! and `;` reach the program as written.
 //!
 //! The program runs with stdin closed, in the workspace root, with only a few environment variables
 //! passed through ([`PASSED_ENV`]) so the runtime's own secrets (API keys, tokens) do not leak to a
-//! command the model chose. stdout and stderr are each kept up to [`MAX_OUTPUT_BYTES`] and drained past
-//! it, so a chatty program never blocks on a full pipe. At the timeout the process is killed and reaped.
-//! Arguments are not path-checked: a command may name files outside the workspace, which is why the gate
-//! asks. Processes the program itself starts in the background are not tracked.
+//! command the model chose, and `TMPDIR` set to a private folder removed after the call. It leads its own
+//! process group and, on Linux, runs under Landlock unless the options turn that off: it may write only in
+//! the workspace and that folder, cannot read `/proc` or Tollgate's files, and has no TCP unless the
+//! options allow the network (see [`crate::sandbox`]). The result comes when the program exits: its output
+//! is read for up to [`OUTPUT_GRACE`] more (a background child may hold the pipes), then whatever it left
+//! running in its group is killed. At the timeout the whole group is killed and the leader reaped.
+//! stdout and stderr are capped separately, each with its own cut marker, so that a result stays under
+//! the core's 50,000-byte result cap and stderr is never crowded out; both are drained past the cap, so
+//! a chatty program never blocks on a full pipe. Arguments are not path-checked: a command may name files
+//! outside the workspace (the sandbox, where enforced, decides what it can touch), which is why the gate
+//! asks.
 
-use crate::bounded::CappedBytes;
+use crate::bounded::{CappedBytes, prefix_at_char_boundary};
 use crate::call::parse;
+use crate::sandbox::{self, Confinement, Grant, SandboxMode, SandboxSupport};
 use crate::workspace::{Workspace, io_message};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -29,15 +38,35 @@ use tollgate_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 /// The largest `timeout_secs` accepted.
 pub const MAX_TIMEOUT_SECS: u64 = 600;
-/// Bytes kept of each of stdout and stderr.
-pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
-/// The environment variables a command inherits; every other one is removed.
+/// Bytes of stdout and stderr shown in one result, together: each stream gets half, or more when the
+/// other needs less. With the status line, headers and cut markers a result stays under the core's
+/// 50,000-byte result cap.
+pub const MAX_OUTPUT_BYTES: usize = 48_000;
+/// How long output is still read after the program exited, for what a background child keeps writing
+/// (or holds open) before its group is killed.
+pub const OUTPUT_GRACE: Duration = Duration::from_millis(500);
+/// The environment variables a command inherits; every other one is removed. `TMPDIR` is then set to the
+/// call's private temporary folder.
 pub const PASSED_ENV: [&str; 9] = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"];
+/// The longest command line quoted in a result's status line.
+const MAX_SHOWN_COMMAND_BYTES: usize = 200;
 
-/// `shell`: runs `argv` (no shell expansion) in the workspace root, with a timeout and capped output.
+/// How `shell` confines its commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShellOptions {
+    /// Landlock or not (default [`SandboxMode::Auto`]).
+    pub sandbox: SandboxMode,
+    /// A sandboxed command may bind and connect TCP sockets (default false). Unconfined commands always can.
+    pub network: bool,
+}
+
+/// `shell`: runs `argv` (no shell expansion) in the workspace root, with a timeout, capped output and,
+/// where the kernel has it, a Landlock sandbox.
 pub struct Shell {
     workspace: Workspace,
     schema: Value,
+    options: ShellOptions,
+    support: SandboxSupport,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +115,7 @@ struct Plan {
     program: Program,
     cwd: PathBuf,
     timeout: Duration,
+    confinement: Confinement,
 }
 
 impl Plan {
@@ -94,9 +124,32 @@ impl Plan {
     }
 }
 
+/// How the program's run ended.
+enum Ending {
+    /// It exited (or was killed by someone else); its group was killed after the grace.
+    Exited(ExitStatus),
+    /// The timeout passed and its group was killed.
+    TimedOut {
+        /// The group id, when a process was still there to kill.
+        killed: Option<i32>,
+    },
+}
+
 impl Shell {
-    /// The tool over this workspace.
+    /// The tool over this workspace, with the default options: sandboxed where the kernel allows, no
+    /// network.
     pub fn new(workspace: Workspace) -> Self {
+        Self::with_options(workspace, ShellOptions::default())
+    }
+
+    /// The tool over this workspace with these options, on this machine's [`sandbox::sandbox_support`].
+    pub fn with_options(workspace: Workspace, options: ShellOptions) -> Self {
+        Self::with_sandbox_support(workspace, options, sandbox::sandbox_support())
+    }
+
+    /// The tool as if the kernel offered `support` (for a caller that probed it already, and for tests).
+    /// A command that then cannot be confined as promised is refused when it runs.
+    pub fn with_sandbox_support(workspace: Workspace, options: ShellOptions, support: SandboxSupport) -> Self {
         let schema = json!({
             "type": "object",
             "properties": {
@@ -111,7 +164,7 @@ impl Shell {
             "required": ["argv"],
             "additionalProperties": false
         });
-        Self { workspace, schema }
+        Self { workspace, schema, options, support }
     }
 
     fn check(&self, args: &Value) -> Result<Plan, String> {
@@ -139,7 +192,8 @@ impl Shell {
             Program::OnPath(find_on_path(name, &path).ok_or_else(|| format!("program `{name}` not found on PATH"))?)
         };
         let cwd = self.workspace.canonical_root().map_err(|e| e.to_string())?;
-        Ok(Plan { argv: args.argv, program, cwd, timeout: Duration::from_secs(args.timeout_secs) })
+        let confinement = Confinement::decide(self.options.sandbox, self.options.network, &self.support)?;
+        Ok(Plan { argv: args.argv, program, cwd, timeout: Duration::from_secs(args.timeout_secs), confinement })
     }
 
     async fn run(&self, args: &Value) -> Result<ToolOutput, ToolError> {
@@ -147,13 +201,22 @@ impl Shell {
             Ok(plan) => plan,
             Err(e) => return Ok(ToolOutput::error(e)),
         };
-        let shown = plan.command_line();
+        let mut shown = plan.command_line();
+        if shown.len() > MAX_SHOWN_COMMAND_BYTES {
+            shown = format!("{}…", prefix_at_char_boundary(&shown, MAX_SHOWN_COMMAND_BYTES));
+        }
+        // Declared before the command, so it is removed only after the command's group is dead.
+        let temp = match tempfile::Builder::new().prefix("tollgate-shell-").tempdir() {
+            Ok(temp) => temp,
+            Err(e) => return Ok(ToolOutput::error(format!("cannot create a temporary folder: {}", io_message(&e)))),
+        };
         let mut command = tokio::process::Command::new(plan.program.real());
         command
             .args(plan.argv.iter().skip(1))
             .current_dir(&plan.cwd)
             .env_clear()
             .envs(PASSED_ENV.iter().filter_map(|key| std::env::var_os(key).map(|value| (key, value))))
+            .env("TMPDIR", temp.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -163,42 +226,78 @@ impl Shell {
         if let Some(name) = plan.argv.first() {
             command.arg0(name);
         }
-        let mut child = match command.spawn() {
-            Ok(child) => child,
-            Err(e) => return Ok(ToolOutput::error(format!("cannot run `{shown}`: {}", io_message(&e)))),
+        let grant = Grant { workspace: &plan.cwd, temp: temp.path(), program: plan.program.real() };
+        let mut running = match sandbox::spawn(command, &plan.confinement, grant).await {
+            Ok(running) => running,
+            Err(e) => return Ok(ToolOutput::error(format!("cannot run `{shown}`: {e}"))),
         };
-        let pid = child.id();
-        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let (stdout, stderr) = (running.child().stdout.take(), running.child().stderr.take());
         let mut out = CappedBytes::new(MAX_OUTPUT_BYTES);
         let mut err = CappedBytes::new(MAX_OUTPUT_BYTES);
-        let finished = tokio::time::timeout(plan.timeout, async {
-            let (read_out, read_err, status) =
-                tokio::join!(drain(stdout, &mut out), drain(stderr, &mut err), child.wait());
-            read_out.and(read_err).and(status)
-        })
-        .await;
-        let status = match finished {
-            Ok(Ok(status)) => status,
-            Ok(Err(e)) => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                return Err(ToolError::new(format!("lost track of `{shown}`: {}", io_message(&e))));
-            }
-            Err(_elapsed) => {
-                // Kill and reap now rather than leave it to the drop: the result says it is gone.
-                let killed = child.start_kill().is_ok();
-                let _ = child.wait().await;
-                let what = match (pid, killed) {
-                    (Some(pid), true) => format!("killed `{shown}` (pid {pid})"),
-                    _ => format!("`{shown}` was stopped"),
-                };
-                let head = format!("timed out after {}s; {what}", plan.timeout.as_secs());
-                return Ok(ToolOutput::error(report(&head, &out, &err)));
+        let ending = {
+            let streams = async {
+                let (read_out, read_err) = tokio::join!(drain(stdout, &mut out), drain(stderr, &mut err));
+                read_out.and(read_err)
+            };
+            tokio::pin!(streams);
+            let mut read: Option<std::io::Result<()>> = None;
+            let deadline = tokio::time::sleep(plan.timeout);
+            tokio::pin!(deadline);
+            let exited = loop {
+                tokio::select! {
+                    result = &mut streams, if read.is_none() => read = Some(result),
+                    exited = running.leader_exited() => break Some(exited),
+                    () = &mut deadline => break None,
+                }
+            };
+            let ending = match exited {
+                Some(Ok(status)) => {
+                    // The pipes stay open while a background child holds them: read what comes within the
+                    // grace, then kill the group.
+                    if read.is_none() {
+                        read = tokio::time::timeout(OUTPUT_GRACE, &mut streams).await.ok();
+                    }
+                    running.kill_group();
+                    Ok(Ending::Exited(status))
+                }
+                Some(Err(e)) => Err(e),
+                None => {
+                    let pgid = running.pgid();
+                    let killed = running.kill_group();
+                    // The group is dead, so the pipes end at once unless a process left the group.
+                    if read.is_none() {
+                        read = tokio::time::timeout(OUTPUT_GRACE, &mut streams).await.ok();
+                    }
+                    running.reap().await.map(|_| Ending::TimedOut { killed: pgid.filter(|_| killed) })
+                }
+            };
+            match read {
+                Some(Err(e)) => Err(e),
+                _ => ending,
             }
         };
-        let head = describe_status(status);
-        let text = report(&head, &out, &err);
-        Ok(if status.success() { ToolOutput::text(text) } else { ToolOutput::error(text) })
+        let ending = match ending {
+            Ok(ending) => ending,
+            Err(e) => {
+                let _ = running.reap().await;
+                return Err(ToolError::new(format!("lost track of `{shown}`: {}", io_message(&e))));
+            }
+        };
+        drop(running);
+        drop(temp);
+        Ok(match ending {
+            Ending::Exited(status) => {
+                let text = report(&describe_status(status), &out, &err);
+                if status.success() { ToolOutput::text(text) } else { ToolOutput::error(text) }
+            }
+            Ending::TimedOut { killed } => {
+                let what = match killed {
+                    Some(pgid) => format!("killed `{shown}` and its process group {pgid}"),
+                    None => format!("`{shown}` was stopped"),
+                };
+                ToolOutput::error(report(&format!("timed out after {}s; {what}", plan.timeout.as_secs()), &out, &err))
+            }
+        })
     }
 }
 
@@ -229,19 +328,27 @@ fn describe_status(status: ExitStatus) -> String {
     format!("ended: {status}")
 }
 
-/// `head`, then each non-empty stream under its own header.
+/// `head`, then each non-empty stream under its own header, each cut to its share of
+/// [`MAX_OUTPUT_BYTES`] with its own marker.
 fn report(head: &str, out: &CappedBytes, err: &CappedBytes) -> String {
     if out.is_empty() && err.is_empty() {
         return format!("{head}, no output");
     }
+    let half = MAX_OUTPUT_BYTES / 2;
+    let (out_share, err_share) = match (out.text_len(), err.text_len()) {
+        (o, e) if o + e <= MAX_OUTPUT_BYTES => (o, e),
+        (o, _) if o <= half => (o, MAX_OUTPUT_BYTES - o),
+        (_, e) if e <= half => (MAX_OUTPUT_BYTES - e, e),
+        _ => (half, half),
+    };
     let mut text = head.to_owned();
-    for (name, stream) in [("stdout", out), ("stderr", err)] {
+    for (name, stream, share) in [("stdout", out, out_share), ("stderr", err, err_share)] {
         if !stream.is_empty() {
             if !text.ends_with('\n') {
                 text.push('\n');
             }
             text.push_str(&format!("--- {name} ---\n"));
-            text.push_str(&stream.text(name));
+            text.push_str(&stream.text(name, share));
         }
     }
     text
@@ -303,7 +410,7 @@ impl Tool for Shell {
     }
 
     fn description(&self) -> &str {
-        "Run a program with arguments (no shell expansion) in the workspace root; returns the exit code, stdout and stderr."
+        "Run a program with arguments (no shell expansion) in the workspace root; returns the exit code, stdout and stderr. The program may be sandboxed: writes outside the workspace and $TMPDIR, reads of /proc and private files, and network access can be denied."
     }
 
     fn parameters(&self) -> &Value {
@@ -311,10 +418,7 @@ impl Tool for Shell {
     }
 
     fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let checked = (|| -> Result<(), String> {
-            self.check(args).map(drop)
-        })();
-        Box::pin(std::future::ready(checked))
+        Box::pin(std::future::ready(self.check(args).map(drop)))
     }
 
     fn gate(&self, _args: &Value) -> Gate {
@@ -325,11 +429,12 @@ impl Tool for Shell {
         let preview = (|| -> Option<String> {
             let plan = self.check(args).ok()?;
             Some(format!(
-                "run: {}\nprogram: {}\nin: {} (the workspace root)\ntimeout: {}s",
+                "run: {}\nprogram: {}\nin: {} (the workspace root)\ntimeout: {}s\nsandbox: {}",
                 plan.command_line(),
                 plan.program.describe(),
                 plan.cwd.display(),
-                plan.timeout.as_secs()
+                plan.timeout.as_secs(),
+                plan.confinement.describe()
             ))
         })();
         Box::pin(std::future::ready(preview))

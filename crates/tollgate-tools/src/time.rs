@@ -51,9 +51,7 @@ impl Tool for TimeNow {
     }
 
     fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let checked = (|| -> Result<(), String> {
-            parse::<NoArgs>(args).map(drop)
-        })();
+        let checked = (|| -> Result<(), String> { parse::<NoArgs>(args).map(drop) })();
         Box::pin(std::future::ready(checked))
     }
 

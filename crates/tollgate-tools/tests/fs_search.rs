@@ -1,5 +1,5 @@
 //! `fs_search` through the `Tool` port: matching lines with paths and line numbers, bounded results,
-//! skipped files, bad patterns, and paths or symlinks that would lead out of the workspace.
+//! skipped files, bad patterns, paths that would lead out of the workspace, and symlinks (never followed).
 
 mod support;
 
@@ -128,28 +128,26 @@ async fn paths_that_escape_are_refused() {
     fx.plant_link("exit", &fx.outside);
     fx.plant_link("secret-link.txt", &fx.outside.join("secret.txt"));
     let search = fx.tool("fs_search");
-    for path in ["..", "../outside", "/etc", "sub/../../outside", "exit", "exit/secret.txt", "secret-link.txt"] {
+    for path in ["..", "../outside", "/etc", "sub/../../outside"] {
         assert_refused(&search, json!({"pattern": "secret", "path": path}), "escapes the workspace").await;
+    }
+    for path in ["exit", "exit/secret.txt", "secret-link.txt"] {
+        assert_refused(&search, json!({"pattern": "secret", "path": path}), "never follow a symlink").await;
     }
 }
 
 #[tokio::test]
-async fn the_walk_skips_symlinks_that_lead_out_and_does_not_loop() {
+async fn the_walk_follows_no_symlink_and_does_not_loop() {
     let fx = Fixture::new();
     fx.put("notes/plan.txt", "the secret plan\n");
     fx.plant_link("exit", &fx.outside);
     fx.plant_link("secret-link.txt", &fx.outside.join("secret.txt"));
     fx.plant_link("dangling", &fx.outside.join("nowhere"));
-    // Links that stay inside are followed; one back to the root would loop if folders were not remembered.
+    // Links that stay inside are not followed either (one back to the root would loop).
     fx.plant_link("alias.txt", &fx.root.join("notes/plan.txt"));
     std::os::unix::fs::symlink(&fx.root, fx.root.join("notes/up")).unwrap_or_else(|e| panic!("{e}"));
 
     let out = call(&fx.tool("fs_search"), json!({"pattern": "secret"})).await;
-    assert_eq!(
-        out,
-        ToolOutput::text(
-            "alias.txt:1: the secret plan\nnotes/plan.txt:1: the secret plan\n[skipped 3 symlink(s) leading out of the workspace or nowhere]"
-        )
-    );
+    assert_eq!(out, ToolOutput::text("notes/plan.txt:1: the secret plan\n[skipped 5 symlink(s) (never followed)]"));
     assert!(!out.content.contains("top secret"));
 }

@@ -1,5 +1,5 @@
-//! The built-in file tools through the `Tool` port: normal use, bad arguments, workspace escapes
-//! (including a symlink planted inside the workspace) and the previews an approver reads.
+//! The built-in file tools through the `Tool` port: normal use, bad arguments, workspace escapes, symlinks
+//! planted inside the workspace (never followed) and the previews an approver reads.
 
 mod support;
 
@@ -59,6 +59,18 @@ async fn list_sorts_and_marks_folders() {
     assert!(out.is_error && out.content.contains("nope"), "{out:?}");
     std::fs::create_dir_all(fx.root.join("empty")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(call(&fx.tool("fs_list"), json!({"path": "empty"})).await, ToolOutput::text("`empty` is empty"));
+    let out = call(&fx.tool("fs_list"), json!({"path": "a.txt"})).await;
+    assert_eq!(out, ToolOutput::error("`a.txt` is a file, not a folder; use fs_read"));
+}
+
+#[tokio::test]
+async fn list_marks_symlinks_without_following_them() {
+    let fx = Fixture::new();
+    fx.put("docs/readme.md", "r");
+    fx.plant_link("docs-link", &fx.root.join("docs"));
+    fx.plant_link("exit", &fx.outside);
+    let out = call(&fx.tool("fs_list"), json!({})).await;
+    assert_eq!(out, ToolOutput::text("docs/\ndocs-link@\nexit@"));
 }
 
 #[tokio::test]
@@ -124,7 +136,8 @@ async fn write_preview_summarises_big_and_binary_files() {
     let preview = fx.tool("fs_write").preview(&json!({"path": "big.txt", "content": "tiny"})).await.unwrap_or_default();
     assert_eq!(preview, format!("replace big.txt: {} bytes with 4 bytes", big.len()));
     std::fs::write(fx.root.join("blob.bin"), [0xff, 0xfe, 0x00]).unwrap_or_else(|e| panic!("{e}"));
-    let preview = fx.tool("fs_write").preview(&json!({"path": "blob.bin", "content": "text"})).await.unwrap_or_default();
+    let preview =
+        fx.tool("fs_write").preview(&json!({"path": "blob.bin", "content": "text"})).await.unwrap_or_default();
     assert_eq!(preview, "replace blob.bin: 3 bytes with 4 bytes");
 }
 
@@ -197,32 +210,41 @@ async fn escapes_are_refused_by_every_tool() {
 }
 
 #[tokio::test]
-async fn a_symlink_planted_in_the_workspace_cannot_lead_out() {
+async fn a_symlink_planted_in_the_workspace_is_never_followed() {
     let fx = Fixture::new();
+    fx.put("notes/plan.txt", "inside");
     fx.plant_link("exit", &fx.outside);
     fx.plant_link("secret-link.txt", &fx.outside.join("secret.txt"));
     fx.plant_link("fresh.txt", &fx.outside.join("not-yet.txt"));
-    let cases: [(&str, Value); 7] = [
+    // A link that stays inside is refused as well: the rule is about links, not where they point.
+    fx.plant_link("alias", &fx.root.join("notes"));
+    let cases: [(&str, Value); 10] = [
         ("fs_list", json!({"path": "exit"})),
+        ("fs_list", json!({"path": "alias"})),
         ("fs_read", json!({"path": "exit/secret.txt"})),
         ("fs_read", json!({"path": "secret-link.txt"})),
+        ("fs_read", json!({"path": "alias/plan.txt"})),
         ("fs_write", json!({"path": "exit/planted.txt", "content": "x"})),
         ("fs_write", json!({"path": "secret-link.txt", "content": "overwritten"})),
         // A dangling link would create the file outside when written through.
         ("fs_write", json!({"path": "fresh.txt", "content": "x"})),
+        ("fs_write", json!({"path": "alias/plan.txt", "content": "x"})),
         ("fs_delete", json!({"path": "exit/secret.txt"})),
     ];
     for (name, args) in cases {
         let tool = fx.tool(name);
         let refused = tool.validate(&args).await;
-        assert!(refused.as_ref().is_err_and(|e| e.contains("escapes the workspace")), "{name} {args}: {refused:?}");
+        assert!(refused.as_ref().is_err_and(|e| e.contains("never follow a symlink")), "{name} {args}: {refused:?}");
         assert_eq!(tool.preview(&args).await, None, "{name} {args}: no preview of what cannot run");
         let out = call(&tool, args.clone()).await;
-        assert!(out.is_error && out.content.contains("escapes the workspace"), "{name} {args}: {out:?}");
+        assert!(out.is_error && out.content.contains("never follow a symlink"), "{name} {args}: {out:?}");
     }
     assert_eq!(std::fs::read_to_string(fx.outside.join("secret.txt")).ok().as_deref(), Some("top secret\n"));
     assert!(!fx.outside.join("planted.txt").exists());
     assert!(!fx.outside.join("not-yet.txt").exists());
+    assert_eq!(fx.read("notes/plan.txt").as_deref(), Some("inside"));
+    // The links themselves are left alone.
+    assert!(fx.root.join("secret-link.txt").symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()));
 }
 
 #[tokio::test]
@@ -234,6 +256,6 @@ async fn a_symlink_planted_after_approval_is_caught_when_the_call_runs() {
     // While the call waits for a person, someone replaces the folder with a link pointing out.
     fx.plant_link("later", &fx.outside);
     let out = call(&write, args).await;
-    assert!(out.is_error && out.content.contains("escapes the workspace"), "{out:?}");
+    assert!(out.is_error && out.content.contains("passes through a symlink (`later`)"), "{out:?}");
     assert!(!fx.outside.join("note.txt").exists());
 }

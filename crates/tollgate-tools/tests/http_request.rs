@@ -121,7 +121,8 @@ async fn the_preview_masks_credentials() {
         assert!(!preview.contains(secret), "{secret} leaked: {preview}");
     }
     let big = "x".repeat(10_000);
-    let preview = tool.preview(&json!({"method": "POST", "url": "http://127.0.0.1/", "body": big})).await.unwrap_or_default();
+    let preview =
+        tool.preview(&json!({"method": "POST", "url": "http://127.0.0.1/", "body": big})).await.unwrap_or_default();
     assert!(preview.contains("body (10000 bytes):\n") && preview.contains("[body preview cut at 2000 of 10000 bytes]"));
     let preview = tool.preview(&json!({"method": "GET", "url": "http://127.0.0.1:9/x"})).await.unwrap_or_default();
     assert_eq!(preview, "GET http://127.0.0.1:9/x\nno body\ntimeout: 30s");

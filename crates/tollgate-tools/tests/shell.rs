@@ -1,6 +1,6 @@
 //! `shell` through the `Tool` port: argv without expansion in the workspace root, exit codes, the preview
 //! an approver reads, bad arguments, program paths that would lead out (including a planted symlink),
-//! capped output and the timeout.
+//! capped output and the timeout. The sandbox and process groups: `shell_security.rs`.
 
 mod support;
 
@@ -8,6 +8,7 @@ use serde_json::json;
 use std::path::Path;
 use support::{Fixture, assert_refused, call};
 use tollgate_core::{Gate, ToolOutput};
+use tollgate_tools::SandboxSupport;
 use tollgate_tools::shell::{MAX_OUTPUT_BYTES, PASSED_ENV};
 
 #[tokio::test]
@@ -62,9 +63,20 @@ async fn the_preview_shows_the_command_program_folder_and_timeout() {
     assert!(lines[1].starts_with("program: /") && lines[1].ends_with("/echo (found on PATH)"), "{preview}");
     assert_eq!(lines[2], format!("in: {} (the workspace root)", fx.canonical_root().display()));
     assert_eq!(lines[3], "timeout: 5s");
-    assert_eq!(lines.len(), 4, "{preview}");
+    let sandbox = match tollgate_tools::sandbox_support() {
+        SandboxSupport::Full { .. } => {
+            "landlock (writes: workspace and a private TMPDIR only; network: off)".to_owned()
+        }
+        SandboxSupport::Partial { missing, .. } => format!(
+            "landlock (writes: workspace and a private TMPDIR only; network: off; this kernel cannot confine: {})",
+            missing.join(", ")
+        ),
+        SandboxSupport::Unavailable { reason } => format!("none ({reason})"),
+    };
+    assert_eq!(lines[4], format!("sandbox: {sandbox}"));
+    assert_eq!(lines.len(), 5, "{preview}");
     let default = shell.preview(&json!({"argv": ["ls"]})).await.unwrap_or_default();
-    assert!(default.ends_with("\ntimeout: 30s"), "{default}");
+    assert!(default.contains("\ntimeout: 30s\n"), "{default}");
 }
 
 #[tokio::test]
@@ -135,15 +147,17 @@ async fn output_is_capped_with_a_marker() {
     assert!(!out.is_error, "exit code 0 even when cut");
     assert!(out.content.starts_with("exit code 0\n--- stdout ---\n1\n2\n"), "{}", &out.content[..40]);
     assert!(
-        out.content.ends_with(&format!("\n[stdout cut at {MAX_OUTPUT_BYTES} of 288894 bytes]")),
+        out.content.ends_with(&format!("\n[stdout cut: showing {MAX_OUTPUT_BYTES} of 288894 bytes]")),
         "{}",
         out.content.len()
     );
-    assert!(out.content.len() < MAX_OUTPUT_BYTES + 200);
+    assert!(out.content.len() < 50_000, "{}", out.content.len());
 
+    // A short stdout leaves its share to stderr.
     let out = call(&shell, json!({"argv": ["sh", "-c", "seq 1 50000 >&2; echo done"]})).await;
     assert!(out.content.contains("--- stdout ---\ndone\n--- stderr ---\n1\n"), "{}", &out.content[..60]);
-    assert!(out.content.ends_with(&format!("\n[stderr cut at {MAX_OUTPUT_BYTES} of 288894 bytes]")));
+    assert!(out.content.ends_with(&format!("\n[stderr cut: showing {} of 288894 bytes]", MAX_OUTPUT_BYTES - 5)));
+    assert!(out.content.len() < 50_000, "{}", out.content.len());
 }
 
 #[tokio::test]
@@ -151,8 +165,9 @@ async fn a_command_past_its_timeout_is_killed() {
     let fx = Fixture::new();
     let out = call(&fx.tool("shell"), json!({"argv": ["sleep", "5"], "timeout_secs": 1})).await;
     assert!(out.is_error, "{out:?}");
-    assert!(out.content.starts_with("timed out after 1s; killed `sleep 5` (pid "), "{out:?}");
-    let pid = out.content.split("(pid ").nth(1).and_then(|rest| rest.split(')').next()).unwrap_or_default();
+    assert!(out.content.starts_with("timed out after 1s; killed `sleep 5` and its process group "), "{out:?}");
+    let pid =
+        out.content.split("process group ").nth(1).and_then(|rest| rest.split([',', '\n']).next()).unwrap_or_default();
     assert!(pid.parse::<u32>().is_ok(), "{out:?}");
     // Killed and reaped: the process is gone, not left running or a zombie.
     if Path::new("/proc/self").exists() {

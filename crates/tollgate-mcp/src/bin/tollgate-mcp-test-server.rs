@@ -3,7 +3,9 @@
 //!
 //! Tools: `read_thing` (readOnlyHint), `delete_thing` (destructiveHint), `crash` (exits mid-call), `slow`
 //! (answers after `ms` milliseconds, on its own thread), `mixed` (text, image and resource blocks),
-//! `odd name.v2` (no description, a non-object schema) and a tool whose `SERVER__TOOL` name is too long.
+//! `odd name.v2` (no description, a non-object schema), a tool whose `SERVER__TOOL` name is too long, and
+//! `get_env` (readOnlyHint: the value of the environment variable `name`, like the reference
+//! `server-everything`'s tool of the same kind).
 //!
 //! Flags: `--refuse` (or env `TOLLGATE_TEST_SERVER_REFUSE`) exits 1 at once; `--refuse-if-exists PATH`
 //! does so only while PATH exists; `--mute` reads requests and never answers; `--page-size N` splits
@@ -139,6 +141,12 @@ fn tools() -> Vec<Value> {
         }),
         json!({"name": "odd name.v2", "inputSchema": {"type": "string"}}),
         json!({"name": LONG_TOOL, "description": "Has a long name.", "inputSchema": {"type": "object"}}),
+        json!({
+            "name": "get_env",
+            "description": "The value of an environment variable of the server.",
+            "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+            "annotations": {"readOnlyHint": true}
+        }),
     ]
 }
 
@@ -186,6 +194,10 @@ fn call_tool(params: &Value, id: &Value, out: &Arc<Mutex<std::io::Stdout>>) -> R
         ]})),
         "odd name.v2" => Ok(text(format!("odd called with {args}"))),
         LONG_TOOL => Ok(text("long")),
+        "get_env" => {
+            let variable = args.get("name").and_then(Value::as_str).unwrap_or_default();
+            Ok(text(std::env::var(variable).unwrap_or_else(|_| "(unset)".to_owned())))
+        }
         _ => Err((-32602, format!("unknown tool: {name}"))),
     }
 }

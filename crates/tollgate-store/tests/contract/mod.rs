@@ -16,6 +16,7 @@ use tollgate_core::store::{Guard, RunQuery, RunStore, StoreError};
 use tollgate_core::suspension::{Decision, TurnDigest};
 use tollgate_core::tool_loop::TerminationReason;
 use tollgate_core::transcript::Usage;
+use tollgate_store::{DataKey, DataKeys, StoreOptions};
 
 /// A backend under test: a store on a fresh database, plus raw SQL on that same database (to tamper
 /// with rows as an attacker or a disk fault would).
@@ -26,8 +27,12 @@ pub trait Harness: Send + Sync + 'static {
     fn execute(&self, sql: String) -> impl Future<Output = anyhow::Result<()>> + Send;
     /// Runs a query returning one integer.
     fn query_i64(&self, sql: String) -> impl Future<Output = anyhow::Result<i64>> + Send;
+    /// Runs a query returning one text value.
+    fn query_text(&self, sql: String) -> impl Future<Output = anyhow::Result<String>> + Send;
     /// Opens another store on the same database.
     fn open_again(&self) -> impl Future<Output = Result<Arc<dyn RunStore>, StoreError>> + Send;
+    /// Opens another store on the same database with options (data keys).
+    fn open_with(&self, options: StoreOptions) -> impl Future<Output = Result<Arc<dyn RunStore>, StoreError>> + Send;
 }
 
 /// 2025-11-29T10:00:00Z.
@@ -926,6 +931,173 @@ pub async fn exactly_one_of_32_racing_claims_wins<H: Harness>(h: &H) -> anyhow::
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Encryption at rest.
+
+/// Store options with a keyring of `(id, byte)` keys (each key is 32 times its byte), the first sealing.
+fn keyring(keys: &[(&str, u8)]) -> anyhow::Result<StoreOptions> {
+    let keys = keys.iter().map(|(id, byte)| DataKey::new(*id, [*byte; 32])).collect::<Result<Vec<_>, _>>()?;
+    Ok(StoreOptions { data_keys: Some(Arc::new(DataKeys::new(keys)?)) })
+}
+
+async fn stored_text<H: Harness>(h: &H, column: &str, table: &str, filter: String) -> anyhow::Result<String> {
+    h.query_text(format!("SELECT {column} FROM {table} WHERE {filter}")).await
+}
+
+/// The error of a read that must fail as undecryptable for `run`, its detail naming `key`.
+fn ensure_undecryptable<T: std::fmt::Debug>(
+    result: Result<T, StoreError>,
+    run: &str,
+    key: &str,
+    why: &str,
+) -> anyhow::Result<()> {
+    match result {
+        Err(StoreError::Undecryptable { id, detail }) => {
+            ensure!(id == run, "the error names run {id}, not {run}");
+            ensure!(detail.contains(&format!("`{key}`")) && detail.contains(why), "{detail}");
+            Ok(())
+        }
+        other => anyhow::bail!("expected Undecryptable for {run}, got {other:?}"),
+    }
+}
+
+/// With data keys, suspensions, decisions and event data are stored sealed and read back as written;
+/// the chain (over the plaintext) verifies; an unchanged value is not sealed again; an event's sealed
+/// data moved to another event does not open.
+pub async fn encrypted_values_round_trip<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let waiting = create_waiting(&*store, 1, &["call_1", "call_2"], Some(T0 + 1_000)).await?;
+    let by_id = format!("id = '{}'", waiting.id);
+    let sealed_suspension = stored_text(h, "suspension", "runs", by_id.clone()).await?;
+    let decided = store
+        .transition(
+            &waiting.id,
+            Guard::Version(waiting.version),
+            decide("call_1", Decision::Edit { arguments: json!({"path": "secret-path"}) }),
+            vec![event(EventKind::Decision, 1, json!({"call_id": "call_1", "arguments": {"path": "secret-path"}}))],
+            T0 + 20,
+        )
+        .await?;
+    ensure!(store.get(&waiting.id).await? == decided, "get returns what the transition returned");
+    let listed = store.list(RunQuery { limit: 10, ..Default::default() }).await?;
+    ensure!(listed.runs == vec![decided.clone()], "list opens sealed values too");
+    ensure!(store.due(T0 + 1_000, 10).await? == vec![decided.clone()], "due opens sealed values too");
+    let events = store.events(&waiting.id, 0, 100).await?;
+    ensure!(events.len() == 3 && events[2].data["arguments"]["path"] == "secret-path");
+    verify_chain(&events, decided.last_seq, &decided.last_hash)?;
+
+    for column in ["suspension", "decisions"] {
+        let stored = stored_text(h, column, "runs", by_id.clone()).await?;
+        ensure!(stored.starts_with("enc:v1:k1:"), "runs.{column} is sealed: {stored}");
+        ensure!(!stored.contains("call_1") && !stored.contains("secret-path"), "{stored}");
+    }
+    ensure!(
+        stored_text(h, "suspension", "runs", by_id.clone()).await? == sealed_suspension,
+        "a decision leaves the sealed suspension as it was stored"
+    );
+    for seq in 1..=3 {
+        let stored = stored_text(h, "data", "events", format!("run_id = '{}' AND seq = {seq}", waiting.id)).await?;
+        ensure!(stored.starts_with("enc:v1:k1:") && !stored.contains("call_1"), "event {seq}: {stored}");
+    }
+    let sealed_events =
+        h.query_i64(format!("SELECT COUNT(*) FROM events WHERE run_id = '{}' AND data LIKE 'enc:v1:k1:%'", waiting.id));
+    ensure!(sealed_events.await? == 3);
+
+    h.execute(format!(
+        "UPDATE events SET data = (SELECT data FROM events WHERE run_id = '{0}' AND seq = 2)          WHERE run_id = '{0}' AND seq = 3",
+        waiting.id
+    ))
+    .await?;
+    ensure_undecryptable(store.events(&waiting.id, 0, 100).await, &waiting.id, "k1", "event 3")?;
+    Ok(())
+}
+
+/// A store without the key a value names (no keys, another id, or another key under the same id) fails
+/// that run's reads with an error naming the run and the key id; other runs still read and list.
+pub async fn a_missing_or_wrong_key_fails_clearly<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let sealed = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let secret = create_waiting(&*sealed, 1, &["call_1"], None).await?;
+    let plain = create_waiting(&*h.store(), 2, &["call_1"], None).await?;
+
+    let wrong_key = h.open_with(keyring(&[("k1", 9)])?).await?;
+    let other_id = h.open_with(keyring(&[("k2", 2)])?).await?;
+    let none = h.store();
+    let cases: [(&Arc<dyn RunStore>, &str); 3] =
+        [(&wrong_key, "does not decrypt"), (&other_id, "not configured"), (&none, "no data keys configured")];
+    for (store, why) in cases {
+        ensure_undecryptable(store.get(&secret.id).await, &secret.id, "k1", why)?;
+        ensure_undecryptable(store.events(&secret.id, 0, 10).await, &secret.id, "k1", why)?;
+        let listed = store.list(RunQuery { limit: 10, ..Default::default() }).await?;
+        ensure!(listed.runs == vec![plain.clone()], "list skips the run it cannot read ({why})");
+        ensure!(store.get(&plain.id).await? == plain);
+        let refused =
+            store.transition(&secret.id, Guard::Version(secret.version), Transition::Cancel, vec![], T0 + 30).await;
+        ensure_undecryptable(refused, &secret.id, "k1", why)?;
+    }
+    ensure!(sealed.get(&secret.id).await? == secret, "the right key still reads it, nothing was changed");
+    Ok(())
+}
+
+/// A new first key seals new values while the old key still opens old ones; dropping the old key
+/// leaves only the runs it sealed unreadable. Hashes never depend on the key.
+pub async fn rotating_keys_keeps_old_values_readable<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let first = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let a = create_waiting(&*first, 1, &["call_1"], None).await?;
+
+    let rotated = h.open_with(keyring(&[("k2", 2), ("k1", 1)])?).await?;
+    ensure!(rotated.get(&a.id).await? == a, "the old key still opens run A");
+    let a_events = rotated.events(&a.id, 0, 10).await?;
+    verify_chain(&a_events, a.last_seq, &a.last_hash)?;
+    let b = create_waiting(&*rotated, 2, &["call_1"], None).await?;
+    let stored = |run: &str| stored_text(h, "suspension", "runs", format!("id = '{run}'"));
+    ensure!(stored(&b.id).await?.starts_with("enc:v1:k2:"), "new values are sealed with the first key");
+    ensure!(stored(&a.id).await?.starts_with("enc:v1:k1:"), "reading does not rewrite");
+    let b_event = stored_text(h, "data", "events", format!("run_id = '{}' AND seq = 1", b.id)).await?;
+    ensure!(b_event.starts_with("enc:v1:k2:"), "{b_event}");
+
+    let only_new = h.open_with(keyring(&[("k2", 2)])?).await?;
+    ensure_undecryptable(only_new.get(&a.id).await, &a.id, "k1", "not configured")?;
+    ensure!(only_new.get(&b.id).await? == b);
+    verify_chain(&only_new.events(&b.id, 0, 10).await?, b.last_seq, &b.last_hash)?;
+
+    // A change to run A under [k2, k1] seals its rewritten row values with k2 (its events keep k1).
+    let decided = rotated
+        .transition(&a.id, Guard::Version(a.version), decide("call_1", Decision::Approve), vec![], T0 + 40)
+        .await?;
+    ensure!(stored(&a.id).await?.starts_with("enc:v1:k2:"), "a rewritten run moves to the first key");
+    ensure!(only_new.get(&a.id).await? == decided);
+    ensure_undecryptable(only_new.events(&a.id, 0, 10).await, &a.id, "k1", "not configured")?;
+    Ok(())
+}
+
+/// Encryption can be turned on for a database with plaintext runs: they still read, verify, and are
+/// sealed when next rewritten.
+pub async fn plain_runs_read_after_encryption_is_turned_on<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let plain = create_waiting(&*h.store(), 1, &["call_1"], None).await?;
+    let by_id = format!("id = '{}'", plain.id);
+    ensure!(stored_text(h, "suspension", "runs", by_id.clone()).await?.starts_with('{'), "written in plaintext");
+    let sealed = h.open_with(keyring(&[("k1", 1)])?).await?;
+    ensure!(sealed.get(&plain.id).await? == plain);
+    verify_chain(&sealed.events(&plain.id, 0, 10).await?, plain.last_seq, &plain.last_hash)?;
+
+    let decided = sealed
+        .transition(
+            &plain.id,
+            Guard::Version(plain.version),
+            decide("call_1", Decision::Deny { reason: "no".into() }),
+            vec![event(EventKind::Decision, 1, json!({"call_id": "call_1", "action": "deny"}))],
+            T0 + 20,
+        )
+        .await?;
+    ensure!(sealed.get(&plain.id).await? == decided);
+    ensure!(stored_text(h, "suspension", "runs", by_id.clone()).await?.starts_with("enc:v1:k1:"));
+    let events = sealed.events(&plain.id, 0, 10).await?;
+    verify_chain(&events, decided.last_seq, &decided.last_hash)?;
+    let first = stored_text(h, "data", "events", format!("run_id = '{}' AND seq = 1", plain.id)).await?;
+    ensure!(first.starts_with('{'), "events already written stay as they were: {first}");
+    Ok(())
+}
+
 /// Defines one `#[tokio::test]` per contract case, each on a fresh harness from `$setup` (an async
 /// fn returning `anyhow::Result<Option<H>>`; `None` skips) and torn down by `$teardown` even when
 /// the case fails.
@@ -973,6 +1145,10 @@ macro_rules! all_contract_tests {
             concurrent_writes_fail_alone,
             a_write_failing_midway_leaves_no_trace,
             exactly_one_of_32_racing_claims_wins,
+            encrypted_values_round_trip,
+            a_missing_or_wrong_key_fails_clearly,
+            rotating_keys_keeps_old_values_readable,
+            plain_runs_read_after_encryption_is_turned_on,
         );
     };
 }

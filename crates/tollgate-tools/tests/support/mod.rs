@@ -91,3 +91,51 @@ pub async fn assert_refused(tool: &Arc<dyn Tool>, args: Value, needle: &str) {
     let out = call(tool, args.clone()).await;
     assert!(out.is_error && out.content.contains(needle), "{name} {args}: {out:?}");
 }
+
+/// How long a file tool may take in the tests that plant something that could block it.
+pub const PROMPT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs `work` on its own thread and runtime and returns its output, failing the test if it takes longer
+/// than [`PROMPT`]. A tool blocked inside a synchronous call (a FIFO opened for reading) would block a
+/// runtime's timer too; on its own thread it is abandoned instead, and the test fails rather than hangs.
+pub fn promptly<T, F>(what: &str, work: impl FnOnce() -> F + Send + 'static) -> T
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T>,
+{
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("runtime: {e}"));
+        let _ = sender.send(runtime.block_on(work()));
+    });
+    receiver.recv_timeout(PROMPT).unwrap_or_else(|e| panic!("{what} did not answer within {PROMPT:?}: {e}"))
+}
+
+/// Every entry below `dir` (symlinks not followed) with the content of each regular file, to compare a
+/// folder before and after.
+pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut seen = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap_or_else(|e| panic!("{}: {e}", folder.display())) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            let meta = path.symlink_metadata().unwrap_or_else(|e| panic!("{e}"));
+            let content = if meta.is_file() { std::fs::read(&path).ok() } else { None };
+            if meta.is_dir() {
+                pending.push(path.clone());
+            }
+            seen.insert(path.strip_prefix(dir).unwrap_or(&path).to_path_buf(), content);
+        }
+    }
+    seen
+}
+
+/// Makes a FIFO at `path`.
+pub fn mkfifo(path: &Path) {
+    let mode = rustix::fs::Mode::from_raw_mode(0o644);
+    rustix::fs::mknodat(rustix::fs::CWD, path, rustix::fs::FileType::Fifo, mode, 0)
+        .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+}
