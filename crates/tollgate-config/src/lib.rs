@@ -36,6 +36,8 @@
 //! | `retention.terminal_after` | `TOLLGATE_RETENTION_TERMINAL_AFTER` |
 //! | `retention.waiting_after` | `TOLLGATE_RETENTION_WAITING_AFTER` |
 //! | `workspace.root` | `TOLLGATE_WORKSPACE_ROOT` |
+//! | `sandbox.mode` | `TOLLGATE_SANDBOX_MODE` |
+//! | `privacy.level` | `TOLLGATE_PRIVACY_LEVEL` |
 //!
 //! A variable set to the empty string counts as unset. An override's value is taken literally (no `env:`),
 //! is checked like the key it replaces (errors name the variable), and a relative path in it resolves
@@ -46,9 +48,17 @@
 //!
 //! ## Secrets
 //! Every secret-valued key — `auth.tokens[].token`, `providers[].api_key`, `webhooks[].secret`, the values
-//! of `mcp_servers[].env`, and `store.url` (a PostgreSQL URL may hold a password) — takes `env:NAME`,
+//! of `mcp_servers[].env`, `privacy.keys[].key`, and `store.url` (a PostgreSQL URL may hold a password) —
+//! takes `env:NAME`,
 //! resolved at load (an unset `NAME` is an error naming the key and the variable), or a literal. Secrets are
 //! kept as [`Secret`], whose `Debug` and `Display` print `***`. Only MCP `env` values may be empty.
+//!
+//! ## Security keys (beyond CONFIG.md)
+//! `[sandbox] mode` (`auto` | `required` | `off`, default `auto`; override `TOLLGATE_SANDBOX_MODE`),
+//! `agents[].shell_network` (default false), `mcp_servers[].inherit_env` (default false), `[privacy] level`
+//! (`full` | `redacted` | `metadata`, default `full`; override `TOLLGATE_PRIVACY_LEVEL`) and
+//! `[[privacy.keys]]` (`id`, unique; `key`, 64 hex digits, checked at load without echoing it). Every
+//! configured secret's value is listed by [`Config::secret_values`] for the redactor.
 //!
 //! ## Paths
 //! Relative paths — the SQLite file of `store.url`, `workspace.root`, a provider's `script`, an MCP

@@ -388,3 +388,56 @@ fn defaults_of_optional_keys() -> anyhow::Result<()> {
     assert!(b.tools.is_empty() && b.policy.is_empty() && b.system_prompt.is_none());
     Ok(())
 }
+
+#[test]
+fn security_keys() {
+    let key = "0123456789abcdef".repeat(4);
+    check(&[
+        (
+            "sandbox mode",
+            "[sandbox]\nmode = \"strict\"\n".to_owned(),
+            r#"tollgate.toml: sandbox.mode: expected "auto", "required" or "off", got "strict""#,
+        ),
+        (
+            "privacy level",
+            "[privacy]\nlevel = \"none\"\n".to_owned(),
+            r#"tollgate.toml: privacy.level: expected "full", "redacted" or "metadata", got "none""#,
+        ),
+        (
+            "a data key of the wrong length, never echoed",
+            "[[privacy.keys]]\nid = \"k1\"\nkey = \"sk-not-hex-but-secret\"\n".to_owned(),
+            "tollgate.toml: privacy.keys[0].key: expected 32 bytes as 64 hex digits (e.g. from `openssl rand -hex \
+             32`), got 21 characters",
+        ),
+        (
+            "duplicate key ids",
+            format!("[[privacy.keys]]\nid = \"k1\"\nkey = \"{key}\"\n[[privacy.keys]]\nid = \"k1\"\nkey = \"{key}\"\n"),
+            r#"tollgate.toml: privacy.keys[1].id: duplicate key id "k1" (also privacy.keys[0].id)"#,
+        ),
+        (
+            "shell_network",
+            with_agent("shell_network = \"yes\"", ""),
+            r#"tollgate.toml: agents[0].shell_network: expected true or false, got "yes""#,
+        ),
+    ]);
+}
+
+#[test]
+fn security_keys_parse_and_secrets_are_listed() {
+    let key = "0123456789abcdef".repeat(4);
+    let text = format!(
+        "[sandbox]\nmode = \"required\"\n[privacy]\nlevel = \"metadata\"\n[[privacy.keys]]\nid = \"k2\"\nkey = \"{key}\"\n\
+         [[providers]]\nname = \"p\"\nkind = \"openai\"\napi_key = \"sk-provider-key-123\"\n\
+         [[mcp_servers]]\nname = \"m\"\ncommand = \"srv\"\ninherit_env = true\nenv = {{ TOKEN = \"mcp-token-4567\" }}\n"
+    );
+    let config = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.sandbox.mode, tollgate_config::SandboxMode::Required);
+    assert_eq!(config.privacy.level, tollgate_config::PrivacyLevel::Metadata);
+    assert_eq!(config.privacy.keys[0].id, "k2");
+    assert!(config.mcp_servers[0].inherit_env);
+    let secrets = config.secret_values();
+    for secret in [key.as_str(), "sk-provider-key-123", "mcp-token-4567"] {
+        assert!(secrets.iter().any(|s| s == secret), "{secret} listed");
+    }
+    assert!(!format!("{config:?}").contains(&key), "Debug never shows a key");
+}

@@ -570,3 +570,48 @@ async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
     assert_eq!(setup.tools[0].call_count(), 1, "run again once a person approved");
     assert!(runtime.verify(&run_id).await.ok().is_some_and(|r| r.is_ok()));
 }
+
+/// `[privacy] level`: events keep shapes (redacted) or ids only (metadata); the held turn keeps the calls
+/// in full for the approver; the chain verifies over what is stored; a configured secret is redacted.
+#[tokio::test]
+async fn privacy_levels_shape_what_events_keep() {
+    use tollgate_runtime::PrivacyLevel;
+    for (backend, store) in stores().await {
+        for level in [PrivacyLevel::Redacted, PrivacyLevel::Metadata] {
+            let setup = Setup::new(one_write(), vec![write_tool()]);
+            let options = RuntimeOptions {
+                privacy: level,
+                redactor: tollgate_core::Redactor::new(["sk-live-0123456789"]),
+                ..RuntimeOptions::default()
+            };
+            let clock = ManualClock::at(T0);
+            let runtime =
+                Runtime::new(store.clone(), vec![setup.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options);
+            let input = "pay with sk-live-0123456789";
+            let run = runtime.start_and_wait(None, input, "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+            let held = run.pending.as_ref().map(|p| p.suspension.clone()).unwrap_or_default();
+            assert!(held.contains(input), "{backend} {level:?}: the held turn keeps the call in full");
+            let done = runtime
+                .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, "bob")
+                .await
+                .unwrap_or_else(|e| panic!("{backend}: {e}"));
+            assert_eq!(done.status, RunStatus::Completed, "{backend} {level:?}");
+            let started = event_fields(&runtime, &run.id, &[EventKind::RunStarted], &["input", "agent"]).await;
+            let tool = event_fields(&runtime, &run.id, &[EventKind::ToolStarted], &["call_id", "arguments"]).await;
+            match level {
+                PrivacyLevel::Redacted => {
+                    // The secret is redacted first: "pay with [redacted]" is 19 bytes.
+                    assert_eq!(started, vec![json!(["run_started", "[string: 19 bytes]", "writer"])]);
+                    assert_eq!(tool, vec![json!(["tool_started", "call_1", {"text": "[string: 19 bytes]"}])]);
+                }
+                _ => {
+                    assert_eq!(started, vec![json!(["run_started", null, "writer"])]);
+                    assert_eq!(tool, vec![json!(["tool_started", "call_1", null])]);
+                }
+            }
+            let all = runtime.events(&run.id, 0, 1000).await.unwrap_or_default();
+            assert!(!serde_json::to_string(&all).unwrap_or_default().contains("sk-live"), "{backend} {level:?}");
+            assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+        }
+    }
+}

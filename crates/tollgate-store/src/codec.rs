@@ -158,7 +158,8 @@ impl RunRow {
     ) -> Result<RunRow, StoreError> {
         let pending = run.pending.as_ref();
         let place = |column| Place { run_id: &run.id, column, seq: None };
-        let before_pending = before.map(|(record, row)| (record.pending.as_ref(), row));
+        // Only with keys: without them nothing is compared (the write path stays as it was).
+        let before_pending = keys.and(before).map(|(record, row)| (record.pending.as_ref(), row));
         let suspension = pending
             .map(|p| {
                 let unchanged = before_pending

@@ -294,8 +294,7 @@ impl Tool for HttpRequest {
     }
 
     fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let checked = (|| -> Result<(), String> { Self::check(args).map(drop) })();
-        Box::pin(std::future::ready(checked))
+        Box::pin(std::future::ready(Self::check(args).map(drop)))
     }
 
     fn gate(&self, _args: &Value) -> Gate {
@@ -303,8 +302,7 @@ impl Tool for HttpRequest {
     }
 
     fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
-        let preview = (|| -> Option<String> { Self::check(args).ok().map(|plan| self.preview_of(&plan)) })();
-        Box::pin(std::future::ready(preview))
+        Box::pin(std::future::ready(Self::check(args).ok().map(|plan| self.preview_of(&plan))))
     }
 
     fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {

@@ -51,8 +51,7 @@ impl Tool for TimeNow {
     }
 
     fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let checked = (|| -> Result<(), String> { parse::<NoArgs>(args).map(drop) })();
-        Box::pin(std::future::ready(checked))
+        Box::pin(std::future::ready(parse::<NoArgs>(args).map(drop)))
     }
 
     fn gate(&self, _args: &Value) -> Gate {
