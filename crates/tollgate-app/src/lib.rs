@@ -91,7 +91,9 @@ impl App {
     /// Builds the process. MCP servers that fail to start are logged and left out (their tools are then
     /// unknown to the model); everything else that fails is an error.
     pub async fn build(config: Config) -> Result<App, AppError> {
-        let store = tollgate_store::open(&config.store.url)
+        let store_failed = |message: String| AppError::Store { url: config.store.redacted_url(), message };
+        let options = store_options(&config).map_err(store_failed)?;
+        let store = tollgate_store::open_with(&config.store.url, options)
             .await
             .map_err(|e| AppError::Store { url: config.store.redacted_url(), message: e.to_string() })?;
         let workspace = config.workspace.root.clone();
@@ -205,6 +207,22 @@ fn build_agent(
         },
         forbid_self_approval: agent.forbid_self_approval,
     })
+}
+
+/// The store's options: the data keys of `[[privacy.keys]]`, first one encrypting.
+fn store_options(config: &Config) -> Result<tollgate_store::StoreOptions, String> {
+    if config.privacy.keys.is_empty() {
+        return Ok(tollgate_store::StoreOptions::default());
+    }
+    let keys = config
+        .privacy
+        .keys
+        .iter()
+        .map(|k| tollgate_store::DataKey::from_hex(k.id.clone(), k.key.expose()))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(tollgate_store::DataKeys::new)
+        .map_err(|e| format!("privacy.keys: {e}"))?;
+    Ok(tollgate_store::StoreOptions { data_keys: Some(Arc::new(keys)) })
 }
 
 /// How the built-in tools are set up: the `shell` sandbox from `[sandbox] mode`, network as given.

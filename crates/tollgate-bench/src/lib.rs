@@ -26,7 +26,7 @@ use tollgate_core::{
     ToolLoop, ToolOutput, ToolRegistry,
 };
 use tollgate_providers::{Script, ScriptedModel};
-use tollgate_runtime::{AgentSpec, DecisionSet, OnExpiry, Runtime, RuntimeOptions, UuidV7Ids};
+use tollgate_runtime::{AgentSpec, DecisionSet, OnExpiry, PrivacyLevel, Runtime, RuntimeOptions, UuidV7Ids};
 
 /// One measured phase.
 #[derive(Clone, Debug, Serialize)]
@@ -300,7 +300,21 @@ fn approval_runtime(store: Arc<dyn RunStore>, notes: Arc<Mutex<Vec<String>>>) ->
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
     };
-    Ok(Runtime::new(store, vec![spec], Arc::new(SystemClock), Arc::new(UuidV7Ids), RuntimeOptions::default()))
+    let options = RuntimeOptions { privacy: privacy_from_env()?, ..RuntimeOptions::default() };
+    Ok(Runtime::new(store, vec![spec], Arc::new(SystemClock), Arc::new(UuidV7Ids), options))
+}
+
+/// The environment variable that sets the event log's privacy level for the benchmarks: `full` (the
+/// default), `redacted` or `metadata`.
+pub const PRIVACY_ENV: &str = "TOLLGATE_BENCH_PRIVACY";
+
+fn privacy_from_env() -> Result<PrivacyLevel, BenchError> {
+    match std::env::var(PRIVACY_ENV).as_deref() {
+        Err(_) | Ok("" | "full") => Ok(PrivacyLevel::Full),
+        Ok("redacted") => Ok(PrivacyLevel::Redacted),
+        Ok("metadata") => Ok(PrivacyLevel::Metadata),
+        Ok(other) => Err(BenchError(format!("{PRIVACY_ENV}: expected full, redacted or metadata, got {other:?}"))),
+    }
 }
 
 /// Workload B: `repeat` runs of 50 allow-gated `get_time` turns and a final answer, no store.

@@ -101,15 +101,19 @@ secret = "env:TEST_WEBHOOK_SECRET"
 }
 
 fn tollgate(dir: &Path, args: &[&str]) -> Result<Outcome> {
+    let secrets =
+        [("TEST_PROVIDER_KEY", PROVIDER_KEY), ("TEST_API_TOKEN", API_TOKEN), ("TEST_WEBHOOK_SECRET", WEBHOOK_SECRET)];
+    tollgate_with(dir, args, &secrets)
+}
+
+fn tollgate_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {
     let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::null())
         .env_remove("TOLLGATE_STORE_URL")
         .env_remove("TOLLGATE_WORKSPACE_ROOT")
-        .env("TEST_PROVIDER_KEY", PROVIDER_KEY)
-        .env("TEST_API_TOKEN", API_TOKEN)
-        .env("TEST_WEBHOOK_SECRET", WEBHOOK_SECRET)
+        .envs(env.iter().copied())
         .output()
         .context("cannot start tollgate")?;
     Ok(Outcome {
@@ -179,5 +183,40 @@ fn planted_secrets_reach_no_surface() -> Result<()> {
     }
     assert_eq!(leaks(&on_disk), Vec::<&str>::new());
     assert!(on_disk.contains("OPENAI_API_KEY=[redacted]"), "the tool's result is stored, redacted");
+    Ok(())
+}
+
+/// `[[privacy.keys]]`: held turns and events are stored encrypted; the right key reads them, a wrong or
+/// missing key is a clear error naming the run and the key id, never a panic.
+#[test]
+fn encrypted_runs_need_their_key() -> Result<()> {
+    let dir = scratch_dir("encrypted");
+    let key = "00112233445566778899aabbccddeeff".repeat(2);
+    let wrong = "ffeeddccbbaa99887766554433221100".repeat(2);
+    let with_key = |key: &str, args: &[&str]| -> Result<Outcome> {
+        std::fs::write(dir.join("tollgate.toml"), "[[privacy.keys]]\nid = \"k1\"\nkey = \"env:TEST_DATA_KEY\"\n")?;
+        tollgate_with(&dir, args, &[("TEST_DATA_KEY", key)])
+    };
+    let started = with_key(&key, &["run", "hello"])?;
+    let id = started.waiting_id()?;
+    let shown = with_key(&key, &["show", &id, "--json"])?;
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert!(shown.stdout.contains("create note.txt (5 bytes)"), "the held call reads back: {shown:?}");
+    assert_eq!(with_key(&key, &["verify", &id])?.code, 0);
+
+    let mut raw = String::new();
+    for file in ["tollgate.db", "tollgate.db-wal"] {
+        if let Ok(bytes) = std::fs::read(dir.join(file)) {
+            raw.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    assert!(raw.contains("enc:v1:k1:"), "values are stored in the envelope");
+    assert!(!raw.contains("create note.txt"), "the preview is not stored in the clear");
+
+    let refused = with_key(&wrong, &["show", &id])?;
+    assert_ne!(refused.code, 0, "{refused:?}");
+    assert!(refused.stderr.contains(&id) && refused.stderr.contains("k1"), "names the run and the key: {refused:?}");
+    assert!(!refused.stderr.contains("panicked"), "{refused:?}");
+    assert!(!refused.stderr.contains(&wrong) && !refused.stderr.contains(&key), "no key material: {refused:?}");
     Ok(())
 }

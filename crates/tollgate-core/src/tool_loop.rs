@@ -418,15 +418,7 @@ impl ToolLoop {
                 } else {
                     // A decision is keyed by call_id: a second call with the same id could ride on the
                     // first one's approval, so it never runs (and is not checked).
-                    let mut refused = HeldCall {
-                        call_id: call.call_id.clone(),
-                        tool: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                        gate: Gate::Forbid,
-                        preview: None,
-                        in_doubt: false,
-                        settled: None,
-                    };
+                    let mut refused = refused_call(call);
                     refused.settled = Some(error_result(
                         call,
                         format!(
@@ -479,15 +471,7 @@ impl ToolLoop {
 
     /// Gates one call: refusals are settled at once with their error result; the rest carry their gate.
     async fn check_call(&self, call: &ToolCall) -> HeldCall {
-        let mut held = HeldCall {
-            call_id: call.call_id.clone(),
-            tool: call.name.clone(),
-            arguments: call.arguments.clone(),
-            gate: Gate::Forbid,
-            preview: None,
-            in_doubt: false,
-            settled: None,
-        };
+        let mut held = refused_call(call);
         match self.gate_of(call).await {
             Ok(gate) => held.gate = gate,
             Err(message) => held.settled = Some(error_result(call, message)),
@@ -778,6 +762,19 @@ fn record(state: &mut RunState, round: u32, arguments: &Value, result: ToolResul
         is_error: result.is_error,
     });
     results.push(result);
+}
+
+/// A held call with gate `forbid` and nothing settled yet: what a call is until its checks pass.
+fn refused_call(call: &ToolCall) -> HeldCall {
+    HeldCall {
+        call_id: call.call_id.clone(),
+        tool: call.name.clone(),
+        arguments: call.arguments.clone(),
+        gate: Gate::Forbid,
+        preview: None,
+        in_doubt: false,
+        settled: None,
+    }
 }
 
 fn error_result(call: &ToolCall, content: String) -> ToolResult {

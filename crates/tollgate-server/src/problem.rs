@@ -197,6 +197,14 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(id) => ApiError::not_found(format!("no run has id `{id}`")),
             StoreError::Conflict { detail, .. } => ApiError::new(ProblemKind::Conflict, detail),
             StoreError::Transition(t) => ApiError::new(ProblemKind::Conflict, t.to_string()),
+            // Names the run and the key id (never key material), so an operator knows which key to add.
+            StoreError::Undecryptable { id, detail } => {
+                tracing::error!(run = %id, %detail, "run cannot be decrypted");
+                ApiError::new(
+                    ProblemKind::Internal,
+                    format!("run {id} cannot be decrypted with the configured keys: {detail}"),
+                )
+            }
             other if other.is_retryable() => {
                 tracing::warn!(error = %other, "store unavailable");
                 ApiError::new(ProblemKind::Unavailable, "the run store cannot be reached right now; try again")
