@@ -77,13 +77,13 @@ on_expiry = "cancel"
     assert!(app.runtime.agent("demo").is_none(), "the demo agent exists only without configured agents");
 
     let run = app.runtime.start_and_wait(None, "write a note", "alice").await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(run.status, RunStatus::WaitingForApproval);
-    let digest = run.pending.as_ref().map(|p| p.turn_digest.0.clone()).unwrap_or_default();
+    assert_eq!(run.status(), RunStatus::WaitingForApproval);
+    let digest = run.held_turn().map(|p| p.turn_digest.0.clone()).unwrap_or_default();
     let set = DecisionSet::Each(vec![("call_a".into(), Decision::Approve)]);
     app.runtime.decide(&run.id, &digest, set, "bob").await.unwrap_or_else(|e| panic!("{e}"));
     let done = app.runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    assert_eq!(done.output.as_deref(), Some("done"));
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.error());
+    assert_eq!(done.output(), Some("done"));
     assert_eq!(std::fs::read_to_string(dir.join("files/note.txt")).ok().as_deref(), Some("from the model"));
     assert!(dir.join("runs.db").exists(), "the store path is relative to the config file");
 }
@@ -172,15 +172,15 @@ tools = ["files__*"]
     );
     let app = app(&dir, &toml).await;
     let run = app.runtime.start_and_wait(None, "from the gate", "alice").await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(run.status, RunStatus::WaitingForApproval, "{:?}", run.error);
+    assert_eq!(run.status(), RunStatus::WaitingForApproval, "{:?}", run.error());
     let view = tollgate_runtime::view::run_json(&run);
     assert_eq!(view["pending"]["calls"][0]["gate"], "allow", "the read tool needs no approval");
     assert_eq!(view["pending"]["calls"][1]["gate"], "ask", "the write tool waits at the gate");
     assert!(!files.join("note.txt").exists(), "nothing of the held turn ran");
-    let digest = run.pending.as_ref().map(|p| p.turn_digest.0.clone()).unwrap_or_default();
+    let digest = run.held_turn().map(|p| p.turn_digest.0.clone()).unwrap_or_default();
     app.runtime.decide(&run.id, &digest, DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
     let done = app.runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.error());
     assert_eq!(std::fs::read_to_string(files.join("note.txt")).ok().as_deref(), Some("from the gate"));
     app.shutdown().await;
 }

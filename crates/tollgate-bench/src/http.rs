@@ -53,7 +53,7 @@ pub async fn approval_cycle_http(
         Ok(Err(e)) => return Err(err(format!("the server failed: {e}"))),
         Err(e) => return Err(err(format!("the server task failed: {e}"))),
     }
-    let reports = result?;
+    let mut reports = result?;
 
     let notes = notes.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let mut distinct = notes.clone();
@@ -65,6 +65,9 @@ pub async fn approval_cycle_http(
             notes.len(),
             distinct.len()
         )));
+    }
+    if let Some(last) = reports.last_mut() {
+        last.check = Some(format!("A/HTTP (c={clients}): {n} runs completed, {}", crate::tool_ran_once_each(n)));
     }
     Ok(reports)
 }
@@ -113,7 +116,7 @@ async fn phases(
     let mut bytes = 0usize;
     for (id, _) in &held {
         let run = store.get(id).await.map_err(err)?;
-        bytes += run.pending.as_ref().map_or(0, |p| p.suspension.len());
+        bytes += run.held_turn().map_or(0, |p| p.suspension.as_str().len());
     }
     let mean_bytes = bytes as f64 / held.len().max(1) as f64;
 

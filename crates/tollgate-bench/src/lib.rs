@@ -11,7 +11,10 @@
 //!
 //! Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS, and for A/C
 //! the mean bytes of persisted suspension; the end checks (N completed, the tool ran exactly N times with
-//! each text once, or never for C) make a wrong result fail loudly rather than look fast.
+//! each text once, or never for C) make a wrong result fail loudly rather than look fast. A check that
+//! passed is named on the workload's last phase ([`PhaseReport::check`]) and [`table`] prints it on a line
+//! of its own after the table, e.g. `check A (c=1): 1000 runs completed, the tool ran 1000 times, each
+//! text once — ok`.
 
 pub mod http;
 pub mod scale;
@@ -37,7 +40,8 @@ pub struct PhaseReport {
     pub count: u64,
     /// Wall time in seconds.
     pub wall_secs: f64,
-    /// Runs (or iterations) per second.
+    /// Runs (or loop iterations for B) per second: the table's `runs/s` column. The key keeps its name
+    /// in `--json` reports, which programs read.
     pub per_sec: f64,
     /// Per-run latency, median, microseconds.
     pub p50_us: f64,
@@ -51,6 +55,10 @@ pub struct PhaseReport {
     pub peak_rss_mib: f64,
     /// Mean bytes of persisted suspension per run (A and C).
     pub suspension_bytes: Option<f64>,
+    /// On a workload's last phase: its end check, which passed (a failed check is an error instead),
+    /// e.g. `A (c=1): 1000 runs completed, the tool ran 1000 times, each text once`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
 }
 
 /// A benchmark that could not run or whose end check failed.
@@ -184,14 +192,14 @@ async fn approval_cycle_here(
             async move {
                 let t = Instant::now();
                 let run = runtime.get(&id).await.map_err(err)?;
-                let pending = run.pending.as_ref().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
-                let bytes = pending.suspension.len();
+                let pending = run.held_turn().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
+                let bytes = pending.suspension.as_str().len();
                 let set =
                     if deny { DecisionSet::DenyAll { reason: "not allowed".into() } } else { DecisionSet::ApproveAll };
                 let done =
                     runtime.decide_and_wait(&run, pending.turn_digest.as_str(), set, "bench").await.map_err(err)?;
-                if done.status != RunStatus::Completed {
-                    return Err(BenchError(format!("run {id} ended {}", done.status)));
+                if done.status() != RunStatus::Completed {
+                    return Err(BenchError(format!("run {id} ended {}", done.status())));
                 }
                 Ok((t.elapsed(), bytes))
             }
@@ -202,7 +210,7 @@ async fn approval_cycle_here(
     let (latencies, sizes): (Vec<Duration>, Vec<usize>) =
         results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
     let mean_bytes = sizes.iter().sum::<usize>() as f64 / sizes.len().max(1) as f64;
-    let phase2 = report(
+    let mut phase2 = report(
         &format!("{label} phase 2: load → {} → completed (c={concurrency})", if deny { "deny" } else { "approve" }),
         started,
         cpu0,
@@ -228,7 +236,14 @@ async fn approval_cycle_here(
             )));
         }
     }
+    let checked = if deny { "the tool never ran".to_owned() } else { tool_ran_once_each(n) };
+    phase2.check = Some(format!("{label} (c={concurrency}): {n} runs completed, {checked}"));
     Ok(vec![phase1, phase2])
+}
+
+/// The end check of an approval cycle that ran the tool for `n` runs, as the check line says it.
+pub(crate) fn tool_ran_once_each(n: u64) -> String {
+    format!("the tool ran {n} times, each text once")
 }
 
 /// The reference for workload A's CPU figures on SQLite: the same durability settings (WAL,
@@ -275,8 +290,8 @@ pub fn sqlite_commit_floor(store_url: &str, n: u64) -> Result<Option<PhaseReport
 pub(crate) async fn start_waiting(runtime: &Runtime, i: u64) -> Result<(String, Duration), BenchError> {
     let t = Instant::now();
     let run = runtime.start_and_wait(None, &format!("Save a note saying hello {i}"), "bench").await.map_err(err)?;
-    if run.status != RunStatus::WaitingForApproval {
-        return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status)));
+    if run.status() != RunStatus::WaitingForApproval {
+        return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status())));
     }
     Ok((run.id, t.elapsed()))
 }
@@ -341,6 +356,7 @@ pub async fn loop_overhead(repeat: u64) -> Result<PhaseReport, BenchError> {
     let mut phase = report("B: loop overhead (iterations)", started, cpu0, latencies, None);
     phase.count = repeat * 51;
     phase.per_sec = phase.count as f64 / phase.wall_secs;
+    phase.check = Some(format!("B: {repeat} runs completed, each after 50 tool calls"));
     Ok(phase)
 }
 
@@ -386,14 +402,16 @@ pub(crate) fn phase_report(
         sys_us_per_run: per_run(cpu.system - cpu0.system),
         peak_rss_mib: peak_rss_mib(),
         suspension_bytes,
+        check: None,
     }
 }
 
-/// Prints reports as one table.
+/// Prints reports as one table (B's `count` and `runs/s` are loop iterations, as its phase says), then
+/// each end check that passed on a line of its own: `check A (c=1): … — ok`.
 pub fn table(reports: &[PhaseReport]) -> String {
     let mut out = format!(
         "{:<56} {:>8} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n",
-        "phase", "count", "wall s", "per s", "p50 µs", "p99 µs", "cpu µs", "sys µs", "rss MiB", "susp B"
+        "phase", "count", "wall s", "runs/s", "p50 µs", "p99 µs", "cpu µs", "sys µs", "rss MiB", "susp B"
     );
     for r in reports {
         out.push_str(&format!(
@@ -409,6 +427,9 @@ pub fn table(reports: &[PhaseReport]) -> String {
             r.peak_rss_mib,
             r.suspension_bytes.map_or("-".to_owned(), |b| format!("{b:.0}"))
         ));
+    }
+    for check in reports.iter().filter_map(|r| r.check.as_deref()) {
+        out.push_str(&format!("check {check} — ok\n"));
     }
     out
 }

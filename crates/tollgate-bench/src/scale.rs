@@ -81,14 +81,16 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
             RunQuery { status: Some(RunStatus::WaitingForApproval), agent: None, limit: LIST_LIMIT, cursor: None };
         let page = runtime.list(query).await.map_err(err)?;
         latencies.push(t.elapsed());
-        if (page.runs.len() as u64) < expected || page.runs.iter().any(|r| r.status != RunStatus::WaitingForApproval) {
+        if (page.runs.len() as u64) < expected || page.runs.iter().any(|r| r.status() != RunStatus::WaitingForApproval)
+        {
             return Err(BenchError(format!(
                 "workload D: the waiting list gave {} runs (expected {expected}, all waiting)",
                 page.runs.len()
             )));
         }
     }
-    let list = report(&format!("D at {n} waiting: list waiting, limit {LIST_LIMIT}"), started, cpu0, latencies, None);
+    let mut list =
+        report(&format!("D at {n} waiting: list waiting, limit {LIST_LIMIT}"), started, cpu0, latencies, None);
 
     // The approval cycle, one run at a time, with the store full.
     let cpu0 = cpu_time();
@@ -98,14 +100,14 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
     for id in &picked {
         let t = Instant::now();
         let run = runtime.get(id).await.map_err(err)?;
-        let pending = run.pending.as_ref().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
-        bytes += pending.suspension.len();
+        let pending = run.held_turn().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
+        bytes += pending.suspension.as_str().len();
         let done = runtime
             .decide_and_wait(&run, pending.turn_digest.as_str(), DecisionSet::ApproveAll, "bench")
             .await
             .map_err(err)?;
-        if done.status != RunStatus::Completed {
-            return Err(BenchError(format!("workload D: run {id} ended {}", done.status)));
+        if done.status() != RunStatus::Completed {
+            return Err(BenchError(format!("workload D: run {id} ended {}", done.status())));
         }
         latencies.push(t.elapsed());
     }
@@ -132,6 +134,11 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
             picked.len()
         )));
     }
+    list.check = Some(format!(
+        "D: {} sampled runs completed, {}; each of {LIST_REPEAT} listings gave {expected} runs, all waiting",
+        picked.len(),
+        crate::tool_ran_once_each(picked.len() as u64)
+    ));
     Ok(vec![fill, cycle, list])
 }
 

@@ -1,5 +1,8 @@
 //! `tollgate bench [A|B|C|D] [--n N] [--store URL]`: BENCH.md's workloads, run by `tollgate-bench`, and
-//! one table of their phases (`--json`: the reports).
+//! one table of their phases (rates in the `runs/s` column; B's are loop iterations), then each workload's
+//! end check on a line of its own, e.g. `check A (c=1): 1000 runs completed, the tool ran 1000 times, each
+//! text once — ok`. `--json`: the reports, with the same figures under their keys (`per_sec` is runs/s)
+//! and the check on each workload's last phase (`check`); a failed check exits 1 with it named instead.
 //!
 //! This module only chooses stores and sizes and prints; the workloads and their end checks live in
 //! `tollgate-bench`. It never touches the configured store: without `--store`, each workload gets a

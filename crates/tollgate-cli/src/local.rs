@@ -15,9 +15,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tollgate_app::App;
 use tollgate_config::{Config, ConfigLoader};
-use tollgate_core::{
-    ChainBreak, Clock, Decision, RunQuery, RunRecord, RunStatus, StoredEvent, Suspension, SystemClock,
-};
+use tollgate_core::{ChainBreak, Clock, Decision, RunQuery, RunRecord, RunStatus, StoredEvent, SystemClock};
 use tollgate_runtime::{DecisionSet, RunNotice, Runtime, RuntimeError};
 
 /// How often a command that keeps running (e.g. waiting for a run) applies deadlines again.
@@ -230,8 +228,8 @@ impl Local {
     /// schema and checks), before it is sent.
     pub async fn check_decision(&self, run_id: &str, call_id: &str, decision: &Decision) -> Result<(), String> {
         let run = self.runtime.get(run_id).await.map_err(|e| e.to_string())?;
-        let pending = run.pending.as_ref().ok_or_else(|| format!("run {run_id} has no held turn"))?;
-        let suspension = Suspension::from_json(&pending.suspension).map_err(|e| e.to_string())?;
+        let pending = run.held_turn().ok_or_else(|| format!("run {run_id} has no held turn"))?;
+        let suspension = pending.suspension.parse().map_err(|e| e.to_string())?;
         let spec = self.runtime.agent(&run.agent).ok_or_else(|| format!("unknown agent `{}`", run.agent))?;
         spec.agent_loop.check_decision(&suspension, call_id, decision).await.map_err(|e| e.to_string())
     }

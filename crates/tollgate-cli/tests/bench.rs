@@ -1,5 +1,6 @@
-//! `tollgate bench`, tiny: the table has a row per phase of the chosen workload, the end checks pass
-//! (exit 0), and the configured store of the current folder is left alone.
+//! `tollgate bench`, tiny: the table has a `runs/s` column and a row per phase of the chosen workload, the
+//! end checks pass (exit 0) and are printed each on a line of their own after the table, and the
+//! configured store of the current folder is left alone.
 
 use anyhow::{Context as _, Result, bail};
 use std::process::{Command, Stdio};
@@ -31,15 +32,34 @@ fn bench(args: &[&str]) -> Result<String> {
     Ok(stdout)
 }
 
+/// The table's rows: the lines after the header, up to the check lines.
+fn rows(table: &str) -> Vec<&str> {
+    table.lines().skip(1).take_while(|line| !line.starts_with("check ")).collect()
+}
+
 /// The phase names of the table, in order.
 fn phases(table: &str) -> Vec<String> {
-    table.lines().skip(1).map(|line| line.split("  ").next().unwrap_or_default().trim().to_owned()).collect()
+    rows(table).iter().map(|line| line.split("  ").next().unwrap_or_default().trim().to_owned()).collect()
+}
+
+/// The lines after the table: one per end check.
+fn checks(table: &str) -> Vec<&str> {
+    table.lines().skip(1).skip_while(|line| !line.starts_with("check ")).collect()
+}
+
+/// The header's column names (separated by two spaces or more).
+fn columns(table: &str) -> Vec<&str> {
+    table.lines().next().unwrap_or_default().split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()
 }
 
 #[test]
 fn workload_a_reports_both_phases_in_process_and_over_http() -> Result<()> {
     let table = bench(&["bench", "A", "--n", "20"])?;
     assert!(table.starts_with("phase "), "{table}");
+    assert_eq!(
+        columns(&table),
+        ["phase", "count", "wall s", "runs/s", "p50 µs", "p99 µs", "cpu µs", "sys µs", "rss MiB", "susp B"]
+    );
     assert_eq!(
         phases(&table),
         [
@@ -52,9 +72,42 @@ fn workload_a_reports_both_phases_in_process_and_over_http() -> Result<()> {
             "A/HTTP phase 2: POST decisions → completed (c=32)",
         ]
     );
-    for line in table.lines().skip(1) {
+    for line in rows(&table) {
         assert!(line.contains(" 20 "), "each phase counts the 20 runs (the floor 20 commits): {line}");
     }
+    assert_eq!(
+        checks(&table),
+        [
+            "check A (c=1): 20 runs completed, the tool ran 20 times, each text once — ok",
+            "check A (c=32): 20 runs completed, the tool ran 20 times, each text once — ok",
+            "check A/HTTP (c=32): 20 runs completed, the tool ran 20 times, each text once — ok",
+        ],
+        "{table}"
+    );
+    Ok(())
+}
+
+#[test]
+fn workload_c_checks_that_the_tool_never_ran() -> Result<()> {
+    let table = bench(&["bench", "C", "--n", "5"])?;
+    assert_eq!(
+        phases(&table),
+        [
+            "C phase 1: start → waiting (c=1)",
+            "C phase 2: load → deny → completed (c=1)",
+            "SQLite floor: insert 1 KiB + COMMIT (c=1)",
+            "C phase 1: start → waiting (c=32)",
+            "C phase 2: load → deny → completed (c=32)",
+        ]
+    );
+    assert_eq!(
+        checks(&table),
+        [
+            "check C (c=1): 5 runs completed, the tool never ran — ok",
+            "check C (c=32): 5 runs completed, the tool never ran — ok",
+        ],
+        "{table}"
+    );
     Ok(())
 }
 
@@ -63,10 +116,12 @@ fn workload_b_counts_loop_iterations_and_json_holds_the_reports() -> Result<()> 
     let table = bench(&["bench", "B", "--n", "2"])?;
     assert_eq!(phases(&table), ["B: loop overhead (iterations)"]);
     assert!(table.lines().nth(1).is_some_and(|row| row.split_whitespace().any(|w| w == "102")), "2 × 51: {table}");
+    assert_eq!(checks(&table), ["check B: 2 runs completed, each after 50 tool calls — ok"]);
 
     let json: serde_json::Value = serde_json::from_str(&bench(&["bench", "b", "--n", "2", "--json"])?)?;
     assert_eq!(json["reports"][0]["name"], "B: loop overhead (iterations)");
     assert_eq!(json["reports"][0]["count"], 102);
     assert!(json["reports"][0]["per_sec"].as_f64().is_some_and(|r| r > 0.0));
+    assert_eq!(json["reports"][0]["check"], "B: 2 runs completed, each after 50 tool calls");
     Ok(())
 }

@@ -183,7 +183,7 @@ async fn walkthrough(deny: bool) -> Result<Walkthrough, Box<dyn Error>> {
     let sent_while_waiting = outbox.lock().unwrap_or_else(PoisonError::into_inner).len();
     println!("The run is waiting for approval (turn {}, digest {}).", suspension.round, suspension.turn_digest);
     for call in suspension.decidable_calls() {
-        println!("\n  call {} — {} (gate: {})", call.call_id, call.tool, call.gate);
+        println!("\n  call {} — {} (gate: {})", call.call_id, call.tool, call.gate());
         println!("  arguments: {}", call.arguments);
         for line in call.preview.as_deref().unwrap_or("(no preview)").lines() {
             println!("  | {line}");
@@ -194,7 +194,7 @@ async fn walkthrough(deny: bool) -> Result<Walkthrough, Box<dyn Error>> {
     // turn, the held calls, the counters and the pinned tool schemas. Store it in a database, a file, a
     // queue — and read it back, perhaps days later in another process, with `Suspension::from_json`,
     // which refuses a format version it does not know and a digest that does not match the calls.
-    let stored: String = suspension.to_json();
+    let stored: String = suspension.to_json()?;
     println!("\nStored the suspension: {} bytes of JSON.", stored.len());
     drop(suspension);
     let suspension = Suspension::from_json(&stored)?;

@@ -16,7 +16,7 @@
 //! match agent.start("run-1", "Save a note saying hello", &NoHooks).await? {
 //!     Outcome::Completed(done) => println!("{:?}", done.output),
 //!     Outcome::Suspended(suspension) => {
-//!         let stored = suspension.to_json(); // persist it anywhere
+//!         let stored = suspension.to_json()?; // persist it anywhere
 //!         let suspension = Suspension::from_json(&stored)?;
 //!         let decisions: Decisions =
 //!             suspension.decidable_calls().map(|c| (c.call_id.clone(), Decision::Approve)).collect();
@@ -42,11 +42,13 @@ pub use event::{ChainBreak, EventKind, NewEvent, StoredEvent, verify_chain};
 pub use model::{FinishReason, ModelClient, ModelError, ModelRequest, ModelResponse};
 pub use redact::Redactor;
 pub use run::{
-    Lease, Millis, Pending, RecordedDecision, RunError, RunRecord, RunStatus, Transition, TransitionError, rfc3339,
+    HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
+    rfc3339,
 };
 pub use store::{Clock, Guard, IdGen, RunPage, RunQuery, RunStore, StoreError, SystemClock};
 pub use suspension::{
-    Decision, DecisionError, Decisions, HeldCall, SCHEMA_VERSION, Suspension, SuspensionError, TurnDigest,
+    CallState, Decision, DecisionError, Decisions, HeldCall, SCHEMA_VERSION, StoredSuspension, Suspension,
+    SuspensionError, TurnDigest,
 };
 pub use tool::{
     Gate, RegisteredTool, RegistryError, Tool, ToolContext, ToolError, ToolOutput, ToolPin, ToolRegistry, ToolSpec,

@@ -2,10 +2,11 @@
 //!
 //! Every change to a run is a [`Transition`] applied by [`RunRecord::apply`], a pure function that both
 //! store backends call inside their compare-and-set transaction. It is the one place that says which
-//! status may follow which: a terminal run never changes again, a pending turn exists only while a run
-//! waits (or is resuming from it), and finishing clears it.
+//! status may follow which: a terminal run never changes again, and a lease is taken over only once it
+//! has expired. What each status carries is a [`RunState`], so a waiting run always has its held turn,
+//! a running run its lease, and a finished run neither.
 
-use crate::suspension::{Decision, TurnDigest};
+use crate::suspension::{Decision, StoredSuspension, TurnDigest};
 use crate::tool_loop::TerminationReason;
 use crate::transcript::Usage;
 use serde::{Deserialize, Serialize};
@@ -14,11 +15,33 @@ use std::collections::BTreeMap;
 /// Milliseconds since the Unix epoch, UTC.
 pub type Millis = i64;
 
-/// Formats a time as RFC 3339 UTC with milliseconds, e.g. `2026-11-29T10:00:00.000Z`.
+/// Formats a time as RFC 3339 UTC with milliseconds, e.g. `2026-11-29T10:00:00.000Z`. Total: a time
+/// beyond chrono's range (±262,143 years) is written with an expanded, signed year (ISO 8601), e.g.
+/// `+292278994-08-17T07:12:55.807Z`, never as some other time.
 pub fn rfc3339(at: Millis) -> String {
-    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(at)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    match chrono::DateTime::<chrono::Utc>::from_timestamp_millis(at) {
+        Some(time) => time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        None => expanded_rfc3339(at),
+    }
+}
+
+/// [`rfc3339`] for any `i64` of milliseconds, on the proleptic Gregorian calendar (civil-from-days, as
+/// in Howard Hinnant's `chrono` algorithms; no intermediate overflows for any `i64` input).
+fn expanded_rfc3339(at: Millis) -> String {
+    const DAY: i64 = 86_400_000;
+    let (days, in_day) = (at.div_euclid(DAY), at.rem_euclid(DAY));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (hour, minute) = (in_day / 3_600_000, in_day / 60_000 % 60);
+    let (second, milli) = (in_day / 1_000 % 60, in_day % 1_000);
+    format!("{year:+}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
 }
 
 /// A run's status.
@@ -105,11 +128,11 @@ pub struct RecordedDecision {
 }
 
 /// The held turn of a run: its stored suspension and the decisions recorded so far.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Pending {
-    /// The suspension as stored (JSON text). Parsed by the runtime, which fails just this run when the
-    /// text is corrupt or from an unknown version.
-    pub suspension: String,
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeldTurn {
+    /// The suspension as stored. Parsed by the runtime, which fails just this run when the text is
+    /// corrupt or from an unknown version.
+    pub suspension: StoredSuspension,
     /// Its turn digest, copied out so a stale decision is refused without parsing.
     pub turn_digest: TurnDigest,
     /// The calls that need a decision before the run can resume (ask-gated or in doubt).
@@ -129,21 +152,81 @@ pub struct Lease {
     pub expires_at: Millis,
 }
 
+impl Lease {
+    /// True when another process may take the run over at `now`.
+    pub fn expired_at(&self, now: Millis) -> bool {
+        self.expires_at <= now
+    }
+}
+
+/// Where a run is, with what only that status has: a running run has a lease, a waiting run has its
+/// held turn, a finished run has neither (and its end).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunState {
+    /// Created, not yet picked up.
+    Queued,
+    /// A process holds the lease and drives the loop.
+    Running {
+        /// Who drives it, until when.
+        lease: Lease,
+        /// The held turn this segment resumes from, kept until the segment ends so that a crash can
+        /// be recovered from it (see the runtime's recovery).
+        resuming: Option<HeldTurn>,
+    },
+    /// Held at the gate.
+    Waiting(HeldTurn),
+    /// Finished normally (also at the iteration cap or the token budget).
+    Completed {
+        /// The final text.
+        output: Option<String>,
+        /// Why it ended.
+        reason: TerminationReason,
+        /// When.
+        finished_at: Millis,
+    },
+    /// Finished with an error.
+    Failed {
+        /// Why.
+        error: RunError,
+        /// When.
+        finished_at: Millis,
+    },
+    /// Cancelled by a person.
+    Cancelled {
+        /// When.
+        finished_at: Millis,
+    },
+    /// Its approval deadline passed with `on_expiry = "cancel"`.
+    Expired {
+        /// When.
+        finished_at: Millis,
+    },
+}
+
+impl RunState {
+    /// The status this state is in.
+    pub fn status(&self) -> RunStatus {
+        match self {
+            RunState::Queued => RunStatus::Queued,
+            RunState::Running { .. } => RunStatus::Running,
+            RunState::Waiting(_) => RunStatus::WaitingForApproval,
+            RunState::Completed { .. } => RunStatus::Completed,
+            RunState::Failed { .. } => RunStatus::Failed,
+            RunState::Cancelled { .. } => RunStatus::Cancelled,
+            RunState::Expired { .. } => RunStatus::Expired,
+        }
+    }
+}
+
 /// A run as stored.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunRecord {
     /// UUIDv7.
     pub id: String,
     /// The agent's name.
     pub agent: String,
-    /// Current status.
-    pub status: RunStatus,
     /// The run's input.
     pub input: String,
-    /// The final output, once completed.
-    pub output: Option<String>,
-    /// Why it ended, once terminal.
-    pub termination_reason: Option<TerminationReason>,
     /// Model calls so far.
     pub iterations: u32,
     /// Tokens so far.
@@ -156,18 +239,12 @@ pub struct RunRecord {
     pub created_at: Millis,
     /// Last transition time.
     pub updated_at: Millis,
-    /// When it became terminal.
-    pub finished_at: Option<Millis>,
-    /// Why it failed.
-    pub error: Option<RunError>,
-    /// The held turn: present while waiting, and kept while running a resume (so a crash can be recovered).
-    pub pending: Option<Pending>,
-    /// The lease, while running.
-    pub lease: Option<Lease>,
     /// Number of the last event.
     pub last_seq: u64,
     /// Hash of the last event (64 zeros before the first).
     pub last_hash: String,
+    /// Its status and what only that status has.
+    pub state: RunState,
 }
 
 /// The 64-zero hash that precedes a run's first event.
@@ -186,123 +263,144 @@ impl RunRecord {
         Self {
             id,
             agent,
-            status: if lease.is_some() { RunStatus::Running } else { RunStatus::Queued },
             input,
-            output: None,
-            termination_reason: None,
             iterations: 0,
             usage: Usage::default(),
             version: 1,
             created_by,
             created_at: now,
             updated_at: now,
-            finished_at: None,
-            error: None,
-            pending: None,
-            lease,
             last_seq: 0,
             last_hash: GENESIS_HASH.to_owned(),
+            state: match lease {
+                Some(lease) => RunState::Running { lease, resuming: None },
+                None => RunState::Queued,
+            },
+        }
+    }
+
+    /// Current status.
+    pub fn status(&self) -> RunStatus {
+        self.state.status()
+    }
+
+    /// The held turn: while waiting, and while running a resume of it.
+    pub fn held_turn(&self) -> Option<&HeldTurn> {
+        match &self.state {
+            RunState::Waiting(held) | RunState::Running { resuming: Some(held), .. } => Some(held),
+            _ => None,
+        }
+    }
+
+    /// The lease, while running.
+    pub fn lease(&self) -> Option<&Lease> {
+        match &self.state {
+            RunState::Running { lease, .. } => Some(lease),
+            _ => None,
+        }
+    }
+
+    /// The final output, once completed (if the model gave one).
+    pub fn output(&self) -> Option<&str> {
+        match &self.state {
+            RunState::Completed { output, .. } => output.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Why it failed, once failed.
+    pub fn error(&self) -> Option<&RunError> {
+        match &self.state {
+            RunState::Failed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// Why it ended, once terminal.
+    pub fn termination_reason(&self) -> Option<TerminationReason> {
+        match &self.state {
+            RunState::Completed { reason, .. } => Some(*reason),
+            RunState::Failed { .. } => Some(TerminationReason::Error),
+            RunState::Cancelled { .. } => Some(TerminationReason::Cancelled),
+            RunState::Expired { .. } => Some(TerminationReason::Expired),
+            RunState::Queued | RunState::Running { .. } | RunState::Waiting(_) => None,
+        }
+    }
+
+    /// When it became terminal.
+    pub fn finished_at(&self) -> Option<Millis> {
+        match &self.state {
+            RunState::Completed { finished_at, .. }
+            | RunState::Failed { finished_at, .. }
+            | RunState::Cancelled { finished_at }
+            | RunState::Expired { finished_at } => Some(*finished_at),
+            RunState::Queued | RunState::Running { .. } | RunState::Waiting(_) => None,
         }
     }
 
     /// Applies a transition, or says why it cannot apply. Pure: the caller persists the result.
+    ///
+    /// A takeover (a claim on a running run) applies only once the lease has expired at `now`: the
+    /// stores call this inside their transaction on the row as it is there, so a renewal committed
+    /// after the taker read the run (a renewal does not bump the version) still wins.
     pub fn apply(&self, transition: &Transition, now: Millis) -> Result<RunRecord, TransitionError> {
-        use RunStatus::*;
-        let refuse = || TransitionError { from: self.status, transition: transition.name() };
+        let refuse = || TransitionError::NotAllowed { from: self.status(), transition: transition.name() };
+        let terminal = self.status().is_terminal();
         let mut next = self.clone();
         next.version += 1;
         next.updated_at = now;
-        match transition {
-            Transition::Claim { lease } => {
-                if !matches!(self.status, Queued | WaitingForApproval | Running) {
-                    return Err(refuse());
-                }
-                if self.status == WaitingForApproval {
-                    let complete = self.pending.as_ref().is_some_and(|p| p.complete_for_resume());
-                    if !complete {
-                        return Err(refuse());
-                    }
-                }
-                next.status = Running;
-                next.lease = Some(lease.clone());
+        next.state = match (&self.state, transition) {
+            (RunState::Queued, Transition::Claim { lease }) => {
+                RunState::Running { lease: lease.clone(), resuming: None }
             }
-            Transition::Suspend { pending, iterations, usage } => {
-                if self.status != Running {
-                    return Err(refuse());
+            (RunState::Waiting(held), Transition::Claim { lease }) if held.complete_for_resume() => {
+                RunState::Running { lease: lease.clone(), resuming: Some(held.clone()) }
+            }
+            (RunState::Running { lease: current, resuming }, Transition::Claim { lease }) => {
+                if !current.expired_at(now) {
+                    return Err(TransitionError::LeaseHeld {
+                        owner: current.owner.clone(),
+                        expires_at: current.expires_at,
+                    });
                 }
-                next.status = WaitingForApproval;
-                next.pending = Some(pending.clone());
-                next.lease = None;
+                RunState::Running { lease: lease.clone(), resuming: resuming.clone() }
+            }
+            (RunState::Running { .. }, Transition::Suspend { held, iterations, usage }) => {
                 next.iterations = *iterations;
                 next.usage = *usage;
+                RunState::Waiting(held.clone())
             }
-            Transition::Decide { decisions, resume } => {
-                if self.status != WaitingForApproval {
-                    return Err(refuse());
-                }
-                let pending = next.pending.as_mut().ok_or_else(refuse)?;
+            (RunState::Waiting(held), Transition::Decide { decisions, resume }) => {
+                let mut held = held.clone();
                 for (call_id, decision) in decisions {
-                    if pending.decisions.contains_key(call_id) {
+                    if held.decisions.contains_key(call_id) {
                         return Err(refuse());
                     }
-                    pending.decisions.insert(call_id.clone(), decision.clone());
+                    held.decisions.insert(call_id.clone(), decision.clone());
                 }
-                if let Some(lease) = resume {
-                    if !pending.complete_for_resume() {
-                        return Err(refuse());
+                match resume {
+                    Some(lease) if held.complete_for_resume() => {
+                        RunState::Running { lease: lease.clone(), resuming: Some(held) }
                     }
-                    next.status = Running;
-                    next.lease = Some(lease.clone());
+                    Some(_) => return Err(refuse()),
+                    None => RunState::Waiting(held),
                 }
             }
-            Transition::Complete { output, reason, iterations, usage } => {
-                if self.status != Running {
-                    return Err(refuse());
-                }
-                next.status = Completed;
-                next.output = output.clone();
-                next.termination_reason = Some(*reason);
+            (RunState::Running { .. }, Transition::Complete { output, reason, iterations, usage }) => {
                 next.iterations = *iterations;
                 next.usage = *usage;
-                next.finish(now);
+                RunState::Completed { output: output.clone(), reason: *reason, finished_at: now }
             }
-            Transition::Fail { error } => {
-                if self.status.is_terminal() {
-                    return Err(refuse());
-                }
-                next.status = Failed;
-                next.termination_reason = Some(TerminationReason::Error);
-                next.error = Some(error.clone());
-                next.finish(now);
-            }
-            Transition::Cancel => {
-                if self.status.is_terminal() {
-                    return Err(refuse());
-                }
-                next.status = Cancelled;
-                next.termination_reason = Some(TerminationReason::Cancelled);
-                next.finish(now);
-            }
-            Transition::Expire => {
-                if self.status != WaitingForApproval {
-                    return Err(refuse());
-                }
-                next.status = Expired;
-                next.termination_reason = Some(TerminationReason::Expired);
-                next.finish(now);
-            }
-        }
+            (_, Transition::Fail { error }) if !terminal => RunState::Failed { error: error.clone(), finished_at: now },
+            (_, Transition::Cancel) if !terminal => RunState::Cancelled { finished_at: now },
+            (RunState::Waiting(_), Transition::Expire) => RunState::Expired { finished_at: now },
+            _ => return Err(refuse()),
+        };
         Ok(next)
-    }
-
-    fn finish(&mut self, now: Millis) {
-        self.finished_at = Some(now);
-        self.pending = None;
-        self.lease = None;
     }
 }
 
-impl Pending {
+impl HeldTurn {
     /// True when every call that needs a decision has one.
     pub fn complete_for_resume(&self) -> bool {
         self.required.iter().all(|id| self.decisions.contains_key(id))
@@ -312,8 +410,8 @@ impl Pending {
 /// A change to a run. Which statuses each may follow is decided by [`RunRecord::apply`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Transition {
-    /// queued → running; waiting (every decision in) → running; running → running (takeover after the
-    /// lease expired). Takes the lease.
+    /// queued → running; waiting (every decision in) → running; running → running (takeover, once the
+    /// lease has expired). Takes the lease.
     Claim {
         /// The new lease.
         lease: Lease,
@@ -321,7 +419,7 @@ pub enum Transition {
     /// running → waiting_for_approval with a new held turn.
     Suspend {
         /// The held turn.
-        pending: Pending,
+        held: HeldTurn,
         /// Model calls so far.
         iterations: u32,
         /// Tokens so far.
@@ -373,12 +471,143 @@ impl Transition {
     }
 }
 
-/// A transition that does not apply to the run's current status.
+/// A transition that does not apply to the run as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot {transition} a run that is {from}")]
-pub struct TransitionError {
-    /// The run's status.
-    pub from: RunStatus,
-    /// The transition tried.
-    pub transition: &'static str,
+pub enum TransitionError {
+    /// The transition does not follow the run's status.
+    #[error("cannot {transition} a run that is {from}")]
+    NotAllowed {
+        /// The run's status.
+        from: RunStatus,
+        /// The transition tried.
+        transition: &'static str,
+    },
+    /// A takeover of a running run whose lease has not expired (it was renewed since the taker read the
+    /// run). Stores report it as a conflict.
+    #[error("cannot take over a run whose lease, held by {owner}, is valid until {}", rfc3339(*expires_at))]
+    LeaseHeld {
+        /// Who holds the lease.
+        owner: String,
+        /// Until when.
+        expires_at: Millis,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suspension::Decision;
+
+    const T: Millis = 1_764_410_400_000;
+
+    fn lease(owner: &str, expires_at: Millis) -> Lease {
+        Lease { owner: owner.to_owned(), expires_at }
+    }
+
+    fn held(required: &[&str]) -> HeldTurn {
+        HeldTurn {
+            suspension: StoredSuspension::from_stored("{\"schema_version\":1}".to_owned()),
+            turn_digest: TurnDigest(format!("sha256:{}", "a".repeat(64))),
+            required: required.iter().map(|c| (*c).to_owned()).collect(),
+            decisions: BTreeMap::new(),
+            expires_at: None,
+        }
+    }
+
+    fn running() -> RunRecord {
+        RunRecord::new("run".into(), "demo".into(), "hi".into(), "alice".into(), T, Some(lease("node-a", T + 30_000)))
+    }
+
+    fn suspend(required: &[&str]) -> Transition {
+        Transition::Suspend { held: held(required), iterations: 1, usage: Usage::default() }
+    }
+
+    #[test]
+    fn a_takeover_applies_only_once_the_lease_has_expired() -> Result<(), TransitionError> {
+        let run = running();
+        let takeover = Transition::Claim { lease: lease("node-b", T + 90_000) };
+        // Planned on the lease as read, but the lease is (still, or again after a renewal) valid at `now`.
+        assert_eq!(
+            run.apply(&takeover, T + 29_999),
+            Err(TransitionError::LeaseHeld { owner: "node-a".into(), expires_at: T + 30_000 })
+        );
+        let taken = run.apply(&takeover, T + 30_000)?;
+        assert_eq!(taken.lease(), Some(&lease("node-b", T + 90_000)));
+        assert_eq!(taken.version, run.version + 1);
+
+        // A takeover of a resuming run keeps the held turn, which recovery reads.
+        let waiting = run.apply(&suspend(&[]), T + 1)?;
+        let resuming = waiting.apply(&Transition::Claim { lease: lease("node-a", T + 40_000) }, T + 2)?;
+        assert!(resuming.held_turn().is_some());
+        assert!(matches!(resuming.apply(&takeover, T + 39_999), Err(TransitionError::LeaseHeld { .. })));
+        let taken = resuming.apply(&takeover, T + 40_000)?;
+        assert_eq!(taken.held_turn(), resuming.held_turn());
+        Ok(())
+    }
+
+    #[test]
+    fn what_a_run_carries_follows_its_status() -> Result<(), TransitionError> {
+        let waiting = running().apply(&suspend(&["call_1"]), T + 1)?;
+        assert_eq!(waiting.status(), RunStatus::WaitingForApproval);
+        assert!(waiting.held_turn().is_some() && waiting.lease().is_none());
+
+        let decision = RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: T + 2 };
+        let early = waiting.apply(&Transition::Claim { lease: lease("node-a", T + 9) }, T + 2);
+        assert_eq!(
+            early,
+            Err(TransitionError::NotAllowed { from: RunStatus::WaitingForApproval, transition: "claim" })
+        );
+        let resumed = waiting.apply(
+            &Transition::Decide {
+                decisions: vec![("call_1".into(), decision)],
+                resume: Some(lease("node-a", T + 30_002)),
+            },
+            T + 2,
+        )?;
+        assert_eq!(resumed.status(), RunStatus::Running);
+        assert_eq!(resumed.held_turn().map(|h| h.decisions.len()), Some(1), "kept while the resume runs");
+
+        let done = resumed.apply(
+            &Transition::Complete {
+                output: Some("ok".into()),
+                reason: TerminationReason::Completed,
+                iterations: 2,
+                usage: Usage::default(),
+            },
+            T + 3,
+        )?;
+        assert_eq!(done.status(), RunStatus::Completed);
+        assert_eq!(
+            (done.output(), done.termination_reason(), done.finished_at()),
+            (Some("ok"), Some(TerminationReason::Completed), Some(T + 3))
+        );
+        assert!(done.held_turn().is_none() && done.lease().is_none() && done.error().is_none());
+        assert_eq!(
+            done.apply(&Transition::Cancel, T + 4),
+            Err(TransitionError::NotAllowed { from: RunStatus::Completed, transition: "cancel" })
+        );
+
+        let cancelled = waiting.apply(&Transition::Cancel, T + 5)?;
+        assert_eq!(cancelled.termination_reason(), Some(TerminationReason::Cancelled));
+        assert!(cancelled.held_turn().is_none() && cancelled.output().is_none());
+        let error = RunError { kind: "k".into(), message: "m".into() };
+        let failed = resumed.apply(&Transition::Fail { error: error.clone() }, T + 6)?;
+        assert_eq!((failed.error(), failed.termination_reason()), (Some(&error), Some(TerminationReason::Error)));
+        assert!(failed.held_turn().is_none() && failed.lease().is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn every_time_formats_as_itself() {
+        assert_eq!(rfc3339(T), "2025-11-29T10:00:00.000Z");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59.999Z");
+        // Beyond chrono's range: an expanded year, as java.time writes these instants.
+        assert_eq!(rfc3339(i64::MAX), "+292278994-08-17T07:12:55.807Z");
+        assert_eq!(rfc3339(i64::MIN), "-292275055-05-16T16:47:04.192Z");
+        // The two ways agree where both apply (four-digit years).
+        for at in [T, 0, -1, 951_782_400_000, 253_402_300_799_999, -30_610_224_000_000] {
+            assert_eq!(expanded_rfc3339(at).trim_start_matches('+'), rfc3339(at), "{at}");
+        }
+    }
 }

@@ -2,7 +2,9 @@
 //!
 //! What every backend promises (and the contract suite in `tollgate-store` checks on each):
 //! - a transition is one transaction: the compare-and-set on the run's [`Guard`], the new record from
-//!   [`RunRecord::apply`], and its events — all of it or none;
+//!   [`RunRecord::apply`] on the run as read inside that transaction, and its events — all of it or
+//!   none. So a takeover (a claim of a running run) commits only if the lease as stored then has
+//!   expired: one planned on a lease that was renewed meanwhile is a [`StoreError::Conflict`];
 //! - events are numbered from 1 without gaps and chained by [`crate::event::chain`];
 //! - a run that is not found, a stale guard, or a transition that does not apply is an error, never a
 //!   silent success.

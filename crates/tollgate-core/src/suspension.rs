@@ -34,7 +34,11 @@ impl TurnDigest {
 }
 
 /// One call of the held turn, as the approver sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Stored as `{"call_id","tool","arguments","gate","preview","in_doubt","settled"}` (in that order, the
+/// v1 suspension format): [`CallState`] is written as the `gate`, `in_doubt` and `settled` it stood for,
+/// and a stored combination that no state stands for (say, `in_doubt` with a result) is refused.
+#[derive(Clone, Debug, PartialEq)]
 pub struct HeldCall {
     /// The model's id for the call.
     pub call_id: String,
@@ -42,25 +46,121 @@ pub struct HeldCall {
     pub tool: String,
     /// The model's arguments.
     pub arguments: Value,
-    /// The gate's verdict (`forbid` also for calls refused before the gate).
-    pub gate: Gate,
     /// What the approver sees, if the tool gives a preview.
-    #[serde(default)]
     pub preview: Option<String>,
-    /// A side-effecting call that started but whose end was never recorded (a crash): it may or may not
-    /// have taken effect, so it runs again only on a person's decision.
-    #[serde(default)]
-    pub in_doubt: bool,
-    /// The call's result when it is already settled and will neither run nor take a decision: a refusal
-    /// (unknown tool, bad arguments, forbidden) or a result recorded before a crash.
-    #[serde(default)]
-    pub settled: Option<ToolResult>,
+    /// Where the call stands.
+    pub state: CallState,
+}
+
+/// Where a held call stands: whether it runs, waits for a person, or already has its result.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CallState {
+    /// Refused before the gate or by it (unknown tool, bad arguments, forbidden, a repeated call id):
+    /// it never runs, and this error result is its answer. Stored as gate `forbid` with the result.
+    Refused(ToolResult),
+    /// Allowed by the gate: runs without a decision.
+    Allowed,
+    /// Gated `ask`: runs only on a person's decision.
+    Asks,
+    /// Gated `ask`, started but its end was never recorded (a crash): it may or may not have taken
+    /// effect, so it runs again only on a person's decision.
+    InDoubt,
+    /// Gated `ask`, and it finished before a crash: its recorded result stands, it neither runs again
+    /// nor takes a decision.
+    Finished(ToolResult),
 }
 
 impl HeldCall {
+    /// The gate's verdict: `forbid` for a refused call, `ask` for a call that asked (even once it is in
+    /// doubt or finished), `allow` otherwise.
+    pub fn gate(&self) -> Gate {
+        match self.state {
+            CallState::Refused(_) => Gate::Forbid,
+            CallState::Allowed => Gate::Allow,
+            CallState::Asks | CallState::InDoubt | CallState::Finished(_) => Gate::Ask,
+        }
+    }
+
+    /// True when the call started and its end was never recorded.
+    pub fn in_doubt(&self) -> bool {
+        matches!(self.state, CallState::InDoubt)
+    }
+
+    /// The call's result when it is already settled and will neither run nor take a decision: a refusal
+    /// or a result recorded before a crash.
+    pub fn settled(&self) -> Option<&ToolResult> {
+        match &self.state {
+            CallState::Refused(result) | CallState::Finished(result) => Some(result),
+            CallState::Allowed | CallState::Asks | CallState::InDoubt => None,
+        }
+    }
+
     /// True when this call needs a person's decision before the run can resume.
     pub fn takes_decision(&self) -> bool {
-        self.settled.is_none() && (self.gate == Gate::Ask || self.in_doubt)
+        matches!(self.state, CallState::Asks | CallState::InDoubt)
+    }
+}
+
+/// A held call as stored (the v1 format); see [`HeldCall`].
+#[derive(Serialize)]
+struct HeldCallOut<'a> {
+    call_id: &'a str,
+    tool: &'a str,
+    arguments: &'a Value,
+    gate: Gate,
+    preview: &'a Option<String>,
+    in_doubt: bool,
+    settled: Option<&'a ToolResult>,
+}
+
+/// A held call as read back (the v1 format); see [`HeldCall`].
+#[derive(Deserialize)]
+struct HeldCallIn {
+    call_id: String,
+    tool: String,
+    arguments: Value,
+    gate: Gate,
+    #[serde(default)]
+    preview: Option<String>,
+    #[serde(default)]
+    in_doubt: bool,
+    #[serde(default)]
+    settled: Option<ToolResult>,
+}
+
+impl Serialize for HeldCall {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        HeldCallOut {
+            call_id: &self.call_id,
+            tool: &self.tool,
+            arguments: &self.arguments,
+            gate: self.gate(),
+            preview: &self.preview,
+            in_doubt: self.in_doubt(),
+            settled: self.settled(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for HeldCall {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let HeldCallIn { call_id, tool, arguments, gate, preview, in_doubt, settled } =
+            HeldCallIn::deserialize(deserializer)?;
+        let state = match (gate, in_doubt, settled) {
+            (Gate::Forbid, false, Some(result)) => CallState::Refused(result),
+            (Gate::Allow, false, None) => CallState::Allowed,
+            (Gate::Ask, false, None) => CallState::Asks,
+            (Gate::Ask, true, None) => CallState::InDoubt,
+            (Gate::Ask, false, Some(result)) => CallState::Finished(result),
+            (gate, in_doubt, settled) => {
+                return Err(serde::de::Error::custom(format!(
+                    "held call `{call_id}` has gate {gate}, in_doubt {in_doubt} and {}: no call is in that state",
+                    if settled.is_some() { "a settled result" } else { "no settled result" }
+                )));
+            }
+        };
+        Ok(HeldCall { call_id, tool, arguments, preview, state })
     }
 }
 
@@ -99,6 +199,37 @@ pub enum SuspensionError {
         /// The version this build reads.
         supported: u32,
     },
+    /// The suspension could not be written as JSON (nothing is stored then).
+    #[error("the suspension cannot be written as JSON: {0}")]
+    Unserialisable(String),
+}
+
+/// A suspension as a store keeps it: its JSON text, exactly as written (it is digested and hashed into
+/// events, so it is never rewritten). Read back only through [`StoredSuspension::parse`], which refuses
+/// unknown versions and corrupt text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSuspension(String);
+
+impl StoredSuspension {
+    /// Text read back from a store, as it was stored; checked when [parsed](Self::parse).
+    pub fn from_stored(text: String) -> Self {
+        Self(text)
+    }
+
+    /// The suspension it holds, or why it cannot be read.
+    pub fn parse(&self) -> Result<Suspension, SuspensionError> {
+        Suspension::from_json(&self.0)
+    }
+
+    /// The stored text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The stored text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
 }
 
 impl Suspension {
@@ -138,10 +269,14 @@ impl Suspension {
         Ok(suspension)
     }
 
-    /// The JSON text to store.
-    pub fn to_json(&self) -> String {
-        // Serialising plain data with string keys cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+    /// The suspension as a store keeps it.
+    pub fn to_stored(&self) -> Result<StoredSuspension, SuspensionError> {
+        serde_json::to_string(self).map(StoredSuspension).map_err(|e| SuspensionError::Unserialisable(e.to_string()))
+    }
+
+    /// The stored JSON text (the same text as [`to_stored`](Self::to_stored), as a `String`).
+    pub fn to_json(&self) -> Result<String, SuspensionError> {
+        self.to_stored().map(StoredSuspension::into_string)
     }
 
     /// The calls that still need a decision.
@@ -154,21 +289,25 @@ impl Suspension {
         self.calls.iter().find(|c| c.call_id == call_id)
     }
 
-    /// Marks a call in doubt (started, never finished) and recomputes the digest, so a decision made on
-    /// the earlier view of the turn is stale. Returns false when there is no such call.
+    /// Marks a call that takes a decision in doubt (started, never finished) and recomputes the digest,
+    /// so a decision made on the earlier view of the turn is stale. Returns false when there is no such
+    /// call or it takes no decision.
     pub fn mark_in_doubt(&mut self, call_id: &str) -> bool {
-        let Some(call) = self.calls.iter_mut().find(|c| c.call_id == call_id) else { return false };
-        call.in_doubt = true;
+        let Some(call) = self.calls.iter_mut().find(|c| c.call_id == call_id && c.takes_decision()) else {
+            return false;
+        };
+        call.state = CallState::InDoubt;
         self.turn_digest = compute_digest(&self.calls, &self.tools);
         true
     }
 
-    /// Records a call's result as settled (it finished before a crash) and recomputes the digest.
-    /// Returns false when there is no such call.
+    /// Records the result of a call that takes a decision as finished (it ran before a crash) and
+    /// recomputes the digest. Returns false when there is no such call or it takes no decision.
     pub fn settle(&mut self, result: ToolResult) -> bool {
-        let Some(call) = self.calls.iter_mut().find(|c| c.call_id == result.call_id) else { return false };
-        call.settled = Some(result);
-        call.in_doubt = false;
+        let Some(call) = self.calls.iter_mut().find(|c| c.call_id == result.call_id && c.takes_decision()) else {
+            return false;
+        };
+        call.state = CallState::Finished(result);
         self.turn_digest = compute_digest(&self.calls, &self.tools);
         true
     }
@@ -187,9 +326,9 @@ fn compute_digest(calls: &[HeldCall], tools: &[ToolPin]) -> TurnDigest {
                 "call_id": c.call_id,
                 "tool": c.tool,
                 "arguments": c.arguments,
-                "gate": c.gate,
-                "in_doubt": c.in_doubt,
-                "settled": c.settled.as_ref().map(|r| json!({"content": r.content, "is_error": r.is_error})),
+                "gate": c.gate(),
+                "in_doubt": c.in_doubt(),
+                "settled": c.settled().map(|r| json!({"content": r.content, "is_error": r.is_error})),
             })
         })
         .collect();
@@ -270,5 +409,83 @@ impl DecisionError {
             DecisionError::Missing(_) => "missing_decisions",
             DecisionError::InvalidEdit { .. } => "invalid_arguments",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(call_id: &str, content: &str) -> ToolResult {
+        ToolResult {
+            call_id: call_id.into(),
+            tool: "write".into(),
+            content: content.into(),
+            is_error: true,
+            denied: false,
+        }
+    }
+
+    fn call(state: CallState) -> HeldCall {
+        HeldCall { call_id: "c1".into(), tool: "write".into(), arguments: json!({"a": 1}), preview: None, state }
+    }
+
+    #[test]
+    fn each_call_state_is_stored_as_its_v1_flags_and_read_back() -> Result<(), serde_json::Error> {
+        let settled = r#"{"call_id":"c1","tool":"write","content":"no","is_error":true}"#;
+        let cases = [
+            (
+                CallState::Refused(result("c1", "no")),
+                format!(r#""gate":"forbid","preview":null,"in_doubt":false,"settled":{settled}"#),
+            ),
+            (CallState::Allowed, r#""gate":"allow","preview":null,"in_doubt":false,"settled":null"#.to_owned()),
+            (CallState::Asks, r#""gate":"ask","preview":null,"in_doubt":false,"settled":null"#.to_owned()),
+            (CallState::InDoubt, r#""gate":"ask","preview":null,"in_doubt":true,"settled":null"#.to_owned()),
+            (
+                CallState::Finished(result("c1", "no")),
+                format!(r#""gate":"ask","preview":null,"in_doubt":false,"settled":{settled}"#),
+            ),
+        ];
+        for (state, flags) in cases {
+            let held = call(state);
+            let text = serde_json::to_string(&held)?;
+            assert_eq!(text, format!(r#"{{"call_id":"c1","tool":"write","arguments":{{"a":1}},{flags}}}"#));
+            assert_eq!(serde_json::from_str::<HeldCall>(&text)?, held);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn stored_flags_that_no_state_stands_for_are_refused() {
+        let settled = r#"{"call_id":"c1","tool":"write","content":"x"}"#;
+        for flags in [
+            r#""gate":"forbid""#.to_owned(),
+            r#""gate":"allow","in_doubt":true"#.to_owned(),
+            format!(r#""gate":"allow","settled":{settled}"#),
+            format!(r#""gate":"ask","in_doubt":true,"settled":{settled}"#),
+            r#""gate":"forbid","in_doubt":true"#.to_owned(),
+        ] {
+            let text = format!(r#"{{"call_id":"c1","tool":"write","arguments":{{}},{flags}}}"#);
+            let read = serde_json::from_str::<HeldCall>(&text);
+            assert!(
+                read.as_ref().is_err_and(|e| e.to_string().contains("no call is in that state")),
+                "{flags}: {read:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn recovery_marks_only_calls_that_take_a_decision() {
+        let mut suspension =
+            Suspension::new(1, Vec::new(), vec![call(CallState::Allowed)], Counters::default(), Vec::new(), Vec::new());
+        let before = suspension.turn_digest.clone();
+        assert!(!suspension.mark_in_doubt("c1") && !suspension.settle(result("c1", "x")), "an allowed call just runs");
+        suspension.calls[0].state = CallState::Asks;
+        assert!(suspension.mark_in_doubt("c1"));
+        assert!(suspension.calls[0].in_doubt() && suspension.calls[0].takes_decision());
+        assert!(suspension.settle(result("c1", "done")));
+        assert_eq!(suspension.calls[0].state, CallState::Finished(result("c1", "done")));
+        assert!(!suspension.calls[0].takes_decision() && suspension.turn_digest != before);
+        assert!(!suspension.mark_in_doubt("c1") && !suspension.mark_in_doubt("nope"));
     }
 }

@@ -11,7 +11,7 @@
 use crate::BoxFuture;
 use crate::model::{ModelClient, ModelError, ModelRequest, ModelResponse};
 use crate::redact::Redactor;
-use crate::suspension::{Decision, DecisionError, Decisions, HeldCall, Suspension};
+use crate::suspension::{CallState, Decision, DecisionError, Decisions, HeldCall, Suspension};
 use crate::tool::{Gate, RegisteredTool, ToolContext, ToolPin, ToolRegistry, ToolSpec};
 use crate::transcript::{Counters, Invocation, Message, ToolCall, ToolResult};
 use futures_util::{FutureExt, StreamExt};
@@ -329,7 +329,7 @@ impl ToolLoop {
     ) -> Result<(), DecisionError> {
         let call = suspension.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.to_owned()))?;
         if !call.takes_decision() {
-            return Err(DecisionError::NotDecidable { call_id: call_id.to_owned(), gate: call.gate });
+            return Err(DecisionError::NotDecidable { call_id: call_id.to_owned(), gate: call.gate() });
         }
         if let Decision::Edit { arguments } = decision {
             // A vanished tool is reported when the call would run; there is no schema to check against.
@@ -418,15 +418,11 @@ impl ToolLoop {
                 } else {
                     // A decision is keyed by call_id: a second call with the same id could ride on the
                     // first one's approval, so it never runs (and is not checked).
-                    let mut refused = refused_call(call);
-                    refused.settled = Some(error_result(
-                        call,
-                        format!(
-                            "Tool {} was not run: call id `{}` is used twice in one turn.",
-                            call.name, call.call_id
-                        ),
-                    ));
-                    held.push(refused);
+                    let refusal = format!(
+                        "Tool {} was not run: call id `{}` is used twice in one turn.",
+                        call.name, call.call_id
+                    );
+                    held.push(held_call(call, CallState::Refused(error_result(call, refusal))));
                 }
             }
             if held.iter().any(HeldCall::takes_decision) {
@@ -461,7 +457,7 @@ impl ToolLoop {
     }
 
     async fn suspend(&self, round: u32, state: RunState, mut held: Vec<HeldCall>) -> Suspension {
-        for call in held.iter_mut().filter(|c| c.settled.is_none()) {
+        for call in held.iter_mut().filter(|c| c.settled().is_none()) {
             if let Some(registered) = self.tools.get(&call.tool) {
                 call.preview = guarded_future(|| registered.tool().preview(&call.arguments)).await.flatten();
             }
@@ -469,17 +465,17 @@ impl ToolLoop {
         Suspension::new(round, state.transcript, held, state.counters, state.trace, self.tools.pins())
     }
 
-    /// Gates one call: refusals are settled at once with their error result; the rest carry their gate.
+    /// Gates one call: refusals are settled at once with their error result; the rest are allowed or ask.
     async fn check_call(&self, call: &ToolCall) -> HeldCall {
-        let mut held = refused_call(call);
-        match self.gate_of(call).await {
-            Ok(gate) => held.gate = gate,
-            Err(message) => held.settled = Some(error_result(call, message)),
-        }
-        held
+        let state = match self.gate_of(call).await {
+            Ok(state) => state,
+            Err(message) => CallState::Refused(error_result(call, message)),
+        };
+        held_call(call, state)
     }
 
-    async fn gate_of(&self, call: &ToolCall) -> Result<Gate, String> {
+    /// Where a call stands after its checks and its gate (allowed or asks), or why it is refused.
+    async fn gate_of(&self, call: &ToolCall) -> Result<CallState, String> {
         let name = &call.name;
         if let Some(problem) = &call.malformed_arguments {
             return Err(format!("Tool {name} was not run: its arguments are not valid JSON ({problem})."));
@@ -497,8 +493,9 @@ impl ToolLoop {
             .ok_or_else(failed)?
             .map_err(|problem| format!("Tool {name} was not run: {problem}"))?;
         match guarded(|| tool.gate(&call.arguments)).ok_or_else(failed)? {
+            Gate::Allow => Ok(CallState::Allowed),
+            Gate::Ask => Ok(CallState::Asks),
             Gate::Forbid => Err(format!("Tool {name} is forbidden by policy and was not run.")),
-            gate => Ok(gate),
         }
     }
 
@@ -508,15 +505,12 @@ impl ToolLoop {
     }
 
     fn step_without_decision(&self, call: HeldCall) -> Step {
-        match call.settled {
-            Some(result) => Step::Settled(result),
-            None => Step::Run {
-                call_id: call.call_id,
-                tool: call.tool,
-                arguments: call.arguments,
-                gate: call.gate,
-                edited: false,
-            },
+        let gate = call.gate();
+        match call.state {
+            CallState::Refused(result) | CallState::Finished(result) => Step::Settled(result),
+            CallState::Allowed | CallState::Asks | CallState::InDoubt => {
+                Step::Run { call_id: call.call_id, tool: call.tool, arguments: call.arguments, gate, edited: false }
+            }
         }
     }
 
@@ -528,7 +522,7 @@ impl ToolLoop {
             .into_iter()
             .map(|call| {
                 let decided = call.takes_decision();
-                let step = match (decisions.get(&call.call_id), call.settled.is_some()) {
+                let step = match (decisions.get(&call.call_id), call.settled().is_some()) {
                     (_, true) | (None, _) => self.step_without_decision(call.clone()),
                     (Some(Decision::Deny { reason }), false) => Step::Settled(ToolResult {
                         call_id: call.call_id.clone(),
@@ -552,7 +546,7 @@ impl ToolLoop {
                         call_id: call.call_id.clone(),
                         tool: call.tool.clone(),
                         arguments: arguments.clone(),
-                        gate: call.gate,
+                        gate: call.gate(),
                         edited: true,
                     },
                 };
@@ -764,16 +758,14 @@ fn record(state: &mut RunState, round: u32, arguments: &Value, result: ToolResul
     results.push(result);
 }
 
-/// A held call with gate `forbid` and nothing settled yet: what a call is until its checks pass.
-fn refused_call(call: &ToolCall) -> HeldCall {
+/// A call of the turn being held, in this state, without a preview yet.
+fn held_call(call: &ToolCall, state: CallState) -> HeldCall {
     HeldCall {
         call_id: call.call_id.clone(),
         tool: call.name.clone(),
         arguments: call.arguments.clone(),
-        gate: Gate::Forbid,
         preview: None,
-        in_doubt: false,
-        settled: None,
+        state,
     }
 }
 

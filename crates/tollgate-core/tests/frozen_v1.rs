@@ -19,7 +19,11 @@ fn the_v1_suspension_reads_and_writes_back_byte_for_byte() {
     assert_eq!(ids, ["call_1", "call_2"]);
     let decidable: Vec<&str> = suspension.decidable_calls().map(|c| c.call_id.as_str()).collect();
     assert_eq!(decidable, ["call_2"], "fs_write asks, fs_list is allowed");
-    assert_eq!(suspension.to_json(), text.trim_end(), "the suspension format is unchanged");
+    assert_eq!(
+        suspension.to_json().unwrap_or_else(|e| panic!("{e}")),
+        text.trim_end(),
+        "the suspension format is unchanged"
+    );
 }
 
 #[test]

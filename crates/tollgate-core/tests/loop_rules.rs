@@ -84,7 +84,7 @@ fn results(transcript: &[Message]) -> Vec<&ToolResult> {
 
 /// A stored suspension, as another process reads it.
 fn reload(suspension: &Suspension) -> Suspension {
-    Suspension::from_json(&suspension.to_json()).unwrap_or_else(|e| panic!("{e}"))
+    Suspension::from_json(&suspension.to_json().unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn write_tool() -> TestTool {
@@ -322,6 +322,9 @@ async fn max_iterations_counts_every_segment_of_a_resumed_run() {
     assert_eq!(requests.len(), 2);
     assert!(requests[0].starts_with("model_request 2 ") && requests[0].ends_with("tools=2"), "{requests:?}");
     assert!(requests[1].starts_with("model_request 3 ") && requests[1].ends_with("tools=0"), "{requests:?}");
+    // The closing completion's response is round N+1 too, like its request.
+    let responses: Vec<String> = hooks.lines().into_iter().filter(|l| l.starts_with("model_response")).collect();
+    assert_eq!(responses, ["model_response 2 calls=1", "model_response 3 calls=0"]);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -515,7 +518,7 @@ async fn an_edit_failing_the_schema_is_refused_and_nothing_runs() {
 #[tokio::test]
 async fn a_refused_resume_leaves_the_stored_suspension_resumable() {
     let (agent, suspension, list, write) = held_list_and_write().await;
-    let stored = suspension.to_json();
+    let stored = suspension.to_json().unwrap_or_else(|e| panic!("{e}"));
     let refused = agent.resume("run", reload(&suspension), &Decisions::new(), &NoHooks).await;
     assert!(matches!(refused, Err(LoopError::Decision(DecisionError::Missing(_)))), "{refused:?}");
 
@@ -534,7 +537,7 @@ async fn a_tool_whose_schema_changed_since_the_suspension_does_not_run() {
     let write = write_tool();
     let calls = json!([{"name": "list"}, {"name": "write", "arguments": {"path": "a.txt", "content": "x"}}]);
     let before = agent(one_turn(calls.clone()), &[&list, &write], LoopConfig::default());
-    let stored = suspended(before.start("run", "go", &NoHooks).await).to_json();
+    let stored = suspended(before.start("run", "go", &NoHooks).await).to_json().unwrap_or_else(|e| panic!("{e}"));
 
     // A new deployment: same name, a different schema the person never saw.
     let new_write = TestTool::new("write")
@@ -556,7 +559,7 @@ async fn a_tool_whose_schema_changed_since_the_suspension_does_not_run() {
 
 async fn stored_suspension() -> Value {
     let (_, suspension, _, _) = held_list_and_write().await;
-    serde_json::from_str(&suspension.to_json()).unwrap_or_else(|e| panic!("{e}"))
+    serde_json::from_str(&suspension.to_json().unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test]

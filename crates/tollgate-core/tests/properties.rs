@@ -357,7 +357,7 @@ async fn run_to_completion(
         check_suspension(case, toolbox, &suspension)?;
 
         // Another process reads it back before resuming.
-        let stored = suspension.to_json();
+        let stored = suspension.to_json().unwrap_or_else(|e| panic!("{e}"));
         let restored = Suspension::from_json(&stored).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(&restored, &suspension);
 

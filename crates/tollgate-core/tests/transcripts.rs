@@ -169,7 +169,7 @@ async fn vanished_tool() {
     let write = write_tool();
     let before = agent(write_script(), &[&write], config());
     let suspension = suspend(&before, "hello").await;
-    let stored = suspension.to_json();
+    let stored = suspension.to_json().unwrap_or_else(|e| panic!("{e}"));
     // The process restarts without the tool.
     let after = agent(write_script(), &[], config());
     let suspension = Suspension::from_json(&stored).unwrap_or_else(|e| panic!("{e}"));

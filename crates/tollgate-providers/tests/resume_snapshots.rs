@@ -121,7 +121,7 @@ async fn scenario(provider: Provider) -> anyhow::Result<()> {
     let held: Vec<&str> = first.decidable_calls().map(|c| c.call_id.as_str()).collect();
     assert_eq!(held, ["call_w1", "call_d2", "call_s3", "call_h4"]);
     // Through the store and back, as a resume in another process would see it.
-    let first = Suspension::from_json(&first.to_json())?;
+    let first = Suspension::from_json(&first.to_json().unwrap_or_else(|e| panic!("{e}")))?;
 
     let edited = json!({"argv": ["ls"]});
     let decisions = decide(&[

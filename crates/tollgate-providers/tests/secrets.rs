@@ -61,7 +61,7 @@ async fn openai_run(trail: &mut Trail) -> anyhow::Result<()> {
     let outcome = agent.start("run-secret", "save a note", &hooks).await?;
     trail.add(format!("{outcome:?}"));
     let Outcome::Suspended(suspension) = outcome else { anyhow::bail!("fs_write asks") };
-    trail.add(suspension.to_json());
+    trail.add(suspension.to_json().unwrap_or_else(|e| panic!("{e}")));
     let decisions: Decisions = [("call_1".to_owned(), Decision::Approve)].into_iter().collect();
     let done = agent.resume("run-secret", suspension, &decisions, &hooks).await?;
     trail.add(format!("{done:?}"));

@@ -63,8 +63,8 @@ pub(crate) fn tool_finished(at: Millis, round: u32, result: &ToolResult) -> NewE
 }
 
 pub(crate) fn held_call_json(call: &HeldCall) -> Value {
-    json!({"call_id": call.call_id, "tool": call.tool, "arguments": call.arguments, "gate": call.gate,
-           "preview": call.preview, "in_doubt": call.in_doubt})
+    json!({"call_id": call.call_id, "tool": call.tool, "arguments": call.arguments, "gate": call.gate(),
+           "preview": call.preview, "in_doubt": call.in_doubt()})
 }
 
 pub(crate) fn approval_requested(at: Millis, suspension: &Suspension, expires_at: Option<Millis>) -> NewEvent {

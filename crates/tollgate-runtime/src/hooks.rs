@@ -5,7 +5,7 @@
 use crate::Inner;
 use crate::events;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate_core::{BoxFuture, Gate, HookError, LoopEvent, LoopHooks, NewEvent, RunRecord, StartingCall};
+use tollgate_core::{BoxFuture, Gate, HookError, LoopEvent, LoopHooks, NewEvent, RunRecord, RunState, StartingCall};
 
 pub(crate) struct PersistHooks {
     inner: Arc<Inner>,
@@ -57,7 +57,9 @@ impl PersistHooks {
         let now = self.inner.clock.now();
         if let Some(run) = unborn {
             let mut created = run.clone();
-            created.lease = Some(self.inner.lease(now));
+            if let RunState::Running { lease, .. } = &mut created.state {
+                *lease = self.inner.lease(now);
+            }
             let all = std::iter::once(events::run_started(&run)).chain(events).collect();
             return match self.inner.store.create(created, all).await {
                 Ok(created) => {

@@ -27,9 +27,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast};
 use tollgate_core::{
-    AgentLoop, ChainBreak, Clock, Decision, DecisionError, Decisions, Guard, IdGen, Lease, LoopError, Millis, NewEvent,
-    Outcome, Pending, RecordedDecision, RunError, RunPage, RunQuery, RunRecord, RunStatus, RunStore, StartingCall,
-    StoreError, StoredEvent, Suspension, Transition, TurnDigest, verify_chain,
+    AgentLoop, ChainBreak, Clock, Decision, DecisionError, Decisions, Guard, HeldTurn, IdGen, Lease, LoopError, Millis,
+    NewEvent, Outcome, RecordedDecision, RunError, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunStore,
+    StartingCall, StoreError, StoredEvent, Suspension, SuspensionError, Transition, TurnDigest, verify_chain,
 };
 
 /// What happens to a waiting run when its approval deadline passes.
@@ -382,7 +382,7 @@ impl Runtime {
         let mut notices = self.subscribe();
         let mut run = self.get(id).await?;
         loop {
-            if settled(run.status) {
+            if settled(run.status()) {
                 return Ok(run);
             }
             let version = run.version;
@@ -481,7 +481,7 @@ impl Runtime {
         let (done, driven) = tokio::sync::oneshot::channel();
         let mut waiter = Some(done);
         let decided = self.decide_from(Some(loaded), &loaded.id, turn_digest, set, actor, &mut waiter).await?;
-        if decided.status != RunStatus::Running {
+        if decided.status() != RunStatus::Running {
             return Ok(decided);
         }
         if waiter.is_none() {
@@ -539,9 +539,13 @@ impl Runtime {
         actor: &str,
         waiter: &mut Option<Settled>,
     ) -> Result<RunRecord, RuntimeError> {
-        if run.status != RunStatus::WaitingForApproval {
-            return Err(RuntimeError::Conflict(format!("run {} is {}, not waiting for approval", run.id, run.status)));
-        }
+        let RunState::Waiting(pending) = &run.state else {
+            return Err(RuntimeError::Conflict(format!(
+                "run {} is {}, not waiting for approval",
+                run.id,
+                run.status()
+            )));
+        };
         let spec = self.inner.agent(&run.agent).ok_or_else(|| RuntimeError::UnknownAgent(run.agent.clone()))?;
         if spec.forbid_self_approval && actor == run.created_by {
             return Err(RuntimeError::Forbidden(format!(
@@ -549,16 +553,13 @@ impl Runtime {
                 spec.name
             )));
         }
-        let Some(pending) = &run.pending else {
-            return Err(RuntimeError::Conflict(format!("run {} has no held turn", run.id)));
-        };
         if pending.turn_digest.as_str() != turn_digest {
             return Err(RuntimeError::Conflict(format!(
                 "stale turn_digest: the held turn is now {}",
                 pending.turn_digest
             )));
         }
-        let suspension = match Suspension::from_json(&pending.suspension) {
+        let suspension = match pending.suspension.parse() {
             Ok(s) => s,
             Err(e) => {
                 self.inner.fail_corrupt(run, &e.to_string()).await;
@@ -628,7 +629,7 @@ impl Runtime {
             };
         self.inner.notify(&next);
         if completes {
-            let decisions = decisions_for(&suspension, next.pending.as_ref());
+            let decisions = decisions_for(&suspension, next.held_turn());
             self.inner.spawn_drive(
                 next.clone(),
                 spec_arc(&self.inner, &run.agent)?,
@@ -643,8 +644,8 @@ impl Runtime {
     pub async fn cancel(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<RunRecord, RuntimeError> {
         for _ in 0..DECIDE_ATTEMPTS {
             let run = self.inner.store.get(id).await?;
-            if run.status.is_terminal() {
-                return Err(RuntimeError::Conflict(format!("run {} is already {}", run.id, run.status)));
+            if run.status().is_terminal() {
+                return Err(RuntimeError::Conflict(format!("run {} is already {}", run.id, run.status())));
             }
             let now = self.inner.clock.now();
             let event = events::run_cancelled(now, run.iterations, actor, reason);
@@ -685,7 +686,7 @@ impl Runtime {
         let due = self.inner.store.due(now, 100).await?;
         let mut acted = 0;
         for run in due {
-            let result = match run.status {
+            let result = match run.status() {
                 RunStatus::WaitingForApproval => self.expire(&run).await,
                 RunStatus::Running => recovery::take_over(self, &run).await,
                 _ => Ok(()),
@@ -701,7 +702,7 @@ impl Runtime {
 
     async fn expire(&self, run: &RunRecord) -> Result<(), RuntimeError> {
         let spec = self.inner.agent(&run.agent).ok_or_else(|| RuntimeError::UnknownAgent(run.agent.clone()))?;
-        let Some(pending) = &run.pending else { return Ok(()) };
+        let Some(pending) = run.held_turn() else { return Ok(()) };
         match spec.on_expiry {
             OnExpiry::Deny => {
                 self.decide(
@@ -787,7 +788,7 @@ fn spec_arc(inner: &Inner, name: &str) -> Result<Arc<AgentSpec>, RuntimeError> {
 }
 
 /// The decisions a resume needs: those recorded for the calls that still take one.
-pub(crate) fn decisions_for(suspension: &Suspension, pending: Option<&Pending>) -> Decisions {
+pub(crate) fn decisions_for(suspension: &Suspension, pending: Option<&HeldTurn>) -> Decisions {
     let Some(pending) = pending else { return BTreeMap::new() };
     suspension
         .decidable_calls()
@@ -810,7 +811,7 @@ impl Inner {
         }
         let _ = self.notices.send(RunNotice {
             run_id: run.id.clone(),
-            status: run.status,
+            status: run.status(),
             last_seq: run.last_seq,
             run: Some(Arc::new(run.clone())),
         });
@@ -864,7 +865,9 @@ impl Inner {
         let mut events = hooks.take_buffer();
         let transition = match outcome {
             Ok(Outcome::Completed(done)) => {
-                let round = done.counters.iterations;
+                // The round of the last model call: at the iteration cap that is the closing completion
+                // (max_iterations + 1), which the iteration counter does not count.
+                let round = hooks.round().max(done.counters.iterations);
                 events.push(events::run_completed(now, round, done.output.as_deref(), done.reason.as_str()));
                 Transition::Complete {
                     output: done.output,
@@ -875,8 +878,18 @@ impl Inner {
             }
             Ok(Outcome::Suspended(suspension)) => {
                 let expires_at = spec.approval_ttl.map(|ttl| now + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-                events.push(events::approval_requested(now, &suspension, expires_at));
-                suspend_transition(&suspension, BTreeMap::new(), expires_at)
+                match suspend_transition(&suspension, BTreeMap::new(), expires_at) {
+                    Ok(transition) => {
+                        events.push(events::approval_requested(now, &suspension, expires_at));
+                        transition
+                    }
+                    Err(error) => {
+                        // Never reported as waiting on a turn that was not stored.
+                        let error = RunError { kind: "unstorable_suspension".into(), message: error.to_string() };
+                        events.push(events::run_failed(now, hooks.round(), &error));
+                        Transition::Fail { error }
+                    }
+                }
             }
             Err(error) => {
                 let error = match &error {
@@ -952,18 +965,18 @@ impl Inner {
     }
 }
 
-/// The transition that stores a suspension as the run's held turn.
+/// The transition that stores a suspension as the run's held turn, or why it cannot be stored.
 pub(crate) fn suspend_transition(
     suspension: &Suspension,
     decisions: BTreeMap<String, RecordedDecision>,
     expires_at: Option<Millis>,
-) -> Transition {
-    let pending = Pending {
-        suspension: suspension.to_json(),
+) -> Result<Transition, SuspensionError> {
+    let held = HeldTurn {
+        suspension: suspension.to_stored()?,
         turn_digest: TurnDigest(suspension.turn_digest.0.clone()),
         required: suspension.decidable_calls().map(|c| c.call_id.clone()).collect(),
         decisions,
         expires_at,
     };
-    Transition::Suspend { pending, iterations: suspension.counters.iterations, usage: suspension.counters.usage }
+    Ok(Transition::Suspend { held, iterations: suspension.counters.iterations, usage: suspension.counters.usage })
 }

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tollgate_core::redact::Redactor;
 use tollgate_core::{
-    BoxFuture, EventKind, Guard, Millis, NewEvent, RunPage, RunQuery, RunRecord, RunStatus, RunStore, StoreError,
-    StoredEvent, Transition,
+    BoxFuture, EventKind, Guard, Millis, NewEvent, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunStore,
+    StoreError, StoredEvent, Transition,
 };
 
 /// How much of the content of runs the event log keeps (`[privacy] level`).
@@ -122,11 +122,10 @@ impl FilteredStore {
     }
 
     fn record(&self, mut run: RunRecord) -> RunRecord {
-        if let Some(error) = &mut run.error {
-            self.redactor.redact_string(&mut error.message);
-        }
-        if let Some(output) = &mut run.output {
-            self.redactor.redact_string(output);
+        match &mut run.state {
+            RunState::Failed { error, .. } => self.redactor.redact_string(&mut error.message),
+            RunState::Completed { output: Some(output), .. } => self.redactor.redact_string(output),
+            _ => {}
         }
         run
     }

@@ -8,7 +8,7 @@
 use crate::{Runtime, RuntimeError, Work, decisions_for, events, suspend_transition};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
-use tollgate_core::{EventKind, Guard, RunRecord, StoredEvent, Suspension, ToolResult, Transition};
+use tollgate_core::{EventKind, Guard, RunRecord, StoredEvent, ToolResult, Transition};
 
 pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), RuntimeError> {
     let inner = runtime.inner();
@@ -27,12 +27,12 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
     inner.notify(&claimed);
     tracing::info!(run = %run.id, "took over a run whose lease expired");
 
-    let Some(pending) = claimed.pending.clone() else {
+    let Some(pending) = claimed.held_turn().cloned() else {
         // Nothing was held yet: every call so far was allow-gated and safe to repeat. Start again.
         inner.spawn_drive(claimed, spec, Work::Start, None);
         return Ok(());
     };
-    let mut suspension = match Suspension::from_json(&pending.suspension) {
+    let mut suspension = match pending.suspension.parse() {
         Ok(s) => s,
         Err(e) => {
             inner.fail_corrupt(&claimed, &e.to_string()).await;
@@ -70,7 +70,13 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
         .map(|(id, d)| (id.clone(), d.clone()))
         .collect();
     let event = events::approval_requested(now, &suspension, pending.expires_at);
-    let transition = suspend_transition(&suspension, kept, pending.expires_at);
+    let transition = match suspend_transition(&suspension, kept, pending.expires_at) {
+        Ok(transition) => transition,
+        Err(e) => {
+            inner.fail_corrupt(&claimed, &e.to_string()).await;
+            return Ok(());
+        }
+    };
     let next = inner.store.transition(&run.id, Guard::Lease(inner.node.clone()), transition, vec![event], now).await?;
     inner.notify(&next);
     tracing::warn!(run = %run.id, calls = ?in_doubt, "calls in doubt after a crash; the run waits for a person");

@@ -2,13 +2,17 @@
 
 use crate::events::held_call_json;
 use serde_json::{Value, json};
-use tollgate_core::{RunRecord, Suspension, rfc3339};
+use tollgate_core::{RunRecord, RunState, rfc3339};
 
-/// The API.md "Run" JSON for a record. A pending turn whose suspension cannot be read shows no calls.
+/// The API.md "Run" JSON for a record. A held turn whose suspension cannot be read shows no calls (and
+/// is logged); deciding on it fails the run as `corrupt_suspension`.
 pub fn run_json(run: &RunRecord) -> Value {
-    let pending = match (&run.pending, run.status) {
-        (Some(pending), tollgate_core::RunStatus::WaitingForApproval) => {
-            let calls: Vec<Value> = Suspension::from_json(&pending.suspension)
+    let pending = match &run.state {
+        RunState::Waiting(pending) => {
+            let calls: Vec<Value> = pending
+                .suspension
+                .parse()
+                .inspect_err(|error| tracing::warn!(run = %run.id, %error, "the held turn cannot be read"))
                 .map(|s| {
                     s.calls
                         .iter()
@@ -37,18 +41,18 @@ pub fn run_json(run: &RunRecord) -> Value {
     json!({
         "id": run.id,
         "agent": run.agent,
-        "status": run.status,
+        "status": run.status(),
         "input": run.input,
-        "output": run.output,
-        "termination_reason": run.termination_reason,
+        "output": run.output(),
+        "termination_reason": run.termination_reason(),
         "iterations": run.iterations,
         "usage": run.usage,
         "version": run.version,
         "created_by": run.created_by,
         "created_at": rfc3339(run.created_at),
         "updated_at": rfc3339(run.updated_at),
-        "finished_at": run.finished_at.map(rfc3339),
-        "error": run.error,
+        "finished_at": run.finished_at().map(rfc3339),
+        "error": run.error(),
         "pending": pending,
     })
 }

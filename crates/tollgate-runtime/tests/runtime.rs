@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate_core::{
-    Clock, Decision, EventKind, Gate, Guard, LoopConfig, Pending, RunRecord, RunStatus, RunStore, ToolLoop,
-    ToolRegistry, Transition, TurnDigest,
+    Clock, Decision, EventKind, Gate, Guard, HeldTurn, LoopConfig, RunRecord, RunStatus, RunStore, StoredSuspension,
+    ToolLoop, ToolRegistry, Transition, TurnDigest,
 };
 use tollgate_providers::{Script, ScriptedModel};
 use tollgate_runtime::{AgentSpec, DecisionSet, OnExpiry, Runtime, RuntimeError, RuntimeOptions, UuidV7Ids};
@@ -85,7 +85,7 @@ fn two_writes() -> Value {
 }
 
 fn digest(run: &RunRecord) -> String {
-    run.pending.as_ref().map(|p| p.turn_digest.0.clone()).unwrap_or_default()
+    run.held_turn().map(|p| p.turn_digest.0.clone()).unwrap_or_default()
 }
 
 async fn event_kinds(runtime: &Runtime, id: &str) -> Vec<EventKind> {
@@ -112,7 +112,7 @@ async fn approve_runs_the_tool_once_and_the_log_verifies() {
         let setup = Setup::new(one_write(), vec![write_tool()]);
         let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
         let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert_eq!(run.status, RunStatus::WaitingForApproval, "{backend}");
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         assert_eq!(setup.tools[0].call_count(), 0, "{backend}: nothing runs before the decision");
         let view = tollgate_runtime::view::run_json(&run);
         assert_eq!(view["pending"]["calls"][0]["preview"], "write a note", "{backend}");
@@ -121,15 +121,15 @@ async fn approve_runs_the_tool_once_and_the_log_verifies() {
             .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
             .await
             .unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert_eq!(decided.status, RunStatus::Running, "{backend}");
+        assert_eq!(decided.status(), RunStatus::Running, "{backend}");
         // The claim's commit carries the approved call's ledger entry: one commit before the call runs.
         let claimed = runtime.events(&run.id, 4, 100).await.unwrap_or_default();
         let claimed: Vec<EventKind> = claimed.iter().filter(|e| e.seq <= decided.last_seq).map(|e| e.kind).collect();
         assert_eq!(claimed, vec![EventKind::Decision, EventKind::RunResumed, EventKind::ToolStarted], "{backend}");
         let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert_eq!(done.status, RunStatus::Completed, "{backend}");
-        assert_eq!(done.output.as_deref(), Some("done"));
-        assert!(done.pending.is_none(), "{backend}: finishing clears the held turn");
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(done.output(), Some("done"));
+        assert!(done.held_turn().is_none(), "{backend}: finishing clears the held turn");
         assert_eq!(setup.tools[0].calls(), vec![("call_1".to_owned(), json!({"text": "hello"}))]);
         assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
         assert_eq!(
@@ -162,13 +162,13 @@ async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
         let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
         // The waiting starter's run is created already held: one write.
         let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert_eq!(run.status, RunStatus::WaitingForApproval, "{backend}");
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         assert_eq!(store.writes(), vec!["create waiting_for_approval"], "{backend}");
         assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.last_seq), Some(run.last_seq), "{backend}");
         // The approval claims the resume with the call's ledger entry; the end is the second write.
         runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
         let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert_eq!(done.status, RunStatus::Completed, "{backend}");
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
         assert_eq!(
             store.writes(),
             vec!["create waiting_for_approval", "transition decide", "transition complete"],
@@ -179,7 +179,7 @@ async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
 
         // A starter who takes the id at once gets a run already stored, as created.
         let started = runtime.start(None, "later", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert_eq!(started.status, RunStatus::Running, "{backend}");
+        assert_eq!(started.status(), RunStatus::Running, "{backend}");
         let stored = runtime.get(&started.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(stored.id, started.id, "{backend}");
         assert_eq!(store.writes()[3], "create running", "{backend}");
@@ -200,7 +200,7 @@ async fn a_waiting_starters_run_is_stored_by_its_first_durable_write() {
         let setup = Setup::new(script.clone(), vec![TestTool::new("list"), write_tool()]);
         let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
         let run = runtime.start_and_wait(None, "go", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert_eq!(run.status, RunStatus::WaitingForApproval, "{backend}");
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         assert_eq!(store.writes(), vec!["create running", "transition suspend"], "{backend}");
         assert_eq!(
             event_kinds(&runtime, &run.id).await,
@@ -232,7 +232,7 @@ async fn an_edited_call_has_one_ledger_entry_with_the_arguments_it_ran_with() {
         ]);
         let done = runtime.decide_and_wait(&run, &digest(&run), set, "bob").await;
         let done = done.unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert_eq!(done.status, RunStatus::Completed, "{backend}");
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
         assert_eq!(setup.tools[0].calls(), vec![("call_1".to_owned(), json!({"text": "edited"}))], "{backend}");
         assert_eq!(
             event_fields(&runtime, &run.id, &[EventKind::ToolStarted], &["call_id", "arguments"]).await,
@@ -253,7 +253,7 @@ async fn deny_all_gives_the_model_the_reason_and_runs_nothing() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(done.output.as_deref(), Some("Not written."));
+    assert_eq!(done.output(), Some("Not written."));
     assert_eq!(setup.tools[0].call_count(), 0);
     let kinds = event_kinds(&runtime, &run.id).await;
     assert!(!kinds.contains(&EventKind::ToolStarted), "a denied call gets no tool_started");
@@ -276,14 +276,14 @@ async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
 
     let partial = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
     let partial = partial.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(partial.status, RunStatus::WaitingForApproval, "one of two calls decided: still waiting");
+    assert_eq!(partial.status(), RunStatus::WaitingForApproval, "one of two calls decided: still waiting");
     assert_eq!(setup.tools[0].call_count(), 0);
     let again = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
     assert!(matches!(again, Err(RuntimeError::Conflict(m)) if m.contains("already decided")));
 
     runtime.decide(&run.id, &d, DecisionSet::ApproveAll, "carol").await.unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.status(), RunStatus::Completed);
     assert_eq!(setup.tools[0].call_count(), 2);
     // The first call's ledger entry rode with the claim, the second's was committed as it started: one
     // `tool_started` per call, each before its `tool_finished`.
@@ -316,7 +316,7 @@ async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
     // Approving "all" on the stale record is decided on the run as stored: only call_2 is left.
     let done = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, "carol").await;
     let done = done.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(done.status, RunStatus::Completed, "answers once the resumed run has ended");
+    assert_eq!(done.status(), RunStatus::Completed, "answers once the resumed run has ended");
     assert_eq!(setup.tools[0].call_count(), 2);
     assert_eq!(
         event_fields(&runtime, &run.id, &[EventKind::Decision], &["call_id", "actor"]).await,
@@ -331,7 +331,7 @@ async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
     let other = runtime.start_and_wait(None, "y", "alice").await.unwrap_or_else(|e| panic!("{e}"));
     let each = DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]);
     let partial = runtime.decide_and_wait(&other, &digest(&other), each, "bob").await;
-    assert_eq!(partial.ok().map(|r| r.status), Some(RunStatus::WaitingForApproval));
+    assert_eq!(partial.ok().map(|r| r.status()), Some(RunStatus::WaitingForApproval));
 }
 
 #[tokio::test]
@@ -361,7 +361,7 @@ async fn thirty_two_concurrent_deciders_resume_once() {
         }
         assert_eq!(won, 1, "{backend}: exactly one decision lands");
         let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert_eq!(done.status, RunStatus::Completed, "{backend}");
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
         assert_eq!(setup.tools[0].call_count(), 1, "{backend}: the tool ran once");
         let resumed = event_kinds(&runtime, &run.id).await.iter().filter(|k| **k == EventKind::RunResumed).count();
         assert_eq!(resumed, 1, "{backend}");
@@ -389,7 +389,7 @@ async fn deadlines_apply_the_agents_on_expiry() {
         let clock = ManualClock::at(T0);
         let runtime = setup.runtime(sqlite().await, &clock, "node-a");
         let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(run.pending.as_ref().and_then(|p| p.expires_at), Some(T0 + 60_000));
+        assert_eq!(run.held_turn().and_then(|p| p.expires_at), Some(T0 + 60_000));
         assert_eq!(runtime.sweep().await.ok(), Some(0), "not due yet");
         clock.advance(Duration::from_secs(61));
         assert_eq!(runtime.sweep().await.ok(), Some(1));
@@ -397,8 +397,8 @@ async fn deadlines_apply_the_agents_on_expiry() {
         let events = runtime.events(&run.id, 0, 100).await.unwrap_or_default();
         match on_expiry {
             OnExpiry::Deny => {
-                assert_eq!(done.status, RunStatus::Completed);
-                assert_eq!(done.output.as_deref(), Some("Not written."));
+                assert_eq!(done.status(), RunStatus::Completed);
+                assert_eq!(done.output(), Some("Not written."));
                 let decision = events.iter().find(|e| e.kind == EventKind::Decision).map(|e| e.data.clone());
                 assert_eq!(
                     decision,
@@ -408,7 +408,7 @@ async fn deadlines_apply_the_agents_on_expiry() {
                 );
             }
             OnExpiry::Cancel => {
-                assert_eq!(done.status, RunStatus::Expired);
+                assert_eq!(done.status(), RunStatus::Expired);
                 assert_eq!(events.last().map(|e| e.kind), Some(EventKind::RunExpired));
             }
         }
@@ -435,14 +435,14 @@ async fn a_corrupt_suspension_fails_only_its_run() {
         Some(lease),
     );
     store.create(record.clone(), vec![]).await.unwrap_or_else(|e| panic!("{e}"));
-    let pending = Pending {
-        suspension: r#"{"schema_version": 99}"#.into(),
+    let held = HeldTurn {
+        suspension: StoredSuspension::from_stored(r#"{"schema_version": 99}"#.into()),
         turn_digest: TurnDigest("sha256:abc".into()),
         required: vec!["call_1".into()],
         decisions: Default::default(),
         expires_at: None,
     };
-    let suspend = Transition::Suspend { pending, iterations: 1, usage: Default::default() };
+    let suspend = Transition::Suspend { held, iterations: 1, usage: Default::default() };
     store
         .transition(&record.id, Guard::Lease("node-x".into()), suspend, vec![], T0)
         .await
@@ -451,15 +451,15 @@ async fn a_corrupt_suspension_fails_only_its_run() {
     let refused = runtime.decide(&record.id, "sha256:abc", DecisionSet::ApproveAll, "bob").await;
     assert!(matches!(refused, Err(RuntimeError::Conflict(m)) if m.contains("schema_version 99")));
     let failed = runtime.get(&record.id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(failed.status, RunStatus::Failed);
-    assert_eq!(failed.error.as_ref().map(|e| e.kind.as_str()), Some("corrupt_suspension"));
+    assert_eq!(failed.status(), RunStatus::Failed);
+    assert_eq!(failed.error().as_ref().map(|e| e.kind.as_str()), Some("corrupt_suspension"));
 
     runtime
         .decide(&healthy.id, &digest(&healthy), DecisionSet::ApproveAll, "bob")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&healthy.id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(done.status, RunStatus::Completed, "other runs keep working");
+    assert_eq!(done.status(), RunStatus::Completed, "other runs keep working");
 }
 
 #[tokio::test]
@@ -469,14 +469,14 @@ async fn a_suspension_that_cannot_be_stored_fails_the_run_visibly() {
     let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
     // Started and held in one write (the starter waits)...
     let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(run.status, RunStatus::Failed, "never reported as waiting");
-    assert_eq!(run.error.as_ref().map(|e| e.kind.as_str()), Some("store"));
-    assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.status), Some(RunStatus::Failed), "stored as failed");
+    assert_eq!(run.status(), RunStatus::Failed, "never reported as waiting");
+    assert_eq!(run.error().as_ref().map(|e| e.kind.as_str()), Some("store"));
+    assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.status()), Some(RunStatus::Failed), "stored as failed");
     // ...or created first (the starter took the id at once) and held by a later write.
     let run = runtime.start(None, "y", "alice").await.unwrap_or_else(|e| panic!("{e}"));
     let run = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(run.status, RunStatus::Failed, "never reported as waiting");
-    assert_eq!(run.error.as_ref().map(|e| e.kind.as_str()), Some("store"));
+    assert_eq!(run.status(), RunStatus::Failed, "never reported as waiting");
+    assert_eq!(run.error().as_ref().map(|e| e.kind.as_str()), Some("store"));
 }
 
 #[tokio::test]
@@ -487,7 +487,7 @@ async fn cancel_and_purge() {
     let waiting = runtime.start_and_wait(None, "keep", "alice").await.unwrap_or_else(|e| panic!("{e}"));
     let cancelled = runtime.start_and_wait(None, "drop", "alice").await.unwrap_or_else(|e| panic!("{e}"));
     let c = runtime.cancel(&cancelled.id, "alice", Some("changed my mind")).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.status, RunStatus::Cancelled);
+    assert_eq!(c.status(), RunStatus::Cancelled);
     assert!(matches!(runtime.cancel(&cancelled.id, "alice", None).await, Err(RuntimeError::Conflict(_))));
 
     clock.advance(Duration::from_secs(3600));
@@ -558,7 +558,7 @@ async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
     let runtime = setup.runtime(store, &clock, "node-parent");
     assert_eq!(runtime.sweep().await.ok(), Some(1));
     let run = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(run.status, RunStatus::WaitingForApproval, "back to waiting, not re-run");
+    assert_eq!(run.status(), RunStatus::WaitingForApproval, "back to waiting, not re-run");
     let view = tollgate_runtime::view::run_json(&run);
     assert_eq!(view["pending"]["calls"][0]["in_doubt"], true);
     assert_eq!(setup.tools[0].call_count(), 0, "nothing runs again without a decision");
@@ -566,7 +566,7 @@ async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
 
     runtime.decide(&run_id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.status(), RunStatus::Completed);
     assert_eq!(setup.tools[0].call_count(), 1, "run again once a person approved");
     assert!(runtime.verify(&run_id).await.ok().is_some_and(|r| r.is_ok()));
 }
@@ -589,13 +589,13 @@ async fn privacy_levels_shape_what_events_keep() {
                 Runtime::new(store.clone(), vec![setup.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options);
             let input = "pay with sk-live-0123456789";
             let run = runtime.start_and_wait(None, input, "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
-            let held = run.pending.as_ref().map(|p| p.suspension.clone()).unwrap_or_default();
+            let held = run.held_turn().map(|p| p.suspension.as_str().to_owned()).unwrap_or_default();
             assert!(held.contains(input), "{backend} {level:?}: the held turn keeps the call in full");
             let done = runtime
                 .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, "bob")
                 .await
                 .unwrap_or_else(|e| panic!("{backend}: {e}"));
-            assert_eq!(done.status, RunStatus::Completed, "{backend} {level:?}");
+            assert_eq!(done.status(), RunStatus::Completed, "{backend} {level:?}");
             let started = event_fields(&runtime, &run.id, &[EventKind::RunStarted], &["input", "agent"]).await;
             let tool = event_fields(&runtime, &run.id, &[EventKind::ToolStarted], &["call_id", "arguments"]).await;
             match level {
@@ -613,5 +613,51 @@ async fn privacy_levels_shape_what_events_keep() {
             assert!(!serde_json::to_string(&all).unwrap_or_default().contains("sk-live"), "{backend} {level:?}");
             assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
         }
+    }
+}
+
+#[tokio::test]
+async fn the_closing_completion_at_the_iteration_cap_and_run_completed_are_round_n_plus_one() {
+    // The default cap is 10 model calls with tools. Turn 1 holds a write; every later turn calls `tick`
+    // (allow), past the cap: turn 10's call is refused, and the closing completion (no tools offered,
+    // round 11) ends the run; its tool calls are dropped.
+    let cap = LoopConfig::default().max_iterations;
+    let mut turns = vec![json!({"tool_calls": [{"name": "write", "arguments": {"text": "{{input}}"}}]})];
+    turns.extend((2..=cap).map(|_| json!({"tool_calls": [{"name": "tick"}]})));
+    turns.push(json!({"text": "Stopping at the cap.", "tool_calls": [{"name": "tick"}]}));
+    let script = json!({ "turns": turns });
+    for (backend, store) in stores().await {
+        let setup = Setup::new(script.clone(), vec![write_tool(), TestTool::new("tick")]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
+        let done = runtime
+            .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, "bob")
+            .await
+            .unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(done.output(), Some("Stopping at the cap."), "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 1, "{backend}");
+        assert_eq!(setup.tools[1].call_count(), cap as usize - 2, "{backend}: the capped turn's call does not run");
+
+        let events = runtime.events(&run.id, 0, 1000).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let tail: Vec<(EventKind, u32)> = events.iter().rev().take(3).rev().map(|e| (e.kind, e.round)).collect();
+        assert_eq!(
+            tail,
+            vec![
+                (EventKind::ModelRequest, cap + 1),
+                (EventKind::ModelResponse, cap + 1),
+                (EventKind::RunCompleted, cap + 1),
+            ],
+            "{backend}"
+        );
+        let closing = event_fields(&runtime, &run.id, &[EventKind::ModelRequest], &["tools"]).await;
+        assert_eq!(closing.last(), Some(&json!(["model_request", []])), "{backend}: no tools are offered");
+        let completed = event_fields(&runtime, &run.id, &[EventKind::RunCompleted], &["termination_reason"]).await;
+        assert_eq!(completed, vec![json!(["run_completed", "max_iterations"])], "{backend}");
+        // Every other model call is its own round, 1 to the cap.
+        let rounds: Vec<u32> = events.iter().filter(|e| e.kind == EventKind::ModelRequest).map(|e| e.round).collect();
+        assert_eq!(rounds, (1..=cap + 1).collect::<Vec<_>>(), "{backend}");
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
     }
 }

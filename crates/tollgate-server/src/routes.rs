@@ -234,8 +234,11 @@ pub(crate) async fn decide(
     let request: DecideRequest = parse_json(&body)?;
     let set = decision_set(&request)?;
     let run = state.runtime.decide(&id, &request.turn_digest, set, &caller.actor).await?;
-    let run =
-        if request.wait == Some(true) && run.status == RunStatus::Running { state.settle(&run.id).await? } else { run };
+    let run = if request.wait == Some(true) && run.status() == RunStatus::Running {
+        state.settle(&run.id).await?
+    } else {
+        run
+    };
     Ok(Json(run_json(&run)).into_response())
 }
 

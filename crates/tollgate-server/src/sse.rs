@@ -34,7 +34,7 @@ pub(crate) async fn respond(
     // Subscribe before the first read, so a change committed in between still wakes the stream.
     let notices = runtime.subscribe();
     let run = runtime.get(&id).await?;
-    if run.status.is_terminal() && run.last_seq <= after {
+    if run.status().is_terminal() && run.last_seq <= after {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     let tail = Tail { runtime, id, cursor: after, notices, buffer: VecDeque::new(), done: false, shutdown };
@@ -80,7 +80,7 @@ impl Tail {
             // Nothing new. A run that ended (its terminal event already sent or skipped) or vanished ends
             // the stream.
             match self.runtime.get(&self.id).await {
-                Ok(run) if run.status.is_terminal() && run.last_seq <= self.cursor => return None,
+                Ok(run) if run.status().is_terminal() && run.last_seq <= self.cursor => return None,
                 Ok(_) => {}
                 Err(RuntimeError::NotFound(_)) => return None,
                 Err(e) => tracing::debug!(run = %self.id, error = %e, "event stream cannot read its run"),

@@ -39,7 +39,7 @@ async fn shutdown_lets_an_in_flight_step_commit() {
     server.stop().await;
     assert!(started.elapsed() >= common::PAUSE / 2, "shutdown waited for the step");
     let run = store.get(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(run.status, tollgate_core::RunStatus::WaitingForApproval, "the segment committed before exit");
+    assert_eq!(run.status(), tollgate_core::RunStatus::WaitingForApproval, "the segment committed before exit");
     let events = store.events(&run_id, 0, 100).await.unwrap_or_default();
     assert!(events.iter().any(|e| e.kind == tollgate_core::EventKind::ToolFinished), "the pause call finished");
 }

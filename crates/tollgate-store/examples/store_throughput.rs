@@ -18,9 +18,9 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate_core::event::{EventKind, NewEvent};
-use tollgate_core::run::{Lease, Pending, RecordedDecision, RunRecord, RunStatus, Transition};
+use tollgate_core::run::{HeldTurn, Lease, RecordedDecision, RunRecord, RunStatus, Transition};
 use tollgate_core::store::{Guard, RunStore};
-use tollgate_core::suspension::{Decision, TurnDigest};
+use tollgate_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_core::tool_loop::TerminationReason;
 use tollgate_core::transcript::Usage;
 
@@ -77,8 +77,8 @@ async fn phase_one(store: &dyn RunStore, i: usize) -> anyhow::Result<()> {
             )],
         )
         .await?;
-    let pending = Pending {
-        suspension: suspension(i),
+    let held = HeldTurn {
+        suspension: StoredSuspension::from_stored(suspension(i)),
         turn_digest: TurnDigest(format!("sha256:{}", "9f".repeat(32))),
         required: vec!["call_1".into()],
         decisions: Default::default(),
@@ -92,14 +92,14 @@ async fn phase_one(store: &dyn RunStore, i: usize) -> anyhow::Result<()> {
         event(
             EventKind::ApprovalRequested,
             1,
-            json!({"turn_digest": pending.turn_digest, "calls": [call], "expires_at": null}),
+            json!({"turn_digest": held.turn_digest, "calls": [call], "expires_at": null}),
         ),
     ];
     store
         .transition(
             &id,
             Guard::Lease("bench".into()),
-            Transition::Suspend { pending, iterations: 1, usage },
+            Transition::Suspend { held, iterations: 1, usage },
             events,
             T0 + 1,
         )
@@ -110,7 +110,7 @@ async fn phase_one(store: &dyn RunStore, i: usize) -> anyhow::Result<()> {
 async fn phase_two(store: &dyn RunStore, i: usize) -> anyhow::Result<()> {
     let id = run_id(i);
     let run = store.get(&id).await?;
-    anyhow::ensure!(run.status == RunStatus::WaitingForApproval);
+    anyhow::ensure!(run.status() == RunStatus::WaitingForApproval);
     let owner = format!("worker-{}", i % 32);
     let decision = RecordedDecision { decision: Decision::Approve, actor: "local".into(), at: T0 + 2 };
     let events = vec![
@@ -154,7 +154,7 @@ async fn phase_two(store: &dyn RunStore, i: usize) -> anyhow::Result<()> {
         usage,
     };
     let done = store.transition(&id, Guard::Lease(owner), complete, events, T0 + 3).await?;
-    anyhow::ensure!(done.status == RunStatus::Completed && done.last_seq == 11);
+    anyhow::ensure!(done.status() == RunStatus::Completed && done.last_seq == 11);
     Ok(())
 }
 

@@ -14,8 +14,10 @@ use crate::encryption::{DataKeys, Place, open, seal};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use tollgate_core::event::{EventKind, NewEvent, StoredEvent, chain};
-use tollgate_core::run::{Lease, Millis, Pending, RecordedDecision, RunError, RunRecord, RunStatus, Transition};
-use tollgate_core::suspension::TurnDigest;
+use tollgate_core::run::{
+    HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
+};
+use tollgate_core::suspension::{StoredSuspension, TurnDigest};
 use tollgate_core::tool_loop::TerminationReason;
 use tollgate_core::transcript::Usage;
 use tollgate_core::{Guard, StoreError};
@@ -156,16 +158,16 @@ impl RunRow {
         keys: Option<&DataKeys>,
         before: Option<(&RunRecord, &RunRow)>,
     ) -> Result<RunRow, StoreError> {
-        let pending = run.pending.as_ref();
+        let pending = run.held_turn();
         let place = |column| Place { run_id: &run.id, column, seq: None };
         // Only with keys: without them nothing is compared (the write path stays as it was).
-        let before_pending = keys.and(before).map(|(record, row)| (record.pending.as_ref(), row));
+        let before_pending = keys.and(before).map(|(record, row)| (record.held_turn(), row));
         let suspension = pending
             .map(|p| {
                 let unchanged = before_pending
                     .filter(|(old, _)| old.is_some_and(|old| old.suspension == p.suspension))
                     .map(|(_, row)| &row.suspension);
-                sealed_column(keys, place("runs.suspension"), unchanged, || Ok(p.suspension.clone()))
+                sealed_column(keys, place("runs.suspension"), unchanged, || Ok(p.suspension.as_str().to_owned()))
             })
             .transpose()?;
         let decisions = pending
@@ -181,26 +183,26 @@ impl RunRow {
         Ok(RunRow {
             id: run.id.clone(),
             agent: run.agent.clone(),
-            status: run.status.as_str().to_owned(),
+            status: run.status().as_str().to_owned(),
             version: to_sql_int(run.version),
             input: run.input.clone(),
-            output: run.output.clone(),
-            termination_reason: run.termination_reason.map(|r| r.as_str().to_owned()),
+            output: run.output().map(str::to_owned),
+            termination_reason: run.termination_reason().map(|r| r.as_str().to_owned()),
             iterations: i64::from(run.iterations),
             input_tokens: to_sql_int(run.usage.input_tokens),
             output_tokens: to_sql_int(run.usage.output_tokens),
             created_by: run.created_by.clone(),
             created_at: run.created_at,
             updated_at: run.updated_at,
-            finished_at: run.finished_at,
-            error: run.error.as_ref().map(|e| encode_json(&run.id, "error", e)).transpose()?,
+            finished_at: run.finished_at(),
+            error: run.error().map(|e| encode_json(&run.id, "error", e)).transpose()?,
             suspension,
             turn_digest: pending.map(|p| p.turn_digest.as_str().to_owned()),
             required_calls: pending.map(|p| encode_json(&run.id, "required calls", &p.required)).transpose()?,
             decisions,
             expires_at: pending.and_then(|p| p.expires_at),
-            lease_owner: run.lease.as_ref().map(|l| l.owner.clone()),
-            lease_expires_at: run.lease.as_ref().map(|l| l.expires_at),
+            lease_owner: run.lease().map(|l| l.owner.clone()),
+            lease_expires_at: run.lease().map(|l| l.expires_at),
             last_seq: to_sql_int(run.last_seq),
             last_hash: run.last_hash.clone(),
         })
@@ -236,24 +238,35 @@ impl RunRow {
                 serde_json::from_str::<RunError>(&text).map_err(|e| corrupt(format!("column error is not valid: {e}")))
             })
             .transpose()?;
-        let pending = match self.suspension {
-            None => None,
+        let mut held = match self.suspension {
+            None => {
+                let stray = [
+                    ("turn_digest", self.turn_digest.is_some()),
+                    ("required_calls", self.required_calls.is_some()),
+                    ("decisions", self.decisions.is_some()),
+                    ("expires_at", self.expires_at.is_some()),
+                ];
+                if let Some((column, _)) = stray.iter().find(|(_, present)| *present) {
+                    return Err(corrupt(format!("column {column} is set without a suspension")));
+                }
+                None
+            }
             Some(suspension) => {
                 let suspension = open(keys, place("runs.suspension"), suspension)?;
                 let turn_digest =
-                    self.turn_digest.ok_or_else(|| corrupt("a pending turn without a turn digest".to_owned()))?;
+                    self.turn_digest.ok_or_else(|| corrupt("a held turn without a turn digest".to_owned()))?;
                 let required: Vec<String> = match self.required_calls {
                     Some(text) => serde_json::from_str(&text)
                         .map_err(|e| corrupt(format!("column required_calls is not valid: {e}")))?,
-                    None => return Err(corrupt("a pending turn without its required calls".to_owned())),
+                    None => return Err(corrupt("a held turn without its required calls".to_owned())),
                 };
                 let decisions: BTreeMap<String, RecordedDecision> = match self.decisions {
                     Some(text) => serde_json::from_str(&open(keys, place("runs.decisions"), text)?)
                         .map_err(|e| corrupt(format!("column decisions is not valid: {e}")))?,
                     None => BTreeMap::new(),
                 };
-                Some(Pending {
-                    suspension,
+                Some(HeldTurn {
+                    suspension: StoredSuspension::from_stored(suspension),
                     turn_digest: TurnDigest(turn_digest),
                     required,
                     decisions,
@@ -261,29 +274,75 @@ impl RunRow {
                 })
             }
         };
-        let lease = match (self.lease_owner, self.lease_expires_at) {
+        let mut lease = match (self.lease_owner, self.lease_expires_at) {
             (Some(owner), Some(expires_at)) => Some(Lease { owner, expires_at }),
             (None, None) => None,
             _ => return Err(corrupt("a lease without both owner and expiry".to_owned())),
         };
+        let (mut output, mut error, mut finished_at) = (self.output, error, self.finished_at);
+        let mut reason = termination_reason;
+        let contradiction = |what: &str| corrupt(format!("a {status} run {what}"));
+        let mut finished = || finished_at.take().ok_or_else(|| contradiction("without its finish time"));
+        let mut ended_by = |expected: TerminationReason| match reason.take() {
+            Some(found) if found == expected => Ok(()),
+            found => Err(contradiction(&format!(
+                "with termination reason {}",
+                found.map_or("(none)", TerminationReason::as_str)
+            ))),
+        };
+        let state = match status {
+            RunStatus::Queued => RunState::Queued,
+            RunStatus::Running => RunState::Running {
+                lease: lease.take().ok_or_else(|| contradiction("without a lease"))?,
+                resuming: held.take(),
+            },
+            RunStatus::WaitingForApproval => {
+                RunState::Waiting(held.take().ok_or_else(|| contradiction("without its held turn (suspension)"))?)
+            }
+            RunStatus::Completed => RunState::Completed {
+                output: output.take(),
+                reason: reason.take().ok_or_else(|| contradiction("without a termination reason"))?,
+                finished_at: finished()?,
+            },
+            RunStatus::Failed => {
+                ended_by(TerminationReason::Error)?;
+                let error = error.take().ok_or_else(|| contradiction("without its error"))?;
+                RunState::Failed { error, finished_at: finished()? }
+            }
+            RunStatus::Cancelled => {
+                ended_by(TerminationReason::Cancelled)?;
+                RunState::Cancelled { finished_at: finished()? }
+            }
+            RunStatus::Expired => {
+                ended_by(TerminationReason::Expired)?;
+                RunState::Expired { finished_at: finished()? }
+            }
+        };
+        // What the status did not take contradicts it (a finished run with a lease, a queued run with
+        // an output, ...).
+        let left = [
+            ("a lease", lease.is_some()),
+            ("a held turn (suspension)", held.is_some()),
+            ("an output", output.is_some()),
+            ("an error", error.is_some()),
+            ("a finish time", finished_at.is_some()),
+            ("a termination reason", reason.is_some()),
+        ];
+        if let Some((what, _)) = left.iter().find(|(_, present)| *present) {
+            return Err(contradiction(&format!("with {what}")));
+        }
         Ok(RunRecord {
             agent: self.agent,
-            status,
             input: self.input,
-            output: self.output,
-            termination_reason,
             iterations,
             usage,
             version: unsigned("version", self.version)?,
             created_by: self.created_by,
             created_at: self.created_at,
             updated_at: self.updated_at,
-            finished_at: self.finished_at,
-            error,
-            pending,
-            lease,
             last_seq: unsigned("last_seq", self.last_seq)?,
             last_hash: self.last_hash,
+            state,
             id,
         })
     }
@@ -448,8 +507,14 @@ pub(crate) fn plan_transition(
     events: Vec<NewEvent>,
     now: Millis,
 ) -> Result<(RunRecord, Vec<StoredEvent>), StoreError> {
-    check_guard(&current.id, guard, current.status, current.version, current.lease.as_ref().map(|l| l.owner.as_str()))?;
-    let mut next = current.apply(transition, now)?;
+    check_guard(&current.id, guard, current.status(), current.version, current.lease().map(|l| l.owner.as_str()))?;
+    let mut next = current.apply(transition, now).map_err(|refused| match refused {
+        // Someone renewed the lease since the taker read the run: the takeover lost a race.
+        TransitionError::LeaseHeld { .. } => {
+            StoreError::Conflict { id: current.id.clone(), detail: refused.to_string() }
+        }
+        refused => StoreError::Transition(refused),
+    })?;
     let (stored, last_seq, last_hash) = chain(current.last_seq, &current.last_hash, events);
     next.last_seq = last_seq;
     next.last_hash = last_hash;
@@ -607,8 +672,6 @@ mod tests {
             1_000,
             Some(Lease { owner: "node-a".into(), expires_at: 31_000 }),
         );
-        run.status = RunStatus::WaitingForApproval;
-        run.lease = None;
         run.usage = Usage { input_tokens: 120, output_tokens: 30 };
         run.iterations = 1;
         let mut decisions = BTreeMap::new();
@@ -616,8 +679,8 @@ mod tests {
             "call_1".to_owned(),
             RecordedDecision { decision: Decision::Deny { reason: "no".into() }, actor: "alice".into(), at: 2_000 },
         );
-        run.pending = Some(Pending {
-            suspension: "{\"schema_version\":1}".into(),
+        run.state = RunState::Waiting(HeldTurn {
+            suspension: StoredSuspension::from_stored("{\"schema_version\":1}".into()),
             turn_digest: TurnDigest(format!("sha256:{}", "a".repeat(64))),
             required: vec!["call_1".into(), "call_2".into()],
             decisions,
@@ -630,10 +693,35 @@ mod tests {
     fn a_run_round_trips_through_its_row() -> Result<(), StoreError> {
         let waiting = waiting_run();
         assert_eq!(RunRow::encode(&waiting, None, None)?.decode(None)?, waiting);
-        let mut failed =
+        let failed =
             waiting.apply(&Transition::Fail { error: RunError { kind: "k".into(), message: "m".into() } }, 5)?;
-        failed.termination_reason = Some(TerminationReason::BudgetExhausted);
         assert_eq!(RunRow::encode(&failed, None, None)?.decode(None)?, failed);
+        let resuming = waiting.apply(
+            &Transition::Decide {
+                decisions: vec![(
+                    "call_2".into(),
+                    RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: 3_000 },
+                )],
+                resume: Some(Lease { owner: "node-b".into(), expires_at: 33_000 }),
+            },
+            3_000,
+        )?;
+        assert!(resuming.held_turn().is_some() && resuming.lease().is_some());
+        assert_eq!(RunRow::encode(&resuming, None, None)?.decode(None)?, resuming);
+        let completed = resuming.apply(
+            &Transition::Complete {
+                output: None,
+                reason: TerminationReason::BudgetExhausted,
+                iterations: 2,
+                usage: Usage::default(),
+            },
+            4_000,
+        )?;
+        assert_eq!(RunRow::encode(&completed, None, None)?.decode(None)?, completed);
+        for ended in [Transition::Cancel, Transition::Expire] {
+            let ended = waiting.apply(&ended, 6_000)?;
+            assert_eq!(RunRow::encode(&ended, None, None)?.decode(None)?, ended);
+        }
         let running = RunRecord::new(
             "x".into(),
             "a".into(),
@@ -657,6 +745,70 @@ mod tests {
         let mut row = RunRow::encode(&waiting_run(), None, None)?;
         row.version = -1;
         assert!(matches!(row.decode(None), Err(StoreError::Corrupt { .. })));
+        Ok(())
+    }
+
+    #[test]
+    fn a_row_whose_columns_contradict_its_status_is_corrupt() -> Result<(), StoreError> {
+        let waiting = RunRow::encode(&waiting_run(), None, None)?;
+        let cancelled = RunRow::encode(&waiting_run().apply(&Transition::Cancel, 5)?, None, None)?;
+        let running = RunRow::encode(
+            &RunRecord::new(
+                "r".into(),
+                "a".into(),
+                "i".into(),
+                "c".into(),
+                1,
+                Some(Lease { owner: "o".into(), expires_at: 2 }),
+            ),
+            None,
+            None,
+        )?;
+        let tampered: Vec<(&str, RunRow)> = vec![
+            (
+                "without its held turn",
+                RunRow {
+                    suspension: None,
+                    turn_digest: None,
+                    required_calls: None,
+                    decisions: None,
+                    expires_at: None,
+                    ..waiting.clone()
+                },
+            ),
+            ("column turn_digest is set without a suspension", RunRow { suspension: None, ..waiting.clone() }),
+            ("with a lease", RunRow { lease_owner: Some("o".into()), lease_expires_at: Some(9), ..waiting.clone() }),
+            (
+                "with a held turn",
+                RunRow {
+                    suspension: waiting.suspension.clone(),
+                    turn_digest: waiting.turn_digest.clone(),
+                    required_calls: waiting.required_calls.clone(),
+                    ..cancelled.clone()
+                },
+            ),
+            ("with an output", RunRow { output: Some("x".into()), ..waiting.clone() }),
+            ("without its finish time", RunRow { finished_at: None, ..cancelled.clone() }),
+            (
+                "with termination reason completed",
+                RunRow { termination_reason: Some("completed".into()), ..cancelled.clone() },
+            ),
+            ("with termination reason (none)", RunRow { termination_reason: None, ..cancelled.clone() }),
+            (
+                "without its error",
+                RunRow { status: "failed".into(), termination_reason: Some("error".into()), ..cancelled.clone() },
+            ),
+            ("without a lease", RunRow { lease_owner: None, lease_expires_at: None, ..running.clone() }),
+            ("with a finish time", RunRow { finished_at: Some(3), ..running.clone() }),
+            ("with a lease", RunRow { status: "queued".into(), ..running }),
+        ];
+        for (why, row) in tampered {
+            let read = row.decode(None);
+            assert!(
+                matches!(&read, Err(StoreError::Corrupt { detail, .. }) if detail.contains(why)),
+                "{why}: {read:?}"
+            );
+        }
         Ok(())
     }
 

@@ -10,12 +10,14 @@
 //!
 //! Shared choices:
 //! - Schema: a `runs` row per run (indexed id, agent, status, version, times, deadline, lease, chain
-//!   head; the pending turn's suspension in its own text column; decisions, required calls and error
+//!   head; the held turn's suspension in its own text column; decisions, required calls and error
 //!   as JSON text; times as Unix milliseconds) and an `events` row per event (`at` exactly as hashed,
 //!   `data` as JSON text), deleted with its run. Migrations are embedded and recorded in
 //!   `tollgate_migrations`.
-//! - A row that cannot be decoded is [`StoreError::Corrupt`] for that run, from `get`, `transition`,
-//!   `append` and `events`. `list` and `due` skip such a row with a `tracing` warning instead of failing
+//! - A row that cannot be decoded, or whose columns contradict its status (a waiting run without its
+//!   suspension, a finished run with a lease, ...), is [`StoreError::Corrupt`] for that run, from
+//!   `get`, `transition`, `append` and `events`. `list` and `due` skip such a row with a `tracing`
+//!   warning instead of failing
 //!   (a [`tollgate_core::RunPage`] has no room for a per-run error); the skipped row still takes its
 //!   place in paging, so a page may hold fewer runs than the limit while `next_cursor` goes on.
 //! - `list` pages newest first by id; the cursor is the last id of the page, and `next_cursor` is

@@ -48,7 +48,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tollgate_core::BoxFuture;
 use tollgate_core::event::{NewEvent, StoredEvent};
-use tollgate_core::run::{Millis, RunRecord, RunStatus, Transition};
+use tollgate_core::run::{Millis, RunRecord, RunState, RunStatus, Transition};
 use tollgate_core::store::{Guard, RunPage, RunQuery, RunStore, StoreError};
 
 /// The most operations the writer puts into one transaction.
@@ -704,7 +704,6 @@ struct WriteOp {
 }
 
 /// A write operation.
-#[expect(clippy::large_enum_variant, reason = "moved once through the queue; boxing would allocate per write")]
 enum Request {
     Create { run: RunRecord, events: Vec<NewEvent> },
     Transition { id: String, guard: Guard, transition: Transition, events: Vec<NewEvent>, now: Millis },
@@ -973,8 +972,8 @@ impl Writer {
             Request::Append { id, owner, events, lease_until } => {
                 let (current, old) = self.current(connection, &id)?;
                 let head = ChainHead {
-                    status: current.status.as_str().to_owned(),
-                    lease_owner: current.lease.as_ref().map(|l| l.owner.clone()),
+                    status: current.status().as_str().to_owned(),
+                    lease_owner: current.lease().map(|l| l.owner.clone()),
                     last_seq: old.last_seq,
                     last_hash: current.last_hash.clone(),
                 };
@@ -982,7 +981,7 @@ impl Writer {
                 let mut next = current;
                 next.last_seq = last_seq;
                 next.last_hash = last_hash;
-                if let Some(lease) = next.lease.as_mut() {
+                if let RunState::Running { lease, .. } = &mut next.state {
                     lease.expires_at = lease_until;
                 }
                 Ok(Planned {

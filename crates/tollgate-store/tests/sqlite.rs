@@ -161,7 +161,7 @@ async fn an_in_memory_store_works_and_is_private() -> anyhow::Result<()> {
             T0,
         )
         .await?;
-    anyhow::ensure!(waiting.status == RunStatus::Failed);
+    anyhow::ensure!(waiting.status() == RunStatus::Failed);
     anyhow::ensure!(one.get(&created.id).await? == waiting, "reads see the writer's commits");
     anyhow::ensure!(one.list(RunQuery { limit: 10, ..Default::default() }).await?.runs.len() == 1);
     anyhow::ensure!(matches!(two.get(&id(1)).await, Err(StoreError::NotFound(_))), "each memory store is its own");

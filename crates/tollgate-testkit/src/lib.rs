@@ -231,7 +231,7 @@ impl tollgate_core::RunStore for FailingStore {
         events: Vec<tollgate_core::NewEvent>,
     ) -> BoxFuture<'_, Result<tollgate_core::RunRecord, tollgate_core::StoreError>> {
         use tollgate_core::RunStatus;
-        let made_by = match run.status {
+        let made_by = match run.status() {
             RunStatus::WaitingForApproval => "suspend",
             RunStatus::Completed => "complete",
             RunStatus::Failed => "fail",
@@ -240,7 +240,7 @@ impl tollgate_core::RunStore for FailingStore {
         if made_by == self.fail {
             return Box::pin(std::future::ready(Err(tollgate_core::StoreError::Database("disk full".into()))));
         }
-        self.log(format!("create {}", run.status));
+        self.log(format!("create {}", run.status()));
         self.inner.create(run, events)
     }
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<tollgate_core::RunRecord, tollgate_core::StoreError>> {

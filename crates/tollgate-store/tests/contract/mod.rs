@@ -11,9 +11,11 @@ use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
 use tollgate_core::event::{ChainBreak, EventKind, NewEvent, verify_chain};
-use tollgate_core::run::{Lease, Millis, Pending, RecordedDecision, RunError, RunRecord, RunStatus, Transition};
+use tollgate_core::run::{
+    HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
+};
 use tollgate_core::store::{Guard, RunQuery, RunStore, StoreError};
-use tollgate_core::suspension::{Decision, TurnDigest};
+use tollgate_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_core::tool_loop::TerminationReason;
 use tollgate_core::transcript::Usage;
 use tollgate_store::{DataKey, DataKeys, StoreOptions};
@@ -58,9 +60,9 @@ pub fn running_run(n: u64, agent: &str) -> RunRecord {
     RunRecord::new(id(n), agent.to_owned(), format!("input {n}"), "local".into(), at, Some(lease(OWNER, at + 30_000)))
 }
 
-fn pending(calls: &[&str], expires_at: Option<Millis>) -> Pending {
-    Pending {
-        suspension: json!({"schema_version": 1, "calls": calls}).to_string(),
+fn held(calls: &[&str], expires_at: Option<Millis>) -> HeldTurn {
+    HeldTurn {
+        suspension: StoredSuspension::from_stored(json!({"schema_version": 1, "calls": calls}).to_string()),
         turn_digest: TurnDigest(format!("sha256:{}", "ab".repeat(32))),
         required: calls.iter().map(|c| (*c).to_owned()).collect(),
         decisions: Default::default(),
@@ -70,7 +72,7 @@ fn pending(calls: &[&str], expires_at: Option<Millis>) -> Pending {
 
 fn suspend(calls: &[&str], expires_at: Option<Millis>) -> Transition {
     Transition::Suspend {
-        pending: pending(calls, expires_at),
+        held: held(calls, expires_at),
         iterations: 1,
         usage: Usage { input_tokens: 120, output_tokens: 30 },
     }
@@ -149,7 +151,7 @@ async fn create_terminal(store: &dyn RunStore, n: u64, status: RunStatus, at: Mi
         }
         other => anyhow::bail!("{other} is not terminal"),
     };
-    ensure!(done.status == status, "expected {status}, got {}", done.status);
+    ensure!(done.status() == status, "expected {status}, got {}", done.status());
     Ok(done)
 }
 
@@ -171,8 +173,8 @@ pub async fn create_get_and_duplicate<H: Harness>(h: &H) -> anyhow::Result<()> {
     ensure!(created.last_seq == 1, "create chains its first event");
     let read = store.get(&created.id).await?;
     ensure!(read == created, "get returns what create returned:\n{read:?}\n{created:?}");
-    ensure!(read.status == RunStatus::Running && read.version == 1);
-    ensure!(read.lease == Some(lease(OWNER, T0 + 1 + 30_000)));
+    ensure!(read.status() == RunStatus::Running && read.version == 1);
+    ensure!(read.lease() == Some(&lease(OWNER, T0 + 1 + 30_000)));
 
     let again = store.create(running_run(1, "other"), vec![]).await;
     ensure!(matches!(again, Err(StoreError::Duplicate(ref id)) if *id == created.id), "{again:?}");
@@ -184,14 +186,15 @@ pub async fn create_get_and_duplicate<H: Harness>(h: &H) -> anyhow::Result<()> {
     // Text comes back byte for byte: quotes, backslashes, control characters, astral characters.
     let odd = "say \"hi\" \\ to\n\t✓ 😀 \u{1}\u{7f} {\"not\": json}".to_owned();
     let mut tricky = RunRecord::new(id(3), "d\"e'mo".into(), odd.clone(), "lo\\cal".into(), T0, None);
-    tricky.output = Some(odd.clone());
+    tricky.state =
+        RunState::Completed { output: Some(odd.clone()), reason: TerminationReason::Completed, finished_at: T0 };
     let tricky = store.create(tricky, vec![event(EventKind::RunStarted, 0, json!({"input": odd}))]).await?;
     ensure!(store.get(&tricky.id).await? == tricky, "odd text round-trips");
     ensure!(store.events(&tricky.id, 0, 10).await?[0].data["input"] == odd.as_str());
 
     let queued = RunRecord::new(id(2), "demo".into(), "q".into(), "local".into(), T0, None);
     let queued = store.create(queued, vec![]).await?;
-    ensure!(queued.status == RunStatus::Queued && queued.last_seq == 0);
+    ensure!(queued.status() == RunStatus::Queued && queued.last_seq == 0);
     ensure!(store.get(&queued.id).await? == queued);
     ensure!(store.events(&queued.id, 0, 10).await?.is_empty(), "a run without events has an empty log");
     Ok(())
@@ -212,7 +215,7 @@ pub async fn a_waiting_run_round_trips<H: Harness>(h: &H) -> anyhow::Result<()> 
         .await?;
     let read = store.get(&waiting.id).await?;
     ensure!(read == decided, "\n{read:?}\n{decided:?}");
-    let pending = read.pending.context("a waiting run has its pending turn")?;
+    let pending = read.held_turn().context("a waiting run has its held turn")?;
     ensure!(pending.decisions.len() == 1 && pending.expires_at == Some(T0 + 1_000));
     ensure!(read.usage == Usage { input_tokens: 120, output_tokens: 30 } && read.iterations == 1);
     Ok(())
@@ -305,24 +308,24 @@ pub async fn legal_transitions_walk_the_cycle<H: Harness>(h: &H) -> anyhow::Resu
     let store = h.store();
     let run = create_running(&*store, 1, "demo").await?;
     let waiting = create_waiting_from(&*store, &run).await?;
-    ensure!(waiting.status == RunStatus::WaitingForApproval && waiting.version == 2 && waiting.lease.is_none());
+    ensure!(waiting.status() == RunStatus::WaitingForApproval && waiting.version == 2 && waiting.lease().is_none());
 
     let decision = event(EventKind::Decision, 1, json!({"call_id": "call_1", "action": "approve", "actor": "alice"}));
     let decided = store
         .transition(&run.id, Guard::Version(2), decide("call_1", Decision::Approve), vec![decision], T0 + 20)
         .await?;
-    ensure!(decided.status == RunStatus::WaitingForApproval && decided.version == 3);
+    ensure!(decided.status() == RunStatus::WaitingForApproval && decided.version == 3);
 
     let resumed = event(EventKind::RunResumed, 1, json!({"actor": "alice"}));
     let claimed = store.transition(&run.id, Guard::Version(3), claim("node-b"), vec![resumed], T0 + 30).await?;
-    ensure!(claimed.status == RunStatus::Running && claimed.lease == Some(lease("node-b", T0 + 60_000)));
-    ensure!(claimed.pending.is_some(), "a resuming run keeps its held turn until it moves on");
+    ensure!(claimed.status() == RunStatus::Running && claimed.lease() == Some(&lease("node-b", T0 + 60_000)));
+    ensure!(claimed.held_turn().is_some(), "a resuming run keeps its held turn until it moves on");
 
     let finished = event(EventKind::RunCompleted, 2, json!({"output": "done", "termination_reason": "completed"}));
     let done = store.transition(&run.id, Guard::Lease("node-b".into()), complete(), vec![finished], T0 + 40).await?;
-    ensure!(done.status == RunStatus::Completed && done.version == 5);
-    ensure!(done.finished_at == Some(T0 + 40) && done.pending.is_none() && done.lease.is_none());
-    ensure!(done.output.as_deref() == Some("done") && done.termination_reason == Some(TerminationReason::Completed));
+    ensure!(done.status() == RunStatus::Completed && done.version == 5);
+    ensure!(done.finished_at() == Some(T0 + 40) && done.held_turn().is_none() && done.lease().is_none());
+    ensure!(done.output() == Some("done") && done.termination_reason() == Some(TerminationReason::Completed));
     ensure!(store.get(&run.id).await? == done);
 
     let events = store.events(&run.id, 0, 100).await?;
@@ -345,21 +348,21 @@ pub async fn legal_transitions_walk_the_cycle<H: Harness>(h: &H) -> anyhow::Resu
     let queued =
         store.create(RunRecord::new(id(2), "demo".into(), "q".into(), "local".into(), T0, None), vec![]).await?;
     let started = store.transition(&queued.id, Guard::Version(1), claim(OWNER), vec![], T0 + 1).await?;
-    ensure!(started.status == RunStatus::Running);
+    ensure!(started.status() == RunStatus::Running);
     let failed = store.transition(&queued.id, Guard::Lease(OWNER.into()), fail(), vec![], T0 + 2).await?;
-    ensure!(failed.status == RunStatus::Failed && failed.error.is_some());
+    ensure!(failed.status() == RunStatus::Failed && failed.error().is_some());
     let waiting = create_waiting(&*store, 3, &["call_1"], None).await?;
     let cancelled =
         store.transition(&waiting.id, Guard::Version(waiting.version), Transition::Cancel, vec![], T0 + 3).await?;
-    ensure!(cancelled.status == RunStatus::Cancelled && cancelled.pending.is_none());
+    ensure!(cancelled.status() == RunStatus::Cancelled && cancelled.held_turn().is_none());
     let waiting = create_waiting(&*store, 4, &["call_1"], Some(T0)).await?;
     let expired =
         store.transition(&waiting.id, Guard::Version(waiting.version), Transition::Expire, vec![], T0 + 4).await?;
-    ensure!(expired.status == RunStatus::Expired && expired.termination_reason == Some(TerminationReason::Expired));
+    ensure!(expired.status() == RunStatus::Expired && expired.termination_reason() == Some(TerminationReason::Expired));
     // Running → running: another node takes over a run (its lease having expired).
     let running = create_running(&*store, 5, "demo").await?;
     let taken = store.transition(&running.id, Guard::Version(1), claim("node-c"), vec![], T0 + 50_000).await?;
-    ensure!(taken.lease.as_ref().map(|l| l.owner.as_str()) == Some("node-c"));
+    ensure!(taken.lease().map(|l| l.owner.as_str()) == Some("node-c"));
     Ok(())
 }
 
@@ -433,7 +436,7 @@ pub async fn illegal_transitions_change_nothing<H: Harness>(h: &H) -> anyhow::Re
         )
         .await?;
     let claimed = store.transition(&waiting.id, Guard::Version(full.version), claim(OWNER), vec![], T0).await?;
-    ensure!(claimed.status == RunStatus::Running);
+    ensure!(claimed.status() == RunStatus::Running);
     // complete and expire do not apply to a waiting run; decide does not apply to a running one.
     let waiting = create_waiting(&*store, 12, &["call_1"], None).await?;
     let completed = store.transition(&waiting.id, Guard::Version(waiting.version), complete(), vec![], T0).await;
@@ -510,6 +513,11 @@ pub async fn every_transition_from_every_status_matches_apply<H: Harness>(h: &H)
                     ensure!(got == expected, "{name} from {status}: {got} vs {expected}");
                     ensure!(store.get(&run.id).await? == run, "a refused {name} from {status} changes nothing");
                 }
+                // A takeover of a lease that is still valid lost a race: the store says conflict.
+                (Err(expected @ TransitionError::LeaseHeld { .. }), Err(StoreError::Conflict { detail, .. })) => {
+                    ensure!(detail == expected.to_string(), "{name} from {status}: {detail} vs {expected}");
+                    ensure!(store.get(&run.id).await? == run, "a refused {name} from {status} changes nothing");
+                }
                 (expected, got) => anyhow::bail!("{name} from {status}: apply says {expected:?}, the store {got:?}"),
             }
         }
@@ -569,7 +577,7 @@ pub async fn lease_guard_and_append<H: Harness>(h: &H) -> anyhow::Result<()> {
     ensure!(renewed == 3, "renewing alone appends nothing");
     let read = store.get(&run.id).await?;
     ensure!(read.version == run.version, "append does not bump the version");
-    ensure!(read.last_seq == 3 && read.lease == Some(lease(OWNER, T0 + 120_000)), "{read:?}");
+    ensure!(read.last_seq == 3 && read.lease() == Some(&lease(OWNER, T0 + 120_000)), "{read:?}");
     verify_chain(&store.events(&run.id, 0, 100).await?, read.last_seq, &read.last_hash)?;
 
     let waiting = create_waiting_from(&*store, &read).await?;
@@ -806,6 +814,20 @@ pub async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyhow::Res
     ensure!(matches!(&read, Err(StoreError::Corrupt { id: i, .. }) if *i == id(3)), "{read:?}");
     let appended = store.append(&id(3), OWNER, vec![], T0).await;
     ensure!(matches!(&appended, Err(StoreError::Corrupt { .. })), "{appended:?}");
+
+    // Columns that contradict the status: a waiting run without its held turn.
+    let waiting = create_waiting(&*store, 4, &["call_1"], None).await?;
+    h.execute(format!(
+        "UPDATE runs SET suspension = NULL, turn_digest = NULL, required_calls = NULL, decisions = NULL \
+         WHERE id = '{}'",
+        waiting.id
+    ))
+    .await?;
+    let read = store.get(&waiting.id).await;
+    ensure!(
+        matches!(&read, Err(StoreError::Corrupt { id, detail }) if *id == waiting.id && detail.contains("held turn")),
+        "{read:?}"
+    );
     Ok(())
 }
 
@@ -846,7 +868,7 @@ pub async fn concurrent_writes_fail_alone<H: Harness>(h: &H) -> anyhow::Result<(
                 ensure!(matches!(duplicate, Some(StoreError::Duplicate(_))), "run {n}: {duplicate:?}");
             }
             16..48 => ensure!(outcome?.last_seq == 1, "run {n}"),
-            _ => ensure!(outcome?.status == RunStatus::WaitingForApproval, "suspend {n}"),
+            _ => ensure!(outcome?.status() == RunStatus::WaitingForApproval, "suspend {n}"),
         }
     }
     let all = store.list(RunQuery { limit: 100, ..Default::default() }).await?;
@@ -854,7 +876,7 @@ pub async fn concurrent_writes_fail_alone<H: Harness>(h: &H) -> anyhow::Result<(
     for run in &all.runs {
         let events = store.events(&run.id, 0, 100).await?;
         verify_chain(&events, run.last_seq, &run.last_hash)?;
-        let expected = if run.status == RunStatus::WaitingForApproval { 2 } else { 1 };
+        let expected = if run.status() == RunStatus::WaitingForApproval { 2 } else { 1 };
         ensure!(events.len() == expected, "{}: {} events", run.id, events.len());
     }
     Ok(())
@@ -894,6 +916,48 @@ pub async fn a_write_failing_midway_leaves_no_trace<H: Harness>(h: &H) -> anyhow
     Ok(())
 }
 
+/// A takeover is planned on a lease seen expired, but the owner renews the lease first (a renewal does
+/// not bump the version, so the version guard alone lets the takeover through): the takeover must fail
+/// with a conflict, checked on the lease as stored when it commits, and the owner keeps the run.
+pub async fn a_renewal_before_a_takeover_wins<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let run = create_running(&*store, 1, "demo").await?;
+    let expired_at = T0 + 1 + 30_000;
+    let now = expired_at + 5;
+    // What the taker's sweep read: the run, due at `now`.
+    let seen = store.due(now, 10).await?;
+    ensure!(seen.len() == 1 && seen[0].lease().is_some_and(|l| l.expires_at == expired_at), "{seen:?}");
+    let seen = &seen[0];
+
+    store.append(&run.id, OWNER, vec![], now + 30_000).await?;
+    let takeover = store.transition(&run.id, Guard::Version(seen.version), claim("node-b"), vec![], now).await;
+    ensure!(is_conflict(&takeover), "a takeover after a renewal must conflict: {takeover:?}");
+    let read = store.get(&run.id).await?;
+    ensure!(read.lease() == Some(&lease(OWNER, now + 30_000)) && read.version == seen.version, "{read:?}");
+    ensure!(store.append(&run.id, OWNER, vec![], now + 60_000).await? == read.last_seq, "the owner keeps driving");
+
+    // Raced for real, many times: never both. Either the renewal commits first (the takeover then
+    // conflicts), or the takeover does (the renewal then conflicts: the lease is another's).
+    for n in 2..22 {
+        let run = create_running(&*store, n, "demo").await?;
+        let now = run.lease().map_or(T0, |l| l.expires_at) + 1;
+        let (renewed, taken) = tokio::join!(
+            store.append(&run.id, OWNER, vec![], now + 30_000),
+            store.transition(&run.id, Guard::Version(run.version), claim("node-b"), vec![], now),
+        );
+        match (&renewed, &taken) {
+            (Ok(_), Err(StoreError::Conflict { .. })) => {
+                ensure!(store.get(&run.id).await?.lease().is_some_and(|l| l.owner == OWNER));
+            }
+            (Err(StoreError::Conflict { .. }), Ok(taken)) => {
+                ensure!(store.get(&run.id).await? == *taken && taken.lease().is_some_and(|l| l.owner == "node-b"));
+            }
+            _ => anyhow::bail!("run {n}: exactly one of the renewal and the takeover wins: {renewed:?} / {taken:?}"),
+        }
+    }
+    Ok(())
+}
+
 /// 32 tasks claim one waiting run with the same version guard at once: exactly one wins.
 pub async fn exactly_one_of_32_racing_claims_wins<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
@@ -924,7 +988,7 @@ pub async fn exactly_one_of_32_racing_claims_wins<H: Harness>(h: &H) -> anyhow::
     let (i, winner) = &winners[0];
     let read = store.get(&decided.id).await?;
     ensure!(read == *winner && read.version == decided.version + 1);
-    ensure!(read.lease.as_ref().map(|l| l.owner.clone()) == Some(format!("racer-{i}")));
+    ensure!(read.lease().map(|l| l.owner.clone()) == Some(format!("racer-{i}")));
     let events = store.events(&decided.id, 0, 100).await?;
     ensure!(events.iter().filter(|e| e.kind == EventKind::RunResumed).count() == 1, "one resume on the record");
     verify_chain(&events, read.last_seq, &read.last_hash)?;
@@ -1145,6 +1209,7 @@ macro_rules! all_contract_tests {
             concurrent_writes_fail_alone,
             a_write_failing_midway_leaves_no_trace,
             exactly_one_of_32_racing_claims_wins,
+            a_renewal_before_a_takeover_wins,
             encrypted_values_round_trip,
             a_missing_or_wrong_key_fails_clearly,
             rotating_keys_keeps_old_values_readable,

@@ -1,0 +1,303 @@
+//! The `data` of each event kind (API.md, "Events"), one struct per kind.
+//!
+//! Event data is hashed into the run's chain (as canonical JSON) and served as written, so serialising
+//! one of these gives exactly the JSON Tollgate has always written for it: the keys in the order of the
+//! fields below, and `null` for an empty optional value (never an absent key). The frozen v1 events are
+//! read and written back byte for byte by this crate's tests.
+//!
+//! Reading ignores keys a kind does not know (a newer writer may add optional ones), so a value read and
+//! written again can lose such keys: code that must keep stored data intact (verify, export) keeps the
+//! original JSON and uses these types only to read it.
+
+use crate::event::EventKind;
+use crate::run::{Decision, Gate, RunError, TerminationReason, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// `run_started`: a run began.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunStarted {
+    /// The agent's name.
+    pub agent: String,
+    /// The run's input.
+    pub input: String,
+    /// Who started it.
+    pub actor: String,
+}
+
+/// `model_request`: a model call is about to be made.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ModelRequest {
+    /// How many messages are sent.
+    pub messages: u64,
+    /// The names of the tools offered (empty for the closing completion at the iteration cap).
+    pub tools: Vec<String>,
+}
+
+/// One tool call as the model asked for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ModelToolCall {
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool named.
+    pub tool: String,
+    /// The model's arguments.
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+}
+
+/// `model_response`: a model call answered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ModelResponse {
+    /// The model's text, if any.
+    #[schema(required = true)]
+    pub text: Option<String>,
+    /// The tool calls, in the model's order.
+    pub tool_calls: Vec<ModelToolCall>,
+    /// Tokens used by this call.
+    pub usage: Usage,
+}
+
+/// `tool_started`: a call is about to run (for an ask-gated call, committed before it runs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolStarted {
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments it runs with (the approver's, after an edit).
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+    /// The call's gate.
+    pub gate: Gate,
+    /// `RUN_ID:CALL_ID`, the same for every attempt at this call.
+    pub idempotency_key: String,
+}
+
+/// `tool_finished`: a call ran.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolFinished {
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// True when the tool failed.
+    pub is_error: bool,
+    /// What the model reads.
+    pub result: String,
+}
+
+/// One call of a turn held at the gate, as `approval_requested` lists it (the run object's
+/// [`Call`](crate::Call) without the decision).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct GatedCall {
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool named.
+    pub tool: String,
+    /// The model's arguments.
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+    /// The gate's verdict.
+    pub gate: Gate,
+    /// What the approver sees.
+    #[schema(required = true)]
+    pub preview: Option<String>,
+    /// Started before a crash and never finished.
+    pub in_doubt: bool,
+}
+
+/// `approval_requested`: a turn is held at the gate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalRequested {
+    /// The digest decisions must name.
+    pub turn_digest: String,
+    /// Every call of the turn.
+    pub calls: Vec<GatedCall>,
+    /// The approval deadline (RFC 3339 UTC), if any.
+    #[schema(required = true)]
+    pub expires_at: Option<String>,
+}
+
+/// `decision`: a person (or the system, on expiry) decided one call. The decision's own fields come
+/// first (`action`, then `arguments` / `reason` / `result`), then `call_id` and `actor`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DecisionMade {
+    /// The decision.
+    #[serde(flatten)]
+    pub decision: Decision,
+    /// The call decided.
+    pub call_id: String,
+    /// Who decided (`system` for expiry).
+    pub actor: String,
+}
+
+/// `run_resumed`: a waiting run resumed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunResumed {
+    /// Whose decision completed the set.
+    pub actor: String,
+}
+
+/// `run_completed`: the run completed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunCompleted {
+    /// The final output, if any.
+    #[schema(required = true)]
+    pub output: Option<String>,
+    /// Why it ended.
+    pub termination_reason: TerminationReason,
+}
+
+/// `run_failed`: the run failed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunFailed {
+    /// Why.
+    pub error: RunError,
+}
+
+/// `run_cancelled`: the run was cancelled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunCancelled {
+    /// Who cancelled it.
+    pub actor: String,
+    /// Why, if they said.
+    #[schema(required = true)]
+    pub reason: Option<String>,
+}
+
+/// `run_expired`: the run's approval deadline passed with `on_expiry = "cancel"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunExpired {
+    /// The deadline that passed (RFC 3339 UTC).
+    pub deadline: String,
+}
+
+/// The data of one event, typed by its kind. The kind itself is not part of the JSON (it is the
+/// event's `kind`), so this serialises as the inner struct alone.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum EventData {
+    /// `run_started`.
+    RunStarted(RunStarted),
+    /// `model_request`.
+    ModelRequest(ModelRequest),
+    /// `model_response`.
+    ModelResponse(ModelResponse),
+    /// `tool_started`.
+    ToolStarted(ToolStarted),
+    /// `tool_finished`.
+    ToolFinished(ToolFinished),
+    /// `approval_requested`.
+    ApprovalRequested(ApprovalRequested),
+    /// `decision`.
+    Decision(DecisionMade),
+    /// `run_resumed`.
+    RunResumed(RunResumed),
+    /// `run_completed`.
+    RunCompleted(RunCompleted),
+    /// `run_failed`.
+    RunFailed(RunFailed),
+    /// `run_cancelled`.
+    RunCancelled(RunCancelled),
+    /// `run_expired`.
+    RunExpired(RunExpired),
+}
+
+/// Event data that cannot be read. Not retryable: the same input fails the same way.
+#[derive(Debug, thiserror::Error)]
+pub enum EventDataError {
+    /// The kind is none this build knows.
+    #[error("unknown event kind `{0}`")]
+    UnknownKind(String),
+    /// The data does not fit its kind.
+    #[error("the data of a `{}` event does not fit: {source}", kind.as_str())]
+    Invalid {
+        /// The event's kind.
+        kind: EventKind,
+        /// What serde found wrong.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl EventData {
+    /// The event kind this data belongs to.
+    pub fn kind(&self) -> EventKind {
+        match self {
+            EventData::RunStarted(_) => EventKind::RunStarted,
+            EventData::ModelRequest(_) => EventKind::ModelRequest,
+            EventData::ModelResponse(_) => EventKind::ModelResponse,
+            EventData::ToolStarted(_) => EventKind::ToolStarted,
+            EventData::ToolFinished(_) => EventKind::ToolFinished,
+            EventData::ApprovalRequested(_) => EventKind::ApprovalRequested,
+            EventData::Decision(_) => EventKind::Decision,
+            EventData::RunResumed(_) => EventKind::RunResumed,
+            EventData::RunCompleted(_) => EventKind::RunCompleted,
+            EventData::RunFailed(_) => EventKind::RunFailed,
+            EventData::RunCancelled(_) => EventKind::RunCancelled,
+            EventData::RunExpired(_) => EventKind::RunExpired,
+        }
+    }
+
+    /// The JSON written as the event's `data`.
+    pub fn to_value(&self) -> Value {
+        // Cannot fail: every type here is string-keyed maps, strings, numbers, booleans and JSON values,
+        // which serde_json always represents. `Null` would only mark a broken build, and the fixture
+        // round-trip test would catch it.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// Reads the `data` of an event of kind `kind` (its snake_case name).
+    pub fn from_kind_and_value(kind: &str, value: Value) -> Result<EventData, EventDataError> {
+        let kind = EventKind::parse(kind).ok_or_else(|| EventDataError::UnknownKind(kind.to_owned()))?;
+        Self::from_kind(kind, value)
+    }
+
+    /// Reads the `data` of an event of kind `kind`.
+    pub fn from_kind(kind: EventKind, value: Value) -> Result<EventData, EventDataError> {
+        fn read<T: serde::de::DeserializeOwned>(kind: EventKind, value: Value) -> Result<T, EventDataError> {
+            serde_json::from_value(value).map_err(|source| EventDataError::Invalid { kind, source })
+        }
+        Ok(match kind {
+            EventKind::RunStarted => EventData::RunStarted(read(kind, value)?),
+            EventKind::ModelRequest => EventData::ModelRequest(read(kind, value)?),
+            EventKind::ModelResponse => EventData::ModelResponse(read(kind, value)?),
+            EventKind::ToolStarted => EventData::ToolStarted(read(kind, value)?),
+            EventKind::ToolFinished => EventData::ToolFinished(read(kind, value)?),
+            EventKind::ApprovalRequested => EventData::ApprovalRequested(read(kind, value)?),
+            EventKind::Decision => EventData::Decision(read(kind, value)?),
+            EventKind::RunResumed => EventData::RunResumed(read(kind, value)?),
+            EventKind::RunCompleted => EventData::RunCompleted(read(kind, value)?),
+            EventKind::RunFailed => EventData::RunFailed(read(kind, value)?),
+            EventKind::RunCancelled => EventData::RunCancelled(read(kind, value)?),
+            EventKind::RunExpired => EventData::RunExpired(read(kind, value)?),
+        })
+    }
+}
+
+macro_rules! from_struct {
+    ($($variant:ident($data:ident)),* $(,)?) => {
+        $(impl From<$data> for EventData {
+            fn from(data: $data) -> Self {
+                EventData::$variant(data)
+            }
+        })*
+    };
+}
+
+from_struct!(
+    RunStarted(RunStarted),
+    ModelRequest(ModelRequest),
+    ModelResponse(ModelResponse),
+    ToolStarted(ToolStarted),
+    ToolFinished(ToolFinished),
+    ApprovalRequested(ApprovalRequested),
+    Decision(DecisionMade),
+    RunResumed(RunResumed),
+    RunCompleted(RunCompleted),
+    RunFailed(RunFailed),
+    RunCancelled(RunCancelled),
+    RunExpired(RunExpired),
+);

@@ -1,0 +1,271 @@
+//! The run object of API.md ("Run") and the list answer.
+//!
+//! Field order is the wire order: serde writes struct fields in declaration order, so do not reorder them.
+//! A field that the API always writes, `null` when empty, is an `Option` without `skip_serializing_if`
+//! and is marked `required` in the schema (present, nullable).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// A run's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Created, not yet picked up.
+    Queued,
+    /// Being driven.
+    Running,
+    /// Held at the gate.
+    WaitingForApproval,
+    /// Finished (also at the iteration cap or the token budget).
+    Completed,
+    /// Failed.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+    /// Its approval deadline passed with `on_expiry = "cancel"`.
+    Expired,
+}
+
+impl RunStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::WaitingForApproval,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+        RunStatus::Expired,
+    ];
+
+    /// The snake_case name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::WaitingForApproval => "waiting_for_approval",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Expired => "expired",
+        }
+    }
+
+    /// Completed, failed, cancelled and expired runs never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled | RunStatus::Expired)
+    }
+}
+
+/// Why a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminationReason {
+    /// The model answered without calls.
+    Completed,
+    /// The iteration cap was reached.
+    MaxIterations,
+    /// The token budget was used up.
+    BudgetExhausted,
+    /// The run failed.
+    Error,
+    /// Someone cancelled it.
+    Cancelled,
+    /// Its approval deadline passed.
+    Expired,
+}
+
+/// A gate verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Gate {
+    /// Runs without asking.
+    Allow,
+    /// Waits for a decision.
+    Ask,
+    /// Never runs.
+    Forbid,
+}
+
+impl Gate {
+    /// The lowercase name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gate::Allow => "allow",
+            Gate::Ask => "ask",
+            Gate::Forbid => "forbid",
+        }
+    }
+}
+
+/// Tokens used (by a run so far, or by one model call in a `model_response` event).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Usage {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+}
+
+/// Why a run failed: never a secret, never a stack.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RunError {
+    /// A stable short name, e.g. `model_timeout`.
+    pub kind: String,
+    /// A sentence for people.
+    pub message: String,
+}
+
+/// A person's answer for one call, without who or when: the `action` and its own fields. A recorded
+/// decision and a `decision` event's data carry these first, then their own fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Decision {
+    /// Run the call as the model asked.
+    Approve,
+    /// Run the call with these arguments instead.
+    Edit {
+        /// The approver's arguments.
+        #[schema(value_type = Object)]
+        arguments: Value,
+    },
+    /// Do not run it; the model is told why.
+    Deny {
+        /// The reason passed to the model.
+        reason: String,
+    },
+    /// Do not run it; this text is the call's result.
+    Respond {
+        /// The result given in the tool's place.
+        result: String,
+    },
+}
+
+impl Decision {
+    /// The action's name: `approve`, `edit`, `deny` or `respond`.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Edit { .. } => "edit",
+            Decision::Deny { .. } => "deny",
+            Decision::Respond { .. } => "respond",
+        }
+    }
+}
+
+/// A decision already recorded for a held call: the decision's own fields, then who and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RecordedDecision {
+    /// The decision (`action` and its fields).
+    #[serde(flatten)]
+    pub decision: Decision,
+    /// Who decided (a token's name, `local`, or `system` for expiry).
+    pub actor: String,
+    /// When (RFC 3339 UTC).
+    pub at: String,
+}
+
+/// One call of the held turn, as the approver sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = HeldCall)]
+pub struct Call {
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool named.
+    pub tool: String,
+    /// The model's arguments.
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+    /// The gate's verdict (`forbid` also for calls refused before the gate).
+    pub gate: Gate,
+    /// What the approver sees.
+    #[schema(required = true)]
+    pub preview: Option<String>,
+    /// Started but never finished (a crash): it may or may not have taken effect.
+    pub in_doubt: bool,
+    /// The decision recorded for this call, if any.
+    #[schema(required = true)]
+    pub decision: Option<RecordedDecision>,
+}
+
+impl Call {
+    /// True when the call still needs a person's decision: it is ask-gated or in doubt, and undecided.
+    /// (The API does not say whether a call was settled before a crash; such a call is refused when
+    /// decided.)
+    pub fn awaits_decision(&self) -> bool {
+        self.decision.is_none() && (self.gate == Gate::Ask || self.in_doubt)
+    }
+}
+
+/// The held turn of a waiting run (`pending`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = Pending)]
+pub struct HeldTurn {
+    /// `sha256:` + 64 lowercase hex digits; decisions name it.
+    pub turn_digest: String,
+    /// The approval deadline (RFC 3339 UTC), if the agent has one.
+    #[schema(required = true)]
+    pub expires_at: Option<String>,
+    /// Every call of the held turn, allow-gated ones too.
+    pub calls: Vec<Call>,
+}
+
+/// A run (API.md, "Run"): the answer of `POST /v1/runs`, `GET /v1/runs/{id}`, decisions and cancel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Run {
+    /// UUIDv7, lowercase, hyphenated.
+    pub id: String,
+    /// The agent's name.
+    pub agent: String,
+    /// Current status.
+    pub status: RunStatus,
+    /// The run's input.
+    pub input: String,
+    /// The final output.
+    #[schema(required = true)]
+    pub output: Option<String>,
+    /// Why it ended.
+    #[schema(required = true)]
+    pub termination_reason: Option<TerminationReason>,
+    /// Model calls so far (not counting a closing completion at the cap).
+    pub iterations: u32,
+    /// Tokens so far.
+    pub usage: Usage,
+    /// Bumped by every change.
+    pub version: u64,
+    /// The actor who started it.
+    pub created_by: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// RFC 3339 UTC.
+    pub updated_at: String,
+    /// RFC 3339 UTC, once terminal.
+    #[schema(required = true)]
+    pub finished_at: Option<String>,
+    /// For failed runs.
+    #[schema(required = true)]
+    pub error: Option<RunError>,
+    /// The held turn, while waiting for approval (null otherwise).
+    #[schema(required = true)]
+    pub pending: Option<HeldTurn>,
+}
+
+impl Run {
+    /// The calls of the held turn that still need a decision.
+    pub fn awaiting_decision(&self) -> impl Iterator<Item = &Call> {
+        self.pending.iter().flat_map(|p| p.calls.iter()).filter(|c| c.awaits_decision())
+    }
+}
+
+/// `GET /v1/runs`: one page of runs, newest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = RunList)]
+pub struct RunPage {
+    /// Newest first.
+    pub runs: Vec<Run>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    #[schema(required = true)]
+    pub next_cursor: Option<String>,
+}
