@@ -17,7 +17,7 @@ use tollgate_core::{
     AgentLoop, BoxFuture, LoopConfig, NoHooks, Outcome, TerminationReason, Tool, ToolContext, ToolError, ToolLoop,
     ToolOutput, ToolRegistry,
 };
-use tollgate_providers::{Script, ScriptedModel};
+use tollgate_core::scripted::{Script, ScriptedModel};
 
 /// Turns of the script that each make one `get_time` call.
 const TOOL_TURNS: usize = 50;

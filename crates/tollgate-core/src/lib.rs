@@ -32,6 +32,7 @@ pub mod event;
 pub mod model;
 pub mod redact;
 pub mod run;
+pub mod scripted;
 pub mod store;
 pub mod suspension;
 pub mod tool;
@@ -45,7 +46,7 @@ pub use run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
     rfc3339,
 };
-pub use store::{Clock, Guard, IdGen, RunPage, RunQuery, RunStore, StoreError, SystemClock};
+pub use store::{Clock, Conflict, Guard, IdGen, RunPage, RunQuery, RunStore, StoreError, SystemClock};
 pub use suspension::{
     CallState, Decision, DecisionError, Decisions, HeldCall, SCHEMA_VERSION, StoredSuspension, Suspension,
     SuspensionError, TurnDigest,

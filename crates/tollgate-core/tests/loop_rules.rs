@@ -14,7 +14,7 @@ use tollgate_core::{
     ModelRequest, ModelResponse, NoHooks, Outcome, SCHEMA_VERSION, Suspension, SuspensionError, TerminationReason,
     Tool, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry, ToolResult, Usage,
 };
-use tollgate_providers::{Script, ScriptedModel};
+use tollgate_core::scripted::{Script, ScriptedModel};
 use tollgate_testkit::{Behaviour, RecordingHooks, TestTool};
 
 // ---------------------------------------------------------------------------------------------------------

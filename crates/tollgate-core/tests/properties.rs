@@ -19,7 +19,7 @@ use tollgate_core::{
     ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, Suspension, ToolLoop, ToolRegistry,
     ToolResult,
 };
-use tollgate_providers::{Script, ScriptedModel};
+use tollgate_core::scripted::{Script, ScriptedModel};
 use tollgate_testkit::TestTool;
 
 const TOOLS: [&str; 3] = ["alpha", "beta", "gamma"];

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tollgate_core::{
     AgentLoop, Completion, Decision, Decisions, Gate, LoopConfig, NoHooks, Outcome, Suspension, ToolLoop, ToolRegistry,
 };
-use tollgate_providers::{Script, ScriptedModel};
+use tollgate_core::scripted::{Script, ScriptedModel};
 use tollgate_testkit::{Behaviour, TestTool};
 
 fn agent(script: Value, tools: &[&TestTool], config: LoopConfig) -> ToolLoop {
