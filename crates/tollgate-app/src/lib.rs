@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tollgate_config::{Config, McpCommand, ProviderKind};
 use tollgate_core::{LoopConfig, ModelClient, Redactor, SystemClock, Tool, ToolLoop, ToolRegistry};
 use tollgate_mcp::McpSource;
-use tollgate_providers::{AnthropicModel, ApiKey, OpenAiModel, ProviderSettings, Script, ScriptedModel};
+use tollgate_providers::{AnthropicModel, ApiKey, OpenAiModel, ProviderSettings, ScriptedModel};
 use tollgate_runtime::{AgentSpec, OnExpiry, PrivacyLevel, Runtime, RuntimeOptions, ToolInfo, UuidV7Ids};
 use tollgate_tools::{BuiltinOptions, SandboxMode, ShellOptions};
 
@@ -260,9 +260,9 @@ fn model_client(provider: &tollgate_config::ProviderConfig) -> Result<Arc<dyn Mo
     Ok(match &provider.kind {
         ProviderKind::OpenAi(c) => Arc::new(OpenAiModel::new(http(c)).map_err(|e| failed(e.to_string()))?),
         ProviderKind::Anthropic(c) => Arc::new(AnthropicModel::new(http(c)).map_err(|e| failed(e.to_string()))?),
-        ProviderKind::Scripted(c) => {
-            Arc::new(ScriptedModel::new(Script::from_file(&c.script).map_err(|e| failed(e.to_string()))?))
-        }
+        ProviderKind::Scripted(c) => Arc::new(ScriptedModel::new(
+            tollgate_providers::scripted::from_file(&c.script).map_err(|e| failed(e.to_string()))?,
+        )),
     })
 }
 
