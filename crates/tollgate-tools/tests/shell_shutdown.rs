@@ -1,6 +1,7 @@
 //! `kill_running_commands` at shutdown kills every running `shell` command's process group. A test binary
 //! of its own: the kill is process-wide and would hit other tests' commands.
 
+#[path = "all/support/mod.rs"]
 mod support;
 
 use serde_json::json;

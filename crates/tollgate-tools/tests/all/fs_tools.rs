@@ -1,10 +1,8 @@
 //! The built-in file tools through the `Tool` port: normal use, bad arguments, workspace escapes, symlinks
 //! planted inside the workspace (never followed) and the previews an approver reads.
 
-mod support;
-
+use crate::support::{Fixture, call};
 use serde_json::{Value, json};
-use support::{Fixture, call};
 use tollgate_core::{Gate, ToolOutput};
 
 #[test]

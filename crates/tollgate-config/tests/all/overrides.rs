@@ -1,11 +1,9 @@
 //! `TOLLGATE_<SECTION>_<KEY>` overrides and `env:NAME` secrets.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use support::{CWD, loader};
+use crate::support::{CWD, loader};
 use tollgate_config::{ConfigError, ConfigSource, Secret, StoreBackend};
 
 const FILE: &str = r#"

@@ -1,11 +1,9 @@
 //! The API key never appears in a log line, a loop event, an error message or `Debug` output — not even
 //! when the provider echoes it back in an error body.
 
-mod support;
-
+use crate::support::*;
 use serde_json::json;
 use std::sync::Arc;
-use support::*;
 use tollgate_core::{AgentLoop, Decision, Decisions, LoopError, ModelClient, Outcome};
 use tollgate_providers::{AnthropicModel, OpenAiModel};
 use wiremock::matchers::{method, path};

@@ -3,13 +3,11 @@
 //! workspace, no TCP unless allowed, no signals to Tollgate — plus the `Required` and `Off` modes.
 //! The Landlock tests are skipped, with a printed reason, only where the kernel has no Landlock.
 
-mod support;
-
+use crate::support::{Fixture, assert_refused, call};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{Fixture, assert_refused, call};
 use tollgate_core::{Tool, ToolOutput};
 use tollgate_tools::{SandboxMode, SandboxSupport, Shell, ShellOptions, Workspace};
 

@@ -2,12 +2,10 @@
 //! and body back, non-2xx and redirects as error results, the masked preview, bad arguments, a capped
 //! body, and servers that never answer.
 
-mod support;
-
+use crate::support::{Fixture, assert_refused, call};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{Fixture, assert_refused, call};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tollgate_core::{Gate, Tool, ToolOutput};

@@ -1,10 +1,8 @@
 //! `fs_search` through the `Tool` port: matching lines with paths and line numbers, bounded results,
 //! skipped files, bad patterns, paths that would lead out of the workspace, and symlinks (never followed).
 
-mod support;
-
+use crate::support::{Fixture, assert_refused, call};
 use serde_json::json;
-use support::{Fixture, assert_refused, call};
 use tollgate_core::{Gate, ToolOutput};
 use tollgate_tools::search::{MAX_FILE_BYTES, MAX_LINE_BYTES};
 

@@ -4,14 +4,14 @@
 //! operations over planted links, hard links, FIFOs and `..` changes anything outside the root or returns
 //! what is there.
 
-mod support;
+use crate::support;
 
+use crate::support::{Fixture, call, mkfifo, promptly, snapshot};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use support::{Fixture, call, mkfifo, promptly, snapshot};
 use tollgate_core::{Tool, ToolOutput};
 
 const OUTSIDE_SECRET: &str = "top secret";

@@ -1,20 +1,18 @@
 //! The full example of CONFIG.md (copied verbatim into `fixtures/tollgate.toml`) parses, and every key of it
 //! lands where it should, with its secrets resolved and its paths made absolute.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use support::loader;
+use crate::support::loader;
 use tollgate_config::{
     AgentConfig, ArgumentMatch, Config, ConfigSource, Glob, HttpProviderConfig, McpCommand, McpServerConfig, OnExpiry,
     PolicyGate, PolicyRule, ProviderConfig, ProviderKind, Role, ScriptedProviderConfig, Secret, StoreBackend,
     TokenConfig, WebhookConfig, WebhookEvent,
 };
 
-const EXAMPLE: &str = include_str!("fixtures/tollgate.toml");
+const EXAMPLE: &str = include_str!("../fixtures/tollgate.toml");
 
 fn example() -> anyhow::Result<Config> {
     let env = [("ALICE_TOKEN", "alice-secret"), ("OPENAI_API_KEY", "sk-local"), ("HOOK_SECRET", "hook-secret")];

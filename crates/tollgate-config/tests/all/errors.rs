@@ -1,8 +1,6 @@
 //! Every rule of the contract, broken once, gives a message naming the file, the key and what was expected.
 
-mod support;
-
-use support::{error, parse};
+use crate::support::{error, parse};
 use tollgate_config::ConfigError;
 
 const PROVIDER: &str = "[[providers]]\nname = \"local\"\nkind = \"openai\"\n";

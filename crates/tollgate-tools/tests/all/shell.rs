@@ -2,11 +2,9 @@
 //! an approver reads, bad arguments, program paths that would lead out (including a planted symlink),
 //! capped output and the timeout. The sandbox and process groups: `shell_security.rs`.
 
-mod support;
-
+use crate::support::{Fixture, assert_refused, call};
 use serde_json::json;
 use std::path::Path;
-use support::{Fixture, assert_refused, call};
 use tollgate_core::{Gate, ToolOutput};
 use tollgate_tools::SandboxSupport;
 use tollgate_tools::shell::{MAX_OUTPUT_BYTES, PASSED_ENV};

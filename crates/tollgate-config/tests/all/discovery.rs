@@ -1,12 +1,10 @@
 //! Which file is read (`--config`, `TOLLGATE_CONFIG`, `./tollgate.toml`, none), the built-in defaults, and
 //! relative paths resolved against the config file's folder — on real files in a temp folder.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use support::TempDir;
+use crate::support::TempDir;
 use tollgate_config::{ConfigError, ConfigLoader, ConfigSource, EnvVars, FoundBy, McpCommand, StoreBackend};
 
 fn loader_in(dir: &TempDir, env: &[(&str, &str)]) -> ConfigLoader {

@@ -2,11 +2,9 @@
 //! approve, deny, edit and respond; a second turn held again and approved; then the answer. The exact body
 //! of each request is snapshotted, and in each every tool call is answered exactly once, in call order.
 
-mod support;
-
+use crate::support::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use support::*;
 use tollgate_core::{AgentLoop, Decision, Decisions, ModelClient, Outcome, Suspension, ToolLoop};
 use tollgate_providers::{AnthropicModel, OpenAiModel};
 use tollgate_testkit::RecordingHooks;

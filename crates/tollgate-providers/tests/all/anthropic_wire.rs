@@ -1,11 +1,9 @@
 //! The Anthropic adapter against a local mock server answering in the Messages format.
 
-mod support;
-
+use crate::support::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use support::*;
 use tollgate_core::{
     AgentLoop, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, ToolCall,
     Usage,

@@ -1,10 +1,8 @@
 //! `time_now` through the `Tool` port: the injected clock's time as RFC 3339 UTC, and no arguments.
 
-mod support;
-
+use crate::support::{Fixture, call};
 use serde_json::json;
 use std::sync::Arc;
-use support::{Fixture, call};
 use tollgate_core::{Gate, Tool, ToolOutput};
 use tollgate_testkit::ManualClock;
 use tollgate_tools::TimeNow;

@@ -1,0 +1,8 @@
+//! Every integration test of `tollgate-config` in one test binary (one link step, one executable on disk);
+//! each module was a test file of its own.
+
+mod discovery;
+mod errors;
+mod example;
+mod overrides;
+mod support;
