@@ -4,8 +4,8 @@
 //! configuration error, or arguments that are rejected (nothing was done); 3 the run waits for approval;
 //! 4 conflict (the run was not in a state that allows it).
 
-use tollgate_core::{DecisionError, RunStatus};
-use tollgate_runtime::RuntimeError;
+use tollgate_core::{DecisionError, RunStatus, StoreError};
+use tollgate_runtime::{CancelError, DecideError, ReadError, ResolveError, StartError};
 
 /// How the process ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,22 +73,131 @@ impl CliError {
     }
 }
 
-impl From<RuntimeError> for CliError {
-    fn from(error: RuntimeError) -> Self {
+// Each runtime error maps variant by variant (no catch-all), so a new refusal gets its exit code chosen
+// here, per CLI.md: not found 1, refused arguments 2, conflict 4, the store failing 1.
+
+impl From<StartError> for CliError {
+    fn from(error: StartError) -> Self {
         let exit = match &error {
-            RuntimeError::UnknownAgent(_) | RuntimeError::Invalid(_) => Exit::Usage,
-            RuntimeError::NotFound(_) => Exit::Failed,
-            RuntimeError::Decision(DecisionError::UnknownCall(_)) => Exit::Failed,
-            RuntimeError::Decision(_) => Exit::Usage,
-            RuntimeError::Conflict(_) => Exit::Conflict,
+            StartError::UnknownAgent(_) | StartError::EmptyInput => Exit::Usage,
+            StartError::Vanished(_) | StartError::Store(_) => Exit::Failed,
+        };
+        CliError::new(exit, error.to_string())
+    }
+}
+
+impl From<ReadError> for CliError {
+    fn from(error: ReadError) -> Self {
+        match &error {
+            ReadError::NotFound(_) | ReadError::Store(_) => CliError::failed(error.to_string()),
+        }
+    }
+}
+
+impl From<ResolveError> for CliError {
+    fn from(error: ResolveError) -> Self {
+        match &error {
+            // An unknown or ambiguous id prefix is exit 1, the message naming it.
+            ResolveError::NotFound(_)
+            | ResolveError::Ambiguous { .. }
+            | ResolveError::InvalidPrefix(_)
+            | ResolveError::Store(_) => CliError::failed(error.to_string()),
+        }
+    }
+}
+
+impl From<DecideError> for CliError {
+    fn from(error: DecideError) -> Self {
+        let exit = match &error {
+            DecideError::NotFound(_) | DecideError::Store(_) => Exit::Failed,
+            // An unknown `--call` is exit 1 naming it; other decisions that do not fit are refused
+            // arguments.
+            DecideError::Invalid(DecisionError::UnknownCall(_)) => Exit::Failed,
+            DecideError::Invalid(
+                DecisionError::NotDecidable { .. } | DecisionError::Missing(_) | DecisionError::InvalidEdit { .. },
+            )
+            | DecideError::UnknownAgent(_)
+            | DecideError::NoDecisions
+            | DecideError::DecidedTwice { .. } => Exit::Usage,
             // Refused as not allowed, like a 403 through `--server`: nothing was done.
-            RuntimeError::Forbidden(_) => Exit::Usage,
-            RuntimeError::Store(_) => Exit::Failed,
+            DecideError::SelfApprovalForbidden { .. } => Exit::Usage,
+            DecideError::NotWaiting { .. }
+            | DecideError::StaleDigest { .. }
+            | DecideError::AlreadyDecided { .. }
+            | DecideError::NothingToDecide
+            | DecideError::CorruptSuspension { .. }
+            | DecideError::LostRace { .. } => Exit::Conflict,
         };
-        let message = match error {
-            RuntimeError::NotFound(id) => format!("run {id} not found"),
-            other => other.to_string(),
+        CliError::new(exit, error.to_string())
+    }
+}
+
+impl From<CancelError> for CliError {
+    fn from(error: CancelError) -> Self {
+        let exit = match &error {
+            CancelError::NotFound(_) | CancelError::Store(_) => Exit::Failed,
+            CancelError::AlreadyTerminal { .. } | CancelError::LostRace { .. } => Exit::Conflict,
         };
-        CliError { exit, message }
+        CliError::new(exit, error.to_string())
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(error: StoreError) -> Self {
+        CliError::failed(error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_core::{Gate, RunStatus, TurnDigest};
+
+    /// Every refusal of the runtime and the exit code CLI.md gives it.
+    #[test]
+    fn every_runtime_error_has_its_exit_code() {
+        let store = || StoreError::Database("down".into());
+        let cases: Vec<(CliError, Exit)> = vec![
+            (StartError::UnknownAgent("x".into()).into(), Exit::Usage),
+            (StartError::EmptyInput.into(), Exit::Usage),
+            (StartError::Vanished("r".into()).into(), Exit::Failed),
+            (StartError::Store(store()).into(), Exit::Failed),
+            (ReadError::NotFound("r".into()).into(), Exit::Failed),
+            (ReadError::Store(store()).into(), Exit::Failed),
+            (ResolveError::NotFound("ab".into()).into(), Exit::Failed),
+            (ResolveError::Ambiguous { prefix: "a".into(), matches: 2, more: false }.into(), Exit::Failed),
+            (ResolveError::InvalidPrefix("Z".into()).into(), Exit::Failed),
+            (ResolveError::Store(store()).into(), Exit::Failed),
+            (DecideError::NotFound("r".into()).into(), Exit::Failed),
+            (DecideError::UnknownAgent("x".into()).into(), Exit::Usage),
+            (DecideError::NotWaiting { id: "r".into(), status: RunStatus::Completed }.into(), Exit::Conflict),
+            (DecideError::StaleDigest { current: TurnDigest("sha256:1".into()) }.into(), Exit::Conflict),
+            (DecideError::AlreadyDecided { call_id: "c".into() }.into(), Exit::Conflict),
+            (DecideError::SelfApprovalForbidden { agent: "a".into(), actor: "local".into() }.into(), Exit::Usage),
+            (DecideError::NothingToDecide.into(), Exit::Conflict),
+            (DecideError::NoDecisions.into(), Exit::Usage),
+            (DecideError::DecidedTwice { call_id: "c".into() }.into(), Exit::Usage),
+            (DecideError::Invalid(DecisionError::UnknownCall("c".into())).into(), Exit::Failed),
+            (
+                DecideError::Invalid(DecisionError::NotDecidable { call_id: "c".into(), gate: Gate::Allow }).into(),
+                Exit::Usage,
+            ),
+            (DecideError::Invalid(DecisionError::Missing(vec!["c".into()])).into(), Exit::Usage),
+            (
+                DecideError::Invalid(DecisionError::InvalidEdit { call_id: "c".into(), message: "no".into() }).into(),
+                Exit::Usage,
+            ),
+            (DecideError::CorruptSuspension { id: "r".into(), detail: "bad".into() }.into(), Exit::Conflict),
+            (DecideError::LostRace { id: "r".into() }.into(), Exit::Conflict),
+            (DecideError::Store(store()).into(), Exit::Failed),
+            (CancelError::NotFound("r".into()).into(), Exit::Failed),
+            (CancelError::AlreadyTerminal { id: "r".into(), status: RunStatus::Expired }.into(), Exit::Conflict),
+            (CancelError::LostRace { id: "r".into() }.into(), Exit::Conflict),
+            (CancelError::Store(store()).into(), Exit::Failed),
+            (store().into(), Exit::Failed),
+        ];
+        for (error, exit) in cases {
+            assert_eq!(error.exit, exit, "{}", error.message);
+        }
     }
 }

@@ -65,13 +65,14 @@ pub async fn execute(cli: Cli) -> Result<Exit, CliError> {
         // Deadlines are applied again by the next command; this one can still do its job.
         tracing::warn!(%error, "could not apply due deadlines");
     }
-    let background = local.spawn_background();
+    let maintenance = local.spawn_maintenance();
     let ctx = Context::new(Backend::Local(Box::new(local)), cli.json, cli.quiet);
     let result = commands::dispatch(&ctx, cli.command).await;
     // Whatever this process started (a resume, a run taken over by the sweep) reaches its next durable
-    // state before the process ends, its lease renewed meanwhile.
+    // state before the process ends, its lease renewed meanwhile; no sweep takes on new work now.
+    maintenance.wind_down();
     ctx.backend().drain().await;
-    background.abort();
+    maintenance.stop();
     ctx.backend().shutdown().await;
     result
 }

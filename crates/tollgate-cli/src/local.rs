@@ -15,11 +15,9 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tollgate_app::App;
 use tollgate_config::{Config, ConfigLoader};
-use tollgate_core::{ChainBreak, Clock, Decision, RunQuery, RunRecord, RunStatus, StoredEvent, SystemClock};
-use tollgate_runtime::{DecisionSet, RunNotice, Runtime, RuntimeError};
+use tollgate_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
+use tollgate_runtime::{DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule};
 
-/// How often a command that keeps running (e.g. waiting for a run) applies deadlines again.
-const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// Events are read in pages of this size.
 const EVENT_PAGE: u32 = 1000;
 /// How long to wait for a notice before looking at the store anyway (another process may drive the run).
@@ -61,28 +59,12 @@ impl Local {
             .map_err(|e| CliError::usage(format!("cannot create the workspace {}: {e}", self.workspace.display())))
     }
 
-    /// While a command runs, until aborted: renews the leases of the runs this process drives (every third
-    /// of the lease), and applies due deadlines and takes over abandoned runs now and then, so that waiting
-    /// for a run another process abandoned does not wait forever. The caller sweeps once at the start.
-    pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
-        let runtime = self.runtime.clone();
-        let runtime_lease = self.config.server.lease.max(Duration::from_secs(3));
-        tokio::spawn(async move {
-            let start = tokio::time::Instant::now();
-            let third = runtime_lease / 3;
-            let mut renew = tokio::time::interval_at(start + third, third);
-            let mut sweep = tokio::time::interval_at(start + SWEEP_EVERY, SWEEP_EVERY);
-            loop {
-                tokio::select! {
-                    _ = renew.tick() => runtime.renew_leases().await,
-                    _ = sweep.tick() => {
-                        if let Err(error) = runtime.sweep().await {
-                            tracing::warn!(%error, "could not apply due deadlines");
-                        }
-                    }
-                }
-            }
-        })
+    /// While a command runs, until the handle is stopped: the runtime's maintenance scheduler with the
+    /// command line's schedule ([`Schedule::command_line`]) renews the leases of the runs this process
+    /// drives, and applies due deadlines and takes over abandoned runs now and then, so that waiting for
+    /// a run another process abandoned does not wait forever. The caller sweeps once at the start.
+    pub fn spawn_maintenance(&self) -> Maintenance {
+        self.runtime.spawn_maintenance(Schedule::command_line())
     }
 }
 
@@ -107,13 +89,7 @@ impl Local {
 
     /// The full id of the one run whose id starts with `prefix` (the store looks it up by index).
     pub async fn resolve(&self, prefix: &str) -> Result<String, CliError> {
-        match self.runtime.resolve(prefix).await {
-            Ok(id) => Ok(id),
-            Err(RuntimeError::NotFound(_)) => Err(CliError::failed(format!("no run matches `{prefix}`"))),
-            // The store says how many runs the prefix matches.
-            Err(RuntimeError::Invalid(detail)) => Err(CliError::failed(detail)),
-            Err(other) => Err(other.into()),
-        }
+        Ok(self.runtime.resolve(prefix).await?)
     }
 
     /// Waits until run `id` waits for approval or has ended.
@@ -152,12 +128,21 @@ impl Local {
         let digest = run.pending.as_ref().map(|p| p.turn_digest.clone()).unwrap_or_default();
         match self.runtime.decide(&run.id, &digest, set.clone(), ACTOR).await {
             Ok(next) => view(&next).map_err(DecideError::Failed),
-            Err(RuntimeError::Conflict(detail)) => Err(DecideError::Conflict(detail)),
-            Err(error @ (RuntimeError::Decision(_) | RuntimeError::Invalid(_))) => {
-                Err(DecideError::Invalid(error.into()))
-            }
-            Err(error @ RuntimeError::Forbidden(_)) => Err(DecideError::Forbidden(error.into())),
-            Err(other) => Err(DecideError::Failed(other.into())),
+            Err(error) => Err(match &error {
+                Refused::NotWaiting { .. }
+                | Refused::StaleDigest { .. }
+                | Refused::AlreadyDecided { .. }
+                | Refused::NothingToDecide
+                | Refused::CorruptSuspension { .. }
+                | Refused::LostRace { .. } => DecideError::Conflict(error.to_string()),
+                Refused::Invalid(_) | Refused::NoDecisions | Refused::DecidedTwice { .. } => {
+                    DecideError::Invalid(error.into())
+                }
+                Refused::SelfApprovalForbidden { .. } => DecideError::Forbidden(error.into()),
+                Refused::NotFound(_) | Refused::UnknownAgent(_) | Refused::Store(_) => {
+                    DecideError::Failed(error.into())
+                }
+            }),
         }
     }
 
@@ -169,11 +154,9 @@ impl Local {
     /// Applies retention now: terminal runs older than `older_than` (else the configured window) and
     /// waiting runs past the configured window go. Returns how many went.
     pub async fn purge(&self, older_than: Option<Duration>) -> Result<u64, CliError> {
-        let now = SystemClock.now();
-        let before = |window: Duration| now.saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
         let retention = &self.config.retention;
-        let terminal_before = before(older_than.unwrap_or(retention.terminal_after));
-        Ok(self.runtime.purge(terminal_before, before(retention.waiting_after)).await?)
+        let terminal_after = older_than.unwrap_or(retention.terminal_after);
+        Ok(self.runtime.apply_retention(terminal_after, retention.waiting_after).await?)
     }
 
     /// As `GET /v1/tools`: with an agent, its tools and their effective gates; without, every tool this
@@ -206,32 +189,20 @@ impl Local {
         LocalWatch { notices: self.runtime.subscribe(), run_id: id.to_owned() }
     }
 
-    /// Whether this command line may decide `run`: not when its agent forbids self-approval (everything
-    /// here is done as [`ACTOR`]), nor when this configuration lacks its agent.
+    /// Whether this command line (the actor [`ACTOR`]) may decide `run`, as the runtime rules it.
     pub fn may_decide(&self, run: &RunView) -> Result<(), String> {
-        let Some(spec) = self.runtime.agent(&run.agent) else {
-            return Err(format!(
-                "run {} belongs to agent `{}`, which this configuration does not have",
-                run.id, run.agent
-            ));
-        };
-        if spec.forbid_self_approval && run.created_by == ACTOR {
-            return Err(format!(
-                "agent {} forbids self-approval: someone other than {ACTOR} must decide this run",
-                spec.name
-            ));
-        }
-        Ok(())
+        self.runtime.check_decider(&run.agent, &run.created_by, ACTOR).map_err(|error| match error {
+            Refused::UnknownAgent(agent) => {
+                format!("run {} belongs to agent `{agent}`, which this configuration does not have", run.id)
+            }
+            other => other.to_string(),
+        })
     }
 
-    /// Checks a decision against the held turn of run `run_id` with the agent's own loop (the tool's
-    /// schema and checks), before it is sent.
+    /// Checks a decision against the held turn of run `run_id` as the runtime would (the call takes a
+    /// decision, edited arguments pass the tool's checks), before it is sent.
     pub async fn check_decision(&self, run_id: &str, call_id: &str, decision: &Decision) -> Result<(), String> {
-        let run = self.runtime.get(run_id).await.map_err(|e| e.to_string())?;
-        let pending = run.held_turn().ok_or_else(|| format!("run {run_id} has no held turn"))?;
-        let suspension = pending.suspension.parse().map_err(|e| e.to_string())?;
-        let spec = self.runtime.agent(&run.agent).ok_or_else(|| format!("unknown agent `{}`", run.agent))?;
-        spec.agent_loop.check_decision(&suspension, call_id, decision).await.map_err(|e| e.to_string())
+        self.runtime.check_decision(run_id, call_id, decision).await.map_err(|e| e.to_string())
     }
 }
 

@@ -26,12 +26,13 @@ mod steps;
 use crate::backend::{Backend, DecideError};
 use crate::commands::Context;
 use crate::exit::CliError;
-use crate::view::{CallView, RunView};
+use crate::view::RunView;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 use tollgate_core::{Decision, RunStatus};
+use tollgate_protocol::Call;
 use tollgate_runtime::DecisionSet;
 /// The question asked for each held call.
 const CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)? ";
@@ -158,7 +159,7 @@ async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliE
         eprintln!("{why}");
         return Ok(AtGate::Left);
     }
-    let open: Vec<&CallView> = run.awaiting_decision().collect();
+    let open: Vec<&Call> = run.awaiting_decision().collect();
     if open.is_empty() {
         return Ok(AtGate::Left);
     }
@@ -194,7 +195,7 @@ async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliE
 }
 
 /// One held call as the person sees it before answering: tool, arguments (pretty JSON) and preview.
-fn held_call_block(call: &CallView, index: usize, count: usize) -> String {
+fn held_call_block(call: &Call, index: usize, count: usize) -> String {
     let position = if count > 1 { format!("  [{index} of {count}]") } else { String::new() };
     let mut out = format!("\n{} {} wants to run{position}\n", call.call_id, call.tool);
     if call.in_doubt {
@@ -239,7 +240,7 @@ fn parse_choice(answer: &str) -> Option<Choice> {
 }
 
 /// Asks until the person decides `call`; `None` when they quit or input ends.
-async fn ask_for_decision(backend: &Backend, run: &RunView, call: &CallView) -> Result<Option<Decision>, CliError> {
+async fn ask_for_decision(backend: &Backend, run: &RunView, call: &Call) -> Result<Option<Decision>, CliError> {
     // The text of an edit that did not pass, so the next edit starts from it rather than from scratch.
     let mut draft: Option<String> = None;
     loop {
@@ -289,7 +290,7 @@ async fn ask_for_decision(backend: &Backend, run: &RunView, call: &CallView) -> 
 
 /// The edit decision for the edited text, when it holds arguments the call's tool accepts (as far as can
 /// be checked before sending); else what is wrong with it.
-async fn check_edit(backend: &Backend, run: &RunView, call: &CallView, text: &str) -> Result<Decision, String> {
+async fn check_edit(backend: &Backend, run: &RunView, call: &Call, text: &str) -> Result<Decision, String> {
     let arguments: Value =
         serde_json::from_str(text).map_err(|e| format!("the edited arguments are not valid JSON: {e}"))?;
     if !arguments.is_object() {
@@ -362,11 +363,11 @@ mod tests {
 
     #[test]
     fn a_held_call_shows_its_tool_arguments_and_preview() {
-        let call = CallView {
+        let call = Call {
             call_id: "call_2".into(),
             tool: "fs_write".into(),
             arguments: json!({"path": "note.txt", "content": "hello"}),
-            gate: "ask".into(),
+            gate: tollgate_protocol::Gate::Ask,
             preview: Some("create note.txt (5 bytes)".into()),
             in_doubt: true,
             decision: None,

@@ -26,9 +26,13 @@ use crate::backend::DecideError;
 use crate::exit::{CliError, Exit};
 use crate::view::RunView;
 use reqwest::{Method, StatusCode, Url};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::time::{Duration, Instant};
-use tollgate_core::{ChainBreak, RunStatus, StoredEvent, verify_chain};
+use tollgate_core::{ChainBreak, Decision, RunStatus, StoredEvent, verify_chain};
+use tollgate_protocol::{
+    ApproveDecision, CallDecision, CancelRequest, DecisionRequest, DenyDecision, EditDecision, Problem, PurgeRequest,
+    PurgeResult, RespondDecision, RunPage, StartRunRequest,
+};
 use tollgate_runtime::DecisionSet;
 
 /// The environment variable holding the API token.
@@ -133,10 +137,9 @@ impl Remote {
         let status = response.status();
         let text = response.text().await.map_err(|e| HttpError::Unreachable(cause(&e.without_url())))?;
         if !status.is_success() {
-            let detail = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|problem| problem["detail"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| text.trim().chars().take(300).collect());
+            let detail = serde_json::from_str::<Problem>(&text)
+                .map(|problem| problem.detail)
+                .unwrap_or_else(|_| text.trim().chars().take(300).collect());
             return Err(HttpError::Refused { status, detail });
         }
         serde_json::from_str(&text).map_err(|e| HttpError::Unexpected(format!("the answer is not JSON: {e}")))
@@ -185,7 +188,8 @@ impl Remote {
 
     /// Starts a run (`POST /v1/runs`, not waiting: the caller follows it).
     pub async fn start(&self, agent: Option<&str>, input: &str) -> Result<RunView, CliError> {
-        let body = json!({"agent": agent, "input": input});
+        let body =
+            request_body(&StartRunRequest { agent: agent.map(str::to_owned), input: input.to_owned(), wait: None });
         let answer = self.call(Method::POST, self.url("v1/runs", &[]), Some(&body)).await;
         let json = match answer {
             Ok(json) => json,
@@ -229,12 +233,11 @@ impl Remote {
             }
             let url = self.url("v1/runs", &query);
             let page = self.call(Method::GET, url, None).await.map_err(|e| self.error(e, CliError::failed))?;
-            let runs = page["runs"].as_array().ok_or_else(|| self.unexpected("no `runs` in the list"))?;
-            matches.extend(
-                runs.iter().filter_map(|r| r["id"].as_str()).filter(|id| id.starts_with(prefix)).map(str::to_owned),
-            );
-            match page["next_cursor"].as_str() {
-                Some(next) if !runs.is_empty() => cursor = Some(next.to_owned()),
+            let page: RunPage = serde_json::from_value(page)
+                .map_err(|e| self.unexpected(&format!("the list of runs does not read: {e}")))?;
+            matches.extend(page.runs.iter().map(|r| &r.id).filter(|id| id.starts_with(prefix)).cloned());
+            match page.next_cursor {
+                Some(next) if !page.runs.is_empty() => cursor = Some(next),
                 _ => break,
             }
         }
@@ -293,9 +296,9 @@ impl Remote {
     /// Sends decisions for the held turn of `run` (as read just before), naming its turn digest.
     pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecideError> {
         let digest = run.pending.as_ref().map(|p| p.turn_digest.clone()).unwrap_or_default();
-        let body = match set {
-            DecisionSet::ApproveAll => json!({"turn_digest": digest, "approve_all": true}),
-            DecisionSet::DenyAll { reason } => json!({"turn_digest": digest, "deny_all": true, "reason": reason}),
+        let request = match set {
+            DecisionSet::ApproveAll => DecisionRequest::approve_all(digest),
+            DecisionSet::DenyAll { reason } => DecisionRequest::deny_all(digest, reason.clone()),
             DecisionSet::Each(list) => {
                 if let Some(pending) = &run.pending
                     && let Some((unknown, _)) =
@@ -303,19 +306,10 @@ impl Remote {
                 {
                     return Err(DecideError::Invalid(CliError::failed(format!("no held call has id `{unknown}`"))));
                 }
-                let decisions: Vec<Value> = list
-                    .iter()
-                    .map(|(call_id, decision)| {
-                        let mut item = serde_json::to_value(decision).unwrap_or_else(|_| json!({}));
-                        if let Value::Object(map) = &mut item {
-                            map.insert("call_id".into(), json!(call_id));
-                        }
-                        item
-                    })
-                    .collect();
-                json!({"turn_digest": digest, "decisions": decisions})
+                DecisionRequest::each(digest, list.iter().map(|(id, d)| call_decision(id, d)).collect())
             }
         };
+        let body = request_body(&request);
         let url = self.url(&format!("v1/runs/{}/decisions", run.id), &[]);
         match self.call(Method::POST, url, Some(&body)).await {
             Ok(json) => self.view(json).map_err(DecideError::Failed),
@@ -332,25 +326,22 @@ impl Remote {
 
     /// Cancels a run that has not finished.
     pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<RunView, CliError> {
-        let body = match reason {
-            Some(reason) => json!({ "reason": reason }),
-            None => json!({}),
-        };
+        let body = request_body(&CancelRequest { reason: reason.map(str::to_owned) });
         self.run_call(Method::POST, &format!("v1/runs/{id}/cancel"), id, Some(&body)).await
     }
 
     /// Applies retention now: terminal runs older than `older_than` (else the server's window) and the
     /// waiting runs of the server's window go. Returns how many went.
     pub async fn purge(&self, older_than: Option<Duration>) -> Result<u64, CliError> {
-        let body = match older_than {
-            Some(window) => json!({"older_than": format!("{}s", window.as_secs())}),
-            None => json!({}),
-        };
+        let body =
+            request_body(&PurgeRequest { older_than: older_than.map(|window| format!("{}s", window.as_secs())) });
         let answer = self
             .call(Method::POST, self.url("v1/purge", &[]), Some(&body))
             .await
             .map_err(|e| self.error(e, CliError::failed))?;
-        answer["deleted_runs"].as_u64().ok_or_else(|| self.unexpected("no `deleted_runs` in the answer"))
+        let purged: PurgeResult =
+            serde_json::from_value(answer).map_err(|_| self.unexpected("no `deleted_runs` in the answer"))?;
+        Ok(purged.deleted_runs)
     }
 
     /// The tools of an agent with their effective gates, or every tool the server knows; each as the API
@@ -503,6 +494,23 @@ fn find_blank_line(buffer: &[u8]) -> Option<(usize, usize)> {
     match (lf, crlf) {
         (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
         (a, b) => a.or(b),
+    }
+}
+
+/// A request body as JSON (the protocol's request types are strings, booleans and JSON values, which
+/// always serialise).
+fn request_body<T: serde::Serialize>(request: &T) -> Value {
+    serde_json::to_value(request).unwrap_or(Value::Null)
+}
+
+/// One decision of a `decisions` body.
+fn call_decision(call_id: &str, decision: &Decision) -> CallDecision {
+    let call_id = call_id.to_owned();
+    match decision {
+        Decision::Approve => CallDecision::Approve(ApproveDecision { call_id }),
+        Decision::Edit { arguments } => CallDecision::Edit(EditDecision { call_id, arguments: arguments.clone() }),
+        Decision::Deny { reason } => CallDecision::Deny(DenyDecision { call_id, reason: Some(reason.clone()) }),
+        Decision::Respond { result } => CallDecision::Respond(RespondDecision { call_id, result: result.clone() }),
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::view::{RunView, millis};
 use serde_json::Value;
 use tollgate_core::{Millis, RunStatus, StoredEvent};
+use tollgate_protocol::{Decision, HeldTurn};
 
 /// Input longer than this many characters is cut in the runs table.
 const INPUT_WIDTH: usize = 40;
@@ -107,47 +108,42 @@ pub fn run_details(run: &RunView, now: Millis) -> String {
         rows.push(vec!["error".into(), format!("{}: {}", error.kind, error.message)]);
     }
     let mut out = table(&rows);
-    if let Some(pending) = run.json.get("pending").filter(|p| !p.is_null()) {
+    if let Some(pending) = &run.pending {
         out.push_str(&held_turn(pending));
     }
     out
 }
 
-/// The held turn of a run's JSON view: digest, deadline, and every call.
-fn held_turn(pending: &Value) -> String {
-    let mut out = format!("\nheld turn {}\n", text_of(&pending["turn_digest"]));
-    if let Some(expires) = pending["expires_at"].as_str() {
+/// The held turn of a run: digest, deadline, and every call.
+fn held_turn(pending: &HeldTurn) -> String {
+    let mut out = format!("\nheld turn {}\n", pending.turn_digest);
+    if let Some(expires) = &pending.expires_at {
         out.push_str(&format!("decide before {expires}\n"));
     }
-    for call in pending["calls"].as_array().into_iter().flatten() {
-        let doubt = if call["in_doubt"].as_bool() == Some(true) { "  IN DOUBT: it may already have run" } else { "" };
+    for call in &pending.calls {
+        let doubt = if call.in_doubt { "  IN DOUBT: it may already have run" } else { "" };
         out.push_str(&format!(
             "\n  {}  {}  gate {}{doubt}\n    arguments {}\n",
-            text_of(&call["call_id"]),
-            text_of(&call["tool"]),
-            text_of(&call["gate"]),
-            call["arguments"]
+            call.call_id,
+            call.tool,
+            call.gate.as_str(),
+            call.arguments
         ));
-        if let Some(preview) = call["preview"].as_str() {
+        if let Some(preview) = &call.preview {
             out.push_str("    preview\n");
             for line in preview.lines() {
                 out.push_str(&format!("      {line}\n"));
             }
         }
-        let decision = &call["decision"];
-        if !decision.is_null() {
-            let detail = ["reason", "result", "arguments"]
-                .iter()
-                .find_map(|k| {
-                    decision.get(*k).map(|v| format!(": {}", if v.is_string() { text_of(v) } else { v.to_string() }))
-                })
-                .unwrap_or_default();
-            out.push_str(&format!(
-                "    decided {} by {}{detail}\n",
-                text_of(&decision["action"]),
-                text_of(&decision["actor"])
-            ));
-        } else if call["gate"] == "ask" || call["in_doubt"] == true {
+        if let Some(recorded) = &call.decision {
+            let detail = match &recorded.decision {
+                Decision::Approve => String::new(),
+                Decision::Deny { reason } => format!(": {reason}"),
+                Decision::Respond { result } => format!(": {result}"),
+                Decision::Edit { arguments } => format!(": {}", text_of(arguments)),
+            };
+            out.push_str(&format!("    decided {} by {}{detail}\n", recorded.decision.action(), recorded.actor));
+        } else if call.awaits_decision() {
             out.push_str("    awaiting a decision\n");
         }
     }
@@ -194,18 +190,9 @@ pub fn waiting_lines(run: &RunView) -> String {
 /// What is printed on stderr when a run waits: each call that needs a decision, with its preview.
 pub fn held_calls_summary(run: &RunView) -> String {
     let mut out = String::new();
-    for call in run.json["pending"]["calls"].as_array().into_iter().flatten() {
-        let takes_decision = call["gate"] == "ask" || call["in_doubt"] == true;
-        if !takes_decision || !call["decision"].is_null() {
-            continue;
-        }
-        out.push_str(&format!(
-            "{} {} wants to run: {}\n",
-            text_of(&call["call_id"]),
-            text_of(&call["tool"]),
-            call["arguments"]
-        ));
-        if let Some(preview) = call["preview"].as_str() {
+    for call in run.awaiting_decision() {
+        out.push_str(&format!("{} {} wants to run: {}\n", call.call_id, call.tool, call.arguments));
+        if let Some(preview) = &call.preview {
             for line in preview.lines() {
                 out.push_str(&format!("  {line}\n"));
             }

@@ -1,15 +1,16 @@
 //! A run as every command sees it, whichever way it was read: the run object of API.md.
 //!
-//! Local mode builds it from the stored record with [`tollgate_runtime::view::run_json`], the very function
+//! Local mode builds it from the stored record with [`tollgate_runtime::view::run_view`], the very function
 //! the HTTP API answers with; `--server` mode reads it from the API. So `--json` prints the same object in
 //! both modes (the JSON is kept exactly as built or received), and the text output is drawn from the same
 //! fields.
 
-use serde::Deserialize;
 use serde_json::Value;
-use tollgate_core::{Millis, RunError, RunRecord, RunStatus, Usage};
+use tollgate_core::{Millis, RunRecord, RunStatus};
+use tollgate_protocol::{Call, HeldTurn, Run, RunError, Usage};
 
-/// One run: the API.md object as it is ([`RunView::json`]) and its fields, typed.
+/// One run: the API.md object as it is ([`RunView::json`]) and its fields, typed by
+/// [`tollgate_protocol::Run`].
 #[derive(Clone, Debug)]
 pub struct RunView {
     /// The run object exactly as built or received, for `--json`.
@@ -41,98 +42,59 @@ pub struct RunView {
     /// Why it failed.
     pub error: Option<RunError>,
     /// The held turn, while it waits for approval.
-    pub pending: Option<PendingView>,
+    pub pending: Option<HeldTurn>,
 }
 
-/// The held turn of a waiting run.
-#[derive(Clone, Debug, Deserialize)]
-pub struct PendingView {
-    /// The digest a decision must name.
-    pub turn_digest: String,
-    /// The approval deadline (RFC 3339), if any.
-    pub expires_at: Option<String>,
-    /// Every call of the turn, allow-gated ones too.
-    pub calls: Vec<CallView>,
-}
-
-/// One call of a held turn.
-#[derive(Clone, Debug, Deserialize)]
-pub struct CallView {
-    /// The model's id for the call.
-    pub call_id: String,
-    /// The tool named.
-    pub tool: String,
-    /// The model's arguments.
-    pub arguments: Value,
-    /// The gate's verdict: `allow`, `ask` or `forbid`.
-    pub gate: String,
-    /// What the approver sees.
-    pub preview: Option<String>,
-    /// Started before a crash; may already have run.
-    #[serde(default)]
-    pub in_doubt: bool,
-    /// The decision recorded for it so far.
-    pub decision: Option<Value>,
-}
-
-impl CallView {
-    /// True when the call still needs a person's decision: it is ask-gated or in doubt, and undecided.
-    /// (The API does not say whether a call was settled before a crash; such a call is refused when
-    /// decided, and the refusal is shown.)
-    pub fn awaits_decision(&self) -> bool {
-        self.decision.is_none() && (self.gate == "ask" || self.in_doubt)
+/// The status a command acts on (its exit code, when to stop following).
+fn status(status: tollgate_protocol::RunStatus) -> RunStatus {
+    use tollgate_protocol::RunStatus as Wire;
+    match status {
+        Wire::Queued => RunStatus::Queued,
+        Wire::Running => RunStatus::Running,
+        Wire::WaitingForApproval => RunStatus::WaitingForApproval,
+        Wire::Completed => RunStatus::Completed,
+        Wire::Failed => RunStatus::Failed,
+        Wire::Cancelled => RunStatus::Cancelled,
+        Wire::Expired => RunStatus::Expired,
     }
-}
-
-/// The typed fields of the run object.
-#[derive(Deserialize)]
-struct Fields {
-    id: String,
-    agent: String,
-    status: RunStatus,
-    input: String,
-    output: Option<String>,
-    termination_reason: Option<String>,
-    iterations: u32,
-    usage: Usage,
-    created_by: String,
-    created_at: String,
-    updated_at: String,
-    finished_at: Option<String>,
-    error: Option<RunError>,
-    pending: Option<PendingView>,
 }
 
 impl RunView {
     /// Reads an API.md run object; says what does not fit.
     pub fn from_json(json: Value) -> Result<RunView, String> {
-        let f: Fields = Fields::deserialize(&json).map_err(|e| format!("not a run object: {e}"))?;
-        Ok(RunView {
+        let run: Run = serde_json::from_value(json.clone()).map_err(|e| format!("not a run object: {e}"))?;
+        Ok(RunView::new(json, run))
+    }
+
+    fn new(json: Value, run: Run) -> RunView {
+        RunView {
             json,
-            id: f.id,
-            agent: f.agent,
-            status: f.status,
-            input: f.input,
-            output: f.output,
-            termination_reason: f.termination_reason,
-            iterations: f.iterations,
-            usage: f.usage,
-            created_by: f.created_by,
-            created_at: f.created_at,
-            updated_at: f.updated_at,
-            finished_at: f.finished_at,
-            error: f.error,
-            pending: f.pending,
-        })
+            id: run.id,
+            agent: run.agent,
+            status: status(run.status),
+            input: run.input,
+            output: run.output,
+            termination_reason: run.termination_reason.map(|r| r.as_str().to_owned()),
+            iterations: run.iterations,
+            usage: run.usage,
+            created_by: run.created_by,
+            created_at: run.created_at,
+            updated_at: run.updated_at,
+            finished_at: run.finished_at,
+            error: run.error,
+            pending: run.pending,
+        }
     }
 
     /// The view of a stored run, as the API would show it.
     pub fn from_record(run: &RunRecord) -> Result<RunView, String> {
-        Self::from_json(tollgate_runtime::view::run_json(run))
+        let view = tollgate_runtime::view::run_view(run);
+        let json = serde_json::to_value(&view).map_err(|e| format!("cannot write run {}: {e}", run.id))?;
+        Ok(RunView::new(json, view))
     }
 
-    /// The calls of the held turn that still need a decision.
-    pub fn awaiting_decision(&self) -> impl Iterator<Item = &CallView> {
+    /// The calls of the held turn that still need a decision ([`Call::awaits_decision`]).
+    pub fn awaiting_decision(&self) -> impl Iterator<Item = &Call> {
         self.pending.iter().flat_map(|p| p.calls.iter()).filter(|c| c.awaits_decision())
     }
 }
@@ -161,7 +123,7 @@ mod tests {
                 {"call_id": "call_2", "tool": "fs_write", "arguments": {}, "gate": "ask", "preview": "p",
                  "in_doubt": false, "decision": null},
                 {"call_id": "call_3", "tool": "fs_write", "arguments": {}, "gate": "ask", "preview": null,
-                 "in_doubt": false, "decision": {"action": "approve", "actor": "local"}}
+                 "in_doubt": false, "decision": {"action": "approve", "actor": "local", "at": "2026-11-29T10:00:01.000Z"}}
             ]}
         });
         let run = RunView::from_json(json.clone()).unwrap_or_else(|e| panic!("{e}"));

@@ -4,14 +4,14 @@
 //! - a transition is one transaction: the compare-and-set on the run's [`Guard`], the new record from
 //!   [`RunRecord::apply`] on the run as read inside that transaction, and its events — all of it or
 //!   none. So a takeover (a claim of a running run) commits only if the lease as stored then has
-//!   expired: one planned on a lease that was renewed meanwhile is a [`StoreError::Conflict`];
+//!   expired: one planned on a lease that was renewed meanwhile is a [`Conflict::LeaseHeld`];
 //! - events are numbered from 1 without gaps and chained by [`crate::event::chain`];
 //! - a run that is not found, a stale guard, or a transition that does not apply is an error, never a
 //!   silent success.
 
 use crate::BoxFuture;
 use crate::event::{NewEvent, StoredEvent};
-use crate::run::{Millis, RunRecord, RunStatus, Transition, TransitionError};
+use crate::run::{Millis, RunRecord, RunStatus, Transition, TransitionError, rfc3339};
 
 /// What a transition or append checks before it writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,13 +28,14 @@ pub enum StoreError {
     /// No run has this id.
     #[error("run {0} not found")]
     NotFound(String),
-    /// The run changed since it was read (someone else acted first), or it lost its lease.
-    #[error("run {id} changed concurrently: {detail}")]
+    /// The run changed since it was read (someone else acted first), it lost its lease, or (from
+    /// `resolve_prefix`) a prefix names several runs. Not retryable as it is: read the run again.
+    #[error("run {id} changed concurrently: {conflict}")]
     Conflict {
-        /// The run.
+        /// The run (for [`Conflict::AmbiguousPrefix`], the prefix).
         id: String,
         /// What did not match.
-        detail: String,
+        conflict: Conflict,
     },
     /// The transition does not apply to the run's status.
     #[error(transparent)]
@@ -75,6 +76,62 @@ pub enum StoreError {
     Database(String),
 }
 
+/// Why a store operation conflicted: what the store found instead of what the caller expected. Callers
+/// match on the variant, never on the text; the text is what users see (in problem+json and the CLI).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Conflict {
+    /// A [`Guard::Version`] that no longer matches: someone acted on the run since it was read.
+    #[error("expected version {expected}, the run is at version {found}")]
+    StaleVersion {
+        /// The version the caller saw.
+        expected: u64,
+        /// The version stored now.
+        found: u64,
+    },
+    /// A [`Guard::Lease`] (or an append) on a run that is no longer running: it was cancelled, it
+    /// expired, it finished or it is waiting at the gate.
+    #[error("the run is {status}, not running")]
+    NotRunning {
+        /// The run's status now.
+        status: RunStatus,
+    },
+    /// A [`Guard::Lease`] (or an append) by a process that no longer holds the lease: another process
+    /// took the running run over after the lease expired.
+    #[error("another process holds the lease")]
+    LeaseLost {
+        /// Who holds the lease now (`None` only for a row that has none).
+        holder: Option<String>,
+    },
+    /// A takeover (a claim of a running run) planned on a lease that has been renewed since the taker
+    /// read the run: the lease still holds, so the takeover lost the race. The same text as
+    /// [`crate::run::TransitionError::LeaseHeld`].
+    #[error("cannot take over a run whose lease, held by {owner}, is valid until {}", rfc3339(*expires_at))]
+    LeaseHeld {
+        /// Who holds the lease.
+        owner: String,
+        /// Until when.
+        expires_at: Millis,
+    },
+    /// The run's row changed between the read and the write of one transaction (PostgreSQL's second
+    /// line of defence behind its row lock; no other write should ever get there).
+    #[error("the run changed while it was being updated")]
+    ConcurrentUpdate,
+    /// `resolve_prefix`: the prefix starts the ids of several runs.
+    #[error(
+        "the prefix `{prefix}` matches {}{matches} runs; give more characters",
+        if *more { "more than " } else { "" }
+    )]
+    AmbiguousPrefix {
+        /// The prefix as given.
+        prefix: String,
+        /// How many runs it matches; when `more` is set, the store stopped counting here and there are
+        /// more than this.
+        matches: u64,
+        /// The count is a lower bound (see `matches`).
+        more: bool,
+    },
+}
+
 impl StoreError {
     /// True when the same operation may succeed later.
     pub fn is_retryable(&self) -> bool {
@@ -112,7 +169,8 @@ pub trait RunStore: Send + Sync {
     /// Reads a run.
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<RunRecord, StoreError>>;
 
-    /// Finds the one run whose id starts with `prefix`: `NotFound` when none, `Conflict` when several.
+    /// Finds the one run whose id starts with `prefix`: `NotFound` when none, [`Conflict::AmbiguousPrefix`]
+    /// when several.
     fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, StoreError>>;
 
     /// Lists runs, newest first (by id, which is a UUIDv7 and so ordered by creation time).
@@ -158,6 +216,31 @@ pub trait RunStore: Send + Sync {
         waiting_before: Millis,
         batch: u32,
     ) -> BoxFuture<'_, Result<u64, StoreError>>;
+}
+
+/// How many events [`events_after`] asks the store for at a time.
+pub const EVENT_PAGE: u32 = 1000;
+
+/// Every event of run `id` with seq > `after`, in order, read from `store` [`EVENT_PAGE`] at a time
+/// until a page comes back short. `after = 0` reads the whole log (to verify it, replay it or show it).
+///
+/// # Errors
+/// The store's: [`StoreError::NotFound`] for a run that does not exist, and any error of a page read.
+pub async fn events_after<S: RunStore + ?Sized>(
+    store: &S,
+    id: &str,
+    after: u64,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let mut events: Vec<StoredEvent> = Vec::new();
+    loop {
+        let from = events.last().map_or(after, |e| e.seq);
+        let page = store.events(id, from, EVENT_PAGE).await?;
+        let done = page.len() < EVENT_PAGE as usize;
+        events.extend(page);
+        if done {
+            return Ok(events);
+        }
+    }
 }
 
 /// The time, injected so tests are deterministic.

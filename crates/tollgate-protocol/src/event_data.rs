@@ -5,6 +5,11 @@
 //! fields below, and `null` for an empty optional value (never an absent key). The frozen v1 events are
 //! read and written back byte for byte by this crate's tests.
 //!
+//! `[privacy] level = "metadata"` writes the content fields (the run's input, a result, a decision's
+//! arguments, reason or result, …) as `null`, and `redacted` writes them as strings describing their
+//! shape, so every content field here reads `null` (an `Option`, or a JSON [`Value`]): the data of every
+//! kind reads at every privacy level.
+//!
 //! Reading ignores keys a kind does not know (a newer writer may add optional ones), so a value read and
 //! written again can lose such keys: code that must keep stored data intact (verify, export) keeps the
 //! original JSON and uses these types only to read it.
@@ -20,8 +25,9 @@ use utoipa::ToSchema;
 pub struct RunStarted {
     /// The agent's name.
     pub agent: String,
-    /// The run's input.
-    pub input: String,
+    /// The run's input (null under `[privacy] level = "metadata"`).
+    #[schema(required = true)]
+    pub input: Option<String>,
     /// Who started it.
     pub actor: String,
 }
@@ -84,8 +90,9 @@ pub struct ToolFinished {
     pub tool: String,
     /// True when the tool failed.
     pub is_error: bool,
-    /// What the model reads.
-    pub result: String,
+    /// What the model reads (null under `[privacy] level = "metadata"`).
+    #[schema(required = true)]
+    pub result: Option<String>,
 }
 
 /// One call of a turn held at the gate, as `approval_requested` lists it (the run object's
@@ -120,13 +127,63 @@ pub struct ApprovalRequested {
     pub expires_at: Option<String>,
 }
 
+/// A decision as a `decision` event keeps it: a [`Decision`] whose texts `[privacy] level = "metadata"`
+/// writes as null (so a `deny` may carry `"reason": null`, a `respond` `"result": null`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum LoggedDecision {
+    /// Run the call as the model asked.
+    Approve,
+    /// Run the call with these arguments instead.
+    Edit {
+        /// The approver's arguments (null under `metadata`).
+        #[schema(value_type = Object)]
+        arguments: Value,
+    },
+    /// Do not run it; the model is told why.
+    Deny {
+        /// The reason passed to the model (null under `metadata`).
+        #[schema(required = true)]
+        reason: Option<String>,
+    },
+    /// Do not run it; this text is the call's result.
+    Respond {
+        /// The result given in the tool's place (null under `metadata`).
+        #[schema(required = true)]
+        result: Option<String>,
+    },
+}
+
+impl LoggedDecision {
+    /// The action's name: `approve`, `edit`, `deny` or `respond`.
+    pub fn action(&self) -> &'static str {
+        match self {
+            LoggedDecision::Approve => "approve",
+            LoggedDecision::Edit { .. } => "edit",
+            LoggedDecision::Deny { .. } => "deny",
+            LoggedDecision::Respond { .. } => "respond",
+        }
+    }
+}
+
+impl From<Decision> for LoggedDecision {
+    fn from(decision: Decision) -> Self {
+        match decision {
+            Decision::Approve => LoggedDecision::Approve,
+            Decision::Edit { arguments } => LoggedDecision::Edit { arguments },
+            Decision::Deny { reason } => LoggedDecision::Deny { reason: Some(reason) },
+            Decision::Respond { result } => LoggedDecision::Respond { result: Some(result) },
+        }
+    }
+}
+
 /// `decision`: a person (or the system, on expiry) decided one call. The decision's own fields come
 /// first (`action`, then `arguments` / `reason` / `result`), then `call_id` and `actor`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DecisionMade {
     /// The decision.
     #[serde(flatten)]
-    pub decision: Decision,
+    pub decision: LoggedDecision,
     /// The call decided.
     pub call_id: String,
     /// Who decided (`system` for expiry).

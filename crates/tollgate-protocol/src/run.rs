@@ -77,6 +77,20 @@ pub enum TerminationReason {
     Expired,
 }
 
+impl TerminationReason {
+    /// The snake_case name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminationReason::Completed => "completed",
+            TerminationReason::MaxIterations => "max_iterations",
+            TerminationReason::BudgetExhausted => "budget_exhausted",
+            TerminationReason::Error => "error",
+            TerminationReason::Cancelled => "cancelled",
+            TerminationReason::Expired => "expired",
+        }
+    }
+}
+
 /// A gate verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -42,7 +42,8 @@ fn the_kinds_v1_never_wrote_and_the_null_fields_are_written_as_today() {
         json!({"text": null, "tool_calls": [], "usage": {"input_tokens": 5, "output_tokens": 0}}),
     );
     same_as_written(
-        ToolFinished { call_id: "c".into(), tool: "shell".into(), is_error: true, result: "exit 1".into() }.into(),
+        ToolFinished { call_id: "c".into(), tool: "shell".into(), is_error: true, result: Some("exit 1".into()) }
+            .into(),
         json!({"call_id": "c", "tool": "shell", "is_error": true, "result": "exit 1"}),
     );
     same_as_written(
@@ -86,7 +87,10 @@ fn the_kinds_v1_never_wrote_and_the_null_fields_are_written_as_today() {
             map.insert("call_id".into(), json!("call_2"));
             map.insert("actor".into(), json!("system"));
         }
-        same_as_written(DecisionMade { decision, call_id: "call_2".into(), actor: "system".into() }.into(), expected);
+        same_as_written(
+            DecisionMade { decision: decision.into(), call_id: "call_2".into(), actor: "system".into() }.into(),
+            expected,
+        );
     }
 }
 
@@ -186,4 +190,35 @@ fn client_bodies_are_the_smallest_that_say_what_they_mean() {
     let each = DecisionRequest::each("d", vec![CallDecision::Approve(ApproveDecision { call_id: "c".into() })]);
     assert_eq!(text(&each), r#"{"turn_digest":"d","decisions":[{"action":"approve","call_id":"c"}]}"#);
     assert_eq!(serde_json::from_str::<DecisionRequest>(&text(&each)).ok(), Some(each));
+}
+
+/// `[privacy] level = "metadata"` writes every content field as null (tollgate-runtime's `privacy.rs`): the
+/// data of each kind still reads, and writes back to the same text.
+#[test]
+fn event_data_reads_with_its_content_fields_null() {
+    let usage = json!({"input_tokens": 1, "output_tokens": 2});
+    for (kind, data) in [
+        ("run_started", json!({"agent": "demo", "input": null, "actor": "local"})),
+        (
+            "model_response",
+            json!({"text": null, "tool_calls": [{"call_id": "c", "tool": "t", "arguments": null}], "usage": usage}),
+        ),
+        (
+            "tool_started",
+            json!({"call_id": "c", "tool": "t", "arguments": null, "gate": "ask", "idempotency_key": "r:c"}),
+        ),
+        ("tool_finished", json!({"call_id": "c", "tool": "t", "is_error": false, "result": null})),
+        (
+            "approval_requested",
+            json!({"turn_digest": "sha256:00", "calls": [{"call_id": "c", "tool": "t", "arguments": null,
+                   "gate": "ask", "preview": null, "in_doubt": false}], "expires_at": null}),
+        ),
+        ("decision", json!({"action": "edit", "arguments": null, "call_id": "c", "actor": "a"})),
+        ("decision", json!({"action": "deny", "reason": null, "call_id": "c", "actor": "a"})),
+        ("decision", json!({"action": "respond", "result": null, "call_id": "c", "actor": "a"})),
+        ("run_completed", json!({"output": null, "termination_reason": "completed"})),
+    ] {
+        let read = EventData::from_kind_and_value(kind, data.clone()).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(text(&read.to_value()), text(&data), "{kind}");
+    }
 }

@@ -1,38 +1,44 @@
-//! The `data` of each event kind (API.md, "Events"), built in one place so every writer agrees.
+//! The `data` of each event kind (API.md, "Events"), built in one place so every writer agrees: each is
+//! one of `tollgate_protocol::event_data`'s structs, whose JSON is the event data Tollgate has always
+//! written (the frozen v1 events prove it).
 
-use serde_json::{Value, json};
+use crate::wire;
+use serde_json::Value;
 use tollgate_core::{
-    EventKind, HeldCall, Millis, ModelResponse, NewEvent, RecordedDecision, RunError, RunRecord, Suspension,
+    EventKind, Millis, ModelResponse, NewEvent, RecordedDecision, RunError, RunRecord, Suspension, TerminationReason,
     ToolResult, ToolSpec, rfc3339,
 };
+use tollgate_protocol::event_data as data;
 
-pub(crate) fn event(at: Millis, kind: EventKind, round: u32, data: Value) -> NewEvent {
-    NewEvent { at, kind, round, data }
+fn event(at: Millis, kind: EventKind, round: u32, data: impl Into<data::EventData>) -> NewEvent {
+    NewEvent { at, kind, round, data: data.into().to_value() }
 }
 
 /// A run's first event, as of its creation.
 pub(crate) fn run_started(run: &RunRecord) -> NewEvent {
-    let data = json!({"agent": run.agent, "input": run.input, "actor": run.created_by});
-    event(run.created_at, EventKind::RunStarted, 0, data)
+    let started =
+        data::RunStarted { agent: run.agent.clone(), input: Some(run.input.clone()), actor: run.created_by.clone() };
+    event(run.created_at, EventKind::RunStarted, 0, started)
 }
 
 pub(crate) fn model_request(at: Millis, round: u32, messages: usize, tools: &[ToolSpec]) -> NewEvent {
-    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    event(at, EventKind::ModelRequest, round, json!({"messages": messages, "tools": names}))
+    let request =
+        data::ModelRequest { messages: messages as u64, tools: tools.iter().map(|t| t.name.clone()).collect() };
+    event(at, EventKind::ModelRequest, round, request)
 }
 
 pub(crate) fn model_response(at: Millis, round: u32, response: &ModelResponse) -> NewEvent {
-    let calls: Vec<Value> = response
+    let tool_calls = response
         .tool_calls
         .iter()
-        .map(|c| json!({"call_id": c.call_id, "tool": c.name, "arguments": c.arguments}))
+        .map(|c| data::ModelToolCall {
+            call_id: c.call_id.clone(),
+            tool: c.name.clone(),
+            arguments: c.arguments.clone(),
+        })
         .collect();
-    event(
-        at,
-        EventKind::ModelResponse,
-        round,
-        json!({"text": response.text, "tool_calls": calls, "usage": response.usage}),
-    )
+    let answered = data::ModelResponse { text: response.text.clone(), tool_calls, usage: wire::usage(response.usage) };
+    event(at, EventKind::ModelResponse, round, answered)
 }
 
 pub(crate) fn tool_started(
@@ -44,64 +50,63 @@ pub(crate) fn tool_started(
     arguments: &Value,
     gate: tollgate_core::Gate,
 ) -> NewEvent {
-    event(
-        at,
-        EventKind::ToolStarted,
-        round,
-        json!({"call_id": call_id, "tool": tool, "arguments": arguments, "gate": gate,
-               "idempotency_key": format!("{run_id}:{call_id}")}),
-    )
+    let started = data::ToolStarted {
+        call_id: call_id.to_owned(),
+        tool: tool.to_owned(),
+        arguments: arguments.clone(),
+        gate: wire::gate(gate),
+        idempotency_key: format!("{run_id}:{call_id}"),
+    };
+    event(at, EventKind::ToolStarted, round, started)
 }
 
 pub(crate) fn tool_finished(at: Millis, round: u32, result: &ToolResult) -> NewEvent {
-    event(
-        at,
-        EventKind::ToolFinished,
-        round,
-        json!({"call_id": result.call_id, "tool": result.tool, "is_error": result.is_error, "result": result.content}),
-    )
-}
-
-pub(crate) fn held_call_json(call: &HeldCall) -> Value {
-    json!({"call_id": call.call_id, "tool": call.tool, "arguments": call.arguments, "gate": call.gate(),
-           "preview": call.preview, "in_doubt": call.in_doubt()})
+    let finished = data::ToolFinished {
+        call_id: result.call_id.clone(),
+        tool: result.tool.clone(),
+        is_error: result.is_error,
+        result: Some(result.content.clone()),
+    };
+    event(at, EventKind::ToolFinished, round, finished)
 }
 
 pub(crate) fn approval_requested(at: Millis, suspension: &Suspension, expires_at: Option<Millis>) -> NewEvent {
-    let calls: Vec<Value> = suspension.calls.iter().map(held_call_json).collect();
-    event(
-        at,
-        EventKind::ApprovalRequested,
-        suspension.round,
-        json!({"turn_digest": suspension.turn_digest, "calls": calls, "expires_at": expires_at.map(rfc3339)}),
-    )
+    let requested = data::ApprovalRequested {
+        turn_digest: suspension.turn_digest.0.clone(),
+        calls: suspension.calls.iter().map(wire::gated_call).collect(),
+        expires_at: expires_at.map(rfc3339),
+    };
+    event(at, EventKind::ApprovalRequested, suspension.round, requested)
 }
 
 pub(crate) fn decision(at: Millis, round: u32, call_id: &str, recorded: &RecordedDecision) -> NewEvent {
-    let mut data = serde_json::to_value(&recorded.decision).unwrap_or_else(|_| json!({}));
-    if let Value::Object(map) = &mut data {
-        map.insert("call_id".into(), json!(call_id));
-        map.insert("actor".into(), json!(recorded.actor));
-    }
-    event(at, EventKind::Decision, round, data)
+    let made = data::DecisionMade {
+        decision: wire::decision(&recorded.decision).into(),
+        call_id: call_id.to_owned(),
+        actor: recorded.actor.clone(),
+    };
+    event(at, EventKind::Decision, round, made)
 }
 
 pub(crate) fn run_resumed(at: Millis, round: u32, actor: &str) -> NewEvent {
-    event(at, EventKind::RunResumed, round, json!({"actor": actor}))
+    event(at, EventKind::RunResumed, round, data::RunResumed { actor: actor.to_owned() })
 }
 
-pub(crate) fn run_completed(at: Millis, round: u32, output: Option<&str>, reason: &str) -> NewEvent {
-    event(at, EventKind::RunCompleted, round, json!({"output": output, "termination_reason": reason}))
+pub(crate) fn run_completed(at: Millis, round: u32, output: Option<&str>, reason: TerminationReason) -> NewEvent {
+    let completed =
+        data::RunCompleted { output: output.map(str::to_owned), termination_reason: wire::termination_reason(reason) };
+    event(at, EventKind::RunCompleted, round, completed)
 }
 
 pub(crate) fn run_failed(at: Millis, round: u32, error: &RunError) -> NewEvent {
-    event(at, EventKind::RunFailed, round, json!({"error": error}))
+    event(at, EventKind::RunFailed, round, data::RunFailed { error: wire::run_error(error) })
 }
 
 pub(crate) fn run_cancelled(at: Millis, round: u32, actor: &str, reason: Option<&str>) -> NewEvent {
-    event(at, EventKind::RunCancelled, round, json!({"actor": actor, "reason": reason}))
+    let cancelled = data::RunCancelled { actor: actor.to_owned(), reason: reason.map(str::to_owned) };
+    event(at, EventKind::RunCancelled, round, cancelled)
 }
 
 pub(crate) fn run_expired(at: Millis, round: u32, deadline: Millis) -> NewEvent {
-    event(at, EventKind::RunExpired, round, json!({"deadline": rfc3339(deadline)}))
+    event(at, EventKind::RunExpired, round, data::RunExpired { deadline: rfc3339(deadline) })
 }

@@ -12,24 +12,47 @@
 //!
 //! Other events (model requests and responses, allow-gated calls) ride with the next durable write, so
 //! a run costs few commits; allow-gated calls are declared safe to repeat after a crash.
+//!
+//! ## Modules
+//! - this file: the [`Runtime`] facade — its types, reads, and the operations callers use (start,
+//!   decide, cancel), each answering its own error type;
+//! - [`error`]: one error enum per operation ([`StartError`], [`ReadError`], [`ResolveError`],
+//!   [`DecideError`], [`CancelError`]), typed and marked retryable;
+//! - [`decide`]: the pure rules of a decision request ([`decide::plan_decision`]): which calls, the
+//!   transition with or without the resume, the events — no store;
+//! - `drive`: driving a segment (start, resume, finishing) in a task of its own, with `hooks`
+//!   persisting the loop's steps as they happen;
+//! - [`maintenance`]: the one scheduler of deadlines, lease takeovers (`recovery`), lease renewal and
+//!   retention, on the runtime's clock, for `serve` and the CLI alike;
+//! - [`privacy`]: the privacy level and the secrets redactor as a layer over the store; `events`,
+//!   [`view`] and [`wire`]: the event data and the run as the API shows them.
 
 pub use privacy::PrivacyLevel;
 use tollgate_core::Redactor;
+pub mod decide;
+mod drive;
+pub mod error;
 mod events;
 mod hooks;
+pub mod maintenance;
 pub mod privacy;
 mod recovery;
 pub mod view;
+pub mod wire;
 
-use hooks::PersistHooks;
-use std::collections::{BTreeMap, HashSet};
+pub use decide::{DeciderRules, DecisionPlan, DecisionRequest, plan_decision};
+pub use error::{CancelError, DecideError, ReadError, ResolveError, StartError};
+pub use maintenance::{Maintenance, Retention, Schedule};
+
+pub(crate) use drive::{Settled, Work, decisions_for, suspend_transition};
+use error::{DriveError, SweepError};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast};
 use tollgate_core::{
-    AgentLoop, ChainBreak, Clock, Decision, DecisionError, Decisions, Guard, HeldTurn, IdGen, Lease, LoopError, Millis,
-    NewEvent, Outcome, RecordedDecision, RunError, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunStore,
-    StartingCall, StoreError, StoredEvent, Suspension, SuspensionError, Transition, TurnDigest, verify_chain,
+    AgentLoop, ChainBreak, Clock, Conflict, Decision, Guard, IdGen, Lease, Millis, RunPage, RunQuery, RunRecord,
+    RunState, RunStatus, RunStore, StoreError, StoredEvent, Transition, verify_chain,
 };
 
 /// What happens to a waiting run when its approval deadline passes.
@@ -145,43 +168,6 @@ pub enum DecisionSet {
     },
 }
 
-/// Why a runtime operation was refused or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    /// No agent has this name.
-    #[error("unknown agent `{0}`")]
-    UnknownAgent(String),
-    /// No run has this id.
-    #[error("run {0} not found")]
-    NotFound(String),
-    /// The request is malformed (HTTP 422).
-    #[error("{0}")]
-    Invalid(String),
-    /// A decision does not fit the held turn (HTTP 422).
-    #[error(transparent)]
-    Decision(#[from] DecisionError),
-    /// The run is not in a state that allows this, or someone else acted first (HTTP 409).
-    #[error("{0}")]
-    Conflict(String),
-    /// The actor may not do this (HTTP 403).
-    #[error("{0}")]
-    Forbidden(String),
-    /// The store failed.
-    #[error(transparent)]
-    Store(StoreError),
-}
-
-impl From<StoreError> for RuntimeError {
-    fn from(error: StoreError) -> Self {
-        match error {
-            StoreError::NotFound(id) => RuntimeError::NotFound(id),
-            StoreError::Conflict { detail, .. } => RuntimeError::Conflict(detail),
-            StoreError::Transition(t) => RuntimeError::Conflict(t.to_string()),
-            other => RuntimeError::Store(other),
-        }
-    }
-}
-
 /// UUIDv7 run ids.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UuidV7Ids;
@@ -200,61 +186,16 @@ pub struct Runtime {
 
 pub(crate) struct Inner {
     pub(crate) store: Arc<dyn RunStore>,
-    agents: Vec<Arc<AgentSpec>>,
+    pub(crate) agents: Vec<Arc<AgentSpec>>,
     pub(crate) clock: Arc<dyn Clock>,
-    ids: Arc<dyn IdGen>,
+    pub(crate) ids: Arc<dyn IdGen>,
     pub(crate) node: String,
     pub(crate) lease_ms: i64,
     notices: broadcast::Sender<RunNotice>,
-    in_flight: Mutex<HashSet<String>>,
-    idle: Notify,
+    pub(crate) in_flight: Mutex<HashSet<String>>,
+    pub(crate) idle: Notify,
     catalog: Vec<ToolInfo>,
 }
-
-/// Where a drive left its run (or why it could not store it), for the one waiting on it.
-pub(crate) type Settled = tokio::sync::oneshot::Sender<Result<RunRecord, RuntimeError>>;
-
-/// A run this process is driving, from [`InFlight::enter`] until dropped: its lease is renewed, and
-/// [`Runtime::drain`] waits for it.
-pub(crate) struct InFlight {
-    inner: Arc<Inner>,
-    id: String,
-}
-
-impl InFlight {
-    pub(crate) fn enter(inner: &Arc<Inner>, id: &str) -> Self {
-        inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned());
-        Self { inner: Arc::clone(inner), id: id.to_owned() }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let mut in_flight = self.inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
-        in_flight.remove(&self.id);
-        if in_flight.is_empty() {
-            self.inner.idle.notify_waiters();
-        }
-    }
-}
-
-/// What a drive does: start a stored run from its input, start a run not stored yet (created by its
-/// first durable write, see [`Runtime::start_and_wait`]), or resume a held turn.
-#[expect(clippy::large_enum_variant, reason = "one per drive, moved once into its task")]
-pub(crate) enum Work {
-    Start,
-    Create,
-    /// `started`: the call whose `tool_started` was committed with the claim.
-    Resume {
-        suspension: Suspension,
-        decisions: Decisions,
-        started: Option<StartingCall>,
-    },
-}
-
-const DECIDE_ATTEMPTS: usize = 8;
-const SYSTEM_ACTOR: &str = "system";
-const EXPIRY_REASON: &str = "approval deadline passed";
 
 impl Runtime {
     /// A runtime over a store and a set of agents (the first is the default agent).
@@ -314,10 +255,10 @@ impl Runtime {
     }
 
     /// Starts a run and drives it in the background; returns it as created (`running`).
-    pub async fn start(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, RuntimeError> {
-        let (run, spec) = self.new_run(agent, input, actor)?;
+    pub async fn start(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, StartError> {
+        let (run, spec) = self.inner.new_run(agent, input, actor)?;
         let started = events::run_started(&run);
-        let run = self.inner.store.create(run, vec![started]).await?;
+        let run = self.inner.store.create(run, vec![started]).await.map_err(StartError::Store)?;
         self.inner.notify(&run);
         self.inner.spawn_drive(run.clone(), spec, Work::Start, None);
         Ok(run)
@@ -329,13 +270,8 @@ impl Runtime {
     /// its creation rides with its first durable write (the held turn, the end, or the progress committed
     /// before a second model call), one commit less. Should the process die before that, no run is left
     /// behind and the caller's request fails; nothing was promised to anyone.
-    pub async fn start_and_wait(
-        &self,
-        agent: Option<&str>,
-        input: &str,
-        actor: &str,
-    ) -> Result<RunRecord, RuntimeError> {
-        let (run, spec) = self.new_run(agent, input, actor)?;
+    pub async fn start_and_wait(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, StartError> {
+        let (run, spec) = self.inner.new_run(agent, input, actor)?;
         let id = run.id.clone();
         // Driven in a task of its own (so that many runs started at once from one task still run side by
         // side and commit together), which answers here.
@@ -343,42 +279,20 @@ impl Runtime {
         self.inner.spawn_drive(run, spec, Work::Create, Some(done));
         match driven.await {
             Ok(Ok(run)) => Ok(run),
+            Ok(Err(DriveError::Store(error))) => Err(StartError::Store(error)),
             // Stored, then changed hands (cancelled, or taken over): wait on the stored run.
-            Ok(Err(RuntimeError::Conflict(_))) | Err(_) => self.wait_settled(&id).await,
-            Ok(Err(error)) => Err(error),
+            Ok(Err(DriveError::ChangedHands { .. })) | Err(_) => match self.wait_settled(&id).await {
+                Ok(run) => Ok(run),
+                Err(ReadError::NotFound(id)) => Err(StartError::Vanished(id)),
+                Err(ReadError::Store(error)) => Err(StartError::Store(error)),
+            },
         }
-    }
-
-    /// A new run of an agent, as created (`running` under this process's lease), not stored yet.
-    fn new_run(
-        &self,
-        agent: Option<&str>,
-        input: &str,
-        actor: &str,
-    ) -> Result<(RunRecord, Arc<AgentSpec>), RuntimeError> {
-        if input.trim().is_empty() {
-            return Err(RuntimeError::Invalid("input must be a non-empty string".into()));
-        }
-        let spec = match agent {
-            Some(name) => self.inner.agent(name).ok_or_else(|| RuntimeError::UnknownAgent(name.to_owned()))?,
-            None => self.inner.agents.first().cloned().ok_or_else(|| RuntimeError::UnknownAgent("(none)".into()))?,
-        };
-        let now = self.inner.clock.now();
-        let run = RunRecord::new(
-            self.inner.ids.run_id(),
-            spec.name.clone(),
-            input.to_owned(),
-            actor.to_owned(),
-            now,
-            Some(self.inner.lease(now)),
-        );
-        Ok((run, spec))
     }
 
     /// Waits until a run waits for approval or has ended. A notice that carries a settled record newer
     /// than the last state read answers without another read; any other settled notice, a lag, or a
     /// quiet half second reads the run again (another process may drive it).
-    pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, RuntimeError> {
+    pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, ReadError> {
         let mut notices = self.subscribe();
         let mut run = self.get(id).await?;
         loop {
@@ -406,27 +320,35 @@ impl Runtime {
     }
 
     /// Reads a run.
-    pub async fn get(&self, id: &str) -> Result<RunRecord, RuntimeError> {
+    pub async fn get(&self, id: &str) -> Result<RunRecord, ReadError> {
         Ok(self.inner.store.get(id).await?)
     }
 
-    /// Resolves a unique id prefix to a full id.
-    pub async fn resolve(&self, prefix: &str) -> Result<String, RuntimeError> {
+    /// Resolves a unique id prefix (or a whole id) to a full id.
+    pub async fn resolve(&self, prefix: &str) -> Result<String, ResolveError> {
+        let plausible = !prefix.is_empty()
+            && prefix.len() <= RUN_ID_LEN
+            && prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
+        if !plausible {
+            return Err(ResolveError::InvalidPrefix(prefix.to_owned()));
+        }
         match self.inner.store.resolve_prefix(prefix).await {
             Ok(id) => Ok(id),
-            Err(StoreError::NotFound(_)) => Err(RuntimeError::NotFound(prefix.to_owned())),
-            Err(StoreError::Conflict { detail, .. }) => Err(RuntimeError::Invalid(detail)),
-            Err(other) => Err(RuntimeError::Store(other)),
+            Err(StoreError::NotFound(_)) => Err(ResolveError::NotFound(prefix.to_owned())),
+            Err(StoreError::Conflict { conflict: Conflict::AmbiguousPrefix { prefix, matches, more }, .. }) => {
+                Err(ResolveError::Ambiguous { prefix, matches, more })
+            }
+            Err(other) => Err(ResolveError::Store(other)),
         }
     }
 
     /// Lists runs, newest first.
-    pub async fn list(&self, query: RunQuery) -> Result<RunPage, RuntimeError> {
-        Ok(self.inner.store.list(query).await?)
+    pub async fn list(&self, query: RunQuery) -> Result<RunPage, StoreError> {
+        self.inner.store.list(query).await
     }
 
     /// How many runs have each status, every status listed (zero where none).
-    pub async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, RuntimeError> {
+    pub async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
         let counted = self.inner.store.count_by_status().await?;
         Ok(RunStatus::ALL
             .iter()
@@ -435,13 +357,13 @@ impl Runtime {
     }
 
     /// A run's events after `after`.
-    pub async fn events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, RuntimeError> {
+    pub async fn events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, ReadError> {
         self.inner.store.get(id).await?;
         Ok(self.inner.store.events(id, after, limit).await?)
     }
 
     /// Checks a run's hash chain: `Ok(Err(break))` names the first bad event.
-    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, RuntimeError> {
+    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, ReadError> {
         let run = self.inner.store.get(id).await?;
         let mut all = Vec::new();
         loop {
@@ -455,6 +377,32 @@ impl Runtime {
         Ok(verify_chain(&all, run.last_seq, &run.last_hash).map(|()| run.last_seq))
     }
 
+    /// Whether `actor` may decide the calls of a run of `agent` started by `created_by` (the agent's
+    /// `forbid_self_approval`). [`decide`](Self::decide) checks the same; a caller asks first to avoid
+    /// asking a person for decisions that would be refused.
+    pub fn check_decider(&self, agent: &str, created_by: &str, actor: &str) -> Result<(), DecideError> {
+        let spec = self.inner.agent(agent).ok_or_else(|| DecideError::UnknownAgent(agent.to_owned()))?;
+        if spec.forbid_self_approval && actor == created_by {
+            return Err(DecideError::SelfApprovalForbidden { agent: agent.to_owned(), actor: actor.to_owned() });
+        }
+        Ok(())
+    }
+
+    /// Checks one decision against run `id`'s held turn, as [`decide`](Self::decide) would (the call takes
+    /// a decision, edited arguments pass the live tool's checks), without recording anything.
+    pub async fn check_decision(&self, id: &str, call_id: &str, decision: &Decision) -> Result<(), DecideError> {
+        let run = self.get(id).await?;
+        let RunState::Waiting(pending) = &run.state else {
+            return Err(DecideError::NotWaiting { id: run.id.clone(), status: run.status() });
+        };
+        let spec = self.inner.agent(&run.agent).ok_or_else(|| DecideError::UnknownAgent(run.agent.clone()))?;
+        let suspension = pending
+            .suspension
+            .parse()
+            .map_err(|e| DecideError::CorruptSuspension { id: run.id.clone(), detail: e.to_string() })?;
+        Ok(spec.agent_loop.check_decision(&suspension, call_id, decision).await?)
+    }
+
     /// Records decisions for a waiting run. The request whose decisions complete the held turn's set
     /// resumes the run (in the background); the answer is the run after the decisions were recorded.
     pub async fn decide(
@@ -463,8 +411,9 @@ impl Runtime {
         turn_digest: &str,
         set: DecisionSet,
         actor: &str,
-    ) -> Result<RunRecord, RuntimeError> {
-        self.decide_from(None, id, turn_digest, set, actor, &mut None).await
+    ) -> Result<RunRecord, DecideError> {
+        let request = DecisionRequest { turn_digest, set: &set, actor };
+        self.decide_from(None, id, &request, &mut None).await
     }
 
     /// Records decisions on a run the caller has just loaded, starting from that record (no second read
@@ -477,10 +426,11 @@ impl Runtime {
         turn_digest: &str,
         set: DecisionSet,
         actor: &str,
-    ) -> Result<RunRecord, RuntimeError> {
+    ) -> Result<RunRecord, DecideError> {
         let (done, driven) = tokio::sync::oneshot::channel();
         let mut waiter = Some(done);
-        let decided = self.decide_from(Some(loaded), &loaded.id, turn_digest, set, actor, &mut waiter).await?;
+        let request = DecisionRequest { turn_digest, set: &set, actor };
+        let decided = self.decide_from(Some(loaded), &loaded.id, &request, &mut waiter).await?;
         if decided.status() != RunStatus::Running {
             return Ok(decided);
         }
@@ -488,152 +438,90 @@ impl Runtime {
             // This request resumed the run: the drive it started answers with where the run settled.
             match driven.await {
                 Ok(Ok(settled_run)) => return Ok(settled_run),
-                Ok(Err(RuntimeError::Conflict(_))) | Err(_) => {}
-                Ok(Err(error)) => return Err(error),
+                Ok(Err(DriveError::Store(error))) => return Err(DecideError::Store(error)),
+                Ok(Err(DriveError::ChangedHands { .. })) | Err(_) => {}
             }
         }
         // Resumed by another request, or the drive lost the run to another process: wait on the store.
-        self.wait_settled(&loaded.id).await
+        Ok(self.wait_settled(&loaded.id).await?)
     }
 
-    /// `waiter`, if any, is handed to the drive when these decisions resume the run.
+    /// Decides on `loaded` first when given, then on the run as stored, reading it again each time
+    /// another decision commits first. `waiter`, if any, is handed to the drive when these decisions
+    /// resume the run.
     async fn decide_from(
         &self,
         loaded: Option<&RunRecord>,
         id: &str,
-        turn_digest: &str,
-        set: DecisionSet,
-        actor: &str,
+        request: &DecisionRequest<'_>,
         waiter: &mut Option<Settled>,
-    ) -> Result<RunRecord, RuntimeError> {
-        if let DecisionSet::Each(list) = &set {
-            if list.is_empty() {
-                return Err(RuntimeError::Invalid("decisions must not be empty".into()));
-            }
-            let mut seen = HashSet::new();
-            if let Some((dup, _)) = list.iter().find(|(id, _)| !seen.insert(id.as_str())) {
-                return Err(RuntimeError::Invalid(format!("call `{dup}` is decided twice in one request")));
-            }
-        }
+    ) -> Result<RunRecord, DecideError> {
+        decide::check_request(request.set)?;
         if let Some(run) = loaded
-            && let Ok(decided) = self.try_decide(run, turn_digest, &set, actor, waiter).await
+            && let Ok(decided) = self.try_decide(run, request, waiter).await
         {
             return Ok(decided);
         }
         for _ in 0..DECIDE_ATTEMPTS {
-            let run = self.inner.store.get(id).await?;
-            match self.try_decide(&run, turn_digest, &set, actor, waiter).await {
-                Err(RuntimeError::Store(StoreError::Conflict { .. })) => continue,
-                Err(RuntimeError::Conflict(detail)) if detail == RACE => continue,
+            let run = self.get(id).await?;
+            match self.try_decide(&run, request, waiter).await {
+                Err(DecideError::LostRace { .. }) => continue,
                 other => return other,
             }
         }
-        Err(RuntimeError::Conflict("the run kept changing while deciding; try again".into()))
+        Err(DecideError::LostRace { id: id.to_owned() })
     }
 
+    /// One attempt on the run as read: plan ([`decide::plan_decision`]), check edits with the live
+    /// tools, commit on the read's version, and start the resume the plan claims.
     async fn try_decide(
         &self,
         run: &RunRecord,
-        turn_digest: &str,
-        set: &DecisionSet,
-        actor: &str,
+        request: &DecisionRequest<'_>,
         waiter: &mut Option<Settled>,
-    ) -> Result<RunRecord, RuntimeError> {
-        let RunState::Waiting(pending) = &run.state else {
-            return Err(RuntimeError::Conflict(format!(
-                "run {} is {}, not waiting for approval",
-                run.id,
-                run.status()
-            )));
-        };
-        let spec = self.inner.agent(&run.agent).ok_or_else(|| RuntimeError::UnknownAgent(run.agent.clone()))?;
-        if spec.forbid_self_approval && actor == run.created_by {
-            return Err(RuntimeError::Forbidden(format!(
-                "agent {} forbids self-approval: {actor} started this run and cannot decide its calls",
-                spec.name
-            )));
-        }
-        if pending.turn_digest.as_str() != turn_digest {
-            return Err(RuntimeError::Conflict(format!(
-                "stale turn_digest: the held turn is now {}",
-                pending.turn_digest
-            )));
-        }
+    ) -> Result<RunRecord, DecideError> {
+        let spec = self.inner.agent(&run.agent).ok_or_else(|| DecideError::UnknownAgent(run.agent.clone()))?;
+        let rules = DeciderRules { forbid_self_approval: spec.forbid_self_approval };
+        // Refusals that need no parse of the held turn come first: a corrupt turn is failed only on a
+        // request that would otherwise be decided.
+        let pending = decide::admit(run, request, rules)?;
         let suspension = match pending.suspension.parse() {
             Ok(s) => s,
             Err(e) => {
                 self.inner.fail_corrupt(run, &e.to_string()).await;
-                return Err(RuntimeError::Conflict(format!("run {} failed: {e}", run.id)));
+                return Err(DecideError::CorruptSuspension { id: run.id.clone(), detail: e.to_string() });
             }
         };
-        let undecided =
-            || pending.required.iter().filter(|c| !pending.decisions.contains_key(*c)).cloned().collect::<Vec<_>>();
-        let wanted: Vec<(String, Decision)> = match set {
-            DecisionSet::Each(list) => list.clone(),
-            DecisionSet::ApproveAll => undecided().into_iter().map(|c| (c, Decision::Approve)).collect(),
-            DecisionSet::DenyAll { reason } => {
-                undecided().into_iter().map(|c| (c, Decision::Deny { reason: reason.clone() })).collect()
-            }
-        };
-        if wanted.is_empty() {
-            return Err(RuntimeError::Conflict("every held call is already decided".into()));
-        }
-        for (call_id, decision) in &wanted {
-            spec.agent_loop.check_decision(&suspension, call_id, decision).await?;
-            if pending.decisions.contains_key(call_id) {
-                return Err(RuntimeError::Conflict(format!("call `{call_id}` is already decided")));
-            }
-        }
         let now = self.inner.clock.now();
-        let recorded: Vec<(String, RecordedDecision)> = wanted
-            .into_iter()
-            .map(|(call_id, decision)| (call_id, RecordedDecision { decision, actor: actor.to_owned(), at: now }))
-            .collect();
-        let mut events: Vec<NewEvent> =
-            recorded.iter().map(|(id, d)| events::decision(now, suspension.round, id, d)).collect();
-        let completes = pending
-            .required
-            .iter()
-            .all(|c| pending.decisions.contains_key(c) || recorded.iter().any(|(id, _)| id == c));
-        let resume = completes.then(|| self.inner.lease(now));
-        // The resume's first call, when a person decided it and nothing runs before it, has its
-        // `tool_started` committed with the claim: one commit less between the decision and the call.
-        let mut started_with_claim = None;
-        if completes {
-            events.push(events::run_resumed(now, suspension.round, actor));
-            let all: Decisions = pending
-                .decisions
-                .iter()
-                .map(|(id, d)| (id.clone(), d.decision.clone()))
-                .chain(recorded.iter().map(|(id, d)| (id.clone(), d.decision.clone())))
-                .collect();
-            if let Some(call) = spec.agent_loop.first_decided_call(&suspension, &all) {
-                events.push(events::tool_started(
-                    now,
-                    suspension.round,
-                    &run.id,
-                    &call.call_id,
-                    &call.tool,
-                    &call.arguments,
-                    call.gate,
-                ));
-                started_with_claim = Some(call);
-            }
+        let plan = decide::plan_decision(run, &suspension, request, rules, now, self.inner.lease(now), |s, all| {
+            spec.agent_loop.first_decided_call(s, all)
+        })?;
+        for (call_id, decision) in &plan.decided {
+            spec.agent_loop.check_decision(&suspension, call_id, decision).await?;
         }
-        let transition = Transition::Decide { decisions: recorded, resume };
-        let next =
-            match self.inner.store.transition(&run.id, Guard::Version(run.version), transition, events, now).await {
-                Ok(next) => next,
-                Err(StoreError::Conflict { .. }) => return Err(RuntimeError::Conflict(RACE.into())),
-                Err(other) => return Err(other.into()),
-            };
+        let guard = Guard::Version(run.version);
+        let next = match self.inner.store.transition(&run.id, guard, plan.transition, plan.events, now).await {
+            Ok(next) => next,
+            // Someone acted on the run since it was read: read it again and decide on what is stored.
+            Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => {
+                return Err(DecideError::LostRace { id: run.id.clone() });
+            }
+            Err(StoreError::NotFound(id)) => return Err(DecideError::NotFound(id)),
+            Err(
+                error @ (StoreError::Duplicate(_)
+                | StoreError::Corrupt { .. }
+                | StoreError::Undecryptable { .. }
+                | StoreError::NewerSchema { .. }
+                | StoreError::Database(_)),
+            ) => return Err(DecideError::Store(error)),
+        };
         self.inner.notify(&next);
-        if completes {
+        if let Some(resume) = plan.resume {
             let decisions = decisions_for(&suspension, next.held_turn());
             self.inner.spawn_drive(
                 next.clone(),
-                spec_arc(&self.inner, &run.agent)?,
-                Work::Resume { suspension, decisions, started: started_with_claim },
+                spec,
+                Work::Resume { suspension, decisions, started: resume.started },
                 waiter.take(),
             );
         }
@@ -641,11 +529,11 @@ impl Runtime {
     }
 
     /// Cancels a run that has not finished.
-    pub async fn cancel(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<RunRecord, RuntimeError> {
+    pub async fn cancel(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<RunRecord, CancelError> {
         for _ in 0..DECIDE_ATTEMPTS {
-            let run = self.inner.store.get(id).await?;
+            let run = self.get(id).await?;
             if run.status().is_terminal() {
-                return Err(RuntimeError::Conflict(format!("run {} is already {}", run.id, run.status())));
+                return Err(CancelError::AlreadyTerminal { id: run.id.clone(), status: run.status() });
             }
             let now = self.inner.clock.now();
             let event = events::run_cancelled(now, run.iterations, actor, reason);
@@ -659,106 +547,19 @@ impl Runtime {
                     self.inner.notify(&next);
                     return Ok(next);
                 }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(other) => return Err(other.into()),
+                // Changed since it was read (the driving process committed a step): read it again.
+                Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => continue,
+                Err(StoreError::NotFound(id)) => return Err(CancelError::NotFound(id)),
+                Err(
+                    error @ (StoreError::Duplicate(_)
+                    | StoreError::Corrupt { .. }
+                    | StoreError::Undecryptable { .. }
+                    | StoreError::NewerSchema { .. }
+                    | StoreError::Database(_)),
+                ) => return Err(CancelError::Store(error)),
             }
         }
-        Err(RuntimeError::Conflict("the run kept changing while cancelling; try again".into()))
-    }
-
-    /// Deletes terminal runs finished before `terminal_before` and waiting runs untouched since
-    /// `waiting_before`, in batches. Returns how many went.
-    pub async fn purge(&self, terminal_before: Millis, waiting_before: Millis) -> Result<u64, RuntimeError> {
-        let mut total = 0;
-        loop {
-            let n = self.inner.store.purge(terminal_before, waiting_before, 500).await?;
-            total += n;
-            if n < 500 {
-                return Ok(total);
-            }
-        }
-    }
-
-    /// Applies due deadlines (`on_expiry`) and takes over runs whose lease expired. Returns how many runs
-    /// it acted on. A server calls it every second; CLI commands call it when they open the store.
-    pub async fn sweep(&self) -> Result<usize, RuntimeError> {
-        let now = self.inner.clock.now();
-        let due = self.inner.store.due(now, 100).await?;
-        let mut acted = 0;
-        for run in due {
-            let result = match run.status() {
-                RunStatus::WaitingForApproval => self.expire(&run).await,
-                RunStatus::Running => recovery::take_over(self, &run).await,
-                _ => Ok(()),
-            };
-            match result {
-                Ok(()) => acted += 1,
-                Err(RuntimeError::Conflict(_)) => {}
-                Err(e) => tracing::warn!(run = %run.id, error = %e, "sweep could not act on a due run"),
-            }
-        }
-        Ok(acted)
-    }
-
-    async fn expire(&self, run: &RunRecord) -> Result<(), RuntimeError> {
-        let spec = self.inner.agent(&run.agent).ok_or_else(|| RuntimeError::UnknownAgent(run.agent.clone()))?;
-        let Some(pending) = run.held_turn() else { return Ok(()) };
-        match spec.on_expiry {
-            OnExpiry::Deny => {
-                self.decide(
-                    &run.id,
-                    pending.turn_digest.as_str(),
-                    DecisionSet::DenyAll { reason: EXPIRY_REASON.into() },
-                    SYSTEM_ACTOR,
-                )
-                .await?;
-            }
-            OnExpiry::Cancel => {
-                let now = self.inner.clock.now();
-                let deadline = pending.expires_at.unwrap_or(now);
-                let event = events::run_expired(now, run.iterations, deadline);
-                let next = self
-                    .inner
-                    .store
-                    .transition(&run.id, Guard::Version(run.version), Transition::Expire, vec![event], now)
-                    .await?;
-                self.inner.notify(&next);
-            }
-        }
-        Ok(())
-    }
-
-    /// Renews the leases of the runs this process drives. Call it every third of the lease.
-    pub async fn renew_leases(&self) {
-        let ids: Vec<String> =
-            self.inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
-        for id in ids {
-            let until = self.inner.clock.now() + self.inner.lease_ms;
-            if let Err(e) = self.inner.store.append(&id, &self.inner.node, Vec::new(), until).await {
-                tracing::debug!(run = %id, error = %e, "lease not renewed");
-            }
-        }
-    }
-
-    /// Runs [`sweep`](Self::sweep) every second and [`renew_leases`](Self::renew_leases) every third of
-    /// the lease, until the returned handle is dropped or aborted.
-    pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
-        let runtime = self.clone();
-        let renew_every = Duration::from_millis((self.inner.lease_ms / 3).max(100) as u64);
-        tokio::spawn(async move {
-            let mut sweep = tokio::time::interval(Duration::from_secs(1));
-            let mut renew = tokio::time::interval(renew_every);
-            loop {
-                tokio::select! {
-                    _ = sweep.tick() => {
-                        if let Err(e) = runtime.sweep().await {
-                            tracing::warn!(error = %e, "sweep failed");
-                        }
-                    }
-                    _ = renew.tick() => runtime.renew_leases().await,
-                }
-            }
-        })
+        Err(CancelError::LostRace { id: id.to_owned() })
     }
 
     /// Waits until every run this process drives has reached its next durable state.
@@ -777,27 +578,22 @@ impl Runtime {
     }
 }
 
-const RACE: &str = "lost a race with another decision";
+/// How often a decision or a cancellation reads the run again after another write committed first.
+const DECIDE_ATTEMPTS: usize = 8;
+/// The length of a run id (a hyphenated UUID).
+const RUN_ID_LEN: usize = 36;
 
 fn settled(status: RunStatus) -> bool {
     status == RunStatus::WaitingForApproval || status.is_terminal()
 }
 
-fn spec_arc(inner: &Inner, name: &str) -> Result<Arc<AgentSpec>, RuntimeError> {
-    inner.agent(name).ok_or_else(|| RuntimeError::UnknownAgent(name.to_owned()))
-}
-
-/// The decisions a resume needs: those recorded for the calls that still take one.
-pub(crate) fn decisions_for(suspension: &Suspension, pending: Option<&HeldTurn>) -> Decisions {
-    let Some(pending) = pending else { return BTreeMap::new() };
-    suspension
-        .decidable_calls()
-        .filter_map(|c| pending.decisions.get(&c.call_id).map(|d| (c.call_id.clone(), d.decision.clone())))
-        .collect()
+/// The agent of a run being taken over.
+pub(crate) fn spec_arc(inner: &Inner, name: &str) -> Result<Arc<AgentSpec>, SweepError> {
+    inner.agent(name).ok_or_else(|| SweepError::UnknownAgent(name.to_owned()))
 }
 
 impl Inner {
-    fn agent(&self, name: &str) -> Option<Arc<AgentSpec>> {
+    pub(crate) fn agent(&self, name: &str) -> Option<Arc<AgentSpec>> {
         self.agents.iter().find(|a| a.name == name).cloned()
     }
 
@@ -821,162 +617,4 @@ impl Inner {
         let _ =
             self.notices.send(RunNotice { run_id: run_id.to_owned(), status: RunStatus::Running, last_seq, run: None });
     }
-
-    /// Drives a run in a task of its own until its next durable state; where it got to goes to
-    /// `waiter`, if any.
-    pub(crate) fn spawn_drive(
-        self: &Arc<Self>,
-        run: RunRecord,
-        spec: Arc<AgentSpec>,
-        work: Work,
-        waiter: Option<Settled>,
-    ) {
-        let driving = InFlight::enter(self, &run.id);
-        let inner = Arc::clone(self);
-        tokio::spawn(async move {
-            let result = inner.drive(run, spec, work).await;
-            if let Some(waiter) = waiter {
-                let _ = waiter.send(result);
-            }
-            drop(driving);
-        });
-    }
-
-    /// Runs the loop for one segment and commits where it ended; answers the run as committed.
-    async fn drive(
-        self: &Arc<Self>,
-        run: RunRecord,
-        spec: Arc<AgentSpec>,
-        mut work: Work,
-    ) -> Result<RunRecord, RuntimeError> {
-        let started = match &mut work {
-            Work::Start | Work::Create => None,
-            Work::Resume { started, .. } => started.take(),
-        };
-        let unborn = matches!(work, Work::Create).then(|| run.clone());
-        let hooks = PersistHooks::new(Arc::clone(self), run.id.clone(), started, unborn);
-        let outcome = match work {
-            Work::Start | Work::Create => spec.agent_loop.start(&run.id, &run.input, &hooks).await,
-            Work::Resume { suspension, decisions, .. } => {
-                spec.agent_loop.resume(&run.id, suspension, &decisions, &hooks).await
-            }
-        };
-        let now = self.clock.now();
-        let mut events = hooks.take_buffer();
-        let transition = match outcome {
-            Ok(Outcome::Completed(done)) => {
-                // The round of the last model call: at the iteration cap that is the closing completion
-                // (max_iterations + 1), which the iteration counter does not count.
-                let round = hooks.round().max(done.counters.iterations);
-                events.push(events::run_completed(now, round, done.output.as_deref(), done.reason.as_str()));
-                Transition::Complete {
-                    output: done.output,
-                    reason: done.reason,
-                    iterations: done.counters.iterations,
-                    usage: done.counters.usage,
-                }
-            }
-            Ok(Outcome::Suspended(suspension)) => {
-                let expires_at = spec.approval_ttl.map(|ttl| now + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-                match suspend_transition(&suspension, BTreeMap::new(), expires_at) {
-                    Ok(transition) => {
-                        events.push(events::approval_requested(now, &suspension, expires_at));
-                        transition
-                    }
-                    Err(error) => {
-                        // Never reported as waiting on a turn that was not stored.
-                        let error = RunError { kind: "unstorable_suspension".into(), message: error.to_string() };
-                        events.push(events::run_failed(now, hooks.round(), &error));
-                        Transition::Fail { error }
-                    }
-                }
-            }
-            Err(error) => {
-                let error = match &error {
-                    LoopError::Model { source, .. } => {
-                        RunError { kind: source.kind().to_owned(), message: error.to_string() }
-                    }
-                    LoopError::Decision(e) => RunError { kind: e.kind().to_owned(), message: e.to_string() },
-                    LoopError::Hook(e) => RunError { kind: "store".into(), message: e.to_string() },
-                };
-                events.push(events::run_failed(now, hooks.round(), &error));
-                Transition::Fail { error }
-            }
-        };
-        let unborn = hooks.take_unborn();
-        let error = match self.commit_end(&run.id, unborn.as_ref(), transition, events, now).await {
-            Ok(next) => {
-                self.notify(&next);
-                return Ok(next);
-            }
-            Err(StoreError::Conflict { detail, .. }) => {
-                // Cancelled meanwhile, or another process took the run over: it owns the run now.
-                tracing::info!(run = %run.id, %detail, "run changed hands while driving; stopping");
-                return Err(RuntimeError::Conflict(detail));
-            }
-            Err(error) => error,
-        };
-        tracing::error!(run = %run.id, %error, "could not commit the end of a segment; failing the run");
-        let failure =
-            RunError { kind: "store".into(), message: format!("the run's progress could not be stored: {error}") };
-        let event = events::run_failed(now, hooks.round(), &failure);
-        match self.commit_end(&run.id, unborn.as_ref(), Transition::Fail { error: failure }, vec![event], now).await {
-            Ok(next) => {
-                self.notify(&next);
-                Ok(next)
-            }
-            Err(e) => {
-                tracing::error!(run = %run.id, error = %e, "could not fail the run either; its lease will expire and another process will recover it");
-                Err(RuntimeError::Store(error))
-            }
-        }
-    }
-
-    /// Commits the end of a segment under this process's lease; a run not stored yet (as created) is
-    /// created as it ends, its `run_started` first.
-    async fn commit_end(
-        &self,
-        id: &str,
-        unborn: Option<&RunRecord>,
-        transition: Transition,
-        events: Vec<NewEvent>,
-        now: Millis,
-    ) -> Result<RunRecord, StoreError> {
-        let Some(created) = unborn else {
-            return self.store.transition(id, Guard::Lease(self.node.clone()), transition, events, now).await;
-        };
-        let ended = created.apply(&transition, now).map_err(StoreError::Transition)?;
-        self.store.create(ended, std::iter::once(events::run_started(created)).chain(events).collect()).await
-    }
-
-    /// Fails a run whose stored state cannot be read, leaving every other run alone.
-    pub(crate) async fn fail_corrupt(&self, run: &RunRecord, detail: &str) {
-        let now = self.clock.now();
-        let error = RunError { kind: "corrupt_suspension".into(), message: detail.to_owned() };
-        let event = events::run_failed(now, run.iterations, &error);
-        match self
-            .store
-            .transition(&run.id, Guard::Version(run.version), Transition::Fail { error }, vec![event], now)
-            .await
-        {
-            Ok(next) => self.notify(&next),
-            Err(e) => tracing::warn!(run = %run.id, error = %e, "could not fail a run with a corrupt suspension"),
-        }
-    }
-}
-
-/// The transition that stores a suspension as the run's held turn, or why it cannot be stored.
-pub(crate) fn suspend_transition(
-    suspension: &Suspension,
-    decisions: BTreeMap<String, RecordedDecision>,
-    expires_at: Option<Millis>,
-) -> Result<Transition, SuspensionError> {
-    let held = HeldTurn {
-        suspension: suspension.to_stored()?,
-        turn_digest: TurnDigest(suspension.turn_digest.0.clone()),
-        required: suspension.decidable_calls().map(|c| c.call_id.clone()).collect(),
-        decisions,
-        expires_at,
-    };
-    Ok(Transition::Suspend { held, iterations: suspension.counters.iterations, usage: suspension.counters.usage })
 }

@@ -4,12 +4,16 @@
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use tollgate_core::DecisionError;
 use tollgate_core::{
     Clock, Decision, EventKind, Gate, Guard, HeldTurn, LoopConfig, RunRecord, RunStatus, RunStore, StoredSuspension,
     ToolLoop, ToolRegistry, Transition, TurnDigest,
 };
 use tollgate_providers::{Script, ScriptedModel};
-use tollgate_runtime::{AgentSpec, DecisionSet, OnExpiry, Runtime, RuntimeError, RuntimeOptions, UuidV7Ids};
+use tollgate_runtime::{
+    AgentSpec, CancelError, DecideError, DecisionSet, OnExpiry, ReadError, Retention, Runtime, RuntimeOptions,
+    Schedule, UuidV7Ids,
+};
 use tollgate_testkit::{ManualClock, TestTool, postgres_url, scratch_dir};
 
 const T0: i64 = 1_796_000_000_000;
@@ -268,18 +272,18 @@ async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
     let each = |id: &str, decision: Decision| DecisionSet::Each(vec![(id.to_owned(), decision)]);
 
     let stale = runtime.decide(&run.id, "sha256:0000", each("call_1", Decision::Approve), "bob").await;
-    assert!(matches!(stale, Err(RuntimeError::Conflict(m)) if m.contains("stale")));
+    assert!(matches!(stale, Err(DecideError::StaleDigest { current }) if current.0 == d));
     let unknown = runtime.decide(&run.id, &d, each("call_9", Decision::Approve), "bob").await;
-    assert!(matches!(unknown, Err(RuntimeError::Decision(_))));
+    assert!(matches!(unknown, Err(DecideError::Invalid(DecisionError::UnknownCall(id))) if id == "call_9"));
     let empty = runtime.decide(&run.id, &d, DecisionSet::Each(vec![]), "bob").await;
-    assert!(matches!(empty, Err(RuntimeError::Invalid(_))));
+    assert!(matches!(empty, Err(DecideError::NoDecisions)));
 
     let partial = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
     let partial = partial.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(partial.status(), RunStatus::WaitingForApproval, "one of two calls decided: still waiting");
     assert_eq!(setup.tools[0].call_count(), 0);
     let again = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
-    assert!(matches!(again, Err(RuntimeError::Conflict(m)) if m.contains("already decided")));
+    assert!(matches!(again, Err(DecideError::AlreadyDecided { call_id }) if call_id == "call_1"));
 
     runtime.decide(&run.id, &d, DecisionSet::ApproveAll, "carol").await.unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
@@ -297,7 +301,10 @@ async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
         ]
     );
     let after = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
-    assert!(matches!(after, Err(RuntimeError::Conflict(_))), "a finished run takes no decision");
+    assert!(
+        matches!(after, Err(DecideError::NotWaiting { status: RunStatus::Completed, .. })),
+        "a finished run takes no decision"
+    );
 }
 
 #[tokio::test]
@@ -325,7 +332,7 @@ async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
 
     // On a run that has ended, the loaded record's answer is the stored run's: a conflict.
     let late = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, "dave").await;
-    assert!(matches!(late, Err(RuntimeError::Conflict(_))), "{late:?}");
+    assert!(matches!(late, Err(DecideError::NotWaiting { .. })), "{late:?}");
 
     // A partial decision answers at once, still waiting.
     let other = runtime.start_and_wait(None, "y", "alice").await.unwrap_or_else(|e| panic!("{e}"));
@@ -355,7 +362,10 @@ async fn thirty_two_concurrent_deciders_resume_once() {
         for task in tasks {
             match task.await.unwrap_or_else(|e| panic!("{e}")) {
                 Ok(_) => won += 1,
-                Err(RuntimeError::Conflict(_)) => {}
+                // The losers find the call decided, or the run already resumed.
+                Err(
+                    DecideError::AlreadyDecided { .. } | DecideError::NotWaiting { .. } | DecideError::LostRace { .. },
+                ) => {}
                 Err(other) => panic!("{backend}: unexpected {other}"),
             }
         }
@@ -375,7 +385,12 @@ async fn self_approval_can_be_forbidden() {
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
     let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
     let own = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "alice").await;
-    assert!(matches!(own, Err(RuntimeError::Forbidden(_))));
+    assert!(matches!(own, Err(DecideError::SelfApprovalForbidden { actor, .. }) if actor == "alice"));
+    assert!(matches!(
+        runtime.check_decider("writer", "alice", "alice"),
+        Err(DecideError::SelfApprovalForbidden { .. })
+    ));
+    assert!(runtime.check_decider("writer", "alice", "bob").is_ok());
     let other = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await;
     assert!(other.is_ok());
 }
@@ -449,7 +464,10 @@ async fn a_corrupt_suspension_fails_only_its_run() {
         .unwrap_or_else(|e| panic!("{e}"));
 
     let refused = runtime.decide(&record.id, "sha256:abc", DecisionSet::ApproveAll, "bob").await;
-    assert!(matches!(refused, Err(RuntimeError::Conflict(m)) if m.contains("schema_version 99")));
+    assert!(
+        matches!(&refused, Err(DecideError::CorruptSuspension { detail, .. }) if detail.contains("schema_version 99")),
+        "{refused:?}"
+    );
     let failed = runtime.get(&record.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(failed.status(), RunStatus::Failed);
     assert_eq!(failed.error().as_ref().map(|e| e.kind.as_str()), Some("corrupt_suspension"));
@@ -488,14 +506,17 @@ async fn cancel_and_purge() {
     let cancelled = runtime.start_and_wait(None, "drop", "alice").await.unwrap_or_else(|e| panic!("{e}"));
     let c = runtime.cancel(&cancelled.id, "alice", Some("changed my mind")).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.status(), RunStatus::Cancelled);
-    assert!(matches!(runtime.cancel(&cancelled.id, "alice", None).await, Err(RuntimeError::Conflict(_))));
+    assert!(matches!(
+        runtime.cancel(&cancelled.id, "alice", None).await,
+        Err(CancelError::AlreadyTerminal { status: RunStatus::Cancelled, .. })
+    ));
 
     clock.advance(Duration::from_secs(3600));
     let now = clock.now();
     // Terminal runs older than 30 minutes go; waiting runs are kept for 90 days.
     let purged = runtime.purge(now - 1_800_000, now - 90 * 86_400_000).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(purged, 1);
-    assert!(matches!(runtime.get(&cancelled.id).await, Err(RuntimeError::NotFound(_))));
+    assert!(matches!(runtime.get(&cancelled.id).await, Err(ReadError::NotFound(_))));
     assert!(runtime.events(&cancelled.id, 0, 10).await.is_err(), "events go with their run");
     assert!(runtime.get(&waiting.id).await.is_ok());
     let purged = runtime.purge(now - 1_800_000, now - 1_800_000).await.unwrap_or_else(|e| panic!("{e}"));
@@ -660,4 +681,46 @@ async fn the_closing_completion_at_the_iteration_cap_and_run_completed_are_round
         assert_eq!(rounds, (1..=cap + 1).collect::<Vec<_>>(), "{backend}");
         assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
     }
+}
+
+/// The one maintenance scheduler comes due on the runtime's clock, not on the wall clock: a deadline
+/// passes, and later retention lets the run go, only as the injected clock says so.
+#[tokio::test]
+async fn the_maintenance_scheduler_runs_deadlines_and_retention_on_the_runtimes_clock() {
+    let mut setup = Setup::new(one_write(), vec![write_tool()]);
+    setup.ttl = Some(Duration::from_secs(60));
+    setup.on_expiry = OnExpiry::Cancel;
+    let clock = ManualClock::at(T0);
+    let runtime = setup.runtime(sqlite().await, &clock, "node-a");
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let retention =
+        Retention { terminal_after: Duration::from_secs(86_400), waiting_after: Duration::from_secs(7 * 86_400) };
+    let maintenance = runtime.spawn_maintenance(Schedule::server(retention));
+
+    let mut notices = runtime.subscribe();
+    clock.advance(Duration::from_secs(61));
+    let expired = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match notices.recv().await {
+                Ok(notice) if notice.run_id == run.id && notice.status == RunStatus::Expired => return,
+                Ok(_) => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+    assert!(expired.is_ok(), "the deadline was applied once the runtime's clock passed it");
+
+    // A day and an hour later on the runtime's clock, the next hourly retention purges the expired run.
+    clock.advance(Duration::from_secs(86_400 + 3_600));
+    let mut gone = false;
+    for _ in 0..100 {
+        if matches!(runtime.get(&run.id).await, Err(ReadError::NotFound(_))) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "retention applied on the runtime's clock");
+    maintenance.stop();
 }

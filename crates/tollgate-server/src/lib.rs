@@ -62,7 +62,6 @@ mod openapi;
 mod playground;
 mod problem;
 mod routes;
-mod schema;
 mod sse;
 mod webhooks;
 
@@ -82,22 +81,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tollgate_runtime::{Runtime, RuntimeError};
-
-/// How long a run's terminal and waiting states are kept (`[retention]` in CONFIG.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Retention {
-    /// Terminal runs finished longer ago than this are purged.
-    pub terminal_after: Duration,
-    /// Waiting runs untouched for longer than this are purged.
-    pub waiting_after: Duration,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Self { terminal_after: Duration::from_secs(30 * 86_400), waiting_after: Duration::from_secs(90 * 86_400) }
-    }
-}
+use tollgate_core::StoreError;
+pub use tollgate_runtime::Retention;
+use tollgate_runtime::{Runtime, Schedule};
 
 /// Everything the server takes from configuration.
 #[derive(Clone, Debug)]
@@ -235,9 +221,9 @@ pub async fn serve(
     serve_on(listener, runtime, options, shutdown).await
 }
 
-/// Serves on a bound listener until `shutdown` completes: the API, plus the runtime's background work
-/// ([`Runtime::spawn_background`]: deadlines every second, lease renewal), retention once an hour, the
-/// event feed (metrics) and the webhook dispatcher. On shutdown it stops accepting, ends live streams,
+/// Serves on a bound listener until `shutdown` completes: the API, plus the runtime's maintenance
+/// ([`Runtime::spawn_maintenance`] with [`Schedule::server`]: deadlines and takeovers every second,
+/// lease renewal, retention once an hour), the event feed (metrics) and the webhook dispatcher. On shutdown it stops accepting, ends live streams,
 /// waits for in-flight requests, then for in-flight steps to commit (at most
 /// [`ServerOptions::shutdown_grace`]), and returns.
 pub async fn serve_on(
@@ -258,8 +244,9 @@ pub async fn serve_on(
         };
     let (stop_feed, feed_stopped) = tokio::sync::oneshot::channel();
     let mut feed = feed::spawn(runtime.clone(), built.metrics.clone(), webhooks, feed_stopped);
-    let background = runtime.spawn_background();
-    let retention = spawn_retention(runtime.clone(), options.retention);
+    // Deadlines and takeovers every second, lease renewal, retention hourly: the runtime's one
+    // maintenance scheduler, as every CLI command runs it (with its own schedule).
+    let maintenance = runtime.spawn_maintenance(Schedule::server(options.retention));
     tracing::info!(addr = %local, auth = !options.tokens.is_empty(), "serving the Tollgate API");
 
     let stop = built.shutdown;
@@ -271,16 +258,14 @@ pub async fn serve_on(
     let served = axum::serve(listener, built.router).with_graceful_shutdown(signal).await;
 
     // No new work from sweeps or retention; keep the leases of what is still running while it commits.
-    background.abort();
-    retention.abort();
-    let renew = spawn_renewal(runtime.clone());
+    maintenance.wind_down();
     if tokio::time::timeout(options.shutdown_grace, runtime.drain()).await.is_err() {
         tracing::warn!(
             grace = ?options.shutdown_grace,
             "some steps were still running at shutdown; their runs will be taken over when their leases expire"
         );
     }
-    renew.abort();
+    maintenance.stop();
     // Hand on the last commits' events, then let queued webhook deliveries finish, for a bounded time.
     let _ = stop_feed.send(());
     let flush = async {
@@ -342,41 +327,14 @@ pub(crate) async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
 }
 
 /// Purges terminal runs finished more than `terminal_after` ago and waiting runs untouched for more
-/// than `waiting_after`, on the runtime's clock.
+/// than `waiting_after`, on the runtime's clock (`POST /v1/purge`).
 pub(crate) async fn apply_retention(
     runtime: &Runtime,
     terminal_after: Duration,
     waiting_after: Duration,
-) -> Result<u64, RuntimeError> {
-    let now = runtime.clock().now();
-    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    runtime.purge(now.saturating_sub(ms(terminal_after)), now.saturating_sub(ms(waiting_after))).await
+) -> Result<u64, StoreError> {
+    runtime.apply_retention(terminal_after, waiting_after).await
 }
 
-const RETENTION_EVERY: Duration = Duration::from_secs(3600);
 /// How long shutdown waits for queued webhook deliveries.
 const WEBHOOK_FLUSH: Duration = Duration::from_secs(5);
-
-fn spawn_retention(runtime: Runtime, retention: Retention) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(RETENTION_EVERY);
-        loop {
-            every.tick().await;
-            match apply_retention(&runtime, retention.terminal_after, retention.waiting_after).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(deleted_runs = n, "retention applied"),
-                Err(e) => tracing::warn!(error = %e, "retention failed; trying again in an hour"),
-            }
-        }
-    })
-}
-
-fn spawn_renewal(runtime: Runtime) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            every.tick().await;
-            runtime.renew_leases().await;
-        }
-    })
-}

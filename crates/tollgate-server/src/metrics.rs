@@ -113,7 +113,7 @@ impl Metrics {
     }
 
     /// Runs per status, counted by the store, cached briefly.
-    async fn run_counts(&self, runtime: &Runtime) -> Result<StatusCounts, tollgate_runtime::RuntimeError> {
+    async fn run_counts(&self, runtime: &Runtime) -> Result<StatusCounts, tollgate_core::StoreError> {
         let mut cache = self.counts.lock().await;
         if let Some((at, counts)) = cache.as_ref()
             && at.elapsed() < COUNT_TTL
@@ -126,7 +126,7 @@ impl Metrics {
     }
 
     /// The whole exposition.
-    pub(crate) async fn render(&self, runtime: &Runtime) -> Result<String, tollgate_runtime::RuntimeError> {
+    pub(crate) async fn render(&self, runtime: &Runtime) -> Result<String, tollgate_core::StoreError> {
         let counts = self.run_counts(runtime).await?;
         let mut out = String::with_capacity(4096);
         out.push_str("# HELP tollgate_runs Runs in the store by status.\n");

@@ -1,9 +1,9 @@
-//! The OpenAPI 3.1 document of the API, generated from the handlers' annotations and the types of
-//! `schema.rs`. A copy is committed as `crates/tollgate-server/openapi.json`; a test fails when the two
+//! The OpenAPI 3.1 document of the API, generated from the handlers' annotations and the wire types of
+//! `tollgate-protocol` (each derives its schema, under the component name it has always had). A copy is committed as `crates/tollgate-server/openapi.json`; a test fails when the two
 //! drift (`UPDATE_OPENAPI=1 cargo test -p tollgate-server --test openapi` rewrites the copy).
 
 use crate::routes;
-use crate::schema;
+use tollgate_protocol as wire;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -33,22 +33,22 @@ playground needs `Authorization: Bearer TOKEN`.",
         routes::openapi,
     ),
     components(schemas(
-        schema::CreateRun,
-        schema::DecideRequest,
-        schema::DecisionItem,
-        schema::CancelRequest,
-        schema::PurgeRequest,
-        schema::RunView,
-        schema::RunList,
-        schema::EventView,
-        schema::EventList,
-        schema::AgentList,
-        schema::ToolList,
-        schema::PurgeResult,
-        schema::Health,
-        schema::Problem,
+        wire::StartRunRequest,
+        wire::DecisionRequest,
+        wire::CallDecision,
+        wire::CancelRequest,
+        wire::PurgeRequest,
+        wire::Run,
+        wire::RunPage,
+        wire::Event,
+        wire::EventPage,
+        wire::AgentList,
+        wire::ToolList,
+        wire::PurgeResult,
+        wire::Health,
+        wire::Problem,
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &TaggedDecisions),
     tags(
         (name = "runs", description = "Start, list, read, follow, decide and cancel runs"),
         (name = "agents", description = "The configured agents and their tools"),
@@ -67,6 +67,35 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// Each decision action is its own closed component (`additionalProperties: false`) referenced from
+/// `DecisionItem` next to its `action` tag; a closed schema does not see a sibling's properties, so each
+/// component lists its `action` itself, or no body would validate against the document.
+struct TaggedDecisions;
+
+impl Modify for TaggedDecisions {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+        let Some(components) = openapi.components.as_mut() else { return };
+        for (name, action) in [
+            ("ApproveDecision", "approve"),
+            ("EditDecision", "edit"),
+            ("DenyDecision", "deny"),
+            ("RespondDecision", "respond"),
+        ] {
+            if let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(name) {
+                let tag = ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some([action]))
+                    .description(Some("The action."))
+                    .build();
+                object.properties.insert("action".to_owned(), RefOr::T(Schema::Object(tag)));
+                object.required.insert(0, "action".to_owned());
+            }
+        }
     }
 }
 

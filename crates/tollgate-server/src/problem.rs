@@ -6,8 +6,8 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use tollgate_core::StoreError;
-use tollgate_runtime::RuntimeError;
+use tollgate_core::{Conflict, StoreError};
+use tollgate_runtime::{CancelError, DecideError, ReadError, ResolveError, StartError};
 
 /// The prefix of every problem `type`.
 pub const PROBLEM_BASE: &str = "https://tollgate.dev/problems/";
@@ -177,16 +177,66 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<RuntimeError> for ApiError {
-    fn from(error: RuntimeError) -> Self {
+/// `?` on each runtime operation answers its problem; every variant is named, so a new one does not
+/// compile until its status is chosen here (and in the table test below).
+impl From<StartError> for ApiError {
+    fn from(error: StartError) -> Self {
         match error {
-            RuntimeError::UnknownAgent(name) => ApiError::not_found(format!("no agent is named `{name}`")),
-            RuntimeError::NotFound(id) => ApiError::not_found(format!("no run has id `{id}`")),
-            RuntimeError::Invalid(detail) => ApiError::invalid(detail),
-            RuntimeError::Decision(e) => ApiError::new(ProblemKind::InvalidDecision, e.to_string()),
-            RuntimeError::Conflict(detail) => ApiError::new(ProblemKind::Conflict, detail),
-            RuntimeError::Forbidden(detail) => ApiError::forbidden(detail),
-            RuntimeError::Store(e) => ApiError::from(e),
+            StartError::UnknownAgent(name) => ApiError::not_found(format!("no agent is named `{name}`")),
+            StartError::EmptyInput => ApiError::invalid(error.to_string()),
+            StartError::Vanished(id) => ApiError::not_found(format!("no run has id `{id}`")),
+            StartError::Store(e) => ApiError::from(e),
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(error: ReadError) -> Self {
+        match error {
+            ReadError::NotFound(id) => ApiError::not_found(format!("no run has id `{id}`")),
+            ReadError::Store(e) => ApiError::from(e),
+        }
+    }
+}
+
+impl From<ResolveError> for ApiError {
+    fn from(error: ResolveError) -> Self {
+        match error {
+            ResolveError::NotFound(_) => ApiError::not_found(error.to_string()),
+            ResolveError::Ambiguous { .. } => ApiError::invalid(error.to_string()),
+            ResolveError::InvalidPrefix(_) => ApiError::invalid(error.to_string()),
+            ResolveError::Store(e) => ApiError::from(e),
+        }
+    }
+}
+
+impl From<DecideError> for ApiError {
+    fn from(error: DecideError) -> Self {
+        match error {
+            DecideError::NotFound(id) => ApiError::not_found(format!("no run has id `{id}`")),
+            DecideError::UnknownAgent(name) => ApiError::not_found(format!("no agent is named `{name}`")),
+            DecideError::NotWaiting { .. }
+            | DecideError::StaleDigest { .. }
+            | DecideError::AlreadyDecided { .. }
+            | DecideError::NothingToDecide
+            | DecideError::CorruptSuspension { .. }
+            | DecideError::LostRace { .. } => ApiError::new(ProblemKind::Conflict, error.to_string()),
+            DecideError::SelfApprovalForbidden { .. } => ApiError::forbidden(error.to_string()),
+            DecideError::NoDecisions | DecideError::DecidedTwice { .. } => ApiError::invalid(error.to_string()),
+            DecideError::Invalid(e) => ApiError::new(ProblemKind::InvalidDecision, e.to_string()),
+            DecideError::Store(e) => ApiError::from(e),
+        }
+    }
+}
+
+impl From<CancelError> for ApiError {
+    fn from(error: CancelError) -> Self {
+        match error {
+            CancelError::NotFound(id) => ApiError::not_found(format!("no run has id `{id}`")),
+            CancelError::AlreadyTerminal { .. } | CancelError::LostRace { .. } => {
+                ApiError::new(ProblemKind::Conflict, error.to_string())
+            }
+            CancelError::Store(e) => ApiError::from(e),
         }
     }
 }
@@ -195,7 +245,14 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::NotFound(id) => ApiError::not_found(format!("no run has id `{id}`")),
-            StoreError::Conflict { detail, .. } => ApiError::new(ProblemKind::Conflict, detail),
+            StoreError::Conflict { conflict, .. } => match conflict {
+                Conflict::StaleVersion { .. }
+                | Conflict::NotRunning { .. }
+                | Conflict::LeaseLost { .. }
+                | Conflict::LeaseHeld { .. }
+                | Conflict::ConcurrentUpdate
+                | Conflict::AmbiguousPrefix { .. } => ApiError::new(ProblemKind::Conflict, conflict.to_string()),
+            },
             StoreError::Transition(t) => ApiError::new(ProblemKind::Conflict, t.to_string()),
             // Names the run and the key id (never key material), so an operator knows which key to add.
             StoreError::Undecryptable { id, detail } => {
@@ -205,12 +262,12 @@ impl From<StoreError> for ApiError {
                     format!("run {id} cannot be decrypted with the configured keys: {detail}"),
                 )
             }
-            other if other.is_retryable() => {
-                tracing::warn!(error = %other, "store unavailable");
+            StoreError::Database(_) => {
+                tracing::warn!(%error, "store unavailable");
                 ApiError::new(ProblemKind::Unavailable, "the run store cannot be reached right now; try again")
             }
-            other => {
-                tracing::error!(error = %other, "store failure");
+            StoreError::Duplicate(_) | StoreError::Corrupt { .. } | StoreError::NewerSchema { .. } => {
+                tracing::error!(%error, "store failure");
                 ApiError::new(ProblemKind::Internal, "the server failed; see its log")
             }
         }
@@ -235,5 +292,93 @@ mod tests {
         let error = ApiError::from(StoreError::Corrupt { id: "r".into(), detail: "secret row text".into() });
         assert_eq!(error.kind, ProblemKind::Internal);
         assert!(!error.detail.contains("secret"));
+    }
+
+    /// Every variant of every runtime error and of the store's, with the status and problem type it
+    /// answers (API.md). A variant added without a row here still compiles in `From`, so this table is
+    /// what keeps the contract visible: extend it with the new variant.
+    #[test]
+    fn every_runtime_and_store_error_has_its_status_and_type() {
+        use tollgate_core::{DecisionError, Gate, RunStatus, TransitionError, TurnDigest};
+        let store = || StoreError::Database("down".into());
+        let conflict = |conflict: Conflict| StoreError::Conflict { id: "r".into(), conflict };
+        let cases: Vec<(ApiError, u16, &str)> = vec![
+            // start
+            (StartError::UnknownAgent("x".into()).into(), 404, "not-found"),
+            (StartError::EmptyInput.into(), 422, "invalid-request"),
+            (StartError::Vanished("r".into()).into(), 404, "not-found"),
+            (StartError::Store(store()).into(), 503, "unavailable"),
+            // get, events, verify, wait
+            (ReadError::NotFound("r".into()).into(), 404, "not-found"),
+            (ReadError::Store(store()).into(), 503, "unavailable"),
+            // resolve
+            (ResolveError::NotFound("ab".into()).into(), 404, "not-found"),
+            (ResolveError::Ambiguous { prefix: "a".into(), matches: 2, more: false }.into(), 422, "invalid-request"),
+            (ResolveError::InvalidPrefix("Z".into()).into(), 422, "invalid-request"),
+            (ResolveError::Store(store()).into(), 503, "unavailable"),
+            // decide
+            (DecideError::NotFound("r".into()).into(), 404, "not-found"),
+            (DecideError::UnknownAgent("x".into()).into(), 404, "not-found"),
+            (DecideError::NotWaiting { id: "r".into(), status: RunStatus::Completed }.into(), 409, "conflict"),
+            (DecideError::StaleDigest { current: TurnDigest("sha256:1".into()) }.into(), 409, "conflict"),
+            (DecideError::AlreadyDecided { call_id: "c".into() }.into(), 409, "conflict"),
+            (DecideError::SelfApprovalForbidden { agent: "a".into(), actor: "x".into() }.into(), 403, "forbidden"),
+            (DecideError::NothingToDecide.into(), 409, "conflict"),
+            (DecideError::NoDecisions.into(), 422, "invalid-request"),
+            (DecideError::DecidedTwice { call_id: "c".into() }.into(), 422, "invalid-request"),
+            (DecideError::Invalid(DecisionError::UnknownCall("c".into())).into(), 422, "invalid-decision"),
+            (
+                DecideError::Invalid(DecisionError::NotDecidable { call_id: "c".into(), gate: Gate::Allow }).into(),
+                422,
+                "invalid-decision",
+            ),
+            (DecideError::Invalid(DecisionError::Missing(vec!["c".into()])).into(), 422, "invalid-decision"),
+            (
+                DecideError::Invalid(DecisionError::InvalidEdit { call_id: "c".into(), message: "no".into() }).into(),
+                422,
+                "invalid-decision",
+            ),
+            (DecideError::CorruptSuspension { id: "r".into(), detail: "bad".into() }.into(), 409, "conflict"),
+            (DecideError::LostRace { id: "r".into() }.into(), 409, "conflict"),
+            (DecideError::Store(store()).into(), 503, "unavailable"),
+            // cancel
+            (CancelError::NotFound("r".into()).into(), 404, "not-found"),
+            (CancelError::AlreadyTerminal { id: "r".into(), status: RunStatus::Cancelled }.into(), 409, "conflict"),
+            (CancelError::LostRace { id: "r".into() }.into(), 409, "conflict"),
+            (CancelError::Store(store()).into(), 503, "unavailable"),
+            // the store, directly (list, purge, metrics) and inside every error above
+            (StoreError::NotFound("r".into()).into(), 404, "not-found"),
+            (conflict(Conflict::StaleVersion { expected: 1, found: 2 }).into(), 409, "conflict"),
+            (conflict(Conflict::NotRunning { status: RunStatus::Cancelled }).into(), 409, "conflict"),
+            (conflict(Conflict::LeaseLost { holder: None }).into(), 409, "conflict"),
+            (conflict(Conflict::LeaseHeld { owner: "n".into(), expires_at: 0 }).into(), 409, "conflict"),
+            (conflict(Conflict::ConcurrentUpdate).into(), 409, "conflict"),
+            (
+                conflict(Conflict::AmbiguousPrefix { prefix: "a".into(), matches: 2, more: true }).into(),
+                409,
+                "conflict",
+            ),
+            (
+                StoreError::Transition(TransitionError::NotAllowed {
+                    from: RunStatus::Completed,
+                    transition: "cancel",
+                })
+                .into(),
+                409,
+                "conflict",
+            ),
+            (StoreError::Duplicate("r".into()).into(), 500, "internal"),
+            (StoreError::Corrupt { id: "r".into(), detail: "row".into() }.into(), 500, "internal"),
+            (StoreError::Undecryptable { id: "r".into(), detail: "key k1".into() }.into(), 500, "internal"),
+            (StoreError::NewerSchema { found: 9, supported: 1 }.into(), 500, "internal"),
+            (store().into(), 503, "unavailable"),
+        ];
+        for (error, status, slug) in cases {
+            assert_eq!(
+                (error.kind.status().as_u16(), error.kind.type_uri()),
+                (status, format!("{PROBLEM_BASE}{slug}")),
+                "{error}"
+            );
+        }
     }
 }

@@ -5,20 +5,19 @@
 use crate::auth::{Caller, Role};
 use crate::input::{RawBody, RunId, is_run_id, parse_json, parse_optional_json, parse_query};
 use crate::problem::{ApiError, ProblemKind};
-use crate::schema::{
-    AgentList, CancelRequest, CreateRun, DecideRequest, DecisionItem, EventList, Health, Problem, PurgeRequest,
-    PurgeResult, RunList, RunView, ToolList,
-};
 use crate::{AppState, duration};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use tollgate_core::{Decision, RunQuery, RunRecord, RunStatus};
-use tollgate_runtime::DecisionSet;
-use tollgate_runtime::view::run_json;
+use tollgate_protocol::{
+    AgentList, CallDecision, CancelRequest, DecisionRequest, EventPage, Health, Problem, PurgeRequest, PurgeResult,
+    Run, RunPage, StartRunRequest, ToolList,
+};
+use tollgate_runtime::view::run_view;
+use tollgate_runtime::{DecisionSet, wire};
 use utoipa::IntoParams;
 
 /// `limit` when none is given.
@@ -43,9 +42,9 @@ impl AppState {
 
 /// Start a run.
 #[utoipa::path(
-    post, path = "/v1/runs", tag = "runs", request_body = CreateRun,
+    post, path = "/v1/runs", tag = "runs", request_body = StartRunRequest,
     responses(
-        (status = 201, description = "The run as created; with `wait`, once it waits for approval or has ended", body = RunView),
+        (status = 201, description = "The run as created; with `wait`, once it waits for approval or has ended", body = Run),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the runner role", body = Problem, content_type = "application/problem+json"),
@@ -58,11 +57,11 @@ impl AppState {
 )]
 pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, RawBody(body): RawBody) -> ApiResult {
     caller.require(Role::Runner, "start runs")?;
-    let request: CreateRun = parse_json(&body)?;
+    let request: StartRunRequest = parse_json(&body)?;
     let run = state.runtime.start(request.agent.as_deref(), &request.input, &caller.actor).await?;
     let run = if request.wait == Some(true) { state.settle(&run.id).await? } else { run };
     let location = HeaderValue::from_str(&format!("/v1/runs/{}", run.id)).ok();
-    let mut response = (StatusCode::CREATED, Json(run_json(&run))).into_response();
+    let mut response = (StatusCode::CREATED, Json(run_view(&run))).into_response();
     if let Some(location) = location {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -75,7 +74,7 @@ pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, Ra
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only runs with this status.
-    #[param(value_type = Option<crate::schema::RunStatusView>)]
+    #[param(value_type = Option<tollgate_protocol::RunStatus>)]
     status: Option<String>,
     /// Only runs of this agent.
     agent: Option<String>,
@@ -90,7 +89,7 @@ pub struct ListQuery {
 #[utoipa::path(
     get, path = "/v1/runs", tag = "runs", params(ListQuery),
     responses(
-        (status = 200, description = "One page of runs, newest first", body = RunList),
+        (status = 200, description = "One page of runs, newest first", body = RunPage),
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad query parameters (unknown status, limit over 500, bad cursor)", body = Problem, content_type = "application/problem+json"),
     ),
@@ -115,8 +114,8 @@ pub(crate) async fn list_runs(State(state): State<AppState>, _caller: Caller, ur
         return Err(ApiError::invalid(format!("`{cursor}` is not a cursor from a previous page")));
     }
     let page = state.runtime.list(RunQuery { status, agent: query.agent, limit, cursor: query.cursor }).await?;
-    let runs: Vec<Value> = page.runs.iter().map(run_json).collect();
-    Ok(Json(json!({"runs": runs, "next_cursor": page.next_cursor})).into_response())
+    let runs = page.runs.iter().map(run_view).collect();
+    Ok(Json(RunPage { runs, next_cursor: page.next_cursor }).into_response())
 }
 
 /// Read one run.
@@ -124,7 +123,7 @@ pub(crate) async fn list_runs(State(state): State<AppState>, _caller: Caller, ur
     get, path = "/v1/runs/{id}", tag = "runs",
     params(("id" = String, Path, description = "The run's id")),
     responses(
-        (status = 200, description = "The run", body = RunView),
+        (status = 200, description = "The run", body = Run),
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
     ),
@@ -132,7 +131,7 @@ pub(crate) async fn list_runs(State(state): State<AppState>, _caller: Caller, ur
 )]
 pub(crate) async fn get_run(State(state): State<AppState>, _caller: Caller, RunId(id): RunId) -> ApiResult {
     let run = state.runtime.get(&id).await?;
-    Ok(Json(run_json(&run)).into_response())
+    Ok(Json(run_view(&run)).into_response())
 }
 
 /// Query of `GET /v1/runs/{id}/events`.
@@ -154,7 +153,7 @@ pub struct EventsQuery {
     ),
     responses(
         (status = 200, description = "The events after `after`; or an SSE stream (`id:` seq, `event:` kind, `data:` the event JSON) ending after the terminal event",
-            content((EventList = "application/json"), (String = "text/event-stream"))),
+            content((EventPage = "application/json"), (String = "text/event-stream"))),
         (status = 204, description = "SSE: the run has ended and every event was already sent"),
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
@@ -187,7 +186,7 @@ pub(crate) async fn run_events(
         }
         events.extend(page);
     }
-    Ok(Json(json!({ "events": events })).into_response())
+    Ok(Json(EventPage { events: events.iter().map(wire::event).collect() }).into_response())
 }
 
 fn wants_event_stream(headers: &HeaderMap) -> bool {
@@ -210,10 +209,10 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 
 /// Decide held calls.
 #[utoipa::path(
-    post, path = "/v1/runs/{id}/decisions", tag = "runs", request_body = DecideRequest,
+    post, path = "/v1/runs/{id}/decisions", tag = "runs", request_body = DecisionRequest,
     params(("id" = String, Path, description = "The run's id")),
     responses(
-        (status = 200, description = "The run after the decisions (still waiting while held calls remain undecided; with `wait`, once it waits again or has ended)", body = RunView),
+        (status = 200, description = "The run after the decisions (still waiting while held calls remain undecided; with `wait`, once it waits again or has ended)", body = Run),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the approver role, or the agent forbids self-approval", body = Problem, content_type = "application/problem+json"),
@@ -231,7 +230,7 @@ pub(crate) async fn decide(
     RawBody(body): RawBody,
 ) -> ApiResult {
     caller.require(Role::Approver, "decide held calls")?;
-    let request: DecideRequest = parse_json(&body)?;
+    let request: DecisionRequest = parse_json(&body)?;
     let set = decision_set(&request)?;
     let run = state.runtime.decide(&id, &request.turn_digest, set, &caller.actor).await?;
     let run = if request.wait == Some(true) && run.status() == RunStatus::Running {
@@ -239,11 +238,11 @@ pub(crate) async fn decide(
     } else {
         run
     };
-    Ok(Json(run_json(&run)).into_response())
+    Ok(Json(run_view(&run)).into_response())
 }
 
 /// The runtime's decision set for a request, enforcing API.md's rules on how they combine.
-fn decision_set(request: &DecideRequest) -> Result<DecisionSet, ApiError> {
+fn decision_set(request: &DecisionRequest) -> Result<DecisionSet, ApiError> {
     let approve_all = request.approve_all == Some(true);
     let deny_all = request.deny_all == Some(true);
     if approve_all && deny_all {
@@ -266,16 +265,16 @@ fn decision_set(request: &DecideRequest) -> Result<DecisionSet, ApiError> {
     }
 }
 
-fn decision(item: &DecisionItem) -> (String, Decision) {
-    match item {
-        DecisionItem::Approve { call_id } => (call_id.clone(), Decision::Approve),
-        DecisionItem::Edit { call_id, arguments } => (call_id.clone(), Decision::Edit { arguments: arguments.clone() }),
-        DecisionItem::Deny { call_id, reason } => (
-            call_id.clone(),
-            Decision::Deny { reason: reason.clone().unwrap_or_else(|| DEFAULT_DENY_REASON.to_owned()) },
-        ),
-        DecisionItem::Respond { call_id, result } => (call_id.clone(), Decision::Respond { result: result.clone() }),
-    }
+fn decision(item: &CallDecision) -> (String, Decision) {
+    let decision = match item {
+        CallDecision::Approve(_) => Decision::Approve,
+        CallDecision::Edit(edit) => Decision::Edit { arguments: edit.arguments.clone() },
+        CallDecision::Deny(deny) => {
+            Decision::Deny { reason: deny.reason.clone().unwrap_or_else(|| DEFAULT_DENY_REASON.to_owned()) }
+        }
+        CallDecision::Respond(respond) => Decision::Respond { result: respond.result.clone() },
+    };
+    (item.call_id().to_owned(), decision)
 }
 
 /// Cancel a run that has not finished.
@@ -283,7 +282,7 @@ fn decision(item: &DecisionItem) -> (String, Decision) {
     post, path = "/v1/runs/{id}/cancel", tag = "runs", request_body(content = Option<CancelRequest>, description = "Optional; an empty body is fine"),
     params(("id" = String, Path, description = "The run's id")),
     responses(
-        (status = 200, description = "The cancelled run", body = RunView),
+        (status = 200, description = "The cancelled run", body = Run),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the runner role, or a runner cancelling a run it did not start", body = Problem, content_type = "application/problem+json"),
@@ -309,7 +308,7 @@ pub(crate) async fn cancel_run(
         )));
     }
     let run = state.runtime.cancel(&id, &caller.actor, request.reason.as_deref()).await?;
-    Ok(Json(run_json(&run)).into_response())
+    Ok(Json(run_view(&run)).into_response())
 }
 
 /// List the agents.
@@ -322,15 +321,7 @@ pub(crate) async fn cancel_run(
     security(("bearer" = []))
 )]
 pub(crate) async fn agents(State(state): State<AppState>, _caller: Caller) -> ApiResult {
-    let agents: Vec<Value> = state
-        .runtime
-        .agents()
-        .map(|a| {
-            let tools: Vec<&str> = a.tools.iter().map(|t| t.name.as_str()).collect();
-            json!({"name": a.name, "model": a.model, "tools": tools, "forbid_self_approval": a.forbid_self_approval})
-        })
-        .collect();
-    Ok(Json(json!({ "agents": agents })).into_response())
+    Ok(Json(AgentList { agents: state.runtime.agents().map(wire::agent).collect() }).into_response())
 }
 
 /// Query of `GET /v1/tools`.
@@ -359,12 +350,11 @@ pub(crate) async fn tools(State(state): State<AppState>, _caller: Caller, uri: U
         Some(name) => {
             let agent =
                 state.runtime.agent(name).ok_or_else(|| ApiError::not_found(format!("no agent is named `{name}`")))?;
-            serde_json::to_value(&agent.tools)
+            &agent.tools
         }
-        None => serde_json::to_value(state.runtime.catalog()),
-    }
-    .map_err(|e| ApiError::new(ProblemKind::Internal, format!("cannot list tools: {e}")))?;
-    Ok(Json(json!({ "tools": tools })).into_response())
+        None => state.runtime.catalog(),
+    };
+    Ok(Json(ToolList { tools: tools.iter().map(wire::tool).collect() }).into_response())
 }
 
 /// Apply retention now.
@@ -387,13 +377,13 @@ pub(crate) async fn purge(State(state): State<AppState>, caller: Caller, RawBody
         None => state.retention.terminal_after,
     };
     let deleted = crate::apply_retention(&state.runtime, terminal_after, state.retention.waiting_after).await?;
-    Ok(Json(json!({ "deleted_runs": deleted })).into_response())
+    Ok(Json(PurgeResult { deleted_runs: deleted }).into_response())
 }
 
 /// Liveness.
 #[utoipa::path(get, path = "/healthz", tag = "meta", responses((status = 200, description = "The server is up", body = Health)))]
 pub(crate) async fn healthz() -> Response {
-    Json(json!({"status": "ok"})).into_response()
+    Json(Health { status: "ok".to_owned() }).into_response()
 }
 
 /// Prometheus metrics.
@@ -431,8 +421,9 @@ pub(crate) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
-    fn request(body: Value) -> DecideRequest {
+    fn request(body: Value) -> DecisionRequest {
         serde_json::from_value(body).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -486,7 +477,7 @@ mod tests {
             json!({"call_id": "a", "action": "respond", "result": 42}),
             json!({"action": "approve"}),
         ] {
-            assert!(serde_json::from_value::<DecisionItem>(item.clone()).is_err(), "{item}");
+            assert!(serde_json::from_value::<CallDecision>(item.clone()).is_err(), "{item}");
         }
     }
 

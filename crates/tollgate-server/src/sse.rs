@@ -17,7 +17,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use tollgate_core::StoredEvent;
-use tollgate_runtime::{RunNotice, Runtime, RuntimeError};
+use tollgate_runtime::{ReadError, RunNotice, Runtime};
 
 /// How often a quiet stream looks at the store again (runs driven by another process send no notice).
 const RECHECK: Duration = Duration::from_secs(1);
@@ -82,7 +82,7 @@ impl Tail {
             match self.runtime.get(&self.id).await {
                 Ok(run) if run.status().is_terminal() && run.last_seq <= self.cursor => return None,
                 Ok(_) => {}
-                Err(RuntimeError::NotFound(_)) => return None,
+                Err(ReadError::NotFound(_)) => return None,
                 Err(e) => tracing::debug!(run = %self.id, error = %e, "event stream cannot read its run"),
             }
             let id = self.id.clone();

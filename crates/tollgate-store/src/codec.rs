@@ -20,7 +20,7 @@ use tollgate_core::run::{
 use tollgate_core::suspension::{StoredSuspension, TurnDigest};
 use tollgate_core::tool_loop::TerminationReason;
 use tollgate_core::transcript::Usage;
-use tollgate_core::{Guard, StoreError};
+use tollgate_core::{Conflict, Guard, StoreError};
 
 /// The columns of `runs`, in the order [`read_run_row`] reads them and [`bind_run_row!`] binds them.
 macro_rules! run_columns {
@@ -483,14 +483,17 @@ pub(crate) fn check_guard(
     match guard {
         Guard::Version(expected) if *expected != version => Err(StoreError::Conflict {
             id: id.to_owned(),
-            detail: format!("expected version {expected}, the run is at version {version}"),
+            conflict: Conflict::StaleVersion { expected: *expected, found: version },
         }),
         Guard::Version(_) => Ok(()),
         Guard::Lease(owner) => {
             if status != RunStatus::Running {
-                Err(StoreError::Conflict { id: id.to_owned(), detail: format!("the run is {status}, not running") })
+                Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::NotRunning { status } })
             } else if lease_owner != Some(owner.as_str()) {
-                Err(StoreError::Conflict { id: id.to_owned(), detail: "another process holds the lease".to_owned() })
+                Err(StoreError::Conflict {
+                    id: id.to_owned(),
+                    conflict: Conflict::LeaseLost { holder: lease_owner.map(str::to_owned) },
+                })
             } else {
                 Ok(())
             }
@@ -510,8 +513,8 @@ pub(crate) fn plan_transition(
     check_guard(&current.id, guard, current.status(), current.version, current.lease().map(|l| l.owner.as_str()))?;
     let mut next = current.apply(transition, now).map_err(|refused| match refused {
         // Someone renewed the lease since the taker read the run: the takeover lost a race.
-        TransitionError::LeaseHeld { .. } => {
-            StoreError::Conflict { id: current.id.clone(), detail: refused.to_string() }
+        TransitionError::LeaseHeld { owner, expires_at } => {
+            StoreError::Conflict { id: current.id.clone(), conflict: Conflict::LeaseHeld { owner, expires_at } }
         }
         refused => StoreError::Transition(refused),
     })?;
@@ -571,11 +574,11 @@ pub(crate) fn resolve_prefix_answer(prefix: &str, first: Vec<String>, count: i64
         (None, _) => Err(StoreError::NotFound(prefix.to_owned())),
         (Some(id), None) => Ok(id),
         (Some(_), Some(_)) => {
-            let how_many =
-                if count > PREFIX_COUNT_CAP { format!("more than {PREFIX_COUNT_CAP}") } else { count.to_string() };
+            let more = count > PREFIX_COUNT_CAP;
+            let matches = u64::try_from(count.min(PREFIX_COUNT_CAP)).unwrap_or(0);
             Err(StoreError::Conflict {
                 id: prefix.to_owned(),
-                detail: format!("the prefix `{prefix}` matches {how_many} runs; give more characters"),
+                conflict: Conflict::AmbiguousPrefix { prefix: prefix.to_owned(), matches, more },
             })
         }
     }
@@ -825,11 +828,19 @@ mod tests {
     fn prefix_answers() {
         assert_eq!(resolve_prefix_answer("01", vec![], 0), Err(StoreError::NotFound("01".into())));
         assert_eq!(resolve_prefix_answer("01", vec!["0123".into()], 1), Ok("0123".into()));
-        let Err(StoreError::Conflict { detail, .. }) = resolve_prefix_answer("01", vec!["011".into(), "012".into()], 3)
+        let Err(StoreError::Conflict { conflict, .. }) =
+            resolve_prefix_answer("01", vec!["011".into(), "012".into()], 3)
         else {
             panic!("several matches must conflict");
         };
-        assert!(detail.contains("matches 3 runs"), "{detail}");
+        assert_eq!(conflict, Conflict::AmbiguousPrefix { prefix: "01".into(), matches: 3, more: false });
+        assert_eq!(conflict.to_string(), "the prefix `01` matches 3 runs; give more characters");
+        let Err(StoreError::Conflict { conflict, .. }) =
+            resolve_prefix_answer("01", vec!["011".into(), "012".into()], PREFIX_COUNT_CAP + 1)
+        else {
+            panic!("several matches must conflict");
+        };
+        assert_eq!(conflict.to_string(), "the prefix `01` matches more than 10000 runs; give more characters");
         assert!(prefix_upper_bound("01").as_str() > "01ffff-ffff");
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use tollgate_core::BoxFuture;
 use tollgate_core::event::{NewEvent, StoredEvent};
 use tollgate_core::run::{Millis, RunRecord, RunStatus, Transition};
-use tollgate_core::store::{Guard, RunPage, RunQuery, RunStore, StoreError};
+use tollgate_core::store::{Conflict, Guard, RunPage, RunQuery, RunStore, StoreError};
 
 impl Columns for PgRow {
     fn text(&self, index: usize) -> Result<String, String> {
@@ -237,10 +237,7 @@ impl PostgresStore {
             .await
             .map_err(self.db_error("cannot update a run"))?;
         if updated.rows_affected() != 1 {
-            return Err(StoreError::Conflict {
-                id: id.to_owned(),
-                detail: "the run changed while it was being updated".to_owned(),
-            });
+            return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
         }
         self.insert_events(&mut tx, id, &stored).await?;
         tx.commit().await.map_err(self.db_error("cannot commit"))?;

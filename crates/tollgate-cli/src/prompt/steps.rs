@@ -5,8 +5,10 @@
 //! nothing the log does not. The final answer is not repeated here: `run` prints it on stdout.
 
 use crate::render::one_line;
-use serde_json::Value;
 use tollgate_core::{EventKind, StoredEvent};
+use tollgate_protocol::event_data::{self as data, LoggedDecision};
+use tollgate_protocol::{EventData, Gate};
+use tollgate_runtime::wire;
 
 /// A model's text longer than this many characters is cut.
 const TEXT_WIDTH: usize = 160;
@@ -15,40 +17,48 @@ const ARGUMENTS_WIDTH: usize = 96;
 /// A result longer than this many characters is cut.
 const RESULT_WIDTH: usize = 72;
 
+/// The event's data typed by its kind; a line saying so when it cannot be read.
+fn typed(event: &StoredEvent) -> Result<EventData, String> {
+    EventData::from_kind(wire::event_kind(event.kind), event.data.clone())
+        .map_err(|e| format!("? event {} cannot be read: {e}", event.seq))
+}
+
 /// The lines to print for one event (none for events that only mark progress).
 pub(super) fn lines(event: &StoredEvent) -> Vec<String> {
-    let data = &event.data;
-    match event.kind {
-        EventKind::ModelResponse => model_turn(event.round, data),
-        EventKind::ToolStarted if data["gate"] != "allow" => {
-            // Allow-gated calls are declared safe to repeat and show up with their result; a gated call
-            // is shown as it starts, since this is the side effect a person decided on.
-            vec![format!("  ▸ {} {} running", text(&data["call_id"]), text(&data["tool"]))]
+    let data = match typed(event) {
+        Ok(data) => data,
+        Err(line) => return vec![line],
+    };
+    match data {
+        EventData::ModelResponse(response) => model_turn(event.round, &response),
+        // Allow-gated calls are declared safe to repeat and show up with their result; a gated call is
+        // shown as it starts, since this is the side effect a person decided on.
+        EventData::ToolStarted(started) if started.gate != Gate::Allow => {
+            vec![format!("  ▸ {} {} running", started.call_id, started.tool)]
         }
-        EventKind::ToolFinished => vec![tool_result(data)],
-        EventKind::ApprovalRequested => {
-            let held: Vec<String> = data["calls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|c| c["gate"] == "ask" || c["in_doubt"] == true)
-                .map(|c| format!("{} {}", text(&c["call_id"]), text(&c["tool"])))
+        EventData::ToolFinished(finished) => vec![tool_result(&finished)],
+        EventData::ApprovalRequested(requested) => {
+            let held: Vec<String> = requested
+                .calls
+                .iter()
+                .filter(|c| c.gate == Gate::Ask || c.in_doubt)
+                .map(|c| format!("{} {}", c.call_id, c.tool))
                 .collect();
             vec![format!("⏸ held at the gate: {}", held.join(", "))]
         }
-        EventKind::Decision => vec![decision(data)],
-        EventKind::RunResumed => vec![format!("▶ resumed by {}", text(&data["actor"]))],
-        EventKind::RunCompleted => match data["termination_reason"].as_str() {
-            Some("completed") | None => vec!["✓ run completed".to_owned()],
-            Some(reason) => vec![format!("✓ run ended: {reason}")],
+        EventData::Decision(made) => vec![decision(&made)],
+        EventData::RunResumed(resumed) => vec![format!("▶ resumed by {}", resumed.actor)],
+        EventData::RunCompleted(completed) => match completed.termination_reason {
+            tollgate_protocol::TerminationReason::Completed => vec!["✓ run completed".to_owned()],
+            reason => vec![format!("✓ run ended: {}", reason.as_str())],
         },
         // How a run failed or was cancelled is said once, by the command's closing report.
-        EventKind::RunStarted
-        | EventKind::ModelRequest
-        | EventKind::ToolStarted
-        | EventKind::RunFailed
-        | EventKind::RunCancelled
-        | EventKind::RunExpired => Vec::new(),
+        EventData::RunStarted(_)
+        | EventData::ModelRequest(_)
+        | EventData::ToolStarted(_)
+        | EventData::RunFailed(_)
+        | EventData::RunCancelled(_)
+        | EventData::RunExpired(_) => Vec::new(),
     }
 }
 
@@ -57,17 +67,18 @@ pub(super) fn activity(event: &StoredEvent) -> Option<String> {
     match event.kind {
         EventKind::RunStarted => Some("waiting for the model".to_owned()),
         EventKind::ModelRequest => Some(format!("waiting for the model (round {})", event.round)),
-        EventKind::ToolStarted => {
-            Some(format!("running {} {}", text(&event.data["call_id"]), text(&event.data["tool"])))
-        }
+        EventKind::ToolStarted => match typed(event) {
+            Ok(EventData::ToolStarted(started)) => Some(format!("running {} {}", started.call_id, started.tool)),
+            _ => Some("running a tool".to_owned()),
+        },
         EventKind::RunResumed | EventKind::ToolFinished => Some("working".to_owned()),
         _ => None,
     }
 }
 
-fn model_turn(round: u32, data: &Value) -> Vec<String> {
-    let calls = data["tool_calls"].as_array().cloned().unwrap_or_default();
-    let said = data["text"].as_str().map(str::trim).filter(|t| !t.is_empty());
+fn model_turn(round: u32, response: &data::ModelResponse) -> Vec<String> {
+    let calls = &response.tool_calls;
+    let said = response.text.as_deref().map(str::trim).filter(|t| !t.is_empty());
     let mut out = Vec::with_capacity(calls.len() + 1);
     out.push(match (said, calls.is_empty()) {
         // A turn without calls is the final answer, which `run` prints on stdout.
@@ -76,51 +87,38 @@ fn model_turn(round: u32, data: &Value) -> Vec<String> {
         (None, false) => format!("round {round} · model asks for {} call(s)", calls.len()),
     });
     out.extend(calls.iter().map(|call| {
-        format!(
-            "  → {} {} {}",
-            text(&call["call_id"]),
-            text(&call["tool"]),
-            one_line(&call["arguments"].to_string(), ARGUMENTS_WIDTH)
-        )
+        format!("  → {} {} {}", call.call_id, call.tool, one_line(&call.arguments.to_string(), ARGUMENTS_WIDTH))
     }));
     out
 }
 
-fn tool_result(data: &Value) -> String {
-    let result = text(&data["result"]);
-    let shown = if result.trim().is_empty() { "(empty)".to_owned() } else { one_line(result.trim(), RESULT_WIDTH) };
-    let (mark, verb) = if data["is_error"] == true { ("✗", " failed") } else { ("←", "") };
-    format!("  {mark} {} {}{verb}: {shown}", text(&data["call_id"]), text(&data["tool"]))
+fn tool_result(finished: &data::ToolFinished) -> String {
+    let result = finished.result.as_deref().unwrap_or_default().trim();
+    let shown = if result.is_empty() { "(empty)".to_owned() } else { one_line(result, RESULT_WIDTH) };
+    let (mark, verb) = if finished.is_error { ("✗", " failed") } else { ("←", "") };
+    format!("  {mark} {} {}{verb}: {shown}", finished.call_id, finished.tool)
 }
 
-fn decision(data: &Value) -> String {
-    let call = text(&data["call_id"]);
-    let actor = text(&data["actor"]);
-    match data["action"].as_str() {
-        Some("approve") => format!("✓ {call} approved by {actor}"),
-        Some("deny") => format!("✗ {call} denied by {actor}: {}", one_line(&text(&data["reason"]), TEXT_WIDTH)),
-        Some("edit") => {
-            format!("✎ {call} edited by {actor}: {}", one_line(&data["arguments"].to_string(), ARGUMENTS_WIDTH))
+fn decision(made: &data::DecisionMade) -> String {
+    let (call, actor) = (&made.call_id, &made.actor);
+    match &made.decision {
+        LoggedDecision::Approve => format!("✓ {call} approved by {actor}"),
+        LoggedDecision::Deny { reason } => {
+            format!("✗ {call} denied by {actor}: {}", one_line(reason.as_deref().unwrap_or_default(), TEXT_WIDTH))
         }
-        Some("respond") => {
-            format!("↩ {call} answered by {actor}: {}", one_line(&text(&data["result"]), RESULT_WIDTH))
+        LoggedDecision::Edit { arguments } => {
+            format!("✎ {call} edited by {actor}: {}", one_line(&arguments.to_string(), ARGUMENTS_WIDTH))
         }
-        _ => format!("{call} decided by {actor}"),
-    }
-}
-
-fn text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
+        LoggedDecision::Respond { result } => {
+            format!("↩ {call} answered by {actor}: {}", one_line(result.as_deref().unwrap_or_default(), RESULT_WIDTH))
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn event(kind: EventKind, round: u32, data: Value) -> StoredEvent {
         StoredEvent { seq: 1, at: "2025-01-01T00:00:00.000Z".into(), kind, round, data, hash: String::new() }
@@ -131,7 +129,7 @@ mod tests {
         let turn = event(
             EventKind::ModelResponse,
             1,
-            json!({"text": "Let me look.\nThen write.", "usage": {},
+            json!({"text": "Let me look.\nThen write.", "usage": {"input_tokens": 1, "output_tokens": 2},
                    "tool_calls": [{"call_id": "call_1", "tool": "fs_list", "arguments": {"path": "."}},
                                   {"call_id": "call_2", "tool": "fs_write", "arguments": {"path": "n.txt"}}]}),
         );
@@ -147,7 +145,11 @@ mod tests {
 
     #[test]
     fn the_final_answer_is_left_to_stdout() {
-        let last = event(EventKind::ModelResponse, 2, json!({"text": "Saved note.txt.", "tool_calls": []}));
+        let last = event(
+            EventKind::ModelResponse,
+            2,
+            json!({"text": "Saved note.txt.", "tool_calls": [], "usage": {"input_tokens": 1, "output_tokens": 2}}),
+        );
         assert_eq!(lines(&last), ["round 2 · model answered"]);
     }
 
@@ -175,8 +177,9 @@ mod tests {
         let held = event(
             EventKind::ApprovalRequested,
             1,
-            json!({"calls": [{"call_id": "call_1", "tool": "fs_list", "gate": "allow", "in_doubt": false},
-                             {"call_id": "call_2", "tool": "fs_write", "gate": "ask", "in_doubt": false}]}),
+            json!({"turn_digest": "sha256:00", "expires_at": null, "calls": [
+                {"call_id": "call_1", "tool": "fs_list", "arguments": {}, "gate": "allow", "preview": null, "in_doubt": false},
+                {"call_id": "call_2", "tool": "fs_write", "arguments": {}, "gate": "ask", "preview": null, "in_doubt": false}]}),
         );
         assert_eq!(lines(&held), ["⏸ held at the gate: call_2 fs_write"]);
         let decided = |data: Value| lines(&event(EventKind::Decision, 1, data)).concat();
@@ -197,9 +200,17 @@ mod tests {
 
     #[test]
     fn only_gated_calls_are_shown_as_they_start() {
-        let allowed = event(EventKind::ToolStarted, 1, json!({"call_id": "c", "tool": "fs_list", "gate": "allow"}));
+        let allowed = event(
+            EventKind::ToolStarted,
+            1,
+            json!({"call_id": "c", "tool": "fs_list", "arguments": {}, "gate": "allow", "idempotency_key": "r:c"}),
+        );
         assert!(lines(&allowed).is_empty());
-        let asked = event(EventKind::ToolStarted, 1, json!({"call_id": "c", "tool": "fs_write", "gate": "ask"}));
+        let asked = event(
+            EventKind::ToolStarted,
+            1,
+            json!({"call_id": "c", "tool": "fs_write", "arguments": {}, "gate": "ask", "idempotency_key": "r:c"}),
+        );
         assert_eq!(lines(&asked), ["  ▸ c fs_write running"]);
         assert_eq!(activity(&asked).as_deref(), Some("running c fs_write"));
     }
@@ -212,5 +223,17 @@ mod tests {
         assert_eq!(lines(&capped), ["✓ run ended: max_iterations"]);
         let failed = event(EventKind::RunFailed, 1, json!({"error": {"kind": "model", "message": "boom"}}));
         assert!(lines(&failed).is_empty(), "the closing report says why a run failed");
+    }
+
+    #[test]
+    fn events_kept_at_privacy_level_metadata_still_show() {
+        let finished =
+            event(EventKind::ToolFinished, 1, json!({"call_id": "c", "tool": "t", "is_error": false, "result": null}));
+        assert_eq!(lines(&finished), ["  ← c t: (empty)"]);
+        let denied =
+            event(EventKind::Decision, 1, json!({"action": "deny", "reason": null, "call_id": "c", "actor": "a"}));
+        assert_eq!(lines(&denied), ["✗ c denied by a: "]);
+        let broken = event(EventKind::ToolFinished, 1, json!({"tool": "t"}));
+        assert!(lines(&broken).concat().starts_with("? event 1 cannot be read"), "{:?}", lines(&broken));
     }
 }

@@ -14,7 +14,7 @@ use tollgate_core::event::{ChainBreak, EventKind, NewEvent, verify_chain};
 use tollgate_core::run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
 };
-use tollgate_core::store::{Guard, RunQuery, RunStore, StoreError};
+use tollgate_core::store::{Conflict, EVENT_PAGE, Guard, RunQuery, RunStore, StoreError, events_after};
 use tollgate_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_core::tool_loop::TerminationReason;
 use tollgate_core::transcript::Usage;
@@ -155,8 +155,12 @@ async fn create_terminal(store: &dyn RunStore, n: u64, status: RunStatus, at: Mi
     Ok(done)
 }
 
-fn is_conflict<T: std::fmt::Debug>(result: &Result<T, StoreError>) -> bool {
-    matches!(result, Err(StoreError::Conflict { .. }))
+/// The conflict a result reports, if it is one.
+fn conflict_of<T>(result: &Result<T, StoreError>) -> Option<&Conflict> {
+    match result {
+        Err(StoreError::Conflict { conflict, .. }) => Some(conflict),
+        _ => None,
+    }
 }
 
 fn is_refused<T: std::fmt::Debug>(result: &Result<T, StoreError>) -> bool {
@@ -289,9 +293,14 @@ pub async fn resolve_prefix_finds_one_run<H: Harness>(h: &H) -> anyhow::Result<(
     ensure!(store.resolve_prefix(&id(0x20)).await? == id(0x20), "a whole id resolves to itself");
     ensure!(store.resolve_prefix("01980000-0000-7000-8000-00000000002").await? == id(0x20));
     let several = store.resolve_prefix("01980000-0000-7000-8000-00000000001").await;
+    let prefix = "01980000-0000-7000-8000-00000000001";
     match several {
-        Err(StoreError::Conflict { detail, .. }) => {
-            ensure!(detail.contains('3'), "the message counts the matches: {detail}")
+        Err(StoreError::Conflict { conflict, .. }) => {
+            ensure!(
+                conflict == Conflict::AmbiguousPrefix { prefix: prefix.into(), matches: 3, more: false },
+                "an ambiguous prefix counts its matches: {conflict:?}"
+            );
+            ensure!(conflict.to_string() == format!("the prefix `{prefix}` matches 3 runs; give more characters"));
         }
         other => anyhow::bail!("an ambiguous prefix must conflict: {other:?}"),
     }
@@ -395,7 +404,10 @@ pub async fn illegal_transitions_change_nothing<H: Harness>(h: &H) -> anyhow::Re
             ensure!(is_refused(&result), "{name} on a {status} run must be refused: {result:?}");
         }
         let appended = store.append(&done.id, OWNER, vec![event(EventKind::ToolStarted, 9, json!({}))], T0 + 300).await;
-        ensure!(is_conflict(&appended), "append to a {status} run: {appended:?}");
+        ensure!(
+            conflict_of(&appended) == Some(&Conflict::NotRunning { status }),
+            "append to a {status} run: {appended:?}"
+        );
         ensure!(store.get(&done.id).await? == done, "a {status} run never changes");
         ensure!(store.events(&done.id, 0, 100).await?.len() as u64 == done.last_seq, "no event reaches a {status} run");
     }
@@ -514,8 +526,16 @@ pub async fn every_transition_from_every_status_matches_apply<H: Harness>(h: &H)
                     ensure!(store.get(&run.id).await? == run, "a refused {name} from {status} changes nothing");
                 }
                 // A takeover of a lease that is still valid lost a race: the store says conflict.
-                (Err(expected @ TransitionError::LeaseHeld { .. }), Err(StoreError::Conflict { detail, .. })) => {
-                    ensure!(detail == expected.to_string(), "{name} from {status}: {detail} vs {expected}");
+                (
+                    Err(expected @ TransitionError::LeaseHeld { .. }),
+                    Err(StoreError::Conflict { conflict: conflict @ Conflict::LeaseHeld { .. }, .. }),
+                ) => {
+                    let Conflict::LeaseHeld { owner, expires_at } = &conflict else { unreachable!() };
+                    ensure!(
+                        expected == TransitionError::LeaseHeld { owner: owner.clone(), expires_at: *expires_at },
+                        "{name} from {status}: {conflict:?} vs {expected:?}"
+                    );
+                    ensure!(conflict.to_string() == expected.to_string(), "the same words as apply's refusal");
                     ensure!(store.get(&run.id).await? == run, "a refused {name} from {status} changes nothing");
                 }
                 (expected, got) => anyhow::bail!("{name} from {status}: apply says {expected:?}, the store {got:?}"),
@@ -543,7 +563,11 @@ pub async fn version_guard_conflicts<H: Harness>(h: &H) -> anyhow::Result<()> {
                 T0,
             )
             .await;
-        ensure!(is_conflict(&result), "version {stale} against {}: {result:?}", first.version);
+        ensure!(
+            conflict_of(&result) == Some(&Conflict::StaleVersion { expected: stale, found: first.version }),
+            "version {stale} against {}: {result:?}",
+            first.version
+        );
     }
     ensure!(store.get(&waiting.id).await? == first);
     ensure!(store.events(&waiting.id, 0, 100).await?.len() as u64 == first.last_seq);
@@ -556,10 +580,11 @@ pub async fn lease_guard_and_append<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let run = create_running(&*store, 1, "demo").await?;
     let wrong_owner = store.transition(&run.id, Guard::Lease("intruder".into()), complete(), vec![], T0).await;
-    ensure!(is_conflict(&wrong_owner), "{wrong_owner:?}");
+    let lost = Conflict::LeaseLost { holder: Some(OWNER.into()) };
+    ensure!(conflict_of(&wrong_owner) == Some(&lost), "{wrong_owner:?}");
     let wrong_append =
         store.append(&run.id, "intruder", vec![event(EventKind::ModelRequest, 1, json!({}))], T0 + 99_000).await;
-    ensure!(is_conflict(&wrong_append), "{wrong_append:?}");
+    ensure!(conflict_of(&wrong_append) == Some(&lost), "{wrong_append:?}");
 
     let seq = store
         .append(
@@ -582,9 +607,10 @@ pub async fn lease_guard_and_append<H: Harness>(h: &H) -> anyhow::Result<()> {
 
     let waiting = create_waiting_from(&*store, &read).await?;
     let not_running = store.transition(&run.id, Guard::Lease(OWNER.into()), complete(), vec![], T0).await;
-    ensure!(is_conflict(&not_running), "a waiting run holds no lease: {not_running:?}");
+    let waits = Conflict::NotRunning { status: RunStatus::WaitingForApproval };
+    ensure!(conflict_of(&not_running) == Some(&waits), "a waiting run holds no lease: {not_running:?}");
     let append_waiting = store.append(&run.id, OWNER, vec![], T0).await;
-    ensure!(is_conflict(&append_waiting), "{append_waiting:?}");
+    ensure!(conflict_of(&append_waiting) == Some(&waits), "{append_waiting:?}");
     ensure!(store.get(&run.id).await? == waiting);
     let missing = store.append(&id(999), OWNER, vec![], T0).await;
     ensure!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
@@ -635,6 +661,32 @@ pub async fn events_are_numbered_and_chained<H: Harness>(h: &H) -> anyhow::Resul
     ensure!(window.iter().map(|e| e.seq).collect::<Vec<_>>() == vec![2, 3]);
     ensure!(store.events(&run.id, 6, 10).await?.is_empty());
     let missing = store.events(&id(999), 0, 10).await;
+    ensure!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
+    Ok(())
+}
+
+/// `events_after` reads a log longer than a page whole, and from any seq on, across page boundaries.
+pub async fn events_after_reads_every_page<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let run = create_running(&*store, 1, "demo").await?;
+    let page = u64::from(EVENT_PAGE);
+    // Two full pages and a bit: the event of `create` plus 2 * page + 10 appended.
+    for chunk in 0..5 {
+        let size = if chunk < 4 { page / 2 } else { 10 };
+        let events = (0..size).map(|i| event(EventKind::ModelRequest, 1, json!({"i": i}))).collect();
+        store.append(&run.id, OWNER, events, T0 + 60_000).await?;
+    }
+    let read = store.get(&run.id).await?;
+    ensure!(read.last_seq == 2 * page + 11, "{}", read.last_seq);
+    let all = events_after(&*store, &run.id, 0).await?;
+    ensure!(all.iter().map(|e| e.seq).eq(1..=read.last_seq), "every event once, in order");
+    verify_chain(&all, read.last_seq, &read.last_hash)?;
+    let from_a_boundary = events_after(&*store, &run.id, page).await?;
+    ensure!(from_a_boundary.iter().map(|e| e.seq).eq(page + 1..=read.last_seq));
+    ensure!(events_after(&*store, &run.id, read.last_seq).await?.is_empty(), "nothing after the last");
+    let exactly_two_pages = events_after(&*store, &run.id, 11).await?;
+    ensure!(exactly_two_pages.len() as u64 == 2 * page, "a last full page ends with an empty one");
+    let missing = events_after(&*store, &id(999), 0).await;
     ensure!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
     Ok(())
 }
@@ -931,7 +983,10 @@ pub async fn a_renewal_before_a_takeover_wins<H: Harness>(h: &H) -> anyhow::Resu
 
     store.append(&run.id, OWNER, vec![], now + 30_000).await?;
     let takeover = store.transition(&run.id, Guard::Version(seen.version), claim("node-b"), vec![], now).await;
-    ensure!(is_conflict(&takeover), "a takeover after a renewal must conflict: {takeover:?}");
+    ensure!(
+        conflict_of(&takeover) == Some(&Conflict::LeaseHeld { owner: OWNER.into(), expires_at: now + 30_000 }),
+        "a takeover after a renewal must conflict: {takeover:?}"
+    );
     let read = store.get(&run.id).await?;
     ensure!(read.lease() == Some(&lease(OWNER, now + 30_000)) && read.version == seen.version, "{read:?}");
     ensure!(store.append(&run.id, OWNER, vec![], now + 60_000).await? == read.last_seq, "the owner keeps driving");
@@ -946,10 +1001,14 @@ pub async fn a_renewal_before_a_takeover_wins<H: Harness>(h: &H) -> anyhow::Resu
             store.transition(&run.id, Guard::Version(run.version), claim("node-b"), vec![], now),
         );
         match (&renewed, &taken) {
-            (Ok(_), Err(StoreError::Conflict { .. })) => {
+            (Ok(_), Err(StoreError::Conflict { conflict: Conflict::LeaseHeld { owner, .. }, .. }))
+                if owner == OWNER =>
+            {
                 ensure!(store.get(&run.id).await?.lease().is_some_and(|l| l.owner == OWNER));
             }
-            (Err(StoreError::Conflict { .. }), Ok(taken)) => {
+            (Err(StoreError::Conflict { conflict: Conflict::LeaseLost { holder: Some(holder) }, .. }), Ok(taken))
+                if holder == "node-b" =>
+            {
                 ensure!(store.get(&run.id).await? == *taken && taken.lease().is_some_and(|l| l.owner == "node-b"));
             }
             _ => anyhow::bail!("run {n}: exactly one of the renewal and the takeover wins: {renewed:?} / {taken:?}"),
@@ -980,8 +1039,9 @@ pub async fn exactly_one_of_32_racing_claims_wins<H: Harness>(h: &H) -> anyhow::
     for (i, task) in tasks.into_iter().enumerate() {
         match task.await? {
             Ok(run) => winners.push((i, run)),
-            Err(StoreError::Conflict { .. }) => {}
-            Err(other) => anyhow::bail!("a losing claim must be a conflict, got {other:?}"),
+            Err(StoreError::Conflict { conflict: Conflict::StaleVersion { expected, found }, .. })
+                if expected == decided.version && found == decided.version + 1 => {}
+            Err(other) => anyhow::bail!("a losing claim must be a stale version, got {other:?}"),
         }
     }
     ensure!(winners.len() == 1, "exactly one claim wins, got {}", winners.len());
@@ -1200,6 +1260,7 @@ macro_rules! all_contract_tests {
             version_guard_conflicts,
             lease_guard_and_append,
             events_are_numbered_and_chained,
+            events_after_reads_every_page,
             an_edited_event_breaks_the_chain,
             due_finds_expired_deadlines_and_leases,
             purge_windows_and_batches,
