@@ -13,11 +13,11 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use std::hint::black_box;
 use std::sync::Arc;
+use tollgate_core::scripted::{Script, ScriptedModel};
 use tollgate_core::{
     AgentLoop, BoxFuture, LoopConfig, NoHooks, Outcome, TerminationReason, Tool, ToolContext, ToolError, ToolLoop,
     ToolOutput, ToolRegistry,
 };
-use tollgate_core::scripted::{Script, ScriptedModel};
 
 /// Turns of the script that each make one `get_time` call.
 const TOOL_TURNS: usize = 50;

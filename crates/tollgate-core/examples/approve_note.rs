@@ -21,11 +21,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::error::Error;
 use std::sync::{Arc, Mutex, PoisonError};
+use tollgate_core::scripted::{Script, ScriptedModel};
 use tollgate_core::{
     AgentLoop, BoxFuture, Completion, Decision, Decisions, Gate, LoopConfig, Message, NoHooks, Outcome, Suspension,
     Tool, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry,
 };
-use tollgate_core::scripted::{Script, ScriptedModel};
 
 /// The run's input: what the user asks the agent to do.
 const INPUT: &str = "Tell Ada the meeting moves to 3pm on Thursday.";

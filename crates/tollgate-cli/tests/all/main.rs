@@ -1,0 +1,12 @@
+//! Every integration test of `tollgate-cli` in one test binary (one link step, one executable on disk);
+//! each module was a test file of its own.
+
+mod bench;
+mod cli;
+mod frozen_v1;
+mod outputs;
+mod prompt;
+mod readme;
+mod remote;
+mod secrets;
+mod support;

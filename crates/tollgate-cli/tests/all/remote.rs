@@ -1,0 +1,331 @@
+//! `--server URL`: the real `tollgate serve` on a free loopback port in a fresh folder, and the real
+//! `tollgate` binary driving it from another, empty folder through the HTTP API — the scenarios of
+//! tests/cli.rs (the demo agent's approval cycle, exit codes, `--json`, id prefixes), output identical to
+//! local mode on the same store, and tokens: a missing one, a bad one, a runner's that may not decide.
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tollgate_testkit::scratch_dir;
+
+use crate::support::Outcome;
+
+/// `tollgate` with a clean environment in `dir`.
+fn tollgate(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .env_remove("TOLLGATE_STORE_URL")
+        .env_remove("TOLLGATE_WORKSPACE_ROOT")
+        .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TOKEN")
+        .envs(env.iter().copied())
+        .output()
+        .context("cannot start tollgate")?;
+    Ok(Outcome {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(output.stdout)?,
+        stderr: String::from_utf8(output.stderr)?,
+    })
+}
+
+/// A `tollgate serve` in its own folder, stopped when dropped.
+struct Server {
+    dir: PathBuf,
+    url: String,
+    child: Child,
+}
+
+impl Server {
+    /// Serves from a fresh folder holding `config` as `tollgate.toml` (none when empty).
+    fn start(config: &str) -> Result<Server> {
+        let dir = scratch_dir("remote-server");
+        if !config.is_empty() {
+            std::fs::write(dir.join("tollgate.toml"), config)?;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .env_remove("TOLLGATE_STORE_URL")
+            .env_remove("TOLLGATE_WORKSPACE_ROOT")
+            .env_remove("TOLLGATE_CONFIG")
+            .spawn()?;
+        let server = Server { dir, url: format!("http://127.0.0.1:{port}"), child };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("the server never listened on port {port}")
+    }
+
+    fn workspace_file(&self, name: &str) -> Option<String> {
+        std::fs::read_to_string(self.dir.join("workspace").join(name)).ok()
+    }
+
+    /// `tollgate` on the server's own store, in local mode.
+    fn local(&self, args: &[&str]) -> Result<Outcome> {
+        tollgate(&self.dir, args, &[])
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The command line, in an empty folder of its own, acting through a server.
+struct Client {
+    dir: PathBuf,
+    server: String,
+    token: Option<String>,
+}
+
+impl Client {
+    fn of(server: &Server) -> Client {
+        Client { dir: scratch_dir("remote-client"), server: server.url.clone(), token: None }
+    }
+
+    fn with_token(server: &Server, token: &str) -> Client {
+        Client { token: Some(token.to_owned()), ..Client::of(server) }
+    }
+
+    fn tollgate(&self, args: &[&str]) -> Result<Outcome> {
+        let mut all = vec!["--server", self.server.as_str()];
+        all.extend_from_slice(args);
+        let env: Vec<(&str, &str)> = self.token.iter().map(|t| ("TOLLGATE_TOKEN", t.as_str())).collect();
+        tollgate(&self.dir, &all, &env)
+    }
+
+    /// Runs and checks the exit code.
+    fn expect(&self, code: i32, args: &[&str]) -> Result<Outcome> {
+        let out = self.tollgate(args)?;
+        if out.code != code {
+            bail!("`tollgate --server … {}` exited {} instead of {code}: {out:?}", args.join(" "), out.code);
+        }
+        Ok(out)
+    }
+
+    fn waiting_run(&self, input: &str) -> Result<String> {
+        self.expect(3, &["run", input])?.waiting_id()
+    }
+}
+
+#[test]
+fn hello_waits_at_the_gate_and_approve_writes_the_note() -> Result<()> {
+    let server = Server::start("")?;
+    let client = Client::of(&server);
+    let run = client.expect(3, &["run", "hello"])?;
+    let id = run.waiting_id()?;
+    assert!(run.stdout.contains(&format!("tollgate approve {id}")), "{run:?}");
+    assert!(run.stderr.contains(&format!("started run {id} (agent demo)")), "{run:?}");
+    assert!(run.stderr.contains("create note.txt (5 bytes)"), "the preview is shown: {run:?}");
+    assert_eq!(server.workspace_file("note.txt"), None, "nothing is written before the decision");
+
+    let approved = client.expect(0, &["approve", &id])?;
+    assert_eq!(approved.stdout, "Saved note.txt.\n");
+    assert!(approved.stderr.contains(&format!("run {id} resumed")), "{approved:?}");
+    assert_eq!(server.workspace_file("note.txt").as_deref(), Some("hello"));
+    let verified = client.expect(0, &["verify", &id])?;
+    assert!(verified.stdout.contains("the hash chain is intact"), "{verified:?}");
+    assert!(
+        std::fs::read_dir(&client.dir)?.next().is_none(),
+        "through a server, nothing is created where the command runs (no store, no workspace)"
+    );
+    Ok(())
+}
+
+#[test]
+fn deny_with_a_reason_leaves_no_note() -> Result<()> {
+    let server = Server::start("")?;
+    let client = Client::of(&server);
+    let id = client.waiting_run("hello")?;
+    let denied = client.expect(0, &["deny", &id, "--reason", "not today"])?;
+    assert_eq!(denied.stdout, "Understood — I did not write the note.\n");
+    assert_eq!(server.workspace_file("note.txt"), None);
+
+    let shown = client.expect(0, &["show", &id, "--events", "--json"])?.json()?;
+    let decision = shown["events"]
+        .as_array()
+        .and_then(|events| events.iter().find(|e| e["kind"] == "decision"))
+        .ok_or_else(|| anyhow!("no decision event in {shown}"))?;
+    assert_eq!(decision["data"]["action"], "deny");
+    assert_eq!(decision["data"]["reason"], "not today");
+    assert_eq!(decision["data"]["actor"], "local", "a server without tokens records every caller as local");
+    Ok(())
+}
+
+#[test]
+fn output_is_the_same_as_local_mode_on_the_same_store() -> Result<()> {
+    let server = Server::start("")?;
+    let client = Client::of(&server);
+    let waiting = client.expect(3, &["--json", "run", "hello"])?.json()?;
+    let id = waiting["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(waiting["status"], "waiting_for_approval");
+    assert_eq!(waiting["pending"]["calls"][1]["call_id"], "call_2");
+    // The run object of `run --json` is the one local mode prints for the same run.
+    assert_eq!(waiting, server.local(&["show", &id, "--json"])?.json()?);
+
+    let done = client.expect(0, &["approve", &id, "--json"])?.json()?;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["output"], "Saved note.txt.");
+    client.waiting_run("second")?;
+
+    // Byte for byte, the same output whichever way the runs are read.
+    for args in [
+        vec!["show", id.as_str(), "--json"],
+        vec!["show", id.as_str(), "--events", "--json"],
+        vec!["show", id.as_str(), "--events"],
+        vec!["runs", "--json"],
+        vec!["runs", "--status", "completed", "--json"],
+        vec!["tools", "--json"],
+        vec!["tools", "--agent", "demo"],
+        vec!["verify", id.as_str(), "--json"],
+    ] {
+        let remote = client.expect(0, &args)?;
+        let local = server.local(&args)?;
+        assert!(local.code == 0 && !local.stdout.is_empty(), "{local:?}");
+        assert_eq!(without_age(&remote.stdout), without_age(&local.stdout), "`{}`", args.join(" "));
+    }
+    let remote = client.expect(0, &["runs"])?;
+    let local = server.local(&["runs"])?;
+    assert_eq!(runs_rows(&remote.stdout), runs_rows(&local.stdout));
+    assert_eq!(remote.stdout.lines().count(), 3, "a heading and two runs: {remote:?}");
+    Ok(())
+}
+
+/// Text without the line that says how long ago the run was created: a second may tick between two
+/// commands.
+fn without_age(text: &str) -> String {
+    text.lines().filter(|line| !line.starts_with("created ")).collect::<Vec<_>>().join("\n")
+}
+
+/// The words of each row of the `runs` table, but the AGE column.
+fn runs_rows(text: &str) -> Vec<Vec<&str>> {
+    text.lines()
+        .map(|line| line.split_whitespace().enumerate().filter(|(i, _)| *i != 3).map(|(_, w)| w).collect())
+        .collect()
+}
+
+#[test]
+fn ids_prefixes_conflicts_and_rejected_arguments() -> Result<()> {
+    let server = Server::start("")?;
+    let client = Client::of(&server);
+    let first = client.waiting_run("one")?;
+    let second = client.waiting_run("two")?;
+
+    // A unique prefix works; a shared one is ambiguous; an unknown one, or a whole unknown id, is named.
+    let common = first.chars().zip(second.chars()).take_while(|(a, b)| a == b).count();
+    let ambiguous = &first[..common.min(4)];
+    let out = client.expect(1, &["show", ambiguous])?;
+    assert!(out.stderr.contains(&format!("`{ambiguous}` matches 2 runs")), "{out:?}");
+    let unknown = client.expect(1, &["approve", "ffffffff"])?;
+    assert!(unknown.stderr.contains("no run matches `ffffffff`"), "{unknown:?}");
+    let whole = "0193b0c6-0000-7000-8000-000000000001";
+    let unknown = client.expect(1, &["show", whole])?;
+    assert!(unknown.stderr.contains(&format!("no run matches `{whole}`")), "{unknown:?}");
+
+    // Rejected arguments change nothing (exit 2), and an unknown call is named (exit 1).
+    let bad_json = client.expect(2, &["edit", &first, "--call", "call_2", "--args", "{path:"])?;
+    assert!(bad_json.stderr.contains("--args is not valid JSON"), "{bad_json:?}");
+    let bad_schema = client.expect(2, &["edit", &first, "--call", "call_2", "--args", r#"{"path": 3}"#])?;
+    assert!(bad_schema.stderr.contains("call_2"), "{bad_schema:?}");
+    let escape =
+        client.expect(2, &["edit", &first, "--call", "call_2", "--args", r#"{"path": "../x", "content": ""}"#])?;
+    assert!(escape.stderr.contains("escapes the workspace"), "{escape:?}");
+    client.expect(2, &["approve", &first, "--call", "call_1"])?;
+    let unknown_call = client.expect(1, &["approve", &first, "--call", "call_9"])?;
+    assert!(unknown_call.stderr.contains("call_9"), "{unknown_call:?}");
+    client.expect(2, &["tools", "--agent", "nobody"])?;
+    client.expect(2, &["run", "--agent", "nobody", "hello"])?;
+    let still = client.expect(0, &["show", &first, "--json"])?.json()?;
+    assert_eq!(still["status"], "waiting_for_approval");
+    assert_eq!(still["pending"]["calls"][1]["decision"], Value::Null, "nothing was recorded");
+
+    // Edit with valid arguments by a unique prefix: the edited call runs.
+    let prefix = &first[..first.len() - 4];
+    let edited = client
+        .expect(0, &["edit", prefix, "--call", "call_2", "--args", r#"{"path": "edited.txt", "content": "hi"}"#])?;
+    assert_eq!(edited.stdout, "Saved note.txt.\n");
+    assert_eq!(server.workspace_file("edited.txt").as_deref(), Some("hi"));
+
+    // A finished run takes no decision and cannot be cancelled: conflict.
+    client.expect(4, &["approve", &first])?;
+    client.expect(4, &["cancel", &first])?;
+
+    // Respond answers in the tool's place; cancel a waiting run, then it conflicts.
+    let answered = client.expect(0, &["respond", &second, "--call", "call_2", "--result", "done elsewhere"])?;
+    assert_eq!(answered.stdout, "Saved note.txt.\n");
+    let third = client.waiting_run("three")?;
+    let cancelled = client.expect(0, &["cancel", &third, "--reason", "changed my mind"])?;
+    assert_eq!(cancelled.stdout, format!("run {third} cancelled\n"));
+    client.expect(4, &["cancel", &third])?;
+    let waiting = client.expect(0, &["runs", "--status", "waiting_for_approval", "--json"])?.json()?;
+    assert_eq!(waiting["runs"].as_array().map(Vec::len), Some(0));
+
+    // Purge through the API: the finished runs go.
+    let purged = client.expect(0, &["purge", "--older-than", "0s", "--json"])?.json()?;
+    assert_eq!(purged, serde_json::json!({"deleted_runs": 3}));
+    client.expect(1, &["show", &first])?;
+    Ok(())
+}
+
+#[test]
+fn tokens_are_required_and_roles_enforced() -> Result<()> {
+    let server = Server::start(
+        "[[auth.tokens]]\nname = \"alice\"\ntoken = \"alice-secret\"\nroles = [\"runner\", \"approver\", \"admin\"]\n\n\
+         [[auth.tokens]]\nname = \"bob\"\ntoken = \"bob-secret\"\nroles = [\"runner\"]\n",
+    )?;
+    let anonymous = Client::of(&server);
+    let missing = anonymous.expect(2, &["runs"])?;
+    assert!(missing.stderr.contains("TOLLGATE_TOKEN"), "the message says where the token goes: {missing:?}");
+    let wrong = Client::with_token(&server, "guess").expect(2, &["runs"])?;
+    assert!(wrong.stderr.contains("refused the token"), "{wrong:?}");
+
+    // A runner starts runs and reads them, but may not decide them: the server refuses, nothing is done.
+    let bob = Client::with_token(&server, "bob-secret");
+    let id = bob.waiting_run("hello")?;
+    let refused = bob.expect(2, &["approve", &id])?;
+    assert!(refused.stderr.contains("not allowed"), "{refused:?}");
+    bob.expect(2, &["purge"])?;
+    let shown = bob.expect(0, &["show", &id, "--json"])?.json()?;
+    assert_eq!(shown["created_by"], "bob");
+    assert_eq!(shown["pending"]["calls"][1]["decision"], Value::Null);
+
+    // An approver decides; the decision is recorded under the token's name.
+    let alice = Client::with_token(&server, "alice-secret");
+    assert_eq!(alice.expect(0, &["approve", &id])?.stdout, "Saved note.txt.\n");
+    let events = alice.expect(0, &["show", &id, "--events", "--json"])?.json()?;
+    let decision = events["events"]
+        .as_array()
+        .and_then(|events| events.iter().find(|e| e["kind"] == "decision"))
+        .ok_or_else(|| anyhow!("no decision event in {events}"))?;
+    assert_eq!(decision["data"]["actor"], "alice");
+    Ok(())
+}
+
+#[test]
+fn an_unreachable_server_fails_clearly_and_serve_takes_no_server() -> Result<()> {
+    let dir = scratch_dir("remote-unreachable");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = tollgate(&dir, &["--server", &url, "runs"], &[])?;
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains(&format!("cannot reach the Tollgate server at {url}")), "{out:?}");
+    let not_a_url = tollgate(&dir, &["--server", "localhost:8080", "runs"], &[])?;
+    assert_eq!(not_a_url.code, 2, "{not_a_url:?}");
+    let serve = tollgate(&dir, &["--server", &url, "serve"], &[])?;
+    assert_eq!(serve.code, 2, "{serve:?}");
+    assert!(std::fs::read_dir(&dir)?.next().is_none(), "nothing was opened or created");
+    Ok(())
+}

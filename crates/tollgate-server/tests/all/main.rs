@@ -1,0 +1,12 @@
+//! Every integration test of `tollgate-server` in one test binary (one link step, one executable on disk);
+//! each module was a test file of its own.
+
+mod api;
+mod auth;
+mod common;
+mod concurrency;
+mod malformed;
+mod openapi;
+mod shutdown;
+mod sse;
+mod webhooks;

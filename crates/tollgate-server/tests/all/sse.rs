@@ -1,0 +1,176 @@
+//! Live events over SSE, parsed by hand: `id:` = seq, `event:` = kind, `data:` = the event JSON; a
+//! reconnect with `Last-Event-ID` resumes after it (and wins over `?after=`); the stream ends after the
+//! terminal event; a client that goes away changes nothing.
+
+use crate::common::{Config, SCRIBE, Server, digest, id};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// One parsed SSE event.
+#[derive(Debug, Clone, PartialEq)]
+struct SseEvent {
+    id: Option<String>,
+    event: Option<String>,
+    data: Value,
+}
+
+/// An open SSE response, read frame by frame.
+struct Stream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Stream {
+    async fn open(server: &Server, path: &str, last_event_id: Option<&str>) -> reqwest::Response {
+        let mut request = server.client.get(server.url(path)).header("accept", "text/event-stream");
+        if let Some(last) = last_event_id {
+            request = request.header("last-event-id", last);
+        }
+        request.send().await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn new(response: reqwest::Response) -> Self {
+        assert_eq!(response.status().as_u16(), 200);
+        let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        assert!(content_type.starts_with("text/event-stream"), "{content_type}");
+        Self { response, buffer: String::new() }
+    }
+
+    /// The next event, `None` when the stream ended. Comments (keep-alives) are skipped.
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let frame: String = self.buffer.drain(..end + 2).collect();
+                let mut event = SseEvent { id: None, event: None, data: Value::Null };
+                let mut data = String::new();
+                for line in frame.lines() {
+                    if line.starts_with(':') || line.is_empty() {
+                        continue;
+                    }
+                    let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    match field {
+                        "id" => event.id = Some(value.to_owned()),
+                        "event" => event.event = Some(value.to_owned()),
+                        "data" => data.push_str(value),
+                        _ => {}
+                    }
+                }
+                if data.is_empty() && event.id.is_none() {
+                    continue;
+                }
+                event.data = serde_json::from_str(&data).unwrap_or_else(|e| panic!("data is not JSON ({e}): {data}"));
+                return Some(event);
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(20), self.response.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("no SSE frame within 20 s"))
+                .unwrap_or_else(|e| panic!("{e}"))?;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+#[tokio::test]
+async fn follow_a_run_live_and_reconnect_with_last_event_id() {
+    let server = Server::start(Config::default()).await;
+    let run = server.waiting_run(SCRIBE, "live").await;
+    let path = format!("/v1/runs/{}/events", id(&run));
+
+    let mut stream = Stream::new(Stream::open(&server, &path, None).await);
+    let mut seen = Vec::new();
+    while let Some(event) = stream.next().await {
+        assert_eq!(event.id.as_deref(), event.data["seq"].as_u64().map(|s| s.to_string()).as_deref());
+        assert_eq!(event.event.as_deref(), event.data["kind"].as_str());
+        let kind = event.data["kind"].as_str().unwrap_or_default().to_owned();
+        seen.push(event);
+        if kind == "approval_requested" {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.iter().map(|e| e.data["kind"].as_str().unwrap_or_default()).collect::<Vec<_>>(),
+        vec!["run_started", "model_request", "model_response", "approval_requested"]
+    );
+    let json_events = server.get(&path).await.body["events"].clone();
+    assert_eq!(Value::Array(seen.iter().map(|e| e.data.clone()).collect()), json_events, "SSE data is the event JSON");
+
+    // The client goes away while the run waits; that changes nothing.
+    drop(stream);
+    assert_eq!(server.get(&format!("/v1/runs/{}", id(&run))).await.body["status"], "waiting_for_approval");
+
+    // Reconnect after the last event seen, then decide: the rest arrives live and the stream ends.
+    let last = seen.last().and_then(|e| e.id.clone()).unwrap_or_default();
+    let mut stream = Stream::new(Stream::open(&server, &format!("{path}?after=1"), Some(&last)).await);
+    let decided = server
+        .post(&format!("/v1/runs/{}/decisions", id(&run)), json!({"turn_digest": digest(&run), "approve_all": true}))
+        .await;
+    assert_eq!(decided.status, 200);
+    let mut rest = Vec::new();
+    while let Some(event) = stream.next().await {
+        rest.push(event);
+    }
+    let kinds: Vec<&str> = rest.iter().map(|e| e.data["kind"].as_str().unwrap_or_default()).collect();
+    assert_eq!(kinds.first(), Some(&"decision"), "Last-Event-ID wins over ?after=: {kinds:?}");
+    assert_eq!(kinds.last(), Some(&"run_completed"), "the stream ends after the terminal event: {kinds:?}");
+    assert!(kinds.contains(&"run_resumed") && kinds.contains(&"tool_finished"), "{kinds:?}");
+    let all: Vec<Value> = seen.iter().chain(rest.iter()).map(|e| e.data.clone()).collect();
+    assert_eq!(Value::Array(all), server.get(&path).await.body["events"], "every event once, in order");
+
+    // A finished run streams what is after the cursor and ends; with nothing left it answers 204.
+    let mut replay = Stream::new(Stream::open(&server, &format!("{path}?after=9"), None).await);
+    let mut replayed = Vec::new();
+    while let Some(event) = replay.next().await {
+        replayed.push(event.data["seq"].as_u64().unwrap_or_default());
+    }
+    let total = all_count(&server, &path).await;
+    assert_eq!(replayed, (10..=total).collect::<Vec<_>>());
+    let done = Stream::open(&server, &path, Some(&total.to_string())).await;
+    assert_eq!(done.status().as_u16(), 204, "nothing left: EventSource stops reconnecting");
+    server.stop().await;
+}
+
+async fn all_count(server: &Server, path: &str) -> u64 {
+    server.get(path).await.body["events"].as_array().map_or(0, |e| e.len() as u64)
+}
+
+#[tokio::test]
+async fn streams_end_on_cancel_and_on_shutdown_and_unknown_runs_are_404() {
+    let server = Server::start(Config::default()).await;
+    let cancelled = server.waiting_run(SCRIBE, "cancel me").await;
+    let mut stream =
+        Stream::new(Stream::open(&server, &format!("/v1/runs/{}/events?after=4", id(&cancelled)), None).await);
+    server.post(&format!("/v1/runs/{}/cancel", id(&cancelled)), json!({"reason": "enough"})).await;
+    let event = stream.next().await.map(|e| e.data["kind"].clone());
+    assert_eq!(event, Some(json!("run_cancelled")));
+    assert!(stream.next().await.is_none(), "ended after the terminal event");
+
+    let missing = Stream::open(&server, "/v1/runs/0193b0c6-0000-7000-8000-000000000000/events", None).await;
+    assert_eq!(missing.status().as_u16(), 404);
+
+    // An open stream on a waiting run does not hold up shutdown.
+    let waiting = server.waiting_run(SCRIBE, "waits").await;
+    let mut open = Stream::new(Stream::open(&server, &format!("/v1/runs/{}/events?after=4", id(&waiting)), None).await);
+    let reading = tokio::spawn(async move { open.next().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.stop().await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), reading).await;
+    assert!(matches!(ended, Ok(Ok(None))), "the stream ended with the server: {ended:?}");
+}
+
+#[tokio::test]
+async fn a_quiet_stream_gets_keep_alives() {
+    let server = Server::start(Config { sse_keep_alive: Duration::from_millis(100), ..Default::default() }).await;
+    let run = server.waiting_run(SCRIBE, "quiet").await;
+    let mut response = Stream::open(&server, &format!("/v1/runs/{}/events?after=4", id(&run)), None).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let chunk = tokio::time::timeout(Duration::from_secs(5), response.chunk())
+        .await
+        .unwrap_or_else(|_| panic!("no keep-alive within 5 s"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&chunk);
+    assert!(text.starts_with(':'), "a keep-alive is an SSE comment: {text:?}");
+    drop(response);
+    server.stop().await;
+}
