@@ -18,8 +18,6 @@ use tollgate_config::{Config, ConfigLoader};
 use tollgate_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
 use tollgate_runtime::{DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule};
 
-/// Events are read in pages of this size.
-const EVENT_PAGE: u32 = 1000;
 /// How long to wait for a notice before looking at the store anyway (another process may drive the run).
 const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
@@ -110,16 +108,7 @@ impl Local {
 
     /// A run's events after seq `after`.
     pub async fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, CliError> {
-        let mut all: Vec<StoredEvent> = Vec::new();
-        loop {
-            let from = all.last().map_or(after, |e| e.seq);
-            let page = self.runtime.events(id, from, EVENT_PAGE).await?;
-            let done = page.len() < EVENT_PAGE as usize;
-            all.extend(page);
-            if done {
-                return Ok(all);
-            }
-        }
+        Ok(self.runtime.all_events(id, after).await?)
     }
 
     /// Records decisions for the held turn of `run` (as read just before), naming its turn digest.

@@ -362,18 +362,16 @@ impl Runtime {
         Ok(self.inner.store.events(id, after, limit).await?)
     }
 
+    /// Every event of a run after `after`, however many pages that takes.
+    pub async fn all_events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, ReadError> {
+        self.inner.store.get(id).await?;
+        Ok(tollgate_core::store::events_after(&*self.inner.store, id, after).await?)
+    }
+
     /// Checks a run's hash chain: `Ok(Err(break))` names the first bad event.
     pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, ReadError> {
         let run = self.inner.store.get(id).await?;
-        let mut all = Vec::new();
-        loop {
-            let page = self.inner.store.events(id, all.len() as u64, 1000).await?;
-            let done = page.len() < 1000;
-            all.extend(page);
-            if done {
-                break;
-            }
-        }
+        let all = tollgate_core::store::events_after(&*self.inner.store, id, 0).await?;
         Ok(verify_chain(&all, run.last_seq, &run.last_hash).map(|()| run.last_seq))
     }
 

@@ -94,17 +94,7 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
 
 /// Every event of a run, in order.
 async fn events_of(runtime: &Runtime, run_id: &str) -> Result<Vec<StoredEvent>, SweepError> {
-    let store = &runtime.inner().store;
-    let mut events: Vec<StoredEvent> = Vec::new();
-    loop {
-        let page = store.events(run_id, events.len() as u64, 1000).await?;
-        let done = page.len() < 1000;
-        events.extend(page);
-        if done {
-            break;
-        }
-    }
-    Ok(events)
+    Ok(tollgate_core::store::events_after(&*runtime.inner().store, run_id, 0).await?)
 }
 
 /// For each call of the held round since the last resume: `Some(result)` when it finished, `None`

@@ -177,15 +177,7 @@ pub(crate) async fn run_events(
         return crate::sse::respond(state.runtime.clone(), id, after, state.shutdown.clone(), state.sse_keep_alive)
             .await;
     }
-    let mut events = state.runtime.events(&id, query.after.unwrap_or(0), 1000).await?;
-    while events.len() % 1000 == 0 {
-        let Some(last) = events.last().map(|e| e.seq) else { break };
-        let page = state.runtime.events(&id, last, 1000).await?;
-        if page.is_empty() {
-            break;
-        }
-        events.extend(page);
-    }
+    let events = state.runtime.all_events(&id, query.after.unwrap_or(0)).await?;
     Ok(Json(EventPage { events: events.iter().map(wire::event).collect() }).into_response())
 }
 
