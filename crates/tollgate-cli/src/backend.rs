@@ -5,7 +5,7 @@
 //! run object of API.md), the same events and the same errors, so the output and exit codes of a command
 //! do not depend on where the runs live.
 
-use crate::exit::{CliError, Exit};
+use crate::exit::{CliError, DecisionRefused};
 use crate::local::{Local, LocalWatch};
 use crate::remote::{EventFeed, Remote};
 use crate::view::RunView;
@@ -20,30 +20,6 @@ pub enum Backend {
     Local(Box<Local>),
     /// A Tollgate server does, through its HTTP API.
     Remote(Remote),
-}
-
-/// Decisions that were not recorded.
-#[derive(Debug)]
-pub enum DecideError {
-    /// The run is not waiting, its held turn changed (stale digest), a call is already decided, or
-    /// another request acted first (exit 4).
-    Conflict(String),
-    /// A decision does not fit the held turn: an unknown call (exit 1), a call that takes no decision,
-    /// or edited arguments the tool rejects (exit 2).
-    Invalid(CliError),
-    /// The actor may not decide this run.
-    Forbidden(CliError),
-    /// Anything else (the run is gone, the store or the server failed).
-    Failed(CliError),
-}
-
-impl From<DecideError> for CliError {
-    fn from(error: DecideError) -> Self {
-        match error {
-            DecideError::Conflict(detail) => CliError::new(Exit::Conflict, detail),
-            DecideError::Invalid(e) | DecideError::Forbidden(e) | DecideError::Failed(e) => e,
-        }
-    }
 }
 
 /// Changes of one run, as a signal to read it again.
@@ -122,7 +98,7 @@ impl Backend {
     /// Records decisions for the held turn of `run` as it was read, naming that turn's digest, so that a
     /// turn that changed meanwhile is refused (a conflict) rather than decided blind. Returns the run
     /// right after the decisions (resuming in the background when they completed the set).
-    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecideError> {
+    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecisionRefused> {
         match self {
             Backend::Local(local) => local.decide(run, set).await,
             Backend::Remote(remote) => remote.decide(run, set).await,

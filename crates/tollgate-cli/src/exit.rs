@@ -201,3 +201,27 @@ mod tests {
         }
     }
 }
+
+/// Decisions that were not recorded.
+#[derive(Debug)]
+pub enum DecisionRefused {
+    /// The run is not waiting, its held turn changed (stale digest), a call is already decided, or
+    /// another request acted first (exit 4).
+    Conflict(String),
+    /// A decision does not fit the held turn: an unknown call (exit 1), a call that takes no decision,
+    /// or edited arguments the tool rejects (exit 2).
+    Invalid(CliError),
+    /// The actor may not decide this run.
+    Forbidden(CliError),
+    /// Anything else (the run is gone, the store or the server failed).
+    Failed(CliError),
+}
+
+impl From<DecisionRefused> for CliError {
+    fn from(error: DecisionRefused) -> Self {
+        match error {
+            DecisionRefused::Conflict(detail) => CliError::new(Exit::Conflict, detail),
+            DecisionRefused::Invalid(e) | DecisionRefused::Forbidden(e) | DecisionRefused::Failed(e) => e,
+        }
+    }
+}

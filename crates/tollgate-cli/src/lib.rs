@@ -22,6 +22,7 @@ pub mod args;
 pub mod backend;
 pub mod bench;
 pub mod commands;
+mod context;
 pub mod duration;
 pub mod exit;
 pub mod local;

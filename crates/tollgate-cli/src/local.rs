@@ -5,9 +5,8 @@
 //! built-in defaults (CONFIG.md): the store `sqlite://tollgate.db` in the current folder, the workspace
 //! `./workspace`, and the built-in `demo` agent (DESIGN.md). `TOLLGATE_<SECTION>_<KEY>` overrides any key.
 
-use crate::backend::DecideError;
-use crate::commands::ACTOR;
 use crate::exit::CliError;
+use crate::exit::DecisionRefused;
 use crate::view::RunView;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -17,6 +16,10 @@ use tollgate_app::App;
 use tollgate_config::{Config, ConfigLoader};
 use tollgate_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
 use tollgate_runtime::{DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule};
+
+/// The actor recorded on events for everything done from this command line in local mode (API.md: with
+/// no tokens, every caller is `local`). Through a server, the actor is the name of the token.
+pub const ACTOR: &str = "local";
 
 /// How long to wait for a notice before looking at the store anyway (another process may drive the run).
 const LOOK_AGAIN: Duration = Duration::from_millis(500);
@@ -112,24 +115,24 @@ impl Local {
     }
 
     /// Records decisions for the held turn of `run` (as read just before), naming its turn digest.
-    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecideError> {
-        self.ensure_workspace().map_err(DecideError::Failed)?;
+    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecisionRefused> {
+        self.ensure_workspace().map_err(DecisionRefused::Failed)?;
         let digest = run.pending.as_ref().map(|p| p.turn_digest.clone()).unwrap_or_default();
         match self.runtime.decide(&run.id, &digest, set.clone(), ACTOR).await {
-            Ok(next) => view(&next).map_err(DecideError::Failed),
+            Ok(next) => view(&next).map_err(DecisionRefused::Failed),
             Err(error) => Err(match &error {
                 Refused::NotWaiting { .. }
                 | Refused::StaleDigest { .. }
                 | Refused::AlreadyDecided { .. }
                 | Refused::NothingToDecide
                 | Refused::CorruptSuspension { .. }
-                | Refused::LostRace { .. } => DecideError::Conflict(error.to_string()),
+                | Refused::LostRace { .. } => DecisionRefused::Conflict(error.to_string()),
                 Refused::Invalid(_) | Refused::NoDecisions | Refused::DecidedTwice { .. } => {
-                    DecideError::Invalid(error.into())
+                    DecisionRefused::Invalid(error.into())
                 }
-                Refused::SelfApprovalForbidden { .. } => DecideError::Forbidden(error.into()),
+                Refused::SelfApprovalForbidden { .. } => DecisionRefused::Forbidden(error.into()),
                 Refused::NotFound(_) | Refused::UnknownAgent(_) | Refused::Store(_) => {
-                    DecideError::Failed(error.into())
+                    DecisionRefused::Failed(error.into())
                 }
             }),
         }

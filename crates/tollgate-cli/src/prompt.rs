@@ -23,9 +23,10 @@
 mod editor;
 mod steps;
 
-use crate::backend::{Backend, DecideError};
-use crate::commands::Context;
+use crate::backend::Backend;
+use crate::context::Context;
 use crate::exit::CliError;
+use crate::exit::DecisionRefused;
 use crate::view::RunView;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
@@ -178,19 +179,19 @@ async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliE
         Ok(_) => Ok(AtGate::Sent),
         // The turn changed under the person (e.g. its deadline passed) or a decision does not fit it:
         // say so, and show the run as it is now.
-        Err(DecideError::Conflict(detail)) => {
+        Err(DecisionRefused::Conflict(detail)) => {
             eprintln!("not sent: {detail}");
             Ok(AtGate::Sent)
         }
-        Err(DecideError::Invalid(error)) => {
+        Err(DecisionRefused::Invalid(error)) => {
             eprintln!("not sent: {}", error.message);
             Ok(AtGate::Sent)
         }
-        Err(DecideError::Forbidden(error)) => {
+        Err(DecisionRefused::Forbidden(error)) => {
             eprintln!("not sent: {}", error.message);
             Ok(AtGate::Left)
         }
-        Err(DecideError::Failed(error)) => Err(error),
+        Err(DecisionRefused::Failed(error)) => Err(error),
     }
 }
 

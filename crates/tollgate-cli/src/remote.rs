@@ -22,7 +22,7 @@
 //! - **Unknown `--call`.** Checked against the held turn before anything is sent, so that it is exit 1
 //!   naming the call, as locally (the API answers 422 for it).
 
-use crate::backend::DecideError;
+use crate::exit::DecisionRefused;
 use crate::exit::{CliError, Exit};
 use crate::view::RunView;
 use reqwest::{Method, StatusCode, Url};
@@ -294,7 +294,7 @@ impl Remote {
     }
 
     /// Sends decisions for the held turn of `run` (as read just before), naming its turn digest.
-    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecideError> {
+    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecisionRefused> {
         let digest = run.pending.as_ref().map(|p| p.turn_digest.clone()).unwrap_or_default();
         let request = match set {
             DecisionSet::ApproveAll => DecisionRequest::approve_all(digest),
@@ -304,7 +304,7 @@ impl Remote {
                     && let Some((unknown, _)) =
                         list.iter().find(|(id, _)| !pending.calls.iter().any(|c| &c.call_id == id))
                 {
-                    return Err(DecideError::Invalid(CliError::failed(format!("no held call has id `{unknown}`"))));
+                    return Err(DecisionRefused::Invalid(CliError::failed(format!("no held call has id `{unknown}`"))));
                 }
                 DecisionRequest::each(digest, list.iter().map(|(id, d)| call_decision(id, d)).collect())
             }
@@ -312,15 +312,15 @@ impl Remote {
         let body = request_body(&request);
         let url = self.url(&format!("v1/runs/{}/decisions", run.id), &[]);
         match self.call(Method::POST, url, Some(&body)).await {
-            Ok(json) => self.view(json).map_err(DecideError::Failed),
-            Err(HttpError::Refused { status: StatusCode::CONFLICT, detail }) => Err(DecideError::Conflict(detail)),
+            Ok(json) => self.view(json).map_err(DecisionRefused::Failed),
+            Err(HttpError::Refused { status: StatusCode::CONFLICT, detail }) => Err(DecisionRefused::Conflict(detail)),
             Err(HttpError::Refused { status: StatusCode::FORBIDDEN, detail }) => {
-                Err(DecideError::Forbidden(CliError::usage(format!("not allowed: {detail}"))))
+                Err(DecisionRefused::Forbidden(CliError::usage(format!("not allowed: {detail}"))))
             }
             Err(HttpError::Refused { status: StatusCode::UNPROCESSABLE_ENTITY, detail }) => {
-                Err(DecideError::Invalid(CliError::usage(detail)))
+                Err(DecisionRefused::Invalid(CliError::usage(detail)))
             }
-            Err(error) => Err(DecideError::Failed(self.run_error(error, &run.id))),
+            Err(error) => Err(DecisionRefused::Failed(self.run_error(error, &run.id))),
         }
     }
 
