@@ -10,12 +10,14 @@
 
 use crate::metrics::Metrics;
 use crate::webhooks::Webhooks;
+use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_core::{EventKind, RunStatus, StoredEvent};
+use tollgate_protocol::event_data as data;
 use tollgate_runtime::{RunNotice, Runtime};
 
 /// How many runs the feed keeps a cursor for.
@@ -159,7 +161,6 @@ impl Feed {
         }
         self.metrics.event(event.kind);
         let at = millis(&event.at);
-        let text = |key: &str| event.data.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
         match event.kind {
             EventKind::ModelRequest => cursor.model_request = at.map(|at| (event.round, at)),
             EventKind::ModelResponse => {
@@ -169,17 +170,25 @@ impl Feed {
                     self.metrics.model_call(seconds(at - started));
                 }
             }
+            // Typed reads of the event data (borrowing it, no copy); an event that does not read is
+            // left out of the metrics, never guessed at.
             EventKind::ToolStarted => {
-                if let Some(at) = at {
-                    cursor.tools.insert(text("call_id"), (text("tool"), at));
+                if let (Ok(started), Some(at)) = (data::ToolStarted::deserialize(&event.data), at) {
+                    cursor.tools.insert(started.call_id, (started.tool, at));
                 }
             }
             EventKind::ToolFinished => {
-                if let (Some((tool, started)), Some(at)) = (cursor.tools.remove(&text("call_id")), at) {
+                if let Ok(finished) = data::ToolFinished::deserialize(&event.data)
+                    && let (Some((tool, started)), Some(at)) = (cursor.tools.remove(&finished.call_id), at)
+                {
                     self.metrics.tool_call(&tool, seconds(at - started));
                 }
             }
-            EventKind::Decision => self.metrics.decision(&text("action")),
+            EventKind::Decision => {
+                if let Ok(decided) = data::DecisionMade::deserialize(&event.data) {
+                    self.metrics.decision(decided.decision.action());
+                }
+            }
             _ => {}
         }
         if let Some(webhooks) = &self.webhooks {
