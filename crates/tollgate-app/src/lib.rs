@@ -5,7 +5,7 @@
 //! policy over every tool's own gate, and hands the agents to a [`Runtime`]. The CLI's local mode and
 //! `tollgate serve` both start here, so both run exactly the same agents.
 //!
-//! With no agents configured, the built-in `demo` agent exists (DESIGN.md, "The built-in demo agent").
+//! With no agents configured, the built-in `demo` agent exists (docs/design.md, "The built-in demo agent").
 
 pub mod policy;
 

@@ -1,4 +1,4 @@
-//! Runs BENCH.md workload A (or C) in process and prints the table.
+//! Runs docs/benchmarks.md workload A (or C) in process and prints the table.
 //!
 //! `cargo run --release -p tollgate-bench --example approval_cycle -- STORE_URL N CONCURRENCY [deny]`
 

@@ -1,4 +1,4 @@
-//! Workload A of BENCH.md through the HTTP API: a Tollgate server started in this process on
+//! Workload A of docs/benchmarks.md through the HTTP API: a Tollgate server started in this process on
 //! `127.0.0.1:0` over the store at a URL, and `clients` concurrent HTTP clients on loopback.
 //!
 //! Phase 1 sends `POST /v1/runs` with `wait: true` for each of N runs (answered once the run's suspension

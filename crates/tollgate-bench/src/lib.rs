@@ -1,6 +1,6 @@
 //! # tollgate-bench
 //!
-//! The workloads of BENCH.md, in process, with the scripted provider (instant answers, no network):
+//! The workloads of docs/benchmarks.md, in process, with the scripted provider (instant answers, no network):
 //! - A: the approval cycle — N runs suspend at a `write_note` call (phase 1), then each is loaded fresh
 //!   from the store, approved, and completed (phase 2);
 //! - B: loop overhead — one run of 50 allow-gated `get_time` turns, repeated, no store;

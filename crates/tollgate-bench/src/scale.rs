@@ -1,4 +1,4 @@
-//! Workload D of BENCH.md (scale), in a bounded and honest form: the store is filled with N waiting runs,
+//! Workload D of docs/benchmarks.md (scale), in a bounded and honest form: the store is filled with N waiting runs,
 //! really started and suspended by the runtime (phase 1 of workload A, many in flight), then, with those
 //! N runs waiting, it measures
 //! - the latency of "load one waiting run by id, decide, complete" (phase 2 of workload A, one at a
@@ -7,7 +7,7 @@
 //!   `GET /v1/runs?status=waiting_for_approval&limit=50`, through [`tollgate_runtime::Runtime::list`]),
 //!   timed first, while all N runs wait, so every listing returns a full page,
 //!
-//! and reports the process's peak RSS with each. BENCH.md's criterion ("within 2×") compares two runs of
+//! and reports the process's peak RSS with each. docs/benchmarks.md's criterion ("within 2×") compares two runs of
 //! this workload: one with N = 1,000 and one with N = 1,000,000.
 //!
 //! What it promises: the sample is taken across the whole fill (every `N / sample`-th run started), so

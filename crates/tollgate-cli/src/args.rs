@@ -1,4 +1,4 @@
-//! The command line as CLI.md defines it, parsed with clap. Global options may stand before or after
+//! The command line as docs/cli.md defines it, parsed with clap. Global options may stand before or after
 //! the command.
 
 use crate::duration::parse_duration;
@@ -69,7 +69,7 @@ pub enum Command {
     Tools(ToolsArgs),
     /// Check a run's hash chain.
     Verify(VerifyArgs),
-    /// Run the benchmark workloads of BENCH.md and print one table.
+    /// Run the benchmark workloads of docs/benchmarks.md and print one table.
     #[command(long_about = BENCH_ABOUT)]
     Bench(BenchArgs),
 }
@@ -215,7 +215,7 @@ pub struct BenchArgs {
     pub store: Option<String>,
 }
 
-/// The workloads of BENCH.md.
+/// The workloads of docs/benchmarks.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Workload {
     /// The approval cycle: N runs wait at the gate, then each is loaded, approved and completed.
@@ -234,7 +234,7 @@ pub enum Workload {
 
 /// The long help of `tollgate bench`.
 const BENCH_ABOUT: &str = "\
-Run the benchmark workloads of BENCH.md with the scripted provider (instant answers, no network) and
+Run the benchmark workloads of docs/benchmarks.md with the scripted provider (instant answers, no network) and
 print one table of their phases (--json: the reports).
 
 A  the approval cycle: in process one run at a time (c=1), then 32 in flight, then through the HTTP API
@@ -245,7 +245,7 @@ B  loop overhead: a run of 50 allow-gated tool turns and a final answer, repeate
 C  as A in process, denying each call with reason `not allowed`.
 D  scale: fills the store with N waiting runs (default 1,000; many in flight), then measures the p99 of
    \"load one waiting run by id, decide, complete\" over 200 of them, the latency of listing
-   status=waiting_for_approval limit=50, and the peak RSS. BENCH.md's criterion (within 2x, and a peak
+   status=waiting_for_approval limit=50, and the peak RSS. docs/benchmarks.md's criterion (within 2x, and a peak
    RSS that does not grow) compares a run with --n 1000 against one with --n 1000000, which takes minutes
    and a few GB of disk: the million runs are really started and suspended.
 

@@ -2,7 +2,7 @@
 //! a Tollgate server's HTTP API (`--server URL`, [`Remote`]).
 //!
 //! Every command is written once, against [`Backend`]; both sides answer with the same [`RunView`]s (the
-//! run object of API.md), the same events and the same errors, so the output and exit codes of a command
+//! run object of docs/api.md), the same events and the same errors, so the output and exit codes of a command
 //! do not depend on where the runs live.
 
 use crate::exit::{CliError, DecisionRefused};

@@ -1,4 +1,4 @@
-//! `tollgate bench [A|B|C|D] [--n N] [--store URL]`: BENCH.md's workloads, run by `tollgate-bench`, and
+//! `tollgate bench [A|B|C|D] [--n N] [--store URL]`: docs/benchmarks.md's workloads, run by `tollgate-bench`, and
 //! one table of their phases (rates in the `runs/s` column; B's are loop iterations), then each workload's
 //! end check on a line of its own, e.g. `check A (c=1): 1000 runs completed, the tool ran 1000 times, each
 //! text once — ok`. `--json`: the reports, with the same figures under their keys (`per_sec` is runs/s)

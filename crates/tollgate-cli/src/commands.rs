@@ -1,4 +1,4 @@
-//! The commands of CLI.md: each one resolves the run it names, acts through the [`Backend`] (this
+//! The commands of docs/cli.md: each one resolves the run it names, acts through the [`Backend`] (this
 //! process's runtime, or a server's HTTP API with `--server`), prints data on stdout (JSON only with
 //! `--json`) and messages on stderr, and answers with its exit code. The output does not depend on the
 //! backend.

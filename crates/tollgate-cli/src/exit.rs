@@ -1,4 +1,4 @@
-//! Exit codes (CLI.md) and the one error type every command returns.
+//! Exit codes (docs/cli.md) and the one error type every command returns.
 //!
 //! The rule: 0 done; 1 failed (including an unknown or ambiguous id and an unknown `--call`); 2 usage or
 //! configuration error, or arguments that are rejected (nothing was done); 3 the run waits for approval;
@@ -74,7 +74,7 @@ impl CliError {
 }
 
 // Each runtime error maps variant by variant (no catch-all), so a new refusal gets its exit code chosen
-// here, per CLI.md: not found 1, refused arguments 2, conflict 4, the store failing 1.
+// here, per docs/cli.md: not found 1, refused arguments 2, conflict 4, the store failing 1.
 
 impl From<StartError> for CliError {
     fn from(error: StartError) -> Self {
@@ -153,7 +153,7 @@ mod tests {
     use super::*;
     use tollgate_core::{Gate, RunStatus, TurnDigest};
 
-    /// Every refusal of the runtime and the exit code CLI.md gives it.
+    /// Every refusal of the runtime and the exit code docs/cli.md gives it.
     #[test]
     fn every_runtime_error_has_its_exit_code() {
         let store = || StoreError::Database("down".into());

@@ -1,6 +1,6 @@
 //! # tollgate-cli
 //!
-//! The `tollgate` command line (CLI.md). In local mode (the default) it opens the store itself (SQLite
+//! The `tollgate` command line (docs/cli.md). In local mode (the default) it opens the store itself (SQLite
 //! `./tollgate.db` by default, `TOLLGATE_STORE_URL` or the config to change it), drives runs in this
 //! process and exits once they settle. With no configuration the built-in `demo` agent shows the whole
 //! approval cycle offline:
@@ -11,11 +11,11 @@
 //! ```
 //!
 //! With `--server URL` the same commands act through a Tollgate server's HTTP API (token from
-//! `TOLLGATE_TOKEN`) and open no store ([`remote`]). `tollgate bench` runs BENCH.md's workloads
+//! `TOLLGATE_TOKEN`) and open no store ([`remote`]). `tollgate bench` runs docs/benchmarks.md's workloads
 //! ([`mod@bench`]).
 //!
 //! What it promises: data (and the waiting line) on stdout, messages on stderr, only JSON on stdout with
-//! `--json`; exit codes per CLI.md ([`exit::Exit`]), the same in local and `--server` mode; and every
+//! `--json`; exit codes per docs/cli.md ([`exit::Exit`]), the same in local and `--server` mode; and every
 //! command that opens the store applies due deadlines first ([`tollgate_runtime::Runtime::sweep`]).
 
 pub mod args;

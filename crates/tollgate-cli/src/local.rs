@@ -2,8 +2,8 @@
 //! the operations the commands need ([`crate::backend::Backend`]) done through the [`Runtime`].
 //!
 //! The configuration comes from `--config FILE`, else `TOLLGATE_CONFIG`, else `./tollgate.toml`, else the
-//! built-in defaults (CONFIG.md): the store `sqlite://tollgate.db` in the current folder, the workspace
-//! `./workspace`, and the built-in `demo` agent (DESIGN.md). `TOLLGATE_<SECTION>_<KEY>` overrides any key.
+//! built-in defaults (docs/configuration.md): the store `sqlite://tollgate.db` in the current folder, the workspace
+//! `./workspace`, and the built-in `demo` agent (docs/design.md). `TOLLGATE_<SECTION>_<KEY>` overrides any key.
 
 use crate::exit::CliError;
 use crate::exit::DecisionRefused;
@@ -17,7 +17,7 @@ use tollgate_config::{Config, ConfigLoader};
 use tollgate_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
 use tollgate_runtime::{DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule};
 
-/// The actor recorded on events for everything done from this command line in local mode (API.md: with
+/// The actor recorded on events for everything done from this command line in local mode (docs/api.md: with
 /// no tokens, every caller is `local`). Through a server, the actor is the name of the token.
 pub const ACTOR: &str = "local";
 

@@ -1,4 +1,4 @@
-//! `tollgate run` on a terminal (CLI.md: "on a terminal, ask at the gate"): a spinner while the run
+//! `tollgate run` on a terminal (docs/cli.md: "on a terminal, ask at the gate"): a spinner while the run
 //! works, each step printed as it is committed, and at the gate a prompt per held call — approve (y),
 //! deny (n, with a reason), edit (e, the arguments in `$EDITOR`), respond (r) or quit (q).
 //!

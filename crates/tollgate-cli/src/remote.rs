@@ -1,8 +1,8 @@
-//! `--server URL` mode: the commands act through a Tollgate server's HTTP API (API.md) instead of opening
+//! `--server URL` mode: the commands act through a Tollgate server's HTTP API (docs/api.md) instead of opening
 //! a store, with the token of `TOLLGATE_TOKEN` (sent as `Authorization: Bearer …` when set).
 //!
 //! What it promises: the same output and exit codes as local mode. The server's answers map onto the
-//! exit codes of CLI.md: 400, 401, 403, 413, 415 and 422 are arguments the server rejects (2, nothing was
+//! exit codes of docs/cli.md: 400, 401, 403, 413, 415 and 422 are arguments the server rejects (2, nothing was
 //! done); 404 for a run is an unknown run (1) and for an agent an unknown agent (2, as locally); 409 is a
 //! conflict (4); a server that cannot be reached, or answers 5xx, is a failure (1).
 //!
@@ -73,7 +73,7 @@ enum HttpError {
         /// What the server said.
         detail: String,
     },
-    /// A 2xx answer whose body is not what API.md says.
+    /// A 2xx answer whose body is not what docs/api.md says.
     Unexpected(String),
 }
 

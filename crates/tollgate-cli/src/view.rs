@@ -1,4 +1,4 @@
-//! A run as every command sees it, whichever way it was read: the run object of API.md.
+//! A run as every command sees it, whichever way it was read: the run object of docs/api.md.
 //!
 //! Local mode builds it from the stored record with [`tollgate_runtime::view::run_view`], the very function
 //! the HTTP API answers with; `--server` mode reads it from the API. So `--json` prints the same object in
@@ -9,7 +9,7 @@ use serde_json::Value;
 use tollgate_core::{Millis, RunRecord, RunStatus};
 use tollgate_protocol::{Call, HeldTurn, Run, RunError, Usage};
 
-/// One run: the API.md object as it is ([`RunView::json`]) and its fields, typed by
+/// One run: the docs/api.md object as it is ([`RunView::json`]) and its fields, typed by
 /// [`tollgate_protocol::Run`].
 #[derive(Clone, Debug)]
 pub struct RunView {
@@ -60,7 +60,7 @@ fn status(status: tollgate_protocol::RunStatus) -> RunStatus {
 }
 
 impl RunView {
-    /// Reads an API.md run object; says what does not fit.
+    /// Reads an docs/api.md run object; says what does not fit.
     pub fn from_json(json: Value) -> Result<RunView, String> {
         let run: Run = serde_json::from_value(json.clone()).map_err(|e| format!("not a run object: {e}"))?;
         Ok(RunView::new(json, run))

@@ -1,6 +1,6 @@
 //! # tollgate-config
 //!
-//! Reads `tollgate.toml` (CONFIG.md, the contract) into a typed, validated [`Config`]: defaults applied,
+//! Reads `tollgate.toml` (docs/configuration.md, the contract) into a typed, validated [`Config`]: defaults applied,
 //! `TOLLGATE_*` overrides applied, `env:NAME` secrets resolved, relative paths made absolute. This crate
 //! knows nothing of how the rest of Tollgate uses the values; it promises that a [`Config`] it returns
 //! satisfies every rule below, and that a [`ConfigError`] names the file (or variable), the key as a dotted
@@ -53,7 +53,7 @@
 //! resolved at load (an unset `NAME` is an error naming the key and the variable), or a literal. Secrets are
 //! kept as [`Secret`], whose `Debug` and `Display` print `***`. Only MCP `env` values may be empty.
 //!
-//! ## Security keys (beyond CONFIG.md)
+//! ## Security keys (beyond docs/configuration.md)
 //! `[sandbox] mode` (`auto` | `required` | `off`, default `auto`; override `TOLLGATE_SANDBOX_MODE`),
 //! `agents[].shell_network` (default false), `mcp_servers[].inherit_env` (default false), `[privacy] level`
 //! (`full` | `redacted` | `metadata`, default `full`; override `TOLLGATE_PRIVACY_LEVEL`) and

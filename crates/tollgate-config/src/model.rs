@@ -44,7 +44,7 @@ pub struct Config {
 
 impl Config {
     /// Whether the configuration defines any agent. When it does not, the caller adds the built-in `demo`
-    /// agent (CONFIG.md: "The `demo` agent exists only when the config defines no agents").
+    /// agent (docs/configuration.md: "The `demo` agent exists only when the config defines no agents").
     pub fn defines_agents(&self) -> bool {
         !self.agents.is_empty()
     }
@@ -246,7 +246,7 @@ pub struct TokenConfig {
     pub roles: Vec<Role>,
 }
 
-/// A role a token grants (API.md, Auth).
+/// A role a token grants (docs/api.md, Auth).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
     /// `runner`: start, read, cancel own runs.
@@ -473,7 +473,7 @@ pub struct WebhookConfig {
     pub events: Vec<WebhookEvent>,
 }
 
-/// An event kind a webhook can subscribe to (API.md, Events).
+/// An event kind a webhook can subscribe to (docs/events.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WebhookEvent {
     /// `run_started`
@@ -503,7 +503,7 @@ pub enum WebhookEvent {
 }
 
 impl WebhookEvent {
-    /// Every event kind, in the order API.md lists them.
+    /// Every event kind, in the order docs/api.md lists them.
     pub const ALL: [WebhookEvent; 12] = [
         WebhookEvent::RunStarted,
         WebhookEvent::ModelRequest,

@@ -3,7 +3,7 @@
 //! The table is walked by hand rather than through `serde` derives so that every error can name the key as a
 //! dotted path, say what was expected in the contract's own words, name the environment variable when an
 //! override supplied the value, and never echo a secret. The first error found wins; sections are checked
-//! in the order CONFIG.md lists them.
+//! in the order docs/configuration.md lists them.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! BENCH.md workload B, "loop overhead": one run whose script makes 50 turns of ONE allow-gated
+//! docs/benchmarks.md workload B, "loop overhead": one run whose script makes 50 turns of ONE allow-gated
 //! `get_time()` call each, then a final answer — 51 model calls, 50 tool invocations.
 //!
 //! One criterion iteration is one whole run, started from scratch on the scripted provider, with no store

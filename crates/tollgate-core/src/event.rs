@@ -2,7 +2,7 @@
 //! before it so that any edited, removed or reordered event is detected by [`verify_chain`].
 //!
 //! `hash = sha256_hex(previous hash as 64 hex chars ‖ canonical JSON of {seq, at, kind, round, data})`,
-//! with 64 `0` characters before the first event (API.md, "Events").
+//! with 64 `0` characters before the first event (docs/events.md).
 
 use crate::canonical::{Hashing, Sink, write_string, write_value};
 use crate::run::{GENESIS_HASH, Millis, rfc3339};
@@ -95,7 +95,7 @@ pub struct NewEvent {
     pub kind: EventKind,
     /// The model call it belongs to (0 before the first).
     pub round: u32,
-    /// Details per kind (API.md).
+    /// Details per kind (docs/api.md).
     pub data: Value,
 }
 

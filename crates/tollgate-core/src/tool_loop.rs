@@ -1,6 +1,6 @@
 //! The tool loop: model call → gate the whole turn → run the calls or suspend → repeat.
 //!
-//! Invariants this module keeps (DESIGN.md, "The loop"):
+//! Invariants this module keeps (docs/design.md, "The loop"):
 //! - a turn is gated as a whole before any of its calls runs; if one call asks, nothing of the turn runs
 //!   and the loop returns [`Outcome::Suspended`];
 //! - an ask-gated call runs only with an `approve` or `edit` decision for its `call_id`;

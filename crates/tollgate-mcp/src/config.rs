@@ -21,7 +21,7 @@ pub struct McpServerConfig {
     /// never reach it (as the official MCP SDKs do).
     pub inherit_env: bool,
     /// The server's working directory; `None` keeps Tollgate's. The app sets the config file's folder, so
-    /// relative paths in `args` mean what CONFIG.md says they mean.
+    /// relative paths in `args` mean what docs/configuration.md says they mean.
     pub working_dir: Option<PathBuf>,
     /// How long one `tools/call` may take before the model is told it timed out.
     pub call_timeout: Duration,
@@ -100,7 +100,7 @@ impl McpServerConfig {
     }
 }
 
-/// Resolves a configured `command` per CONFIG.md: one containing `/` is a path relative to `config_dir`
+/// Resolves a configured `command` per docs/configuration.md: one containing `/` is a path relative to `config_dir`
 /// (an absolute path stays as it is); any other is a program name left for the `PATH` lookup.
 ///
 /// Pass an absolute `config_dir`: a relative program path is ambiguous once the server runs in another

@@ -1,4 +1,4 @@
-//! The name an MCP tool is offered to the model under (CONFIG.md): `SERVER__TOOL`, with every character
+//! The name an MCP tool is offered to the model under (docs/configuration.md): `SERVER__TOOL`, with every character
 //! outside `[A-Za-z0-9_-]` replaced by `_`; a result longer than 64 characters is cut to 55 and given `_` +
 //! the first 8 lowercase hex digits of the sha256 of the full name as it was before any replacement.
 //!

@@ -1,4 +1,4 @@
-// The HTTP API of API.md, as the playground calls it: JSON in and out, the token from localStorage as
+// The HTTP API of docs/api.md, as the playground calls it: JSON in and out, the token from localStorage as
 // `Authorization: Bearer`, problem+json errors turned into ApiError. A 401 is also announced on
 // `authEvents` so the page can ask for a token wherever the request came from.
 

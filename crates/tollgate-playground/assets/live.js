@@ -10,7 +10,7 @@
 import { apiUrl, authEvents, authHeaders, hasToken, ApiError } from './api.js';
 import { SseParser } from './sse.js';
 
-/** Every event kind of API.md; EventSource only delivers named events that have a listener. */
+/** Every event kind of docs/api.md; EventSource only delivers named events that have a listener. */
 export const KINDS = [
   'run_started',
   'model_request',

@@ -13,7 +13,7 @@ const STATUS_LABELS = {
   expired: 'expired',
 };
 
-/** Every run status of API.md, in lifecycle order. */
+/** Every run status of docs/api.md, in lifecycle order. */
 export const STATUSES = Object.keys(STATUS_LABELS);
 
 /** A run status as a coloured badge. */

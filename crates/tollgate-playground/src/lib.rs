@@ -3,7 +3,7 @@
 //! The web playground and approvals inbox that `tollgate serve` shows at `/`: start a run, watch its
 //! steps live over SSE, an inbox of waiting runs, and per held call the preview (diffs shown as diffs),
 //! approve, edit (checked against the tool's schema before sending), deny with a reason, respond, and
-//! approve-all / deny-all. It is a client of the HTTP API of API.md and nothing else: every state it
+//! approve-all / deny-all. It is a client of the HTTP API of docs/api.md and nothing else: every state it
 //! shows comes from `/v1`, so a reload shows the same history.
 //!
 //! What it promises:

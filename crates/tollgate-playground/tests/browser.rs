@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The scripted agent's turns (CONFIG.md, "The scripted provider's script").
+/// The scripted agent's turns (docs/configuration.md, "The scripted provider's script").
 const SCRIPT: &str = r#"{"turns": [
   {"text": "I will write both notes.", "tool_calls": [
     {"name": "fs_write", "arguments": {"path": "a.txt", "content": "A: {{input}}\n"}},

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// The kinds of event (API.md, "Events").
+/// The kinds of event (docs/events.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
@@ -81,7 +81,7 @@ impl EventKind {
     }
 }
 
-/// One event of a run's log (API.md, "Events"). `data` is kept as the JSON served: the `hash` covers it.
+/// One event of a run's log (docs/events.md). `data` is kept as the JSON served: the `hash` covers it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Event {
     /// 1, 2, … per run.

@@ -1,4 +1,4 @@
-//! The `data` of each event kind (API.md, "Events"), one struct per kind.
+//! The `data` of each event kind (docs/events.md), one struct per kind.
 //!
 //! Event data is hashed into the run's chain (as canonical JSON) and served as written, so serialising
 //! one of these gives exactly the JSON Tollgate has always written for it: the keys in the order of the

@@ -1,4 +1,4 @@
-//! Tollgate's wire format: the JSON of the HTTP API (API.md) and the `data` of every event kind, as plain
+//! Tollgate's wire format: the JSON of the HTTP API (docs/api.md) and the `data` of every event kind, as plain
 //! serde types that a server, the CLI and third-party clients share.
 //!
 //! What it owns: the run object ([`Run`]), the list and event answers, the request bodies, problem+json
@@ -15,7 +15,7 @@
 //!   changing its type or its null-ness, is not, and neither is a new value of a closed set (`status`,
 //!   `termination_reason`, `gate`, an event `kind`, a decision `action`), which an older client cannot
 //!   read. Answers (runs, events, event data, problems) therefore ignore fields they do not know, so an
-//!   older client reads a newer server; request bodies reject them (API.md: unknown request fields are a
+//!   older client reads a newer server; request bodies reject them (docs/api.md: unknown request fields are a
 //!   422). A problem's `type` stays text, so a new one is readable too.
 //! - **A leaf.** No dependency on any other Tollgate crate: the runtime's own types convert into these at
 //!   the edge, never the other way round.

@@ -1,6 +1,6 @@
-//! Request bodies (API.md, "Endpoints" and "Decisions").
+//! Request bodies (docs/api.md, "Endpoints" and "Decisions").
 //!
-//! Every body rejects fields it does not know (API.md: a 422), and leaves an absent optional field out
+//! Every body rejects fields it does not know (docs/api.md: a 422), and leaves an absent optional field out
 //! when a client serialises it, so what a client sends is the smallest body that says what it means.
 //! Rules that span fields (`decisions` not empty, not together with `approve_all`, …) are the server's
 //! to check: it answers each with its own 422 detail.

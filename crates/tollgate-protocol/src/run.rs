@@ -1,4 +1,4 @@
-//! The run object of API.md ("Run") and the list answer.
+//! The run object of docs/api.md ("Run") and the list answer.
 //!
 //! Field order is the wire order: serde writes struct fields in declaration order, so do not reorder them.
 //! A field that the API always writes, `null` when empty, is an `Option` without `skip_serializing_if`
@@ -226,7 +226,7 @@ pub struct HeldTurn {
     pub calls: Vec<Call>,
 }
 
-/// A run (API.md, "Run"): the answer of `POST /v1/runs`, `GET /v1/runs/{id}`, decisions and cancel.
+/// A run (docs/api.md, "Run"): the answer of `POST /v1/runs`, `GET /v1/runs/{id}`, decisions and cancel.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Run {
     /// UUIDv7, lowercase, hyphenated.

@@ -1,4 +1,4 @@
-//! The `data` of each event kind (API.md, "Events"), built in one place so every writer agrees: each is
+//! The `data` of each event kind (docs/events.md), built in one place so every writer agrees: each is
 //! one of `tollgate_protocol::event_data`'s structs, whose JSON is the event data Tollgate has always
 //! written (the frozen v1 events prove it).
 

@@ -1,7 +1,7 @@
 //! # tollgate-runtime
 //!
 //! Joins the tool loop ([`tollgate_core::AgentLoop`]) to a [`RunStore`], persisting each step as it
-//! happens, and keeps DESIGN.md's exactly-once rule:
+//! happens, and keeps docs/design.md's exactly-once rule:
 //! - a run is created `running` under this process's lease; every later write is guarded by that lease
 //!   (while running) or by the run's version (a person's action on what they saw);
 //! - decisions are recorded one by one; the request whose decisions complete the held turn's set claims

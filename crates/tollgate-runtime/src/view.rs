@@ -1,10 +1,10 @@
-//! The run object of API.md, as the HTTP API and the CLI's `--json` print it: [`tollgate_protocol::Run`],
+//! The run object of docs/api.md, as the HTTP API and the CLI's `--json` print it: [`tollgate_protocol::Run`],
 //! built from the stored record by [`crate::wire::run`].
 
 use serde_json::Value;
 use tollgate_core::RunRecord;
 
-/// The API.md "Run" object for a record. A held turn whose suspension cannot be read shows no calls (and
+/// The docs/api.md "Run" object for a record. A held turn whose suspension cannot be read shows no calls (and
 /// is logged); deciding on it fails the run as `corrupt_suspension`.
 pub fn run_view(run: &RunRecord) -> tollgate_protocol::Run {
     crate::wire::run(run)

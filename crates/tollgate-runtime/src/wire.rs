@@ -139,7 +139,7 @@ pub fn event(event: &StoredEvent) -> wire::Event {
     }
 }
 
-/// The run object of API.md for a record. A held turn whose suspension cannot be read shows no calls
+/// The run object of docs/api.md for a record. A held turn whose suspension cannot be read shows no calls
 /// (and is logged); deciding on it fails the run as `corrupt_suspension`.
 pub fn run(run: &RunRecord) -> wire::Run {
     let pending = match &run.state {

@@ -1,4 +1,4 @@
-//! Who is calling: bearer tokens with roles (API.md, "Auth").
+//! Who is calling: bearer tokens with roles (docs/api.md, "Auth").
 //!
 //! With no tokens configured every caller is the actor `local` with every role (and [`crate::serve`]
 //! refuses any address but loopback). With tokens, every route that takes a [`Caller`] answers 401 to a
@@ -35,7 +35,7 @@ impl Role {
     }
 }
 
-/// One configured API token (`[[auth.tokens]]` in CONFIG.md).
+/// One configured API token (`[[auth.tokens]]` in docs/configuration.md).
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiToken {
     /// The actor recorded on the events this token causes.

@@ -1,4 +1,4 @@
-//! Durations as config and API.md write them: a whole number and a unit, `30s`, `15m`, `24h`, `30d`.
+//! Durations as config and docs/api.md write them: a whole number and a unit, `30s`, `15m`, `24h`, `30d`.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Reading requests: bodies, query strings and run ids, with API.md's answers for bad input.
+//! Reading requests: bodies, query strings and run ids, with docs/api.md's answers for bad input.
 //!
 //! The promise: bad input is a 4xx problem and never reaches the runtime, so nothing is written.
 //! - a body over the limit is 413 (checked on `Content-Length` first, then while reading);

@@ -1,6 +1,6 @@
 //! # tollgate-server
 //!
-//! The HTTP API of `API.md` over a [`Runtime`]: start, list, read, follow (SSE), decide and cancel
+//! The HTTP API of `docs/api.md` over a [`Runtime`]: start, list, read, follow (SSE), decide and cancel
 //! runs; agents and tools; purge; `/healthz`, `/metrics` (Prometheus text) and `/openapi.json`
 //! (OpenAPI 3.1, generated from this crate's code); the playground's mount point at `/`.
 //!
@@ -10,7 +10,7 @@
 //!   [`ServerOptions::max_body_bytes`] 413, a body declared as something other than JSON 415. Errors are
 //!   `application/problem+json`; their `type` is `https://tollgate.dev/problems/` + a slug of
 //!   [`ProblemKind`] (stable: clients may branch on it).
-//! - **Auth as API.md says.** With [`ServerOptions::tokens`] empty every caller is the actor `local` with
+//! - **Auth as docs/api.md says.** With [`ServerOptions::tokens`] empty every caller is the actor `local` with
 //!   every role, and [`serve`] refuses any address but loopback. Otherwise a bearer token names the
 //!   actor recorded on every event it causes, and its [`Role`]s decide what it may do (401 / 403).
 //! - **Exactly-once resume holds over HTTP**: concurrent decision requests on one run get 200 or 409,

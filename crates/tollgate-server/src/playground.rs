@@ -1,7 +1,7 @@
 //! The web playground (`GET /` and `GET /assets/{path}`), served from the files `tollgate-playground`
 //! embeds in the binary.
 //!
-//! These routes need no token (API.md: the playground's static files are public); the playground itself
+//! These routes need no token (docs/api.md: the playground's static files are public); the playground itself
 //! calls the `/v1` API with the user's token. `no-cache` makes a browser revalidate, so a new binary's
 //! page is never mixed with an old one's scripts.
 

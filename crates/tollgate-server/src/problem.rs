@@ -36,7 +36,7 @@ pub enum ProblemKind {
     /// 415 `unsupported-media-type`: a body that is declared as something other than JSON.
     UnsupportedMediaType,
     /// 422 `invalid-request`: well-formed JSON with wrong types, missing or unknown fields, a value
-    /// that breaks a rule of API.md, or a bad query parameter.
+    /// that breaks a rule of docs/api.md, or a bad query parameter.
     InvalidRequest,
     /// 422 `invalid-decision`: a decision that does not fit the held turn (unknown call id, a call that
     /// takes no decision, edited arguments failing the tool's schema).
@@ -295,7 +295,7 @@ mod tests {
     }
 
     /// Every variant of every runtime error and of the store's, with the status and problem type it
-    /// answers (API.md). A variant added without a row here still compiles in `From`, so this table is
+    /// answers (docs/api.md). A variant added without a row here still compiles in `From`, so this table is
     /// what keeps the contract visible: extend it with the new variant.
     #[test]
     fn every_runtime_and_store_error_has_its_status_and_type() {

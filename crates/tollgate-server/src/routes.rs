@@ -1,4 +1,4 @@
-//! The handlers of API.md's endpoints. Each checks, in this order: the token (401), the role (403), the
+//! The handlers of docs/api.md's endpoints. Each checks, in this order: the token (401), the role (403), the
 //! body and query (400 / 413 / 415 / 422), then asks the runtime, whose refusals map to 404 / 409 /
 //! 422 / 403. Nothing reaches the runtime before the request is known to be well-formed.
 
@@ -233,7 +233,7 @@ pub(crate) async fn decide(
     Ok(Json(run_view(&run)).into_response())
 }
 
-/// The runtime's decision set for a request, enforcing API.md's rules on how they combine.
+/// The runtime's decision set for a request, enforcing docs/api.md's rules on how they combine.
 fn decision_set(request: &DecisionRequest) -> Result<DecisionSet, ApiError> {
     let approve_all = request.approve_all == Some(true);
     let deny_all = request.deny_all == Some(true);

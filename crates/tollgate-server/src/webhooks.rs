@@ -1,4 +1,4 @@
-//! Webhooks (`[[webhooks]]` in CONFIG.md): a POST to each target for each event of a listed kind.
+//! Webhooks (`[[webhooks]]` in docs/configuration.md): a POST to each target for each event of a listed kind.
 //!
 //! The body is `{"run_id": "...", "event": EVENT}`, `EVENT` being the event exactly as
 //! `GET /v1/runs/{id}/events` serves it (`seq`, `at`, `kind`, `round`, `data`, `hash`). Headers:

@@ -1,4 +1,4 @@
-//! A hand-run throughput check of the store under BENCH.md workload A's write pattern (not a test,
+//! A hand-run throughput check of the store under docs/benchmarks.md workload A's write pattern (not a test,
 //! and not the full benchmark: no model, no tool loop — only what A asks of the store).
 //!
 //! Phase 1 per run: `create` (run_started) + `transition(Suspend)` (model_request, model_response,

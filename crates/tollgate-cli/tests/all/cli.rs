@@ -1,5 +1,5 @@
 //! The real `tollgate` binary in a fresh folder with no configuration and stdin not a terminal: the
-//! demo agent's whole approval cycle, the exit codes of CLI.md, `--json` output, id prefixes, and
+//! demo agent's whole approval cycle, the exit codes of docs/cli.md, `--json` output, id prefixes, and
 //! snapshots of the text people read.
 
 use anyhow::{Context as _, Result, anyhow, bail};

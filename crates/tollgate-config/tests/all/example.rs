@@ -1,4 +1,4 @@
-//! The full example of CONFIG.md (copied verbatim into `fixtures/tollgate.toml`) parses, and every key of it
+//! The full example of docs/configuration.md (copied verbatim into `fixtures/tollgate.toml`) parses, and every key of it
 //! lands where it should, with its secrets resolved and its paths made absolute.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! One test per rule of the loop (DESIGN.md, "The loop"): refusals become error results and never run,
+//! One test per rule of the loop (docs/design.md, "The loop"): refusals become error results and never run,
 //! tool failures are hidden from the model, results are capped, limits hold across segments, allow-gated
 //! calls run concurrently yet answer in order, bad decisions run nothing, stored suspensions are checked,
 //! and the hooks see each call start before it runs.

@@ -1,4 +1,4 @@
-//! Property tests for the loop's invariants over random scripts, gates and decisions (DESIGN.md, "The loop"):
+//! Property tests for the loop's invariants over random scripts, gates and decisions (docs/design.md, "The loop"):
 //!
 //! - no ask-gated call runs without an `approve` or `edit` decision for its `call_id`;
 //! - before every model call, every earlier call has exactly one result, right after its turn;

@@ -1,4 +1,4 @@
-//! Every endpoint of API.md through a real socket: the success cases and the documented errors.
+//! Every endpoint of docs/api.md through a real socket: the success cases and the documented errors.
 
 use crate::common;
 

@@ -1,4 +1,4 @@
-//! Auth as API.md says: 401 without a known token, 403 without the role, runners cancel only their own
+//! Auth as docs/api.md says: 401 without a known token, 403 without the role, runners cancel only their own
 //! runs, `forbid_self_approval`, the actor recorded on events, the public routes, and no public address
 //! without tokens.
 

@@ -1,5 +1,5 @@
 //! The committed `openapi.json` is exactly what the code generates, and what `GET /openapi.json` serves.
-//! After an intended change: `UPDATE_OPENAPI=1 cargo test -p tollgate-server --test openapi`.
+//! After an intended change: `UPDATE_OPENAPI=1 cargo test -p tollgate-server --test all openapi`.
 
 use crate::common;
 
@@ -20,7 +20,7 @@ fn committed_openapi_matches_the_code() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "{} drifted from the code; review the change and run `UPDATE_OPENAPI=1 cargo test -p tollgate-server --test openapi`",
+        "{} drifted from the code; review the change and run `UPDATE_OPENAPI=1 cargo test -p tollgate-server --test all openapi`",
         path.display()
     );
 }

@@ -414,7 +414,7 @@ mod tests {
         Ok(())
     }
 
-    /// Every query stays an index search at any size (BENCH.md D: a million waiting runs): no full
+    /// Every query stays an index search at any size (docs/benchmarks.md D: a million waiting runs): no full
     /// scan of `runs` or `events`, and no sort of more than a page.
     #[tokio::test]
     async fn queries_use_indexes() -> Result<(), Box<dyn std::error::Error>> {
