@@ -1,6 +1,6 @@
 //! The OpenAPI 3.1 document of the API, generated from the handlers' annotations and the wire types of
 //! `tollgate-protocol` (each derives its schema, under the component name it has always had). A copy is committed as `crates/tollgate-server/openapi.json`; a test fails when the two
-//! drift (`UPDATE_OPENAPI=1 cargo test -p tollgate-server --test openapi` rewrites the copy).
+//! drift (`UPDATE_OPENAPI=1 cargo test -p tollgate-server --test all openapi` rewrites the copy).
 
 use crate::routes;
 use tollgate_protocol as wire;
