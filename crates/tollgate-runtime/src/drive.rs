@@ -168,7 +168,8 @@ impl Inner {
                 }
             }
             Ok(Outcome::Suspended(suspension)) => {
-                let expires_at = spec.approval_ttl.map(|ttl| now + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+                let expires_at =
+                    spec.approval_ttl.map(|ttl| now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)));
                 match suspend_transition(&suspension, BTreeMap::new(), expires_at) {
                     Ok(transition) => {
                         events.push(events::approval_requested(now, &suspension, expires_at));
