@@ -105,18 +105,7 @@ impl App {
             .collect();
         let mut mcp = Vec::new();
         for server in &config.mcp_servers {
-            let command = match &server.command {
-                McpCommand::Path(path) => path.clone(),
-                McpCommand::Program(program) => PathBuf::from(program),
-            };
-            let mut settings = tollgate_mcp::McpServerConfig::new(server.name.clone(), command)
-                .args(server.args.iter().cloned())
-                .working_dir(config.base_dir.clone())
-                .inherit_env(server.inherit_env);
-            for (key, value) in &server.env {
-                settings = settings.env(key.clone(), value.expose().to_owned());
-            }
-            match McpSource::start(settings).await {
+            match McpSource::start(mcp_settings(&config, server)).await {
                 Ok(source) => {
                     for tool in source.mcp_tools() {
                         let reason = tool.gate_reason();
@@ -210,6 +199,25 @@ fn build_agent(
 }
 
 /// The store's options: the data keys of `[[privacy.keys]]`, first one encrypting.
+/// How to start one `[[mcp_servers]]` entry: in the config file's folder, so relative paths in its `args`
+/// mean what docs/configuration.md says.
+fn mcp_settings(config: &Config, server: &tollgate_config::McpServerConfig) -> tollgate_mcp::McpServerConfig {
+    let command = match &server.command {
+        McpCommand::Path(path) => path.clone(),
+        McpCommand::Program(program) => PathBuf::from(program),
+    };
+    let mut settings = tollgate_mcp::McpServerConfig::new(server.name.clone(), command)
+        .args(server.args.iter().cloned())
+        .working_dir(config.base_dir.clone())
+        .inherit_env(server.inherit_env)
+        .call_timeout(server.call_timeout)
+        .start_timeout(server.start_timeout);
+    for (key, value) in &server.env {
+        settings = settings.env(key.clone(), value.expose().to_owned());
+    }
+    settings
+}
+
 fn store_options(config: &Config) -> Result<tollgate_store::StoreOptions, String> {
     if config.privacy.keys.is_empty() {
         return Ok(tollgate_store::StoreOptions::default());
@@ -289,4 +297,42 @@ fn demo_agent(known: &[KnownTool]) -> Result<AgentSpec, AppError> {
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tollgate_config::{ConfigLoader, EnvVars};
+
+    fn mcp_settings_of(toml: &str) -> tollgate_mcp::McpServerConfig {
+        let loader = ConfigLoader::new(EnvVars::new().with("TOKEN", "t0k"), "/etc/tollgate");
+        let config = loader.load_str("/etc/tollgate/tollgate.toml", toml).unwrap_or_else(|e| panic!("{e}"));
+        mcp_settings(&config, &config.mcp_servers[0])
+    }
+
+    #[test]
+    fn an_mcp_server_entry_maps_every_key() {
+        let settings = mcp_settings_of(
+            "[[mcp_servers]]\nname = \"files\"\ncommand = \"./srv\"\nargs = [\"-v\", \"./data\"]\n\
+             env = { TOKEN = \"env:TOKEN\" }\ninherit_env = true\ncall_timeout = \"5m\"\nstart_timeout = \"90s\"\n",
+        );
+        let expected = tollgate_mcp::McpServerConfig::new("files", "/etc/tollgate/srv")
+            .args(["-v", "/etc/tollgate/data"])
+            .env("TOKEN", "t0k")
+            .inherit_env(true)
+            .working_dir("/etc/tollgate")
+            .call_timeout(Duration::from_secs(300))
+            .start_timeout(Duration::from_secs(90));
+        assert_eq!(settings, expected);
+    }
+
+    #[test]
+    fn an_mcp_server_entry_without_timeouts_gets_the_defaults() {
+        let settings = mcp_settings_of("[[mcp_servers]]\nname = \"files\"\ncommand = \"npx\"\n");
+        assert_eq!(settings.call_timeout, tollgate_mcp::McpServerConfig::DEFAULT_CALL_TIMEOUT);
+        assert_eq!(settings.start_timeout, tollgate_mcp::McpServerConfig::DEFAULT_START_TIMEOUT);
+        assert_eq!(settings.call_timeout, tollgate_config::defaults::MCP_CALL_TIMEOUT);
+        assert_eq!(settings.start_timeout, tollgate_config::defaults::MCP_START_TIMEOUT);
+    }
 }

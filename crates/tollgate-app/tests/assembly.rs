@@ -176,6 +176,10 @@ tools = ["files__*"]
     let view = tollgate_runtime::view::run_json(&run);
     assert_eq!(view["pending"]["calls"][0]["gate"], "allow", "the read tool needs no approval");
     assert_eq!(view["pending"]["calls"][1]["gate"], "ask", "the write tool waits at the gate");
+    let preview = view["pending"]["calls"][1]["preview"].as_str().unwrap_or_else(|| panic!("no preview: {view}"));
+    for part in ["MCP server `files`, tool `write_file`", "\"content\": \"from the gate\""] {
+        assert!(preview.contains(part), "missing {part:?} in the preview: {preview}");
+    }
     assert!(!files.join("note.txt").exists(), "nothing of the held turn ran");
     let digest = run.held_turn().map(|p| p.turn_digest.0.clone()).unwrap_or_default();
     app.runtime.decide(&run.id, &digest, DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));

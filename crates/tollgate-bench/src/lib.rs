@@ -7,7 +7,8 @@
 //! - C: as A, but phase 2 denies with reason `not allowed`;
 //! - D: scale — the approval cycle and the waiting list with N runs waiting ([`scale`]).
 //!
-//! Workload A also runs through the HTTP API ([`http`]).
+//! Workload A also runs through the HTTP API ([`http`]). The soak ([`soak`]) is no workload of the
+//! comparison: it kills a real `tollgate serve` again and again under load and audits every run after.
 //!
 //! Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS, and for A/C
 //! the mean bytes of persisted suspension; the end checks (N completed, the tool ran exactly N times with
@@ -18,6 +19,7 @@
 
 pub mod http;
 pub mod scale;
+pub mod soak;
 
 use futures_util::StreamExt;
 use serde::Serialize;

@@ -69,6 +69,8 @@ pub enum Command {
     Tools(ToolsArgs),
     /// Check a run's hash chain.
     Verify(VerifyArgs),
+    /// Check the store: the database's integrity, then every run's hash chain (exit 1 if anything is wrong).
+    Doctor,
     /// Run the benchmark workloads of docs/benchmarks.md and print one table.
     #[command(long_about = BENCH_ABOUT)]
     Bench(BenchArgs),
@@ -203,7 +205,11 @@ pub struct VerifyArgs {
 
 /// `tollgate bench`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
+    /// `soak` instead of a workload.
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
     /// The workload (all of them when omitted).
     #[arg(value_enum, ignore_case = true)]
     pub workload: Option<Workload>,
@@ -213,6 +219,32 @@ pub struct BenchArgs {
     /// The store to measure (default: a fresh SQLite file in a temporary folder, removed afterwards).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+}
+
+/// What `tollgate bench` does besides the workloads.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Kill a real `tollgate serve` again and again under load, then check that no run was lost,
+    /// duplicated or stuck and that every hash chain verifies (exit 1 if not).
+    #[command(long_about = SOAK_ABOUT)]
+    Soak(SoakArgs),
+}
+
+/// `tollgate bench soak`.
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    /// How long the clients run, seconds.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub secs: u64,
+    /// The store (default: a fresh SQLite file in a temporary folder; a postgres:// URL gets a fresh schema).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Concurrent HTTP clients.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub clients: u64,
+    /// Seconds between two SIGKILLs of the server.
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub kill_every: u64,
 }
 
 /// The workloads of docs/benchmarks.md.
@@ -252,7 +284,30 @@ D  scale: fills the store with N waiting runs (default 1,000; many in flight), t
 Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS of the process
 and the mean bytes of persisted suspension. The default store is a fresh SQLite file per workload in a
 temporary folder (WAL, synchronous=FULL: the production settings), removed afterwards; --store measures
-another one (e.g. PostgreSQL; every workload then shares it). Exit 1 when a workload's end check fails.";
+another one (e.g. PostgreSQL; every workload then shares it). Exit 1 when a workload's end check fails.
+
+`tollgate bench soak --secs N` is a reliability check rather than a workload: see `tollgate bench soak --help`.";
+
+/// The long help of `tollgate bench soak`.
+const SOAK_ABOUT: &str = "\
+Kill a real `tollgate serve` again and again under load, then audit every run (docs/benchmarks.md, \"The soak\").
+
+The soak starts this binary as `tollgate serve` on a free loopback port, over its own store (a fresh SQLite
+file in a temporary folder; --store postgres://... gets a fresh schema, dropped when the soak passes) with a
+2 s lease and an agent whose two ask-gated `shell` calls append one line per execution to a ledger in the
+workspace. --clients HTTP clients start runs, decide held calls (by the digest the API served), cancel and
+read, retrying with backoff while the server is down. Every --kill-every seconds the server gets SIGKILL and
+is started again on the same database. At the end the clients stop, the server is killed and restarted once
+more, every waiting call is approved (in-doubt calls too) until no run is unfinished (at most 60 s), and
+every run is checked:
+
+  lost        runs a client saw created (201) that the store does not hold
+  duplicated  calls that ran (ledger lines) more often than their tool_started events
+  stuck       runs not terminal at the end
+  chains      every run's hash chain verifies against its recorded head
+
+It prints runs, kills, lost, duplicated, stuck, chains verified and the server's RSS (start, peak, end;
+--json: the report with every sample). Exit 1 on any lost, duplicated or stuck run or broken chain.";
 
 fn parse_status(text: &str) -> Result<tollgate_core::RunStatus, String> {
     tollgate_core::RunStatus::parse(text).ok_or_else(|| {
@@ -301,5 +356,36 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["tollgate", "bench", "E"]).is_err());
         assert!(Cli::try_parse_from(["tollgate", "bench", "B", "--n", "0"]).is_err());
+    }
+
+    #[test]
+    fn bench_soak_takes_its_own_options_and_no_workload() {
+        let cli =
+            Cli::try_parse_from(["tollgate", "bench", "soak", "--secs", "6", "--kill-every", "2", "--clients", "8"])
+                .unwrap_or_else(|e| panic!("{e}"));
+        match cli.command {
+            Command::Bench(BenchArgs { command: Some(BenchCommand::Soak(soak)), workload: None, .. }) => {
+                assert_eq!((soak.secs, soak.kill_every, soak.clients, soak.store), (6, 2, 8, None));
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = Cli::try_parse_from(["tollgate", "bench", "soak", "--secs", "60"]).unwrap_or_else(|e| panic!("{e}"));
+        match cli.command {
+            Command::Bench(BenchArgs { command: Some(BenchCommand::Soak(soak)), .. }) => {
+                assert_eq!((soak.kill_every, soak.clients), (10, 32));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["tollgate", "bench", "soak"]).is_err(), "--secs is required");
+        assert!(Cli::try_parse_from(["tollgate", "bench", "soak", "--secs", "5", "--kill-every", "0"]).is_err());
+        assert!(Cli::try_parse_from(["tollgate", "bench", "A", "soak", "--secs", "5"]).is_err());
+        assert!(Cli::try_parse_from(["tollgate", "bench", "--n", "5", "soak", "--secs", "5"]).is_err());
+    }
+
+    #[test]
+    fn doctor_takes_only_the_global_options() {
+        let cli = Cli::try_parse_from(["tollgate", "doctor", "--json"]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(cli.command, Command::Doctor) && cli.json);
+        assert!(Cli::try_parse_from(["tollgate", "doctor", "abc"]).is_err());
     }
 }

@@ -4,12 +4,17 @@
 //! text once — ok`. `--json`: the reports, with the same figures under their keys (`per_sec` is runs/s)
 //! and the check on each workload's last phase (`check`); a failed check exits 1 with it named instead.
 //!
+//! `tollgate bench soak --secs N [--store URL] [--clients N] [--kill-every SECS]`: the soak of
+//! `tollgate_bench::soak`, with this very binary as the server it kills; its report as text or JSON, exit 1
+//! when a check fails. Its temporary folder (config, workspace, ledger, `serve.log`) is removed when the
+//! soak passes and kept, named, when it fails or cannot run.
+//!
 //! This module only chooses stores and sizes and prints; the workloads and their end checks live in
 //! `tollgate-bench`. It never touches the configured store: without `--store`, each workload gets a
 //! fresh SQLite file (WAL, `synchronous = FULL`, as in production) in a temporary folder that is removed
 //! afterwards.
 
-use crate::args::{BenchArgs, Workload};
+use crate::args::{BenchArgs, BenchCommand, SoakArgs, Workload};
 use crate::exit::{CliError, Exit};
 use serde_json::json;
 use std::io::Write;
@@ -27,11 +32,10 @@ const HTTP_TIME_LIMIT: Duration = Duration::from_secs(3600);
 
 /// Runs the chosen workloads (all when none is named) and prints the table; exit 1 when one fails.
 pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, CliError> {
-    if let Some(url) = &args.store
-        && !["sqlite:", "postgres://", "postgresql://"].iter().any(|scheme| url.starts_with(scheme))
-    {
-        return Err(CliError::usage("--store must be a sqlite://FILE or postgres://USER@HOST:PORT/DB URL"));
+    if let Some(BenchCommand::Soak(soak_args)) = &args.command {
+        return soak(soak_args, json, quiet).await;
     }
+    check_store_url(args.store.as_deref())?;
     let folder = tempfile::Builder::new()
         .prefix("tollgate-bench-")
         .tempdir()
@@ -81,6 +85,79 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
         None => Ok(Exit::Done),
         Some(error) => Err(CliError::failed(format!("bench failed: {error}"))),
     }
+}
+
+fn check_store_url(url: Option<&str>) -> Result<(), CliError> {
+    if let Some(url) = url
+        && !["sqlite:", "postgres://", "postgresql://"].iter().any(|scheme| url.starts_with(scheme))
+    {
+        return Err(CliError::usage("--store must be a sqlite://FILE or postgres://USER@HOST:PORT/DB URL"));
+    }
+    Ok(())
+}
+
+/// `tollgate bench soak`: runs the soak with this binary as its server and prints the report.
+async fn soak(args: &SoakArgs, json: bool, quiet: bool) -> Result<Exit, CliError> {
+    check_store_url(args.store.as_deref())?;
+    let program = std::env::current_exe()
+        .map_err(|e| CliError::failed(format!("cannot find this binary to start it as the server: {e}")))?;
+    let folder = tempfile::Builder::new()
+        .prefix("tollgate-soak-")
+        .tempdir()
+        .map_err(|e| CliError::failed(format!("cannot create a temporary folder for the soak: {e}")))?;
+    let options = tollgate_bench::soak::SoakOptions {
+        program,
+        folder: folder.path().to_owned(),
+        store: args.store.clone(),
+        duration: Duration::from_secs(args.secs),
+        clients: usize::try_from(args.clients).unwrap_or(CONCURRENCY),
+        kill_every: Duration::from_secs(args.kill_every),
+    };
+    let note = |text: String| {
+        if !quiet {
+            eprintln!("{text}");
+        }
+    };
+    let store_said = match &args.store {
+        Some(url) if url.starts_with("postgres") => "PostgreSQL at --store, in a fresh schema".to_owned(),
+        // Only the scheme: the rest of a URL may hold a password.
+        Some(url) => format!("the store at --store ({})", url.split(':').next().unwrap_or_default()),
+        None => "a fresh SQLite file".to_owned(),
+    };
+    note(format!(
+        "soak: {} s, {} clients, SIGKILL every {} s, {store_said}, in {}",
+        args.secs,
+        args.clients,
+        args.kill_every,
+        folder.path().display()
+    ));
+    let report = match tollgate_bench::soak::soak(&options, &note).await {
+        Ok(report) => report,
+        Err(error) => {
+            let kept = folder.keep();
+            return Err(CliError::failed(format!(
+                "soak could not run: {error} (its folder {} is kept)",
+                kept.display()
+            )));
+        }
+    };
+    if json {
+        let value = serde_json::to_value(&report).unwrap_or_default();
+        let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string());
+        print_out(&format!("{text}\n"));
+    } else {
+        print_out(&report.text());
+    }
+    let failures = report.failures();
+    if failures.is_empty() {
+        return Ok(Exit::Done);
+    }
+    let kept = folder.keep();
+    Err(CliError::failed(format!(
+        "soak failed: {} (its folder {} is kept: serve.log, soak.toml, workspace/ledger.txt)",
+        failures.join(", "),
+        kept.display()
+    )))
 }
 
 async fn run_workload(

@@ -34,6 +34,7 @@ pub async fn dispatch(ctx: &Context, command: Command) -> Result<Exit, CliError>
         Command::Purge(args) => purge(ctx, args).await,
         Command::Tools(args) => tools(ctx, args).await,
         Command::Verify(args) => verify(ctx, args).await,
+        Command::Doctor => crate::doctor::doctor(ctx).await,
     }
 }
 

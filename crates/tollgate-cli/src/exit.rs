@@ -114,7 +114,10 @@ impl From<DecideError> for CliError {
             // arguments.
             DecideError::Invalid(DecisionError::UnknownCall(_)) => Exit::Failed,
             DecideError::Invalid(
-                DecisionError::NotDecidable { .. } | DecisionError::Missing(_) | DecisionError::InvalidEdit { .. },
+                DecisionError::NotDecidable { .. }
+                | DecisionError::AlreadyRan { .. }
+                | DecisionError::Missing(_)
+                | DecisionError::InvalidEdit { .. },
             )
             | DecideError::UnknownAgent(_)
             | DecideError::NoDecisions
@@ -144,7 +147,23 @@ impl From<CancelError> for CliError {
 
 impl From<StoreError> for CliError {
     fn from(error: StoreError) -> Self {
-        CliError::failed(error.to_string())
+        // Every store failure is exit 1, its message naming what failed (a full disk, a read-only or
+        // corrupt database, an unreachable one); listed one by one so a new kind gets its code chosen.
+        let exit = match &error {
+            StoreError::NotFound(_)
+            | StoreError::Conflict { .. }
+            | StoreError::Transition(_)
+            | StoreError::Duplicate(_)
+            | StoreError::Corrupt { .. }
+            | StoreError::Undecryptable { .. }
+            | StoreError::NewerSchema { .. }
+            | StoreError::DiskFull(_)
+            | StoreError::ReadOnly(_)
+            | StoreError::CorruptDatabase(_)
+            | StoreError::Unreachable(_)
+            | StoreError::Database(_) => Exit::Failed,
+        };
+        CliError::new(exit, error.to_string())
     }
 }
 
@@ -195,6 +214,11 @@ mod tests {
             (CancelError::LostRace { id: "r".into() }.into(), Exit::Conflict),
             (CancelError::Store(store()).into(), Exit::Failed),
             (store().into(), Exit::Failed),
+            (StoreError::DiskFull("SQLITE_FULL".into()).into(), Exit::Failed),
+            (StoreError::ReadOnly("SQLITE_READONLY".into()).into(), Exit::Failed),
+            (StoreError::Corrupt { id: "r".into(), detail: "page".into() }.into(), Exit::Failed),
+            (StoreError::CorruptDatabase("page 7".into()).into(), Exit::Failed),
+            (StoreError::Unreachable("refused".into()).into(), Exit::Failed),
         ];
         for (error, exit) in cases {
             assert_eq!(error.exit, exit, "{}", error.message);

@@ -23,6 +23,7 @@ pub mod backend;
 pub mod bench;
 pub mod commands;
 mod context;
+pub mod doctor;
 pub mod duration;
 pub mod exit;
 pub mod local;

@@ -80,11 +80,13 @@ struct Steps {
     quiet: bool,
     spinner: Option<ProgressBar>,
     activity: String,
+    /// The calls the log printed so far shows ran (a held turn listed again after a crash names them).
+    ran: steps::Ran,
 }
 
 impl Steps {
     fn new(quiet: bool) -> Self {
-        Self { after: 0, quiet, spinner: None, activity: "working".to_owned() }
+        Self { after: 0, quiet, spinner: None, activity: "working".to_owned(), ran: steps::Ran::default() }
     }
 
     /// Prints the events committed since the last call.
@@ -94,7 +96,8 @@ impl Steps {
             if let Some(activity) = steps::activity(&event) {
                 self.activity = activity;
             }
-            for line in steps::lines(&event) {
+            self.ran.note(&event);
+            for line in steps::lines(&event, &self.ran) {
                 self.print(&line);
             }
         }
@@ -372,6 +375,9 @@ mod tests {
             preview: Some("create note.txt (5 bytes)".into()),
             in_doubt: true,
             decision: None,
+            state: tollgate_protocol::CallState::InDoubt,
+            takes_decision: true,
+            result: None,
         };
         assert_eq!(
             held_call_block(&call, 2, 3),

@@ -5,7 +5,7 @@
 use crate::view::{RunView, millis};
 use serde_json::Value;
 use tollgate_core::{Millis, RunStatus, StoredEvent};
-use tollgate_protocol::{Decision, HeldTurn};
+use tollgate_protocol::{CallState, Decision, HeldTurn};
 
 /// Input longer than this many characters is cut in the runs table.
 const INPUT_WIDTH: usize = 40;
@@ -121,9 +121,15 @@ fn held_turn(pending: &HeldTurn) -> String {
         out.push_str(&format!("decide before {expires}\n"));
     }
     for call in &pending.calls {
-        let doubt = if call.in_doubt { "  IN DOUBT: it may already have run" } else { "" };
+        let doubt = "  IN DOUBT: it may already have run";
+        let note = match call.state {
+            CallState::InDoubt => doubt,
+            CallState::Decided if call.in_doubt => doubt,
+            CallState::Finished => "  FINISHED: it ran before a crash; its result stands",
+            CallState::Waiting | CallState::Decided | CallState::Allowed | CallState::Refused => "",
+        };
         out.push_str(&format!(
-            "\n  {}  {}  gate {}{doubt}\n    arguments {}\n",
+            "\n  {}  {}  gate {}{note}\n    arguments {}\n",
             call.call_id,
             call.tool,
             call.gate.as_str(),
@@ -135,6 +141,16 @@ fn held_turn(pending: &HeldTurn) -> String {
                 out.push_str(&format!("      {line}\n"));
             }
         }
+        if let Some(result) = &call.result {
+            let failed = if result.is_error { " (the tool failed)" } else { "" };
+            out.push_str(&format!("    result{failed}\n"));
+            if result.content.is_empty() {
+                out.push_str("      (empty)\n");
+            }
+            for line in result.content.lines() {
+                out.push_str(&format!("      {line}\n"));
+            }
+        }
         if let Some(recorded) = &call.decision {
             let detail = match &recorded.decision {
                 Decision::Approve => String::new(),
@@ -143,7 +159,7 @@ fn held_turn(pending: &HeldTurn) -> String {
                 Decision::Edit { arguments } => format!(": {}", text_of(arguments)),
             };
             out.push_str(&format!("    decided {} by {}{detail}\n", recorded.decision.action(), recorded.actor));
-        } else if call.awaits_decision() {
+        } else if call.takes_decision {
             out.push_str("    awaiting a decision\n");
         }
     }
@@ -225,6 +241,30 @@ mod tests {
         assert_eq!(age(7_200_000, 0), "2h");
         assert_eq!(age(3 * 86_400_000 + 5, 0), "3d");
         assert_eq!(age(0, 5_000), "0s", "a clock behind the record is not a negative age");
+    }
+
+    #[test]
+    fn a_held_turn_after_a_crash_shows_what_ran_with_its_result_and_what_is_in_doubt() {
+        let pending: HeldTurn = serde_json::from_value(serde_json::json!({
+            "turn_digest": "sha256:01", "expires_at": null, "calls": [
+                {"call_id": "call_1", "tool": "write", "arguments": {"text": "a"}, "gate": "ask", "preview": null,
+                 "in_doubt": false, "decision": null, "state": "finished", "takes_decision": false,
+                 "result": {"content": "wrote a", "is_error": false}},
+                {"call_id": "call_2", "tool": "write", "arguments": {"text": "b"}, "gate": "ask", "preview": null,
+                 "in_doubt": true, "decision": null, "state": "in_doubt", "takes_decision": true, "result": null}]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            held_turn(&pending),
+            "\nheld turn sha256:01\n\
+             \n  call_1  write  gate ask  FINISHED: it ran before a crash; its result stands\n\
+             \x20   arguments {\"text\":\"a\"}\n\
+             \x20   result\n\
+             \x20     wrote a\n\
+             \n  call_2  write  gate ask  IN DOUBT: it may already have run\n\
+             \x20   arguments {\"text\":\"b\"}\n\
+             \x20   awaiting a decision\n"
+        );
     }
 
     #[test]

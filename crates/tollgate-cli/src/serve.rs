@@ -9,11 +9,17 @@ use tollgate_server::{ApiToken, Retention, Role, ServerOptions, WebhookTarget};
 /// Maps the configuration onto the server's options and serves until a shutdown signal.
 pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
     let config = &local.config;
+    // A damaged database is refused before anything is served from it (SQLite's `quick_check`).
+    crate::doctor::refuse_corrupt(local.runtime.store().as_ref()).await?;
     // Runs started over HTTP use the workspace tools: the folder must exist before any call is checked.
     local.ensure_workspace()?;
     let options = ServerOptions {
         addr: args.addr.unwrap_or(config.server.addr),
         max_body_bytes: usize::try_from(config.server.max_body_bytes).unwrap_or(usize::MAX),
+        header_read_timeout: config.server.header_read_timeout,
+        idle_timeout: config.server.idle_timeout,
+        max_connections: usize::try_from(config.server.max_connections).unwrap_or(usize::MAX),
+        max_streams_per_client: usize::try_from(config.server.max_streams_per_client).unwrap_or(usize::MAX),
         tokens: config
             .auth
             .tokens

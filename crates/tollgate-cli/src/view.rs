@@ -119,18 +119,22 @@ mod tests {
             "finished_at": null, "error": null,
             "pending": {"turn_digest": "sha256:00", "expires_at": null, "calls": [
                 {"call_id": "call_1", "tool": "fs_list", "arguments": {}, "gate": "allow", "preview": null,
-                 "in_doubt": false, "decision": null},
+                 "in_doubt": false, "decision": null, "state": "allowed", "takes_decision": false, "result": null},
                 {"call_id": "call_2", "tool": "fs_write", "arguments": {}, "gate": "ask", "preview": "p",
-                 "in_doubt": false, "decision": null},
+                 "in_doubt": false, "decision": null, "state": "waiting", "takes_decision": true, "result": null},
                 {"call_id": "call_3", "tool": "fs_write", "arguments": {}, "gate": "ask", "preview": null,
-                 "in_doubt": false, "decision": {"action": "approve", "actor": "local", "at": "2026-11-29T10:00:01.000Z"}}
+                 "in_doubt": false, "decision": {"action": "approve", "actor": "local", "at": "2026-11-29T10:00:01.000Z"},
+                 "state": "decided", "takes_decision": false, "result": null},
+                {"call_id": "call_4", "tool": "fs_write", "arguments": {}, "gate": "ask", "preview": null,
+                 "in_doubt": false, "decision": null, "state": "finished", "takes_decision": false,
+                 "result": {"content": "wrote", "is_error": false}}
             ]}
         });
         let run = RunView::from_json(json.clone()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(run.status, RunStatus::WaitingForApproval);
         assert_eq!(run.json, json, "the object is kept as it came");
         let open: Vec<&str> = run.awaiting_decision().map(|c| c.call_id.as_str()).collect();
-        assert_eq!(open, ["call_2"]);
+        assert_eq!(open, ["call_2"], "only the call that takes a decision: not the one that already ran");
         assert_eq!(millis(&run.created_at), Some(1_795_946_400_000));
         assert!(RunView::from_json(json!({"id": 3})).is_err());
     }

@@ -18,7 +18,8 @@
 //! ## Discovery
 //! `--config FILE` (passed to [`load`] / [`ConfigLoader::with_file`]), else the file named by
 //! `TOLLGATE_CONFIG`, else `./tollgate.toml` if it exists, else the built-in defaults ([`defaults`]):
-//! SQLite `sqlite://tollgate.db`, server `127.0.0.1:8080`, bodies up to 1 MiB, a 30s lease, retention 30d
+//! SQLite `sqlite://tollgate.db`, server `127.0.0.1:8080`, bodies up to 1 MiB, a 30s lease, a 10s header-read
+//! and 60s idle timeout, 10,000 connections and 16 live-event streams per client, retention 30d
 //! (terminal) / 90d (waiting), workspace `./workspace`, no tokens, providers, MCP servers, agents or
 //! webhooks. A file named by `--config` or `TOLLGATE_CONFIG` must exist. [`ConfigLoader`] takes the
 //! environment and the current folder as values, so tests never touch the process's.
@@ -33,6 +34,10 @@
 //! | `server.addr` | `TOLLGATE_SERVER_ADDR` |
 //! | `server.max_body_bytes` | `TOLLGATE_SERVER_MAX_BODY_BYTES` |
 //! | `server.lease` | `TOLLGATE_SERVER_LEASE` |
+//! | `server.header_read_timeout` | `TOLLGATE_SERVER_HEADER_READ_TIMEOUT` |
+//! | `server.idle_timeout` | `TOLLGATE_SERVER_IDLE_TIMEOUT` |
+//! | `server.max_connections` | `TOLLGATE_SERVER_MAX_CONNECTIONS` |
+//! | `server.max_streams_per_client` | `TOLLGATE_SERVER_MAX_STREAMS_PER_CLIENT` |
 //! | `retention.terminal_after` | `TOLLGATE_RETENTION_TERMINAL_AFTER` |
 //! | `retention.waiting_after` | `TOLLGATE_RETENTION_WAITING_AFTER` |
 //! | `workspace.root` | `TOLLGATE_WORKSPACE_ROOT` |
@@ -79,6 +84,8 @@ mod addr;
 mod duration;
 mod env;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod glob;
 mod load;
 mod model;
@@ -116,6 +123,15 @@ pub mod defaults {
     pub const MAX_BODY_BYTES: u64 = 1_048_576;
     /// `server.lease`.
     pub const LEASE: Duration = Duration::from_secs(30);
+    /// `server.header_read_timeout`: a request head must arrive within this once it has begun.
+    pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// `server.idle_timeout`: a connection with no request in progress is closed after this.
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `server.max_connections`: below a typical `ulimit -n` of a server host (the server lowers it further
+    /// when the process's soft limit on open files is lower).
+    pub const MAX_CONNECTIONS: u64 = 10_000;
+    /// `server.max_streams_per_client`: live-event streams one client may hold open at once.
+    pub const MAX_STREAMS_PER_CLIENT: u64 = 16;
     /// `retention.terminal_after`: 30 days.
     pub const TERMINAL_AFTER: Duration = Duration::from_secs(30 * 86_400);
     /// `retention.waiting_after`: 90 days.
@@ -128,6 +144,11 @@ pub mod defaults {
     pub const PROVIDER_TIMEOUT: Duration = Duration::from_secs(120);
     /// `providers[].max_retries`.
     pub const MAX_RETRIES: u32 = 3;
+    /// `mcp_servers[].call_timeout`: how long one MCP tool call may take.
+    pub const MCP_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `mcp_servers[].start_timeout`: spawning, handshake and tool listing together (generous: `npx -y` may
+    /// download the server first).
+    pub const MCP_START_TIMEOUT: Duration = Duration::from_secs(60);
     /// `providers[].base_url` of an `openai` provider (includes `/v1`).
     pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
     /// `providers[].base_url` of an `anthropic` provider (without `/v1`).

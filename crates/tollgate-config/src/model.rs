@@ -159,6 +159,14 @@ pub struct ServerConfig {
     pub max_body_bytes: u64,
     /// `lease`: how long a running run's lease lasts before another process may take it over.
     pub lease: Duration,
+    /// `header_read_timeout`: once a request's first byte arrives, how long its whole head may take.
+    pub header_read_timeout: Duration,
+    /// `idle_timeout`: how long a connection may stay open with no request in progress.
+    pub idle_timeout: Duration,
+    /// `max_connections`: how many connections are served at once (more are refused).
+    pub max_connections: u64,
+    /// `max_streams_per_client`: how many live-event streams one client (token name, else peer IP) may hold.
+    pub max_streams_per_client: u64,
 }
 
 /// `[retention]`.
@@ -351,6 +359,12 @@ pub struct McpServerConfig {
     /// `inherit_env` (default false): start the server with Tollgate's whole environment instead of only
     /// `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM` and `USER` (plus `env`).
     pub inherit_env: bool,
+    /// `call_timeout` (default 60s): how long one tool call may take before it is cancelled on the server
+    /// and the model is told it timed out.
+    pub call_timeout: Duration,
+    /// `start_timeout` (default 60s): how long spawning, the MCP handshake and the tool listing may take
+    /// together, at start and at each restart.
+    pub start_timeout: Duration,
 }
 
 /// What `command` of an MCP server names.

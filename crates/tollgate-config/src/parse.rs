@@ -37,6 +37,7 @@ const TOP_KEYS: &[&str] = &[
     "privacy",
 ];
 const PROVIDER_KEYS: &[&str] = &["name", "kind", "model", "base_url", "api_key", "timeout", "max_retries", "script"];
+const MCP_SERVER_KEYS: &[&str] = &["name", "command", "args", "env", "inherit_env", "call_timeout", "start_timeout"];
 const HTTP_PROVIDER_KEYS: &[&str] = &["base_url", "api_key", "timeout", "max_retries"];
 const SCRIPTED_PROVIDER_KEYS: &[&str] = &["script"];
 const AGENT_KEYS: &[&str] = &[
@@ -270,7 +271,15 @@ impl Parser<'_> {
 
     fn server(&self, section: Option<&Section<'_>>) -> Result<ServerConfig> {
         if let Some(section) = section {
-            section.check_keys(&["addr", "max_body_bytes", "lease"])?;
+            section.check_keys(&[
+                "addr",
+                "max_body_bytes",
+                "lease",
+                "header_read_timeout",
+                "idle_timeout",
+                "max_connections",
+                "max_streams_per_client",
+            ])?;
         }
         let addr = match self.scalar(section, "server", "addr") {
             Some((value, at)) => parse_addr(string_as(&value, &at, r#"an address like "127.0.0.1:8080""#)?)
@@ -285,7 +294,27 @@ impl Parser<'_> {
             Some((value, at)) => duration(&value, &at)?,
             None => defaults::LEASE,
         };
-        Ok(ServerConfig { addr, max_body_bytes, lease })
+        let timeout = |key: &str, default: Duration| match self.scalar(section, "server", key) {
+            Some((value, at)) => duration(&value, &at),
+            None => Ok(default),
+        };
+        let header_read_timeout = timeout("header_read_timeout", defaults::HEADER_READ_TIMEOUT)?;
+        let idle_timeout = timeout("idle_timeout", defaults::IDLE_TIMEOUT)?;
+        let count = |key: &str, default: u64| match self.scalar(section, "server", key) {
+            Some((value, at)) => positive_integer(&value, &at),
+            None => Ok(default),
+        };
+        let max_connections = count("max_connections", defaults::MAX_CONNECTIONS)?;
+        let max_streams_per_client = count("max_streams_per_client", defaults::MAX_STREAMS_PER_CLIENT)?;
+        Ok(ServerConfig {
+            addr,
+            max_body_bytes,
+            lease,
+            header_read_timeout,
+            idle_timeout,
+            max_connections,
+            max_streams_per_client,
+        })
     }
 
     fn retention(&self, section: Option<&Section<'_>>) -> Result<RetentionConfig> {
@@ -393,7 +422,7 @@ impl Parser<'_> {
     fn mcp_servers(&self, root: &Section<'_>) -> Result<Vec<McpServerConfig>> {
         let mut servers: Vec<McpServerConfig> = Vec::new();
         for entry in root.entries("mcp_servers", "mcp_servers")? {
-            entry.check_keys(&["name", "command", "args", "env", "inherit_env"])?;
+            entry.check_keys(MCP_SERVER_KEYS)?;
             let (value, at) = entry.require("name", "the server's name (its tools are SERVER__TOOL)")?;
             let name = name(value, &at)?;
             if let Some(i) = servers.iter().position(|s| s.name == name) {
@@ -427,7 +456,13 @@ impl Parser<'_> {
                 Some((value, at)) => boolean(value, &at)?,
                 None => false,
             };
-            servers.push(McpServerConfig { name, command, args, env, inherit_env });
+            let timeout = |key: &str, default: Duration| match entry.get(key) {
+                Some((value, at)) => duration(value, &at),
+                None => Ok(default),
+            };
+            let call_timeout = timeout("call_timeout", defaults::MCP_CALL_TIMEOUT)?;
+            let start_timeout = timeout("start_timeout", defaults::MCP_START_TIMEOUT)?;
+            servers.push(McpServerConfig { name, command, args, env, inherit_env, call_timeout, start_timeout });
         }
         Ok(servers)
     }

@@ -29,6 +29,8 @@
 
 pub mod canonical;
 pub mod event;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod model;
 pub mod redact;
 pub mod run;
@@ -46,7 +48,7 @@ pub use run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
     rfc3339,
 };
-pub use store::{Clock, Conflict, Guard, IdGen, RunPage, RunQuery, RunStore, StoreError, SystemClock};
+pub use store::{Clock, Conflict, Guard, IdGen, IntegrityCheck, RunPage, RunQuery, RunStore, StoreError, SystemClock};
 pub use suspension::{
     CallState, Decision, DecisionError, Decisions, HeldCall, SCHEMA_VERSION, StoredSuspension, Suspension,
     SuspensionError, TurnDigest,

@@ -71,7 +71,28 @@ pub enum StoreError {
         /// This build's newest version.
         supported: i64,
     },
-    /// The database failed or could not be reached. Retryable.
+    /// The disk the database lives on is full (SQLite's `SQLITE_FULL`, also reached at the file's
+    /// `max_page_count`; PostgreSQL's `53100 disk_full`): nothing can be written until space is freed,
+    /// while reads go on. Not retryable as it is: an operator frees space.
+    #[error("the run store is full: {0}")]
+    DiskFull(String),
+    /// The database only lets this process read (SQLite's `SQLITE_READONLY*`: a read-only file, folder,
+    /// mount or `?mode=ro`; PostgreSQL's `25006 read_only_sql_transaction`: a standby). Not retryable
+    /// as it is: an operator makes it writable (or points Tollgate at the primary).
+    #[error("the run store is read-only: {0}")]
+    ReadOnly(String),
+    /// The database itself is damaged where no one run is known to be the cause (SQLite's
+    /// `SQLITE_CORRUPT` outside a run's row, `SQLITE_NOTADB`; a failed integrity check). A damaged
+    /// run's row is [`StoreError::Corrupt`] for that run instead. Not retryable: `tollgate doctor`
+    /// says what is damaged; restore from a backup.
+    #[error("the database is corrupt: {0}")]
+    CorruptDatabase(String),
+    /// The database cannot be reached right now: the connection failed or was lost, no connection
+    /// came free in time, or another process held the write lock past the busy timeout. Retryable.
+    #[error("the run store cannot be reached: {0}")]
+    Unreachable(String),
+    /// Another database failure (a statement the database refused, a value that could not be
+    /// encoded, an invalid store URL). Retryable: most are transient.
     #[error("database error: {0}")]
     Database(String),
 }
@@ -135,8 +156,31 @@ pub enum Conflict {
 impl StoreError {
     /// True when the same operation may succeed later.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Database(_))
+        match self {
+            StoreError::Unreachable(_) | StoreError::Database(_) => true,
+            StoreError::NotFound(_)
+            | StoreError::Conflict { .. }
+            | StoreError::Transition(_)
+            | StoreError::Duplicate(_)
+            | StoreError::Corrupt { .. }
+            | StoreError::Undecryptable { .. }
+            | StoreError::NewerSchema { .. }
+            | StoreError::DiskFull(_)
+            | StoreError::ReadOnly(_)
+            | StoreError::CorruptDatabase(_) => false,
+        }
     }
+}
+
+/// How deep [`RunStore::check_integrity`] looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntegrityCheck {
+    /// Fast enough for every start of `serve` (SQLite's `PRAGMA quick_check`: the structure of every
+    /// page, not whether indexes match their tables).
+    Quick,
+    /// Everything the database can check about itself (SQLite's `PRAGMA integrity_check`), for
+    /// `tollgate doctor`.
+    Full,
 }
 
 /// Which runs to list.
@@ -159,6 +203,10 @@ pub struct RunPage {
     pub runs: Vec<RunRecord>,
     /// The cursor for the next page, when there may be more.
     pub next_cursor: Option<String>,
+    /// The ids of runs on this page whose stored data cannot be read ([`StoreError::Corrupt`],
+    /// [`StoreError::Undecryptable`]): left out of `runs` so that one damaged run does not hide the
+    /// others; reading one by id gives its error. `tollgate doctor` reports them.
+    pub skipped: Vec<String>,
 }
 
 /// Runs, their transitions and their event logs.
@@ -207,6 +255,23 @@ pub trait RunStore: Send + Sync {
     /// Waiting runs whose deadline is at or before `now`, and running runs whose lease expired, oldest
     /// first, at most `limit`.
     fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>>;
+
+    /// Proves that the store can write now: commits a tiny write (one row of its `health` table,
+    /// through the same path as every other write) and answers once it is durable. For `/readyz`.
+    ///
+    /// # Errors
+    /// What a run's write would get: [`StoreError::DiskFull`], [`StoreError::ReadOnly`],
+    /// [`StoreError::CorruptDatabase`], [`StoreError::Unreachable`], ...
+    fn probe_write(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Checks the database's own structure (not the runs' hash chains: `verify` does that) and returns
+    /// what it found wrong, one line each (SQLite's pages and indexes; PostgreSQL's catalog sees
+    /// to its own, so there it checks that every table is there and readable). Empty: sound.
+    ///
+    /// # Errors
+    /// The store's, when it cannot be checked (unreachable, say). Damage that stops the check itself
+    /// is not an error: it is a line of the answer.
+    fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
 
     /// Deletes up to `batch` runs (with their events): terminal runs finished before `terminal_before`,
     /// and waiting runs last updated before `waiting_before`. Returns how many went.

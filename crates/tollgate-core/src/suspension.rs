@@ -99,6 +99,21 @@ impl HeldCall {
     pub fn takes_decision(&self) -> bool {
         matches!(self.state, CallState::Asks | CallState::InDoubt)
     }
+
+    /// Why a decision naming this call is refused, or `None` when it [takes one](Self::takes_decision):
+    /// a call that already ran before a crash says so; any other says it takes none.
+    pub fn refuse_decision(&self) -> Option<DecisionError> {
+        if self.takes_decision() {
+            return None;
+        }
+        let call_id = self.call_id.clone();
+        Some(match self.state {
+            CallState::Finished(_) => DecisionError::AlreadyRan { call_id },
+            CallState::Refused(_) | CallState::Allowed | CallState::Asks | CallState::InDoubt => {
+                DecisionError::NotDecidable { call_id, gate: self.gate() }
+            }
+        })
+    }
 }
 
 /// A held call as stored (the v1 format); see [`HeldCall`].
@@ -387,6 +402,12 @@ pub enum DecisionError {
         /// Its gate.
         gate: Gate,
     },
+    /// The call ran to its end before a crash: its recorded result stands, so it takes no decision.
+    #[error("call `{call_id}` already ran before a crash (its result is recorded) and takes no decision")]
+    AlreadyRan {
+        /// The call.
+        call_id: String,
+    },
     /// Some held calls have no decision yet.
     #[error("held calls without a decision: {}", .0.join(", "))]
     Missing(Vec<String>),
@@ -406,6 +427,7 @@ impl DecisionError {
         match self {
             DecisionError::UnknownCall(_) => "unknown_call",
             DecisionError::NotDecidable { .. } => "not_decidable",
+            DecisionError::AlreadyRan { .. } => "already_ran",
             DecisionError::Missing(_) => "missing_decisions",
             DecisionError::InvalidEdit { .. } => "invalid_arguments",
         }
@@ -487,5 +509,27 @@ mod tests {
         assert_eq!(suspension.calls[0].state, CallState::Finished(result("c1", "done")));
         assert!(!suspension.calls[0].takes_decision() && suspension.turn_digest != before);
         assert!(!suspension.mark_in_doubt("c1") && !suspension.mark_in_doubt("nope"));
+    }
+
+    #[test]
+    fn a_decision_on_a_call_that_takes_none_is_refused_saying_why() {
+        assert_eq!(call(CallState::Asks).refuse_decision(), None);
+        assert_eq!(call(CallState::InDoubt).refuse_decision(), None);
+        assert_eq!(
+            call(CallState::Finished(result("c1", "done"))).refuse_decision(),
+            Some(DecisionError::AlreadyRan { call_id: "c1".into() })
+        );
+        assert_eq!(
+            call(CallState::Allowed).refuse_decision(),
+            Some(DecisionError::NotDecidable { call_id: "c1".into(), gate: Gate::Allow })
+        );
+        assert_eq!(
+            call(CallState::Refused(result("c1", "no"))).refuse_decision(),
+            Some(DecisionError::NotDecidable { call_id: "c1".into(), gate: Gate::Forbid })
+        );
+        for state in [CallState::Asks, CallState::InDoubt, CallState::Allowed, CallState::Finished(result("c1", "x"))] {
+            let held = call(state);
+            assert_eq!(held.refuse_decision().is_none(), held.takes_decision(), "{held:?}");
+        }
     }
 }

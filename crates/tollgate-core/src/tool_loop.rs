@@ -328,8 +328,8 @@ impl ToolLoop {
         decision: &Decision,
     ) -> Result<(), DecisionError> {
         let call = suspension.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.to_owned()))?;
-        if !call.takes_decision() {
-            return Err(DecisionError::NotDecidable { call_id: call_id.to_owned(), gate: call.gate() });
+        if let Some(refused) = call.refuse_decision() {
+            return Err(refused);
         }
         if let Decision::Edit { arguments } = decision {
             // A vanished tool is reported when the call would run; there is no schema to check against.

@@ -15,6 +15,12 @@
 //! - A server that dies, or a call that fails at the transport level or times out, gives that call an
 //!   error result naming the server; nothing panics. A dead server is started again on its next use, with
 //!   the same tool list. A call is never retried on its own: it may have had an effect.
+//! - A call abandoned before the server answered — its [`McpServerConfig::call_timeout`] passed, or its
+//!   future was dropped — is cancelled on the server with `notifications/cancelled` naming its request id;
+//!   a timed-out call's result says it timed out after the configured time.
+//! - Every call has a preview ([`McpTool`]'s `Tool::preview`): the server, the tool, the server's
+//!   behaviour hints and the arguments as indented JSON, at most [`MAX_PREVIEW_BYTES`], made without
+//!   asking the server anything.
 
 mod config;
 mod error;
@@ -25,7 +31,7 @@ mod tool;
 pub use config::{DEFAULT_ENV, McpServerConfig, resolve_command};
 pub use error::{StartError, StartFailure};
 pub use naming::{MAX_TOOL_NAME_LEN, tool_name};
-pub use tool::{GATE_REASON_DEFAULT, GATE_REASON_READ_ONLY, McpTool};
+pub use tool::{GATE_REASON_DEFAULT, GATE_REASON_READ_ONLY, MAX_PREVIEW_BYTES, McpTool, PREVIEW_CUT_MARKER};
 
 use server::Server;
 use std::collections::HashSet;

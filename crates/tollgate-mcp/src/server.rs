@@ -136,11 +136,18 @@ impl Server {
             params = params.with_arguments(arguments);
         }
         let timeout = self.config.call_timeout;
-        // Dropping the request on timeout sends `notifications/cancelled`; the session stays up.
+        // rmcp's `Peer::call_tool` arms a guard for the request it sends: when its future is dropped before
+        // the answer came, it sends `notifications/cancelled` naming the request's id (best effort, without
+        // waiting). That covers both ways a call is abandoned: the timeout below drops it, and so does
+        // whoever drops this future (a cancelled run, a shutdown). The session stays up either way.
         match tokio::time::timeout(timeout, ready.peer.call_tool(params)).await {
-            Err(_) => CallOutcome::Failed(format!(
-                "MCP server `{name}` did not answer `{tool}` within {timeout:?}; the call was cancelled"
-            )),
+            Err(_) => {
+                tracing::warn!(server = %name, tool, ?timeout, "MCP call timed out; cancelled");
+                CallOutcome::Failed(format!(
+                    "MCP server `{name}` timed out after {timeout:?} on `{tool}` (its call_timeout); the call was \
+                     cancelled, and it may or may not have taken effect"
+                ))
+            }
             Ok(Ok(result)) => CallOutcome::Answered(result),
             Ok(Err(ServiceError::McpError(error))) => {
                 CallOutcome::Failed(format!("MCP server `{name}` refused `{tool}`: {}", error.message))

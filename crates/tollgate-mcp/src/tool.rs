@@ -1,5 +1,10 @@
 //! One MCP tool behind Tollgate's [`Tool`] port: our name, the server's description and schema, a gate
-//! from its annotations, and calls that always end in a result the model can read.
+//! from its annotations, a preview for the approver, and calls that always end in a result the model can
+//! read.
+//!
+//! A preview is built from what was listed at start and the call's arguments only, never by asking the
+//! server: it must be ready while the turn is held, whatever state the server is in. It is at most
+//! [`MAX_PREVIEW_BYTES`] long.
 //!
 //! Nothing of rmcp's leaves this module except through plain strings and `serde_json` values.
 
@@ -14,6 +19,11 @@ use tollgate_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
 pub const GATE_REASON_READ_ONLY: &str = "annotation readOnlyHint";
 /// Why every other MCP tool defaults to [`Gate::Ask`].
 pub const GATE_REASON_DEFAULT: &str = "default for MCP tools";
+/// The longest preview, in bytes; a longer one is cut on a character boundary and ends with
+/// [`PREVIEW_CUT_MARKER`].
+pub const MAX_PREVIEW_BYTES: usize = 2_000;
+/// How a cut preview's last line starts.
+pub const PREVIEW_CUT_MARKER: &str = "… [preview cut:";
 
 /// A tool of an MCP server, offered to the model as `SERVER__TOOL`.
 ///
@@ -26,12 +36,28 @@ pub struct McpTool {
     parameters: Value,
     default_gate: Gate,
     gate_reason: &'static str,
+    /// The behaviour hints the server gave, by their MCP names, in the spec's order; only those present.
+    hints: Vec<(&'static str, bool)>,
     server: Arc<Server>,
 }
 
 impl McpTool {
     pub(crate) fn from_listing(server: &Arc<Server>, listed: rmcp::model::Tool) -> Self {
-        let read_only = listed.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true);
+        let annotations = listed.annotations.as_ref();
+        let read_only = annotations.and_then(|a| a.read_only_hint) == Some(true);
+        let hints = annotations
+            .map(|a| {
+                [
+                    ("readOnlyHint", a.read_only_hint),
+                    ("destructiveHint", a.destructive_hint),
+                    ("idempotentHint", a.idempotent_hint),
+                    ("openWorldHint", a.open_world_hint),
+                ]
+                .into_iter()
+                .filter_map(|(name, value)| value.map(|value| (name, value)))
+                .collect()
+            })
+            .unwrap_or_default();
         let (default_gate, gate_reason) =
             if read_only { (Gate::Allow, GATE_REASON_READ_ONLY) } else { (Gate::Ask, GATE_REASON_DEFAULT) };
         let description = listed
@@ -46,6 +72,7 @@ impl McpTool {
             parameters: object_schema(&listed.input_schema),
             default_gate,
             gate_reason,
+            hints,
             server: server.clone(),
         }
     }
@@ -100,6 +127,10 @@ impl Tool for McpTool {
         self.default_gate
     }
 
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(Some(preview(self.server.name(), &self.mcp_name, &self.hints, args))))
+    }
+
     fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let arguments = match args {
@@ -118,6 +149,32 @@ impl Tool for McpTool {
             })
         })
     }
+}
+
+/// What the approver reads: which server and tool, the server's hints, then the arguments as indented JSON,
+/// all within [`MAX_PREVIEW_BYTES`]. The tool's name comes from the server, so it is escaped: a name with
+/// a line break cannot pass for another line of the preview. The hints come first so that a cut never
+/// hides them.
+fn preview(server: &str, tool: &str, hints: &[(&str, bool)], args: &Value) -> String {
+    let mut text = format!("MCP server `{server}`, tool `{}`\n", tool.escape_debug());
+    if !hints.is_empty() {
+        let hints: Vec<String> = hints.iter().map(|(name, value)| format!("{name}: {value}")).collect();
+        text.push_str(&format!("annotations (hints from the server): {}\n", hints.join(", ")));
+    }
+    text.push_str("arguments:\n");
+    text.push_str(&serde_json::to_string_pretty(args).unwrap_or_else(|_| args.to_string()));
+    bounded(text)
+}
+
+/// `text` if it fits in [`MAX_PREVIEW_BYTES`], else its start, cut on a character boundary, and a last line
+/// saying it was cut (the full arguments stay on the held call).
+fn bounded(text: String) -> String {
+    if text.len() <= MAX_PREVIEW_BYTES {
+        return text;
+    }
+    let marker = format!("\n{PREVIEW_CUT_MARKER} {} bytes in full; the call's arguments hold all of them]", text.len());
+    let end = text.floor_char_boundary(MAX_PREVIEW_BYTES.saturating_sub(marker.len()));
+    format!("{}{marker}", &text[..end])
 }
 
 /// The server's schema if it is an object schema, else `{"type": "object"}` (any arguments).
@@ -157,5 +214,36 @@ fn describe_block(block: &ContentBlock) -> String {
         ContentBlock::ResourceLink(link) => format!("[resource link: {} {}]", link.name, link.uri),
         // A block kind newer than this code: say so rather than drop it silently.
         _ => "[unsupported content]".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_preview_is_whole() {
+        let text = preview("s", "t", &[("openWorldHint", true)], &json!({"a": 1}));
+        assert_eq!(
+            text,
+            "MCP server `s`, tool `t`\nannotations (hints from the server): openWorldHint: true\narguments:\n{\n  \"a\": 1\n}"
+        );
+    }
+
+    #[test]
+    fn a_long_preview_is_cut_on_a_character_boundary() {
+        // Three-byte characters, so most byte offsets fall inside one.
+        let text = preview("s", "t", &[], &json!({"a": "€".repeat(5_000)}));
+        assert!(text.len() <= MAX_PREVIEW_BYTES, "{} bytes", text.len());
+        let (kept, marker) = text.rsplit_once('\n').unwrap_or_else(|| panic!("no marker line in {text}"));
+        assert!(kept.ends_with('€'), "{kept}");
+        assert!(marker.starts_with(PREVIEW_CUT_MARKER), "{marker}");
+        assert!(marker.contains("15049 bytes in full"), "{marker}");
+    }
+
+    #[test]
+    fn a_tool_name_cannot_add_lines_to_the_preview() {
+        let text = preview("s", "t\narguments:\n{}", &[], &json!({}));
+        assert!(text.starts_with("MCP server `s`, tool `t\\narguments:\\n{}`\narguments:\n{}"), "{text}");
     }
 }

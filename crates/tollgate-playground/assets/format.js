@@ -77,3 +77,29 @@ export function summarize(args, max = 120) {
   }
   return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
+
+/**
+ * The calls of a held turn (`run.pending.calls`) that take a decision now. The server says which
+ * (`takes_decision`, with `state`); nothing here re-derives it from `gate` or `in_doubt`.
+ * @param {{calls?: object[]}|null|undefined} pending
+ */
+export function openCalls(pending) {
+  return (pending?.calls ?? []).filter((call) => call.takes_decision === true);
+}
+
+/**
+ * Why a held call that takes no decision and has none recorded gets no buttons, in words.
+ * @param {{state: string}} call
+ */
+export function settledNote(call) {
+  switch (call.state) {
+    case 'finished':
+      return 'It ran to its end before a crash: its result stands. It takes no decision and will not run again.';
+    case 'refused':
+      return 'Refused before any gate: it will not run, and the model gets an error for it.';
+    case 'allowed':
+      return 'Allowed by its gate: it runs together with the approved calls once every call is decided.';
+    default:
+      return '';
+  }
+}

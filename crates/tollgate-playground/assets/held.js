@@ -1,15 +1,16 @@
 // The held calls of a waiting run (`run.pending.calls`) and the decisions on them.
 //
-// Each call a person must decide (gate `ask`, or in doubt after a crash) gets approve, edit (a JSON
-// editor checked against the tool's schema before anything is sent), deny with a reason and respond;
-// the panel adds approve-all and deny-all. Every decision names the `turn_digest` the person saw, so a
+// Each call the server says takes a decision (`takes_decision`: it waits, or is in doubt after a crash)
+// gets approve, edit (a JSON editor checked against the tool's schema before anything is sent), deny with
+// a reason and respond; the panel adds approve-all and deny-all. A call that already ran before a crash
+// (`state: finished`) is shown with its result and no buttons. Every decision names the `turn_digest` the person saw, so a
 // decision on a turn that changed since is refused (409) instead of landing on calls nobody looked at.
 // Cards are kept across refreshes while their call is undecided, so a half-typed edit survives a
 // decision someone makes on another call.
 
 import { api, ApiError } from './api.js';
 import { h, replace, uid } from './dom.js';
-import { pretty } from './format.js';
+import { openCalls, pretty, settledNote } from './format.js';
 import { checkArguments } from './schema.js';
 import { jsonBlock, notify, previewBlock } from './ui.js';
 
@@ -20,11 +21,6 @@ export const ACTION_WORDS = {
   edit: 'Approved with edited arguments',
   respond: 'Answered in the tool’s place',
 };
-
-/** Whether a held call takes a decision from a person. */
-export function decidable(call) {
-  return call.gate === 'ask' || call.in_doubt === true;
-}
 
 /** "Denied by alice: not on a Friday" — a recorded decision in words. */
 export function decisionText(decision) {
@@ -86,12 +82,14 @@ export class HeldPanel {
       else this.list.append(card);
       this.cards.set(call.call_id, { el: card, decided });
     }
-    const open = pending.calls.filter((c) => decidable(c) && !c.decision);
+    const open = openCalls(pending);
     const deadline = pending.expires_at ? ` Deadline: ${new Date(pending.expires_at).toLocaleString()}.` : '';
+    const ran = pending.calls.filter((c) => c.state === 'finished').length;
+    const sofar = ran === 0 ? 'Nothing of this turn has run yet.' : `${ran} call(s) already ran before a crash.`;
     this.summary.textContent =
       open.length === 0
         ? `Every call is decided; the run resumes.${deadline}`
-        : `${open.length} of ${pending.calls.length} call(s) need your decision. Nothing of this turn has run yet.${deadline}`;
+        : `${open.length} of ${pending.calls.length} call(s) need your decision. ${sofar}${deadline}`;
     this.renderBulk(open);
   }
 
@@ -134,6 +132,14 @@ export class HeldPanel {
   card(call) {
     const headingId = uid('call');
     const badges = [h(`span.badge.gate-${call.gate}`, { text: `gate: ${call.gate}` })];
+    if (call.state === 'finished') {
+      badges.push(
+        h('span.badge.call-finished', {
+          text: 'finished',
+          title: 'It ran to its end before a crash; its result is recorded.',
+        }),
+      );
+    }
     if (call.in_doubt) {
       badges.push(
         h('span.badge.in-doubt', {
@@ -169,12 +175,18 @@ export class HeldPanel {
       card.classList.add('is-decided');
       return card;
     }
-    if (!decidable(call)) {
-      const note =
-        call.gate === 'forbid'
-          ? 'Refused before any gate: it will not run, and the model gets an error for it.'
-          : 'Allowed by its gate: it runs together with the approved calls once every call is decided.';
-      card.append(h('p.note', { text: note }));
+    if (!call.takes_decision) {
+      card.append(h('p.note', { text: settledNote(call) }));
+      if (call.result) {
+        card.append(
+          h(
+            'div.result-wrap',
+            null,
+            h('h4.label', { text: call.result.is_error ? 'Result (the tool failed)' : 'Result' }),
+            h('pre.code', { 'aria-label': `Result of ${call.call_id}` }, h('code', { text: call.result.content || '(empty)' })),
+          ),
+        );
+      }
       return card;
     }
     card.append(this.controls(call));

@@ -8,7 +8,7 @@ function reasonOf(error) {
   return error.status === 401 ? 'enter an API token (top right) to see it.' : error.message;
 }
 import { h, replace } from './dom.js';
-import { shortId } from './format.js';
+import { openCalls, shortId } from './format.js';
 import { notify, STATUSES, statusBadge, timeEl } from './ui.js';
 
 const POLL_MS = 2000;
@@ -23,7 +23,7 @@ export function homeView(root) {
 
 /** The calls of a waiting run that still need a person. */
 function undecided(run) {
-  return (run.pending?.calls ?? []).filter((c) => (c.gate === 'ask' || c.in_doubt) && !c.decision).length;
+  return openCalls(run.pending).length;
 }
 
 class HomeView {

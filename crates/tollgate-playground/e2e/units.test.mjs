@@ -1,5 +1,6 @@
 // Unit tests of the playground's DOM-free modules: the schema check of the argument editor, the SSE
-// parser used when a token must be sent, and the preview/diff and time formatting.
+// parser used when a token must be sent, the preview/diff and time formatting, and which held calls take
+// a decision.
 //
 // Run: node --test crates/tollgate-playground/e2e/units.test.mjs (needs node only)
 
@@ -7,7 +8,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { checkArguments, describe as describeErrors, parseJson, validate } from '../assets/schema.js';
 import { SseParser } from '../assets/sse.js';
-import { diffLines, duration, isUnifiedDiff, relative, shortId, summarize } from '../assets/format.js';
+import { diffLines, duration, isUnifiedDiff, openCalls, relative, settledNote, shortId, summarize } from '../assets/format.js';
 
 // The schemas of two built-in tools, as GET /v1/tools returns them.
 const FS_WRITE = {
@@ -149,5 +150,35 @@ describe('formatting', () => {
     assert.equal(shortId('0193b0c6-1111-7000-8000-000000000000'), '0193b0c6');
     assert.equal(summarize({ path: 'a.txt', content: 'hi' }), 'path: "a.txt", content: "hi"');
     assert.equal(summarize({ content: 'x'.repeat(300) }, 20).length, 20);
+  });
+});
+
+describe('held calls', () => {
+  // A turn held again after a crash, as GET /v1/runs/{id} shows it: call_1 ran before the crash, call_2
+  // is in doubt, call_3 was decided, call_4 is allow-gated, call_5 was refused.
+  const call = (call_id, gate, in_doubt, state, takes_decision, extra = {}) =>
+    ({ call_id, tool: 'fs_write', arguments: {}, gate, preview: null, in_doubt, decision: null, state, takes_decision, result: null, ...extra });
+  const pending = {
+    turn_digest: 'sha256:01',
+    expires_at: null,
+    calls: [
+      call('call_1', 'ask', false, 'finished', false, { result: { content: 'wrote a', is_error: false } }),
+      call('call_2', 'ask', true, 'in_doubt', true),
+      call('call_3', 'ask', false, 'decided', false, { decision: { action: 'approve', actor: 'bo', at: '2026-11-29T10:00:00.000Z' } }),
+      call('call_4', 'allow', false, 'allowed', false),
+      call('call_5', 'forbid', false, 'refused', false),
+    ],
+  };
+
+  test('only the calls the server says take a decision get buttons', () => {
+    assert.deepEqual(openCalls(pending).map((c) => c.call_id), ['call_2']);
+    assert.deepEqual(openCalls(null), []);
+    assert.deepEqual(openCalls({ calls: [call('c', 'ask', false, 'waiting', true)] }).map((c) => c.call_id), ['c']);
+  });
+
+  test('a call that takes no decision says why', () => {
+    assert.match(settledNote(pending.calls[0]), /ran to its end before a crash/);
+    assert.match(settledNote(pending.calls[3]), /Allowed by its gate/);
+    assert.match(settledNote(pending.calls[4]), /Refused before any gate/);
   });
 });

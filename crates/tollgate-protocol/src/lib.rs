@@ -23,6 +23,8 @@
 mod catalog;
 mod event;
 pub mod event_data;
+#[doc(hidden)]
+pub mod fuzzing;
 mod problem;
 mod request;
 mod run;
@@ -36,5 +38,6 @@ pub use request::{
     RespondDecision, StartRunRequest,
 };
 pub use run::{
-    Call, Decision, Gate, HeldTurn, RecordedDecision, Run, RunError, RunPage, RunStatus, TerminationReason, Usage,
+    Call, CallResult, CallState, Decision, Gate, HeldTurn, RecordedDecision, Run, RunError, RunPage, RunStatus,
+    TerminationReason, Usage,
 };

@@ -37,15 +37,26 @@ pub enum ProblemType {
     InvalidRequest,
     /// 422 `invalid-decision`: a decision that does not fit the held turn.
     InvalidDecision,
+    /// 429 `too-many-requests`: the caller holds as many live-event streams as it may
+    /// (`[server] max_streams_per_client`); retry once one has ended.
+    TooManyRequests,
     /// 500 `internal`: the server failed; nothing about it is disclosed beyond this.
     Internal,
     /// 503 `unavailable`: the store cannot be reached right now; retry later.
     Unavailable,
+    /// 507 `disk-full`: the store has no room left to write; reads still work. An operator frees space.
+    DiskFull,
+    /// 503 `read-only`: the store refuses writes (a read-only file or mount, a standby); reads still work.
+    ReadOnly,
+    /// 500 `corrupt-run`: the stored data of the run named in `detail` is damaged; other runs still work.
+    CorruptRun,
+    /// 500 `corrupt-database`: the store's database is damaged (`tollgate doctor` says where).
+    CorruptDatabase,
 }
 
 impl ProblemType {
     /// Every type.
-    pub const ALL: [ProblemType; 12] = [
+    pub const ALL: [ProblemType; 17] = [
         ProblemType::MalformedJson,
         ProblemType::Unauthorized,
         ProblemType::Forbidden,
@@ -56,8 +67,13 @@ impl ProblemType {
         ProblemType::UnsupportedMediaType,
         ProblemType::InvalidRequest,
         ProblemType::InvalidDecision,
+        ProblemType::TooManyRequests,
         ProblemType::Internal,
         ProblemType::Unavailable,
+        ProblemType::DiskFull,
+        ProblemType::ReadOnly,
+        ProblemType::CorruptRun,
+        ProblemType::CorruptDatabase,
     ];
 
     /// The HTTP status.
@@ -72,8 +88,10 @@ impl ProblemType {
             ProblemType::PayloadTooLarge => 413,
             ProblemType::UnsupportedMediaType => 415,
             ProblemType::InvalidRequest | ProblemType::InvalidDecision => 422,
-            ProblemType::Internal => 500,
-            ProblemType::Unavailable => 503,
+            ProblemType::TooManyRequests => 429,
+            ProblemType::Internal | ProblemType::CorruptRun | ProblemType::CorruptDatabase => 500,
+            ProblemType::Unavailable | ProblemType::ReadOnly => 503,
+            ProblemType::DiskFull => 507,
         }
     }
 
@@ -90,8 +108,13 @@ impl ProblemType {
             ProblemType::UnsupportedMediaType => "unsupported-media-type",
             ProblemType::InvalidRequest => "invalid-request",
             ProblemType::InvalidDecision => "invalid-decision",
+            ProblemType::TooManyRequests => "too-many-requests",
             ProblemType::Internal => "internal",
             ProblemType::Unavailable => "unavailable",
+            ProblemType::DiskFull => "disk-full",
+            ProblemType::ReadOnly => "read-only",
+            ProblemType::CorruptRun => "corrupt-run",
+            ProblemType::CorruptDatabase => "corrupt-database",
         }
     }
 
@@ -119,8 +142,13 @@ impl ProblemType {
             ProblemType::UnsupportedMediaType => "Unsupported media type",
             ProblemType::InvalidRequest => "Invalid request",
             ProblemType::InvalidDecision => "Invalid decision",
+            ProblemType::TooManyRequests => "Too many requests",
             ProblemType::Internal => "Internal error",
             ProblemType::Unavailable => "Service unavailable",
+            ProblemType::DiskFull => "Store full",
+            ProblemType::ReadOnly => "Store read-only",
+            ProblemType::CorruptRun => "Run data corrupt",
+            ProblemType::CorruptDatabase => "Database corrupt",
         }
     }
 }
@@ -130,8 +158,9 @@ impl ProblemType {
 pub struct Problem {
     /// `https://tollgate.dev/problems/SLUG`: `malformed-json` (400), `unauthorized` (401), `forbidden`
     /// (403), `not-found` (404), `method-not-allowed` (405), `conflict` (409), `payload-too-large` (413),
-    /// `unsupported-media-type` (415), `invalid-request` (422), `invalid-decision` (422), `internal`
-    /// (500), `unavailable` (503).
+    /// `unsupported-media-type` (415), `invalid-request` (422), `invalid-decision` (422), `too-many-requests` (429), `internal`
+    /// (500), `corrupt-run` (500), `corrupt-database` (500), `unavailable` (503), `read-only` (503),
+    /// `disk-full` (507).
     #[serde(rename = "type")]
     pub problem_type: String,
     /// A fixed summary of the type.

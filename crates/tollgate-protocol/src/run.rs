@@ -202,15 +202,66 @@ pub struct Call {
     /// The decision recorded for this call, if any.
     #[schema(required = true)]
     pub decision: Option<RecordedDecision>,
+    /// Where the call stands, as the runtime sees it (the fields above stay for older clients; this
+    /// one says what they cannot, e.g. that a call already ran before a crash).
+    pub state: CallState,
+    /// True exactly when a decision for this call would be accepted now (`state` is `waiting` or
+    /// `in_doubt`). Clients offer decisions on these calls and no others.
+    pub takes_decision: bool,
+    /// The call's recorded result when it already ran before a crash (`state` is `finished`); null
+    /// otherwise.
+    #[schema(required = true)]
+    pub result: Option<CallResult>,
 }
 
 impl Call {
-    /// True when the call still needs a person's decision: it is ask-gated or in doubt, and undecided.
-    /// (The API does not say whether a call was settled before a crash; such a call is refused when
-    /// decided.)
+    /// True when the call still needs a person's decision (the runtime's `takes_decision`).
     pub fn awaits_decision(&self) -> bool {
-        self.decision.is_none() && (self.gate == Gate::Ask || self.in_doubt)
+        self.takes_decision
     }
+}
+
+/// Where a held call stands (`calls[].state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CallState {
+    /// Gated `ask`, no decision yet: it takes one.
+    Waiting,
+    /// Started before a crash and never finished, no decision yet: it may or may not have taken effect,
+    /// and it takes a decision.
+    InDoubt,
+    /// Ran to its end before a crash: its `result` stands, it neither runs again nor takes a decision.
+    Finished,
+    /// A decision is recorded for it (`decision`).
+    Decided,
+    /// Allowed by its gate: it runs, without a decision, once the turn resumes.
+    Allowed,
+    /// Refused before the gate or by it (unknown tool, invalid arguments, forbidden): it never runs and
+    /// takes no decision.
+    Refused,
+}
+
+impl CallState {
+    /// The snake_case name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallState::Waiting => "waiting",
+            CallState::InDoubt => "in_doubt",
+            CallState::Finished => "finished",
+            CallState::Decided => "decided",
+            CallState::Allowed => "allowed",
+            CallState::Refused => "refused",
+        }
+    }
+}
+
+/// The result a held call already has (`calls[].result`): what the model reads for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CallResult {
+    /// The result text, as the event log kept it (empty under `[privacy] level = "metadata"`).
+    pub content: String,
+    /// True when the tool failed.
+    pub is_error: bool,
 }
 
 /// The held turn of a waiting run (`pending`).

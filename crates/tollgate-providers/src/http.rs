@@ -19,7 +19,7 @@ use tollgate_core::ModelError;
 const REDACTED: &str = "[redacted]";
 
 /// The longest provider message kept in an error, in bytes.
-const MAX_MESSAGE_BYTES: usize = 1_000;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1_000;
 
 /// An API key. Its `Debug` output is redacted and it has no `Display`, so it cannot end up in a log line
 /// or an error message by accident.
@@ -286,12 +286,22 @@ impl Endpoint {
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
         let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+        self.read_answer(status, &bytes, retry_after)
+    }
+
+    /// An answer as received: the JSON of a 2xx body, or the typed error its status and body stand for.
+    pub(crate) fn read_answer(
+        &self,
+        status: u16,
+        bytes: &[u8],
+        retry_after: Option<Duration>,
+    ) -> Result<Value, ModelError> {
         if (200..300).contains(&status) {
-            return serde_json::from_slice(&bytes).map_err(|e| {
+            return serde_json::from_slice(bytes).map_err(|e| {
                 ModelError::InvalidResponse(format!("the answer is not valid JSON ({e}); it may have been cut off"))
             });
         }
-        let failure = self.failure(status, &bytes);
+        let failure = self.failure(status, bytes);
         Err(self.classify(failure, retry_after))
     }
 

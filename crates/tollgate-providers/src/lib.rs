@@ -29,6 +29,8 @@
 
 mod answer;
 pub mod anthropic;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod openai;
 pub mod scripted;

@@ -57,7 +57,24 @@ impl OpenAiModel {
     async fn call(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let body = request_body(&request);
         let answer = self.endpoint.post(request.model, &body).await?;
-        parse_response(answer, request.messages).map_err(|e| self.endpoint.redact_error(e))
+        self.response(answer, request.messages)
+    }
+
+    /// Our response from the provider's JSON answer; anything an error quotes from it is redacted.
+    fn response(&self, answer: Value, transcript: &[Message]) -> Result<ModelResponse, ModelError> {
+        parse_response(answer, transcript).map_err(|e| self.endpoint.redact_error(e))
+    }
+
+    /// What [`ModelClient::complete`] makes of one HTTP answer, its status and body as received (the
+    /// entry point of the fuzz targets, [`crate::fuzzing`]).
+    pub(crate) fn read_answer(
+        &self,
+        status: u16,
+        body: &[u8],
+        transcript: &[Message],
+    ) -> Result<ModelResponse, ModelError> {
+        let answer = self.endpoint.read_answer(status, body, None)?;
+        self.response(answer, transcript)
     }
 }
 

@@ -5,7 +5,9 @@
 //! The rules, each stated here once (the CLI and the server ask the runtime, they keep no copy):
 //! - only a waiting run takes decisions, and only on the turn digest the person saw;
 //! - an agent with `forbid_self_approval` refuses the actor who started the run ([`check_decider`]);
-//! - a decision names a held call that takes one (asks, or is in doubt), and no call is decided twice;
+//! - a decision names a held call that takes one (asks, or is in doubt; `HeldCall::takes_decision`), and no
+//!   call is decided twice; a call that already ran before a crash is refused as such, and `approve_all` /
+//!   `deny_all` pass over it as they pass over every call that takes no decision;
 //! - the request whose decisions complete the set claims the resume in the same transition, so a run
 //!   resumes exactly once however many people decide at the same moment.
 //!
@@ -129,8 +131,8 @@ pub fn plan_decision(
     }
     for (call_id, _) in &decided {
         let call = held.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.clone()))?;
-        if !call.takes_decision() {
-            return Err(DecisionError::NotDecidable { call_id: call_id.clone(), gate: call.gate() }.into());
+        if let Some(refused) = call.refuse_decision() {
+            return Err(refused.into());
         }
         if pending.decisions.contains_key(call_id) {
             return Err(DecideError::AlreadyDecided { call_id: call_id.clone() });
@@ -349,7 +351,42 @@ mod tests {
         let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
         let settled =
             plan_decision(&waiting(&[]), &finished, &request, DeciderRules::default(), NOW, lease(), |_, _| None);
-        assert!(matches!(settled, Err(DecideError::Invalid(DecisionError::NotDecidable { .. }))));
+        assert!(
+            matches!(&settled, Err(DecideError::Invalid(DecisionError::AlreadyRan { call_id })) if call_id == "a"),
+            "{settled:?}"
+        );
+        assert!(settled.is_err_and(|e| e.to_string().contains("already ran")));
+    }
+
+    /// After a crash settled `a` (it ran) and left `b` in doubt, the held turn requires only `b`: deciding
+    /// it alone completes the set exactly as `approve_all` does.
+    #[test]
+    fn a_finished_call_is_skipped_alike_by_approve_all_and_by_deciding_the_rest() {
+        let mut recovered = held();
+        recovered.calls[0].state = CallState::Finished(ToolResult {
+            call_id: "a".into(),
+            tool: "write".into(),
+            content: "ok".into(),
+            is_error: false,
+            denied: false,
+        });
+        recovered.calls[1].state = CallState::InDoubt;
+        let mut run = waiting(&[]);
+        if let RunState::Waiting(pending) = &mut run.state {
+            pending.required = recovered.decidable_calls().map(|c| c.call_id.clone()).collect();
+        }
+        let plan_on = |set: DecisionSet| {
+            let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
+            plan_decision(&run, &recovered, &request, DeciderRules::default(), NOW, lease(), |_, _| None)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let all = plan_on(DecisionSet::ApproveAll);
+        let one = plan_on(each(&[("b", Decision::Approve)]));
+        assert_eq!(all.decided, vec![("b".to_owned(), Decision::Approve)], "approve_all passes over the finished call");
+        assert_eq!(one, all, "deciding the remaining call resumes exactly as approve_all does");
+        assert!(one.resume.is_some());
+        let denied = plan_on(DecisionSet::DenyAll { reason: "no".into() });
+        assert_eq!(denied.decided, vec![("b".to_owned(), Decision::Deny { reason: "no".into() })]);
     }
 
     #[test]

@@ -323,6 +323,10 @@ fn store_overtaken(error: &StoreError) -> bool {
         | StoreError::Corrupt { .. }
         | StoreError::Undecryptable { .. }
         | StoreError::NewerSchema { .. }
+        | StoreError::DiskFull(_)
+        | StoreError::ReadOnly(_)
+        | StoreError::CorruptDatabase(_)
+        | StoreError::Unreachable(_)
         | StoreError::Database(_) => false,
     }
 }

@@ -510,6 +510,10 @@ impl Runtime {
                 | StoreError::Corrupt { .. }
                 | StoreError::Undecryptable { .. }
                 | StoreError::NewerSchema { .. }
+                | StoreError::DiskFull(_)
+                | StoreError::ReadOnly(_)
+                | StoreError::CorruptDatabase(_)
+                | StoreError::Unreachable(_)
                 | StoreError::Database(_)),
             ) => return Err(DecideError::Store(error)),
         };
@@ -553,6 +557,10 @@ impl Runtime {
                     | StoreError::Corrupt { .. }
                     | StoreError::Undecryptable { .. }
                     | StoreError::NewerSchema { .. }
+                    | StoreError::DiskFull(_)
+                    | StoreError::ReadOnly(_)
+                    | StoreError::CorruptDatabase(_)
+                    | StoreError::Unreachable(_)
                     | StoreError::Database(_)),
                 ) => return Err(CancelError::Store(error)),
             }

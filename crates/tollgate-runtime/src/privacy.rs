@@ -18,8 +18,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tollgate_core::redact::Redactor;
 use tollgate_core::{
-    BoxFuture, EventKind, Guard, Millis, NewEvent, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunStore,
-    StoreError, StoredEvent, Transition,
+    BoxFuture, EventKind, Guard, IntegrityCheck, Millis, NewEvent, RunPage, RunQuery, RunRecord, RunState, RunStatus,
+    RunStore, StoreError, StoredEvent, Transition,
 };
 
 /// How much of the content of runs the event log keeps (`[privacy] level`).
@@ -205,6 +205,14 @@ impl RunStore for FilteredStore {
         batch: u32,
     ) -> BoxFuture<'_, Result<u64, StoreError>> {
         self.inner.purge(terminal_before, waiting_before, batch)
+    }
+
+    fn probe_write(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.probe_write()
+    }
+
+    fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        self.inner.check_integrity(depth)
     }
 }
 

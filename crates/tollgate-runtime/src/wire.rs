@@ -5,8 +5,8 @@
 //! decision in core does not compile until its wire form is chosen here.
 
 use tollgate_core::{
-    Decision, EventKind, Gate, HeldCall, RecordedDecision, RunError, RunRecord, RunState, RunStatus, StoredEvent,
-    TerminationReason, Usage, rfc3339,
+    CallState, Decision, EventKind, Gate, HeldCall, RecordedDecision, RunError, RunRecord, RunState, RunStatus,
+    StoredEvent, TerminationReason, Usage, rfc3339,
 };
 use tollgate_protocol as wire;
 
@@ -114,8 +114,28 @@ pub fn gated_call(call: &HeldCall) -> wire::event_data::GatedCall {
     }
 }
 
-/// A held call as the run object shows it, with the decision recorded for it so far.
+/// Where a held call stands on the wire, given the decision recorded for it so far.
+pub fn call_state(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire::CallState {
+    match (&call.state, recorded) {
+        (CallState::Finished(_), _) => wire::CallState::Finished,
+        (CallState::Refused(_), _) => wire::CallState::Refused,
+        (CallState::Allowed, _) => wire::CallState::Allowed,
+        (CallState::Asks | CallState::InDoubt, Some(_)) => wire::CallState::Decided,
+        (CallState::InDoubt, None) => wire::CallState::InDoubt,
+        (CallState::Asks, None) => wire::CallState::Waiting,
+    }
+}
+
+/// A held call as the run object shows it, with the decision recorded for it so far. It takes a decision
+/// when [`HeldCall::takes_decision`] says so and none is recorded yet (the one rule; clients read it
+/// from here, and `decide` refuses the others).
 pub fn call(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire::Call {
+    let result = match &call.state {
+        CallState::Finished(result) => {
+            Some(wire::CallResult { content: result.content.clone(), is_error: result.is_error })
+        }
+        CallState::Refused(_) | CallState::Allowed | CallState::Asks | CallState::InDoubt => None,
+    };
     wire::Call {
         call_id: call.call_id.clone(),
         tool: call.tool.clone(),
@@ -124,6 +144,9 @@ pub fn call(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire::Call 
         preview: call.preview.clone(),
         in_doubt: call.in_doubt(),
         decision: recorded.map(recorded_decision),
+        state: call_state(call, recorded),
+        takes_decision: call.takes_decision() && recorded.is_none(),
+        result,
     }
 }
 
@@ -200,5 +223,89 @@ pub fn agent(spec: &crate::AgentSpec) -> wire::Agent {
         model: spec.model.clone(),
         tools: spec.tools.iter().map(|t| t.name.clone()).collect(),
         forbid_self_approval: spec.forbid_self_approval,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+    use tollgate_core::ToolResult;
+
+    fn held(state: CallState) -> HeldCall {
+        HeldCall {
+            call_id: "call_1".into(),
+            tool: "write".into(),
+            arguments: json!({"text": "a"}),
+            preview: Some("write a".into()),
+            state,
+        }
+    }
+
+    fn result(content: &str, is_error: bool) -> ToolResult {
+        ToolResult { call_id: "call_1".into(), tool: "write".into(), content: content.into(), is_error, denied: false }
+    }
+
+    fn approved() -> RecordedDecision {
+        RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: 1_796_000_000_000 }
+    }
+
+    /// The fields the run object adds for a call, and the older ones next to them.
+    fn shown(call: &HeldCall, recorded: Option<&RecordedDecision>) -> Value {
+        let json = serde_json::to_value(super::call(call, recorded)).unwrap_or_else(|e| panic!("{e}"));
+        json!([json["state"], json["takes_decision"], json["result"], json["gate"], json["in_doubt"]])
+    }
+
+    #[test]
+    fn each_call_state_is_shown_with_whether_it_takes_a_decision() {
+        let cases = [
+            (held(CallState::Asks), None, json!(["waiting", true, null, "ask", false])),
+            (held(CallState::InDoubt), None, json!(["in_doubt", true, null, "ask", true])),
+            (
+                held(CallState::Finished(result("wrote a", false))),
+                None,
+                json!(["finished", false, {"content": "wrote a", "is_error": false}, "ask", false]),
+            ),
+            (
+                held(CallState::Finished(result("disk full", true))),
+                None,
+                json!(["finished", false, {"content": "disk full", "is_error": true}, "ask", false]),
+            ),
+            (held(CallState::Asks), Some(approved()), json!(["decided", false, null, "ask", false])),
+            (held(CallState::InDoubt), Some(approved()), json!(["decided", false, null, "ask", true])),
+            (held(CallState::Allowed), None, json!(["allowed", false, null, "allow", false])),
+            (
+                held(CallState::Refused(result("unknown tool", true))),
+                None,
+                json!(["refused", false, null, "forbid", false]),
+            ),
+        ];
+        for (call, recorded, expected) in cases {
+            assert_eq!(shown(&call, recorded.as_ref()), expected, "{call:?} {recorded:?}");
+        }
+    }
+
+    #[test]
+    fn a_call_takes_a_decision_on_the_wire_exactly_when_the_runtime_would_accept_one() {
+        for state in [
+            CallState::Asks,
+            CallState::InDoubt,
+            CallState::Finished(result("x", false)),
+            CallState::Allowed,
+            CallState::Refused(result("x", true)),
+        ] {
+            let call = held(state);
+            for recorded in [None, Some(approved())] {
+                let wire = super::call(&call, recorded.as_ref());
+                let accepted = call.refuse_decision().is_none() && recorded.is_none();
+                assert_eq!(wire.takes_decision, accepted, "{call:?} {recorded:?}");
+                assert_eq!(wire.awaits_decision(), accepted);
+                assert_eq!(
+                    wire.takes_decision,
+                    matches!(wire.state, wire::CallState::Waiting | wire::CallState::InDoubt),
+                    "{call:?}: takes_decision agrees with state"
+                );
+            }
+        }
     }
 }

@@ -538,18 +538,22 @@ async fn crash_child_process() {
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
 
-#[tokio::test]
-async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
+/// Runs the child test `child` (this test binary, `--exact child`) on a fresh SQLite database, waits
+/// (bounded) until the run it starts has committed the event `reached` looks for, and kills the child
+/// there: a process dying mid-call. Returns the store and the run.
+async fn crash_child_when(
+    child: &str,
+    reached: impl Fn(&tollgate_core::StoredEvent) -> bool,
+) -> (Arc<dyn RunStore>, String) {
     let dir = scratch_dir("crash");
     let db = dir.join("tollgate.db");
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap_or_else(|e| panic!("{e}")))
-        .args(["--exact", "crash_child_process", "--nocapture", "--test-threads=1"])
+    let mut process = std::process::Command::new(std::env::current_exe().unwrap_or_else(|e| panic!("{e}")))
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
         .env(CRASH_CHILD_DB, &db)
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("{e}"));
 
-    // Wait (bounded) until the child has committed tool_started, then kill it mid-call.
     let mut store: Option<Arc<dyn RunStore>> = None;
     let mut run_id = None;
     for _ in 0..600 {
@@ -564,14 +568,21 @@ async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
         let page = s.list(tollgate_core::RunQuery { limit: 1, ..Default::default() }).await;
         let Some(run) = page.ok().and_then(|p| p.runs.into_iter().next()) else { continue };
         let events = s.events(&run.id, 0, 100).await.unwrap_or_default();
-        if events.iter().any(|e| e.kind == EventKind::ToolStarted) {
+        if events.iter().any(&reached) {
             run_id = Some(run.id);
             break;
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    let (Some(store), Some(run_id)) = (store, run_id) else { panic!("the child never reached tool_started") };
+    let _ = process.kill();
+    let _ = process.wait();
+    let (Some(store), Some(run_id)) = (store, run_id) else { panic!("{child} never reached the crash point") };
+    (store, run_id)
+}
+
+#[tokio::test]
+async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
+    // Killed mid-call: tool_started is committed, tool_finished never will be.
+    let (store, run_id) = crash_child_when("crash_child_process", |e| e.kind == EventKind::ToolStarted).await;
 
     // Another process, after the child's lease ran out.
     let setup = Setup::new(one_write(), vec![write_tool()]);
@@ -582,6 +593,8 @@ async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
     assert_eq!(run.status(), RunStatus::WaitingForApproval, "back to waiting, not re-run");
     let view = tollgate_runtime::view::run_json(&run);
     assert_eq!(view["pending"]["calls"][0]["in_doubt"], true);
+    assert_eq!(view["pending"]["calls"][0]["state"], "in_doubt");
+    assert_eq!(view["pending"]["calls"][0]["takes_decision"], true);
     assert_eq!(setup.tools[0].call_count(), 0, "nothing runs again without a decision");
     assert_eq!(runtime.sweep().await.ok(), Some(0), "a sweep does not touch it again");
 
@@ -590,6 +603,143 @@ async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
     assert_eq!(done.status(), RunStatus::Completed);
     assert_eq!(setup.tools[0].call_count(), 1, "run again once a person approved");
     assert!(runtime.verify(&run_id).await.ok().is_some_and(|r| r.is_ok()));
+}
+
+/// One turn asking for two calls: `write` (call_1), then `send` (call_2).
+fn write_then_send() -> Value {
+    json!({"turns": [
+        {"tool_calls": [{"name": "write", "arguments": {"text": "a"}}, {"name": "send", "arguments": {"text": "b"}}]},
+        {"text": "done"}
+    ]})
+}
+
+fn send_tool() -> TestTool {
+    TestTool::new("send").gate(Gate::Ask).preview("send b")
+}
+
+/// The child half of the two-call crash tests: approves both held calls; `write` (call_1) runs to its
+/// end, `send` (call_2) hangs until the process is killed. Without the environment variable it does
+/// nothing (it is not a test on its own).
+#[tokio::test]
+async fn crash_child_process_after_the_first_call() {
+    let Ok(db) = std::env::var(CRASH_CHILD_DB) else { return };
+    let store = tollgate_store::open(&format!("sqlite://{db}")).await.unwrap_or_else(|e| panic!("{e}"));
+    let send = send_tool().behaviour(tollgate_testkit::Behaviour::Hang);
+    let setup = Setup::new(write_then_send(), vec![write_tool(), send]);
+    let runtime = setup.runtime(store, &ManualClock::at(T0), "node-child");
+    let run = runtime.start_and_wait(None, "crash", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+/// A run whose process died after call_1's `tool_finished` and before call_2's, taken over by another
+/// process (`setup`'s tools): back to waiting, with call_1 finished and call_2 in doubt.
+async fn crashed_between_two_calls(setup: &Setup) -> (Runtime, RunRecord) {
+    let (store, run_id) = crash_child_when("crash_child_process_after_the_first_call", |e| {
+        e.kind == EventKind::ToolStarted && e.data["call_id"] == "call_2"
+    })
+    .await;
+    let runtime = setup.runtime(store, &ManualClock::at(T0 + 120_000), "node-parent");
+    assert_eq!(runtime.sweep().await.ok(), Some(1));
+    let run = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::WaitingForApproval, "back to waiting, nothing re-run");
+    (runtime, run)
+}
+
+/// Every `tool_started` and `tool_finished` of the run, as (kind, call_id).
+async fn tool_ledger(runtime: &Runtime, id: &str) -> Vec<Value> {
+    event_fields(runtime, id, &[EventKind::ToolStarted, EventKind::ToolFinished], &["call_id"]).await
+}
+
+/// The ledger of a run that crashed between its two calls and then completed: call_1 ran once (in the
+/// child), call_2 started in the child, was cut off, and ran once more after the decision.
+fn ledger_after_the_crash() -> Vec<Value> {
+    vec![
+        json!(["tool_started", "call_1"]),
+        json!(["tool_finished", "call_1"]),
+        json!(["tool_started", "call_2"]),
+        json!(["tool_started", "call_2"]),
+        json!(["tool_finished", "call_2"]),
+    ]
+}
+
+#[tokio::test]
+async fn after_a_crash_between_two_calls_the_view_says_which_ran_and_deciding_the_rest_resumes() {
+    let setup = Setup::new(write_then_send(), vec![write_tool(), send_tool()]);
+    let (runtime, run) = crashed_between_two_calls(&setup).await;
+    let view = tollgate_runtime::view::run_json(&run);
+    let calls = &view["pending"]["calls"];
+    // call_1 already ran: it says so, with its result, and takes no decision. The v1 fields stay.
+    assert_eq!(calls[0]["state"], "finished");
+    assert_eq!(calls[0]["takes_decision"], false);
+    assert_eq!(calls[0]["result"], json!({"content": "ran write with {\"text\":\"a\"}", "is_error": false}));
+    assert_eq!(
+        (&calls[0]["gate"], &calls[0]["in_doubt"], &calls[0]["decision"]),
+        (&json!("ask"), &json!(false), &Value::Null)
+    );
+    // call_2 started and never finished.
+    assert_eq!(calls[1]["state"], "in_doubt");
+    assert_eq!(calls[1]["takes_decision"], true);
+    assert_eq!((&calls[1]["in_doubt"], &calls[1]["result"]), (&json!(true), &Value::Null));
+    let wire = tollgate_runtime::view::run_view(&run);
+    let open: Vec<&str> = wire.awaiting_decision().map(|c| c.call_id.as_str()).collect();
+    assert_eq!(open, ["call_2"]);
+
+    // Deciding call_1 is refused, saying it already ran; nothing is recorded.
+    let refused = runtime
+        .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
+        .await;
+    assert!(
+        matches!(&refused, Err(DecideError::Invalid(DecisionError::AlreadyRan { call_id })) if call_id == "call_1"),
+        "{refused:?}"
+    );
+    assert!(refused.is_err_and(|e| e.to_string().contains("already ran")));
+    assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.version), Some(run.version), "nothing was recorded");
+
+    // Deciding call_2 alone completes the set and resumes.
+    runtime
+        .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]), "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed);
+    assert_eq!(done.output(), Some("done"));
+    assert_eq!(setup.tools[0].call_count(), 0, "call_1 is not run again");
+    assert_eq!(setup.tools[1].call_count(), 1, "call_2 runs once, on the decision");
+    assert_eq!(tool_ledger(&runtime, &run.id).await, ledger_after_the_crash());
+    assert!(runtime.verify(&run.id).await.ok().is_some_and(|r| r.is_ok()));
+}
+
+#[tokio::test]
+async fn after_a_crash_between_two_calls_approve_all_ends_as_deciding_the_rest_does() {
+    let per_call = Setup::new(write_then_send(), vec![write_tool(), send_tool()]);
+    let (runtime, run) = crashed_between_two_calls(&per_call).await;
+    let decide_call_2 = DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]);
+    runtime.decide(&run.id, &digest(&run), decide_call_2, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    let one_by_one = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    let one_by_one_kinds = event_kinds(&runtime, &run.id).await;
+
+    let all = Setup::new(write_then_send(), vec![write_tool(), send_tool()]);
+    let (runtime, run) = crashed_between_two_calls(&all).await;
+    runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        event_fields(&runtime, &run.id, &[EventKind::Decision], &["call_id", "action"]).await,
+        vec![
+            json!(["decision", "call_1", "approve"]),
+            json!(["decision", "call_2", "approve"]),
+            json!(["decision", "call_2", "approve"]),
+        ],
+        "the child approved both; after the crash approve_all passes over call_1, which already ran"
+    );
+
+    assert_eq!(done.status(), RunStatus::Completed);
+    assert_eq!((done.status(), done.output()), (one_by_one.status(), one_by_one.output()));
+    assert_eq!(event_kinds(&runtime, &run.id).await, one_by_one_kinds, "the same steps, in the same order");
+    assert_eq!(tool_ledger(&runtime, &run.id).await, ledger_after_the_crash());
+    for setup in [&per_call, &all] {
+        assert_eq!(setup.tools.iter().map(TestTool::call_count).collect::<Vec<_>>(), [0, 1]);
+    }
 }
 
 /// `[privacy] level`: events keep shapes (redacted) or ids only (metadata); the held turn keeps the calls

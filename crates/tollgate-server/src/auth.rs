@@ -8,8 +8,8 @@
 use crate::AppState;
 use crate::problem::{ApiError, ProblemKind};
 use axum::extract::FromRequestParts;
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
 
 /// A role a token grants.
@@ -103,7 +103,21 @@ impl Auth {
         Self { tokens: Some(table) }
     }
 
+    /// Whether tokens are configured (auth is on).
+    pub(crate) fn is_on(&self) -> bool {
+        self.tokens.is_some()
+    }
+
+    /// Whether these headers carry a valid token (always false with auth off: nobody is vouched for).
+    pub(crate) fn vouches_for(&self, headers: &HeaderMap) -> bool {
+        self.is_on() && self.caller_of(headers).is_ok()
+    }
+
     fn caller(&self, parts: &Parts) -> Result<Caller, ApiError> {
+        self.caller_of(&parts.headers)
+    }
+
+    fn caller_of(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         let Some(table) = &self.tokens else {
             return Ok(Caller {
                 actor: LOCAL_ACTOR.to_owned(),
@@ -111,8 +125,7 @@ impl Auth {
             });
         };
         let unauthorized = |detail: &str| ApiError::new(ProblemKind::Unauthorized, detail);
-        let value = parts
-            .headers
+        let value = headers
             .get(header::AUTHORIZATION)
             .ok_or_else(|| unauthorized("this server requires `Authorization: Bearer TOKEN`"))?;
         let text = value.to_str().map_err(|_| unauthorized("the Authorization header is not valid text"))?;

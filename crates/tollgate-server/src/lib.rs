@@ -1,7 +1,8 @@
 //! # tollgate-server
 //!
 //! The HTTP API of `docs/api.md` over a [`Runtime`]: start, list, read, follow (SSE), decide and cancel
-//! runs; agents and tools; purge; `/healthz`, `/metrics` (Prometheus text) and `/openapi.json`
+//! runs; agents and tools; purge; `/healthz` (alive), `/readyz` (the store can write: a committed
+//! probe, cached one second), `/metrics` (Prometheus text) and `/openapi.json`
 //! (OpenAPI 3.1, generated from this crate's code); the playground's mount point at `/`.
 //!
 //! What it promises:
@@ -19,6 +20,19 @@
 //!   a slow SSE client or a failing webhook receiver costs the run nothing.
 //! - **Graceful shutdown**: [`serve`] stops accepting, ends live streams, lets in-flight requests and
 //!   the steps they started commit ([`Runtime::drain`]), and returns; every run stays resumable.
+//! - **No unbounded connections** (`connections.rs`): a connection with no request in progress is closed
+//!   after [`ServerOptions::idle_timeout`], a request head must arrive within
+//!   [`ServerOptions::header_read_timeout`] of its first byte, at most [`ServerOptions::max_connections`]
+//!   are served (kept below the soft limit on open files), and each client holds at most
+//!   [`ServerOptions::max_streams_per_client`] live-event streams.
+//!
+//! ## Limits
+//! Past `max_connections`, up to [`ServerOptions::reserved_connections`] more connections are accepted for
+//! one request each: `GET /healthz` and requests with a valid bearer token are served, anything else
+//! (and any live-event stream) gets `503 unavailable` with `Connection: close` and `Retry-After: 1`; with
+//! those taken too, a new connection is closed unanswered. A live-event stream past its client's cap gets
+//! `429 too-many-requests` with `Retry-After: 5`. A failed accept (out of file descriptors) pauses the
+//! accept loop for 100 ms; it never spins or stops.
 //!
 //!
 //! ## Problem types
@@ -26,7 +40,10 @@
 //! `not-found` (404), `method-not-allowed` (405), `conflict` (409), `payload-too-large` (413),
 //! `unsupported-media-type` (415), `invalid-request` (422: body or query does not fit),
 //! `invalid-decision` (422: unknown `call_id`, a call that takes no decision, edited arguments failing
-//! the tool's schema), `internal` (500), `unavailable` (503: the store cannot be reached).
+//! the tool's schema), `too-many-requests` (429: a client's live-event streams at their cap), `internal`
+//! (500), `unavailable` (503: the store cannot be reached, or the server is at its connection limit);
+//! and one per store failure (`problem.rs`): `disk-full` (507), `read-only` (503), `corrupt-run` (500,
+//! naming the run), `corrupt-database` (500).
 //!
 //! ## Live events
 //! `GET /v1/runs/{id}/events` with `Accept: text/event-stream`: `id:` = seq, `event:` = kind, `data:` =
@@ -51,11 +68,17 @@
 //! `tollgate_decisions_total{action}`, `tollgate_events_total{kind}`,
 //! `tollgate_model_call_duration_seconds` and `tollgate_tool_call_duration_seconds{tool}` histograms
 //! (from the events this process commits, measured between their `at` times);
-//! `tollgate_webhook_deliveries_total{outcome}` (`delivered`, `failed`, `dropped`).
+//! `tollgate_webhook_deliveries_total{outcome}` (`delivered`, `failed`, `dropped`);
+//! `tollgate_connections_open`, `tollgate_connections_refused_total`,
+//! `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
+//! `tollgate_sse_streams_open`, `tollgate_sse_streams_refused_total`.
 
 mod auth;
+mod connections;
 mod duration;
 mod feed;
+#[doc(hidden)]
+pub mod fuzzing;
 mod input;
 mod metrics;
 mod openapi;
@@ -105,6 +128,21 @@ pub struct ServerOptions {
     pub shutdown_grace: Duration,
     /// How often a quiet live-event stream sends a keep-alive comment (default 15 s).
     pub sse_keep_alive: Duration,
+    /// Once the first byte of a request head arrives, how long the whole head may take before the
+    /// connection is closed (`[server] header_read_timeout`, default 10 s).
+    pub header_read_timeout: Duration,
+    /// How long a connection may stay open with no request in progress — after it was accepted or its last
+    /// response ended — before it is closed (`[server] idle_timeout`, default 60 s).
+    pub idle_timeout: Duration,
+    /// How many connections are served at once (`[server] max_connections`, default 10,000; lowered to
+    /// stay below the process's soft limit on open files).
+    pub max_connections: usize,
+    /// How many connections past `max_connections` are accepted for one request each, served only for
+    /// `GET /healthz` or a valid token (default 32; not in the config file).
+    pub reserved_connections: usize,
+    /// How many live-event streams one client (the token's name with auth on, else the peer's IP address)
+    /// may hold at once (`[server] max_streams_per_client`, default 16).
+    pub max_streams_per_client: usize,
 }
 
 impl Default for ServerOptions {
@@ -118,6 +156,11 @@ impl Default for ServerOptions {
             retention: Retention::default(),
             shutdown_grace: Duration::from_secs(30),
             sse_keep_alive: Duration::from_secs(15),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+            reserved_connections: 32,
+            max_streams_per_client: 16,
         }
     }
 }
@@ -159,11 +202,14 @@ pub(crate) struct AppState {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) openapi: Arc<str>,
     pub(crate) sse_keep_alive: Duration,
+    /// Live-event streams per client, capped.
+    pub(crate) streams: Arc<sse::StreamCounts>,
 }
 
 /// What [`serve_on`] needs besides the router.
 struct Built {
     router: Router,
+    auth: Arc<auth::Auth>,
     metrics: Arc<Metrics>,
     shutdown: watch::Sender<bool>,
 }
@@ -171,15 +217,17 @@ struct Built {
 fn build(runtime: Runtime, options: &ServerOptions) -> Built {
     let metrics = Arc::new(Metrics::default());
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let auth = Arc::new(auth::Auth::new(&options.tokens));
     let state = AppState {
         runtime,
-        auth: Arc::new(auth::Auth::new(&options.tokens)),
+        auth: auth.clone(),
         max_body_bytes: options.max_body_bytes,
         retention: options.retention,
         metrics: metrics.clone(),
         shutdown: shutdown_rx,
         openapi: Arc::from(openapi_json()),
         sse_keep_alive: options.sse_keep_alive,
+        streams: Arc::new(sse::StreamCounts::new(options.max_streams_per_client, metrics.clone())),
     };
     let api = Router::new()
         .route("/v1/runs", get(routes::list_runs).post(routes::create_run))
@@ -191,6 +239,7 @@ fn build(runtime: Runtime, options: &ServerOptions) -> Built {
         .route("/v1/tools", get(routes::tools))
         .route("/v1/purge", post(routes::purge))
         .route("/healthz", get(routes::healthz))
+        .route("/readyz", routes::readyz_route())
         .route("/metrics", get(routes::metrics))
         .route("/openapi.json", get(routes::openapi));
     let router = api
@@ -200,7 +249,7 @@ fn build(runtime: Runtime, options: &ServerOptions) -> Built {
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state);
-    Built { router, metrics, shutdown }
+    Built { router, auth, metrics, shutdown }
 }
 
 /// The API's router over a runtime, without the background work of [`serve`] (sweeps, retention,
@@ -223,8 +272,9 @@ pub async fn serve(
 
 /// Serves on a bound listener until `shutdown` completes: the API, plus the runtime's maintenance
 /// ([`Runtime::spawn_maintenance`] with [`Schedule::server`]: deadlines and takeovers every second,
-/// lease renewal, retention once an hour), the event feed (metrics) and the webhook dispatcher. On shutdown it stops accepting, ends live streams,
-/// waits for in-flight requests, then for in-flight steps to commit (at most
+/// lease renewal, retention once an hour), the event feed (metrics) and the webhook dispatcher; connections
+/// within the limits of [`ServerOptions`] (see the crate's "Limits"). On shutdown it stops accepting, ends
+/// live streams, waits for in-flight requests, then for in-flight steps to commit (at most
 /// [`ServerOptions::shutdown_grace`]), and returns.
 pub async fn serve_on(
     listener: TcpListener,
@@ -234,6 +284,7 @@ pub async fn serve_on(
 ) -> Result<(), ServerError> {
     let local = listener.local_addr()?;
     refuse_public_without_auth(local, &options)?;
+    let limits = limits(&options)?;
     let built = build(runtime.clone(), &options);
     let (webhooks, mut dispatcher) =
         match webhooks::spawn(options.webhooks.clone(), options.webhook_retry, built.metrics.clone())
@@ -250,12 +301,19 @@ pub async fn serve_on(
     tracing::info!(addr = %local, auth = !options.tokens.is_empty(), "serving the Tollgate API");
 
     let stop = built.shutdown;
+    let stopping = stop.subscribe();
     let signal = async move {
         shutdown.await;
         tracing::info!("shutting down: no new connections; live streams end");
         let _ = stop.send(true);
+        // Keep the sender (and so the signal) alive until the connections are done.
+        std::future::pending::<()>().await;
     };
-    let served = axum::serve(listener, built.router).with_graceful_shutdown(signal).await;
+    let serving = connections::serve(listener, built.router, built.auth, built.metrics.clone(), limits, stopping);
+    tokio::select! {
+        () = serving => {}
+        () = signal => {}
+    }
 
     // No new work from sweeps or retention; keep the leases of what is still running while it commits.
     maintenance.wind_down();
@@ -281,7 +339,23 @@ pub async fn serve_on(
     if let Some(dispatcher) = dispatcher {
         dispatcher.abort();
     }
-    served.map_err(ServerError::Io)
+    Ok(())
+}
+
+/// The connection limits of `options`, checked.
+fn limits(options: &ServerOptions) -> Result<connections::Limits, ServerError> {
+    if options.header_read_timeout.is_zero() || options.idle_timeout.is_zero() {
+        return Err(ServerError::Options("header_read_timeout and idle_timeout must be positive".into()));
+    }
+    if options.max_connections == 0 || options.max_streams_per_client == 0 {
+        return Err(ServerError::Options("max_connections and max_streams_per_client must be at least 1".into()));
+    }
+    Ok(connections::Limits {
+        header_read_timeout: options.header_read_timeout,
+        idle_timeout: options.idle_timeout,
+        max_connections: options.max_connections,
+        reserved: options.reserved_connections,
+    })
 }
 
 fn refuse_public_without_auth(addr: SocketAddr, options: &ServerOptions) -> Result<(), ServerError> {

@@ -7,6 +7,10 @@
 //!   (`feed.rs`) reads them; they start at zero with the process, as counters do.
 //! - `tollgate_webhook_deliveries_total{outcome}`: webhook deliveries that succeeded, failed after every
 //!   retry, or were dropped because the queue was full.
+//! - `tollgate_connections_open`, `tollgate_connections_refused_total`,
+//!   `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
+//!   `tollgate_sse_streams_open` and `tollgate_sse_streams_refused_total`: the limits of `connections.rs`
+//!   and the live-event streams, counted as they happen.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -77,6 +81,13 @@ pub(crate) struct Metrics {
     failed: AtomicU64,
     dropped: AtomicU64,
     counts: tokio::sync::Mutex<Option<(Instant, StatusCounts)>>,
+    connections_open: AtomicU64,
+    connections_refused: AtomicU64,
+    idle_timeouts: AtomicU64,
+    header_read_timeouts: AtomicU64,
+    accept_errors: AtomicU64,
+    streams_open: AtomicU64,
+    streams_refused: AtomicU64,
 }
 
 /// How many runs have each status.
@@ -110,6 +121,42 @@ impl Metrics {
             Delivery::Dropped => &self.dropped,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_closed(&self) {
+        self.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_timed_out(&self, timeout: crate::connections::Timeout) {
+        let counter = match timeout {
+            crate::connections::Timeout::Idle => &self.idle_timeouts,
+            crate::connections::Timeout::HeaderRead => &self.header_read_timeouts,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn accept_error(&self) {
+        self.accept_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_opened(&self) {
+        self.streams_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_closed(&self) {
+        self.streams_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_refused(&self) {
+        self.streams_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Runs per status, counted by the store, cached briefly.
@@ -174,6 +221,36 @@ impl Metrics {
                 "tollgate_webhook_deliveries_total{{outcome=\"{outcome}\"}} {}",
                 counter.load(Ordering::Relaxed)
             );
+        }
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        for (name, kind, help, value) in [
+            ("tollgate_connections_open", "gauge", "HTTP connections open.", load(&self.connections_open)),
+            (
+                "tollgate_connections_refused_total",
+                "counter",
+                "Connections or requests refused past [server] max_connections.",
+                load(&self.connections_refused),
+            ),
+            (
+                "tollgate_accept_errors_total",
+                "counter",
+                "Failed accepts (e.g. out of file descriptors), each followed by a short pause.",
+                load(&self.accept_errors),
+            ),
+            ("tollgate_sse_streams_open", "gauge", "Live-event streams open.", load(&self.streams_open)),
+            (
+                "tollgate_sse_streams_refused_total",
+                "counter",
+                "Live-event streams refused past [server] max_streams_per_client.",
+                load(&self.streams_refused),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+        out.push_str("# HELP tollgate_connections_timed_out_total Connections closed by a deadline, by timeout.\n");
+        out.push_str("# TYPE tollgate_connections_timed_out_total counter\n");
+        for (timeout, counter) in [("idle", &self.idle_timeouts), ("header_read", &self.header_read_timeouts)] {
+            let _ = writeln!(out, "tollgate_connections_timed_out_total{{timeout=\"{timeout}\"}} {}", load(counter));
         }
         Ok(out)
     }

@@ -14,7 +14,7 @@ use utoipa::{Modify, OpenApi};
         version = "1",
         description = "Runs of agents that stop at the gate before any side-effecting tool call, and the decisions that \
 resume them. JSON in and out; errors are application/problem+json with a stable `type` \
-(https://tollgate.dev/problems/SLUG). With tokens configured, every route but /healthz, /openapi.json and the \
+(https://tollgate.dev/problems/SLUG). With tokens configured, every route but /healthz, /readyz, /openapi.json and the \
 playground needs `Authorization: Bearer TOKEN`.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
@@ -29,6 +29,7 @@ playground needs `Authorization: Bearer TOKEN`.",
         routes::tools,
         routes::purge,
         routes::healthz,
+        routes::readyz,
         routes::metrics,
         routes::openapi,
     ),

@@ -41,15 +41,27 @@ pub enum ProblemKind {
     /// 422 `invalid-decision`: a decision that does not fit the held turn (unknown call id, a call that
     /// takes no decision, edited arguments failing the tool's schema).
     InvalidDecision,
+    /// 429 `too-many-requests`: the caller holds as many live-event streams as it may
+    /// (`[server] max_streams_per_client`); retry once one has ended.
+    TooManyRequests,
     /// 500 `internal`: the server failed; nothing about it is disclosed beyond this.
     Internal,
     /// 503 `unavailable`: the store cannot be reached right now; retry later.
     Unavailable,
+    /// 507 `disk-full`: the store has no room left to write; reads still work. An operator frees space.
+    DiskFull,
+    /// 503 `read-only`: the store refuses writes (a read-only file or mount, a standby); reads still work.
+    ReadOnly,
+    /// 500 `corrupt-run`: the stored data of the run named in the detail is damaged; other runs still
+    /// work.
+    CorruptRun,
+    /// 500 `corrupt-database`: the store's database is damaged (`tollgate doctor` says where).
+    CorruptDatabase,
 }
 
 impl ProblemKind {
     /// Every kind, for documentation and tests.
-    pub const ALL: [ProblemKind; 12] = [
+    pub const ALL: [ProblemKind; 17] = [
         ProblemKind::MalformedJson,
         ProblemKind::Unauthorized,
         ProblemKind::Forbidden,
@@ -60,8 +72,13 @@ impl ProblemKind {
         ProblemKind::UnsupportedMediaType,
         ProblemKind::InvalidRequest,
         ProblemKind::InvalidDecision,
+        ProblemKind::TooManyRequests,
         ProblemKind::Internal,
         ProblemKind::Unavailable,
+        ProblemKind::DiskFull,
+        ProblemKind::ReadOnly,
+        ProblemKind::CorruptRun,
+        ProblemKind::CorruptDatabase,
     ];
 
     /// The HTTP status.
@@ -76,8 +93,12 @@ impl ProblemKind {
             ProblemKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProblemKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ProblemKind::InvalidRequest | ProblemKind::InvalidDecision => StatusCode::UNPROCESSABLE_ENTITY,
-            ProblemKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            ProblemKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ProblemKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            ProblemKind::Internal | ProblemKind::CorruptRun | ProblemKind::CorruptDatabase => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            ProblemKind::Unavailable | ProblemKind::ReadOnly => StatusCode::SERVICE_UNAVAILABLE,
+            ProblemKind::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
         }
     }
 
@@ -94,8 +115,13 @@ impl ProblemKind {
             ProblemKind::UnsupportedMediaType => "unsupported-media-type",
             ProblemKind::InvalidRequest => "invalid-request",
             ProblemKind::InvalidDecision => "invalid-decision",
+            ProblemKind::TooManyRequests => "too-many-requests",
             ProblemKind::Internal => "internal",
             ProblemKind::Unavailable => "unavailable",
+            ProblemKind::DiskFull => "disk-full",
+            ProblemKind::ReadOnly => "read-only",
+            ProblemKind::CorruptRun => "corrupt-run",
+            ProblemKind::CorruptDatabase => "corrupt-database",
         }
     }
 
@@ -117,8 +143,13 @@ impl ProblemKind {
             ProblemKind::UnsupportedMediaType => "Unsupported media type",
             ProblemKind::InvalidRequest => "Invalid request",
             ProblemKind::InvalidDecision => "Invalid decision",
+            ProblemKind::TooManyRequests => "Too many requests",
             ProblemKind::Internal => "Internal error",
             ProblemKind::Unavailable => "Service unavailable",
+            ProblemKind::DiskFull => "Store full",
+            ProblemKind::ReadOnly => "Store read-only",
+            ProblemKind::CorruptRun => "Run data corrupt",
+            ProblemKind::CorruptDatabase => "Database corrupt",
         }
     }
 }
@@ -156,12 +187,25 @@ impl ApiError {
 
     /// The problem document.
     pub fn body(&self) -> serde_json::Value {
+        self.body_with_status(self.kind.status())
+    }
+
+    fn body_with_status(&self, status: StatusCode) -> serde_json::Value {
         serde_json::json!({
             "type": self.kind.type_uri(),
             "title": self.kind.title(),
-            "status": self.kind.status().as_u16(),
+            "status": status.as_u16(),
             "detail": self.detail,
         })
+    }
+
+    /// The answer of `/readyz` when the store cannot write: always 503 (what a load balancer reads),
+    /// with this problem's `type` saying what failed (`disk-full`, `read-only`, ...).
+    pub(crate) fn not_ready(&self) -> Response {
+        let status = StatusCode::SERVICE_UNAVAILABLE;
+        let mut response = (status, self.body_with_status(status).to_string()).into_response();
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        response
     }
 }
 
@@ -262,11 +306,47 @@ impl From<StoreError> for ApiError {
                     format!("run {id} cannot be decrypted with the configured keys: {detail}"),
                 )
             }
-            StoreError::Database(_) => {
-                tracing::warn!(%error, "store unavailable");
+            // Each names what failed without the store's message (it goes to the log).
+            StoreError::DiskFull(_) => {
+                tracing::error!(%error, "the store is full");
+                ApiError::new(
+                    ProblemKind::DiskFull,
+                    "the run store is full: nothing can be written until space is freed; reads still work",
+                )
+            }
+            StoreError::ReadOnly(_) => {
+                tracing::error!(%error, "the store is read-only");
+                ApiError::new(
+                    ProblemKind::ReadOnly,
+                    "the run store is read-only: nothing can be written; reads still work",
+                )
+            }
+            StoreError::Corrupt { ref id, .. } => {
+                tracing::error!(%error, "a run's stored data is corrupt");
+                ApiError::new(
+                    ProblemKind::CorruptRun,
+                    format!(
+                        "the stored data of run {id} is damaged and cannot be read; other runs are not affected \
+                         (`tollgate doctor` checks every run)"
+                    ),
+                )
+            }
+            StoreError::CorruptDatabase(_) => {
+                tracing::error!(%error, "the store's database is corrupt");
+                ApiError::new(
+                    ProblemKind::CorruptDatabase,
+                    "the run store's database is damaged; see the server log (`tollgate doctor` checks it)",
+                )
+            }
+            StoreError::Unreachable(_) => {
+                tracing::warn!(%error, "store unreachable");
                 ApiError::new(ProblemKind::Unavailable, "the run store cannot be reached right now; try again")
             }
-            StoreError::Duplicate(_) | StoreError::Corrupt { .. } | StoreError::NewerSchema { .. } => {
+            StoreError::Database(_) => {
+                tracing::warn!(%error, "store failure");
+                ApiError::new(ProblemKind::Unavailable, "the run store failed to answer; try again")
+            }
+            StoreError::Duplicate(_) | StoreError::NewerSchema { .. } => {
                 tracing::error!(%error, "store failure");
                 ApiError::new(ProblemKind::Internal, "the server failed; see its log")
             }
@@ -288,10 +368,44 @@ mod tests {
     }
 
     #[test]
-    fn a_store_failure_discloses_nothing() {
-        let error = ApiError::from(StoreError::Corrupt { id: "r".into(), detail: "secret row text".into() });
-        assert_eq!(error.kind, ProblemKind::Internal);
-        assert!(!error.detail.contains("secret"));
+    fn a_store_failure_discloses_nothing_but_the_run() {
+        let error = ApiError::from(StoreError::Corrupt { id: "r-17".into(), detail: "secret row text".into() });
+        assert_eq!(error.kind, ProblemKind::CorruptRun);
+        assert!(error.detail.contains("run r-17") && !error.detail.contains("secret"), "{}", error.detail);
+        for error in [
+            StoreError::DiskFull("secret".into()),
+            StoreError::ReadOnly("secret".into()),
+            StoreError::CorruptDatabase("secret".into()),
+            StoreError::Unreachable("secret".into()),
+            StoreError::Database("secret".into()),
+        ] {
+            assert!(!ApiError::from(error).detail.contains("secret"));
+        }
+    }
+
+    /// The server's kinds are the protocol's types: the same slugs, statuses and titles.
+    #[test]
+    fn every_kind_is_a_protocol_type() {
+        use tollgate_protocol::ProblemType;
+        assert_eq!(ProblemKind::ALL.len(), ProblemType::ALL.len());
+        for kind in ProblemKind::ALL {
+            let Some(known) = ProblemType::from_uri(&kind.type_uri()) else {
+                panic!("{kind:?} is not in the protocol")
+            };
+            assert_eq!((known.status(), known.title()), (kind.status().as_u16(), kind.title()), "{kind:?}");
+        }
+    }
+
+    /// `/readyz` answers 503 whatever failed; the type says what.
+    #[test]
+    fn not_ready_is_503_with_the_type_of_the_failure() {
+        let error = ApiError::from(StoreError::DiskFull("no space".into()));
+        assert_eq!(error.not_ready().status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = error.body_with_status(StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            (body["type"].as_str(), body["status"].as_u64()),
+            (Some(ProblemKind::DiskFull.type_uri().as_str()), Some(503))
+        );
     }
 
     /// Every variant of every runtime error and of the store's, with the status and problem type it
@@ -332,6 +446,7 @@ mod tests {
                 422,
                 "invalid-decision",
             ),
+            (DecideError::Invalid(DecisionError::AlreadyRan { call_id: "c".into() }).into(), 422, "invalid-decision"),
             (DecideError::Invalid(DecisionError::Missing(vec!["c".into()])).into(), 422, "invalid-decision"),
             (
                 DecideError::Invalid(DecisionError::InvalidEdit { call_id: "c".into(), message: "no".into() }).into(),
@@ -368,7 +483,11 @@ mod tests {
                 "conflict",
             ),
             (StoreError::Duplicate("r".into()).into(), 500, "internal"),
-            (StoreError::Corrupt { id: "r".into(), detail: "row".into() }.into(), 500, "internal"),
+            (StoreError::Corrupt { id: "r".into(), detail: "row".into() }.into(), 500, "corrupt-run"),
+            (StoreError::CorruptDatabase("page 7".into()).into(), 500, "corrupt-database"),
+            (StoreError::DiskFull("SQLITE_FULL".into()).into(), 507, "disk-full"),
+            (StoreError::ReadOnly("SQLITE_READONLY".into()).into(), 503, "read-only"),
+            (StoreError::Unreachable("connection refused".into()).into(), 503, "unavailable"),
             (StoreError::Undecryptable { id: "r".into(), detail: "key k1".into() }.into(), 500, "internal"),
             (StoreError::NewerSchema { found: 9, supported: 1 }.into(), 500, "internal"),
             (store().into(), 503, "unavailable"),

@@ -158,13 +158,15 @@ pub struct EventsQuery {
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad `after` or `Last-Event-ID`", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "SSE: the caller already holds `[server] max_streams_per_client` streams", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
 pub(crate) async fn run_events(
     State(state): State<AppState>,
-    _caller: Caller,
+    caller: Caller,
     RunId(id): RunId,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult {
@@ -174,8 +176,22 @@ pub(crate) async fn run_events(
             Some(seq) => seq,
             None => query.after.unwrap_or(0),
         };
-        return crate::sse::respond(state.runtime.clone(), id, after, state.shutdown.clone(), state.sse_keep_alive)
-            .await;
+        // A stream counts against its token's name; with auth off, against the peer's address.
+        let client = match peer {
+            _ if state.auth.is_on() => format!("token:{}", caller.actor),
+            Some(axum::Extension(axum::extract::ConnectInfo(addr))) => format!("ip:{}", addr.ip()),
+            None => format!("local:{}", caller.actor),
+        };
+        let client = crate::sse::StreamClient { counts: state.streams.clone(), client };
+        return crate::sse::respond(
+            state.runtime.clone(),
+            id,
+            after,
+            state.shutdown.clone(),
+            state.sse_keep_alive,
+            client,
+        )
+        .await;
     }
     let events = state.runtime.all_events(&id, query.after.unwrap_or(0)).await?;
     Ok(Json(EventPage { events: events.iter().map(wire::event).collect() }).into_response())
@@ -234,7 +250,7 @@ pub(crate) async fn decide(
 }
 
 /// The runtime's decision set for a request, enforcing docs/api.md's rules on how they combine.
-fn decision_set(request: &DecisionRequest) -> Result<DecisionSet, ApiError> {
+pub(crate) fn decision_set(request: &DecisionRequest) -> Result<DecisionSet, ApiError> {
     let approve_all = request.approve_all == Some(true);
     let deny_all = request.deny_all == Some(true);
     if approve_all && deny_all {
@@ -378,6 +394,58 @@ pub(crate) async fn healthz() -> Response {
     Json(Health { status: "ok".to_owned() }).into_response()
 }
 
+/// How long `/readyz` answers with its last write probe before it probes again: a load balancer
+/// polling every instance often costs the store one small write a second.
+const READY_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The last write probe of one router and when it was made. The lock is held across the probe, so
+/// requests arriving meanwhile wait for its answer instead of probing too.
+#[derive(Default)]
+pub(crate) struct Readiness {
+    last: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), ApiError>)>>,
+}
+
+impl Readiness {
+    /// The answer of a probe made at most [`READY_FOR`] before `now`, or of `probe` run now.
+    pub(crate) async fn check(
+        &self,
+        now: std::time::Instant,
+        probe: impl std::future::Future<Output = Result<(), ApiError>>,
+    ) -> Result<(), ApiError> {
+        let mut last = self.last.lock().await;
+        if let Some((at, answer)) = last.as_ref()
+            && now.saturating_duration_since(*at) < READY_FOR
+        {
+            return answer.clone();
+        }
+        let answer = probe.await;
+        *last = Some((now, answer.clone()));
+        answer
+    }
+}
+
+/// `GET /readyz`, with the probe cache of this router.
+pub(crate) fn readyz_route() -> axum::routing::MethodRouter<AppState> {
+    let readiness = std::sync::Arc::new(Readiness::default());
+    axum::routing::get(move |State(state): State<AppState>| readyz(state, readiness.clone()))
+}
+
+/// Readiness: the store can write now (a committed write probe, at most one a second).
+#[utoipa::path(
+    get, path = "/readyz", tag = "meta",
+    responses(
+        (status = 200, description = "The store can write", body = Health),
+        (status = 503, description = "The store cannot write; `type` says why: `disk-full`, `read-only`, `corrupt-database`, `unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn readyz(state: AppState, readiness: std::sync::Arc<Readiness>) -> Response {
+    let probe = async { state.runtime.store().probe_write().await.map_err(ApiError::from) };
+    match readiness.check(std::time::Instant::now(), probe).await {
+        Ok(()) => Json(Health { status: "ready".to_owned() }).into_response(),
+        Err(problem) => problem.not_ready(),
+    }
+}
+
 /// Prometheus metrics.
 #[utoipa::path(
     get, path = "/metrics", tag = "meta",
@@ -413,6 +481,25 @@ pub(crate) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One probe a second at most, whatever it answered; the next second probes again.
+    #[tokio::test]
+    async fn readiness_probes_at_most_once_a_second() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let readiness = Readiness::default();
+        let probes = AtomicU32::new(0);
+        let failing = || async {
+            probes.fetch_add(1, Ordering::SeqCst);
+            Err(ApiError::new(ProblemKind::DiskFull, "full"))
+        };
+        let start = std::time::Instant::now();
+        assert!(readiness.check(start, failing()).await.is_err());
+        let cached = readiness.check(start + std::time::Duration::from_millis(999), failing()).await;
+        assert_eq!(cached.map_err(|e| e.kind), Err(ProblemKind::DiskFull));
+        assert_eq!(probes.load(Ordering::SeqCst), 1);
+        assert!(readiness.check(start + READY_FOR, async { Ok(()) }).await.is_ok());
+        assert_eq!(probes.load(Ordering::SeqCst), 1, "the second probe was the one that succeeded");
+    }
     use serde_json::{Value, json};
 
     fn request(body: Value) -> DecisionRequest {

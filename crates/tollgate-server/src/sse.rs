@@ -7,13 +7,19 @@
 //! which tells an `EventSource` to stop reconnecting. A comment line goes out as a keep-alive whenever
 //! the stream has been quiet for `ServerOptions::sse_keep_alive` (15 s by default). The stream only
 //! reads: a client that goes away just drops it, costing nothing and changing nothing about the run.
+//!
+//! One client — the token's name with auth on, else the peer's IP address — holds at most
+//! `ServerOptions::max_streams_per_client` streams at once ([`StreamCounts`]); the next is refused with
+//! `429 too-many-requests` and `Retry-After`, and the client's other streams go on.
 
-use crate::problem::ApiError;
-use axum::http::StatusCode;
+use crate::metrics::Metrics;
+use crate::problem::{ApiError, ProblemKind};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use tollgate_core::StoredEvent;
@@ -23,6 +29,64 @@ use tollgate_runtime::{ReadError, RunNotice, Runtime};
 const RECHECK: Duration = Duration::from_secs(1);
 const PAGE: u32 = 500;
 
+/// What a refused stream is told to wait before trying again, in seconds.
+const RETRY_AFTER_SECS: &str = "5";
+
+/// The live-event streams open per client, each client capped.
+pub(crate) struct StreamCounts {
+    per_client: usize,
+    open: Mutex<HashMap<String, usize>>,
+    metrics: Arc<Metrics>,
+}
+
+impl StreamCounts {
+    pub(crate) fn new(per_client: usize, metrics: Arc<Metrics>) -> Self {
+        Self { per_client, open: Mutex::new(HashMap::new()), metrics }
+    }
+
+    /// A slot for one more stream of `client`, or `None` when it holds `per_client` already.
+    fn open(self: &Arc<Self>, client: String) -> Option<StreamSlot> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(client.clone()).or_default();
+        if *count >= self.per_client {
+            drop(open);
+            self.metrics.stream_refused();
+            return None;
+        }
+        *count += 1;
+        drop(open);
+        self.metrics.stream_opened();
+        Some(StreamSlot { counts: self.clone(), client })
+    }
+}
+
+/// One open stream of a client; freed when the stream ends or its client goes away.
+struct StreamSlot {
+    counts: Arc<StreamCounts>,
+    client: String,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.client) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.client);
+            }
+        }
+        drop(open);
+        self.counts.metrics.stream_closed();
+    }
+}
+
+/// Who a stream counts against, and the caps.
+pub(crate) struct StreamClient {
+    pub(crate) counts: Arc<StreamCounts>,
+    /// `token:NAME` with auth on, else `ip:ADDRESS`.
+    pub(crate) client: String,
+}
+
 /// Answers the SSE form of the events endpoint.
 pub(crate) async fn respond(
     runtime: Runtime,
@@ -30,6 +94,7 @@ pub(crate) async fn respond(
     after: u64,
     shutdown: watch::Receiver<bool>,
     keep_alive: Duration,
+    client: StreamClient,
 ) -> Result<Response, ApiError> {
     // Subscribe before the first read, so a change committed in between still wakes the stream.
     let notices = runtime.subscribe();
@@ -37,7 +102,17 @@ pub(crate) async fn respond(
     if run.status().is_terminal() && run.last_seq <= after {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let tail = Tail { runtime, id, cursor: after, notices, buffer: VecDeque::new(), done: false, shutdown };
+    let Some(slot) = client.counts.open(client.client) else {
+        let detail = format!(
+            "this client already holds {} live-event streams, as many as it may ([server] max_streams_per_client); close one or retry later",
+            client.counts.per_client
+        );
+        let mut response = ApiError::new(ProblemKind::TooManyRequests, detail).into_response();
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+        return Ok(response);
+    };
+    let tail =
+        Tail { runtime, id, cursor: after, notices, buffer: VecDeque::new(), done: false, shutdown, _slot: slot };
     let stream = futures_util::stream::unfold(tail, |mut tail| async move {
         tail.next().await.map(|e| (Ok::<_, Infallible>(e), tail))
     });
@@ -52,6 +127,7 @@ struct Tail {
     buffer: VecDeque<StoredEvent>,
     done: bool,
     shutdown: watch::Receiver<bool>,
+    _slot: StreamSlot,
 }
 
 impl Tail {

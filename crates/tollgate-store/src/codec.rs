@@ -7,8 +7,9 @@
 //! - with data keys, the columns `suspension` and `decisions` of a run and `data` of an event are
 //!   sealed on the way in and opened on the way out (see [`crate::encryption`]); events are chained
 //!   over their plaintext before that;
-//! - a [`StoreError::Database`] message never contains the password of the URL the store was opened
-//!   with.
+//! - a database error is named by its code, never its text ([`database_error`]): disk full, read-only,
+//!   corrupt (the run's when the failing operation was on one run), unreachable, or another failure;
+//!   its message never contains the password of the URL the store was opened with.
 
 use crate::encryption::{DataKeys, Place, open, seal};
 use serde_json::Value;
@@ -411,6 +412,27 @@ pub(crate) fn decode_runs_skipping_corrupt<R: Columns>(
     rows.iter().filter_map(|row| keep_readable(decode_run(row, keys), operation)).collect()
 }
 
+/// The runs that decoded, and the ids of those that did not (each logged as by [`keep_readable`]): a
+/// page of `list` leaves the unreadable ones out of its runs and names them in `skipped`.
+pub(crate) fn split_readable(
+    runs: impl IntoIterator<Item = Result<RunRecord, StoreError>>,
+    operation: &str,
+) -> (Vec<RunRecord>, Vec<String>) {
+    let mut readable = Vec::new();
+    let mut skipped = Vec::new();
+    for run in runs {
+        let id = match &run {
+            Err(StoreError::Corrupt { id, .. } | StoreError::Undecryptable { id, .. }) => Some(id.clone()),
+            _ => None,
+        };
+        match keep_readable(run, operation) {
+            Some(run) => readable.push(run),
+            None => skipped.push(id.unwrap_or_else(|| "<unknown id>".to_owned())),
+        }
+    }
+    (readable, skipped)
+}
+
 /// A decoded run, or `None` with a warning when its row is corrupt (see [`decode_runs_skipping_corrupt`]).
 pub(crate) fn keep_readable(run: Result<RunRecord, StoreError>, operation: &str) -> Option<RunRecord> {
     match run {
@@ -656,9 +678,91 @@ pub(crate) fn status_counts(rows: Vec<(String, i64)>) -> Vec<(RunStatus, u64)> {
         .collect()
 }
 
-/// A database failure as a retryable [`StoreError::Database`], with secrets removed.
-pub(crate) fn database_error(secrets: &Secrets, context: &str, error: &impl std::fmt::Display) -> StoreError {
-    StoreError::Database(secrets.redact(&format!("{context}: {error}")))
+/// What a database error means for the caller: the store names these in [`StoreError`], each with its
+/// own problem type over HTTP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// No room left: [`StoreError::DiskFull`].
+    DiskFull,
+    /// Writes are refused: [`StoreError::ReadOnly`].
+    ReadOnly,
+    /// The bytes read back are damaged: [`StoreError::Corrupt`] for a run, else
+    /// [`StoreError::CorruptDatabase`].
+    Corrupt,
+    /// The database cannot be reached right now: [`StoreError::Unreachable`].
+    Unreachable,
+    /// Anything else: [`StoreError::Database`].
+    Other,
+}
+
+/// An error of a database driver, classified by its code (never by its text).
+pub(crate) trait DatabaseFailure: std::fmt::Display {
+    /// What the error means.
+    fn failure(&self) -> Failure;
+}
+
+impl DatabaseFailure for rusqlite::Error {
+    /// By SQLite's primary result code: `SQLITE_FULL` (also at `max_page_count`), `SQLITE_READONLY`
+    /// and its extended codes, `SQLITE_CORRUPT` / `SQLITE_NOTADB`, and `SQLITE_BUSY` / `SQLITE_LOCKED`
+    /// (the busy timeout ran out) / `SQLITE_CANTOPEN`.
+    fn failure(&self) -> Failure {
+        use rusqlite::ErrorCode;
+        match self.sqlite_error_code() {
+            Some(ErrorCode::DiskFull) => Failure::DiskFull,
+            Some(ErrorCode::ReadOnly) => Failure::ReadOnly,
+            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => Failure::Corrupt,
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::CannotOpen) => Failure::Unreachable,
+            _ => Failure::Other,
+        }
+    }
+}
+
+impl DatabaseFailure for sqlx::Error {
+    /// By PostgreSQL's SQLSTATE: `53100` disk_full, `25006` read_only_sql_transaction, `XX001` /
+    /// `XX002` data / index corrupted, class `08` (connection exception), `57P01`-`57P03` (the server
+    /// shutting down or starting) and `53300` too_many_connections; and sqlx's own I/O, TLS and pool
+    /// failures.
+    fn failure(&self) -> Failure {
+        match self {
+            sqlx::Error::Database(error) => match error.code().as_deref() {
+                Some("53100") => Failure::DiskFull,
+                Some("25006") => Failure::ReadOnly,
+                Some("XX001" | "XX002") => Failure::Corrupt,
+                Some("57P01" | "57P02" | "57P03" | "53300") => Failure::Unreachable,
+                Some(code) if code.starts_with("08") => Failure::Unreachable,
+                _ => Failure::Other,
+            },
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => Failure::Unreachable,
+            _ => Failure::Other,
+        }
+    }
+}
+
+/// A database failure as the [`StoreError`] its code names, with `context` and secrets removed. A
+/// corruption here is the database's ([`StoreError::CorruptDatabase`]): use [`run_error`] where the
+/// failing read or write was of one run.
+pub(crate) fn database_error(secrets: &Secrets, context: &str, error: &impl DatabaseFailure) -> StoreError {
+    let text = secrets.redact(&format!("{context}: {error}"));
+    match error.failure() {
+        Failure::DiskFull => StoreError::DiskFull(text),
+        Failure::ReadOnly => StoreError::ReadOnly(text),
+        Failure::Corrupt => StoreError::CorruptDatabase(text),
+        Failure::Unreachable => StoreError::Unreachable(text),
+        Failure::Other => StoreError::Database(text),
+    }
+}
+
+/// [`database_error`] for an operation on run `id`: damaged bytes met there are that run's
+/// ([`StoreError::Corrupt`]), so the run fails alone and the others stay readable.
+pub(crate) fn run_error(secrets: &Secrets, context: &str, id: &str, error: &impl DatabaseFailure) -> StoreError {
+    match database_error(secrets, context, error) {
+        StoreError::CorruptDatabase(detail) => StoreError::Corrupt { id: id.to_owned(), detail },
+        other => other,
+    }
 }
 
 #[cfg(test)]

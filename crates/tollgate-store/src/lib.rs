@@ -18,12 +18,19 @@
 //!   suspension, a finished run with a lease, ...), is [`StoreError::Corrupt`] for that run, from
 //!   `get`, `transition`, `append` and `events`. `list` and `due` skip such a row with a `tracing`
 //!   warning instead of failing
-//!   (a [`tollgate_core::RunPage`] has no room for a per-run error); the skipped row still takes its
+//!   (the page names them in [`tollgate_core::RunPage::skipped`]); the skipped row still takes its
 //!   place in paging, so a page may hold fewer runs than the limit while `next_cursor` goes on.
 //! - `list` pages newest first by id; the cursor is the last id of the page, and `next_cursor` is
 //!   `None` once no run is left after the page.
-//! - Database errors are [`StoreError::Database`] (retryable) and never contain the password of the
-//!   URL the store was opened with.
+//! - Database errors are named by the database's own code, never its text: a full disk is
+//!   [`StoreError::DiskFull`], a database that refuses writes [`StoreError::ReadOnly`], damaged bytes
+//!   [`StoreError::Corrupt`] for the run whose row or events they are in (that run fails alone) or
+//!   [`StoreError::CorruptDatabase`], a connection that fails or a lock held past the busy timeout
+//!   [`StoreError::Unreachable`] (retryable), anything else [`StoreError::Database`] (retryable).
+//!   None contains the password of the URL the store was opened with.
+//! - [`RunStore::probe_write`] commits a write to the one-row `health` table (for `/readyz`);
+//!   [`RunStore::check_integrity`] is SQLite's `quick_check` / `integrity_check`, or a read of every
+//!   table on PostgreSQL.
 //! - Optional encryption at rest ([`StoreOptions::data_keys`], see [`encryption`]): the run's
 //!   suspension and decisions and each event's data are stored sealed with AES-256-GCM, below the
 //!   hash chain; a value this store cannot decrypt is [`StoreError::Undecryptable`] for that run.

@@ -14,7 +14,7 @@ use crate::StoreOptions;
 use crate::codec::{
     ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, bind_run_changes, bind_run_row, database_error,
     decode_event, decode_run, decode_runs_skipping_corrupt, plan_append, plan_create, plan_transition,
-    prefix_upper_bound, read_run_row, resolve_prefix_answer, run_columns, status_counts,
+    prefix_upper_bound, read_run_row, resolve_prefix_answer, run_columns, run_error, split_readable, status_counts,
 };
 use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
@@ -26,7 +26,7 @@ use std::time::Duration;
 use tollgate_core::BoxFuture;
 use tollgate_core::event::{NewEvent, StoredEvent};
 use tollgate_core::run::{Millis, RunRecord, RunStatus, Transition};
-use tollgate_core::store::{Conflict, Guard, RunPage, RunQuery, RunStore, StoreError};
+use tollgate_core::store::{Conflict, Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreError};
 
 impl Columns for PgRow {
     fn text(&self, index: usize) -> Result<String, String> {
@@ -47,11 +47,22 @@ impl Columns for PgRow {
 }
 
 /// The schema changes of this backend, oldest first.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "runs_and_events",
-    sql: include_str!("../migrations/postgres/0001_runs_and_events.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "runs_and_events",
+        sql: include_str!("../migrations/postgres/0001_runs_and_events.sql"),
+    },
+    Migration { version: 2, name: "health", sql: include_str!("../migrations/postgres/0002_health.sql") },
+];
+
+/// The probe of [`RunStore::probe_write`]: one committed row update.
+const PROBE: &str = "INSERT INTO health (id, probed_at) VALUES (1, $1) \
+     ON CONFLICT (id) DO UPDATE SET probed_at = EXCLUDED.probed_at";
+
+/// Tables `check_integrity` reads: every row with `Full` (PostgreSQL then reads every page, checking
+/// its checksum when the cluster has them), one row with `Quick`.
+const TABLES: [&str; 4] = ["runs", "events", "health", "tollgate_migrations"];
 
 /// Connections per node.
 const POOL_SIZE: u32 = 16;
@@ -124,7 +135,8 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::NewerSchema`] when the database was written by a newer Tollgate;
-    /// [`StoreError::Database`] (never containing the password) when it cannot be reached or migrated.
+    /// when it cannot be reached or migrated, the error its SQLSTATE names ([`StoreError::Unreachable`],
+    /// [`StoreError::ReadOnly`], ...; never containing the password).
     pub async fn open(url: &str) -> Result<PostgresStore, StoreError> {
         PostgresStore::open_with(url, StoreOptions::default()).await
     }
@@ -165,6 +177,39 @@ impl PostgresStore {
 
     fn db_error<'a>(&'a self, context: &'a str) -> impl Fn(sqlx::Error) -> StoreError + 'a {
         move |e| database_error(&self.secrets, context, &e)
+    }
+
+    /// [`PostgresStore::db_error`] for a read of run `id`: corrupted data met there is that run's.
+    fn run_failed<'a>(&'a self, context: &'a str, id: &'a str) -> impl Fn(sqlx::Error) -> StoreError + 'a {
+        move |e| run_error(&self.secrets, context, id, &e)
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        sqlx::query(PROBE)
+            .bind(migrations::now_millis())
+            .execute(&self.pool)
+            .await
+            .map_err(self.db_error("cannot write the probe"))?;
+        Ok(())
+    }
+
+    /// Reads each table (see [`TABLES`]); a table whose read fails with corrupted data is a line of the
+    /// answer, any other failure the error.
+    async fn check_tables(&self, depth: IntegrityCheck) -> Result<Vec<String>, StoreError> {
+        let mut problems = Vec::new();
+        for table in TABLES {
+            let sql = match depth {
+                IntegrityCheck::Quick => format!("SELECT COUNT(*) FROM (SELECT 1 FROM {table} LIMIT 1) AS t"),
+                IntegrityCheck::Full => format!("SELECT COUNT(*) FROM {table}"),
+            };
+            let read: Result<i64, sqlx::Error> = sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(&self.pool).await;
+            match read.map_err(self.db_error("cannot check the database")) {
+                Ok(_) => {}
+                Err(StoreError::CorruptDatabase(detail)) => problems.push(format!("table {table}: {detail}")),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(problems)
     }
 
     async fn insert_events(
@@ -284,7 +329,7 @@ impl PostgresStore {
             .bind(id)
             .fetch_optional(&self.pool)
             .await
-            .map_err(self.db_error("cannot read a run"))?;
+            .map_err(self.run_failed("cannot read a run", id))?;
         match row {
             Some(row) => decode_run(&row, self.keys()),
             None => Err(StoreError::NotFound(id.to_owned())),
@@ -293,7 +338,7 @@ impl PostgresStore {
 
     async fn list_runs(&self, query: RunQuery) -> Result<RunPage, StoreError> {
         if query.limit == 0 {
-            return Ok(RunPage { runs: Vec::new(), next_cursor: None });
+            return Ok(RunPage { runs: Vec::new(), next_cursor: None, skipped: Vec::new() });
         }
         // One extra row tells whether another page exists. At most 8 distinct statements come out of
         // this, so each stays prepared in the connection's statement cache.
@@ -335,7 +380,8 @@ impl PostgresStore {
             None
         };
         let page = &rows[..rows.len().min(limit)];
-        Ok(RunPage { runs: decode_runs_skipping_corrupt(page, "list", self.keys()), next_cursor })
+        let (runs, skipped) = split_readable(page.iter().map(|row| decode_run(row, self.keys())), "list");
+        Ok(RunPage { runs, next_cursor, skipped })
     }
 
     async fn resolve(&self, prefix: &str) -> Result<String, StoreError> {
@@ -367,7 +413,7 @@ impl PostgresStore {
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
-            .map_err(self.db_error("cannot read events"))?;
+            .map_err(self.run_failed("cannot read events", id))?;
         if rows.is_empty() {
             let exists = sqlx::query(RUN_EXISTS)
                 .bind(id)
@@ -497,5 +543,13 @@ impl RunStore for PostgresStore {
         batch: u32,
     ) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(self.purge_runs(terminal_before, waiting_before, batch))
+    }
+
+    fn probe_write(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.probe())
+    }
+
+    fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        Box::pin(self.check_tables(depth))
     }
 }

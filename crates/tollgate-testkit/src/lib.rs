@@ -199,6 +199,8 @@ impl tollgate_core::Clock for ManualClock {
 pub struct FailingStore {
     inner: Arc<dyn tollgate_core::RunStore>,
     fail: &'static str,
+    /// What reads and [`tollgate_core::RunStore::probe_write`] answer (`None`: the inner store's).
+    broken: Option<tollgate_core::StoreError>,
     writes: Mutex<Vec<String>>,
 }
 
@@ -220,7 +222,18 @@ impl FailingStore {
     /// Fails every transition named `fail` (e.g. `"suspend"`), and the creation of a run in the state such
     /// a transition leads to (a run started and held in one write); passes everything else through.
     pub fn new(inner: Arc<dyn tollgate_core::RunStore>, fail: &'static str) -> Self {
-        Self { inner, fail, writes: Mutex::new(Vec::new()) }
+        Self { inner, fail, broken: None, writes: Mutex::new(Vec::new()) }
+    }
+
+    /// A store whose reads of runs (`get`, `list`, `events`) and write probe (`/readyz`) all fail with
+    /// `error` (a full disk, a read-only or corrupt database, ...); writes pass through.
+    pub fn broken(inner: Arc<dyn tollgate_core::RunStore>, error: tollgate_core::StoreError) -> Self {
+        Self { inner, fail: "", broken: Some(error), writes: Mutex::new(Vec::new()) }
+    }
+
+    fn broken_with<T: Send + 'static>(&self) -> Option<BoxFuture<'static, Result<T, tollgate_core::StoreError>>> {
+        let error = self.broken.clone()?;
+        Some(Box::pin(std::future::ready(Err(error))))
     }
 }
 
@@ -244,7 +257,7 @@ impl tollgate_core::RunStore for FailingStore {
         self.inner.create(run, events)
     }
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<tollgate_core::RunRecord, tollgate_core::StoreError>> {
-        self.inner.get(id)
+        self.broken_with().unwrap_or_else(|| self.inner.get(id))
     }
     fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, tollgate_core::StoreError>> {
         self.inner.resolve_prefix(prefix)
@@ -253,7 +266,7 @@ impl tollgate_core::RunStore for FailingStore {
         &self,
         query: tollgate_core::RunQuery,
     ) -> BoxFuture<'_, Result<tollgate_core::RunPage, tollgate_core::StoreError>> {
-        self.inner.list(query)
+        self.broken_with().unwrap_or_else(|| self.inner.list(query))
     }
     fn transition<'a>(
         &'a self,
@@ -285,7 +298,7 @@ impl tollgate_core::RunStore for FailingStore {
         after: u64,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<tollgate_core::StoredEvent>, tollgate_core::StoreError>> {
-        self.inner.events(id, after, limit)
+        self.broken_with().unwrap_or_else(|| self.inner.events(id, after, limit))
     }
     fn count_by_status(
         &self,
@@ -306,6 +319,15 @@ impl tollgate_core::RunStore for FailingStore {
         batch: u32,
     ) -> BoxFuture<'_, Result<u64, tollgate_core::StoreError>> {
         self.inner.purge(terminal_before, waiting_before, batch)
+    }
+    fn probe_write(&self) -> BoxFuture<'_, Result<(), tollgate_core::StoreError>> {
+        self.broken_with().unwrap_or_else(|| self.inner.probe_write())
+    }
+    fn check_integrity(
+        &self,
+        depth: tollgate_core::IntegrityCheck,
+    ) -> BoxFuture<'_, Result<Vec<String>, tollgate_core::StoreError>> {
+        self.inner.check_integrity(depth)
     }
 }
 

@@ -5,6 +5,7 @@
 //! nothing the log does not. The final answer is not repeated here: `run` prints it on stdout.
 
 use crate::render::one_line;
+use std::collections::HashSet;
 use tollgate_core::{EventKind, StoredEvent};
 use tollgate_protocol::event_data::{self as data, LoggedDecision};
 use tollgate_protocol::{EventData, Gate};
@@ -23,8 +24,30 @@ fn typed(event: &StoredEvent) -> Result<EventData, String> {
         .map_err(|e| format!("? event {} cannot be read: {e}", event.seq))
 }
 
-/// The lines to print for one event (none for events that only mark progress).
-pub(super) fn lines(event: &StoredEvent) -> Vec<String> {
+/// The calls the log read so far shows ran to their end, by round. A held turn listed again after a
+/// crash still names a call that finished before it (the event keeps the v1 shape: gate `ask`, not in
+/// doubt); that call is not held, and the line at the gate leaves it out.
+#[derive(Debug, Default)]
+pub(super) struct Ran(HashSet<(u32, String)>);
+
+impl Ran {
+    /// Remembers the call a `tool_finished` event names.
+    pub(super) fn note(&mut self, event: &StoredEvent) {
+        if event.kind == EventKind::ToolFinished
+            && let Ok(EventData::ToolFinished(finished)) = typed(event)
+        {
+            self.0.insert((event.round, finished.call_id));
+        }
+    }
+
+    fn contains(&self, round: u32, call_id: &str) -> bool {
+        self.0.contains(&(round, call_id.to_owned()))
+    }
+}
+
+/// The lines to print for one event (none for events that only mark progress), given the calls that
+/// already ran.
+pub(super) fn lines(event: &StoredEvent, ran: &Ran) -> Vec<String> {
     let data = match typed(event) {
         Ok(data) => data,
         Err(line) => return vec![line],
@@ -41,8 +64,8 @@ pub(super) fn lines(event: &StoredEvent) -> Vec<String> {
             let held: Vec<String> = requested
                 .calls
                 .iter()
-                .filter(|c| c.gate == Gate::Ask || c.in_doubt)
-                .map(|c| format!("{} {}", c.call_id, c.tool))
+                .filter(|c| c.gate == Gate::Ask && !ran.contains(event.round, &c.call_id))
+                .map(|c| format!("{} {}{}", c.call_id, c.tool, if c.in_doubt { " (in doubt)" } else { "" }))
                 .collect();
             vec![format!("⏸ held at the gate: {}", held.join(", "))]
         }
@@ -120,6 +143,10 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
+    fn lines_of(event: &StoredEvent) -> Vec<String> {
+        lines(event, &Ran::default())
+    }
+
     fn event(kind: EventKind, round: u32, data: Value) -> StoredEvent {
         StoredEvent { seq: 1, at: "2025-01-01T00:00:00.000Z".into(), kind, round, data, hash: String::new() }
     }
@@ -134,7 +161,7 @@ mod tests {
                                   {"call_id": "call_2", "tool": "fs_write", "arguments": {"path": "n.txt"}}]}),
         );
         assert_eq!(
-            lines(&turn),
+            lines_of(&turn),
             [
                 "round 1 · model: Let me look. Then write.",
                 "  → call_1 fs_list {\"path\":\".\"}",
@@ -150,7 +177,7 @@ mod tests {
             2,
             json!({"text": "Saved note.txt.", "tool_calls": [], "usage": {"input_tokens": 1, "output_tokens": 2}}),
         );
-        assert_eq!(lines(&last), ["round 2 · model answered"]);
+        assert_eq!(lines_of(&last), ["round 2 · model answered"]);
     }
 
     #[test]
@@ -158,7 +185,7 @@ mod tests {
         let long = "x".repeat(500);
         let ok =
             event(EventKind::ToolFinished, 1, json!({"call_id": "c", "tool": "t", "is_error": false, "result": long}));
-        let shown = lines(&ok).concat();
+        let shown = lines_of(&ok).concat();
         assert!(shown.starts_with("  ← c t: xxx") && shown.ends_with('…'), "{shown}");
         assert!(shown.chars().count() < 120, "{shown}");
         let failed = event(
@@ -166,10 +193,10 @@ mod tests {
             1,
             json!({"call_id": "c", "tool": "t", "is_error": true, "result": "no\nway"}),
         );
-        assert_eq!(lines(&failed), ["  ✗ c t failed: no way"]);
+        assert_eq!(lines_of(&failed), ["  ✗ c t failed: no way"]);
         let empty =
             event(EventKind::ToolFinished, 1, json!({"call_id": "c", "tool": "t", "is_error": false, "result": ""}));
-        assert_eq!(lines(&empty), ["  ← c t: (empty)"]);
+        assert_eq!(lines_of(&empty), ["  ← c t: (empty)"]);
     }
 
     #[test]
@@ -181,8 +208,28 @@ mod tests {
                 {"call_id": "call_1", "tool": "fs_list", "arguments": {}, "gate": "allow", "preview": null, "in_doubt": false},
                 {"call_id": "call_2", "tool": "fs_write", "arguments": {}, "gate": "ask", "preview": null, "in_doubt": false}]}),
         );
-        assert_eq!(lines(&held), ["⏸ held at the gate: call_2 fs_write"]);
-        let decided = |data: Value| lines(&event(EventKind::Decision, 1, data)).concat();
+        assert_eq!(lines_of(&held), ["⏸ held at the gate: call_2 fs_write"]);
+        // Held again after a crash: call_1 finished before it (the log says so), call_2 is in doubt.
+        let again = event(
+            EventKind::ApprovalRequested,
+            1,
+            json!({"turn_digest": "sha256:01", "expires_at": null, "calls": [
+                {"call_id": "call_1", "tool": "fs_write", "arguments": {}, "gate": "ask", "preview": null, "in_doubt": false},
+                {"call_id": "call_2", "tool": "fs_write", "arguments": {}, "gate": "ask", "preview": null, "in_doubt": true}]}),
+        );
+        let finished = |round| {
+            let data = json!({"call_id": "call_1", "tool": "fs_write", "is_error": false, "result": "ok"});
+            let mut ran = Ran::default();
+            ran.note(&event(EventKind::ToolFinished, round, data));
+            ran
+        };
+        assert_eq!(lines(&again, &finished(1)), ["⏸ held at the gate: call_2 fs_write (in doubt)"]);
+        assert_eq!(
+            lines(&again, &finished(2)),
+            ["⏸ held at the gate: call_1 fs_write, call_2 fs_write (in doubt)"],
+            "another round's call_1 is another call"
+        );
+        let decided = |data: Value| lines_of(&event(EventKind::Decision, 1, data)).concat();
         assert_eq!(decided(json!({"action": "approve", "call_id": "c", "actor": "local"})), "✓ c approved by local");
         assert_eq!(
             decided(json!({"action": "deny", "reason": "not today", "call_id": "c", "actor": "local"})),
@@ -205,35 +252,35 @@ mod tests {
             1,
             json!({"call_id": "c", "tool": "fs_list", "arguments": {}, "gate": "allow", "idempotency_key": "r:c"}),
         );
-        assert!(lines(&allowed).is_empty());
+        assert!(lines_of(&allowed).is_empty());
         let asked = event(
             EventKind::ToolStarted,
             1,
             json!({"call_id": "c", "tool": "fs_write", "arguments": {}, "gate": "ask", "idempotency_key": "r:c"}),
         );
-        assert_eq!(lines(&asked), ["  ▸ c fs_write running"]);
+        assert_eq!(lines_of(&asked), ["  ▸ c fs_write running"]);
         assert_eq!(activity(&asked).as_deref(), Some("running c fs_write"));
     }
 
     #[test]
     fn the_end_is_marked_and_an_early_end_names_its_reason() {
         let done = event(EventKind::RunCompleted, 2, json!({"output": "x", "termination_reason": "completed"}));
-        assert_eq!(lines(&done), ["✓ run completed"]);
+        assert_eq!(lines_of(&done), ["✓ run completed"]);
         let capped = event(EventKind::RunCompleted, 9, json!({"output": "x", "termination_reason": "max_iterations"}));
-        assert_eq!(lines(&capped), ["✓ run ended: max_iterations"]);
+        assert_eq!(lines_of(&capped), ["✓ run ended: max_iterations"]);
         let failed = event(EventKind::RunFailed, 1, json!({"error": {"kind": "model", "message": "boom"}}));
-        assert!(lines(&failed).is_empty(), "the closing report says why a run failed");
+        assert!(lines_of(&failed).is_empty(), "the closing report says why a run failed");
     }
 
     #[test]
     fn events_kept_at_privacy_level_metadata_still_show() {
         let finished =
             event(EventKind::ToolFinished, 1, json!({"call_id": "c", "tool": "t", "is_error": false, "result": null}));
-        assert_eq!(lines(&finished), ["  ← c t: (empty)"]);
+        assert_eq!(lines_of(&finished), ["  ← c t: (empty)"]);
         let denied =
             event(EventKind::Decision, 1, json!({"action": "deny", "reason": null, "call_id": "c", "actor": "a"}));
-        assert_eq!(lines(&denied), ["✗ c denied by a: "]);
+        assert_eq!(lines_of(&denied), ["✗ c denied by a: "]);
         let broken = event(EventKind::ToolFinished, 1, json!({"tool": "t"}));
-        assert!(lines(&broken).concat().starts_with("? event 1 cannot be read"), "{:?}", lines(&broken));
+        assert!(lines_of(&broken).concat().starts_with("? event 1 cannot be read"), "{:?}", lines_of(&broken));
     }
 }

@@ -145,8 +145,10 @@ fn json_output_is_the_documented_run_object() -> Result<()> {
         calls[1],
         serde_json::json!({"call_id": "call_2", "tool": "fs_write",
             "arguments": {"path": "note.txt", "content": "hello"}, "gate": "ask",
-            "preview": "create note.txt (5 bytes)", "in_doubt": false, "decision": null})
+            "preview": "create note.txt (5 bytes)", "in_doubt": false, "decision": null,
+            "state": "waiting", "takes_decision": true, "result": null})
     );
+    assert_eq!((&calls[0]["state"], &calls[0]["takes_decision"]), (&Value::from("allowed"), &Value::from(false)));
 
     let done = sandbox.expect(0, &["approve", &id, "--json"])?.json()?;
     assert_eq!(done["status"], "completed");

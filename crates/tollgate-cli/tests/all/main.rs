@@ -3,10 +3,12 @@
 
 mod bench;
 mod cli;
+mod doctor;
 mod frozen_v1;
 mod outputs;
 mod prompt;
 mod readme;
 mod remote;
 mod secrets;
+mod soak;
 mod support;

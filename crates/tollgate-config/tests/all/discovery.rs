@@ -25,6 +25,10 @@ fn defaults_without_a_file() -> anyhow::Result<()> {
     assert_eq!(config.server.addr.to_string(), "127.0.0.1:8080");
     assert_eq!(config.server.max_body_bytes, 1_048_576);
     assert_eq!(config.server.lease, Duration::from_secs(30));
+    assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(config.server.idle_timeout, Duration::from_secs(60));
+    assert_eq!(config.server.max_connections, 10_000);
+    assert_eq!(config.server.max_streams_per_client, 16);
     assert_eq!(config.retention.terminal_after, Duration::from_secs(30 * 86_400));
     assert_eq!(config.retention.waiting_after, Duration::from_secs(90 * 86_400));
     assert_eq!(config.workspace.root, dir.path().join("workspace"));

@@ -1,6 +1,7 @@
 //! Every rule of the contract, broken once, gives a message naming the file, the key and what was expected.
 
 use crate::support::{error, parse};
+use std::time::Duration;
 use tollgate_config::ConfigError;
 
 const PROVIDER: &str = "[[providers]]\nname = \"local\"\nkind = \"openai\"\n";
@@ -256,7 +257,41 @@ fn values_out_of_range_or_of_the_wrong_type() {
             "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\nenv = { \"A=B\" = \"x\" }\n".into(),
             r#"tollgate.toml: mcp_servers[0].env."A=B": expected an environment variable name (not empty, no '=')"#,
         ),
+        (
+            "mcp call_timeout without unit",
+            "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\ncall_timeout = 120\n".into(),
+            r#"tollgate.toml: mcp_servers[0].call_timeout: expected a duration like "30s", "15m", "24h" or "30d", got 120"#,
+        ),
+        (
+            "mcp call_timeout zero",
+            "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\ncall_timeout = \"0s\"\n".into(),
+            r#"tollgate.toml: mcp_servers[0].call_timeout: expected a duration greater than zero, got "0s""#,
+        ),
+        (
+            "mcp start_timeout with a fraction",
+            "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\nstart_timeout = \"1.5m\"\n".into(),
+            r#"tollgate.toml: mcp_servers[0].start_timeout: expected a duration like "30s", "15m", "24h" or "30d", got "1.5m""#,
+        ),
     ]);
+}
+
+#[test]
+fn mcp_timeouts_take_durations_and_default_to_a_minute() {
+    let config = parse(
+        "[[mcp_servers]]\nname = \"slow\"\ncommand = \"c\"\ncall_timeout = \"10m\"\nstart_timeout = \"500ms\"\n\
+         [[mcp_servers]]\nname = \"plain\"\ncommand = \"c\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let timeouts: Vec<_> = config.mcp_servers.iter().map(|s| (s.call_timeout, s.start_timeout)).collect();
+    assert_eq!(
+        timeouts,
+        [
+            (Duration::from_secs(600), Duration::from_millis(500)),
+            (tollgate_config::defaults::MCP_CALL_TIMEOUT, tollgate_config::defaults::MCP_START_TIMEOUT),
+        ]
+    );
+    assert_eq!(tollgate_config::defaults::MCP_CALL_TIMEOUT, Duration::from_secs(60));
+    assert_eq!(tollgate_config::defaults::MCP_START_TIMEOUT, Duration::from_secs(60));
 }
 
 #[test]
@@ -301,7 +336,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
         (
             "in a section",
             "[server]\nport = 8080\n".into(),
-            "tollgate.toml: server.port: unknown key (known keys here: addr, max_body_bytes, lease)",
+            "tollgate.toml: server.port: unknown key (known keys here: addr, max_body_bytes, lease, header_read_timeout, idle_timeout, max_connections, max_streams_per_client)",
         ),
         (
             "in a provider (max_tokens is not in the contract)",
@@ -314,6 +349,12 @@ fn unknown_keys_are_named_with_the_known_ones() {
             with_agent("temperature = 0.2", ""),
             "tollgate.toml: agents[0].temperature: unknown key (known keys here: name, provider, model, \
              system_prompt, tools, max_iterations, max_tokens, approval_ttl, on_expiry, forbid_self_approval, shell_network, policy)",
+        ),
+        (
+            "in an MCP server",
+            "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\ntimeout = \"5m\"\n".into(),
+            "tollgate.toml: mcp_servers[0].timeout: unknown key (known keys here: name, command, args, env, \
+             inherit_env, call_timeout, start_timeout)",
         ),
         (
             "in a policy rule",

@@ -90,6 +90,8 @@ fn mcp_servers() -> anyhow::Result<()> {
             args: vec!["-y".into(), "@modelcontextprotocol/server-filesystem".into(), "/etc/tollgate/workspace".into()],
             env: BTreeMap::new(),
             inherit_env: false,
+            call_timeout: Duration::from_secs(60),
+            start_timeout: Duration::from_secs(60),
         }]
     );
     Ok(())

@@ -4,5 +4,6 @@
 mod discovery;
 mod errors;
 mod example;
+mod fuzz_corpus;
 mod overrides;
 mod support;

@@ -23,11 +23,15 @@ waiting_after = "90d"
 root = "file-workspace"
 "#;
 
-const EVERY_OVERRIDE: [(&str, &str); 7] = [
+const EVERY_OVERRIDE: [(&str, &str); 11] = [
     ("TOLLGATE_STORE_URL", "postgres://tollgate@db:5432/tollgate"),
     ("TOLLGATE_SERVER_ADDR", "0.0.0.0:9000"),
     ("TOLLGATE_SERVER_MAX_BODY_BYTES", "2048"),
     ("TOLLGATE_SERVER_LEASE", "2m"),
+    ("TOLLGATE_SERVER_HEADER_READ_TIMEOUT", "5s"),
+    ("TOLLGATE_SERVER_IDLE_TIMEOUT", "2m"),
+    ("TOLLGATE_SERVER_MAX_CONNECTIONS", "500"),
+    ("TOLLGATE_SERVER_MAX_STREAMS_PER_CLIENT", "4"),
     ("TOLLGATE_RETENTION_TERMINAL_AFTER", "7d"),
     ("TOLLGATE_RETENTION_WAITING_AFTER", "14d"),
     ("TOLLGATE_WORKSPACE_ROOT", "/data/workspace"),
@@ -41,6 +45,10 @@ fn every_scalar_key_is_overridable_over_the_file() -> anyhow::Result<()> {
     assert_eq!(config.server.addr.to_string(), "0.0.0.0:9000");
     assert_eq!(config.server.max_body_bytes, 2048);
     assert_eq!(config.server.lease, Duration::from_secs(120));
+    assert_eq!(config.server.header_read_timeout, Duration::from_secs(5));
+    assert_eq!(config.server.idle_timeout, Duration::from_secs(120));
+    assert_eq!(config.server.max_connections, 500);
+    assert_eq!(config.server.max_streams_per_client, 4);
     assert_eq!(config.retention.terminal_after, Duration::from_secs(7 * 86_400));
     assert_eq!(config.retention.waiting_after, Duration::from_secs(14 * 86_400));
     assert_eq!(config.workspace.root, PathBuf::from("/data/workspace"));
@@ -89,6 +97,14 @@ fn a_bad_override_is_an_error_naming_the_variable() {
         (
             ("TOLLGATE_SERVER_MAX_BODY_BYTES", "0"),
             r#"TOLLGATE_SERVER_MAX_BODY_BYTES: server.max_body_bytes: expected a positive integer, got "0""#,
+        ),
+        (
+            ("TOLLGATE_SERVER_MAX_CONNECTIONS", "0"),
+            r#"TOLLGATE_SERVER_MAX_CONNECTIONS: server.max_connections: expected a positive integer, got "0""#,
+        ),
+        (
+            ("TOLLGATE_SERVER_IDLE_TIMEOUT", "soon"),
+            r#"TOLLGATE_SERVER_IDLE_TIMEOUT: server.idle_timeout: expected a duration like "30s", "15m", "24h" or "30d", got "soon""#,
         ),
         (
             ("TOLLGATE_RETENTION_WAITING_AFTER", "forever"),

@@ -2,6 +2,7 @@
 //! each module was a test file of its own.
 
 mod frozen_v1;
+mod fuzz_corpus;
 mod loop_rules;
 mod properties;
 mod transcripts;

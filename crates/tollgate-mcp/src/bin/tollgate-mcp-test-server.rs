@@ -5,23 +5,83 @@
 //! (answers after `ms` milliseconds, on its own thread), `mixed` (text, image and resource blocks),
 //! `odd name.v2` (no description, a non-object schema), a tool whose `SERVER__TOOL` name is too long, and
 //! `get_env` (readOnlyHint: the value of the environment variable `name`, like the reference
-//! `server-everything`'s tool of the same kind).
+//! `server-everything`'s tool of the same kind), and `cancelled_requests` (readOnlyHint: the
+//! `notifications/cancelled` received so far, each with the tool of the request it names; with
+//! `at_least: N` it answers once N have arrived, or after 5 seconds with what it has). A `slow` call
+//! cancelled before its time is never answered, as the spec asks.
 //!
 //! Flags: `--refuse` (or env `TOLLGATE_TEST_SERVER_REFUSE`) exits 1 at once; `--refuse-if-exists PATH`
 //! does so only while PATH exists; `--mute` reads requests and never answers; `--page-size N` splits
 //! `tools/list` into pages of N tools linked by `nextCursor`.
 
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// The long tool name: `test__` + this is 70 characters.
 const LONG_TOOL: &str = "a_tool_name_long_enough_that_the_full_name_passes_sixty_four_chars";
 
+/// How long `cancelled_requests` with `at_least` waits for cancellations before answering anyway.
+const CANCELLED_WAIT: Duration = Duration::from_secs(5);
+
 struct Options {
     mute: bool,
     page_size: Option<usize>,
+}
+
+type Out = Arc<Mutex<std::io::Stdout>>;
+
+/// What the server remembers of requests: the tool of every `tools/call` by request id, and every
+/// `notifications/cancelled`, in arrival order.
+#[derive(Default)]
+struct Requests {
+    tools: HashMap<String, String>,
+    cancelled: Vec<Value>,
+}
+
+#[derive(Default)]
+struct Journal {
+    requests: Mutex<Requests>,
+    changed: Condvar,
+}
+
+impl Journal {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Requests> {
+        self.requests.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn record_call(&self, id: &Value, tool: &str) {
+        self.lock().tools.insert(id.to_string(), tool.to_owned());
+    }
+
+    fn record_cancelled(&self, params: &Value) {
+        let id = params.get("requestId").cloned().unwrap_or(Value::Null);
+        let mut requests = self.lock();
+        let tool = requests.tools.get(&id.to_string()).cloned();
+        let reason = params.get("reason").cloned().unwrap_or(Value::Null);
+        requests.cancelled.push(json!({"requestId": id, "tool": tool, "reason": reason}));
+        self.changed.notify_all();
+    }
+
+    fn is_cancelled(&self, id: &Value) -> bool {
+        self.lock().cancelled.iter().any(|c| c.get("requestId") == Some(id))
+    }
+
+    /// The cancellations received, once there are at least `at_least` or [`CANCELLED_WAIT`] passed.
+    fn cancelled(&self, at_least: usize) -> Vec<Value> {
+        let deadline = Instant::now() + CANCELLED_WAIT;
+        let mut requests = self.lock();
+        while requests.cancelled.len() < at_least {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            requests = self.changed.wait_timeout(requests, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        requests.cancelled.clone()
+    }
 }
 
 fn main() -> std::io::Result<()> {
@@ -54,6 +114,7 @@ fn main() -> std::io::Result<()> {
     eprintln!("test server {} ready", std::process::id());
 
     let out = Arc::new(Mutex::new(std::io::stdout()));
+    let journal = Arc::new(Journal::default());
     for line in std::io::stdin().lock().lines() {
         let line = line?;
         if line.trim().is_empty() || options.mute {
@@ -63,15 +124,20 @@ fn main() -> std::io::Result<()> {
             send(&out, &json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "parse error"}}));
             continue;
         };
-        // A message without an id is a notification (initialized, cancelled): nothing to answer.
-        let Some(id) = message.get("id").cloned() else { continue };
         let method = message.get("method").and_then(Value::as_str).unwrap_or_default();
         let params = message.get("params").cloned().unwrap_or(Value::Null);
+        // A message without an id is a notification (initialized, cancelled): nothing to answer.
+        let Some(id) = message.get("id").cloned() else {
+            if method == "notifications/cancelled" {
+                journal.record_cancelled(&params);
+            }
+            continue;
+        };
         let reply = match method {
             "initialize" => Ok(initialize(&params)),
             "ping" => Ok(json!({})),
             "tools/list" => Ok(list_tools(&params, options.page_size)),
-            "tools/call" => call_tool(&params, &id, &out),
+            "tools/call" => call_tool(&params, &id, &out, &journal),
             _ => Err((-32601, format!("method not found: {method}"))),
         };
         match reply {
@@ -147,6 +213,12 @@ fn tools() -> Vec<Value> {
             "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
             "annotations": {"readOnlyHint": true}
         }),
+        json!({
+            "name": "cancelled_requests",
+            "description": "The cancellations received so far; waits (bounded) for `at_least` of them.",
+            "inputSchema": {"type": "object", "properties": {"at_least": {"type": "integer"}}},
+            "annotations": {"readOnlyHint": true}
+        }),
     ]
 }
 
@@ -163,8 +235,9 @@ fn text(text: impl Into<String>) -> Value {
     json!({"content": [{"type": "text", "text": text.into()}]})
 }
 
-fn call_tool(params: &Value, id: &Value, out: &Arc<Mutex<std::io::Stdout>>) -> Result<Value, (i64, String)> {
+fn call_tool(params: &Value, id: &Value, out: &Out, journal: &Arc<Journal>) -> Result<Value, (i64, String)> {
     let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
+    journal.record_call(id, name);
     let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
     let thing = args.get("id").and_then(Value::as_str).unwrap_or("?");
     match name {
@@ -179,10 +252,12 @@ fn call_tool(params: &Value, id: &Value, out: &Arc<Mutex<std::io::Stdout>>) -> R
         }
         "slow" => {
             let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(0);
-            let (out, id) = (out.clone(), id.clone());
+            let (out, id, journal) = (out.clone(), id.clone(), journal.clone());
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(ms));
-                send(&out, &json!({"jsonrpc": "2.0", "id": id, "result": text(format!("slept {ms}ms"))}));
+                if !journal.is_cancelled(&id) {
+                    send(&out, &json!({"jsonrpc": "2.0", "id": id, "result": text(format!("slept {ms}ms"))}));
+                }
             });
             Ok(Value::Null)
         }
@@ -197,6 +272,17 @@ fn call_tool(params: &Value, id: &Value, out: &Arc<Mutex<std::io::Stdout>>) -> R
         "get_env" => {
             let variable = args.get("name").and_then(Value::as_str).unwrap_or_default();
             Ok(text(std::env::var(variable).unwrap_or_else(|_| "(unset)".to_owned())))
+        }
+        "cancelled_requests" => {
+            let at_least = args.get("at_least").and_then(Value::as_u64).unwrap_or(0);
+            let at_least = usize::try_from(at_least).unwrap_or(usize::MAX);
+            let (out, id, journal) = (out.clone(), id.clone(), journal.clone());
+            // On its own thread: the cancellations it waits for arrive on the main one.
+            std::thread::spawn(move || {
+                let cancelled = Value::Array(journal.cancelled(at_least));
+                send(&out, &json!({"jsonrpc": "2.0", "id": id, "result": text(cancelled.to_string())}));
+            });
+            Ok(Value::Null)
         }
         _ => Err((-32602, format!("unknown tool: {name}"))),
     }

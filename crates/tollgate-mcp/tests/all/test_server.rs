@@ -1,19 +1,20 @@
 //! tollgate-mcp against the crate's own hand-written MCP server (`tollgate-mcp-test-server`): listing and
 //! names, gates from annotations, calls and their results, a crash mid-call and the restart after it, a
-//! server that never starts, and timeouts.
+//! server that never starts, timeouts and the cancellation of abandoned calls, and previews.
 
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tollgate_core::{Gate, Tool, ToolContext, ToolOutput, ToolRegistry};
 use tollgate_mcp::{
-    GATE_REASON_DEFAULT, GATE_REASON_READ_ONLY, McpServerConfig, McpSource, McpTool, StartError, StartFailure,
+    GATE_REASON_DEFAULT, GATE_REASON_READ_ONLY, MAX_PREVIEW_BYTES, McpServerConfig, McpSource, McpTool,
+    PREVIEW_CUT_MARKER, StartError, StartFailure,
 };
 use tollgate_testkit::scratch_dir;
 
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_tollgate-mcp-test-server");
 
-const ALL_NAMES: [&str; 8] = [
+const ALL_NAMES: [&str; 9] = [
     "test__read_thing",
     "test__delete_thing",
     "test__crash",
@@ -23,6 +24,7 @@ const ALL_NAMES: [&str; 8] = [
     // sha256("test__a_tool_name_long_enough_that_the_full_name_passes_sixty_four_chars") starts a93594fd.
     "test__a_tool_name_long_enough_that_the_full_name_passes_a93594fd",
     "test__get_env",
+    "test__cancelled_requests",
 ];
 
 fn config() -> McpServerConfig {
@@ -237,19 +239,106 @@ async fn a_server_that_never_answers_times_out_at_start() {
     assert!(error.to_string().contains("did not finish starting within 500ms"), "{error}");
 }
 
+/// The `notifications/cancelled` the test server received, once there are at least `at_least` (it waits
+/// a few seconds for them, then answers with what it has).
+async fn cancelled_requests(source: &McpSource, at_least: usize) -> Vec<Value> {
+    let output = call(&tool(source, "test__cancelled_requests"), json!({"at_least": at_least})).await;
+    assert!(!output.is_error, "{}", output.content);
+    serde_json::from_str(&output.content).unwrap_or_else(|e| panic!("{e}: {}", output.content))
+}
+
+/// The tool each received cancellation named (the server resolves the request id to the `tools/call` it
+/// received under that id).
+fn cancelled_tools(cancelled: &[Value]) -> Vec<&str> {
+    cancelled.iter().map(|c| c["tool"].as_str().unwrap_or("(an id the server never received)")).collect()
+}
+
 #[tokio::test]
-async fn a_slow_call_times_out_and_the_server_keeps_serving() {
+async fn a_call_past_its_call_timeout_is_cancelled_on_the_server_and_the_server_keeps_serving() {
     let source = start(config().call_timeout(Duration::from_millis(300))).await;
     let read = tool(&source, "test__read_thing");
     let pid = read_pid(&read).await;
 
+    let started = Instant::now();
     let slow = call(&tool(&source, "test__slow"), json!({"ms": 30_000})).await;
-    assert_eq!(slow, ToolOutput::error("MCP server `test` did not answer `slow` within 300ms; the call was cancelled"));
+    let took = started.elapsed();
+    assert_eq!(
+        slow,
+        ToolOutput::error(
+            "MCP server `test` timed out after 300ms on `slow` (its call_timeout); the call was cancelled, and it \
+             may or may not have taken effect"
+        )
+    );
+    assert!(took < Duration::from_secs(10), "the timed-out call took {took:?}");
 
-    // The same process answers the next call.
+    let cancelled = cancelled_requests(&source, 1).await;
+    assert_eq!(cancelled_tools(&cancelled), ["slow"], "{cancelled:?}");
+    assert!(cancelled[0]["requestId"].is_number() || cancelled[0]["requestId"].is_string(), "{cancelled:?}");
+
+    // The same process answers the next call, and a call within the timeout finishes.
     assert_eq!(read_pid(&read).await, pid);
     let quick = call(&tool(&source, "test__slow"), json!({"ms": 1})).await;
     assert_eq!(quick, ToolOutput::text("slept 1ms"));
+}
+
+#[tokio::test]
+async fn a_call_within_its_call_timeout_finishes_and_nothing_is_cancelled() {
+    let source = start(config().call_timeout(Duration::from_secs(30))).await;
+    let slow = call(&tool(&source, "test__slow"), json!({"ms": 400})).await;
+    assert_eq!(slow, ToolOutput::text("slept 400ms"));
+    assert_eq!(cancelled_requests(&source, 0).await, Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn a_dropped_call_is_cancelled_on_the_server() {
+    // The default call_timeout (60s) is far away: only the drop can cancel the call.
+    let source = start(config()).await;
+    let slow = tool(&source, "test__slow");
+    let abandoned = tokio::time::timeout(Duration::from_millis(300), call(&slow, json!({"ms": 30_000}))).await;
+    assert!(abandoned.is_err(), "the slow call should still have been running: {abandoned:?}");
+
+    let cancelled = cancelled_requests(&source, 1).await;
+    assert_eq!(cancelled_tools(&cancelled), ["slow"], "{cancelled:?}");
+}
+
+#[tokio::test]
+async fn a_held_call_has_a_preview_with_server_tool_hints_and_arguments() {
+    let source = start(config()).await;
+    let delete = tool(&source, "test__delete_thing");
+    let args = json!({"id": "42", "reason": "obsolete"});
+    assert_eq!(delete.gate(&args), Gate::Ask, "the call is held");
+    // Made from what was listed at start: the server is not asked, so a stopped one does not matter.
+    source.shutdown().await;
+    let preview = delete.preview(&args).await;
+    assert_eq!(
+        preview.as_deref(),
+        Some(
+            "MCP server `test`, tool `delete_thing`\n\
+             annotations (hints from the server): readOnlyHint: false, destructiveHint: true\n\
+             arguments:\n\
+             {\n  \"id\": \"42\",\n  \"reason\": \"obsolete\"\n}"
+        )
+    );
+
+    // No annotations at all: no hints line.
+    let crash = tool(&source, "test__crash").preview(&json!({})).await;
+    assert_eq!(crash.as_deref(), Some("MCP server `test`, tool `crash`\narguments:\n{}"));
+}
+
+#[tokio::test]
+async fn a_huge_argument_gives_a_bounded_preview_that_says_it_was_cut() {
+    let source = start(config()).await;
+    let delete = tool(&source, "test__delete_thing");
+    // Two-byte characters, so a cut by bytes alone would split one.
+    let args = json!({"id": "é".repeat(100_000)});
+    let preview = delete.preview(&args).await.unwrap_or_else(|| panic!("no preview"));
+    assert!(preview.len() <= MAX_PREVIEW_BYTES, "{} bytes", preview.len());
+    assert!(preview.starts_with("MCP server `test`, tool `delete_thing`\nannotations"), "{preview}");
+    let (kept, marker) = preview.rsplit_once('\n').unwrap_or_else(|| panic!("no marker line: {preview}"));
+    assert!(kept.ends_with('é'), "cut inside the argument, on a character boundary: {kept}");
+    assert!(marker.starts_with(PREVIEW_CUT_MARKER), "{marker}");
+    assert!(kept.len() > MAX_PREVIEW_BYTES - 200, "most of the budget is used: {} bytes kept", kept.len());
+    source.shutdown().await;
 }
 
 #[tokio::test]

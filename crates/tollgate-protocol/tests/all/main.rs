@@ -2,5 +2,6 @@
 //! each module was a test file of its own.
 
 mod frozen_wire;
+mod fuzz_corpus;
 mod openapi;
 mod shapes;

@@ -8,8 +8,8 @@ use tollgate_protocol::event_data::{
     ApprovalRequested, DecisionMade, GatedCall, ModelResponse, RunCancelled, RunExpired, RunFailed, ToolFinished,
 };
 use tollgate_protocol::{
-    ApproveDecision, CallDecision, CancelRequest, Decision, DecisionRequest, DenyDecision, EditDecision, EventData,
-    EventDataError, EventKind, Gate, RespondDecision, Run, RunError, StartRunRequest, Usage,
+    ApproveDecision, CallDecision, CallResult, CallState, CancelRequest, Decision, DecisionRequest, DenyDecision,
+    EditDecision, EventData, EventDataError, EventKind, Gate, RespondDecision, Run, RunError, StartRunRequest, Usage,
 };
 
 fn text<T: serde::Serialize>(value: &T) -> String {
@@ -112,9 +112,9 @@ fn event_data_that_does_not_fit_says_which_kind() {
 
 #[test]
 fn a_waiting_run_with_recorded_decisions_is_written_as_run_json_writes_it() {
-    // view.rs `run_json`: each call is `held_call_json` plus `decision`, which is the decision's own JSON
-    // with `actor` and `at` inserted after it (null when undecided).
-    let text_in = r#"{"id":"0193b0c6-0000-7000-8000-000000000001","agent":"demo","status":"waiting_for_approval","input":"hello","output":null,"termination_reason":null,"iterations":1,"usage":{"input_tokens":3,"output_tokens":4},"version":4,"created_by":"local","created_at":"2026-11-29T10:00:00.000Z","updated_at":"2026-11-29T10:00:01.000Z","finished_at":null,"error":null,"pending":{"turn_digest":"sha256:00","expires_at":"2026-11-29T11:00:00.000Z","calls":[{"call_id":"call_1","tool":"fs_list","arguments":{},"gate":"allow","preview":null,"in_doubt":false,"decision":null},{"call_id":"call_2","tool":"fs_write","arguments":{"path":"a"},"gate":"ask","preview":"create a","in_doubt":false,"decision":{"action":"edit","arguments":{"path":"b"},"actor":"ana","at":"2026-11-29T10:00:01.000Z"}},{"call_id":"call_3","tool":"shell","arguments":{},"gate":"ask","preview":null,"in_doubt":true,"decision":{"action":"deny","reason":"no","actor":"bo","at":"2026-11-29T10:00:01.000Z"}},{"call_id":"call_4","tool":"fs_write","arguments":{},"gate":"ask","preview":null,"in_doubt":false,"decision":null}]}}"#;
+    // view.rs `run_json`: each call is the held call plus `decision` (the decision's own JSON with `actor`
+    // and `at` inserted after it, null when undecided), then `state`, `takes_decision` and `result`.
+    let text_in = r#"{"id":"0193b0c6-0000-7000-8000-000000000001","agent":"demo","status":"waiting_for_approval","input":"hello","output":null,"termination_reason":null,"iterations":1,"usage":{"input_tokens":3,"output_tokens":4},"version":4,"created_by":"local","created_at":"2026-11-29T10:00:00.000Z","updated_at":"2026-11-29T10:00:01.000Z","finished_at":null,"error":null,"pending":{"turn_digest":"sha256:00","expires_at":"2026-11-29T11:00:00.000Z","calls":[{"call_id":"call_1","tool":"fs_list","arguments":{},"gate":"allow","preview":null,"in_doubt":false,"decision":null,"state":"allowed","takes_decision":false,"result":null},{"call_id":"call_2","tool":"fs_write","arguments":{"path":"a"},"gate":"ask","preview":"create a","in_doubt":false,"decision":{"action":"edit","arguments":{"path":"b"},"actor":"ana","at":"2026-11-29T10:00:01.000Z"},"state":"decided","takes_decision":false,"result":null},{"call_id":"call_3","tool":"shell","arguments":{},"gate":"ask","preview":null,"in_doubt":true,"decision":{"action":"deny","reason":"no","actor":"bo","at":"2026-11-29T10:00:01.000Z"},"state":"decided","takes_decision":false,"result":null},{"call_id":"call_4","tool":"fs_write","arguments":{},"gate":"ask","preview":null,"in_doubt":false,"decision":null,"state":"waiting","takes_decision":true,"result":null},{"call_id":"call_5","tool":"fs_write","arguments":{},"gate":"ask","preview":null,"in_doubt":false,"decision":null,"state":"finished","takes_decision":false,"result":{"content":"wrote a","is_error":false}}]}}"#;
     let run: Run = serde_json::from_str(text_in).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(text(&run), text_in);
     let calls = run.pending.as_ref().map(|p| p.calls.as_slice()).unwrap_or_default();
@@ -123,7 +123,9 @@ fn a_waiting_run_with_recorded_decisions_is_written_as_run_json_writes_it() {
         Some(&Decision::Edit { arguments: json!({"path": "b"}) })
     );
     let open: Vec<&str> = run.awaiting_decision().map(|c| c.call_id.as_str()).collect();
-    assert_eq!(open, ["call_4"], "allow-gated and decided calls take no decision");
+    assert_eq!(open, ["call_4"], "allow-gated, decided and finished calls take no decision");
+    assert_eq!(calls[4].state, CallState::Finished);
+    assert_eq!(calls[4].result, Some(CallResult { content: "wrote a".into(), is_error: false }));
 }
 
 #[test]

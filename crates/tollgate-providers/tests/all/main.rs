@@ -2,6 +2,7 @@
 //! each module was a test file of its own.
 
 mod anthropic_wire;
+mod fuzz_corpus;
 mod openai_wire;
 mod resume_snapshots;
 mod secrets;

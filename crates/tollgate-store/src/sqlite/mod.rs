@@ -21,7 +21,14 @@
 //!
 //! Every caller is answered only after the COMMIT has returned, so an `Ok` means durable; if the
 //! transaction fails as a whole (the COMMIT, an I/O error that ends it, a panic), every operation of
-//! the batch gets the retryable [`StoreError::Database`] and none of them happened.
+//! the batch gets that error and none of them happened.
+//!
+//! SQLite's result codes name the error ([`crate::codec::Failure`]): `SQLITE_FULL` is
+//! [`StoreError::DiskFull`], `SQLITE_READONLY*` [`StoreError::ReadOnly`], `SQLITE_BUSY`/`LOCKED` past the
+//! busy timeout [`StoreError::Unreachable`], and `SQLITE_CORRUPT`/`NOTADB` [`StoreError::Corrupt`] for
+//! the run being read or written (so it fails alone), else [`StoreError::CorruptDatabase`]. A list
+//! that meets a damaged page of `runs` is read again run by run from the index of ids, skipping the
+//! damaged runs as it skips any corrupt row.
 //!
 //! The write connection's automatic checkpoint is off: a checkpointer thread with its own connection
 //! copies the WAL back into the database file (`PASSIVE`: it never blocks the writer or the readers)
@@ -60,7 +67,7 @@ use tokio::sync::{mpsc, oneshot};
 use tollgate_core::BoxFuture;
 use tollgate_core::event::{NewEvent, StoredEvent};
 use tollgate_core::run::{Millis, RunRecord, RunStatus, Transition};
-use tollgate_core::store::{Guard, RunPage, RunQuery, RunStore, StoreError};
+use tollgate_core::store::{Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreError};
 use writer::{QUEUE_CAPACITY, Request, WriteOp, Writer};
 
 /// How long a connection waits for another process's write lock before giving up.
@@ -70,11 +77,14 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const STATEMENT_CACHE: usize = 64;
 
 /// The schema changes of this backend, oldest first.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "runs_and_events",
-    sql: include_str!("../../migrations/sqlite/0001_runs_and_events.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "runs_and_events",
+        sql: include_str!("../../migrations/sqlite/0001_runs_and_events.sql"),
+    },
+    Migration { version: 2, name: "health", sql: include_str!("../../migrations/sqlite/0002_health.sql") },
+];
 
 // Shared by the readers and the writer (which reads a run as its batch left it).
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ?1");
@@ -190,8 +200,9 @@ impl SqliteStore {
     /// the writer thread.
     ///
     /// # Errors
-    /// [`StoreError::NewerSchema`] when the file was written by a newer Tollgate;
-    /// [`StoreError::Database`] when it cannot be opened or migrated.
+    /// [`StoreError::NewerSchema`] when the file was written by a newer Tollgate; when it cannot be
+    /// opened or migrated, the error SQLite's code names ([`StoreError::CorruptDatabase`] for a file
+    /// that is not a database, [`StoreError::ReadOnly`], ...).
     pub async fn open(url: &str) -> Result<SqliteStore, StoreError> {
         SqliteStore::open_with(url, StoreOptions::default()).await
     }
@@ -341,6 +352,15 @@ impl RunStore for SqliteStore {
         let request = Request::Purge { terminal_before, waiting_before, batch };
         Box::pin(self.write_count(request))
     }
+
+    fn probe_write(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        let request = Request::Probe { at: migrations::now_millis() };
+        Box::pin(async move { self.write_count(request).await.map(drop) })
+    }
+
+    fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
+        Box::pin(async move { self.check_file(depth) })
+    }
 }
 
 /// Applies the migrations this build knows, in one `BEGIN IMMEDIATE` transaction (so two processes
@@ -410,6 +430,56 @@ mod tests {
             Ok((text("journal_mode")?, number("synchronous")?, number("foreign_keys")?, number("busy_timeout")?))
         })?;
         assert_eq!(pragmas, ("wal".to_owned(), 2, 1, 5000), "synchronous 2 is FULL");
+        store.close().await;
+        Ok(())
+    }
+
+    fn running(n: u64, input_bytes: usize) -> RunRecord {
+        let id = format!("01980000-0000-7000-8000-{n:012x}");
+        RunRecord::new(id, "demo".into(), "x".repeat(input_bytes), "local".into(), 1, None)
+    }
+
+    /// A full disk, made the way SQLite reports one: the write connection's `max_page_count` is where
+    /// the file stands, so the next page it needs is `SQLITE_FULL`, the code a full disk gives (a
+    /// filesystem of our own to fill would need root). Every write is then `DiskFull`, not retryable,
+    /// the probe too; reads go on; and once there is room again, writes work again.
+    #[tokio::test]
+    async fn a_full_disk_is_disk_full_for_writes_while_reads_go_on() -> Result<(), Box<dyn std::error::Error>> {
+        let store = SqliteStore::open("sqlite::memory:").await?;
+        let kept = store.create(running(1, 10), Vec::new()).await?;
+        store.probe_write().await?;
+        let pages: i64 = lock(&store.committer.connection).query_row("PRAGMA page_count", [], |row| row.get(0))?;
+        lock(&store.committer.connection).query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))?;
+        let mut n = 2;
+        let full = loop {
+            match store.create(running(n, 3000), Vec::new()).await {
+                Ok(_) if n < 100 => n += 1,
+                other => break other,
+            }
+        };
+        assert!(matches!(&full, Err(StoreError::DiskFull(detail)) if detail.contains("full")), "{full:?}");
+        assert!(full.as_ref().err().is_some_and(|e| !e.is_retryable()));
+        assert!(matches!(store.probe_write().await, Err(StoreError::DiskFull(_))));
+        assert_eq!(store.get(&kept.id).await?, kept);
+        assert_eq!(store.list(RunQuery { limit: 500, ..Default::default() }).await?.runs.len(), n as usize - 1);
+        lock(&store.committer.connection).query_row("PRAGMA max_page_count = 1073741823", [], |_| Ok(()))?;
+        store.probe_write().await?;
+        store.create(running(n, 3000), Vec::new()).await?;
+        store.close().await;
+        Ok(())
+    }
+
+    /// `PRAGMA query_only` on the write connection: SQLite answers `SQLITE_READONLY`, a `ReadOnly` for
+    /// each write and the probe.
+    #[tokio::test]
+    async fn a_database_refusing_writes_is_read_only() -> Result<(), Box<dyn std::error::Error>> {
+        let store = SqliteStore::open("sqlite::memory:").await?;
+        let kept = store.create(running(1, 10), Vec::new()).await?;
+        lock(&store.committer.connection).pragma_update(None, "query_only", true)?;
+        let refused = store.create(running(2, 10), Vec::new()).await;
+        assert!(matches!(refused, Err(StoreError::ReadOnly(_))), "{refused:?}");
+        assert!(matches!(store.probe_write().await, Err(StoreError::ReadOnly(_))));
+        assert_eq!(store.get(&kept.id).await?, kept);
         store.close().await;
         Ok(())
     }

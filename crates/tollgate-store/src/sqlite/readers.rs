@@ -8,13 +8,13 @@
 use super::{Location, SELECT_RUN, SqliteStore, lock, run_exists};
 use crate::codec::{
     PREFIX_COUNT_CAP, database_error, decode_event, decode_run, keep_readable, prefix_upper_bound,
-    resolve_prefix_answer, run_columns, status_counts,
+    resolve_prefix_answer, run_columns, run_error, split_readable, status_counts,
 };
 use rusqlite::{Connection, OptionalExtension, ToSql, params, params_from_iter};
 use std::sync::{Arc, Mutex};
 use tollgate_core::event::StoredEvent;
 use tollgate_core::run::{Millis, RunRecord, RunStatus};
-use tollgate_core::store::{RunPage, RunQuery, StoreError};
+use tollgate_core::store::{IntegrityCheck, RunPage, RunQuery, StoreError};
 
 /// Read connections kept open between reads.
 const IDLE_READERS: usize = 8;
@@ -54,9 +54,23 @@ impl SqliteStore {
         })
     }
 
+    /// [`SqliteStore::read`] of one run's rows: damaged bytes met there are [`StoreError::Corrupt`] for
+    /// run `id`, so that run fails alone.
+    fn read_of_run<T>(
+        &self,
+        context: &str,
+        id: &str,
+        read: impl FnOnce(&Connection) -> Result<T, ReadError>,
+    ) -> Result<T, StoreError> {
+        self.readers.read(read).map_err(|error| match error {
+            ReadError::Database(e) => run_error(&self.secrets, context, id, &e),
+            ReadError::Store(e) => e,
+        })
+    }
+
     pub(super) fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
         let keys = self.keys.as_deref();
-        let run = self.read("cannot read a run", |connection| {
+        let run = self.read_of_run("cannot read a run", id, |connection| {
             let mut statement = connection.prepare_cached(SELECT_RUN)?;
             Ok(statement.query_row([id], |row| Ok(decode_run(row, keys))).optional()?)
         })?;
@@ -65,7 +79,7 @@ impl SqliteStore {
 
     pub(super) fn list_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
         if query.limit == 0 {
-            return Ok(RunPage { runs: Vec::new(), next_cursor: None });
+            return Ok(RunPage { runs: Vec::new(), next_cursor: None, skipped: Vec::new() });
         }
         let mut arguments: Vec<&dyn ToSql> = Vec::with_capacity(4);
         let status = query.status.map(|status| status.as_str());
@@ -81,17 +95,61 @@ impl SqliteStore {
         let fetch = i64::from(query.limit) + 1;
         arguments.push(&fetch);
         let keys = self.keys.as_deref();
-        let rows = self.read("cannot list runs", |connection| {
+        let read = self.read("cannot list runs", |connection| {
             let mut statement = connection.prepare_cached(&list_sql(query))?;
-            let rows =
-                statement.query_map(params_from_iter(arguments), |row| Ok((row.get(0), decode_run(row, keys))))?;
+            let rows = statement
+                .query_map(params_from_iter(arguments.iter()), |row| Ok((row.get(0), decode_run(row, keys))))?;
             Ok(rows.collect::<Result<Vec<(rusqlite::Result<String>, _)>, _>>()?)
-        })?;
+        });
+        let rows = match read {
+            Ok(rows) => rows,
+            // A damaged page of the table ends the scan; the index of ids is another b-tree, so the
+            // page is listed from it and each run read on its own: only the damaged runs are skipped.
+            Err(StoreError::CorruptDatabase(detail)) => {
+                tracing::warn!(%detail, "listing runs one by one around a damaged page of the database");
+                self.list_run_by_run(query, &arguments)?
+            }
+            Err(error) => return Err(error),
+        };
         let limit = usize::try_from(query.limit).unwrap_or(usize::MAX);
         let next_cursor =
             if rows.len() > limit { rows.get(limit - 1).and_then(|(id, _)| id.as_ref().ok().cloned()) } else { None };
-        let runs = rows.into_iter().take(limit).filter_map(|(_, run)| keep_readable(run, "list")).collect();
-        Ok(RunPage { runs, next_cursor })
+        let (runs, skipped) = split_readable(rows.into_iter().take(limit).map(|(_, run)| run), "list");
+        Ok(RunPage { runs, next_cursor, skipped })
+    }
+
+    /// The page of [`SqliteStore::list_runs`] read from an index of ids, then run by run.
+    #[expect(clippy::type_complexity, reason = "the same rows as the single query's")]
+    fn list_run_by_run(
+        &self,
+        query: &RunQuery,
+        arguments: &[&dyn ToSql],
+    ) -> Result<Vec<(rusqlite::Result<String>, Result<RunRecord, StoreError>)>, StoreError> {
+        let ids = self.read("cannot list run ids", |connection| {
+            let mut statement = connection.prepare_cached(&list_ids_sql(query))?;
+            let ids = statement.query_map(params_from_iter(arguments.iter()), |row| row.get::<_, String>(0))?;
+            Ok(ids.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        Ok(ids.into_iter().map(|id| (Ok(id.clone()), self.get_run(&id))).collect())
+    }
+
+    /// SQLite's own check of the database file, on a read connection: every line it reports but `ok`.
+    pub(super) fn check_file(&self, depth: IntegrityCheck) -> Result<Vec<String>, StoreError> {
+        let pragma = match depth {
+            IntegrityCheck::Quick => "PRAGMA quick_check(100)",
+            IntegrityCheck::Full => "PRAGMA integrity_check(100)",
+        };
+        let lines = self.read("the check cannot read the database", |connection| {
+            let mut statement = connection.prepare(pragma)?;
+            let lines = statement.query_map([], |row| row.get::<_, String>(0))?;
+            Ok(lines.collect::<Result<Vec<_>, _>>()?)
+        });
+        match lines {
+            Ok(lines) => Ok(lines.into_iter().filter(|line| line != "ok").collect()),
+            // Damage that stops the check itself (a page it cannot even parse) is what it found.
+            Err(StoreError::CorruptDatabase(detail)) => Ok(vec![detail]),
+            Err(error) => Err(error),
+        }
     }
 
     pub(super) fn resolve(&self, prefix: &str) -> Result<String, StoreError> {
@@ -113,7 +171,7 @@ impl SqliteStore {
 
     pub(super) fn read_events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
         let keys = self.keys.as_deref();
-        self.read("cannot read events", |connection| {
+        self.read_of_run("cannot read events", id, |connection| {
             let mut statement = connection.prepare_cached(SELECT_EVENTS)?;
             let after = i64::try_from(after).unwrap_or(i64::MAX);
             let events = statement
@@ -207,7 +265,16 @@ impl Readers {
 /// one more than asked, which tells whether another page exists. At most 8 distinct texts come out
 /// of this, so each stays prepared in the connection's statement cache.
 pub(super) fn list_sql(query: &RunQuery) -> String {
-    let mut sql = String::from(concat!("SELECT ", run_columns!(), " FROM runs WHERE 1 = 1"));
+    list_statement(concat!("SELECT ", run_columns!(), " FROM runs WHERE 1 = 1"), query)
+}
+
+/// [`list_sql`] for the ids alone: answered from an index, without reading the table's pages.
+pub(super) fn list_ids_sql(query: &RunQuery) -> String {
+    list_statement("SELECT id FROM runs WHERE 1 = 1", query)
+}
+
+fn list_statement(select: &str, query: &RunQuery) -> String {
+    let mut sql = String::from(select);
     if query.status.is_some() {
         sql.push_str(" AND status = ?");
     }

@@ -5,14 +5,14 @@
 //! thread commits whatever is queued (up to [`MAX_BATCH`]) as one transaction with one sync. Inside a
 //! transaction each operation reads its run as the batch left it, is checked and applied in Rust, and
 //! writes in its own `SAVEPOINT`, so a failed write undoes only itself. Every caller is answered after
-//! the COMMIT has returned; a transaction that fails as a whole answers every operation with the
-//! retryable [`StoreError::Database`].
+//! the COMMIT has returned; a transaction that fails as a whole answers every operation with its
+//! error, named by SQLite's code (a full disk is [`StoreError::DiskFull`] for each of them).
 
 use super::checkpoint::CHECKPOINT_EVERY;
 use super::{SELECT_RUN, SqliteStore, lock, run_exists};
 use crate::codec::{
     ChainHead, EventRow, RunRow, Secrets, database_error, plan_append, plan_create, plan_transition, read_run_row,
-    run_columns,
+    run_columns, run_error,
 };
 use crate::encryption::DataKeys;
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
@@ -47,6 +47,15 @@ pub(super) const PURGE: &str = "DELETE FROM runs WHERE id IN (\
      UNION ALL SELECT id FROM (SELECT id FROM runs WHERE status = 'waiting_for_approval' AND updated_at < ?2 \
      ORDER BY updated_at LIMIT ?3) \
      LIMIT ?3)";
+
+/// The probe of [`tollgate_core::RunStore::probe_write`], then [`PROBE_CLEAR`]: a new row of `health`
+/// with a page's worth of bytes, so that the probe needs a free page as a run's write does (see the
+/// migration `0002_health.sql`).
+pub(super) const PROBE: &str = "INSERT INTO health (probed_at, padding) \
+     VALUES (?1, zeroblob((SELECT page_size FROM pragma_page_size())))";
+
+/// Leaves only the row the probe just wrote.
+const PROBE_CLEAR: &str = "DELETE FROM health WHERE id < last_insert_rowid()";
 
 impl SqliteStore {
     /// Commits a write. When no other write is under way (none submitted and unanswered, none queued)
@@ -114,10 +123,32 @@ pub(super) struct WriteOp {
 
 /// A write operation.
 pub(super) enum Request {
-    Create { run: RunRecord, events: Vec<NewEvent> },
-    Transition { id: String, guard: Guard, transition: Transition, events: Vec<NewEvent>, now: Millis },
-    Append { id: String, owner: String, events: Vec<NewEvent>, lease_until: Millis },
-    Purge { terminal_before: Millis, waiting_before: Millis, batch: u32 },
+    Create {
+        run: RunRecord,
+        events: Vec<NewEvent>,
+    },
+    Transition {
+        id: String,
+        guard: Guard,
+        transition: Transition,
+        events: Vec<NewEvent>,
+        now: Millis,
+    },
+    Append {
+        id: String,
+        owner: String,
+        events: Vec<NewEvent>,
+        lease_until: Millis,
+    },
+    Purge {
+        terminal_before: Millis,
+        waiting_before: Millis,
+        batch: u32,
+    },
+    /// The write probe (answered with a count of 1).
+    Probe {
+        at: Millis,
+    },
 }
 
 /// An operation's answer, held until its batch has committed.
@@ -272,6 +303,11 @@ impl Writer {
         move |e| database_error(&self.secrets, context, &e)
     }
 
+    /// [`Writer::error`] for a write of run `id`: damaged bytes met there are that run's.
+    fn run_failed<'a>(&'a self, context: &'static str, id: &'a str) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
+        move |e| run_error(&self.secrets, context, id, &e)
+    }
+
     /// One transaction for the whole batch: each operation is applied in order, in its own savepoint.
     fn commit_batch(&self, connection: &Connection, requests: Vec<Request>) -> Result<Vec<Outcome>, BatchFailure> {
         execute(connection, "BEGIN IMMEDIATE").map_err(self.fail("cannot begin a write transaction"))?;
@@ -297,6 +333,17 @@ impl Writer {
                 })
                 .map(|outcome| outcome.unwrap_or_else(|error| Outcome::Count(Err(error))));
         }
+        if let Request::Probe { at } = request {
+            return self
+                .in_savepoint(connection, |connection| {
+                    let mut statement =
+                        connection.prepare_cached(PROBE).map_err(self.error("cannot write the probe"))?;
+                    statement.execute([at]).map_err(self.error("cannot write the probe"))?;
+                    execute(connection, PROBE_CLEAR).map_err(self.error("cannot write the probe"))?;
+                    Ok(Outcome::Count(Ok(1)))
+                })
+                .map(|outcome| outcome.unwrap_or_else(|error| Outcome::Count(Err(error))));
+        }
         let record = request.answers_record();
         let planned = match self.plan(connection, request) {
             Ok(planned) => planned,
@@ -304,7 +351,7 @@ impl Writer {
         };
         let Planned { outcome, run_id, row, events } = planned;
         let written = self.in_savepoint(connection, |connection| {
-            write_run(connection, &row).map_err(self.error("cannot write a run"))?;
+            write_run(connection, &row).map_err(self.run_failed("cannot write a run", &run_id))?;
             if let RowWrite::Update { .. } = row
                 && connection.changes() != 1
             {
@@ -314,7 +361,7 @@ impl Writer {
             for event in &events {
                 insert
                     .execute(params![run_id, event.seq, event.at, event.kind, event.round, event.data, event.hash])
-                    .map_err(self.error("cannot write events"))?;
+                    .map_err(self.run_failed("cannot write events", &run_id))?;
             }
             Ok(())
         })?;
@@ -339,12 +386,16 @@ impl Writer {
                 Ok(Ok(value))
             }
             Err(error) => {
-                // Undoing succeeds only if SQLite did not already end the transaction (it may after an
-                // I/O error): otherwise the batch fails as a whole, as it must.
-                execute(connection, "ROLLBACK TO op")
-                    .and_then(|()| execute(connection, "RELEASE op"))
-                    .map_err(self.fail("the write transaction failed"))?;
-                Ok(Err(error))
+                // Undoing succeeds only if SQLite did not already end the transaction (it does after
+                // `SQLITE_FULL` or an I/O error): otherwise the batch fails as a whole, as it must, with
+                // the error that ended it (a full disk stays `DiskFull`, not "no such savepoint").
+                match execute(connection, "ROLLBACK TO op").and_then(|()| execute(connection, "RELEASE op")) {
+                    Ok(()) => Ok(Err(error)),
+                    Err(undo) => {
+                        tracing::debug!(error = %undo, "the failed write ended its transaction");
+                        Err(BatchFailure(error))
+                    }
+                }
             }
         }
     }
@@ -357,7 +408,7 @@ impl Writer {
         };
         match request {
             Request::Create { run, events } => {
-                if run_exists(connection, &run.id).map_err(self.error("cannot read a run"))? {
+                if run_exists(connection, &run.id).map_err(self.run_failed("cannot read a run", &run.id))? {
                     return Err(StoreError::Duplicate(run.id.clone()));
                 }
                 let (run, stored) = plan_create(run, events);
@@ -401,7 +452,9 @@ impl Writer {
                     outcome: Outcome::Count(Ok(last_seq)),
                 })
             }
-            Request::Purge { .. } => Err(StoreError::Database("internal error: a purge cannot be planned".to_owned())),
+            Request::Purge { .. } | Request::Probe { .. } => {
+                Err(StoreError::Database("internal error: a purge or a probe cannot be planned".to_owned()))
+            }
         }
     }
 
@@ -411,7 +464,7 @@ impl Writer {
         let row = statement
             .query_row([id], |row| Ok(read_run_row(row)))
             .optional()
-            .map_err(self.error("cannot read a run"))?;
+            .map_err(self.run_failed("cannot read a run", id))?;
         let row = row.ok_or_else(|| StoreError::NotFound(id.to_owned()))??;
         Ok((row.clone().decode(self.keys.as_deref())?, row))
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::event::{EventKind, NewEvent, verify_chain};
 use tollgate_core::run::{RunStatus, Transition};
-use tollgate_core::store::{Guard, RunQuery, RunStore, StoreError};
+use tollgate_core::store::{Guard, IntegrityCheck, RunQuery, RunStore, StoreError};
 use tollgate_store::{SqliteStore, StoreOptions};
 
 /// A directory of its own under the system temp dir, removed when dropped (test failed or not).
@@ -218,6 +218,112 @@ async fn the_wal_stays_bounded_under_steady_writes() -> anyhow::Result<()> {
     // 6,000 runs write about 60,000 WAL frames (235 MiB) when the WAL never starts over. It starts over
     // within about 50 MiB; the margin is for a busy machine where the checkpointer runs late.
     anyhow::ensure!(largest < 120 * 1024 * 1024, "the WAL grew to {largest} bytes");
+    store.close().await;
+    Ok(())
+}
+
+/// The offset in `bytes` of the one page (of `page_size`) holding `marker`.
+fn page_holding(bytes: &[u8], marker: &[u8], page_size: usize) -> anyhow::Result<usize> {
+    let at: Vec<usize> =
+        bytes.windows(marker.len()).enumerate().filter(|(_, w)| *w == marker).map(|(i, _)| i).collect();
+    anyhow::ensure!(at.len() == 1, "the marker is in the file once, found {} times", at.len());
+    Ok(at[0] / page_size * page_size)
+}
+
+/// Flipped bytes in the page of one run's row (its first cell pointer, as a bad sector or a stray
+/// write would leave it): the database fails its check, which names the page; that run fails alone as
+/// `Corrupt` naming it; every other run is still read, listed (the damaged one in `skipped`) and
+/// written.
+#[tokio::test]
+async fn flipped_bytes_in_one_runs_page_spoil_only_that_run() -> anyhow::Result<()> {
+    let dir = temp_dir()?;
+    let path = dir.0.join("flipped.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = SqliteStore::open(&url).await?;
+    // Inputs of ~3 KB: each row fills a 4 KB page of its own, so one damaged page is one run.
+    let input = |n: u64| format!("MARKER-{n:04}-{}", "x".repeat(3000));
+    for n in 1..=5 {
+        let mut run = running_run(n, "demo");
+        run.input = input(n);
+        store.create(run, started()).await?;
+    }
+    store.close().await;
+    {
+        // Everything into the database file, so the bytes below are the only copy.
+        let connection = rusqlite::Connection::open(&path)?;
+        connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    }
+    let mut bytes = std::fs::read(&path)?;
+    let page = page_holding(&bytes, b"MARKER-0003-", 4096)?;
+    anyhow::ensure!(bytes[page] == 0x0d, "a table leaf page");
+    // The first entry of the cell pointer array (after the 8-byte leaf header) now points past the page.
+    bytes[page + 8] = 0xff;
+    bytes[page + 9] = 0xf0;
+    std::fs::write(&path, &bytes)?;
+
+    let store = SqliteStore::open(&url).await?;
+    let quick = store.check_integrity(IntegrityCheck::Quick).await?;
+    anyhow::ensure!(!quick.is_empty(), "quick_check finds the damaged page");
+    let full = store.check_integrity(IntegrityCheck::Full).await?;
+    anyhow::ensure!(full.iter().any(|line| line.contains("page")), "integrity_check names the page: {full:?}");
+
+    let broken = id(3);
+    match store.get(&broken).await {
+        Err(StoreError::Corrupt { id, detail }) => {
+            anyhow::ensure!(id == broken && detail.contains("malformed"), "{id}: {detail}")
+        }
+        other => anyhow::bail!("expected Corrupt for run 3, got {other:?}"),
+    }
+    for n in [1, 2, 4, 5] {
+        anyhow::ensure!(store.get(&id(n)).await?.input == input(n));
+        anyhow::ensure!(store.events(&id(n), 0, 10).await?.len() == 1);
+    }
+    let page = store.list(RunQuery { limit: 10, ..Default::default() }).await?;
+    let listed: Vec<&str> = page.runs.iter().map(|r| r.id.as_str()).collect();
+    anyhow::ensure!(listed == [id(5), id(4), id(2), id(1)], "{listed:?}");
+    anyhow::ensure!(page.skipped == [broken.clone()], "{:?}", page.skipped);
+    // Paging goes on past the damaged run.
+    let first = store.list(RunQuery { limit: 3, ..Default::default() }).await?;
+    anyhow::ensure!(first.runs.len() == 2 && first.next_cursor.as_deref() == Some(broken.as_str()));
+    let rest = store.list(RunQuery { limit: 3, cursor: first.next_cursor, ..Default::default() }).await?;
+    anyhow::ensure!(rest.runs.iter().map(|r| r.id.clone()).collect::<Vec<_>>() == [id(2), id(1)]);
+    // The others are still written.
+    store.transition(&id(4), Guard::Version(1), Transition::Cancel, started(), T0 + 10).await?;
+    store.close().await;
+    Ok(())
+}
+
+/// A file that is not a database at all is refused at open as a corrupt database.
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused_as_corrupt() -> anyhow::Result<()> {
+    let dir = temp_dir()?;
+    let path = dir.0.join("not-a.db");
+    std::fs::write(&path, vec![0x5a_u8; 8192])?;
+    match SqliteStore::open(&format!("sqlite://{}", path.display())).await {
+        Err(StoreError::CorruptDatabase(detail)) => anyhow::ensure!(detail.contains("not a database"), "{detail}"),
+        other => anyhow::bail!("expected CorruptDatabase, got {:?}", other.map(|_| "a store")),
+    }
+    Ok(())
+}
+
+/// Opened with `?mode=ro`, a database reads but every write (and the probe) is `ReadOnly`.
+#[tokio::test]
+async fn a_read_only_database_reads_and_refuses_writes() -> anyhow::Result<()> {
+    let dir = temp_dir()?;
+    let path = dir.0.join("ro.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = SqliteStore::open(&url).await?;
+    let created = store.create(running_run(1, "demo"), started()).await?;
+    store.close().await;
+
+    let store = SqliteStore::open(&format!("{url}?mode=ro")).await?;
+    anyhow::ensure!(store.get(&created.id).await? == created);
+    let write = store.transition(&created.id, Guard::Version(1), Transition::Cancel, started(), T0 + 1).await;
+    anyhow::ensure!(matches!(write, Err(StoreError::ReadOnly(_))), "{write:?}");
+    let create = store.create(running_run(2, "demo"), started()).await;
+    anyhow::ensure!(matches!(create, Err(StoreError::ReadOnly(_))), "{create:?}");
+    let probe = store.probe_write().await;
+    anyhow::ensure!(matches!(probe, Err(StoreError::ReadOnly(_))), "{probe:?}");
     store.close().await;
     Ok(())
 }

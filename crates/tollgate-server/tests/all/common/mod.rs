@@ -48,6 +48,8 @@ pub struct Config {
     pub store: Option<Arc<dyn RunStore>>,
     /// The SSE keep-alive interval (zero: the default).
     pub sse_keep_alive: Duration,
+    /// Adjusts the server's options last (connection limits, timeouts).
+    pub tune: Option<fn(&mut ServerOptions)>,
 }
 
 /// Tokens for auth tests: `alice` runner, `bob` approver, `carol` runner + approver, `root` admin.
@@ -258,6 +260,9 @@ impl Server {
         }
         if !config.sse_keep_alive.is_zero() {
             options.sse_keep_alive = config.sse_keep_alive;
+        }
+        if let Some(tune) = config.tune {
+            tune(&mut options);
         }
         let (stop, stopped) = oneshot::channel::<()>();
         let handle = tokio::spawn(tollgate_server::serve_on(listener, runtime.clone(), options, async move {

@@ -14,7 +14,7 @@ use tollgate_core::event::{ChainBreak, EventKind, NewEvent, verify_chain};
 use tollgate_core::run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
 };
-use tollgate_core::store::{Conflict, EVENT_PAGE, Guard, RunQuery, RunStore, StoreError, events_after};
+use tollgate_core::store::{Conflict, EVENT_PAGE, Guard, IntegrityCheck, RunQuery, RunStore, StoreError, events_after};
 use tollgate_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_core::tool_loop::TerminationReason;
 use tollgate_core::transcript::Usage;
@@ -1245,6 +1245,21 @@ macro_rules! contract_tests {
     };
 }
 
+/// `probe_write` commits (its one row is there, rewritten each time) and a sound database checks clean
+/// at both depths.
+pub async fn the_write_probe_commits_and_a_sound_database_checks_clean<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    create_running(&*store, 1, "demo").await?;
+    store.probe_write().await?;
+    let first = h.query_i64("SELECT MAX(probed_at) FROM health".to_owned()).await?;
+    store.probe_write().await?;
+    ensure!(h.query_i64("SELECT COUNT(*) FROM health".to_owned()).await? == 1);
+    ensure!(h.query_i64("SELECT MAX(probed_at) FROM health".to_owned()).await? >= first);
+    ensure!(store.check_integrity(IntegrityCheck::Quick).await?.is_empty());
+    ensure!(store.check_integrity(IntegrityCheck::Full).await?.is_empty());
+    Ok(())
+}
+
 /// Every case, for `contract_tests!`.
 #[macro_export]
 macro_rules! all_contract_tests {
@@ -1275,6 +1290,7 @@ macro_rules! all_contract_tests {
             a_missing_or_wrong_key_fails_clearly,
             rotating_keys_keeps_old_values_readable,
             plain_runs_read_after_encryption_is_turned_on,
+            the_write_probe_commits_and_a_sound_database_checks_clean,
         );
     };
 }
