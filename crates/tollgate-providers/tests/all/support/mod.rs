@@ -231,17 +231,29 @@ pub fn assert_anthropic_calls_answered(body: &Value) {
     }
 }
 
-/// Everything tracing writes while installed, as text.
+/// Everything tracing writes on this thread while installed, as text.
+///
+/// One process-wide subscriber (installed once) writes each record into the buffer of the thread that
+/// emitted it: a scoped (`set_default`) subscriber per test raced with the other tests of this binary
+/// over tracing's per-callsite interest cache, and a record was sometimes lost.
 #[derive(Clone, Default)]
 pub struct LogCapture {
     buffer: Arc<Mutex<Vec<u8>>>,
 }
 
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<Arc<Mutex<Vec<u8>>>>> = const { std::cell::RefCell::new(None) };
+}
 
-impl std::io::Write for LogWriter {
+struct ThreadWriter;
+
+impl std::io::Write for ThreadWriter {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(bytes);
+        CAPTURE.with(|capture| {
+            if let Some(buffer) = capture.borrow().as_ref() {
+                buffer.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(bytes);
+            }
+        });
         Ok(bytes.len())
     }
 
@@ -250,16 +262,29 @@ impl std::io::Write for LogWriter {
     }
 }
 
+/// Stops capturing on this thread when dropped.
+pub struct CaptureGuard;
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CAPTURE.with(|capture| capture.borrow_mut().take());
+    }
+}
+
 impl LogCapture {
-    /// Installs the capture for this thread, at the most verbose level, until the guard drops.
-    pub fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let buffer = self.buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || LogWriter(buffer.clone()))
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_default(subscriber)
+    /// Captures this thread's records, at the most verbose level, until the guard drops.
+    pub fn install(&self) -> CaptureGuard {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(|| ThreadWriter)
+                .with_max_level(tracing::Level::TRACE)
+                .with_ansi(false)
+                .finish();
+            let _ = tracing::subscriber::set_global_default(subscriber);
+        });
+        CAPTURE.with(|capture| *capture.borrow_mut() = Some(self.buffer.clone()));
+        CaptureGuard
     }
 
     /// What was written so far.
