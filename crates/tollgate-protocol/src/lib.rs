@@ -35,7 +35,7 @@ pub use event_data::{EventData, EventDataError};
 pub use problem::{PROBLEM_BASE, PROBLEM_JSON, Problem, ProblemType};
 pub use request::{
     ApproveDecision, CallDecision, CancelRequest, DecisionRequest, DenyDecision, EditDecision, PurgeRequest,
-    RespondDecision, StartRunRequest,
+    RespondDecision, StartRunRequest, decide_forms,
 };
 pub use run::{
     Call, CallResult, CallState, Decision, Gate, HeldTurn, RecordedDecision, Run, RunError, RunPage, RunStatus,

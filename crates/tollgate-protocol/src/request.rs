@@ -3,7 +3,9 @@
 //! Every body rejects fields it does not know (docs/api.md: a 422), and leaves an absent optional field out
 //! when a client serialises it, so what a client sends is the smallest body that says what it means.
 //! Rules that span fields (`decisions` not empty, not together with `approve_all`, …) are the server's
-//! to check: it answers each with its own 422 detail.
+//! to check: it answers each with its own 422 detail. The schemas state the same rules (the
+//! `DecideRequest` schema is one of its three forms), so the OpenAPI document refuses exactly what the
+//! server refuses.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,7 +19,11 @@ pub struct StartRunRequest {
     /// The agent; the first configured agent when absent or null.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
-    /// What the agent is asked to do: a non-empty string.
+    /// What the agent is asked to do: a string with at least one character that is not white space.
+    #[schema(
+        min_length = 1,
+        pattern = "[^\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+    )]
     pub input: String,
     /// Answer once the run waits for approval or has ended (default false: answer at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,7 +44,7 @@ pub struct ApproveDecision {
 pub struct EditDecision {
     /// The held call.
     pub call_id: String,
-    /// The approver's arguments.
+    /// The approver's arguments: a JSON object.
     #[schema(value_type = Object)]
     pub arguments: Value,
 }
@@ -65,9 +71,12 @@ pub struct RespondDecision {
 }
 
 /// One decision for one held call, by `call_id`, tagged by `action`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+///
+/// Its schema (`DecisionItem`, hand-written below) is a `oneOf` of the four named action components with
+/// `action` as discriminator, the shape client generators read (an `allOf` per variant was dropped by
+/// openapi-python-client).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
-#[schema(as = DecisionItem)]
 pub enum CallDecision {
     /// Run the call as the model asked.
     Approve(ApproveDecision),
@@ -92,9 +101,12 @@ impl CallDecision {
 }
 
 /// `POST /v1/runs/{id}/decisions`: either `decisions`, or `approve_all`, or `deny_all` (with `reason`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+///
+/// Its schema (`DecideRequest`, hand-written below) is one of three closed forms, `DecideEach`,
+/// `DecideApproveAll` and `DecideDenyAll`: exactly the bodies [`DecisionRequest`] parses into and the
+/// server's cross-field rules let through.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[schema(as = DecideRequest)]
 pub struct DecisionRequest {
     /// The digest of the held turn the decisions were made on (`pending.turn_digest`).
     pub turn_digest: String,
@@ -132,6 +144,139 @@ impl DecisionRequest {
     }
 }
 
+/// `(action, component)` of each [`CallDecision`] variant.
+const DECISION_ACTIONS: [(&str, &str); 4] = [
+    ("approve", "ApproveDecision"),
+    ("edit", "EditDecision"),
+    ("deny", "DenyDecision"),
+    ("respond", "RespondDecision"),
+];
+
+impl utoipa::PartialSchema for CallDecision {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let component = |name: &str| format!("#/components/schemas/{name}");
+        let variants: Vec<Value> =
+            DECISION_ACTIONS.iter().map(|(_, name)| serde_json::json!({"$ref": component(name)})).collect();
+        let mapping: serde_json::Map<String, Value> = DECISION_ACTIONS
+            .iter()
+            .map(|(action, name)| ((*action).to_owned(), Value::from(component(name))))
+            .collect();
+        schema_of(serde_json::json!({
+            "oneOf": variants,
+            "discriminator": {"propertyName": "action", "mapping": mapping},
+            "description": "One decision for one held call, by `call_id`, tagged by `action`.",
+        }))
+    }
+}
+
+impl ToSchema for CallDecision {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("DecisionItem")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>) {
+        use utoipa::PartialSchema;
+        schemas.push((ApproveDecision::name().into_owned(), ApproveDecision::schema()));
+        schemas.push((EditDecision::name().into_owned(), EditDecision::schema()));
+        schemas.push((DenyDecision::name().into_owned(), DenyDecision::schema()));
+        schemas.push((RespondDecision::name().into_owned(), RespondDecision::schema()));
+    }
+}
+
+/// The three forms of a [`DecisionRequest`], each a closed object: the components `DecideEach`,
+/// `DecideApproveAll` and `DecideDenyAll`. `null` stands for an absent optional field, so a field a form
+/// leaves unused may still be sent as `null` (and `approve_all` / `deny_all` as `false`).
+///
+/// They are JSON rather than utoipa types because utoipa's schema types have no `const`: the server's
+/// `openapi_json` writes these exact values over the (lossy) components [`DecisionRequest`] registers.
+pub fn decide_forms() -> [(&'static str, Value); 3] {
+    use serde_json::json;
+    let digest = json!({"type": "string", "description": "The digest of the held turn the decisions were made on (`pending.turn_digest`)."});
+    let wait = json!({"type": ["boolean", "null"], "description": "Answer once the run waits again or has ended."});
+    let unused = json!({"type": "null", "description": "Not in this form."});
+    // `const`, not a boolean `enum`: openapi-python-client reads the one and drops a form with the other.
+    let off = json!({"anyOf": [{"type": "boolean", "const": false}, {"type": "null"}], "description": "Not in this form: `false` or `null`."});
+    let on = |what: &str| json!({"type": "boolean", "const": true, "description": what});
+    [
+        (
+            "DecideEach",
+            json!({
+                "type": "object",
+                "description": "Decisions for some or all held calls, each by `call_id`.",
+                "required": ["turn_digest", "decisions"],
+                "properties": {
+                    "turn_digest": digest,
+                    "decisions": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/DecisionItem"},
+                                  "description": "Decisions for some or all held calls; not empty."},
+                    "approve_all": off, "deny_all": off, "reason": unused, "wait": wait,
+                },
+                "additionalProperties": false,
+            }),
+        ),
+        (
+            "DecideApproveAll",
+            json!({
+                "type": "object",
+                "description": "Approve every held call that takes a decision.",
+                "required": ["turn_digest", "approve_all"],
+                "properties": {
+                    "turn_digest": digest,
+                    "approve_all": on("Approve every held call not yet decided."),
+                    "decisions": unused, "deny_all": off, "reason": unused, "wait": wait,
+                },
+                "additionalProperties": false,
+            }),
+        ),
+        (
+            "DecideDenyAll",
+            json!({
+                "type": "object",
+                "description": "Deny every held call that takes a decision.",
+                "required": ["turn_digest", "deny_all"],
+                "properties": {
+                    "turn_digest": digest,
+                    "deny_all": on("Deny every held call not yet decided."),
+                    "reason": {"type": ["string", "null"], "description": "The reason given to the model (`no reason given` when absent)."},
+                    "decisions": unused, "approve_all": off, "wait": wait,
+                },
+                "additionalProperties": false,
+            }),
+        ),
+    ]
+}
+
+/// A schema written as JSON; the shape is fixed, so it always reads (a test checks each one).
+fn schema_of(value: Value) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    serde_json::from_value(value).unwrap_or_default()
+}
+
+impl utoipa::PartialSchema for DecisionRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let forms: Vec<Value> = decide_forms()
+            .iter()
+            .map(|(name, _)| serde_json::json!({"$ref": format!("#/components/schemas/{name}")}))
+            .collect();
+        schema_of(serde_json::json!({
+            "oneOf": forms,
+            "description": "`POST /v1/runs/{id}/decisions`: exactly one of `decisions` (not empty), `approve_all: true`, `deny_all: true` (with an optional `reason`).",
+        }))
+    }
+}
+
+impl ToSchema for DecisionRequest {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("DecideRequest")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>) {
+        for (name, form) in decide_forms() {
+            schemas.push((name.to_owned(), schema_of(form)));
+        }
+        schemas.push((CallDecision::name().into_owned(), <CallDecision as utoipa::PartialSchema>::schema()));
+        <CallDecision as ToSchema>::schemas(schemas);
+    }
+}
+
 /// `POST /v1/runs/{id}/cancel`; the body may be empty.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -145,8 +290,11 @@ pub struct CancelRequest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PurgeRequest {
-    /// Terminal runs finished longer ago than this go (`30s`, `15m`, `24h`, `30d`); waiting runs go by
-    /// the configured `retention.waiting_after`.
+    /// Terminal runs finished longer ago than this go (`30s`, `15m`, `24h`, `30d`: at most 14 digits,
+    /// white space around allowed); waiting runs go by the configured `retention.waiting_after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        pattern = "^[\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]*[0-9]{1,14}[smhd][\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]*$"
+    )]
     pub older_than: Option<String>,
 }

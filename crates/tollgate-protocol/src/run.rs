@@ -170,7 +170,10 @@ impl Decision {
 }
 
 /// A decision already recorded for a held call: the decision's own fields, then who and when.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+///
+/// Its schema is written by hand, one flat object: an `allOf` of the tagged [`Decision`] and these
+/// fields is what utoipa derives, and client generators (openapi-python-client) drop it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecordedDecision {
     /// The decision (`action` and its fields).
     #[serde(flatten)]
@@ -334,3 +337,25 @@ pub struct RunPage {
     #[schema(required = true)]
     pub next_cursor: Option<String>,
 }
+
+impl utoipa::PartialSchema for RecordedDecision {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        serde_json::from_value(serde_json::json!({
+            "type": "object",
+            "description": "A decision already recorded for a held call: the decision's own fields (`action`, and \
+`arguments` for edit, `reason` for deny, `result` for respond), then who and when.",
+            "required": ["action", "actor", "at"],
+            "properties": {
+                "action": {"type": "string", "enum": ["approve", "edit", "deny", "respond"], "description": "The action."},
+                "arguments": {"type": "object", "description": "`edit`: the approver's arguments."},
+                "reason": {"type": "string", "description": "`deny`: the reason passed to the model."},
+                "result": {"type": "string", "description": "`respond`: the result given in the tool's place."},
+                "actor": {"type": "string", "description": "Who decided (a token's name, `local`, or `system` for expiry)."},
+                "at": {"type": "string", "description": "When (RFC 3339 UTC)."},
+            },
+        }))
+        .unwrap_or_default()
+    }
+}
+
+impl utoipa::ToSchema for RecordedDecision {}

@@ -72,9 +72,13 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
     serde_json::from_value(value).map_err(|e| ApiError::invalid(format!("the body does not fit: {e}")))
 }
 
-/// Like [`parse_json`], but an empty (or blank) body is `T::default()`.
+/// Like [`parse_json`], but an empty (or blank) body, or a JSON `null`, is `T::default()`: the document
+/// declares these bodies optional and nullable, as generated clients send them.
 pub(crate) fn parse_optional_json<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    if serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| v.is_null()) {
         return Ok(T::default());
     }
     parse_json(bytes)
@@ -130,6 +134,8 @@ mod tests {
         assert_eq!(kind(r#"{"other": 3}"#), Some(ProblemKind::InvalidRequest));
         assert_eq!(kind(r#"{"name": null}"#), None);
         assert!(parse_optional_json::<Sample>(b"  \n").is_ok());
+        assert!(parse_optional_json::<Sample>(b" null ").is_ok());
+        assert_eq!(parse_json::<Sample>(b"null").err().map(|e| e.kind), Some(ProblemKind::InvalidRequest));
     }
 
     #[test]

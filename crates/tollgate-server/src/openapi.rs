@@ -71,9 +71,9 @@ impl Modify for BearerAuth {
     }
 }
 
-/// Each decision action is its own closed component (`additionalProperties: false`) referenced from
-/// `DecisionItem` next to its `action` tag; a closed schema does not see a sibling's properties, so each
-/// component lists its `action` itself, or no body would validate against the document.
+/// Each decision action is its own closed component (`additionalProperties: false`), one branch of
+/// `DecisionItem`'s `oneOf` discriminated by `action`; serde reads `action` as the enum's tag, so the
+/// derived structs leave it out, and each component lists it here, or no body would validate.
 struct TaggedDecisions;
 
 impl Modify for TaggedDecisions {
@@ -100,9 +100,17 @@ impl Modify for TaggedDecisions {
     }
 }
 
-/// The OpenAPI document as pretty-printed JSON (what `GET /openapi.json` serves).
+/// The OpenAPI document as pretty-printed JSON (what `GET /openapi.json` serves). The three forms of a
+/// decision request are written as the protocol crate states them (`decide_forms`): they use `const`,
+/// which utoipa's schema types cannot hold.
 pub fn openapi_json() -> String {
-    let mut text = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    if let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(|s| s.as_object_mut()) {
+        for (name, form) in wire::decide_forms() {
+            schemas.insert(name.to_owned(), form);
+        }
+    }
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
     text.push('\n');
     text
 }

@@ -81,7 +81,8 @@ pub struct ListQuery {
     /// At most this many, 1 to 500 (default 50).
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page (a run id).
+    #[param(pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     cursor: Option<String>,
 }
 
@@ -140,7 +141,20 @@ pub(crate) async fn get_run(State(state): State<AppState>, _caller: Caller, RunI
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// Only events with a greater seq (for SSE, like `Last-Event-ID`, which wins when both are given).
+    #[param(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
     after: Option<u64>,
+}
+
+/// The largest event seq a client may name (`after`, `Last-Event-ID`): seqs are stored as signed 64-bit
+/// integers, and the document declares both as `int64`.
+const MAX_SEQ: u64 = i64::MAX as u64;
+
+/// `seq` if a stored seq can have it, else 422 naming `what`.
+fn seq_in_range(seq: u64, what: &str) -> Result<u64, ApiError> {
+    if seq > MAX_SEQ {
+        return Err(ApiError::invalid(format!("{what} must be between 0 and {MAX_SEQ}, not {seq}")));
+    }
+    Ok(seq)
 }
 
 /// A run's events, as JSON or (with `Accept: text/event-stream`) live over SSE.
@@ -149,7 +163,7 @@ pub struct EventsQuery {
     params(
         ("id" = String, Path, description = "The run's id"),
         EventsQuery,
-        ("Last-Event-ID" = Option<u64>, Header, description = "SSE: resume after this seq"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "SSE: resume after this seq", nullable = false, minimum = 0, maximum = 9_223_372_036_854_775_807_i64),
     ),
     responses(
         (status = 200, description = "The events after `after`; or an SSE stream (`id:` seq, `event:` kind, `data:` the event JSON) ending after the terminal event",
@@ -171,10 +185,13 @@ pub(crate) async fn run_events(
     uri: Uri,
 ) -> ApiResult {
     let query: EventsQuery = parse_query(&uri)?;
+    let after = query.after.map(|seq| seq_in_range(seq, "`after`")).transpose()?;
+    // Checked on every request, as the document declares it, though only a stream reads it.
+    let last_event_id = last_event_id(&headers)?;
     if wants_event_stream(&headers) {
-        let after = match last_event_id(&headers)? {
+        let after = match last_event_id {
             Some(seq) => seq,
-            None => query.after.unwrap_or(0),
+            None => after.unwrap_or(0),
         };
         // A stream counts against its token's name; with auth off, against the peer's address.
         let client = match peer {
@@ -193,7 +210,7 @@ pub(crate) async fn run_events(
         )
         .await;
     }
-    let events = state.runtime.all_events(&id, query.after.unwrap_or(0)).await?;
+    let events = state.runtime.all_events(&id, after.unwrap_or(0)).await?;
     Ok(Json(EventPage { events: events.iter().map(wire::event).collect() }).into_response())
 }
 
@@ -212,7 +229,9 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     if text.is_empty() {
         return Ok(None);
     }
-    text.parse::<u64>().map(Some).map_err(|_| ApiError::invalid(format!("Last-Event-ID `{text}` is not an event seq")))
+    let seq =
+        text.parse::<u64>().map_err(|_| ApiError::invalid(format!("Last-Event-ID `{text}` is not an event seq")))?;
+    seq_in_range(seq, "Last-Event-ID").map(Some)
 }
 
 /// Decide held calls.
@@ -264,6 +283,9 @@ pub(crate) fn decision_set(request: &DecisionRequest) -> Result<DecisionSet, Api
             Err(ApiError::invalid("`decisions` cannot be combined with `approve_all` or `deny_all`"))
         }
         Some(list) if list.is_empty() => Err(ApiError::invalid("`decisions` must not be empty")),
+        Some(list) if list.iter().any(|d| matches!(d, CallDecision::Edit(edit) if !edit.arguments.is_object())) => {
+            Err(ApiError::invalid("an edit's `arguments` must be a JSON object"))
+        }
         Some(list) => Ok(DecisionSet::Each(list.iter().map(decision).collect())),
         None if approve_all => Ok(DecisionSet::ApproveAll),
         None if deny_all => Ok(DecisionSet::DenyAll {

@@ -9,6 +9,7 @@ mod fuzz_corpus;
 mod limits;
 mod malformed;
 mod openapi;
+mod openapi_tools;
 mod shutdown;
 mod sse;
 mod store_failures;
