@@ -33,9 +33,10 @@
 //! makes a run "seen created".
 //!
 //! **The end.** The clients stop, the child is killed once more (counted) and restarted, and the soak
-//! settles: until no run is `queued`, `running` or `waiting_for_approval` (at most [`SETTLE_LIMIT`]), it
-//! lists the unfinished runs and approves the undecided calls of each waiting one, in-doubt calls
-//! included, while the server takes over the runs of the dead processes. Then the child's RSS is sampled
+//! settles: until no run is `queued`, `running` or `waiting_for_approval` (at most [`SETTLE_LIMIT`], or
+//! the soak's duration when longer), it lists the unfinished runs and approves the undecided calls of
+//! each waiting one, in-doubt calls included, `clients` at a time, while the server takes over the runs
+//! of the dead processes. Then the child's RSS is sampled
 //! a last time, the child is stopped, and the store is opened directly and audited:
 //! - **lost**: runs seen created that the store does not hold;
 //! - **stuck**: runs not terminal;
@@ -67,7 +68,8 @@ use tollgate_core::{EventKind, RunQuery, RunStatus, verify_chain};
 
 /// The child's `[server] lease`: short, so runs of a killed process are taken over during the soak.
 pub const LEASE: Duration = Duration::from_secs(2);
-/// How long settling may take before the runs still unfinished are counted stuck.
+/// How long settling may take before the runs still unfinished are counted stuck: this, or the soak's
+/// duration when longer (a long soak may leave thousands of runs waiting, each to be approved and run).
 pub const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 /// One request's bound (a `wait: true` request may wait for a run taken over after a kill).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -387,7 +389,7 @@ async fn soak_on(options: &SoakOptions, url: &str, note: &dyn Fn(String)) -> Res
     rss.sample(&server);
 
     let settling = Instant::now();
-    settle(&shared).await;
+    settle(&shared, SETTLE_LIMIT.max(options.duration), options.clients).await;
     report.settle_secs = settling.elapsed().as_secs_f64();
     rss.sample(&server);
     server.kill();
@@ -879,20 +881,27 @@ async fn cancel(shared: &Shared, rng: &mut Rng) -> bool {
     true
 }
 
-/// Until no run is unfinished (at most [`SETTLE_LIMIT`]): approves the undecided calls of every
-/// waiting run, in-doubt ones included, while the server takes over the runs of the killed processes.
-async fn settle(shared: &Shared) {
-    let deadline = Instant::now() + SETTLE_LIMIT;
+/// Until no run is unfinished (at most `limit`): approves the undecided calls of every waiting run,
+/// in-doubt ones included, `concurrency` at a time, while the server takes over the runs of the killed
+/// processes. Each approval resumes a run, which then runs its calls: a backlog of thousands of waiting
+/// runs takes a while.
+async fn settle(shared: &Shared, limit: Duration, concurrency: usize) {
+    use futures_util::StreamExt;
+    let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         let mut unfinished = 0usize;
         for status in [RunStatus::WaitingForApproval, RunStatus::Running, RunStatus::Queued] {
-            for run in list_all(shared, status).await {
-                unfinished += 1;
-                if let (Some(id), Some(digest)) = (run["id"].as_str(), run["pending"]["turn_digest"].as_str()) {
-                    let body = json!({"turn_digest": digest, "approve_all": true});
-                    let _ = shared.send(reqwest::Method::POST, &format!("/v1/runs/{id}/decisions"), Some(body)).await;
-                }
-            }
+            let runs = list_all(shared, status).await;
+            unfinished += runs.len();
+            futures_util::stream::iter(runs)
+                .for_each_concurrent(concurrency.max(1), |run| async move {
+                    if let (Some(id), Some(digest)) = (run["id"].as_str(), run["pending"]["turn_digest"].as_str()) {
+                        let body = json!({"turn_digest": digest, "approve_all": true});
+                        let path = format!("/v1/runs/{id}/decisions");
+                        let _ = shared.send(reqwest::Method::POST, &path, Some(body)).await;
+                    }
+                })
+                .await;
         }
         if unfinished == 0 {
             return;
@@ -908,7 +917,11 @@ async fn list_all(shared: &Shared, status: RunStatus) -> Vec<Value> {
     loop {
         let mut path = format!("/v1/runs?status={}&limit=500", status.as_str());
         if let Some(cursor) = &cursor {
-            path.push_str(&format!("&cursor={cursor}"));
+            path.push_str("&cursor=");
+            path.extend(cursor.bytes().map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
+                _ => format!("%{b:02X}"),
+            }));
         }
         let Answer::Status(200, page) = shared.send(reqwest::Method::GET, &path, None).await else {
             // Counted as unfinished by the caller's next round: one run stands for the unread page.

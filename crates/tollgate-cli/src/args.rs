@@ -298,8 +298,8 @@ file in a temporary folder; --store postgres://... gets a fresh schema, dropped 
 workspace. --clients HTTP clients start runs, decide held calls (by the digest the API served), cancel and
 read, retrying with backoff while the server is down. Every --kill-every seconds the server gets SIGKILL and
 is started again on the same database. At the end the clients stop, the server is killed and restarted once
-more, every waiting call is approved (in-doubt calls too) until no run is unfinished (at most 60 s), and
-every run is checked:
+more, every waiting call is approved (in-doubt calls too) until no run is unfinished (at most 60 s, or --secs
+when longer), and every run is checked:
 
   lost        runs a client saw created (201) that the store does not hold
   duplicated  calls that ran (ledger lines) more often than their tool_started events
