@@ -9,149 +9,13 @@ use axum::response::{IntoResponse, Response};
 use tollgate_core::{Conflict, StoreError};
 use tollgate_runtime::{CancelError, DecideError, ReadError, ResolveError, StartError};
 
-/// The prefix of every problem `type`.
-pub const PROBLEM_BASE: &str = "https://tollgate.dev/problems/";
+/// The kinds of problem the API answers with — the protocol's [`ProblemType`](tollgate_protocol::ProblemType):
+/// one slug, one HTTP status and one title each, defined once for the server and its clients.
+pub use tollgate_protocol::{PROBLEM_BASE, PROBLEM_JSON, ProblemType as ProblemKind};
 
-/// The media type of every error answer.
-pub const PROBLEM_JSON: &str = "application/problem+json";
-
-/// The kinds of problem the API answers with; each has one HTTP status and one slug.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProblemKind {
-    /// 400 `malformed-json`: the body is not JSON.
-    MalformedJson,
-    /// 401 `unauthorized`: a missing or unknown bearer token.
-    Unauthorized,
-    /// 403 `forbidden`: the caller lacks the role, or may not act on this run.
-    Forbidden,
-    /// 404 `not-found`: no such run, agent or path.
-    NotFound,
-    /// 405 `method-not-allowed`: the path exists, the method does not.
-    MethodNotAllowed,
-    /// 409 `conflict`: the run is not in a state that allows this (not waiting, stale digest, already
-    /// decided, already terminal, or another request acted first).
-    Conflict,
-    /// 413 `payload-too-large`: the body is over the configured limit.
-    PayloadTooLarge,
-    /// 415 `unsupported-media-type`: a body that is declared as something other than JSON.
-    UnsupportedMediaType,
-    /// 422 `invalid-request`: well-formed JSON with wrong types, missing or unknown fields, a value
-    /// that breaks a rule of docs/api.md, or a bad query parameter.
-    InvalidRequest,
-    /// 422 `invalid-decision`: a decision that does not fit the held turn (unknown call id, a call that
-    /// takes no decision, edited arguments failing the tool's schema).
-    InvalidDecision,
-    /// 429 `too-many-requests`: the caller holds as many live-event streams as it may
-    /// (`[server] max_streams_per_client`); retry once one has ended.
-    TooManyRequests,
-    /// 500 `internal`: the server failed; nothing about it is disclosed beyond this.
-    Internal,
-    /// 503 `unavailable`: the store cannot be reached right now; retry later.
-    Unavailable,
-    /// 507 `disk-full`: the store has no room left to write; reads still work. An operator frees space.
-    DiskFull,
-    /// 503 `read-only`: the store refuses writes (a read-only file or mount, a standby); reads still work.
-    ReadOnly,
-    /// 500 `corrupt-run`: the stored data of the run named in the detail is damaged; other runs still
-    /// work.
-    CorruptRun,
-    /// 500 `corrupt-database`: the store's database is damaged (`tollgate doctor` says where).
-    CorruptDatabase,
-}
-
-impl ProblemKind {
-    /// Every kind, for documentation and tests.
-    pub const ALL: [ProblemKind; 17] = [
-        ProblemKind::MalformedJson,
-        ProblemKind::Unauthorized,
-        ProblemKind::Forbidden,
-        ProblemKind::NotFound,
-        ProblemKind::MethodNotAllowed,
-        ProblemKind::Conflict,
-        ProblemKind::PayloadTooLarge,
-        ProblemKind::UnsupportedMediaType,
-        ProblemKind::InvalidRequest,
-        ProblemKind::InvalidDecision,
-        ProblemKind::TooManyRequests,
-        ProblemKind::Internal,
-        ProblemKind::Unavailable,
-        ProblemKind::DiskFull,
-        ProblemKind::ReadOnly,
-        ProblemKind::CorruptRun,
-        ProblemKind::CorruptDatabase,
-    ];
-
-    /// The HTTP status.
-    pub fn status(self) -> StatusCode {
-        match self {
-            ProblemKind::MalformedJson => StatusCode::BAD_REQUEST,
-            ProblemKind::Unauthorized => StatusCode::UNAUTHORIZED,
-            ProblemKind::Forbidden => StatusCode::FORBIDDEN,
-            ProblemKind::NotFound => StatusCode::NOT_FOUND,
-            ProblemKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ProblemKind::Conflict => StatusCode::CONFLICT,
-            ProblemKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ProblemKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ProblemKind::InvalidRequest | ProblemKind::InvalidDecision => StatusCode::UNPROCESSABLE_ENTITY,
-            ProblemKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
-            ProblemKind::Internal | ProblemKind::CorruptRun | ProblemKind::CorruptDatabase => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
-            ProblemKind::Unavailable | ProblemKind::ReadOnly => StatusCode::SERVICE_UNAVAILABLE,
-            ProblemKind::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
-        }
-    }
-
-    /// The slug after [`PROBLEM_BASE`].
-    pub fn slug(self) -> &'static str {
-        match self {
-            ProblemKind::MalformedJson => "malformed-json",
-            ProblemKind::Unauthorized => "unauthorized",
-            ProblemKind::Forbidden => "forbidden",
-            ProblemKind::NotFound => "not-found",
-            ProblemKind::MethodNotAllowed => "method-not-allowed",
-            ProblemKind::Conflict => "conflict",
-            ProblemKind::PayloadTooLarge => "payload-too-large",
-            ProblemKind::UnsupportedMediaType => "unsupported-media-type",
-            ProblemKind::InvalidRequest => "invalid-request",
-            ProblemKind::InvalidDecision => "invalid-decision",
-            ProblemKind::TooManyRequests => "too-many-requests",
-            ProblemKind::Internal => "internal",
-            ProblemKind::Unavailable => "unavailable",
-            ProblemKind::DiskFull => "disk-full",
-            ProblemKind::ReadOnly => "read-only",
-            ProblemKind::CorruptRun => "corrupt-run",
-            ProblemKind::CorruptDatabase => "corrupt-database",
-        }
-    }
-
-    /// The full `type` URI.
-    pub fn type_uri(self) -> String {
-        format!("{PROBLEM_BASE}{}", self.slug())
-    }
-
-    /// A short, fixed summary.
-    pub fn title(self) -> &'static str {
-        match self {
-            ProblemKind::MalformedJson => "Malformed JSON",
-            ProblemKind::Unauthorized => "Unauthorized",
-            ProblemKind::Forbidden => "Forbidden",
-            ProblemKind::NotFound => "Not found",
-            ProblemKind::MethodNotAllowed => "Method not allowed",
-            ProblemKind::Conflict => "Conflict",
-            ProblemKind::PayloadTooLarge => "Payload too large",
-            ProblemKind::UnsupportedMediaType => "Unsupported media type",
-            ProblemKind::InvalidRequest => "Invalid request",
-            ProblemKind::InvalidDecision => "Invalid decision",
-            ProblemKind::TooManyRequests => "Too many requests",
-            ProblemKind::Internal => "Internal error",
-            ProblemKind::Unavailable => "Service unavailable",
-            ProblemKind::DiskFull => "Store full",
-            ProblemKind::ReadOnly => "Store read-only",
-            ProblemKind::CorruptRun => "Run data corrupt",
-            ProblemKind::CorruptDatabase => "Database corrupt",
-        }
-    }
+/// The HTTP status of a kind of problem.
+pub fn http_status(kind: ProblemKind) -> StatusCode {
+    StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// An error answer: a kind and a sentence for people.
@@ -187,12 +51,12 @@ impl ApiError {
 
     /// The problem document.
     pub fn body(&self) -> serde_json::Value {
-        self.body_with_status(self.kind.status())
+        self.body_with_status(http_status(self.kind))
     }
 
     fn body_with_status(&self, status: StatusCode) -> serde_json::Value {
         serde_json::json!({
-            "type": self.kind.type_uri(),
+            "type": self.kind.uri(),
             "title": self.kind.title(),
             "status": status.as_u16(),
             "detail": self.detail,
@@ -211,7 +75,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.kind.status(), self.body().to_string()).into_response();
+        let mut response = (http_status(self.kind), self.body().to_string()).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if self.kind == ProblemKind::Unauthorized {
@@ -364,7 +228,7 @@ mod tests {
         slugs.sort_unstable();
         slugs.dedup();
         assert_eq!(slugs.len(), ProblemKind::ALL.len());
-        assert_eq!(ProblemKind::Conflict.type_uri(), "https://tollgate.dev/problems/conflict");
+        assert_eq!(ProblemKind::Conflict.uri(), "https://tollgate.dev/problems/conflict");
     }
 
     #[test]
@@ -383,16 +247,11 @@ mod tests {
         }
     }
 
-    /// The server's kinds are the protocol's types: the same slugs, statuses and titles.
+    /// Every kind's status is a real HTTP status (the fallback to 500 is never taken).
     #[test]
-    fn every_kind_is_a_protocol_type() {
-        use tollgate_protocol::ProblemType;
-        assert_eq!(ProblemKind::ALL.len(), ProblemType::ALL.len());
+    fn every_kind_has_a_real_http_status() {
         for kind in ProblemKind::ALL {
-            let Some(known) = ProblemType::from_uri(&kind.type_uri()) else {
-                panic!("{kind:?} is not in the protocol")
-            };
-            assert_eq!((known.status(), known.title()), (kind.status().as_u16(), kind.title()), "{kind:?}");
+            assert_eq!(http_status(kind).as_u16(), kind.status(), "{kind:?}");
         }
     }
 
@@ -404,7 +263,7 @@ mod tests {
         let body = error.body_with_status(StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
             (body["type"].as_str(), body["status"].as_u64()),
-            (Some(ProblemKind::DiskFull.type_uri().as_str()), Some(503))
+            (Some(ProblemKind::DiskFull.uri().as_str()), Some(503))
         );
     }
 
@@ -494,7 +353,7 @@ mod tests {
         ];
         for (error, status, slug) in cases {
             assert_eq!(
-                (error.kind.status().as_u16(), error.kind.type_uri()),
+                (http_status(error.kind).as_u16(), error.kind.uri()),
                 (status, format!("{PROBLEM_BASE}{slug}")),
                 "{error}"
             );
