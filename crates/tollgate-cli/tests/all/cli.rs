@@ -25,20 +25,7 @@ impl Sandbox {
     }
 
     fn tollgate_with(&self, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {
-        let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(args)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .env_remove("TOLLGATE_STORE_URL")
-            .env_remove("TOLLGATE_WORKSPACE_ROOT")
-            .envs(env.iter().copied())
-            .output()
-            .context("cannot start tollgate")?;
-        Ok(Outcome {
-            code: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8(output.stdout)?,
-            stderr: String::from_utf8(output.stderr)?,
-        })
+        crate::support::tollgate_in(&self.dir, args, env)
     }
 
     /// Runs and checks the exit code.

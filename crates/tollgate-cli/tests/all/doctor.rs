@@ -2,30 +2,17 @@
 //! store (exit 0), an edited event (a broken chain, exit 1), flipped bytes in the file (the database
 //! check fails, doctor exits 1, `serve` refuses to start with exit 2).
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, Executor};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::str::FromStr;
 use tollgate_testkit::scratch_dir;
 
 use crate::support::Outcome;
 
 fn tollgate(dir: &Path, args: &[&str]) -> Result<Outcome> {
-    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .env_remove("TOLLGATE_STORE_URL")
-        .env_remove("TOLLGATE_WORKSPACE_ROOT")
-        .output()
-        .context("cannot start tollgate")?;
-    Ok(Outcome {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(output.stdout)?,
-        stderr: String::from_utf8(output.stderr)?,
-    })
+    crate::support::tollgate_in(dir, args, &[])
 }
 
 /// A folder with two demo runs waiting in `tollgate.db`; their ids, oldest first.

@@ -4,7 +4,6 @@
 
 use anyhow::{Context as _, Result, bail};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use tollgate_testkit::scratch_dir;
 
 use crate::support::Outcome;
@@ -12,19 +11,7 @@ use crate::support::Outcome;
 const WAITING: &str = "01a22fb8-f047-7091-a426-f0f641394406";
 
 fn tollgate(dir: &Path, args: &[&str]) -> Result<Outcome> {
-    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .env_remove("TOLLGATE_STORE_URL")
-        .env_remove("TOLLGATE_WORKSPACE_ROOT")
-        .output()
-        .context("cannot start tollgate")?;
-    let outcome = Outcome {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(output.stdout)?,
-        stderr: String::from_utf8(output.stderr)?,
-    };
+    let outcome = crate::support::tollgate_in(dir, args, &[])?;
     if outcome.code != 0 {
         bail!("`tollgate {}` failed: {outcome:?}", args.join(" "));
     }

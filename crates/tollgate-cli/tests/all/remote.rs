@@ -3,7 +3,7 @@
 //! tests/cli.rs (the demo agent's approval cycle, exit codes, `--json`, id prefixes), output identical to
 //! local mode on the same store, and tokens: a missing one, a bad one, a runner's that may not decide.
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -14,22 +14,7 @@ use crate::support::Outcome;
 
 /// `tollgate` with a clean environment in `dir`.
 fn tollgate(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {
-    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .env_remove("TOLLGATE_STORE_URL")
-        .env_remove("TOLLGATE_WORKSPACE_ROOT")
-        .env_remove("TOLLGATE_CONFIG")
-        .env_remove("TOLLGATE_TOKEN")
-        .envs(env.iter().copied())
-        .output()
-        .context("cannot start tollgate")?;
-    Ok(Outcome {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(output.stdout)?,
-        stderr: String::from_utf8(output.stderr)?,
-    })
+    crate::support::tollgate_in(dir, args, env)
 }
 
 /// A `tollgate serve` in its own folder, stopped when dropped.

@@ -7,7 +7,6 @@ use anyhow::{Context as _, Result};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use tollgate_testkit::scratch_dir;
 
 use crate::support::Outcome;
@@ -106,20 +105,7 @@ fn tollgate(dir: &Path, args: &[&str]) -> Result<Outcome> {
 }
 
 fn tollgate_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {
-    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .env_remove("TOLLGATE_STORE_URL")
-        .env_remove("TOLLGATE_WORKSPACE_ROOT")
-        .envs(env.iter().copied())
-        .output()
-        .context("cannot start tollgate")?;
-    Ok(Outcome {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(output.stdout)?,
-        stderr: String::from_utf8(output.stderr)?,
-    })
+    crate::support::tollgate_in(dir, args, env)
 }
 
 /// Every way a secret could show: whole, its masked echo, or the echo's two halves next to a mask.

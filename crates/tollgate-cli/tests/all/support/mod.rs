@@ -4,6 +4,8 @@
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 /// What one invocation of the binary gave back.
 #[derive(Debug)]
@@ -38,4 +40,25 @@ pub fn is_uuid_v7(id: &str) -> bool {
     groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
         && id.chars().all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c))
         && groups[2].starts_with('7')
+}
+
+/// The real `tollgate` binary in `dir`, stdin not a terminal, with none of the ambient `TOLLGATE_*`
+/// variables that would point it elsewhere, plus `env`.
+pub fn tollgate_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .env_remove("TOLLGATE_STORE_URL")
+        .env_remove("TOLLGATE_WORKSPACE_ROOT")
+        .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TOKEN")
+        .envs(env.iter().copied())
+        .output()
+        .context("cannot start tollgate")?;
+    Ok(Outcome {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(output.stdout)?,
+        stderr: String::from_utf8(output.stderr)?,
+    })
 }
