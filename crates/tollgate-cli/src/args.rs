@@ -102,7 +102,7 @@ pub struct RunArgs {
 pub struct RunsArgs {
     /// Only runs with this status (e.g. waiting_for_approval, completed).
     #[arg(long, value_parser = parse_status)]
-    pub status: Option<tollgate_core::RunStatus>,
+    pub status: Option<tollgate_agent_core::RunStatus>,
     /// Only runs of this agent.
     #[arg(long)]
     pub agent: Option<String>,
@@ -309,9 +309,9 @@ when longer), and every run is checked:
 It prints runs, kills, lost, duplicated, stuck, chains verified and the server's RSS (start, peak, end;
 --json: the report with every sample). Exit 1 on any lost, duplicated or stuck run or broken chain.";
 
-fn parse_status(text: &str) -> Result<tollgate_core::RunStatus, String> {
-    tollgate_core::RunStatus::parse(text).ok_or_else(|| {
-        let known: Vec<&str> = tollgate_core::RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+fn parse_status(text: &str) -> Result<tollgate_agent_core::RunStatus, String> {
+    tollgate_agent_core::RunStatus::parse(text).ok_or_else(|| {
+        let known: Vec<&str> = tollgate_agent_core::RunStatus::ALL.iter().map(|s| s.as_str()).collect();
         format!("unknown status `{text}`; one of: {}", known.join(", "))
     })
 }

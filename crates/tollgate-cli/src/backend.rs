@@ -11,8 +11,8 @@ use crate::remote::{EventFeed, Remote};
 use crate::view::RunView;
 use serde_json::Value;
 use std::time::Duration;
-use tollgate_core::{ChainBreak, Decision, RunStatus, StoredEvent};
-use tollgate_runtime::DecisionSet;
+use tollgate_agent_core::{ChainBreak, Decision, RunStatus, StoredEvent};
+use tollgate_agent_runtime::DecisionSet;
 
 /// Where the runs are.
 pub enum Backend {

@@ -1,16 +1,16 @@
-//! `tollgate bench [A|B|C|D] [--n N] [--store URL]`: docs/benchmarks.md's workloads, run by `tollgate-bench`, and
+//! `tollgate bench [A|B|C|D] [--n N] [--store URL]`: docs/benchmarks.md's workloads, run by `tollgate-agent-bench`, and
 //! one table of their phases (rates in the `runs/s` column; B's are loop iterations), then each workload's
 //! end check on a line of its own, e.g. `check A (c=1): 1000 runs completed, the tool ran 1000 times, each
 //! text once — ok`. `--json`: the reports, with the same figures under their keys (`per_sec` is runs/s)
 //! and the check on each workload's last phase (`check`); a failed check exits 1 with it named instead.
 //!
 //! `tollgate bench soak --secs N [--store URL] [--clients N] [--kill-every SECS]`: the soak of
-//! `tollgate_bench::soak`, with this very binary as the server it kills; its report as text or JSON, exit 1
+//! `tollgate_agent_bench::soak`, with this very binary as the server it kills; its report as text or JSON, exit 1
 //! when a check fails. Its temporary folder (config, workspace, ledger, `serve.log`) is removed when the
 //! soak passes and kept, named, when it fails or cannot run.
 //!
 //! This module only chooses stores and sizes and prints; the workloads and their end checks live in
-//! `tollgate-bench`. It never touches the configured store: without `--store`, each workload gets a
+//! `tollgate-agent-bench`. It never touches the configured store: without `--store`, each workload gets a
 //! fresh SQLite file (WAL, `synchronous = FULL`, as in production) in a temporary folder that is removed
 //! afterwards.
 
@@ -19,7 +19,7 @@ use crate::exit::{CliError, Exit};
 use serde_json::json;
 use std::io::Write;
 use std::time::Duration;
-use tollgate_bench::{BenchError, PhaseReport};
+use tollgate_agent_bench::{BenchError, PhaseReport};
 
 /// N for A, C and D when `--n` is not given.
 const DEFAULT_RUNS: u64 = 1000;
@@ -37,7 +37,7 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
     }
     check_store_url(args.store.as_deref())?;
     let folder = tempfile::Builder::new()
-        .prefix("tollgate-bench-")
+        .prefix("tollgate-agent-bench-")
         .tempdir()
         .map_err(|e| CliError::failed(format!("cannot create a temporary folder for the bench store: {e}")))?;
     let store = |label: &str| match &args.store {
@@ -79,7 +79,7 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
         let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string());
         print_out(&format!("{text}\n"));
     } else if !reports.is_empty() {
-        print_out(&tollgate_bench::table(&reports));
+        print_out(&tollgate_agent_bench::table(&reports));
     }
     match failure {
         None => Ok(Exit::Done),
@@ -105,7 +105,7 @@ async fn soak(args: &SoakArgs, json: bool, quiet: bool) -> Result<Exit, CliError
         .prefix("tollgate-soak-")
         .tempdir()
         .map_err(|e| CliError::failed(format!("cannot create a temporary folder for the soak: {e}")))?;
-    let options = tollgate_bench::soak::SoakOptions {
+    let options = tollgate_agent_bench::soak::SoakOptions {
         program,
         folder: folder.path().to_owned(),
         store: args.store.clone(),
@@ -131,7 +131,7 @@ async fn soak(args: &SoakArgs, json: bool, quiet: bool) -> Result<Exit, CliError
         args.kill_every,
         folder.path().display()
     ));
-    let report = match tollgate_bench::soak::soak(&options, &note).await {
+    let report = match tollgate_agent_bench::soak::soak(&options, &note).await {
         Ok(report) => report,
         Err(error) => {
             let kept = folder.keep();
@@ -174,29 +174,32 @@ async fn run_workload(
             for concurrency in [1, CONCURRENCY] {
                 note(format!("{label}: {runs} runs in process, {concurrency} in flight"));
                 let url = store(&format!("{}-c{concurrency}", label.to_lowercase()));
-                reports.extend(tollgate_bench::approval_cycle(&url, runs, concurrency, deny).await?);
+                reports.extend(tollgate_agent_bench::approval_cycle(&url, runs, concurrency, deny).await?);
                 if concurrency == 1 {
-                    reports.extend(tollgate_bench::sqlite_commit_floor(&url, runs)?);
+                    reports.extend(tollgate_agent_bench::sqlite_commit_floor(&url, runs)?);
                 }
             }
             if workload == Workload::A {
                 note(format!("A: {runs} runs through the HTTP API, {CONCURRENCY} clients on loopback"));
                 let url = store("a-http");
-                reports
-                    .extend(tollgate_bench::http::approval_cycle_http(&url, runs, CONCURRENCY, HTTP_TIME_LIMIT).await?);
+                reports.extend(
+                    tollgate_agent_bench::http::approval_cycle_http(&url, runs, CONCURRENCY, HTTP_TIME_LIMIT).await?,
+                );
             }
         }
         Workload::B => {
             let repeats = n.unwrap_or(DEFAULT_REPEATS);
             note(format!("B: {repeats} runs of 50 tool turns, no store"));
-            reports.push(tollgate_bench::loop_overhead(repeats).await?);
+            reports.push(tollgate_agent_bench::loop_overhead(repeats).await?);
         }
         Workload::D => {
             note(format!(
                 "D: filling the store with {runs} waiting runs, then timing {} approval cycles and the waiting list",
-                tollgate_bench::scale::SAMPLE.min(usize::try_from(runs).unwrap_or(usize::MAX))
+                tollgate_agent_bench::scale::SAMPLE.min(usize::try_from(runs).unwrap_or(usize::MAX))
             ));
-            reports.extend(tollgate_bench::scale::scale(&store("d"), runs, tollgate_bench::scale::SAMPLE).await?);
+            reports.extend(
+                tollgate_agent_bench::scale::scale(&store("d"), runs, tollgate_agent_bench::scale::SAMPLE).await?,
+            );
         }
     }
     Ok(reports)

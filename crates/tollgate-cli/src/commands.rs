@@ -15,8 +15,8 @@ use crate::exit::{CliError, Exit};
 pub use crate::local::ACTOR;
 use crate::{prompt, render};
 use serde_json::{Value, json};
-use tollgate_core::{Clock, Decision, SystemClock};
-use tollgate_runtime::DecisionSet;
+use tollgate_agent_core::{Clock, Decision, SystemClock};
+use tollgate_agent_runtime::DecisionSet;
 
 /// Runs one command.
 pub async fn dispatch(ctx: &Context, command: Command) -> Result<Exit, CliError> {

@@ -7,8 +7,8 @@ use crate::render;
 use crate::view::RunView;
 use serde_json::Value;
 use std::io::Write;
-use tollgate_core::RunStatus;
-use tollgate_runtime::DecisionSet;
+use tollgate_agent_core::RunStatus;
+use tollgate_agent_runtime::DecisionSet;
 
 /// What every command works with: the backend and the output options.
 pub struct Context {

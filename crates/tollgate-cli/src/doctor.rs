@@ -14,8 +14,8 @@ use crate::backend::Backend;
 use crate::commands::Context;
 use crate::exit::{CliError, Exit};
 use serde::Serialize;
-use tollgate_core::{IntegrityCheck, RunQuery, RunStore};
-use tollgate_runtime::{ReadError, Runtime};
+use tollgate_agent_core::{IntegrityCheck, RunQuery, RunStore};
+use tollgate_agent_runtime::{ReadError, Runtime};
 
 /// Runs read per page of the walk through every run.
 const PAGE: u32 = 500;

@@ -4,8 +4,8 @@
 //! configuration error, or arguments that are rejected (nothing was done); 3 the run waits for approval;
 //! 4 conflict (the run was not in a state that allows it).
 
-use tollgate_core::{DecisionError, RunStatus, StoreError};
-use tollgate_runtime::{CancelError, DecideError, ReadError, ResolveError, StartError};
+use tollgate_agent_core::{DecisionError, RunStatus, StoreError};
+use tollgate_agent_runtime::{CancelError, DecideError, ReadError, ResolveError, StartError};
 
 /// How the process ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,7 +170,7 @@ impl From<StoreError> for CliError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_core::{Gate, RunStatus, TurnDigest};
+    use tollgate_agent_core::{Gate, RunStatus, TurnDigest};
 
     /// Every refusal of the runtime and the exit code docs/cli.md gives it.
     #[test]

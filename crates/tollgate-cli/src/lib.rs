@@ -16,7 +16,7 @@
 //!
 //! What it promises: data (and the waiting line) on stdout, messages on stderr, only JSON on stdout with
 //! `--json`; exit codes per docs/cli.md ([`exit::Exit`]), the same in local and `--server` mode; and every
-//! command that opens the store applies due deadlines first ([`tollgate_runtime::Runtime::sweep`]).
+//! command that opens the store applies due deadlines first ([`tollgate_agent_runtime::Runtime::sweep`]).
 
 pub mod args;
 pub mod backend;
@@ -81,10 +81,10 @@ pub async fn execute(cli: Cli) -> Result<Exit, CliError> {
 
 /// The process's redactor, set once the configuration is loaded: log lines and error messages pass
 /// through it, so no configured secret (or a masked fragment of one) reaches the terminal.
-static REDACTOR: std::sync::OnceLock<tollgate_core::Redactor> = std::sync::OnceLock::new();
+static REDACTOR: std::sync::OnceLock<tollgate_agent_core::Redactor> = std::sync::OnceLock::new();
 
 /// Installs the redactor of the loaded configuration (the first one installed stays).
-pub fn install_redactor(redactor: tollgate_core::Redactor) {
+pub fn install_redactor(redactor: tollgate_agent_core::Redactor) {
     let _ = REDACTOR.set(redactor);
 }
 

@@ -12,10 +12,10 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::broadcast;
-use tollgate_app::App;
-use tollgate_config::{Config, ConfigLoader};
-use tollgate_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
-use tollgate_runtime::{DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule};
+use tollgate_agent_app::App;
+use tollgate_agent_config::{Config, ConfigLoader};
+use tollgate_agent_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
+use tollgate_agent_runtime::{DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule};
 
 /// The actor recorded on events for everything done from this command line in local mode (docs/api.md: with
 /// no tokens, every caller is `local`). Through a server, the actor is the name of the token.
@@ -44,7 +44,7 @@ impl Local {
             .with_file(config_file.map(Path::to_path_buf))
             .load()
             .map_err(|e| CliError::usage(e.to_string()))?;
-        crate::install_redactor(tollgate_app::redactor(&config));
+        crate::install_redactor(tollgate_agent_app::redactor(&config));
         let app = App::build(config.clone()).await.map_err(|e| CliError::usage(e.to_string()))?;
         Ok(Local { runtime: app.runtime.clone(), workspace: app.workspace.clone(), config, app })
     }

@@ -32,9 +32,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
-use tollgate_core::{Decision, RunStatus};
-use tollgate_protocol::Call;
-use tollgate_runtime::DecisionSet;
+use tollgate_agent_core::{Decision, RunStatus};
+use tollgate_agent_protocol::Call;
+use tollgate_agent_runtime::DecisionSet;
 /// The question asked for each held call.
 const CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)? ";
 /// Said when an answer is not one of [`CHOICES`].
@@ -371,11 +371,11 @@ mod tests {
             call_id: "call_2".into(),
             tool: "fs_write".into(),
             arguments: json!({"path": "note.txt", "content": "hello"}),
-            gate: tollgate_protocol::Gate::Ask,
+            gate: tollgate_agent_protocol::Gate::Ask,
             preview: Some("create note.txt (5 bytes)".into()),
             in_doubt: true,
             decision: None,
-            state: tollgate_protocol::CallState::InDoubt,
+            state: tollgate_agent_protocol::CallState::InDoubt,
             takes_decision: true,
             result: None,
         };

@@ -15,7 +15,7 @@
 //!   the run's live events (`GET /v1/runs/{id}/events` as SSE) as a wake-up signal, reading the run
 //!   after each burst of events (and every few seconds regardless) until it waits or ends.
 //! - **Verify.** There is no verify endpoint and the run object carries no chain head, so `verify` reads
-//!   every event and checks, with [`tollgate_core::verify_chain`], that seqs run 1, 2, … without a gap
+//!   every event and checks, with [`tollgate_agent_core::verify_chain`], that seqs run 1, 2, … without a gap
 //!   and that each hash matches the event and the hash before it. Unlike local mode it cannot see
 //!   events cut off the end of the log (the recorded head is not served), and it trusts the server to
 //!   serve the log as stored.
@@ -28,12 +28,12 @@ use crate::view::RunView;
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use tollgate_core::{ChainBreak, Decision, RunStatus, StoredEvent, verify_chain};
-use tollgate_protocol::{
+use tollgate_agent_core::{ChainBreak, Decision, RunStatus, StoredEvent, verify_chain};
+use tollgate_agent_protocol::{
     ApproveDecision, CallDecision, CancelRequest, DecisionRequest, DenyDecision, EditDecision, Problem, PurgeRequest,
     PurgeResult, RespondDecision, RunPage, StartRunRequest,
 };
-use tollgate_runtime::DecisionSet;
+use tollgate_agent_runtime::DecisionSet;
 
 /// The environment variable holding the API token.
 pub const TOKEN_ENV: &str = "TOLLGATE_TOKEN";

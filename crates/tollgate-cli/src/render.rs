@@ -4,8 +4,8 @@
 
 use crate::view::{RunView, millis};
 use serde_json::Value;
-use tollgate_core::{Millis, RunStatus, StoredEvent};
-use tollgate_protocol::{CallState, Decision, HeldTurn};
+use tollgate_agent_core::{Millis, RunStatus, StoredEvent};
+use tollgate_agent_protocol::{CallState, Decision, HeldTurn};
 
 /// Input longer than this many characters is cut in the runs table.
 const INPUT_WIDTH: usize = 40;

@@ -3,8 +3,8 @@
 use crate::args::ServeArgs;
 use crate::exit::{CliError, Exit};
 use crate::local::Local;
-use tollgate_config::Role as ConfigRole;
-use tollgate_server::{ApiToken, Retention, Role, ServerOptions, WebhookTarget};
+use tollgate_agent_config::Role as ConfigRole;
+use tollgate_agent_server::{ApiToken, Retention, Role, ServerOptions, WebhookTarget};
 
 /// Maps the configuration onto the server's options and serves until a shutdown signal.
 pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
@@ -57,7 +57,7 @@ pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
         eprintln!("tollgate: warning: {warning}");
     }
     eprintln!("tollgate: serving the API and the playground on http://{}", options.addr);
-    tollgate_server::serve(local.runtime.clone(), options, tollgate_server::shutdown_signal())
+    tollgate_agent_server::serve(local.runtime.clone(), options, tollgate_agent_server::shutdown_signal())
         .await
         .map_err(|e| CliError::usage(format!("cannot serve: {e}")))?;
     Ok(Exit::Done)

@@ -1,16 +1,16 @@
 //! A run as every command sees it, whichever way it was read: the run object of docs/api.md.
 //!
-//! Local mode builds it from the stored record with [`tollgate_runtime::view::run_view`], the very function
+//! Local mode builds it from the stored record with [`tollgate_agent_runtime::view::run_view`], the very function
 //! the HTTP API answers with; `--server` mode reads it from the API. So `--json` prints the same object in
 //! both modes (the JSON is kept exactly as built or received), and the text output is drawn from the same
 //! fields.
 
 use serde_json::Value;
-use tollgate_core::{Millis, RunRecord, RunStatus};
-use tollgate_protocol::{Call, HeldTurn, Run, RunError, Usage};
+use tollgate_agent_core::{Millis, RunRecord, RunStatus};
+use tollgate_agent_protocol::{Call, HeldTurn, Run, RunError, Usage};
 
 /// One run: the docs/api.md object as it is ([`RunView::json`]) and its fields, typed by
-/// [`tollgate_protocol::Run`].
+/// [`tollgate_agent_protocol::Run`].
 #[derive(Clone, Debug)]
 pub struct RunView {
     /// The run object exactly as built or received, for `--json`.
@@ -46,8 +46,8 @@ pub struct RunView {
 }
 
 /// The status a command acts on (its exit code, when to stop following).
-fn status(status: tollgate_protocol::RunStatus) -> RunStatus {
-    use tollgate_protocol::RunStatus as Wire;
+fn status(status: tollgate_agent_protocol::RunStatus) -> RunStatus {
+    use tollgate_agent_protocol::RunStatus as Wire;
     match status {
         Wire::Queued => RunStatus::Queued,
         Wire::Running => RunStatus::Running,
@@ -88,7 +88,7 @@ impl RunView {
 
     /// The view of a stored run, as the API would show it.
     pub fn from_record(run: &RunRecord) -> Result<RunView, String> {
-        let view = tollgate_runtime::view::run_view(run);
+        let view = tollgate_agent_runtime::view::run_view(run);
         let json = serde_json::to_value(&view).map_err(|e| format!("cannot write run {}: {e}", run.id))?;
         Ok(RunView::new(json, view))
     }

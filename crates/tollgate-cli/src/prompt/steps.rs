@@ -6,10 +6,10 @@
 
 use crate::render::one_line;
 use std::collections::HashSet;
-use tollgate_core::{EventKind, StoredEvent};
-use tollgate_protocol::event_data::{self as data, LoggedDecision};
-use tollgate_protocol::{EventData, Gate};
-use tollgate_runtime::wire;
+use tollgate_agent_core::{EventKind, StoredEvent};
+use tollgate_agent_protocol::event_data::{self as data, LoggedDecision};
+use tollgate_agent_protocol::{EventData, Gate};
+use tollgate_agent_runtime::wire;
 
 /// A model's text longer than this many characters is cut.
 const TEXT_WIDTH: usize = 160;
@@ -72,7 +72,7 @@ pub(super) fn lines(event: &StoredEvent, ran: &Ran) -> Vec<String> {
         EventData::Decision(made) => vec![decision(&made)],
         EventData::RunResumed(resumed) => vec![format!("▶ resumed by {}", resumed.actor)],
         EventData::RunCompleted(completed) => match completed.termination_reason {
-            tollgate_protocol::TerminationReason::Completed => vec!["✓ run completed".to_owned()],
+            tollgate_agent_protocol::TerminationReason::Completed => vec!["✓ run completed".to_owned()],
             reason => vec![format!("✓ run ended: {}", reason.as_str())],
         },
         // How a run failed or was cancelled is said once, by the command's closing report.

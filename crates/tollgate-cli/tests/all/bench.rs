@@ -4,7 +4,7 @@
 
 use anyhow::{Context as _, Result, bail};
 use std::process::{Command, Stdio};
-use tollgate_testkit::scratch_dir;
+use tollgate_agent_testkit::scratch_dir;
 
 /// Runs `tollgate ARGS` in a fresh folder; fails unless it exits 0. Returns stdout.
 fn bench(args: &[&str]) -> Result<String> {

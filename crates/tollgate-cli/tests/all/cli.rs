@@ -6,7 +6,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use tollgate_testkit::scratch_dir;
+use tollgate_agent_testkit::scratch_dir;
 
 use crate::support::{Outcome, is_uuid_v7};
 

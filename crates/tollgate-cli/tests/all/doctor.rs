@@ -7,7 +7,7 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, Executor};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use tollgate_testkit::scratch_dir;
+use tollgate_agent_testkit::scratch_dir;
 
 use crate::support::Outcome;
 

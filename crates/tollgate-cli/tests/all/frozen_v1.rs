@@ -4,7 +4,7 @@
 
 use anyhow::{Context as _, Result, bail};
 use std::path::Path;
-use tollgate_testkit::scratch_dir;
+use tollgate_agent_testkit::scratch_dir;
 
 use crate::support::Outcome;
 

@@ -4,7 +4,7 @@
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use tollgate_testkit::scratch_dir;
+use tollgate_agent_testkit::scratch_dir;
 
 struct Printed {
     code: i32,

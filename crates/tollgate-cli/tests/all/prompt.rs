@@ -14,7 +14,7 @@ use rexpect::session::{PtySession, spawn_with_options};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use tollgate_testkit::scratch_dir;
+use tollgate_agent_testkit::scratch_dir;
 
 /// Bounds each wait for output, so a hang fails the test instead of stalling it.
 const TIMEOUT_MS: u64 = 30_000;

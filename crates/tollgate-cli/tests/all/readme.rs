@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use tollgate_testkit::scratch_dir;
+use tollgate_agent_testkit::scratch_dir;
 
 /// The id the README uses in its examples.
 const EXAMPLE_ID: &str = "019a7c2e";

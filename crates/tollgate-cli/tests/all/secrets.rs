@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use tollgate_testkit::scratch_dir;
+use tollgate_agent_testkit::scratch_dir;
 
 use crate::support::Outcome;
 

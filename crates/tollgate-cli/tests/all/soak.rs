@@ -5,7 +5,7 @@
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 use std::process::{Command, Stdio};
-use tollgate_testkit::scratch_dir;
+use tollgate_agent_testkit::scratch_dir;
 
 #[test]
 fn a_short_soak_with_kills_loses_duplicates_and_strands_nothing() -> Result<()> {

@@ -1,0 +1,464 @@
+//! # tollgate-agent-bench
+//!
+//! The workloads of docs/benchmarks.md, in process, with the scripted provider (instant answers, no network):
+//! - A: the approval cycle — N runs suspend at a `write_note` call (phase 1), then each is loaded fresh
+//!   from the store, approved, and completed (phase 2);
+//! - B: loop overhead — one run of 50 allow-gated `get_time` turns, repeated, no store;
+//! - C: as A, but phase 2 denies with reason `not allowed`;
+//! - D: scale — the approval cycle and the waiting list with N runs waiting ([`scale`]).
+//!
+//! Workload A also runs through the HTTP API ([`http`]). The soak ([`soak`]) is no workload of the
+//! comparison: it kills a real `tollgate serve` again and again under load and audits every run after.
+//!
+//! Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS, and for A/C
+//! the mean bytes of persisted suspension; the end checks (N completed, the tool ran exactly N times with
+//! each text once, or never for C) make a wrong result fail loudly rather than look fast. A check that
+//! passed is named on the workload's last phase ([`PhaseReport::check`]) and [`table`] prints it on a line
+//! of its own after the table, e.g. `check A (c=1): 1000 runs completed, the tool ran 1000 times, each
+//! text once — ok`.
+
+pub mod http;
+pub mod scale;
+pub mod soak;
+
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tollgate_agent_core::{
+    BoxFuture, Gate, LoopConfig, NoHooks, Outcome, RunStatus, RunStore, SystemClock, Tool, ToolContext, ToolError,
+    ToolLoop, ToolOutput, ToolRegistry,
+};
+use tollgate_agent_providers::{Script, ScriptedModel};
+use tollgate_agent_runtime::{AgentSpec, DecisionSet, OnExpiry, PrivacyLevel, Runtime, RuntimeOptions, UuidV7Ids};
+
+/// One measured phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseReport {
+    /// What was measured.
+    pub name: String,
+    /// Runs (or loop iterations for B) done.
+    pub count: u64,
+    /// Wall time in seconds.
+    pub wall_secs: f64,
+    /// Runs (or loop iterations for B) per second: the table's `runs/s` column. The key keeps its name
+    /// in `--json` reports, which programs read.
+    pub per_sec: f64,
+    /// Per-run latency, median, microseconds.
+    pub p50_us: f64,
+    /// Per-run latency, 99th percentile, microseconds.
+    pub p99_us: f64,
+    /// CPU time of the whole process per run, microseconds (user + system).
+    pub cpu_us_per_run: f64,
+    /// The system (kernel) part of that CPU time, microseconds per run.
+    pub sys_us_per_run: f64,
+    /// Peak resident set size so far, MiB.
+    pub peak_rss_mib: f64,
+    /// Mean bytes of persisted suspension per run (A and C).
+    pub suspension_bytes: Option<f64>,
+    /// On a workload's last phase: its end check, which passed (a failed check is an error instead),
+    /// e.g. `A (c=1): 1000 runs completed, the tool ran 1000 times, each text once`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+}
+
+/// A benchmark that could not run or whose end check failed.
+#[derive(Debug)]
+pub struct BenchError(pub String);
+
+impl std::fmt::Display for BenchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BenchError {}
+
+fn err(e: impl std::fmt::Display) -> BenchError {
+    BenchError(e.to_string())
+}
+
+/// The environment variable that turns on encryption at rest for the benchmarks: 64 hexadecimal
+/// digits, used as data key `bench`.
+pub const DATA_KEY_ENV: &str = "TOLLGATE_BENCH_DATA_KEY";
+
+/// Opens the store at `store_url`, encrypting at rest when [`DATA_KEY_ENV`] is set.
+pub async fn open_store(store_url: &str) -> Result<Arc<dyn RunStore>, BenchError> {
+    let mut options = tollgate_agent_store::StoreOptions::default();
+    if let Ok(hex) = std::env::var(DATA_KEY_ENV) {
+        let key = tollgate_agent_store::DataKey::from_hex("bench", &hex).map_err(err)?;
+        options.data_keys = Some(Arc::new(tollgate_agent_store::DataKeys::new([key]).map_err(err)?));
+    }
+    tollgate_agent_store::open_with(store_url, options).await.map_err(err)
+}
+
+/// The `write_note` tool of workload A: gate ask, appends its text to an in-memory list.
+struct WriteNote {
+    schema: Value,
+    notes: Arc<Mutex<Vec<String>>>,
+}
+
+impl Tool for WriteNote {
+    fn name(&self) -> &str {
+        "write_note"
+    }
+    fn description(&self) -> &str {
+        "Write a note."
+    }
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+    fn gate(&self, _args: &Value) -> Gate {
+        Gate::Ask
+    }
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(Some(format!("write note: {}", args["text"].as_str().unwrap_or_default()))))
+    }
+    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        let text = args["text"].as_str().unwrap_or_default().to_owned();
+        self.notes.lock().unwrap_or_else(PoisonError::into_inner).push(text);
+        Box::pin(std::future::ready(Ok(ToolOutput::text("saved"))))
+    }
+}
+
+/// The `get_time` tool of workload B: gate allow.
+struct GetTime {
+    schema: Value,
+}
+
+impl Tool for GetTime {
+    fn name(&self) -> &str {
+        "get_time"
+    }
+    fn description(&self) -> &str {
+        "The current time."
+    }
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+    fn call<'a>(&'a self, _args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(std::future::ready(Ok(ToolOutput::text("2026-11-29T10:00:00Z"))))
+    }
+}
+
+/// Workload A (or C with `deny`) against the store at `store_url`, with `concurrency` runs in flight.
+///
+/// The workload runs in a task of its own on the current runtime's workers, as a server's request
+/// handlers do, not on the thread that called `block_on`: every wake-up between the caller and the
+/// run it started would otherwise cross threads.
+pub async fn approval_cycle(
+    store_url: &str,
+    n: u64,
+    concurrency: usize,
+    deny: bool,
+) -> Result<Vec<PhaseReport>, BenchError> {
+    let store_url = store_url.to_owned();
+    tokio::spawn(async move { approval_cycle_here(&store_url, n, concurrency, deny).await })
+        .await
+        .map_err(|e| BenchError(format!("the workload task failed: {e}")))?
+}
+
+async fn approval_cycle_here(
+    store_url: &str,
+    n: u64,
+    concurrency: usize,
+    deny: bool,
+) -> Result<Vec<PhaseReport>, BenchError> {
+    let store = open_store(store_url).await?;
+    let notes = Arc::new(Mutex::new(Vec::new()));
+    let runtime = approval_runtime(store, notes.clone())?;
+    let label = if deny { "C" } else { "A" };
+
+    // Phase 1: start N runs; each suspends at write_note and is committed waiting.
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let results: Vec<Result<(String, Duration), BenchError>> = futures_util::stream::iter(0..n)
+        .map(|i| {
+            let runtime = runtime.clone();
+            async move { start_waiting(&runtime, i).await }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let (ids, latencies): (Vec<String>, Vec<Duration>) =
+        results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
+    let phase1 = report(&format!("{label} phase 1: start → waiting (c={concurrency})"), started, cpu0, latencies, None);
+
+    // Phase 2: load each run fresh, decide, let it complete.
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let results: Vec<Result<(Duration, usize), BenchError>> = futures_util::stream::iter(ids)
+        .map(|id| {
+            let runtime = runtime.clone();
+            async move {
+                let t = Instant::now();
+                let run = runtime.get(&id).await.map_err(err)?;
+                let pending = run.held_turn().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
+                let bytes = pending.suspension.as_str().len();
+                let set =
+                    if deny { DecisionSet::DenyAll { reason: "not allowed".into() } } else { DecisionSet::ApproveAll };
+                let done =
+                    runtime.decide_and_wait(&run, pending.turn_digest.as_str(), set, "bench").await.map_err(err)?;
+                if done.status() != RunStatus::Completed {
+                    return Err(BenchError(format!("run {id} ended {}", done.status())));
+                }
+                Ok((t.elapsed(), bytes))
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let (latencies, sizes): (Vec<Duration>, Vec<usize>) =
+        results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
+    let mean_bytes = sizes.iter().sum::<usize>() as f64 / sizes.len().max(1) as f64;
+    let mut phase2 = report(
+        &format!("{label} phase 2: load → {} → completed (c={concurrency})", if deny { "deny" } else { "approve" }),
+        started,
+        cpu0,
+        latencies,
+        Some(mean_bytes),
+    );
+
+    // End checks.
+    let notes = notes.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    if deny {
+        if !notes.is_empty() {
+            return Err(BenchError(format!("workload C: the tool ran {} times; it must never run", notes.len())));
+        }
+    } else {
+        let mut sorted = notes.clone();
+        sorted.sort();
+        sorted.dedup();
+        if notes.len() as u64 != n || sorted.len() as u64 != n {
+            return Err(BenchError(format!(
+                "workload A: the tool ran {} times with {} distinct texts; expected {n} and {n}",
+                notes.len(),
+                sorted.len()
+            )));
+        }
+    }
+    let checked = if deny { "the tool never ran".to_owned() } else { tool_ran_once_each(n) };
+    phase2.check = Some(format!("{label} (c={concurrency}): {n} runs completed, {checked}"));
+    Ok(vec![phase1, phase2])
+}
+
+/// The end check of an approval cycle that ran the tool for `n` runs, as the check line says it.
+pub(crate) fn tool_ran_once_each(n: u64) -> String {
+    format!("the tool ran {n} times, each text once")
+}
+
+/// The reference for workload A's CPU figures on SQLite: the same durability settings (WAL,
+/// `synchronous=FULL`) on a scratch file next to `store_url`'s, `n` transactions that each insert one
+/// 1 KiB row and commit, one at a time. Its CPU per commit is what the operating system and SQLite
+/// charge for one durable commit (mostly the write and the fsync, in the kernel) before Tollgate does
+/// anything; phase 1 of A commits twice per run (created, suspended) and phase 2 three times (claimed,
+/// `tool_started`, completed). `None` when the store is not a SQLite file.
+pub fn sqlite_commit_floor(store_url: &str, n: u64) -> Result<Option<PhaseReport>, BenchError> {
+    let Some(path) = store_url.strip_prefix("sqlite://").filter(|p| !p.is_empty() && !p.contains(":memory:")) else {
+        return Ok(None);
+    };
+    let path = format!("{}-commit-floor.db", path.split('?').next().unwrap_or(path));
+    let connection = rusqlite::Connection::open(&path).map_err(err)?;
+    connection.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).map_err(err)?;
+    connection
+        .execute_batch(
+            "PRAGMA synchronous = FULL; CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, data TEXT)",
+        )
+        .map_err(err)?;
+    let row = "x".repeat(1024);
+    let mut latencies = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        connection
+            .execute_batch("BEGIN IMMEDIATE")
+            .and_then(|()| connection.execute("INSERT INTO floor (data) VALUES (?1)", [&row]))
+            .and_then(|_| connection.execute_batch("COMMIT"))
+            .map_err(err)?;
+        latencies.push(t.elapsed());
+    }
+    let floor = report("SQLite floor: insert 1 KiB + COMMIT (c=1)", started, cpu0, latencies, None);
+    drop(connection);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{path}{suffix}"));
+    }
+    Ok(Some(floor))
+}
+
+/// Phase 1 of workload A for run `i`: start it and wait until it is committed waiting at the gate.
+/// Returns its id and how long that took.
+pub(crate) async fn start_waiting(runtime: &Runtime, i: u64) -> Result<(String, Duration), BenchError> {
+    let t = Instant::now();
+    let run = runtime.start_and_wait(None, &format!("Save a note saying hello {i}"), "bench").await.map_err(err)?;
+    if run.status() != RunStatus::WaitingForApproval {
+        return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status())));
+    }
+    Ok((run.id, t.elapsed()))
+}
+
+fn approval_runtime(store: Arc<dyn RunStore>, notes: Arc<Mutex<Vec<String>>>) -> Result<Runtime, BenchError> {
+    let schema = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}});
+    let registry = ToolRegistry::new().with(Arc::new(WriteNote { schema, notes })).map_err(err)?;
+    let script = Script::from_value(json!({"turns": [
+        {"tool_calls": [{"name": "write_note", "arguments": {"text": "{{input}}"}}]},
+        {"text": "done"}
+    ]}))
+    .map_err(err)?;
+    let registry = Arc::new(registry);
+    let agent_loop = ToolLoop::new(Arc::new(ScriptedModel::new(script)), registry.clone(), LoopConfig::default());
+    let spec = AgentSpec {
+        name: "bench".into(),
+        model: "scripted".into(),
+        agent_loop: Arc::new(agent_loop),
+        tools: registry.iter().map(|t| tollgate_agent_runtime::ToolInfo::of(t.tool().as_ref(), "default")).collect(),
+        approval_ttl: None,
+        on_expiry: OnExpiry::Deny,
+        forbid_self_approval: false,
+    };
+    let options = RuntimeOptions { privacy: privacy_from_env()?, ..RuntimeOptions::default() };
+    Ok(Runtime::new(store, vec![spec], Arc::new(SystemClock), Arc::new(UuidV7Ids), options))
+}
+
+/// The environment variable that sets the event log's privacy level for the benchmarks: `full` (the
+/// default), `redacted` or `metadata`.
+pub const PRIVACY_ENV: &str = "TOLLGATE_BENCH_PRIVACY";
+
+fn privacy_from_env() -> Result<PrivacyLevel, BenchError> {
+    match std::env::var(PRIVACY_ENV).as_deref() {
+        Err(_) | Ok("" | "full") => Ok(PrivacyLevel::Full),
+        Ok("redacted") => Ok(PrivacyLevel::Redacted),
+        Ok("metadata") => Ok(PrivacyLevel::Metadata),
+        Ok(other) => Err(BenchError(format!("{PRIVACY_ENV}: expected full, redacted or metadata, got {other:?}"))),
+    }
+}
+
+/// Workload B: `repeat` runs of 50 allow-gated `get_time` turns and a final answer, no store.
+pub async fn loop_overhead(repeat: u64) -> Result<PhaseReport, BenchError> {
+    let mut turns: Vec<Value> = (0..50).map(|_| json!({"tool_calls": [{"name": "get_time"}]})).collect();
+    turns.push(json!({"text": "done"}));
+    let script = Script::from_value(json!({ "turns": turns })).map_err(err)?;
+    let registry = ToolRegistry::new()
+        .with(Arc::new(GetTime { schema: json!({"type": "object", "properties": {}}) }))
+        .map_err(err)?;
+    let config = LoopConfig { max_iterations: 51, ..LoopConfig::default() };
+    let agent = ToolLoop::new(Arc::new(ScriptedModel::new(script)), Arc::new(registry), config);
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let mut latencies = Vec::with_capacity(repeat as usize);
+    for _ in 0..repeat {
+        let t = Instant::now();
+        match tollgate_agent_core::AgentLoop::start(&agent, "bench", "what time is it?", &NoHooks).await.map_err(err)? {
+            Outcome::Completed(done) if done.counters.tool_invocations == 50 => {}
+            other => return Err(BenchError(format!("workload B: unexpected outcome {other:?}"))),
+        }
+        latencies.push(t.elapsed());
+    }
+    let mut phase = report("B: loop overhead (iterations)", started, cpu0, latencies, None);
+    phase.count = repeat * 51;
+    phase.per_sec = phase.count as f64 / phase.wall_secs;
+    phase.check = Some(format!("B: {repeat} runs completed, each after 50 tool calls"));
+    Ok(phase)
+}
+
+fn report(
+    name: &str,
+    started: Instant,
+    cpu0: CpuTime,
+    mut latencies: Vec<Duration>,
+    bytes: Option<f64>,
+) -> PhaseReport {
+    let wall = started.elapsed().as_secs_f64();
+    let count = latencies.len() as u64;
+    latencies.sort();
+    let micros = |p: f64| percentile(&latencies, p).map_or(0.0, |d| d.as_secs_f64() * 1e6);
+    let (p50, p99) = (micros(0.50), micros(0.99));
+    phase_report(name, wall, count, (p50, p99), cpu0, bytes)
+}
+
+/// The element at percentile `p` (0..=1) of sorted values (nearest rank).
+pub(crate) fn percentile<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
+    sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied()
+}
+
+/// A phase's report from its measured parts; CPU and peak RSS are read now.
+pub(crate) fn phase_report(
+    name: &str,
+    wall: f64,
+    count: u64,
+    (p50_us, p99_us): (f64, f64),
+    cpu0: CpuTime,
+    suspension_bytes: Option<f64>,
+) -> PhaseReport {
+    let cpu = cpu_time();
+    let per_run = |seconds: f64| seconds * 1e6 / count.max(1) as f64;
+    PhaseReport {
+        name: name.to_owned(),
+        count,
+        wall_secs: wall,
+        per_sec: count as f64 / wall.max(1e-9),
+        p50_us,
+        p99_us,
+        cpu_us_per_run: per_run(cpu.user + cpu.system - cpu0.user - cpu0.system),
+        sys_us_per_run: per_run(cpu.system - cpu0.system),
+        peak_rss_mib: peak_rss_mib(),
+        suspension_bytes,
+        check: None,
+    }
+}
+
+/// Prints reports as one table (B's `count` and `runs/s` are loop iterations, as its phase says), then
+/// each end check that passed on a line of its own: `check A (c=1): … — ok`.
+pub fn table(reports: &[PhaseReport]) -> String {
+    let mut out = format!(
+        "{:<56} {:>8} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n",
+        "phase", "count", "wall s", "runs/s", "p50 µs", "p99 µs", "cpu µs", "sys µs", "rss MiB", "susp B"
+    );
+    for r in reports {
+        out.push_str(&format!(
+            "{:<56} {:>8} {:>9.3} {:>11.0} {:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>10}\n",
+            r.name,
+            r.count,
+            r.wall_secs,
+            r.per_sec,
+            r.p50_us,
+            r.p99_us,
+            r.cpu_us_per_run,
+            r.sys_us_per_run,
+            r.peak_rss_mib,
+            r.suspension_bytes.map_or("-".to_owned(), |b| format!("{b:.0}"))
+        ));
+    }
+    for check in reports.iter().filter_map(|r| r.check.as_deref()) {
+        out.push_str(&format!("check {check} — ok\n"));
+    }
+    out
+}
+
+/// CPU seconds this process has used so far, user and system apart.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CpuTime {
+    user: f64,
+    system: f64,
+}
+
+/// This process's CPU time so far (Linux /proc; zero elsewhere).
+pub(crate) fn cpu_time() -> CpuTime {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return CpuTime::default() };
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line: indexes 11 and 12 after the closing parenthesis.
+    CpuTime { user: ticks(11) / 100.0, system: ticks(12) / 100.0 }
+}
+
+fn peak_rss_mib() -> f64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return 0.0 };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}

@@ -1,0 +1,161 @@
+//! # tollgate-agent-config
+//!
+//! Reads `tollgate.toml` (docs/configuration.md, the contract) into a typed, validated [`Config`]: defaults applied,
+//! `TOLLGATE_*` overrides applied, `env:NAME` secrets resolved, relative paths made absolute. This crate
+//! knows nothing of how the rest of Tollgate uses the values; it promises that a [`Config`] it returns
+//! satisfies every rule below, and that a [`ConfigError`] names the file (or variable), the key as a dotted
+//! path and what was expected — `tollgate.toml: agents[0].on_expiry: expected "deny" or "cancel", got
+//! "maybe"` — without ever printing a secret. The CLI exits 2 on it.
+//!
+//! ```no_run
+//! let config = tollgate_agent_config::load(None)?; // `--config` not given
+//! if !config.defines_agents() {
+//!     // add the built-in `demo` agent
+//! }
+//! # Ok::<(), tollgate_agent_config::ConfigError>(())
+//! ```
+//!
+//! ## Discovery
+//! `--config FILE` (passed to [`load`] / [`ConfigLoader::with_file`]), else the file named by
+//! `TOLLGATE_CONFIG`, else `./tollgate.toml` if it exists, else the built-in defaults ([`defaults`]):
+//! SQLite `sqlite://tollgate.db`, server `127.0.0.1:8080`, bodies up to 1 MiB, a 30s lease, a 10s header-read
+//! and 60s idle timeout, 10,000 connections and 16 live-event streams per client, retention 30d
+//! (terminal) / 90d (waiting), workspace `./workspace`, no tokens, providers, MCP servers, agents or
+//! webhooks. A file named by `--config` or `TOLLGATE_CONFIG` must exist. [`ConfigLoader`] takes the
+//! environment and the current folder as values, so tests never touch the process's.
+//!
+//! ## Overrides
+//! The scalar keys of the single-table sections can be overridden by `TOLLGATE_<SECTION>_<KEY>`, which wins
+//! over the file and the defaults:
+//!
+//! | key | variable |
+//! |---|---|
+//! | `store.url` | `TOLLGATE_STORE_URL` |
+//! | `server.addr` | `TOLLGATE_SERVER_ADDR` |
+//! | `server.max_body_bytes` | `TOLLGATE_SERVER_MAX_BODY_BYTES` |
+//! | `server.lease` | `TOLLGATE_SERVER_LEASE` |
+//! | `server.header_read_timeout` | `TOLLGATE_SERVER_HEADER_READ_TIMEOUT` |
+//! | `server.idle_timeout` | `TOLLGATE_SERVER_IDLE_TIMEOUT` |
+//! | `server.max_connections` | `TOLLGATE_SERVER_MAX_CONNECTIONS` |
+//! | `server.max_streams_per_client` | `TOLLGATE_SERVER_MAX_STREAMS_PER_CLIENT` |
+//! | `retention.terminal_after` | `TOLLGATE_RETENTION_TERMINAL_AFTER` |
+//! | `retention.waiting_after` | `TOLLGATE_RETENTION_WAITING_AFTER` |
+//! | `workspace.root` | `TOLLGATE_WORKSPACE_ROOT` |
+//! | `sandbox.mode` | `TOLLGATE_SANDBOX_MODE` |
+//! | `privacy.level` | `TOLLGATE_PRIVACY_LEVEL` |
+//!
+//! A variable set to the empty string counts as unset. An override's value is taken literally (no `env:`),
+//! is checked like the key it replaces (errors name the variable), and a relative path in it resolves
+//! against the current folder, as for any path typed in a shell. Entries of arrays of tables —
+//! `[[auth.tokens]]`, `[[providers]]`, `[[mcp_servers]]`, `[[agents]]` (and their `[[agents.policy]]`),
+//! `[[webhooks]]` — are **not** overridable: they have no stable name to address; their secrets take
+//! `env:NAME` instead. Other `TOLLGATE_*` variables (e.g. `TOLLGATE_TOKEN`, used by the CLI) are ignored.
+//!
+//! ## Secrets
+//! Every secret-valued key — `auth.tokens[].token`, `providers[].api_key`, `webhooks[].secret`, the values
+//! of `mcp_servers[].env`, `privacy.keys[].key`, and `store.url` (a PostgreSQL URL may hold a password) —
+//! takes `env:NAME`,
+//! resolved at load (an unset `NAME` is an error naming the key and the variable), or a literal. Secrets are
+//! kept as [`Secret`], whose `Debug` and `Display` print `***`. Only MCP `env` values may be empty.
+//!
+//! ## Security keys (beyond docs/configuration.md)
+//! `[sandbox] mode` (`auto` | `required` | `off`, default `auto`; override `TOLLGATE_SANDBOX_MODE`),
+//! `agents[].shell_network` (default false), `mcp_servers[].inherit_env` (default false), `[privacy] level`
+//! (`full` | `redacted` | `metadata`, default `full`; override `TOLLGATE_PRIVACY_LEVEL`) and
+//! `[[privacy.keys]]` (`id`, unique; `key`, 64 hex digits, checked at load without echoing it). Every
+//! configured secret's value is listed by [`Config::secret_values`] for the redactor.
+//!
+//! ## Paths
+//! Relative paths — the SQLite file of `store.url`, `workspace.root`, a provider's `script`, an MCP
+//! `command` containing `/`, and MCP `args` that are `.`, `..` or start with `./` or `../` — resolve against
+//! the config file's folder, or the current folder without a file. `sqlite://tollgate.db` is relative,
+//! `sqlite:///var/lib/tollgate.db` absolute; [`StoreConfig::url`] is always the resolved, absolute URL.
+//! Files are not checked for existence here (the workspace may not exist yet; a provider reports a missing
+//! script).
+//!
+//! ## Rules beyond the types
+//! Unknown keys are errors (naming the key and listing the known ones), as are keys of another provider
+//! kind (`script` on an `openai` provider). Names of providers, agents and MCP servers are non-empty, have
+//! no spaces, and are unique in their list; token values are distinct. An agent's `provider` names a
+//! configured provider, and an agent on an `openai` or `anthropic` provider has a model (its own `model`
+//! or the provider's). Durations are positive. Webhook `events` name known event kinds (absent: all).
+
+mod addr;
+mod duration;
+mod env;
+mod error;
+#[doc(hidden)]
+pub mod fuzzing;
+mod glob;
+mod load;
+mod model;
+mod parse;
+mod secret;
+
+pub use addr::{AddrError, parse_addr};
+pub use duration::{DurationError, format_duration, parse_duration};
+pub use env::EnvVars;
+pub use error::ConfigError;
+pub use glob::Glob;
+pub use load::{ConfigFile, ConfigLoader, FoundBy, load};
+pub use model::{
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, HttpProviderConfig, McpCommand,
+    McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind,
+    RetentionConfig, Role, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, StoreBackend, StoreConfig,
+    TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+};
+pub use secret::Secret;
+
+/// The built-in defaults, used for every key the file (and the environment) leaves out.
+pub mod defaults {
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::time::Duration;
+
+    /// The file looked for in the current folder.
+    pub const CONFIG_FILE: &str = "tollgate.toml";
+    /// The variable naming the config file when `--config` is not given.
+    pub const CONFIG_ENV: &str = "TOLLGATE_CONFIG";
+    /// `store.url`: a SQLite file next to the config file (or in the current folder).
+    pub const STORE_URL: &str = "sqlite://tollgate.db";
+    /// `server.addr`.
+    pub const ADDR: &str = "127.0.0.1:8080";
+    /// `server.max_body_bytes`: 1 MiB.
+    pub const MAX_BODY_BYTES: u64 = 1_048_576;
+    /// `server.lease`.
+    pub const LEASE: Duration = Duration::from_secs(30);
+    /// `server.header_read_timeout`: a request head must arrive within this once it has begun.
+    pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// `server.idle_timeout`: a connection with no request in progress is closed after this.
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `server.max_connections`: below a typical `ulimit -n` of a server host (the server lowers it further
+    /// when the process's soft limit on open files is lower).
+    pub const MAX_CONNECTIONS: u64 = 10_000;
+    /// `server.max_streams_per_client`: live-event streams one client may hold open at once.
+    pub const MAX_STREAMS_PER_CLIENT: u64 = 16;
+    /// `retention.terminal_after`: 30 days.
+    pub const TERMINAL_AFTER: Duration = Duration::from_secs(30 * 86_400);
+    /// `retention.waiting_after`: 90 days.
+    pub const WAITING_AFTER: Duration = Duration::from_secs(90 * 86_400);
+    /// `workspace.root`.
+    pub const WORKSPACE_ROOT: &str = "./workspace";
+    /// `agents[].max_iterations`.
+    pub const MAX_ITERATIONS: u32 = 10;
+    /// `providers[].timeout` of one model request (generous: local models can be slow).
+    pub const PROVIDER_TIMEOUT: Duration = Duration::from_secs(120);
+    /// `providers[].max_retries`.
+    pub const MAX_RETRIES: u32 = 3;
+    /// `mcp_servers[].call_timeout`: how long one MCP tool call may take.
+    pub const MCP_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `mcp_servers[].start_timeout`: spawning, handshake and tool listing together (generous: `npx -y` may
+    /// download the server first).
+    pub const MCP_START_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `providers[].base_url` of an `openai` provider (includes `/v1`).
+    pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+    /// `providers[].base_url` of an `anthropic` provider (without `/v1`).
+    pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+
+    /// [`ADDR`] as an address.
+    pub fn addr() -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 8080))
+    }
+}

@@ -1,0 +1,484 @@
+//! Every rule of the contract, broken once, gives a message naming the file, the key and what was expected.
+
+use crate::support::{error, parse};
+use std::time::Duration;
+use tollgate_agent_config::ConfigError;
+
+const PROVIDER: &str = "[[providers]]\nname = \"local\"\nkind = \"openai\"\n";
+
+/// `PROVIDER`, then an agent on it with `agent_extra` keys, then `rest`.
+fn with_agent(agent_extra: &str, rest: &str) -> String {
+    format!("{PROVIDER}\n[[agents]]\nname = \"writer\"\nprovider = \"local\"\nmodel = \"m\"\n{agent_extra}\n{rest}")
+}
+
+fn check(cases: &[(&str, String, &str)]) {
+    let mut failures = Vec::new();
+    for (name, text, expected) in cases {
+        let got = error(text);
+        if got != *expected {
+            failures.push(format!("{name}:\n  expected: {expected}\n       got: {got}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn enumerated_values() {
+    check(&[
+        (
+            "on_expiry",
+            with_agent("on_expiry = \"maybe\"", ""),
+            r#"tollgate.toml: agents[0].on_expiry: expected "deny" or "cancel", got "maybe""#,
+        ),
+        (
+            "on_expiry of the second agent",
+            with_agent("", "[[agents]]\nname = \"b\"\nprovider = \"local\"\nmodel = \"m\"\non_expiry = 1\n"),
+            r#"tollgate.toml: agents[1].on_expiry: expected "deny" or "cancel", got 1"#,
+        ),
+        (
+            "gate",
+            with_agent("[[agents.policy]]\ntool = \"shell\"\ngate = \"deny\"", ""),
+            r#"tollgate.toml: agents[0].policy[0].gate: expected "allow", "ask" or "forbid", got "deny""#,
+        ),
+        (
+            "provider kind",
+            "[[providers]]\nname = \"x\"\nkind = \"ollama\"\n".into(),
+            r#"tollgate.toml: providers[0].kind: expected "openai", "anthropic" or "scripted", got "ollama""#,
+        ),
+        (
+            "role",
+            "[[auth.tokens]]\nname = \"a\"\ntoken = \"t\"\nroles = [\"runner\", \"root\"]\n".into(),
+            r#"tollgate.toml: auth.tokens[0].roles[1]: expected "runner", "approver" or "admin", got "root""#,
+        ),
+        (
+            "webhook event",
+            "[[webhooks]]\nurl = \"http://h/x\"\nevents = [\"run_done\"]\n".into(),
+            "tollgate.toml: webhooks[0].events[0]: expected an event kind (run_started, model_request, \
+             model_response, tool_started, tool_finished, approval_requested, decision, run_resumed, \
+             run_completed, run_failed, run_cancelled, run_expired), got \"run_done\"",
+        ),
+    ]);
+}
+
+#[test]
+fn references_and_uniqueness() {
+    check(&[
+        (
+            "unknown provider",
+            with_agent("", "[[agents]]\nname = \"b\"\nprovider = \"remote\"\n"),
+            r#"tollgate.toml: agents[1].provider: expected the name of a provider defined in [[providers]] ("local"), got "remote""#,
+        ),
+        (
+            "no provider at all",
+            "[[agents]]\nname = \"a\"\nprovider = \"local\"\n".into(),
+            r#"tollgate.toml: agents[0].provider: expected the name of a provider defined in [[providers]] (none is defined), got "local""#,
+        ),
+        (
+            "duplicate agent",
+            with_agent("", "[[agents]]\nname = \"writer\"\nprovider = \"local\"\n"),
+            r#"tollgate.toml: agents[1].name: duplicate agent name "writer" (also agents[0].name)"#,
+        ),
+        (
+            "duplicate provider",
+            format!("{PROVIDER}{PROVIDER}"),
+            r#"tollgate.toml: providers[1].name: duplicate provider name "local" (also providers[0].name)"#,
+        ),
+        (
+            "duplicate MCP server",
+            "[[mcp_servers]]\nname = \"f\"\ncommand = \"a\"\n[[mcp_servers]]\nname = \"f\"\ncommand = \"b\"\n".into(),
+            r#"tollgate.toml: mcp_servers[1].name: duplicate MCP server name "f" (also mcp_servers[0].name)"#,
+        ),
+        (
+            "duplicate token",
+            "[[auth.tokens]]\nname = \"a\"\ntoken = \"same\"\nroles = [\"runner\"]\n\
+             [[auth.tokens]]\nname = \"b\"\ntoken = \"same\"\nroles = [\"admin\"]\n"
+                .into(),
+            "tollgate.toml: auth.tokens[1].token: the same token as auth.tokens[0].token; tokens must differ",
+        ),
+    ]);
+}
+
+#[test]
+fn required_keys() {
+    check(&[
+        (
+            "model for an openai agent",
+            format!("{PROVIDER}[[agents]]\nname = \"a\"\nprovider = \"local\"\n"),
+            r#"tollgate.toml: agents[0].model: missing, expected a model name, since provider "local" (openai) sets no default model"#,
+        ),
+        (
+            "script for a scripted provider",
+            "[[providers]]\nname = \"s\"\nkind = \"scripted\"\n".into(),
+            "tollgate.toml: providers[0].script: missing, expected the path of the JSON script",
+        ),
+        (
+            "agent name",
+            format!("{PROVIDER}[[agents]]\nprovider = \"local\"\n"),
+            "tollgate.toml: agents[0].name: missing, expected the agent's name",
+        ),
+        (
+            "token roles",
+            "[[auth.tokens]]\nname = \"a\"\ntoken = \"t\"\n".into(),
+            r#"tollgate.toml: auth.tokens[0].roles: missing, expected a list of roles ("runner", "approver", "admin")"#,
+        ),
+        (
+            "policy gate",
+            with_agent("[[agents.policy]]\ntool = \"shell\"", ""),
+            r#"tollgate.toml: agents[0].policy[0].gate: missing, expected "allow", "ask" or "forbid""#,
+        ),
+        (
+            "webhook url",
+            "[[webhooks]]\nevents = [\"decision\"]\n".into(),
+            "tollgate.toml: webhooks[0].url: missing, expected the http:// or https:// URL events are posted to",
+        ),
+    ]);
+}
+
+#[test]
+fn values_out_of_range_or_of_the_wrong_type() {
+    check(&[
+        (
+            "addr",
+            "[server]\naddr = \"localhost\"\n".into(),
+            r#"tollgate.toml: server.addr: expected an address like "127.0.0.1:8080" or "[::1]:8080", got "localhost""#,
+        ),
+        (
+            "addr type",
+            "[server]\naddr = 8080\n".into(),
+            r#"tollgate.toml: server.addr: expected an address like "127.0.0.1:8080", got 8080"#,
+        ),
+        (
+            "max_body_bytes zero",
+            "[server]\nmax_body_bytes = 0\n".into(),
+            "tollgate.toml: server.max_body_bytes: expected a positive integer, got 0",
+        ),
+        (
+            "max_body_bytes as text",
+            "[server]\nmax_body_bytes = \"1MB\"\n".into(),
+            r#"tollgate.toml: server.max_body_bytes: expected a positive integer, got "1MB""#,
+        ),
+        (
+            "lease without unit",
+            "[server]\nlease = \"30\"\n".into(),
+            r#"tollgate.toml: server.lease: expected a duration like "30s", "15m", "24h" or "30d", got "30""#,
+        ),
+        (
+            "lease as integer",
+            "[server]\nlease = 30\n".into(),
+            r#"tollgate.toml: server.lease: expected a duration like "30s", "15m", "24h" or "30d", got 30"#,
+        ),
+        (
+            "zero retention",
+            "[retention]\nterminal_after = \"0d\"\n".into(),
+            r#"tollgate.toml: retention.terminal_after: expected a duration greater than zero, got "0d""#,
+        ),
+        (
+            "approval_ttl",
+            with_agent("approval_ttl = \"1 day\"", ""),
+            r#"tollgate.toml: agents[0].approval_ttl: expected a duration like "30s", "15m", "24h" or "30d", got "1 day""#,
+        ),
+        (
+            "provider timeout",
+            "[[providers]]\nname = \"p\"\nkind = \"openai\"\ntimeout = \"1.5s\"\n".into(),
+            r#"tollgate.toml: providers[0].timeout: expected a duration like "30s", "15m", "24h" or "30d", got "1.5s""#,
+        ),
+        (
+            "max_retries negative",
+            "[[providers]]\nname = \"p\"\nkind = \"openai\"\nmax_retries = -1\n".into(),
+            "tollgate.toml: providers[0].max_retries: expected a whole number of retries (0 or more), got -1",
+        ),
+        (
+            "max_iterations zero",
+            with_agent("max_iterations = 0", ""),
+            "tollgate.toml: agents[0].max_iterations: expected a positive integer, got 0",
+        ),
+        (
+            "max_tokens float",
+            with_agent("max_tokens = 1.5", ""),
+            "tollgate.toml: agents[0].max_tokens: expected a positive integer, got 1.5",
+        ),
+        (
+            "forbid_self_approval",
+            with_agent("forbid_self_approval = \"no\"", ""),
+            r#"tollgate.toml: agents[0].forbid_self_approval: expected true or false, got "no""#,
+        ),
+        (
+            "tools not a list",
+            with_agent("tools = \"fs_read\"", ""),
+            r#"tollgate.toml: agents[0].tools: expected a list of strings, got "fs_read""#,
+        ),
+        (
+            "empty tool",
+            with_agent("tools = [\"fs_read\", \"\"]", ""),
+            r#"tollgate.toml: agents[0].tools[1]: expected a non-empty string, got """#,
+        ),
+        (
+            "name with spaces",
+            "[[providers]]\nname = \"my provider\"\nkind = \"openai\"\n".into(),
+            r#"tollgate.toml: providers[0].name: expected a name without spaces, got "my provider""#,
+        ),
+        (
+            "empty roles",
+            "[[auth.tokens]]\nname = \"a\"\ntoken = \"t\"\nroles = []\n".into(),
+            r#"tollgate.toml: auth.tokens[0].roles: expected at least one role ("runner", "approver", "admin"), got []"#,
+        ),
+        (
+            "empty events",
+            "[[webhooks]]\nurl = \"http://h/x\"\nevents = []\n".into(),
+            "tollgate.toml: webhooks[0].events: expected at least one event kind (leave `events` out for all of them)",
+        ),
+        (
+            "base_url",
+            "[[providers]]\nname = \"p\"\nkind = \"openai\"\nbase_url = \"localhost:11434/v1\"\n".into(),
+            r#"tollgate.toml: providers[0].base_url: expected an http:// or https:// URL, got "localhost:11434/v1""#,
+        ),
+        (
+            "webhook url",
+            "[[webhooks]]\nurl = \"ftp://h/x\"\n".into(),
+            r#"tollgate.toml: webhooks[0].url: expected an http:// or https:// URL, got "ftp://h/x""#,
+        ),
+        (
+            "store url",
+            "[store]\nurl = \"tollgate.db\"\n".into(),
+            r#"tollgate.toml: store.url: expected "sqlite://FILE", "sqlite:///ABSOLUTE/FILE" or "postgres://...", got "tollgate.db""#,
+        ),
+        (
+            "json pointer",
+            with_agent("[[agents.policy]]\ntool = \"fs_write\"\nwhen = { path = \"notes/**\" }\ngate = \"allow\"", ""),
+            r#"tollgate.toml: agents[0].policy[0].when.path: expected a JSON pointer into the arguments, like "/path" (empty, or starting with "/"), got "path""#,
+        ),
+        (
+            "when value",
+            with_agent("[[agents.policy]]\ntool = \"fs_write\"\nwhen = { \"/path\" = 3 }\ngate = \"allow\"", ""),
+            r#"tollgate.toml: agents[0].policy[0].when."/path": expected a glob for the argument's value, got 3"#,
+        ),
+        (
+            "mcp env name",
+            "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\nenv = { \"A=B\" = \"x\" }\n".into(),
+            r#"tollgate.toml: mcp_servers[0].env."A=B": expected an environment variable name (not empty, no '=')"#,
+        ),
+        (
+            "mcp call_timeout without unit",
+            "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\ncall_timeout = 120\n".into(),
+            r#"tollgate.toml: mcp_servers[0].call_timeout: expected a duration like "30s", "15m", "24h" or "30d", got 120"#,
+        ),
+        (
+            "mcp call_timeout zero",
+            "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\ncall_timeout = \"0s\"\n".into(),
+            r#"tollgate.toml: mcp_servers[0].call_timeout: expected a duration greater than zero, got "0s""#,
+        ),
+        (
+            "mcp start_timeout with a fraction",
+            "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\nstart_timeout = \"1.5m\"\n".into(),
+            r#"tollgate.toml: mcp_servers[0].start_timeout: expected a duration like "30s", "15m", "24h" or "30d", got "1.5m""#,
+        ),
+    ]);
+}
+
+#[test]
+fn mcp_timeouts_take_durations_and_default_to_a_minute() {
+    let config = parse(
+        "[[mcp_servers]]\nname = \"slow\"\ncommand = \"c\"\ncall_timeout = \"10m\"\nstart_timeout = \"500ms\"\n\
+         [[mcp_servers]]\nname = \"plain\"\ncommand = \"c\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let timeouts: Vec<_> = config.mcp_servers.iter().map(|s| (s.call_timeout, s.start_timeout)).collect();
+    assert_eq!(
+        timeouts,
+        [
+            (Duration::from_secs(600), Duration::from_millis(500)),
+            (tollgate_agent_config::defaults::MCP_CALL_TIMEOUT, tollgate_agent_config::defaults::MCP_START_TIMEOUT),
+        ]
+    );
+    assert_eq!(tollgate_agent_config::defaults::MCP_CALL_TIMEOUT, Duration::from_secs(60));
+    assert_eq!(tollgate_agent_config::defaults::MCP_START_TIMEOUT, Duration::from_secs(60));
+}
+
+#[test]
+fn a_mistyped_secret_is_not_echoed() {
+    let message = error("[[auth.tokens]]\nname = \"a\"\ntoken = 123456789\nroles = [\"admin\"]\n");
+    assert_eq!(
+        message,
+        r#"tollgate.toml: auth.tokens[0].token: expected a string (a literal or "env:NAME"), got an integer"#
+    );
+    assert!(!message.contains("123456789"));
+    let message = error("[store]\nurl = \"postgres-ish://u:hunter2@db\"\n");
+    assert!(!message.contains("hunter2"), "{message}");
+}
+
+#[test]
+fn wrong_shapes_of_sections() {
+    check(&[
+        ("scalar section", "server = 1\n".into(), "tollgate.toml: server: expected a table ([server]), got 1"),
+        (
+            "scalar array",
+            "agents = \"writer\"\n".into(),
+            r#"tollgate.toml: agents: expected an array of tables ([[agents]]), got "writer""#,
+        ),
+        ("array of scalars", "providers = [1]\n".into(), "tollgate.toml: providers[0]: expected a table, got 1"),
+        (
+            "policy as a table",
+            with_agent("policy = { tool = \"x\" }", ""),
+            "tollgate.toml: agents[0].policy: expected an array of tables ([[agents.policy]]), got a table",
+        ),
+    ]);
+}
+
+#[test]
+fn unknown_keys_are_named_with_the_known_ones() {
+    check(&[
+        (
+            "top level",
+            "storage = { url = \"x\" }\n".into(),
+            "tollgate.toml: storage: unknown key (known keys here: store, server, retention, workspace, auth, \
+             providers, mcp_servers, agents, webhooks, sandbox, privacy)",
+        ),
+        (
+            "in a section",
+            "[server]\nport = 8080\n".into(),
+            "tollgate.toml: server.port: unknown key (known keys here: addr, max_body_bytes, lease, header_read_timeout, idle_timeout, max_connections, max_streams_per_client)",
+        ),
+        (
+            "in a provider (max_tokens is not in the contract)",
+            "[[providers]]\nname = \"p\"\nkind = \"openai\"\nmax_tokens = 5\n".into(),
+            "tollgate.toml: providers[0].max_tokens: unknown key (known keys here: name, kind, model, base_url, \
+             api_key, timeout, max_retries, script)",
+        ),
+        (
+            "in an agent",
+            with_agent("temperature = 0.2", ""),
+            "tollgate.toml: agents[0].temperature: unknown key (known keys here: name, provider, model, \
+             system_prompt, tools, max_iterations, max_tokens, approval_ttl, on_expiry, forbid_self_approval, shell_network, policy)",
+        ),
+        (
+            "in an MCP server",
+            "[[mcp_servers]]\nname = \"m\"\ncommand = \"c\"\ntimeout = \"5m\"\n".into(),
+            "tollgate.toml: mcp_servers[0].timeout: unknown key (known keys here: name, command, args, env, \
+             inherit_env, call_timeout, start_timeout)",
+        ),
+        (
+            "in a policy rule",
+            with_agent("[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"\nreason = \"x\"", ""),
+            "tollgate.toml: agents[0].policy[0].reason: unknown key (known keys here: tool, when, gate)",
+        ),
+        (
+            "in auth",
+            "[auth]\nenabled = true\n".into(),
+            "tollgate.toml: auth.enabled: unknown key (known keys here: tokens)",
+        ),
+        (
+            "a key of another provider kind",
+            "[[providers]]\nname = \"p\"\nkind = \"openai\"\nscript = \"s.json\"\n".into(),
+            "tollgate.toml: providers[0].script: not used by kind \"openai\" (its keys: name, kind, model, base_url, \
+             api_key, timeout, max_retries)",
+        ),
+        (
+            "an http key on a scripted provider",
+            "[[providers]]\nname = \"p\"\nkind = \"scripted\"\nscript = \"s.json\"\nbase_url = \"http://x\"\n".into(),
+            "tollgate.toml: providers[0].base_url: not used by kind \"scripted\" (its keys: name, kind, model, script)",
+        ),
+    ]);
+    let Err(ConfigError::UnknownKey { key, .. }) = parse("[workspace]\nroot = \"w\"\nrot = \"x\"\n") else {
+        panic!("expected an unknown key")
+    };
+    assert_eq!(key, "workspace.rot");
+}
+
+#[test]
+fn toml_syntax_errors_give_line_and_column() {
+    let cases = [
+        ("[server\naddr = \"x\"\n", 1),
+        ("[server]\naddr = \"127.0.0.1:8080\"\naddr = \"127.0.0.1:9090\"\n", 3),
+        ("[server]\n\nlease = 30s\n", 3),
+    ];
+    for (text, expected_line) in cases {
+        let error = match parse(text) {
+            Ok(config) => panic!("{text:?}: expected a syntax error, parsed {config:?}"),
+            Err(error) => error,
+        };
+        let shown = error.to_string();
+        let ConfigError::Syntax { origin, line, column, message } = error else {
+            panic!("{text:?}: expected a syntax error, got {shown}")
+        };
+        assert_eq!((origin.as_str(), line), ("tollgate.toml", expected_line), "{text:?}: {message}");
+        assert!(column >= 1 && !message.is_empty() && !message.contains('\n'));
+        assert!(shown.starts_with(&format!("tollgate.toml:{line}:{column}: invalid TOML: ")), "{shown}");
+    }
+}
+
+#[test]
+fn defaults_of_optional_keys() -> anyhow::Result<()> {
+    let config = parse(
+        "[[providers]]\nname = \"oa\"\nkind = \"openai\"\nmodel = \"gpt-x\"\n\
+         [[providers]]\nname = \"s\"\nkind = \"scripted\"\nscript = \"s.json\"\n\
+         [[agents]]\nname = \"a\"\nprovider = \"oa\"\n\
+         [[agents]]\nname = \"b\"\nprovider = \"s\"\n",
+    )?;
+    let tollgate_agent_config::ProviderKind::OpenAi(http) = &config.providers[0].kind else {
+        anyhow::bail!("not openai")
+    };
+    assert_eq!(http.base_url, "https://api.openai.com/v1");
+    assert_eq!(http.api_key, None);
+    assert_eq!(http.timeout, std::time::Duration::from_secs(120));
+    assert_eq!(http.max_retries, 3);
+    let (a, b) = (&config.agents[0], &config.agents[1]);
+    assert_eq!(a.model.as_deref(), Some("gpt-x"), "the provider's model is the agent's default");
+    assert_eq!(b.model, None, "a scripted agent needs no model");
+    assert_eq!((b.max_iterations, b.max_tokens, b.approval_ttl), (10, None, None));
+    assert_eq!((b.on_expiry, b.forbid_self_approval), (tollgate_agent_config::OnExpiry::Deny, false));
+    assert!(b.tools.is_empty() && b.policy.is_empty() && b.system_prompt.is_none());
+    Ok(())
+}
+
+#[test]
+fn security_keys() {
+    let key = "0123456789abcdef".repeat(4);
+    check(&[
+        (
+            "sandbox mode",
+            "[sandbox]\nmode = \"strict\"\n".to_owned(),
+            r#"tollgate.toml: sandbox.mode: expected "auto", "required" or "off", got "strict""#,
+        ),
+        (
+            "privacy level",
+            "[privacy]\nlevel = \"none\"\n".to_owned(),
+            r#"tollgate.toml: privacy.level: expected "full", "redacted" or "metadata", got "none""#,
+        ),
+        (
+            "a data key of the wrong length, never echoed",
+            "[[privacy.keys]]\nid = \"k1\"\nkey = \"sk-not-hex-but-secret\"\n".to_owned(),
+            "tollgate.toml: privacy.keys[0].key: expected 32 bytes as 64 hex digits (e.g. from `openssl rand -hex \
+             32`), got 21 characters",
+        ),
+        (
+            "duplicate key ids",
+            format!("[[privacy.keys]]\nid = \"k1\"\nkey = \"{key}\"\n[[privacy.keys]]\nid = \"k1\"\nkey = \"{key}\"\n"),
+            r#"tollgate.toml: privacy.keys[1].id: duplicate key id "k1" (also privacy.keys[0].id)"#,
+        ),
+        (
+            "shell_network",
+            with_agent("shell_network = \"yes\"", ""),
+            r#"tollgate.toml: agents[0].shell_network: expected true or false, got "yes""#,
+        ),
+    ]);
+}
+
+#[test]
+fn security_keys_parse_and_secrets_are_listed() {
+    let key = "0123456789abcdef".repeat(4);
+    let text = format!(
+        "[sandbox]\nmode = \"required\"\n[privacy]\nlevel = \"metadata\"\n[[privacy.keys]]\nid = \"k2\"\nkey = \"{key}\"\n\
+         [[providers]]\nname = \"p\"\nkind = \"openai\"\napi_key = \"sk-provider-key-123\"\n\
+         [[mcp_servers]]\nname = \"m\"\ncommand = \"srv\"\ninherit_env = true\nenv = {{ TOKEN = \"mcp-token-4567\" }}\n"
+    );
+    let config = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.sandbox.mode, tollgate_agent_config::SandboxMode::Required);
+    assert_eq!(config.privacy.level, tollgate_agent_config::PrivacyLevel::Metadata);
+    assert_eq!(config.privacy.keys[0].id, "k2");
+    assert!(config.mcp_servers[0].inherit_env);
+    let secrets = config.secret_values();
+    for secret in [key.as_str(), "sk-provider-key-123", "mcp-token-4567"] {
+        assert!(secrets.iter().any(|s| s == secret), "{secret} listed");
+    }
+    assert!(!format!("{config:?}").contains(&key), "Debug never shows a key");
+}

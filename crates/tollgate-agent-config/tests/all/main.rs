@@ -1,0 +1,9 @@
+//! Every integration test of `tollgate-agent-config` in one test binary (one link step, one executable on disk);
+//! each module was a test file of its own.
+
+mod discovery;
+mod errors;
+mod example;
+mod fuzz_corpus;
+mod overrides;
+mod support;

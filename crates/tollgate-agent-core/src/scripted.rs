@@ -1,0 +1,304 @@
+//! The scripted model: replays a JSON script of model turns (docs/configuration.md, "The scripted
+//! provider's script"). Tollgate's own format, pure data and no I/O, so it lives in core: the loop's
+//! tests, the benchmarks and the offline `demo` agent all use it (`tollgate-agent-providers` re-exports it and
+//! adds reading a script from a file).
+//!
+//! It keeps no state. A run's Nth model call gets turn N, where N is counted from the assistant turns already
+//! in the transcript it is sent, so a run suspended in one process resumes correctly in another. Call ids
+//! are `call_1`, `call_2`, … per run, numbered from the calls already in the transcript.
+
+use crate::{BoxFuture, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, Usage};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A script that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    /// The file could not be read.
+    #[error("cannot read script {path}: {message}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS error.
+        message: String,
+    },
+    /// The text is not a valid script.
+    #[error("invalid script: {0}")]
+    Invalid(String),
+}
+
+/// A parsed script.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    turns: Vec<Turn>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Turn {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ScriptedCall>,
+    #[serde(default)]
+    usage: Option<ScriptedUsage>,
+    #[serde(default)]
+    when_denied: Option<Box<Turn>>,
+    #[serde(default)]
+    when_approved: Option<Box<Turn>>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptedCall {
+    name: String,
+    #[serde(default = "empty_object")]
+    arguments: Value,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptedUsage {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+impl Script {
+    /// Parses a script from JSON text.
+    pub fn from_json(text: &str) -> Result<Self, ScriptError> {
+        let script: Script = serde_json::from_str(text).map_err(|e| ScriptError::Invalid(e.to_string()))?;
+        script.check()?;
+        Ok(script)
+    }
+
+    /// Parses a script from a JSON value.
+    pub fn from_value(value: Value) -> Result<Self, ScriptError> {
+        let script: Script = serde_json::from_value(value).map_err(|e| ScriptError::Invalid(e.to_string()))?;
+        script.check()?;
+        Ok(script)
+    }
+
+    /// How many turns the script has.
+    pub fn len(&self) -> usize {
+        self.turns.len()
+    }
+
+    /// True for a script without turns.
+    pub fn is_empty(&self) -> bool {
+        self.turns.is_empty()
+    }
+
+    fn check(&self) -> Result<(), ScriptError> {
+        for (i, turn) in self.turns.iter().enumerate() {
+            for variant in
+                [Some(turn), turn.when_denied.as_deref(), turn.when_approved.as_deref()].into_iter().flatten()
+            {
+                if let Some(call) = variant.tool_calls.iter().find(|c| !c.arguments.is_object()) {
+                    return Err(ScriptError::Invalid(format!(
+                        "turn {}: arguments of `{}` must be a JSON object",
+                        i + 1,
+                        call.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The script the built-in `demo` agent replays: list the workspace and write the input to `note.txt` in
+/// one turn (the write waits at the gate), then report what happened.
+pub fn demo_script() -> Script {
+    let turns = vec![
+        Turn {
+            text: Some("I'll look at the workspace and save your note.".into()),
+            tool_calls: vec![
+                ScriptedCall { name: "fs_list".into(), arguments: serde_json::json!({"path": "."}) },
+                ScriptedCall {
+                    name: "fs_write".into(),
+                    arguments: serde_json::json!({"path": "note.txt", "content": "{{input}}"}),
+                },
+            ],
+            ..Turn::default()
+        },
+        Turn {
+            when_approved: Some(Box::new(Turn { text: Some("Saved note.txt.".into()), ..Turn::default() })),
+            when_denied: Some(Box::new(Turn {
+                text: Some("Understood — I did not write the note.".into()),
+                ..Turn::default()
+            })),
+            ..Turn::default()
+        },
+    ];
+    Script { turns }
+}
+
+/// A model that replays a [`Script`].
+#[derive(Clone, Debug)]
+pub struct ScriptedModel {
+    script: Script,
+}
+
+impl ScriptedModel {
+    /// A model replaying this script.
+    pub fn new(script: Script) -> Self {
+        Self { script }
+    }
+
+    fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let messages = request.messages;
+        let done_turns = messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count();
+        let turn = self.script.turns.get(done_turns).ok_or_else(|| {
+            ModelError::Script(format!(
+                "the script has {} turn(s) and model call {} has none left",
+                self.script.turns.len(),
+                done_turns + 1
+            ))
+        })?;
+        let turn = choose_variant(turn, previous_turn_denied(messages));
+        let input = messages.iter().find_map(|m| match m {
+            Message::User { content } => Some(content.as_str()),
+            _ => None,
+        });
+        let fill = |text: &str| match input {
+            Some(input) if text.contains("{{input}}") => text.replace("{{input}}", input),
+            _ => text.to_owned(),
+        };
+        let offered = !request.tools.is_empty();
+        let mut next_id = calls_so_far(messages);
+        let tool_calls: Vec<ToolCall> = if offered {
+            turn.tool_calls
+                .iter()
+                .map(|call| {
+                    next_id += 1;
+                    ToolCall::new(format!("call_{next_id}"), call.name.clone(), fill_value(&call.arguments, &fill))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let text = turn.text.as_deref().map(fill);
+        let usage = match turn.usage {
+            Some(u) => Usage { input_tokens: u.input_tokens, output_tokens: u.output_tokens },
+            None => estimate_usage(messages, text.as_deref(), &tool_calls),
+        };
+        let finish_reason = if tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+        Ok(ModelResponse { text, tool_calls, usage, finish_reason })
+    }
+}
+
+impl ModelClient for ScriptedModel {
+    fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        Box::pin(std::future::ready(self.respond(&request)))
+    }
+}
+
+fn choose_variant(turn: &Turn, denied: bool) -> &Turn {
+    let chosen = if denied { turn.when_denied.as_deref() } else { turn.when_approved.as_deref() };
+    chosen.unwrap_or(turn)
+}
+
+/// Whether any result after the last assistant turn is a person's denial.
+fn previous_turn_denied(messages: &[Message]) -> bool {
+    messages
+        .iter()
+        .rev()
+        .take_while(|m| !matches!(m, Message::Assistant { .. }))
+        .any(|m| matches!(m, Message::Tool(result) if result.denied))
+}
+
+fn calls_so_far(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::Assistant { tool_calls, .. } => tool_calls.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn fill_value(value: &Value, fill: &impl Fn(&str) -> String) -> Value {
+    match value {
+        Value::String(s) => Value::String(fill(s)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| fill_value(v, fill)).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), fill_value(v, fill))).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A deterministic stand-in for a real tokenizer: one token per four bytes of text, at least one.
+fn estimate_usage(messages: &[Message], text: Option<&str>, calls: &[ToolCall]) -> Usage {
+    let input_bytes: usize = messages
+        .iter()
+        .map(|m| match m {
+            Message::System { content } | Message::User { content } => content.len(),
+            Message::Assistant { content, tool_calls } => {
+                content.as_ref().map_or(0, String::len) + tool_calls.len() * 16
+            }
+            Message::Tool(result) => result.content.len(),
+        })
+        .sum();
+    let output_bytes = text.map_or(0, str::len) + calls.len() * 16;
+    Usage { input_tokens: (input_bytes / 4).max(1) as u64, output_tokens: (output_bytes / 4).max(1) as u64 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ToolResult;
+    use serde_json::json;
+
+    fn request(messages: &[Message]) -> ModelResponse {
+        let tools = [crate::ToolSpec { name: "t".into(), description: String::new(), parameters: json!({}) }];
+        ScriptedModel::new(demo_script())
+            .respond(&ModelRequest { model: "", messages, tools: &tools })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn first_turn_fills_input_and_numbers_calls() {
+        let response = request(&[Message::user("hello")]);
+        assert_eq!(response.tool_calls.len(), 2);
+        assert_eq!(response.tool_calls[0].call_id, "call_1");
+        assert_eq!(response.tool_calls[1].call_id, "call_2");
+        assert_eq!(response.tool_calls[1].arguments, json!({"path": "note.txt", "content": "hello"}));
+    }
+
+    #[test]
+    fn second_turn_depends_on_denial() {
+        let assistant = Message::Assistant { content: None, tool_calls: request(&[Message::user("x")]).tool_calls };
+        let result = |denied| {
+            Message::Tool(ToolResult {
+                call_id: "call_2".into(),
+                tool: "fs_write".into(),
+                content: "...".into(),
+                is_error: denied,
+                denied,
+            })
+        };
+        let approved = request(&[Message::user("x"), assistant.clone(), result(false)]);
+        assert_eq!(approved.text.as_deref(), Some("Saved note.txt."));
+        let denied = request(&[Message::user("x"), assistant, result(true)]);
+        assert_eq!(denied.text.as_deref(), Some("Understood — I did not write the note."));
+    }
+
+    #[test]
+    fn running_out_is_a_clear_error() {
+        let script = Script::from_json(r#"{"turns": [{"text": "only"}]}"#).unwrap_or_else(|e| panic!("{e}"));
+        let messages = [Message::user("x"), Message::Assistant { content: Some("only".into()), tool_calls: vec![] }];
+        let err = ScriptedModel::new(script).respond(&ModelRequest { model: "", messages: &messages, tools: &[] });
+        assert_eq!(err, Err(ModelError::Script("the script has 1 turn(s) and model call 2 has none left".into())));
+    }
+
+    #[test]
+    fn rejects_unknown_fields_and_non_object_arguments() {
+        assert!(Script::from_json(r#"{"turns": [{"txt": "typo"}]}"#).is_err());
+        assert!(Script::from_json(r#"{"turns": [{"tool_calls": [{"name": "a", "arguments": 3}]}]}"#).is_err());
+        assert!(Script::from_json(r#"{"steps": []}"#).is_err());
+    }
+}

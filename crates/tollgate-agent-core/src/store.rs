@@ -1,0 +1,331 @@
+//! The `RunStore` port (runs, their transitions and their event logs) and the `Clock` / `IdGen` ports.
+//!
+//! What every backend promises (and the contract suite in `tollgate-agent-store` checks on each):
+//! - a transition is one transaction: the compare-and-set on the run's [`Guard`], the new record from
+//!   [`RunRecord::apply`] on the run as read inside that transaction, and its events — all of it or
+//!   none. So a takeover (a claim of a running run) commits only if the lease as stored then has
+//!   expired: one planned on a lease that was renewed meanwhile is a [`Conflict::LeaseHeld`];
+//! - events are numbered from 1 without gaps and chained by [`crate::event::chain`];
+//! - a run that is not found, a stale guard, or a transition that does not apply is an error, never a
+//!   silent success.
+
+use crate::BoxFuture;
+use crate::event::{NewEvent, StoredEvent};
+use crate::run::{Millis, RunRecord, RunStatus, Transition, TransitionError, rfc3339};
+
+/// What a transition or append checks before it writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// The run's version must be exactly this (a person's action on what they saw).
+    Version(u64),
+    /// The run must be `running` with this lease owner (the process driving it).
+    Lease(String),
+}
+
+/// A store operation that could not be done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// No run has this id.
+    #[error("run {0} not found")]
+    NotFound(String),
+    /// The run changed since it was read (someone else acted first), it lost its lease, or (from
+    /// `resolve_prefix`) a prefix names several runs. Not retryable as it is: read the run again.
+    #[error("run {id} changed concurrently: {conflict}")]
+    Conflict {
+        /// The run (for [`Conflict::AmbiguousPrefix`], the prefix).
+        id: String,
+        /// What did not match.
+        conflict: Conflict,
+    },
+    /// The transition does not apply to the run's status.
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    /// A run with this id already exists.
+    #[error("run {0} already exists")]
+    Duplicate(String),
+    /// The stored row for this run cannot be read.
+    #[error("stored data for run {id} is corrupt: {detail}")]
+    Corrupt {
+        /// The run.
+        id: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The run's stored data is encrypted (tollgate-agent-store's data keys) and this store cannot decrypt
+    /// it: no data keys are configured, the key it names is not among them, or the key does not open
+    /// it (a wrong key under that id, or an altered value). Not retryable: configure the right key.
+    #[error("stored data for run {id} cannot be decrypted: {detail}")]
+    Undecryptable {
+        /// The run.
+        id: String,
+        /// Which value, and which key id it names (never key material).
+        detail: String,
+    },
+    /// The database was written by a newer Tollgate.
+    #[error(
+        "the database schema is version {found}, newer than this Tollgate understands ({supported}); upgrade Tollgate"
+    )]
+    NewerSchema {
+        /// The database's version.
+        found: i64,
+        /// This build's newest version.
+        supported: i64,
+    },
+    /// The disk the database lives on is full (SQLite's `SQLITE_FULL`, also reached at the file's
+    /// `max_page_count`; PostgreSQL's `53100 disk_full`): nothing can be written until space is freed,
+    /// while reads go on. Not retryable as it is: an operator frees space.
+    #[error("the run store is full: {0}")]
+    DiskFull(String),
+    /// The database only lets this process read (SQLite's `SQLITE_READONLY*`: a read-only file, folder,
+    /// mount or `?mode=ro`; PostgreSQL's `25006 read_only_sql_transaction`: a standby). Not retryable
+    /// as it is: an operator makes it writable (or points Tollgate at the primary).
+    #[error("the run store is read-only: {0}")]
+    ReadOnly(String),
+    /// The database itself is damaged where no one run is known to be the cause (SQLite's
+    /// `SQLITE_CORRUPT` outside a run's row, `SQLITE_NOTADB`; a failed integrity check). A damaged
+    /// run's row is [`StoreError::Corrupt`] for that run instead. Not retryable: `tollgate doctor`
+    /// says what is damaged; restore from a backup.
+    #[error("the database is corrupt: {0}")]
+    CorruptDatabase(String),
+    /// The database cannot be reached right now: the connection failed or was lost, no connection
+    /// came free in time, or another process held the write lock past the busy timeout. Retryable.
+    #[error("the run store cannot be reached: {0}")]
+    Unreachable(String),
+    /// Another database failure (a statement the database refused, a value that could not be
+    /// encoded, an invalid store URL). Retryable: most are transient.
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+/// Why a store operation conflicted: what the store found instead of what the caller expected. Callers
+/// match on the variant, never on the text; the text is what users see (in problem+json and the CLI).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Conflict {
+    /// A [`Guard::Version`] that no longer matches: someone acted on the run since it was read.
+    #[error("expected version {expected}, the run is at version {found}")]
+    StaleVersion {
+        /// The version the caller saw.
+        expected: u64,
+        /// The version stored now.
+        found: u64,
+    },
+    /// A [`Guard::Lease`] (or an append) on a run that is no longer running: it was cancelled, it
+    /// expired, it finished or it is waiting at the gate.
+    #[error("the run is {status}, not running")]
+    NotRunning {
+        /// The run's status now.
+        status: RunStatus,
+    },
+    /// A [`Guard::Lease`] (or an append) by a process that no longer holds the lease: another process
+    /// took the running run over after the lease expired.
+    #[error("another process holds the lease")]
+    LeaseLost {
+        /// Who holds the lease now (`None` only for a row that has none).
+        holder: Option<String>,
+    },
+    /// A takeover (a claim of a running run) planned on a lease that has been renewed since the taker
+    /// read the run: the lease still holds, so the takeover lost the race. The same text as
+    /// [`crate::run::TransitionError::LeaseHeld`].
+    #[error("cannot take over a run whose lease, held by {owner}, is valid until {}", rfc3339(*expires_at))]
+    LeaseHeld {
+        /// Who holds the lease.
+        owner: String,
+        /// Until when.
+        expires_at: Millis,
+    },
+    /// The run's row changed between the read and the write of one transaction (PostgreSQL's second
+    /// line of defence behind its row lock; no other write should ever get there).
+    #[error("the run changed while it was being updated")]
+    ConcurrentUpdate,
+    /// `resolve_prefix`: the prefix starts the ids of several runs.
+    #[error(
+        "the prefix `{prefix}` matches {}{matches} runs; give more characters",
+        if *more { "more than " } else { "" }
+    )]
+    AmbiguousPrefix {
+        /// The prefix as given.
+        prefix: String,
+        /// How many runs it matches; when `more` is set, the store stopped counting here and there are
+        /// more than this.
+        matches: u64,
+        /// The count is a lower bound (see `matches`).
+        more: bool,
+    },
+}
+
+impl StoreError {
+    /// True when the same operation may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Unreachable(_) | StoreError::Database(_) => true,
+            StoreError::NotFound(_)
+            | StoreError::Conflict { .. }
+            | StoreError::Transition(_)
+            | StoreError::Duplicate(_)
+            | StoreError::Corrupt { .. }
+            | StoreError::Undecryptable { .. }
+            | StoreError::NewerSchema { .. }
+            | StoreError::DiskFull(_)
+            | StoreError::ReadOnly(_)
+            | StoreError::CorruptDatabase(_) => false,
+        }
+    }
+}
+
+/// How deep [`RunStore::check_integrity`] looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntegrityCheck {
+    /// Fast enough for every start of `serve` (SQLite's `PRAGMA quick_check`: the structure of every
+    /// page, not whether indexes match their tables).
+    Quick,
+    /// Everything the database can check about itself (SQLite's `PRAGMA integrity_check`), for
+    /// `tollgate doctor`.
+    Full,
+}
+
+/// Which runs to list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunQuery {
+    /// Only runs with this status.
+    pub status: Option<RunStatus>,
+    /// Only runs of this agent.
+    pub agent: Option<String>,
+    /// At most this many (the caller bounds it).
+    pub limit: u32,
+    /// Continue after this cursor (from a previous page).
+    pub cursor: Option<String>,
+}
+
+/// One page of runs, newest first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunPage {
+    /// The runs.
+    pub runs: Vec<RunRecord>,
+    /// The cursor for the next page, when there may be more.
+    pub next_cursor: Option<String>,
+    /// The ids of runs on this page whose stored data cannot be read ([`StoreError::Corrupt`],
+    /// [`StoreError::Undecryptable`]): left out of `runs` so that one damaged run does not hide the
+    /// others; reading one by id gives its error. `tollgate doctor` reports them.
+    pub skipped: Vec<String>,
+}
+
+/// Runs, their transitions and their event logs.
+pub trait RunStore: Send + Sync {
+    /// Inserts a new run with its first events.
+    fn create(&self, run: RunRecord, events: Vec<NewEvent>) -> BoxFuture<'_, Result<RunRecord, StoreError>>;
+
+    /// Reads a run.
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<RunRecord, StoreError>>;
+
+    /// Finds the one run whose id starts with `prefix`: `NotFound` when none, [`Conflict::AmbiguousPrefix`]
+    /// when several.
+    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, StoreError>>;
+
+    /// Lists runs, newest first (by id, which is a UUIDv7 and so ordered by creation time).
+    fn list(&self, query: RunQuery) -> BoxFuture<'_, Result<RunPage, StoreError>>;
+
+    /// Checks the guard, applies the transition with [`RunRecord::apply`] and appends the events, in one
+    /// transaction. Returns the new record.
+    fn transition<'a>(
+        &'a self,
+        id: &'a str,
+        guard: Guard,
+        transition: Transition,
+        events: Vec<NewEvent>,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<RunRecord, StoreError>>;
+
+    /// Appends events to a running run whose lease `owner` holds, and extends the lease to `lease_until`.
+    /// With no events it only renews the lease. Returns the last seq.
+    fn append<'a>(
+        &'a self,
+        id: &'a str,
+        owner: &'a str,
+        events: Vec<NewEvent>,
+        lease_until: Millis,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    /// How many runs have each status (statuses without runs are left out).
+    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>>;
+
+    /// Events of a run with seq > `after`, at most `limit`, in order.
+    fn events<'a>(&'a self, id: &'a str, after: u64, limit: u32)
+    -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>>;
+
+    /// Waiting runs whose deadline is at or before `now`, and running runs whose lease expired, oldest
+    /// first, at most `limit`.
+    fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>>;
+
+    /// Proves that the store can write now: commits a tiny write (one row of its `health` table,
+    /// through the same path as every other write) and answers once it is durable. For `/readyz`.
+    ///
+    /// # Errors
+    /// What a run's write would get: [`StoreError::DiskFull`], [`StoreError::ReadOnly`],
+    /// [`StoreError::CorruptDatabase`], [`StoreError::Unreachable`], ...
+    fn probe_write(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Checks the database's own structure (not the runs' hash chains: `verify` does that) and returns
+    /// what it found wrong, one line each (SQLite's pages and indexes; PostgreSQL's catalog sees
+    /// to its own, so there it checks that every table is there and readable). Empty: sound.
+    ///
+    /// # Errors
+    /// The store's, when it cannot be checked (unreachable, say). Damage that stops the check itself
+    /// is not an error: it is a line of the answer.
+    fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
+
+    /// Deletes up to `batch` runs (with their events): terminal runs finished before `terminal_before`,
+    /// and waiting runs last updated before `waiting_before`. Returns how many went.
+    fn purge(
+        &self,
+        terminal_before: Millis,
+        waiting_before: Millis,
+        batch: u32,
+    ) -> BoxFuture<'_, Result<u64, StoreError>>;
+}
+
+/// How many events [`events_after`] asks the store for at a time.
+pub const EVENT_PAGE: u32 = 1000;
+
+/// Every event of run `id` with seq > `after`, in order, read from `store` [`EVENT_PAGE`] at a time
+/// until a page comes back short. `after = 0` reads the whole log (to verify it, replay it or show it).
+///
+/// # Errors
+/// The store's: [`StoreError::NotFound`] for a run that does not exist, and any error of a page read.
+pub async fn events_after<S: RunStore + ?Sized>(
+    store: &S,
+    id: &str,
+    after: u64,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let mut events: Vec<StoredEvent> = Vec::new();
+    loop {
+        let from = events.last().map_or(after, |e| e.seq);
+        let page = store.events(id, from, EVENT_PAGE).await?;
+        let done = page.len() < EVENT_PAGE as usize;
+        events.extend(page);
+        if done {
+            return Ok(events);
+        }
+    }
+}
+
+/// The time, injected so tests are deterministic.
+pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
+    fn now(&self) -> Millis;
+}
+
+/// The system clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Millis {
+        chrono::Utc::now().timestamp_millis()
+    }
+}
+
+/// Run ids, injected so tests are deterministic.
+pub trait IdGen: Send + Sync {
+    /// A new run id: a lowercase hyphenated UUIDv7 in production.
+    fn run_id(&self) -> String;
+}

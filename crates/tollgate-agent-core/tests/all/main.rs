@@ -1,0 +1,8 @@
+//! Every integration test of `tollgate-agent-core` in one test binary (one link step, one executable on disk);
+//! each module was a test file of its own.
+
+mod frozen_v1;
+mod fuzz_corpus;
+mod loop_rules;
+mod properties;
+mod transcripts;

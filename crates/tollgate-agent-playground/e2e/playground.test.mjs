@@ -1,0 +1,228 @@
+// The playground in a real headless Chromium, driven by playwright-core, against a running
+// `tollgate serve` (started by tests/browser.rs, which sets the environment below).
+//
+//   BASE_URL       the server without auth, whose agent `scribe` writes a.txt and b.txt in one turn
+//   WORKSPACE      that server's workspace folder (to check the files on disk)
+//   AUTH_BASE_URL  optional: a second server with auth on, and AUTH_TOKEN a token of it (actor alice)
+//   SCREENSHOT     where to write the run page's PNG (default target/playground-run.png)
+//   CHROMIUM       the browser (default /usr/bin/chromium)
+//   PLAYWRIGHT_CORE the playwright-core package folder (default .ci/npm/node_modules/playwright-core)
+//
+// Run: node --test crates/tollgate-agent-playground/e2e/playground.test.mjs
+
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, '../../..');
+const require = createRequire(import.meta.url);
+const { chromium } = require(process.env.PLAYWRIGHT_CORE ?? join(repo, '.ci/npm/node_modules/playwright-core'));
+
+const BASE_URL = process.env.BASE_URL;
+const WORKSPACE = process.env.WORKSPACE;
+const SCREENSHOT = resolve(process.env.SCREENSHOT ?? join(repo, 'target/playground-run.png'));
+const INPUT = 'hello from the browser';
+
+assert.ok(BASE_URL, 'BASE_URL must name a running tollgate serve');
+
+let browser;
+
+before(async () => {
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+/** A fresh page that fails the test on any uncaught script error. */
+async function open(t) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(15_000);
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/status of (401|409)/.test(m.text())) errors.push(m.text());
+  });
+  t.after(async () => {
+    await context.close();
+    assert.deepEqual(errors, [], 'the page logged errors');
+  });
+  return page;
+}
+
+/** The step list as [seq, kind, the text a person reads] (title and body; not the relative times). */
+async function history(page) {
+  return page.$$eval('#steps li.step', (items) =>
+    items.map((li) => {
+      const text = [...li.querySelectorAll('.step-title, .step-body')].map((el) => el.innerText).join(' ');
+      return [Number(li.dataset.seq), li.dataset.kind, text.replace(/\s+/g, ' ').trim()];
+    }),
+  );
+}
+
+describe('the playground', () => {
+  test('start a run, decide a two-call turn (deny one, approve one), watch it finish live, reload', async (t) => {
+    const page = await open(t);
+    await page.goto(BASE_URL);
+
+    // Start a run from the form.
+    await page.getByLabel('Agent').selectOption('scribe');
+    await page.getByLabel('Input').fill(INPUT);
+    await page.getByRole('button', { name: 'Start run' }).click();
+    await page.locator('.notice-success', { hasText: 'started' }).waitFor();
+
+    // It shows up in the inbox (it reaches the gate at once) and opens from there.
+    const item = page.locator('#inbox-list a.inbox-item', { hasText: INPUT });
+    await item.waitFor();
+    assert.match(await page.locator('#inbox-count').textContent(), /^[1-9]/);
+    assert.match(await item.textContent(), /2 to decide/);
+    await item.click();
+    await page.waitForURL(/#\/runs\/[0-9a-f-]{36}$/);
+    const runId = page.url().split('/').pop();
+
+    const held = page.locator('#held');
+    await held.waitFor();
+    const callA = held.locator('article.call[data-call-id="call_1"]');
+    const callB = held.locator('article.call[data-call-id="call_2"]');
+    assert.equal(await held.locator('article.call').count(), 2);
+
+    // b.txt exists, so its preview is a diff, shown as one.
+    assert.equal(await callB.locator('.diff-del').textContent(), '-B: old');
+    assert.equal(await callB.locator('.diff-add').textContent(), `+B: ${INPUT}`);
+    assert.equal(await callA.locator('pre.preview').textContent(), `create a.txt (${`A: ${INPUT}\n`.length} bytes)`);
+
+    // The editor checks JSON syntax and the tool's schema before anything is sent.
+    await callA.getByRole('button', { name: 'Edit…' }).click();
+    const editor = callA.getByLabel('Arguments for fs_write (JSON)');
+    assert.deepEqual(JSON.parse(await editor.inputValue()), { path: 'a.txt', content: `A: ${INPUT}\n` });
+    await callA.getByText('Valid against the fs_write schema.').waitFor();
+    await editor.fill('{"path": "a.txt",');
+    await callA.locator('.error-list', { hasText: 'Invalid JSON' }).waitFor();
+    assert.equal(await callA.getByRole('button', { name: 'Approve with these arguments' }).isDisabled(), true);
+    await editor.fill('{"path": 7, "mode": "append"}');
+    const problems = await callA.locator('.error-list li').allTextContents();
+    assert.deepEqual(problems.sort(), [
+      '/mode: is not allowed: "mode" is not a property of this tool (known: path, content)',
+      '/path: must be a string, not a number',
+      'arguments: is missing the required property "content"',
+    ]);
+    assert.equal(await editor.getAttribute('aria-invalid'), 'true');
+    await callA.getByRole('button', { name: 'Cancel' }).click();
+
+    // A decision refused with 409 (someone else was first) is explained, and the run is read again.
+    await page.route('**/decisions', (route) =>
+      route.fulfill({
+        status: 409,
+        contentType: 'application/problem+json',
+        body: JSON.stringify({ type: 'https://tollgate.dev/problems/conflict', title: 'Conflict', status: 409, detail: 'call call_2 is already decided' }),
+      }),
+    );
+    const reread = page.waitForRequest((r) => r.method() === 'GET' && r.url().endsWith(`/v1/runs/${runId}`));
+    await callB.getByRole('button', { name: 'Approve', exact: true }).click();
+    await page.locator('#notices .notice-error', { hasText: 'Your decision was not recorded.' }).waitFor();
+    assert.match(await page.locator('#notices .notice-error').textContent(), /call call_2 is already decided.*Someone else may have decided first/);
+    await reread;
+    await page.unroute('**/decisions');
+
+    // Deny a.txt with a reason: recorded at once, the run still waits for b.txt.
+    await callA.getByRole('button', { name: 'Deny…' }).click();
+    await callA.getByLabel('Reason (the model sees it)').fill('not this one');
+    await callA.getByRole('button', { name: 'Deny', exact: true }).click();
+    await held.locator('article.call.is-decided', { hasText: 'Denied by local: not this one' }).waitFor();
+    assert.equal(await page.locator('.run-head .badge').textContent(), 'waiting for approval');
+
+    // Approve b.txt: the run resumes and finishes, shown live (no reload).
+    const reloads = [];
+    page.on('framenavigated', (frame) => {
+      if (frame === page.mainFrame()) reloads.push(frame.url());
+    });
+    await callB.getByRole('button', { name: 'Approve', exact: true }).click();
+    await page.locator('#answer', { hasText: 'done' }).waitFor();
+    await page.locator('.run-head .badge', { hasText: 'completed' }).waitFor();
+    await held.waitFor({ state: 'hidden' });
+    await page.locator('#steps li[data-kind="run_completed"]').waitFor();
+    assert.deepEqual(reloads, [], 'the page must not reload to show the end');
+
+    // The files on disk: a.txt denied (never written), b.txt replaced.
+    if (WORKSPACE) {
+      assert.equal(existsSync(join(WORKSPACE, 'a.txt')), false, 'a.txt was denied and must not exist');
+      assert.equal(readFileSync(join(WORKSPACE, 'b.txt'), 'utf8'), `B: ${INPUT}\nsecond line\n`);
+    }
+
+    const before = await history(page);
+    const kinds = before.map(([, kind]) => kind);
+    for (const kind of ['run_started', 'model_response', 'approval_requested', 'decision', 'run_resumed', 'tool_started', 'run_completed']) {
+      assert.ok(kinds.includes(kind), `the steps show ${kind}: ${kinds.join(', ')}`);
+    }
+    const decisions = before.filter(([, kind]) => kind === 'decision').map(([, , text]) => text);
+    assert.equal(decisions.length, 2);
+    assert.match(decisions[0], /^Denied by local fs_write call_1 Reason: not this one$/);
+    assert.match(decisions[1], /^Approved by local fs_write call_2$/);
+    const tool = page.locator('#steps li[data-kind="tool_started"]');
+    assert.equal(await tool.count(), 1, 'only the approved call ran');
+    assert.match(await tool.textContent(), /call_2.*done/);
+
+    // The 409 message has been read; dismiss it (by keyboard) before the picture.
+    await page.locator('#notices .notice-error').getByRole('button', { name: 'Dismiss this message' }).focus();
+    await page.keyboard.press('Enter');
+    await page.locator('#notices .notice-error').waitFor({ state: 'detached' });
+
+    mkdirSync(dirname(SCREENSHOT), { recursive: true });
+    await page.locator('#steps li.step').first().scrollIntoViewIfNeeded();
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+
+    // A reload shows the same history, from the API alone.
+    await page.reload();
+    await page.locator('#answer', { hasText: 'done' }).waitFor();
+    await page.locator('#steps li[data-kind="run_completed"]').waitFor();
+    assert.deepEqual(await history(page), before);
+
+    // Home again: the run left the inbox and is listed as completed.
+    await page.getByRole('link', { name: '← All runs' }).click();
+    const row = page.locator(`#runs-body tr[data-run-id="${runId}"]`);
+    await row.waitFor();
+    await row.locator('.badge', { hasText: 'completed' }).waitFor();
+    await page.locator('#inbox-list').waitFor();
+    assert.equal(await page.locator(`#inbox-list a[data-run-id="${runId}"]`).count(), 0);
+    await page.getByLabel('Status').selectOption('completed');
+    await page.locator(`#runs-body tr[data-run-id="${runId}"]`).waitFor();
+    await page.getByLabel('Status').selectOption('waiting_for_approval');
+    await page.waitForFunction((id) => !document.querySelector(`#runs-body tr[data-run-id="${id}"]`), runId);
+  });
+
+  test('with auth on: a 401 asks for the token, and the run is followed live with it', { skip: !process.env.AUTH_BASE_URL }, async (t) => {
+    const page = await open(t);
+    await page.goto(process.env.AUTH_BASE_URL);
+
+    // No token yet: the page says so and offers the field.
+    await page.locator('#auth-banner', { hasText: 'Token needed.' }).waitFor();
+    const field = page.getByLabel('API token', { exact: true });
+    await field.waitFor();
+    await field.fill(process.env.AUTH_TOKEN);
+    await page.getByRole('button', { name: 'Save token' }).click();
+    await page.locator('#auth-banner').waitFor({ state: 'hidden' });
+    assert.equal(await page.evaluate(() => localStorage.getItem('tollgate.token')), process.env.AUTH_TOKEN);
+
+    await page.getByLabel('Input').fill('with a token');
+    await page.getByRole('button', { name: 'Start run' }).click();
+    await page.locator('.notice-success a', { hasText: 'Open it' }).click();
+    await page.locator('#held article.call').nth(1).waitFor();
+    await page.locator('.live', { hasText: 'Live' }).waitFor();
+
+    // Approve both at once; the end arrives over the fetch()-read stream that carries the token.
+    await page.getByRole('button', { name: 'Approve all 2' }).click();
+    await page.locator('#answer', { hasText: 'done' }).waitFor();
+    const decisions = await page.locator('#steps li[data-kind="decision"]').allTextContents();
+    assert.equal(decisions.length, 2);
+    for (const text of decisions) assert.match(text, /Approved by alice.*fs_write call_\d/);
+  });
+});

@@ -1,0 +1,184 @@
+// Unit tests of the playground's DOM-free modules: the schema check of the argument editor, the SSE
+// parser used when a token must be sent, the preview/diff and time formatting, and which held calls take
+// a decision.
+//
+// Run: node --test crates/tollgate-agent-playground/e2e/units.test.mjs (needs node only)
+
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { checkArguments, describe as describeErrors, parseJson, validate } from '../assets/schema.js';
+import { SseParser } from '../assets/sse.js';
+import { diffLines, duration, isUnifiedDiff, openCalls, relative, settledNote, shortId, summarize } from '../assets/format.js';
+
+// The schemas of two built-in tools, as GET /v1/tools returns them.
+const FS_WRITE = {
+  type: 'object',
+  properties: {
+    path: { type: 'string', description: 'File to write, relative to the workspace root.' },
+    content: { type: 'string', description: 'The whole new content of the file.' },
+  },
+  required: ['path', 'content'],
+  additionalProperties: false,
+};
+const SHELL = {
+  type: 'object',
+  properties: {
+    argv: { type: 'array', items: { type: 'string' }, minItems: 1 },
+    timeout_secs: { type: 'integer', minimum: 1, maximum: 600 },
+  },
+  required: ['argv'],
+  additionalProperties: false,
+};
+const HTTP = {
+  type: 'object',
+  properties: {
+    method: { type: 'string', enum: ['GET', 'POST'] },
+    headers: { type: 'object', additionalProperties: { type: 'string' } },
+    body: { type: ['string', 'null'] },
+  },
+  required: ['method'],
+};
+
+describe('schema check', () => {
+  test('valid arguments have no problems', () => {
+    assert.deepEqual(validate(FS_WRITE, { path: 'a.txt', content: '' }), []);
+    assert.deepEqual(validate(SHELL, { argv: ['ls', '-l'], timeout_secs: 30 }), []);
+    assert.deepEqual(validate(HTTP, { method: 'GET', headers: { accept: 'text/plain' }, body: null, extra: 1 }), []);
+  });
+
+  test('required, types, unknown properties, each with its JSON pointer', () => {
+    assert.deepEqual(validate(FS_WRITE, { path: 7, mode: 'append' }), [
+      { path: '', message: 'is missing the required property "content"' },
+      { path: '/path', message: 'must be a string, not a number' },
+      { path: '/mode', message: 'is not allowed: "mode" is not a property of this tool (known: path, content)' },
+    ]);
+  });
+
+  test('items, integer, bounds, enum, additionalProperties schema, type lists', () => {
+    assert.deepEqual(describeErrors(validate(SHELL, { argv: ['ls', 3], timeout_secs: 1.5 })), [
+      '/argv/1: must be a string, not a number',
+      '/timeout_secs: must be an integer, not a number',
+    ]);
+    assert.deepEqual(describeErrors(validate(SHELL, { argv: [], timeout_secs: 601 })), [
+      '/argv: must have at least 1 item(s)',
+      '/timeout_secs: must be at most 600',
+    ]);
+    assert.deepEqual(describeErrors(validate(HTTP, { method: 'PUT', headers: { a: 1 }, body: 2 })), [
+      '/method: must be one of "GET", "POST"',
+      '/headers/a: must be a string, not a number',
+      '/body: must be a string or a null, not a number',
+    ]);
+  });
+
+  test('pointers escape / and ~', () => {
+    const schema = { type: 'object', properties: {}, additionalProperties: false };
+    assert.deepEqual(validate(schema, { 'a/b~c': 1 }).map((e) => e.path), ['/a~1b~0c']);
+  });
+
+  test('JSON syntax errors say where', () => {
+    const result = parseJson('{\n  "path": "a.txt",\n}');
+    assert.equal(result.ok, false);
+    assert.match(result.error.message, /^Invalid JSON: /);
+    assert.equal(result.error.line, 3);
+    assert.equal(parseJson('  ').ok, false);
+  });
+
+  test('edited text: syntax first, then an object, then the schema', () => {
+    assert.deepEqual(checkArguments('{"path": "a.txt", "content": "x"}', FS_WRITE).problems, []);
+    assert.match(checkArguments('{"path": ', FS_WRITE).problems[0], /^Invalid JSON/);
+    assert.deepEqual(checkArguments('[1]', FS_WRITE).problems, ['arguments: must be an object, not an array']);
+    assert.deepEqual(checkArguments('{"x": 1}', undefined).problems, [], 'no schema known: any object');
+  });
+});
+
+describe('SSE parser', () => {
+  function parse(chunks) {
+    const events = [];
+    const parser = new SseParser((e) => events.push(e));
+    for (const chunk of chunks) parser.push(chunk);
+    return events;
+  }
+
+  test('events as the server sends them, with keep-alive comments', () => {
+    const stream = ': keep-alive\n\nid: 1\nevent: run_started\ndata: {"seq":1}\n\nid: 2\nevent: decision\ndata: {"seq":2}\n\n';
+    assert.deepEqual(parse([stream]), [
+      { id: '1', event: 'run_started', data: '{"seq":1}' },
+      { id: '2', event: 'decision', data: '{"seq":2}' },
+    ]);
+  });
+
+  test('chunks split anywhere, CR LF split across chunks, multi-line data', () => {
+    const stream = 'id: 7\r\nevent: model_response\r\ndata: line one\r\ndata:line two\r\n\r\ndata: x\n\n';
+    const whole = parse([stream]);
+    assert.deepEqual(whole, [
+      { id: '7', event: 'model_response', data: 'line one\nline two' },
+      { id: '7', event: 'message', data: 'x' },
+    ]);
+    for (let cut = 1; cut < stream.length; cut += 1) {
+      assert.deepEqual(parse([stream.slice(0, cut), stream.slice(cut)]), whole, `cut at ${cut}`);
+    }
+    assert.deepEqual(parse([...stream]), whole, 'one character at a time');
+  });
+
+  test('an event without data is not dispatched; an incomplete one waits', () => {
+    assert.deepEqual(parse(['event: x\n\n', 'data: partial']), []);
+  });
+});
+
+describe('formatting', () => {
+  test('unified diffs are recognised and their lines classified', () => {
+    const diff = '--- a/b.txt\n+++ b/b.txt\n@@ -1,2 +1,2 @@\n-old\n+new\n same\n--- not a header\n\\ No newline at end of file\n';
+    assert.equal(isUnifiedDiff(diff), true);
+    assert.equal(isUnifiedDiff('create a.txt (5 bytes)'), false);
+    assert.equal(isUnifiedDiff('--- a\n+++ b\n'), false, 'no hunk');
+    assert.deepEqual(
+      diffLines(diff).map((l) => l.kind),
+      ['file', 'file', 'hunk', 'del', 'add', 'context', 'del', 'note'],
+    );
+  });
+
+  test('relative times and durations', () => {
+    const now = Date.parse('2026-11-29T10:00:00Z');
+    assert.equal(relative('2026-11-29T09:55:00Z', now), '5 min ago');
+    assert.equal(relative('2026-11-30T09:00:00Z', now), 'in 23 h');
+    assert.equal(relative('2026-11-29T10:00:02Z', now), 'just now');
+    assert.equal(duration(42_000), '42 s');
+    assert.equal(duration(3 * 86_400_000), '3 d');
+  });
+
+  test('ids and argument summaries', () => {
+    assert.equal(shortId('0193b0c6-1111-7000-8000-000000000000'), '0193b0c6');
+    assert.equal(summarize({ path: 'a.txt', content: 'hi' }), 'path: "a.txt", content: "hi"');
+    assert.equal(summarize({ content: 'x'.repeat(300) }, 20).length, 20);
+  });
+});
+
+describe('held calls', () => {
+  // A turn held again after a crash, as GET /v1/runs/{id} shows it: call_1 ran before the crash, call_2
+  // is in doubt, call_3 was decided, call_4 is allow-gated, call_5 was refused.
+  const call = (call_id, gate, in_doubt, state, takes_decision, extra = {}) =>
+    ({ call_id, tool: 'fs_write', arguments: {}, gate, preview: null, in_doubt, decision: null, state, takes_decision, result: null, ...extra });
+  const pending = {
+    turn_digest: 'sha256:01',
+    expires_at: null,
+    calls: [
+      call('call_1', 'ask', false, 'finished', false, { result: { content: 'wrote a', is_error: false } }),
+      call('call_2', 'ask', true, 'in_doubt', true),
+      call('call_3', 'ask', false, 'decided', false, { decision: { action: 'approve', actor: 'bo', at: '2026-11-29T10:00:00.000Z' } }),
+      call('call_4', 'allow', false, 'allowed', false),
+      call('call_5', 'forbid', false, 'refused', false),
+    ],
+  };
+
+  test('only the calls the server says take a decision get buttons', () => {
+    assert.deepEqual(openCalls(pending).map((c) => c.call_id), ['call_2']);
+    assert.deepEqual(openCalls(null), []);
+    assert.deepEqual(openCalls({ calls: [call('c', 'ask', false, 'waiting', true)] }).map((c) => c.call_id), ['c']);
+  });
+
+  test('a call that takes no decision says why', () => {
+    assert.match(settledNote(pending.calls[0]), /ran to its end before a crash/);
+    assert.match(settledNote(pending.calls[3]), /Allowed by its gate/);
+    assert.match(settledNote(pending.calls[4]), /Refused before any gate/);
+  });
+});

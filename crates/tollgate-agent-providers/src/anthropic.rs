@@ -1,0 +1,379 @@
+//! The Anthropic Messages adapter (`kind = "anthropic"`).
+//!
+//! Requests go to `POST {base_url}/v1/messages` with `x-api-key` and `anthropic-version: 2023-06-01`.
+//! The system prompt is the top-level `system` field; an assistant turn is a list of `text` and `tool_use`
+//! blocks; and the results of a turn's calls all go, as `tool_result` blocks in call order (`is_error` set
+//! for denials, refusals and failures), into the one user message that follows it. The API wants user and
+//! assistant messages to alternate, so consecutive messages of one role are merged into one.
+
+use crate::answer::{RawArguments, assign_call_ids, empty_answer, tool_call};
+use crate::http::{Endpoint, FixedHeader, ProviderError, ProviderFailure, ProviderSettings};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::fmt;
+use tollgate_agent_core::{
+    BoxFuture, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolSpec, Usage,
+};
+
+/// Anthropic's own endpoint, used when the settings name no `base_url`.
+pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The API version this adapter speaks, sent as `anthropic-version`.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// A model behind the Anthropic Messages API.
+pub struct AnthropicModel {
+    endpoint: Endpoint,
+    max_output_tokens: u32,
+}
+
+impl fmt::Debug for AnthropicModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnthropicModel")
+            .field("endpoint", &self.endpoint)
+            .field("max_output_tokens", &self.max_output_tokens)
+            .finish()
+    }
+}
+
+impl AnthropicModel {
+    /// An adapter for the server the settings describe ([`ANTHROPIC_DEFAULT_BASE_URL`] when they name none).
+    pub fn new(settings: ProviderSettings) -> Result<Self, ProviderError> {
+        let mut headers =
+            vec![FixedHeader { name: "anthropic-version", value: ANTHROPIC_VERSION.to_owned(), secret: false }];
+        if let Some(key) = &settings.api_key {
+            headers.push(FixedHeader { name: "x-api-key", value: key.expose().to_owned(), secret: true });
+        }
+        let endpoint = Endpoint::new(
+            "anthropic",
+            &settings,
+            ANTHROPIC_DEFAULT_BASE_URL,
+            "/v1/messages",
+            headers,
+            is_context_length,
+        )?;
+        Ok(Self { endpoint, max_output_tokens: settings.max_output_tokens })
+    }
+
+    /// The address requests go to.
+    pub fn url(&self) -> &str {
+        self.endpoint.url()
+    }
+
+    async fn call(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let body = request_body(&request, self.max_output_tokens);
+        let answer = self.endpoint.post(request.model, &body).await?;
+        self.response(answer, request.messages)
+    }
+
+    /// Our response from the provider's JSON answer; anything an error quotes from it is redacted.
+    fn response(&self, answer: Value, transcript: &[Message]) -> Result<ModelResponse, ModelError> {
+        parse_response(answer, transcript).map_err(|e| self.endpoint.redact_error(e))
+    }
+
+    /// What [`ModelClient::complete`] makes of one HTTP answer, its status and body as received (the
+    /// entry point of the fuzz targets, [`crate::fuzzing`]).
+    pub(crate) fn read_answer(
+        &self,
+        status: u16,
+        body: &[u8],
+        transcript: &[Message],
+    ) -> Result<ModelResponse, ModelError> {
+        let answer = self.endpoint.read_answer(status, body, None)?;
+        self.response(answer, transcript)
+    }
+}
+
+impl ModelClient for AnthropicModel {
+    fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        Box::pin(self.call(request))
+    }
+}
+
+/// Anthropic answers an over-long transcript with HTTP 400 `prompt is too long: N tokens > M maximum`.
+fn is_context_length(failure: &ProviderFailure) -> bool {
+    let message = failure.message.to_lowercase();
+    failure.status == 400
+        && ["prompt is too long", "exceed context limit", "context window"].iter().any(|p| message.contains(p))
+}
+
+/// The messages of a request, merged so that roles alternate.
+struct Conversation {
+    messages: Vec<(&'static str, Vec<Value>)>,
+}
+
+impl Conversation {
+    fn push(&mut self, role: &'static str, blocks: Vec<Value>) {
+        if blocks.is_empty() {
+            return;
+        }
+        match self.messages.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => self.messages.push((role, blocks)),
+        }
+    }
+}
+
+/// The JSON body for one request.
+pub(crate) fn request_body(request: &ModelRequest<'_>, max_output_tokens: u32) -> Value {
+    let mut system: Vec<&str> = Vec::new();
+    let mut conversation = Conversation { messages: Vec::new() };
+    let mut called_tools: Vec<&str> = Vec::new();
+    for message in request.messages {
+        match message {
+            Message::System { content } => system.push(content),
+            Message::User { content } => conversation.push("user", text_block(content).into_iter().collect()),
+            Message::Assistant { content, tool_calls } => {
+                let mut blocks: Vec<Value> = content.as_deref().and_then(text_block).into_iter().collect();
+                for call in tool_calls {
+                    if !called_tools.contains(&call.name.as_str()) {
+                        called_tools.push(&call.name);
+                    }
+                    // The API takes only an object as `input`; a call whose arguments were not one was
+                    // answered with an error result explaining that, so an empty object loses nothing.
+                    let input = if call.arguments.is_object() && call.malformed_arguments.is_none() {
+                        call.arguments.clone()
+                    } else {
+                        Value::Object(Map::new())
+                    };
+                    blocks.push(json!({"type": "tool_use", "id": call.call_id, "name": call.name, "input": input}));
+                }
+                conversation.push("assistant", blocks);
+            }
+            Message::Tool(result) => {
+                let mut block =
+                    json!({"type": "tool_result", "tool_use_id": result.call_id, "content": result.content});
+                if result.is_error {
+                    block["is_error"] = Value::Bool(true);
+                }
+                conversation.push("user", vec![block]);
+            }
+        }
+    }
+
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert("max_tokens".into(), json!(max_output_tokens));
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    let messages: Vec<Value> =
+        conversation.messages.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect();
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        body.insert("tools".into(), Value::Array(request.tools.iter().map(wire_tool).collect()));
+    } else if !called_tools.is_empty() {
+        // The API refuses `tool_use` blocks in a request that defines no tools. The closing completion at
+        // the iteration cap offers none, so the tools already called are declared and none may be used.
+        let declared = called_tools
+            .iter()
+            .map(|name| {
+                json!({
+                    "name": name,
+                    "description": "Not available in this request.",
+                    "input_schema": {"type": "object"},
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(declared));
+        body.insert("tool_choice".into(), json!({"type": "none"}));
+    }
+    Value::Object(body)
+}
+
+/// The API rejects empty text blocks, so empty text is left out.
+fn text_block(text: &str) -> Option<Value> {
+    (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
+}
+
+fn wire_tool(tool: &ToolSpec) -> Value {
+    json!({"name": tool.name, "description": tool.description, "input_schema": tool.parameters})
+}
+
+#[derive(Deserialize)]
+struct MessagesResponse {
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    content: Option<Vec<Block>>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        #[serde(default)]
+        id: Option<String>,
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    /// Thinking and server-side blocks carry nothing the loop uses.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+/// Reads a Messages answer into our response.
+pub(crate) fn parse_response(answer: Value, transcript: &[Message]) -> Result<ModelResponse, ModelError> {
+    let response: MessagesResponse = serde_json::from_value(answer)
+        .map_err(|e| ModelError::InvalidResponse(format!("not a Messages response: {e}")))?;
+    if response.kind.as_deref() == Some("error") {
+        let message = response
+            .error
+            .as_ref()
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or("no message")
+            .to_owned();
+        return Err(ModelError::InvalidResponse(format!("the provider answered with an error: {message}")));
+    }
+    let blocks = response.content.ok_or_else(|| ModelError::InvalidResponse("the answer has no content".into()))?;
+    let mut texts: Vec<String> = Vec::new();
+    let mut tool_calls = Vec::new();
+    for block in blocks {
+        match block {
+            Block::Text { text } => texts.push(text),
+            Block::ToolUse { id, name, input } => tool_calls.push(tool_call(id, name, RawArguments::Value(input))),
+            Block::Other => {}
+        }
+    }
+    assign_call_ids(&mut tool_calls, transcript);
+    let text = Some(texts.join("\n")).filter(|t| !t.is_empty());
+    let finish_reason = match response.stop_reason.as_deref() {
+        Some("end_turn" | "stop_sequence") => FinishReason::Stop,
+        Some("tool_use") => FinishReason::ToolCalls,
+        Some("max_tokens" | "model_context_window_exceeded") => FinishReason::Length,
+        Some("refusal") => {
+            return Err(ModelError::Refusal(
+                text.unwrap_or_else(|| "the model declined to answer (stop_reason `refusal`)".into()),
+            ));
+        }
+        Some(other) => {
+            tracing::warn!(provider = "anthropic", stop_reason = other, "unknown stop reason");
+            FinishReason::Other(other.to_owned())
+        }
+        None if tool_calls.is_empty() => FinishReason::Stop,
+        None => FinishReason::ToolCalls,
+    };
+    if text.is_none() && tool_calls.is_empty() {
+        return Err(empty_answer(&finish_reason));
+    }
+    let usage = response.usage.map_or_else(Usage::default, |u| Usage {
+        // Cached prompt tokens are prompt tokens too; the budget counts them.
+        input_tokens: u
+            .input_tokens
+            .unwrap_or_default()
+            .saturating_add(u.cache_creation_input_tokens.unwrap_or_default())
+            .saturating_add(u.cache_read_input_tokens.unwrap_or_default()),
+        output_tokens: u.output_tokens.unwrap_or_default(),
+    });
+    Ok(ModelResponse { text, tool_calls, usage, finish_reason })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate_agent_core::{ToolCall, ToolResult};
+
+    fn result(call_id: &str, content: &str, is_error: bool) -> Message {
+        Message::Tool(ToolResult {
+            call_id: call_id.into(),
+            tool: "t".into(),
+            content: content.into(),
+            is_error,
+            denied: false,
+        })
+    }
+
+    #[test]
+    fn results_share_one_user_message_and_same_roles_merge() {
+        let messages = [
+            Message::system("be brief"),
+            Message::user("hi"),
+            Message::user("and more"),
+            Message::Assistant {
+                content: Some("calling".into()),
+                tool_calls: vec![ToolCall::new("a", "t", json!({"x": 1})), ToolCall::new("b", "t", json!({}))],
+            },
+            result("a", "one", false),
+            result("b", "two", true),
+        ];
+        let body = request_body(&ModelRequest { model: "m", messages: &messages, tools: &[] }, 100);
+        assert_eq!(body["system"], json!("be brief"));
+        assert_eq!(body["max_tokens"], json!(100));
+        let sent = body["messages"].as_array().map(Vec::len);
+        assert_eq!(sent, Some(3));
+        assert_eq!(body["messages"][0]["content"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            body["messages"][2],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "one"},
+                {"type": "tool_result", "tool_use_id": "b", "content": "two", "is_error": true},
+            ]})
+        );
+        // No tools offered (the closing completion) yet tool_use in the history: declared, none usable.
+        assert_eq!(body["tool_choice"], json!({"type": "none"}));
+        assert_eq!(body["tools"][0]["name"], json!("t"));
+    }
+
+    #[test]
+    fn stop_reasons_are_typed() {
+        let answer = |reason: &str| {
+            parse_response(
+                json!({"type": "message", "content": [{"type": "text", "text": "x"}], "stop_reason": reason}),
+                &[],
+            )
+        };
+        assert_eq!(answer("end_turn").map(|r| r.finish_reason), Ok(FinishReason::Stop));
+        assert_eq!(answer("stop_sequence").map(|r| r.finish_reason), Ok(FinishReason::Stop));
+        assert_eq!(answer("max_tokens").map(|r| r.finish_reason), Ok(FinishReason::Length));
+        assert_eq!(answer("pause_turn").map(|r| r.finish_reason), Ok(FinishReason::Other("pause_turn".into())));
+        assert_eq!(answer("refusal"), Err(ModelError::Refusal("x".into())));
+    }
+
+    #[test]
+    fn empty_or_odd_answers_are_typed_errors() {
+        let parse = |v| parse_response(v, &[]);
+        assert!(matches!(parse(json!({"type": "message"})), Err(ModelError::InvalidResponse(_))));
+        assert!(matches!(
+            parse(json!({"type": "message", "content": [], "stop_reason": "end_turn"})),
+            Err(ModelError::InvalidResponse(_))
+        ));
+        assert!(matches!(
+            parse(json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+            Err(ModelError::InvalidResponse(m)) if m.contains("Overloaded")
+        ));
+        let thinking_only = json!({"type": "message", "content": [{"type": "thinking", "thinking": "..."}],
+            "stop_reason": "max_tokens"});
+        assert!(matches!(parse(thinking_only), Err(ModelError::InvalidResponse(m)) if m.contains("token limit")));
+    }
+
+    #[test]
+    fn context_length_needs_a_400_and_the_words() {
+        let failure = |status, message: &str| ProviderFailure { status, message: message.into(), code: None };
+        assert!(is_context_length(&failure(400, "prompt is too long: 210000 tokens > 200000 maximum")));
+        assert!(!is_context_length(&failure(400, "max_tokens: must be at least 1")));
+        assert!(!is_context_length(&failure(404, "prompt is too long")));
+    }
+}

@@ -1,0 +1,41 @@
+//! # tollgate-agent-providers
+//!
+//! Model providers behind [`tollgate_agent_core::ModelClient`]. Each adapter translates Tollgate's own transcript
+//! types to a provider's wire format and back; nothing of a provider's format is ever persisted.
+//!
+//! - [`openai`]: OpenAI-compatible Chat Completions (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio,
+//!   OpenRouter, Groq, Mistral).
+//! - [`anthropic`]: Anthropic Messages.
+//! - [`scripted`]: replays a JSON script, for tests, benchmarks and the offline demo.
+//!
+//! The two HTTP adapters are built from one [`ProviderSettings`] (what a `[[providers]]` entry of
+//! `tollgate.toml` maps into) and share its promises: typed errors, retries with backoff for the retryable
+//! ones, and an API key that never shows up in a log line, an error or `Debug` output.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tollgate_agent_providers::{ApiKey, OpenAiModel, ProviderSettings};
+//!
+//! # fn main() -> Result<(), tollgate_agent_providers::ProviderError> {
+//! let model = OpenAiModel::new(ProviderSettings {
+//!     base_url: Some("http://127.0.0.1:11434/v1".into()),
+//!     api_key: std::env::var("OPENAI_API_KEY").ok().map(ApiKey::new),
+//!     timeout: Duration::from_secs(120),
+//!     ..ProviderSettings::default()
+//! })?;
+//! # let _ = model;
+//! # Ok(()) }
+//! ```
+
+mod answer;
+pub mod anthropic;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod http;
+pub mod openai;
+pub mod scripted;
+
+pub use anthropic::{ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_VERSION, AnthropicModel};
+pub use http::{ApiKey, ProviderError, ProviderSettings};
+pub use openai::{OPENAI_DEFAULT_BASE_URL, OpenAiModel};
+pub use scripted::{Script, ScriptError, ScriptedModel};

@@ -1,0 +1,410 @@
+//! What a decision request does, decided without the store: [`plan_decision`] takes the run as read, its
+//! held turn and the request, and answers the transition to commit (a compare-and-set on that read's
+//! version), its events, and — when the request completes the held turn's set — the resume it claims.
+//!
+//! The rules, each stated here once (the CLI and the server ask the runtime, they keep no copy):
+//! - only a waiting run takes decisions, and only on the turn digest the person saw;
+//! - an agent with `forbid_self_approval` refuses the actor who started the run ([`check_decider`]);
+//! - a decision names a held call that takes one (asks, or is in doubt; `HeldCall::takes_decision`), and no
+//!   call is decided twice; a call that already ran before a crash is refused as such, and `approve_all` /
+//!   `deny_all` pass over it as they pass over every call that takes no decision;
+//! - the request whose decisions complete the set claims the resume in the same transition, so a run
+//!   resumes exactly once however many people decide at the same moment.
+//!
+//! Checking edited arguments against the live tool is the agent loop's (`AgentLoop::check_decision`,
+//! asynchronous); the runtime does it on the planned decisions before it commits them.
+
+use crate::error::DecideError;
+use crate::{DecisionSet, events};
+use std::collections::HashSet;
+use tollgate_agent_core::{
+    Decision, DecisionError, Decisions, HeldTurn, Lease, Millis, NewEvent, RecordedDecision, RunRecord, RunState,
+    StartingCall, Suspension, Transition,
+};
+
+/// A decision request as a caller sends it.
+#[derive(Clone, Copy, Debug)]
+pub struct DecisionRequest<'a> {
+    /// The digest of the held turn the person saw.
+    pub turn_digest: &'a str,
+    /// The decisions.
+    pub set: &'a DecisionSet,
+    /// Who decides.
+    pub actor: &'a str,
+}
+
+/// What the agent's rules say about who may decide (from its `AgentSpec`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeciderRules {
+    /// The actor who started a run may not decide its calls.
+    pub forbid_self_approval: bool,
+}
+
+/// What a decision request does, as planned by [`plan_decision`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecisionPlan {
+    /// The decisions this request records, in the request's order (each still to be checked against
+    /// the live tool before the commit).
+    pub decided: Vec<(String, Decision)>,
+    /// The transition to commit on the run's version as read: `Transition::Decide`, with the resume's
+    /// lease when the set is complete.
+    pub transition: Transition,
+    /// Its events: one `decision` per call, then `run_resumed` (and the first decided call's
+    /// `tool_started`) when it resumes.
+    pub events: Vec<NewEvent>,
+    /// The resume this request claims, when its decisions complete the set.
+    pub resume: Option<PlannedResume>,
+}
+
+/// The resume a completing decision request claims.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedResume {
+    /// The call whose `tool_started` is committed with the claim (the first call the resume runs, when a
+    /// person decided it and nothing runs before it).
+    pub started: Option<StartingCall>,
+}
+
+/// Refuses a request whose shape is wrong whatever the run: an empty list, or a call named twice.
+pub fn check_request(set: &DecisionSet) -> Result<(), DecideError> {
+    if let DecisionSet::Each(list) = set {
+        if list.is_empty() {
+            return Err(DecideError::NoDecisions);
+        }
+        let mut seen = HashSet::new();
+        if let Some((dup, _)) = list.iter().find(|(id, _)| !seen.insert(id.as_str())) {
+            return Err(DecideError::DecidedTwice { call_id: dup.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// Whether `actor` may decide the calls of `run` under its agent's rules.
+pub fn check_decider(run: &RunRecord, actor: &str, rules: DeciderRules) -> Result<(), DecideError> {
+    if rules.forbid_self_approval && actor == run.created_by {
+        return Err(DecideError::SelfApprovalForbidden { agent: run.agent.clone(), actor: actor.to_owned() });
+    }
+    Ok(())
+}
+
+/// The held turn of `run` when this request may decide on it: the run waits, the actor may decide, and
+/// the digest is the held turn's. Needs no parse of the suspension, so it is checked first.
+pub fn admit<'r>(
+    run: &'r RunRecord,
+    request: &DecisionRequest<'_>,
+    rules: DeciderRules,
+) -> Result<&'r HeldTurn, DecideError> {
+    let RunState::Waiting(pending) = &run.state else {
+        return Err(DecideError::NotWaiting { id: run.id.clone(), status: run.status() });
+    };
+    check_decider(run, request.actor, rules)?;
+    if pending.turn_digest.as_str() != request.turn_digest {
+        return Err(DecideError::StaleDigest { current: pending.turn_digest.clone() });
+    }
+    Ok(pending)
+}
+
+/// Plans what `request` does to `run`, whose held turn is `held` (parsed from the run's stored
+/// suspension), at `now`. `resume_lease` is the lease a completing request claims; `first_decided`
+/// names the call a resume with these decisions runs first when a person decided it
+/// (`AgentLoop::first_decided_call`).
+pub fn plan_decision(
+    run: &RunRecord,
+    held: &Suspension,
+    request: &DecisionRequest<'_>,
+    rules: DeciderRules,
+    now: Millis,
+    resume_lease: Lease,
+    first_decided: impl FnOnce(&Suspension, &Decisions) -> Option<StartingCall>,
+) -> Result<DecisionPlan, DecideError> {
+    check_request(request.set)?;
+    let pending = admit(run, request, rules)?;
+    let undecided = || pending.required.iter().filter(|c| !pending.decisions.contains_key(*c)).cloned();
+    let decided: Vec<(String, Decision)> = match request.set {
+        DecisionSet::Each(list) => list.clone(),
+        DecisionSet::ApproveAll => undecided().map(|c| (c, Decision::Approve)).collect(),
+        DecisionSet::DenyAll { reason } => {
+            undecided().map(|c| (c, Decision::Deny { reason: reason.clone() })).collect()
+        }
+    };
+    if decided.is_empty() {
+        return Err(DecideError::NothingToDecide);
+    }
+    for (call_id, _) in &decided {
+        let call = held.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.clone()))?;
+        if let Some(refused) = call.refuse_decision() {
+            return Err(refused.into());
+        }
+        if pending.decisions.contains_key(call_id) {
+            return Err(DecideError::AlreadyDecided { call_id: call_id.clone() });
+        }
+    }
+    let recorded: Vec<(String, RecordedDecision)> = decided
+        .iter()
+        .map(|(call_id, decision)| {
+            (call_id.clone(), RecordedDecision { decision: decision.clone(), actor: request.actor.to_owned(), at: now })
+        })
+        .collect();
+    let mut events: Vec<NewEvent> = recorded.iter().map(|(id, d)| events::decision(now, held.round, id, d)).collect();
+    let completes =
+        pending.required.iter().all(|c| pending.decisions.contains_key(c) || recorded.iter().any(|(id, _)| id == c));
+    let resume = if completes {
+        events.push(events::run_resumed(now, held.round, request.actor));
+        let all: Decisions = pending
+            .decisions
+            .iter()
+            .map(|(id, d)| (id.clone(), d.decision.clone()))
+            .chain(recorded.iter().map(|(id, d)| (id.clone(), d.decision.clone())))
+            .collect();
+        // The resume's first call, when a person decided it and nothing runs before it, has its
+        // `tool_started` committed with the claim: one commit less between the decision and the call.
+        let started = first_decided(held, &all);
+        if let Some(call) = &started {
+            events.push(events::tool_started(
+                now,
+                held.round,
+                &run.id,
+                &call.call_id,
+                &call.tool,
+                &call.arguments,
+                call.gate,
+            ));
+        }
+        Some(PlannedResume { started })
+    } else {
+        None
+    };
+    let transition = Transition::Decide { decisions: recorded, resume: completes.then_some(resume_lease) };
+    Ok(DecisionPlan { decided, transition, events, resume })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+    use tollgate_agent_core::{
+        CallState, Counters, EventKind, Gate, RunStatus, StoredSuspension, ToolResult, TurnDigest,
+    };
+
+    const NOW: Millis = 1_796_000_000_000;
+    const DIGEST: &str = "sha256:held";
+
+    fn call(id: &str, state: CallState) -> tollgate_agent_core::HeldCall {
+        tollgate_agent_core::HeldCall {
+            call_id: id.into(),
+            tool: "write".into(),
+            arguments: json!({"text": id}),
+            preview: None,
+            state,
+        }
+    }
+
+    /// A turn of three calls: two that ask (`a`, `b`) and one the gate allowed (`c`).
+    fn held() -> Suspension {
+        Suspension {
+            schema_version: tollgate_agent_core::SCHEMA_VERSION,
+            round: 2,
+            transcript: Vec::new(),
+            calls: vec![call("a", CallState::Asks), call("b", CallState::Asks), call("c", CallState::Allowed)],
+            counters: Counters::default(),
+            trace: Vec::new(),
+            tools: Vec::new(),
+            turn_digest: TurnDigest(DIGEST.into()),
+        }
+    }
+
+    /// Alice's run, waiting on [`held`], with `decided` already recorded (by bob).
+    fn waiting(decided: &[&str]) -> RunRecord {
+        let mut run = RunRecord::new("run-1".into(), "writer".into(), "x".into(), "alice".into(), NOW - 10, None);
+        run.state = RunState::Waiting(HeldTurn {
+            suspension: StoredSuspension::from_stored("{}".into()),
+            turn_digest: TurnDigest(DIGEST.into()),
+            required: vec!["a".into(), "b".into()],
+            decisions: decided
+                .iter()
+                .map(|id| {
+                    let d = RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: NOW - 5 };
+                    ((*id).to_owned(), d)
+                })
+                .collect::<BTreeMap<_, _>>(),
+            expires_at: None,
+        });
+        run
+    }
+
+    fn lease() -> Lease {
+        Lease { owner: "node-a".into(), expires_at: NOW + 30_000 }
+    }
+
+    fn plan(run: &RunRecord, set: DecisionSet, actor: &str, rules: DeciderRules) -> Result<DecisionPlan, DecideError> {
+        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor };
+        plan_decision(run, &held(), &request, rules, NOW, lease(), |_, _| None)
+    }
+
+    fn each(list: &[(&str, Decision)]) -> DecisionSet {
+        DecisionSet::Each(list.iter().map(|(id, d)| ((*id).to_owned(), d.clone())).collect())
+    }
+
+    fn kinds(plan: &DecisionPlan) -> Vec<EventKind> {
+        plan.events.iter().map(|e| e.kind).collect()
+    }
+
+    #[test]
+    fn a_stale_digest_is_refused_naming_the_held_turn() {
+        let set = DecisionSet::ApproveAll;
+        let request = DecisionRequest { turn_digest: "sha256:old", set: &set, actor: "bob" };
+        let refused =
+            plan_decision(&waiting(&[]), &held(), &request, DeciderRules::default(), NOW, lease(), |_, _| None);
+        assert!(matches!(refused, Err(DecideError::StaleDigest { current }) if current.as_str() == DIGEST));
+    }
+
+    #[test]
+    fn self_approval_is_refused_only_when_the_agent_forbids_it() {
+        let forbid = DeciderRules { forbid_self_approval: true };
+        let own = plan(&waiting(&[]), DecisionSet::ApproveAll, "alice", forbid);
+        assert!(
+            matches!(&own, Err(DecideError::SelfApprovalForbidden { agent, actor }) if agent == "writer" && actor == "alice"),
+            "{own:?}"
+        );
+        assert!(plan(&waiting(&[]), DecisionSet::ApproveAll, "bob", forbid).is_ok());
+        assert!(plan(&waiting(&[]), DecisionSet::ApproveAll, "alice", DeciderRules::default()).is_ok());
+    }
+
+    #[test]
+    fn a_call_already_decided_is_refused_by_name() {
+        let again = plan(&waiting(&["a"]), each(&[("a", Decision::Approve)]), "carol", DeciderRules::default());
+        assert!(matches!(again, Err(DecideError::AlreadyDecided { call_id }) if call_id == "a"));
+    }
+
+    #[test]
+    fn the_request_completing_the_set_claims_the_resume() {
+        let started = StartingCall {
+            call_id: "b".into(),
+            tool: "write".into(),
+            arguments: json!({"text": "b"}),
+            gate: Gate::Ask,
+        };
+        let set = each(&[("b", Decision::Deny { reason: "no".into() })]);
+        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "carol" };
+        let planned =
+            plan_decision(&waiting(&["a"]), &held(), &request, DeciderRules::default(), NOW, lease(), |_, all| {
+                assert_eq!(all.len(), 2, "the resume sees every decision, the recorded one included");
+                Some(started.clone())
+            });
+        let planned = planned.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(planned.resume, Some(PlannedResume { started: Some(started) }));
+        assert_eq!(kinds(&planned), vec![EventKind::Decision, EventKind::RunResumed, EventKind::ToolStarted]);
+        let Transition::Decide { decisions, resume } = &planned.transition else { panic!("{:?}", planned.transition) };
+        assert_eq!(resume.as_ref(), Some(&lease()));
+        assert_eq!(decisions.len(), 1);
+        assert_eq!(decisions[0].1.actor, "carol");
+        assert_eq!(decisions[0].1.at, NOW);
+        // The transition applies to the run as read.
+        let next = waiting(&["a"]).apply(&planned.transition, NOW).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(next.status(), RunStatus::Running);
+    }
+
+    #[test]
+    fn a_partial_set_records_and_does_not_resume() {
+        let planned = plan(&waiting(&[]), each(&[("a", Decision::Approve)]), "bob", DeciderRules::default());
+        let planned = planned.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(planned.resume, None);
+        assert_eq!(kinds(&planned), vec![EventKind::Decision]);
+        assert!(matches!(&planned.transition, Transition::Decide { resume: None, .. }));
+        let next = waiting(&[]).apply(&planned.transition, NOW).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(next.status(), RunStatus::WaitingForApproval);
+    }
+
+    #[test]
+    fn approve_all_and_deny_all_decide_only_the_undecided_calls() {
+        let approved = plan(&waiting(&["a"]), DecisionSet::ApproveAll, "bob", DeciderRules::default());
+        let approved = approved.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(approved.decided, vec![("b".to_owned(), Decision::Approve)]);
+        assert!(approved.resume.is_some());
+
+        let denied =
+            plan(&waiting(&[]), DecisionSet::DenyAll { reason: "late".into() }, "bob", DeciderRules::default());
+        let denied = denied.unwrap_or_else(|e| panic!("{e}"));
+        let reason = Decision::Deny { reason: "late".into() };
+        assert_eq!(denied.decided, vec![("a".to_owned(), reason.clone()), ("b".to_owned(), reason)]);
+        assert_eq!(kinds(&denied), vec![EventKind::Decision, EventKind::Decision, EventKind::RunResumed]);
+
+        let nothing = plan(&waiting(&["a", "b"]), DecisionSet::ApproveAll, "bob", DeciderRules::default());
+        assert!(matches!(nothing, Err(DecideError::NothingToDecide)));
+    }
+
+    #[test]
+    fn unknown_and_undecidable_calls_are_invalid_decisions() {
+        let unknown = plan(&waiting(&[]), each(&[("z", Decision::Approve)]), "bob", DeciderRules::default());
+        assert!(matches!(unknown, Err(DecideError::Invalid(DecisionError::UnknownCall(id))) if id == "z"));
+        let allowed = plan(&waiting(&[]), each(&[("c", Decision::Approve)]), "bob", DeciderRules::default());
+        assert!(
+            matches!(allowed, Err(DecideError::Invalid(DecisionError::NotDecidable { call_id, gate: Gate::Allow })) if call_id == "c")
+        );
+        let mut finished = held();
+        finished.calls[0].state = CallState::Finished(ToolResult {
+            call_id: "a".into(),
+            tool: "write".into(),
+            content: "ok".into(),
+            is_error: false,
+            denied: false,
+        });
+        let set = each(&[("a", Decision::Approve)]);
+        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
+        let settled =
+            plan_decision(&waiting(&[]), &finished, &request, DeciderRules::default(), NOW, lease(), |_, _| None);
+        assert!(
+            matches!(&settled, Err(DecideError::Invalid(DecisionError::AlreadyRan { call_id })) if call_id == "a"),
+            "{settled:?}"
+        );
+        assert!(settled.is_err_and(|e| e.to_string().contains("already ran")));
+    }
+
+    /// After a crash settled `a` (it ran) and left `b` in doubt, the held turn requires only `b`: deciding
+    /// it alone completes the set exactly as `approve_all` does.
+    #[test]
+    fn a_finished_call_is_skipped_alike_by_approve_all_and_by_deciding_the_rest() {
+        let mut recovered = held();
+        recovered.calls[0].state = CallState::Finished(ToolResult {
+            call_id: "a".into(),
+            tool: "write".into(),
+            content: "ok".into(),
+            is_error: false,
+            denied: false,
+        });
+        recovered.calls[1].state = CallState::InDoubt;
+        let mut run = waiting(&[]);
+        if let RunState::Waiting(pending) = &mut run.state {
+            pending.required = recovered.decidable_calls().map(|c| c.call_id.clone()).collect();
+        }
+        let plan_on = |set: DecisionSet| {
+            let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
+            plan_decision(&run, &recovered, &request, DeciderRules::default(), NOW, lease(), |_, _| None)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let all = plan_on(DecisionSet::ApproveAll);
+        let one = plan_on(each(&[("b", Decision::Approve)]));
+        assert_eq!(all.decided, vec![("b".to_owned(), Decision::Approve)], "approve_all passes over the finished call");
+        assert_eq!(one, all, "deciding the remaining call resumes exactly as approve_all does");
+        assert!(one.resume.is_some());
+        let denied = plan_on(DecisionSet::DenyAll { reason: "no".into() });
+        assert_eq!(denied.decided, vec![("b".to_owned(), Decision::Deny { reason: "no".into() })]);
+    }
+
+    #[test]
+    fn malformed_requests_and_runs_not_waiting_are_refused() {
+        let empty = plan(&waiting(&[]), DecisionSet::Each(Vec::new()), "bob", DeciderRules::default());
+        assert!(matches!(empty, Err(DecideError::NoDecisions)));
+        let twice = plan(
+            &waiting(&[]),
+            each(&[("a", Decision::Approve), ("a", Decision::Approve)]),
+            "bob",
+            DeciderRules::default(),
+        );
+        assert!(matches!(twice, Err(DecideError::DecidedTwice { call_id }) if call_id == "a"));
+        let mut ended = waiting(&[]);
+        ended.state = RunState::Queued;
+        let refused = plan(&ended, DecisionSet::ApproveAll, "bob", DeciderRules::default());
+        assert!(matches!(refused, Err(DecideError::NotWaiting { status: RunStatus::Queued, .. })));
+    }
+}

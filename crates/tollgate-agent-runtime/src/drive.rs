@@ -1,0 +1,258 @@
+//! Driving a segment: from a start (a stored run, or one created by its first durable write) or a
+//! resume, through the loop with its persisting hooks ([`crate::hooks`]), to the commit of where the
+//! segment ended — completed, failed, or suspended at the gate.
+//!
+//! What it promises: every drive runs in a task of its own under this process's lease, registered in
+//! flight (so its lease is renewed and [`Runtime::drain`](crate::Runtime::drain) waits for it); a
+//! suspension that cannot be stored fails the run visibly, never reported as waiting; when the end of a
+//! segment cannot be stored, the run is failed (`store`), and when even that cannot be stored its lease
+//! expires and another process recovers it.
+
+use crate::error::{DriveError, StartError};
+use crate::hooks::PersistHooks;
+use crate::{AgentSpec, Inner, events};
+use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError};
+use tollgate_agent_core::{
+    Decisions, Guard, HeldTurn, LoopError, Millis, NewEvent, Outcome, RecordedDecision, RunError, RunRecord,
+    StartingCall, StoreError, Suspension, SuspensionError, Transition, TurnDigest,
+};
+
+/// Where a drive left its run (or why it could not store it), for the one waiting on it.
+pub(crate) type Settled = tokio::sync::oneshot::Sender<Result<RunRecord, DriveError>>;
+
+/// A run this process is driving, from [`InFlight::enter`] until dropped: its lease is renewed, and
+/// [`Runtime::drain`](crate::Runtime::drain) waits for it.
+pub(crate) struct InFlight {
+    inner: Arc<Inner>,
+    id: String,
+}
+
+impl InFlight {
+    pub(crate) fn enter(inner: &Arc<Inner>, id: &str) -> Self {
+        inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned());
+        Self { inner: Arc::clone(inner), id: id.to_owned() }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut in_flight = self.inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        in_flight.remove(&self.id);
+        if in_flight.is_empty() {
+            self.inner.idle.notify_waiters();
+        }
+    }
+}
+
+/// What a drive does: start a stored run from its input, start a run not stored yet (created by its
+/// first durable write, see [`Runtime::start_and_wait`](crate::Runtime::start_and_wait)), or resume a
+/// held turn.
+#[expect(clippy::large_enum_variant, reason = "one per drive, moved once into its task")]
+pub(crate) enum Work {
+    Start,
+    Create,
+    /// `started`: the call whose `tool_started` was committed with the claim.
+    Resume {
+        suspension: Suspension,
+        decisions: Decisions,
+        started: Option<StartingCall>,
+    },
+}
+
+/// The decisions a resume needs: those recorded for the calls that still take one.
+pub(crate) fn decisions_for(suspension: &Suspension, pending: Option<&HeldTurn>) -> Decisions {
+    let Some(pending) = pending else { return BTreeMap::new() };
+    suspension
+        .decidable_calls()
+        .filter_map(|c| pending.decisions.get(&c.call_id).map(|d| (c.call_id.clone(), d.decision.clone())))
+        .collect()
+}
+
+/// The transition that stores a suspension as the run's held turn, or why it cannot be stored.
+pub(crate) fn suspend_transition(
+    suspension: &Suspension,
+    decisions: BTreeMap<String, RecordedDecision>,
+    expires_at: Option<Millis>,
+) -> Result<Transition, SuspensionError> {
+    let held = HeldTurn {
+        suspension: suspension.to_stored()?,
+        turn_digest: TurnDigest(suspension.turn_digest.0.clone()),
+        required: suspension.decidable_calls().map(|c| c.call_id.clone()).collect(),
+        decisions,
+        expires_at,
+    };
+    Ok(Transition::Suspend { held, iterations: suspension.counters.iterations, usage: suspension.counters.usage })
+}
+
+impl Inner {
+    /// A new run of an agent (the default agent when `agent` is `None`), as created (`running` under
+    /// this process's lease), not stored yet.
+    pub(crate) fn new_run(
+        &self,
+        agent: Option<&str>,
+        input: &str,
+        actor: &str,
+    ) -> Result<(RunRecord, Arc<AgentSpec>), StartError> {
+        if input.trim().is_empty() {
+            return Err(StartError::EmptyInput);
+        }
+        let spec = match agent {
+            Some(name) => self.agent(name).ok_or_else(|| StartError::UnknownAgent(name.to_owned()))?,
+            None => self.agents.first().cloned().ok_or_else(|| StartError::UnknownAgent("(none)".into()))?,
+        };
+        let now = self.clock.now();
+        let run = RunRecord::new(
+            self.ids.run_id(),
+            spec.name.clone(),
+            input.to_owned(),
+            actor.to_owned(),
+            now,
+            Some(self.lease(now)),
+        );
+        Ok((run, spec))
+    }
+
+    /// Drives a run in a task of its own until its next durable state; where it got to goes to
+    /// `waiter`, if any.
+    pub(crate) fn spawn_drive(
+        self: &Arc<Self>,
+        run: RunRecord,
+        spec: Arc<AgentSpec>,
+        work: Work,
+        waiter: Option<Settled>,
+    ) {
+        let driving = InFlight::enter(self, &run.id);
+        let inner = Arc::clone(self);
+        tokio::spawn(async move {
+            let result = inner.drive(run, spec, work).await;
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(result);
+            }
+            drop(driving);
+        });
+    }
+
+    /// Runs the loop for one segment and commits where it ended; answers the run as committed.
+    async fn drive(
+        self: &Arc<Self>,
+        run: RunRecord,
+        spec: Arc<AgentSpec>,
+        mut work: Work,
+    ) -> Result<RunRecord, DriveError> {
+        let started = match &mut work {
+            Work::Start | Work::Create => None,
+            Work::Resume { started, .. } => started.take(),
+        };
+        let unborn = matches!(work, Work::Create).then(|| run.clone());
+        let hooks = PersistHooks::new(Arc::clone(self), run.id.clone(), started, unborn);
+        let outcome = match work {
+            Work::Start | Work::Create => spec.agent_loop.start(&run.id, &run.input, &hooks).await,
+            Work::Resume { suspension, decisions, .. } => {
+                spec.agent_loop.resume(&run.id, suspension, &decisions, &hooks).await
+            }
+        };
+        let now = self.clock.now();
+        let mut events = hooks.take_buffer();
+        let transition = match outcome {
+            Ok(Outcome::Completed(done)) => {
+                // The round of the last model call: at the iteration cap that is the closing completion
+                // (max_iterations + 1), which the iteration counter does not count.
+                let round = hooks.round().max(done.counters.iterations);
+                events.push(events::run_completed(now, round, done.output.as_deref(), done.reason));
+                Transition::Complete {
+                    output: done.output,
+                    reason: done.reason,
+                    iterations: done.counters.iterations,
+                    usage: done.counters.usage,
+                }
+            }
+            Ok(Outcome::Suspended(suspension)) => {
+                let expires_at =
+                    spec.approval_ttl.map(|ttl| now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)));
+                match suspend_transition(&suspension, BTreeMap::new(), expires_at) {
+                    Ok(transition) => {
+                        events.push(events::approval_requested(now, &suspension, expires_at));
+                        transition
+                    }
+                    Err(error) => {
+                        // Never reported as waiting on a turn that was not stored.
+                        let error = RunError { kind: "unstorable_suspension".into(), message: error.to_string() };
+                        events.push(events::run_failed(now, hooks.round(), &error));
+                        Transition::Fail { error }
+                    }
+                }
+            }
+            Err(error) => {
+                let error = match &error {
+                    LoopError::Model { source, .. } => {
+                        RunError { kind: source.kind().to_owned(), message: error.to_string() }
+                    }
+                    LoopError::Decision(e) => RunError { kind: e.kind().to_owned(), message: e.to_string() },
+                    LoopError::Hook(e) => RunError { kind: "store".into(), message: e.to_string() },
+                };
+                events.push(events::run_failed(now, hooks.round(), &error));
+                Transition::Fail { error }
+            }
+        };
+        let unborn = hooks.take_unborn();
+        let error = match self.commit_end(&run.id, unborn.as_ref(), transition, events, now).await {
+            Ok(next) => {
+                self.notify(&next);
+                return Ok(next);
+            }
+            Err(StoreError::Conflict { id, conflict }) => {
+                // Cancelled meanwhile, or another process took the run over: it owns the run now.
+                tracing::info!(run = %id, %conflict, "run changed hands while driving; stopping");
+                return Err(DriveError::ChangedHands { id, conflict });
+            }
+            Err(error) => error,
+        };
+        tracing::error!(run = %run.id, %error, "could not commit the end of a segment; failing the run");
+        let failure =
+            RunError { kind: "store".into(), message: format!("the run's progress could not be stored: {error}") };
+        let event = events::run_failed(now, hooks.round(), &failure);
+        match self.commit_end(&run.id, unborn.as_ref(), Transition::Fail { error: failure }, vec![event], now).await {
+            Ok(next) => {
+                self.notify(&next);
+                Ok(next)
+            }
+            Err(e) => {
+                tracing::error!(run = %run.id, error = %e, "could not fail the run either; its lease will expire and another process will recover it");
+                Err(DriveError::Store(error))
+            }
+        }
+    }
+
+    /// Commits the end of a segment under this process's lease; a run not stored yet (as created) is
+    /// created as it ends, its `run_started` first.
+    async fn commit_end(
+        &self,
+        id: &str,
+        unborn: Option<&RunRecord>,
+        transition: Transition,
+        events: Vec<NewEvent>,
+        now: Millis,
+    ) -> Result<RunRecord, StoreError> {
+        let Some(created) = unborn else {
+            return self.store.transition(id, Guard::Lease(self.node.clone()), transition, events, now).await;
+        };
+        let ended = created.apply(&transition, now).map_err(StoreError::Transition)?;
+        self.store.create(ended, std::iter::once(events::run_started(created)).chain(events).collect()).await
+    }
+
+    /// Fails a run whose stored state cannot be read, leaving every other run alone.
+    pub(crate) async fn fail_corrupt(&self, run: &RunRecord, detail: &str) {
+        let now = self.clock.now();
+        let error = RunError { kind: "corrupt_suspension".into(), message: detail.to_owned() };
+        let event = events::run_failed(now, run.iterations, &error);
+        match self
+            .store
+            .transition(&run.id, Guard::Version(run.version), Transition::Fail { error }, vec![event], now)
+            .await
+        {
+            Ok(next) => self.notify(&next),
+            Err(e) => tracing::warn!(run = %run.id, error = %e, "could not fail a run with a corrupt suspension"),
+        }
+    }
+}

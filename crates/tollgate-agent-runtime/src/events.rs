@@ -1,0 +1,112 @@
+//! The `data` of each event kind (docs/events.md), built in one place so every writer agrees: each is
+//! one of `tollgate_agent_protocol::event_data`'s structs, whose JSON is the event data Tollgate has always
+//! written (the frozen v1 events prove it).
+
+use crate::wire;
+use serde_json::Value;
+use tollgate_agent_core::{
+    EventKind, Millis, ModelResponse, NewEvent, RecordedDecision, RunError, RunRecord, Suspension, TerminationReason,
+    ToolResult, ToolSpec, rfc3339,
+};
+use tollgate_agent_protocol::event_data as data;
+
+fn event(at: Millis, kind: EventKind, round: u32, data: impl Into<data::EventData>) -> NewEvent {
+    NewEvent { at, kind, round, data: data.into().to_value() }
+}
+
+/// A run's first event, as of its creation.
+pub(crate) fn run_started(run: &RunRecord) -> NewEvent {
+    let started =
+        data::RunStarted { agent: run.agent.clone(), input: Some(run.input.clone()), actor: run.created_by.clone() };
+    event(run.created_at, EventKind::RunStarted, 0, started)
+}
+
+pub(crate) fn model_request(at: Millis, round: u32, messages: usize, tools: &[ToolSpec]) -> NewEvent {
+    let request =
+        data::ModelRequest { messages: messages as u64, tools: tools.iter().map(|t| t.name.clone()).collect() };
+    event(at, EventKind::ModelRequest, round, request)
+}
+
+pub(crate) fn model_response(at: Millis, round: u32, response: &ModelResponse) -> NewEvent {
+    let tool_calls = response
+        .tool_calls
+        .iter()
+        .map(|c| data::ModelToolCall {
+            call_id: c.call_id.clone(),
+            tool: c.name.clone(),
+            arguments: c.arguments.clone(),
+        })
+        .collect();
+    let answered = data::ModelResponse { text: response.text.clone(), tool_calls, usage: wire::usage(response.usage) };
+    event(at, EventKind::ModelResponse, round, answered)
+}
+
+pub(crate) fn tool_started(
+    at: Millis,
+    round: u32,
+    run_id: &str,
+    call_id: &str,
+    tool: &str,
+    arguments: &Value,
+    gate: tollgate_agent_core::Gate,
+) -> NewEvent {
+    let started = data::ToolStarted {
+        call_id: call_id.to_owned(),
+        tool: tool.to_owned(),
+        arguments: arguments.clone(),
+        gate: wire::gate(gate),
+        idempotency_key: format!("{run_id}:{call_id}"),
+    };
+    event(at, EventKind::ToolStarted, round, started)
+}
+
+pub(crate) fn tool_finished(at: Millis, round: u32, result: &ToolResult) -> NewEvent {
+    let finished = data::ToolFinished {
+        call_id: result.call_id.clone(),
+        tool: result.tool.clone(),
+        is_error: result.is_error,
+        result: Some(result.content.clone()),
+    };
+    event(at, EventKind::ToolFinished, round, finished)
+}
+
+pub(crate) fn approval_requested(at: Millis, suspension: &Suspension, expires_at: Option<Millis>) -> NewEvent {
+    let requested = data::ApprovalRequested {
+        turn_digest: suspension.turn_digest.0.clone(),
+        calls: suspension.calls.iter().map(wire::gated_call).collect(),
+        expires_at: expires_at.map(rfc3339),
+    };
+    event(at, EventKind::ApprovalRequested, suspension.round, requested)
+}
+
+pub(crate) fn decision(at: Millis, round: u32, call_id: &str, recorded: &RecordedDecision) -> NewEvent {
+    let made = data::DecisionMade {
+        decision: wire::decision(&recorded.decision).into(),
+        call_id: call_id.to_owned(),
+        actor: recorded.actor.clone(),
+    };
+    event(at, EventKind::Decision, round, made)
+}
+
+pub(crate) fn run_resumed(at: Millis, round: u32, actor: &str) -> NewEvent {
+    event(at, EventKind::RunResumed, round, data::RunResumed { actor: actor.to_owned() })
+}
+
+pub(crate) fn run_completed(at: Millis, round: u32, output: Option<&str>, reason: TerminationReason) -> NewEvent {
+    let completed =
+        data::RunCompleted { output: output.map(str::to_owned), termination_reason: wire::termination_reason(reason) };
+    event(at, EventKind::RunCompleted, round, completed)
+}
+
+pub(crate) fn run_failed(at: Millis, round: u32, error: &RunError) -> NewEvent {
+    event(at, EventKind::RunFailed, round, data::RunFailed { error: wire::run_error(error) })
+}
+
+pub(crate) fn run_cancelled(at: Millis, round: u32, actor: &str, reason: Option<&str>) -> NewEvent {
+    let cancelled = data::RunCancelled { actor: actor.to_owned(), reason: reason.map(str::to_owned) };
+    event(at, EventKind::RunCancelled, round, cancelled)
+}
+
+pub(crate) fn run_expired(at: Millis, round: u32, deadline: Millis) -> NewEvent {
+    event(at, EventKind::RunExpired, round, data::RunExpired { deadline: rfc3339(deadline) })
+}

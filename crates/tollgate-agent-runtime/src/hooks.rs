@@ -1,0 +1,146 @@
+//! Persists the loop's progress: events are buffered and committed at the next durable point, and an
+//! ask-gated call's `tool_started` is committed before the call runs (the execution ledger), on its
+//! own or, for a resume's first call, with the claim of the resume.
+
+use crate::Inner;
+use crate::events;
+use std::sync::{Arc, Mutex, PoisonError};
+use tollgate_agent_core::{
+    BoxFuture, Gate, HookError, LoopEvent, LoopHooks, NewEvent, RunRecord, RunState, StartingCall,
+};
+
+pub(crate) struct PersistHooks {
+    inner: Arc<Inner>,
+    run_id: String,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    buffer: Vec<NewEvent>,
+    model_calls: u32,
+    round: u32,
+    /// The call whose `tool_started` was committed with the claim of this resume, until it starts.
+    started_with_claim: Option<StartingCall>,
+    /// A run not in the store yet (as created), until its first durable write.
+    unborn: Option<RunRecord>,
+}
+
+impl PersistHooks {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        run_id: String,
+        started_with_claim: Option<StartingCall>,
+        unborn: Option<RunRecord>,
+    ) -> Self {
+        Self { inner, run_id, state: Mutex::new(State { started_with_claim, unborn, ..State::default() }) }
+    }
+
+    /// The run as created, when no durable write has stored it yet.
+    pub(crate) fn take_unborn(&self) -> Option<RunRecord> {
+        self.lock().unborn.take()
+    }
+
+    /// Events not yet committed; they go with the segment's closing transition.
+    pub(crate) fn take_buffer(&self) -> Vec<NewEvent> {
+        std::mem::take(&mut self.lock().buffer)
+    }
+
+    /// The last model call seen.
+    pub(crate) fn round(&self) -> u32 {
+        self.lock().round
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn flush(&self, events: Vec<NewEvent>, unborn: Option<RunRecord>) -> Result<(), HookError> {
+        let now = self.inner.clock.now();
+        if let Some(run) = unborn {
+            let mut created = run.clone();
+            if let RunState::Running { lease, .. } = &mut created.state {
+                *lease = self.inner.lease(now);
+            }
+            let all = std::iter::once(events::run_started(&run)).chain(events).collect();
+            return match self.inner.store.create(created, all).await {
+                Ok(created) => {
+                    self.inner.notify(&created);
+                    Ok(())
+                }
+                Err(e) => {
+                    // Still not stored: the end of the segment stores it, failed.
+                    self.lock().unborn = Some(run);
+                    Err(HookError(e.to_string()))
+                }
+            };
+        }
+        let until = now + self.inner.lease_ms;
+        let last_seq = self
+            .inner
+            .store
+            .append(&self.run_id, &self.inner.node, events, until)
+            .await
+            .map_err(|e| HookError(e.to_string()))?;
+        self.inner.notify_seq(&self.run_id, last_seq);
+        Ok(())
+    }
+}
+
+impl LoopHooks for PersistHooks {
+    fn on_event<'a>(&'a self, event: LoopEvent<'a>) -> BoxFuture<'a, Result<(), HookError>> {
+        let now = self.inner.clock.now();
+        let mut flush = None;
+        let mut unborn = None;
+        {
+            let mut state = self.lock();
+            match event {
+                LoopEvent::ModelRequest { round, messages, tools } => {
+                    // The first model call of a segment rides with the segment's next durable write;
+                    // later ones commit what the previous rounds did first, so a watcher sees progress.
+                    if state.model_calls > 0 && !state.buffer.is_empty() {
+                        flush = Some(std::mem::take(&mut state.buffer));
+                    }
+                    state.model_calls += 1;
+                    state.round = round;
+                    state.buffer.push(events::model_request(now, round, messages, tools));
+                }
+                LoopEvent::ModelResponse { round, response } => {
+                    state.buffer.push(events::model_response(now, round, response));
+                }
+                LoopEvent::ToolStarted { round, call_id, tool, arguments, gate } => {
+                    // The start committed with the claim is the first one; it is not committed again.
+                    let committed = state.started_with_claim.take().is_some_and(|c| {
+                        c.call_id == call_id && c.tool == tool && &c.arguments == arguments && c.gate == gate
+                    });
+                    if !committed {
+                        state.buffer.push(events::tool_started(
+                            now,
+                            round,
+                            &self.run_id,
+                            call_id,
+                            tool,
+                            arguments,
+                            gate,
+                        ));
+                        if gate != Gate::Allow {
+                            flush = Some(std::mem::take(&mut state.buffer));
+                        }
+                    }
+                }
+                LoopEvent::ToolFinished { round, result } => {
+                    state.buffer.push(events::tool_finished(now, round, result));
+                }
+            }
+            if flush.is_some() {
+                unborn = state.unborn.take();
+            }
+        }
+        Box::pin(async move {
+            match flush {
+                Some(events) => self.flush(events, unborn).await,
+                None => Ok(()),
+            }
+        })
+    }
+}

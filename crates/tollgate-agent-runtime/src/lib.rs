@@ -1,0 +1,626 @@
+//! # tollgate-agent-runtime
+//!
+//! Joins the tool loop ([`tollgate_agent_core::AgentLoop`]) to a [`RunStore`], persisting each step as it
+//! happens, and keeps docs/design.md's exactly-once rule:
+//! - a run is created `running` under this process's lease; every later write is guarded by that lease
+//!   (while running) or by the run's version (a person's action on what they saw);
+//! - decisions are recorded one by one; the request whose decisions complete the held turn's set claims
+//!   the resume in the same transaction, so exactly one resume happens per suspension;
+//! - before an ask-gated call runs, its `tool_started` event is committed; after a crash such a call is
+//!   never run again by itself: the run goes back to waiting with the call marked in doubt;
+//! - a suspension that cannot be stored fails the run visibly; it is never reported as waiting.
+//!
+//! Other events (model requests and responses, allow-gated calls) ride with the next durable write, so
+//! a run costs few commits; allow-gated calls are declared safe to repeat after a crash.
+//!
+//! ## Modules
+//! - this file: the [`Runtime`] facade — its types, reads, and the operations callers use (start,
+//!   decide, cancel), each answering its own error type;
+//! - [`error`]: one error enum per operation ([`StartError`], [`ReadError`], [`ResolveError`],
+//!   [`DecideError`], [`CancelError`]), typed and marked retryable;
+//! - [`decide`]: the pure rules of a decision request ([`decide::plan_decision`]): which calls, the
+//!   transition with or without the resume, the events — no store;
+//! - `drive`: driving a segment (start, resume, finishing) in a task of its own, with `hooks`
+//!   persisting the loop's steps as they happen;
+//! - [`maintenance`]: the one scheduler of deadlines, lease takeovers (`recovery`), lease renewal and
+//!   retention, on the runtime's clock, for `serve` and the CLI alike;
+//! - [`privacy`]: the privacy level and the secrets redactor as a layer over the store; `events`,
+//!   [`view`] and [`wire`]: the event data and the run as the API shows them.
+
+pub use privacy::PrivacyLevel;
+use tollgate_agent_core::Redactor;
+pub mod decide;
+mod drive;
+pub mod error;
+mod events;
+mod hooks;
+pub mod maintenance;
+pub mod privacy;
+mod recovery;
+pub mod view;
+pub mod wire;
+
+pub use decide::{DeciderRules, DecisionPlan, DecisionRequest, plan_decision};
+pub use error::{CancelError, DecideError, ReadError, ResolveError, StartError};
+pub use maintenance::{Maintenance, Retention, Schedule};
+
+pub(crate) use drive::{Settled, Work, decisions_for, suspend_transition};
+use error::{DriveError, SweepError};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::{Notify, broadcast};
+use tollgate_agent_core::{
+    AgentLoop, ChainBreak, Clock, Conflict, Decision, Guard, IdGen, Lease, Millis, RunPage, RunQuery, RunRecord,
+    RunState, RunStatus, RunStore, StoreError, StoredEvent, Transition, verify_chain,
+};
+
+/// What happens to a waiting run when its approval deadline passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnExpiry {
+    /// Deny every undecided call (actor `system`, reason `approval deadline passed`) and resume.
+    #[default]
+    Deny,
+    /// End the run as `expired`.
+    Cancel,
+}
+
+/// One agent the runtime can run.
+pub struct AgentSpec {
+    /// Its name.
+    pub name: String,
+    /// The model name (for listing).
+    pub model: String,
+    /// The loop that runs it.
+    pub agent_loop: Arc<dyn AgentLoop>,
+    /// The tools it is offered, with their effective gates (for listing).
+    pub tools: Vec<ToolInfo>,
+    /// How long a run may wait for a decision.
+    pub approval_ttl: Option<Duration>,
+    /// What happens when that deadline passes.
+    pub on_expiry: OnExpiry,
+    /// The actor who started a run may not decide its calls.
+    pub forbid_self_approval: bool,
+}
+
+/// A tool as listed by `tollgate tools` and `GET /v1/tools`: what it is, its gate, and why.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ToolInfo {
+    /// The tool's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub parameters: serde_json::Value,
+    /// The gate for a call with no particular arguments (a policy rule with argument matchers or a tool
+    /// whose gate depends on its arguments may decide differently per call).
+    pub gate: tollgate_agent_core::Gate,
+    /// Why: `default`, `annotation readOnlyHint`, or the policy rule that decided.
+    pub why: String,
+}
+
+impl ToolInfo {
+    /// Lists a tool with its own gate for empty arguments.
+    pub fn of(tool: &dyn tollgate_agent_core::Tool, why: impl Into<String>) -> Self {
+        let empty = serde_json::Value::Object(serde_json::Map::new());
+        Self {
+            name: tool.name().to_owned(),
+            description: tool.description().to_owned(),
+            parameters: tool.parameters().clone(),
+            gate: tool.gate(&empty),
+            why: why.into(),
+        }
+    }
+}
+
+/// How this process takes part.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// This process's lease owner id (unique per process).
+    pub node_id: String,
+    /// How long a lease lasts without renewal.
+    pub lease: Duration,
+    /// Every tool this process knows, with its own default gate (no policy), for listing.
+    pub catalog: Vec<ToolInfo>,
+    /// What the event log keeps of prompts, arguments and results (`[privacy] level`).
+    pub privacy: PrivacyLevel,
+    /// Removes configured secrets from events, run errors and outputs before they are stored.
+    pub redactor: Redactor,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self {
+            node_id: format!("node-{}", uuid::Uuid::now_v7()),
+            lease: Duration::from_secs(30),
+            catalog: Vec::new(),
+            privacy: PrivacyLevel::Full,
+            redactor: Redactor::default(),
+        }
+    }
+}
+
+/// A change to a run, broadcast in process as it commits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunNotice {
+    /// The run.
+    pub run_id: String,
+    /// Its status after the change.
+    pub status: RunStatus,
+    /// Its last event's seq after the change.
+    pub last_seq: u64,
+    /// The run as committed by the change, when the change committed a whole record (an append of
+    /// events alone carries none).
+    pub run: Option<Arc<RunRecord>>,
+}
+
+/// Decisions as a caller sends them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DecisionSet {
+    /// One decision per named call.
+    Each(Vec<(String, Decision)>),
+    /// Approve every held call not yet decided.
+    ApproveAll,
+    /// Deny every held call not yet decided, with a reason.
+    DenyAll {
+        /// The reason the model is given.
+        reason: String,
+    },
+}
+
+/// UUIDv7 run ids.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UuidV7Ids;
+
+impl IdGen for UuidV7Ids {
+    fn run_id(&self) -> String {
+        uuid::Uuid::now_v7().to_string()
+    }
+}
+
+/// The durable runtime. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn RunStore>,
+    pub(crate) agents: Vec<Arc<AgentSpec>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdGen>,
+    pub(crate) node: String,
+    pub(crate) lease_ms: i64,
+    notices: broadcast::Sender<RunNotice>,
+    pub(crate) in_flight: Mutex<HashSet<String>>,
+    pub(crate) idle: Notify,
+    catalog: Vec<ToolInfo>,
+}
+
+impl Runtime {
+    /// A runtime over a store and a set of agents (the first is the default agent).
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        agents: Vec<AgentSpec>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGen>,
+        options: RuntimeOptions,
+    ) -> Self {
+        let (notices, _) = broadcast::channel(4096);
+        let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX).max(1000);
+        Self {
+            inner: Arc::new(Inner {
+                store: privacy::filtered(store, options.privacy, options.redactor),
+                agents: agents.into_iter().map(Arc::new).collect(),
+                clock,
+                ids,
+                node: options.node_id,
+                lease_ms,
+                notices,
+                in_flight: Mutex::new(HashSet::new()),
+                idle: Notify::new(),
+                catalog: options.catalog,
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn RunStore> {
+        &self.inner.store
+    }
+
+    /// The agents, the default first.
+    pub fn agents(&self) -> impl Iterator<Item = &AgentSpec> {
+        self.inner.agents.iter().map(|a| a.as_ref())
+    }
+
+    /// The agent with this name.
+    pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
+        self.inner.agents.iter().find(|a| a.name == name).map(|a| a.as_ref())
+    }
+
+    /// The runtime's clock (injected, so a server computes retention cutoffs on the same time as the runs).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// Every tool this process knows, with its own default gate.
+    pub fn catalog(&self) -> &[ToolInfo] {
+        &self.inner.catalog
+    }
+
+    /// Live notices of run changes committed by this process.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
+        self.inner.notices.subscribe()
+    }
+
+    /// Starts a run and drives it in the background; returns it as created (`running`).
+    pub async fn start(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, StartError> {
+        let (run, spec) = self.inner.new_run(agent, input, actor)?;
+        let started = events::run_started(&run);
+        let run = self.inner.store.create(run, vec![started]).await.map_err(StartError::Store)?;
+        self.inner.notify(&run);
+        self.inner.spawn_drive(run.clone(), spec, Work::Start, None);
+        Ok(run)
+    }
+
+    /// Starts a run and answers once it waits for approval or has ended.
+    ///
+    /// Until then only the caller, who is waiting, knows of the run, so it is not committed on its own:
+    /// its creation rides with its first durable write (the held turn, the end, or the progress committed
+    /// before a second model call), one commit less. Should the process die before that, no run is left
+    /// behind and the caller's request fails; nothing was promised to anyone.
+    pub async fn start_and_wait(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, StartError> {
+        let (run, spec) = self.inner.new_run(agent, input, actor)?;
+        let id = run.id.clone();
+        // Driven in a task of its own (so that many runs started at once from one task still run side by
+        // side and commit together), which answers here.
+        let (done, driven) = tokio::sync::oneshot::channel();
+        self.inner.spawn_drive(run, spec, Work::Create, Some(done));
+        match driven.await {
+            Ok(Ok(run)) => Ok(run),
+            Ok(Err(DriveError::Store(error))) => Err(StartError::Store(error)),
+            // Stored, then changed hands (cancelled, or taken over): wait on the stored run.
+            Ok(Err(DriveError::ChangedHands { .. })) | Err(_) => match self.wait_settled(&id).await {
+                Ok(run) => Ok(run),
+                Err(ReadError::NotFound(id)) => Err(StartError::Vanished(id)),
+                Err(ReadError::Store(error)) => Err(StartError::Store(error)),
+            },
+        }
+    }
+
+    /// Waits until a run waits for approval or has ended. A notice that carries a settled record newer
+    /// than the last state read answers without another read; any other settled notice, a lag, or a
+    /// quiet half second reads the run again (another process may drive it).
+    pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, ReadError> {
+        let mut notices = self.subscribe();
+        let mut run = self.get(id).await?;
+        loop {
+            if settled(run.status()) {
+                return Ok(run);
+            }
+            let version = run.version;
+            let wait = async {
+                loop {
+                    match notices.recv().await {
+                        Ok(notice) if notice.run_id == id && settled(notice.status) => {
+                            return notice.run.filter(|r| r.version > version);
+                        }
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => return None,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            };
+            run = match tokio::time::timeout(Duration::from_millis(500), wait).await {
+                Ok(Some(committed)) => Arc::unwrap_or_clone(committed),
+                _ => self.get(id).await?,
+            };
+        }
+    }
+
+    /// Reads a run.
+    pub async fn get(&self, id: &str) -> Result<RunRecord, ReadError> {
+        Ok(self.inner.store.get(id).await?)
+    }
+
+    /// Resolves a unique id prefix (or a whole id) to a full id.
+    pub async fn resolve(&self, prefix: &str) -> Result<String, ResolveError> {
+        let plausible = !prefix.is_empty()
+            && prefix.len() <= RUN_ID_LEN
+            && prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
+        if !plausible {
+            return Err(ResolveError::InvalidPrefix(prefix.to_owned()));
+        }
+        match self.inner.store.resolve_prefix(prefix).await {
+            Ok(id) => Ok(id),
+            Err(StoreError::NotFound(_)) => Err(ResolveError::NotFound(prefix.to_owned())),
+            Err(StoreError::Conflict { conflict: Conflict::AmbiguousPrefix { prefix, matches, more }, .. }) => {
+                Err(ResolveError::Ambiguous { prefix, matches, more })
+            }
+            Err(other) => Err(ResolveError::Store(other)),
+        }
+    }
+
+    /// Lists runs, newest first.
+    pub async fn list(&self, query: RunQuery) -> Result<RunPage, StoreError> {
+        self.inner.store.list(query).await
+    }
+
+    /// How many runs have each status, every status listed (zero where none).
+    pub async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let counted = self.inner.store.count_by_status().await?;
+        Ok(RunStatus::ALL
+            .iter()
+            .map(|status| (*status, counted.iter().find(|(s, _)| s == status).map_or(0, |(_, n)| *n)))
+            .collect())
+    }
+
+    /// A run's events after `after`.
+    pub async fn events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, ReadError> {
+        self.inner.store.get(id).await?;
+        Ok(self.inner.store.events(id, after, limit).await?)
+    }
+
+    /// Every event of a run after `after`, however many pages that takes.
+    pub async fn all_events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, ReadError> {
+        self.inner.store.get(id).await?;
+        Ok(tollgate_agent_core::store::events_after(&*self.inner.store, id, after).await?)
+    }
+
+    /// Checks a run's hash chain: `Ok(Err(break))` names the first bad event.
+    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, ReadError> {
+        let run = self.inner.store.get(id).await?;
+        let all = tollgate_agent_core::store::events_after(&*self.inner.store, id, 0).await?;
+        Ok(verify_chain(&all, run.last_seq, &run.last_hash).map(|()| run.last_seq))
+    }
+
+    /// Whether `actor` may decide the calls of a run of `agent` started by `created_by` (the agent's
+    /// `forbid_self_approval`). [`decide`](Self::decide) checks the same; a caller asks first to avoid
+    /// asking a person for decisions that would be refused.
+    pub fn check_decider(&self, agent: &str, created_by: &str, actor: &str) -> Result<(), DecideError> {
+        let spec = self.inner.agent(agent).ok_or_else(|| DecideError::UnknownAgent(agent.to_owned()))?;
+        if spec.forbid_self_approval && actor == created_by {
+            return Err(DecideError::SelfApprovalForbidden { agent: agent.to_owned(), actor: actor.to_owned() });
+        }
+        Ok(())
+    }
+
+    /// Checks one decision against run `id`'s held turn, as [`decide`](Self::decide) would (the call takes
+    /// a decision, edited arguments pass the live tool's checks), without recording anything.
+    pub async fn check_decision(&self, id: &str, call_id: &str, decision: &Decision) -> Result<(), DecideError> {
+        let run = self.get(id).await?;
+        let RunState::Waiting(pending) = &run.state else {
+            return Err(DecideError::NotWaiting { id: run.id.clone(), status: run.status() });
+        };
+        let spec = self.inner.agent(&run.agent).ok_or_else(|| DecideError::UnknownAgent(run.agent.clone()))?;
+        let suspension = pending
+            .suspension
+            .parse()
+            .map_err(|e| DecideError::CorruptSuspension { id: run.id.clone(), detail: e.to_string() })?;
+        Ok(spec.agent_loop.check_decision(&suspension, call_id, decision).await?)
+    }
+
+    /// Records decisions for a waiting run. The request whose decisions complete the held turn's set
+    /// resumes the run (in the background); the answer is the run after the decisions were recorded.
+    pub async fn decide(
+        &self,
+        id: &str,
+        turn_digest: &str,
+        set: DecisionSet,
+        actor: &str,
+    ) -> Result<RunRecord, DecideError> {
+        let request = DecisionRequest { turn_digest, set: &set, actor };
+        self.decide_from(None, id, &request, &mut None).await
+    }
+
+    /// Records decisions on a run the caller has just loaded, starting from that record (no second read
+    /// while it is current; if it is not, or is refused, the run is read again and decided on as stored),
+    /// and, when they resume the run, answers once it waits again or has ended. Otherwise answers as
+    /// [`decide`](Self::decide) does.
+    pub async fn decide_and_wait(
+        &self,
+        loaded: &RunRecord,
+        turn_digest: &str,
+        set: DecisionSet,
+        actor: &str,
+    ) -> Result<RunRecord, DecideError> {
+        let (done, driven) = tokio::sync::oneshot::channel();
+        let mut waiter = Some(done);
+        let request = DecisionRequest { turn_digest, set: &set, actor };
+        let decided = self.decide_from(Some(loaded), &loaded.id, &request, &mut waiter).await?;
+        if decided.status() != RunStatus::Running {
+            return Ok(decided);
+        }
+        if waiter.is_none() {
+            // This request resumed the run: the drive it started answers with where the run settled.
+            match driven.await {
+                Ok(Ok(settled_run)) => return Ok(settled_run),
+                Ok(Err(DriveError::Store(error))) => return Err(DecideError::Store(error)),
+                Ok(Err(DriveError::ChangedHands { .. })) | Err(_) => {}
+            }
+        }
+        // Resumed by another request, or the drive lost the run to another process: wait on the store.
+        Ok(self.wait_settled(&loaded.id).await?)
+    }
+
+    /// Decides on `loaded` first when given, then on the run as stored, reading it again each time
+    /// another decision commits first. `waiter`, if any, is handed to the drive when these decisions
+    /// resume the run.
+    async fn decide_from(
+        &self,
+        loaded: Option<&RunRecord>,
+        id: &str,
+        request: &DecisionRequest<'_>,
+        waiter: &mut Option<Settled>,
+    ) -> Result<RunRecord, DecideError> {
+        decide::check_request(request.set)?;
+        if let Some(run) = loaded
+            && let Ok(decided) = self.try_decide(run, request, waiter).await
+        {
+            return Ok(decided);
+        }
+        for _ in 0..DECIDE_ATTEMPTS {
+            let run = self.get(id).await?;
+            match self.try_decide(&run, request, waiter).await {
+                Err(DecideError::LostRace { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(DecideError::LostRace { id: id.to_owned() })
+    }
+
+    /// One attempt on the run as read: plan ([`decide::plan_decision`]), check edits with the live
+    /// tools, commit on the read's version, and start the resume the plan claims.
+    async fn try_decide(
+        &self,
+        run: &RunRecord,
+        request: &DecisionRequest<'_>,
+        waiter: &mut Option<Settled>,
+    ) -> Result<RunRecord, DecideError> {
+        let spec = self.inner.agent(&run.agent).ok_or_else(|| DecideError::UnknownAgent(run.agent.clone()))?;
+        let rules = DeciderRules { forbid_self_approval: spec.forbid_self_approval };
+        // Refusals that need no parse of the held turn come first: a corrupt turn is failed only on a
+        // request that would otherwise be decided.
+        let pending = decide::admit(run, request, rules)?;
+        let suspension = match pending.suspension.parse() {
+            Ok(s) => s,
+            Err(e) => {
+                self.inner.fail_corrupt(run, &e.to_string()).await;
+                return Err(DecideError::CorruptSuspension { id: run.id.clone(), detail: e.to_string() });
+            }
+        };
+        let now = self.inner.clock.now();
+        let plan = decide::plan_decision(run, &suspension, request, rules, now, self.inner.lease(now), |s, all| {
+            spec.agent_loop.first_decided_call(s, all)
+        })?;
+        for (call_id, decision) in &plan.decided {
+            spec.agent_loop.check_decision(&suspension, call_id, decision).await?;
+        }
+        let guard = Guard::Version(run.version);
+        let next = match self.inner.store.transition(&run.id, guard, plan.transition, plan.events, now).await {
+            Ok(next) => next,
+            // Someone acted on the run since it was read: read it again and decide on what is stored.
+            Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => {
+                return Err(DecideError::LostRace { id: run.id.clone() });
+            }
+            Err(StoreError::NotFound(id)) => return Err(DecideError::NotFound(id)),
+            Err(
+                error @ (StoreError::Duplicate(_)
+                | StoreError::Corrupt { .. }
+                | StoreError::Undecryptable { .. }
+                | StoreError::NewerSchema { .. }
+                | StoreError::DiskFull(_)
+                | StoreError::ReadOnly(_)
+                | StoreError::CorruptDatabase(_)
+                | StoreError::Unreachable(_)
+                | StoreError::Database(_)),
+            ) => return Err(DecideError::Store(error)),
+        };
+        self.inner.notify(&next);
+        if let Some(resume) = plan.resume {
+            let decisions = decisions_for(&suspension, next.held_turn());
+            self.inner.spawn_drive(
+                next.clone(),
+                spec,
+                Work::Resume { suspension, decisions, started: resume.started },
+                waiter.take(),
+            );
+        }
+        Ok(next)
+    }
+
+    /// Cancels a run that has not finished.
+    pub async fn cancel(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<RunRecord, CancelError> {
+        for _ in 0..DECIDE_ATTEMPTS {
+            let run = self.get(id).await?;
+            if run.status().is_terminal() {
+                return Err(CancelError::AlreadyTerminal { id: run.id.clone(), status: run.status() });
+            }
+            let now = self.inner.clock.now();
+            let event = events::run_cancelled(now, run.iterations, actor, reason);
+            match self
+                .inner
+                .store
+                .transition(id, Guard::Version(run.version), Transition::Cancel, vec![event], now)
+                .await
+            {
+                Ok(next) => {
+                    self.inner.notify(&next);
+                    return Ok(next);
+                }
+                // Changed since it was read (the driving process committed a step): read it again.
+                Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => continue,
+                Err(StoreError::NotFound(id)) => return Err(CancelError::NotFound(id)),
+                Err(
+                    error @ (StoreError::Duplicate(_)
+                    | StoreError::Corrupt { .. }
+                    | StoreError::Undecryptable { .. }
+                    | StoreError::NewerSchema { .. }
+                    | StoreError::DiskFull(_)
+                    | StoreError::ReadOnly(_)
+                    | StoreError::CorruptDatabase(_)
+                    | StoreError::Unreachable(_)
+                    | StoreError::Database(_)),
+                ) => return Err(CancelError::Store(error)),
+            }
+        }
+        Err(CancelError::LostRace { id: id.to_owned() })
+    }
+
+    /// Waits until every run this process drives has reached its next durable state.
+    pub async fn drain(&self) {
+        loop {
+            let idle = self.inner.idle.notified();
+            if self.inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).is_empty() {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+}
+
+/// How often a decision or a cancellation reads the run again after another write committed first.
+const DECIDE_ATTEMPTS: usize = 8;
+/// The length of a run id (a hyphenated UUID).
+const RUN_ID_LEN: usize = 36;
+
+fn settled(status: RunStatus) -> bool {
+    status == RunStatus::WaitingForApproval || status.is_terminal()
+}
+
+/// The agent of a run being taken over.
+pub(crate) fn spec_arc(inner: &Inner, name: &str) -> Result<Arc<AgentSpec>, SweepError> {
+    inner.agent(name).ok_or_else(|| SweepError::UnknownAgent(name.to_owned()))
+}
+
+impl Inner {
+    pub(crate) fn agent(&self, name: &str) -> Option<Arc<AgentSpec>> {
+        self.agents.iter().find(|a| a.name == name).cloned()
+    }
+
+    pub(crate) fn lease(&self, now: Millis) -> Lease {
+        Lease { owner: self.node.clone(), expires_at: now + self.lease_ms }
+    }
+
+    pub(crate) fn notify(&self, run: &RunRecord) {
+        if self.notices.receiver_count() == 0 {
+            return;
+        }
+        let _ = self.notices.send(RunNotice {
+            run_id: run.id.clone(),
+            status: run.status(),
+            last_seq: run.last_seq,
+            run: Some(Arc::new(run.clone())),
+        });
+    }
+
+    pub(crate) fn notify_seq(&self, run_id: &str, last_seq: u64) {
+        let _ =
+            self.notices.send(RunNotice { run_id: run_id.to_owned(), status: RunStatus::Running, last_seq, run: None });
+    }
+}

@@ -1,0 +1,190 @@
+//! Taking over a run whose lease expired (its process crashed or stalled).
+//!
+//! The rule: an ask-gated call whose `tool_started` was committed but whose `tool_finished` was not may
+//! or may not have taken effect, so it is never run again by itself. The run goes back to waiting with
+//! that call marked in doubt, and a person approves (run again), responds (give the result) or denies.
+//! Calls that finished keep their recorded result; allow-gated calls are safe to repeat and simply run.
+
+use crate::error::SweepError;
+use crate::{Runtime, Work, decisions_for, events, suspend_transition, wire};
+use std::collections::{BTreeMap, HashSet};
+use tollgate_agent_core::{EventKind, Guard, RunRecord, StoredEvent, ToolResult, Transition};
+use tollgate_agent_protocol::{EventData, EventDataError};
+
+pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), SweepError> {
+    let inner = runtime.inner();
+    let now = inner.clock.now();
+    let spec = crate::spec_arc(inner, &run.agent)?;
+    let claimed = inner
+        .store
+        .transition(
+            &run.id,
+            Guard::Version(run.version),
+            Transition::Claim { lease: inner.lease(now) },
+            Vec::new(),
+            now,
+        )
+        .await?;
+    inner.notify(&claimed);
+    tracing::info!(run = %run.id, "took over a run whose lease expired");
+
+    let Some(pending) = claimed.held_turn().cloned() else {
+        // Nothing was held yet: every call so far was allow-gated and safe to repeat. Start again.
+        inner.spawn_drive(claimed, spec, Work::Start, None);
+        return Ok(());
+    };
+    let mut suspension = match pending.suspension.parse() {
+        Ok(s) => s,
+        Err(e) => {
+            inner.fail_corrupt(&claimed, &e.to_string()).await;
+            return Ok(());
+        }
+    };
+    let ledger = match ledger(&events_of(runtime, &run.id).await?, suspension.round) {
+        Ok(ledger) => ledger,
+        Err(e) => {
+            // The log this runtime wrote cannot be read: which calls ran is unknown, so nothing may
+            // run again; the run fails rather than guess.
+            inner.fail_corrupt(&claimed, &format!("event {}: {}", e.0, e.1)).await;
+            return Ok(());
+        }
+    };
+    let mut in_doubt = Vec::new();
+    for call in suspension.calls.clone() {
+        if !call.takes_decision() {
+            continue;
+        }
+        match ledger.get(&call.call_id) {
+            Some(Some(result)) => {
+                suspension.settle(result.clone());
+            }
+            Some(None) => {
+                suspension.mark_in_doubt(&call.call_id);
+                in_doubt.push(call.call_id.clone());
+            }
+            None => {}
+        }
+    }
+    if in_doubt.is_empty() {
+        let decisions = decisions_for(&suspension, Some(&pending));
+        inner.spawn_drive(claimed, spec, Work::Resume { suspension, decisions, started: None }, None);
+        return Ok(());
+    }
+    // Keep the decisions of calls that never started; the in-doubt ones need a person again.
+    let doubtful: HashSet<&String> = in_doubt.iter().collect();
+    let kept: BTreeMap<_, _> = pending
+        .decisions
+        .iter()
+        .filter(|(id, _)| !doubtful.contains(id) && suspension.call(id).is_some_and(|c| c.takes_decision()))
+        .map(|(id, d)| (id.clone(), d.clone()))
+        .collect();
+    let event = events::approval_requested(now, &suspension, pending.expires_at);
+    let transition = match suspend_transition(&suspension, kept, pending.expires_at) {
+        Ok(transition) => transition,
+        Err(e) => {
+            inner.fail_corrupt(&claimed, &e.to_string()).await;
+            return Ok(());
+        }
+    };
+    let next = inner.store.transition(&run.id, Guard::Lease(inner.node.clone()), transition, vec![event], now).await?;
+    inner.notify(&next);
+    tracing::warn!(run = %run.id, calls = ?in_doubt, "calls in doubt after a crash; the run waits for a person");
+    Ok(())
+}
+
+/// Every event of a run, in order.
+async fn events_of(runtime: &Runtime, run_id: &str) -> Result<Vec<StoredEvent>, SweepError> {
+    Ok(tollgate_agent_core::store::events_after(&*runtime.inner().store, run_id, 0).await?)
+}
+
+/// For each call of the held round since the last resume: `Some(result)` when it finished, `None`
+/// when it started and never finished. Reads every event's data typed by its kind, so it holds at every
+/// privacy level; an event whose data does not fit its kind is named by its seq.
+fn ledger(events: &[StoredEvent], round: u32) -> Result<BTreeMap<String, Option<ToolResult>>, (u64, EventDataError)> {
+    let start = events.iter().rposition(|e| e.kind == EventKind::RunResumed).map_or(0, |i| i + 1);
+    let mut ledger = BTreeMap::new();
+    for event in events[start..].iter().filter(|e| e.round == round) {
+        if !matches!(event.kind, EventKind::ToolStarted | EventKind::ToolFinished) {
+            continue;
+        }
+        let data =
+            EventData::from_kind(wire::event_kind(event.kind), event.data.clone()).map_err(|e| (event.seq, e))?;
+        match data {
+            EventData::ToolStarted(started) => {
+                ledger.insert(started.call_id, None);
+            }
+            EventData::ToolFinished(finished) => {
+                // The log keeps no result under `[privacy] level = "metadata"` (and only its size under
+                // `redacted`): the call still finished, and is settled with what the log kept.
+                let result = ToolResult {
+                    call_id: finished.call_id,
+                    tool: finished.tool,
+                    content: finished.result.unwrap_or_default(),
+                    is_error: finished.is_error,
+                    denied: false,
+                };
+                ledger.insert(result.call_id.clone(), Some(result));
+            }
+            EventData::RunStarted(_)
+            | EventData::ModelRequest(_)
+            | EventData::ModelResponse(_)
+            | EventData::ApprovalRequested(_)
+            | EventData::Decision(_)
+            | EventData::RunResumed(_)
+            | EventData::RunCompleted(_)
+            | EventData::RunFailed(_)
+            | EventData::RunCancelled(_)
+            | EventData::RunExpired(_) => {}
+        }
+    }
+    Ok(ledger)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::privacy::{PrivacyLevel, keep};
+    use serde_json::{Value, json};
+
+    fn stored(seq: u64, kind: EventKind, round: u32, mut data: Value, level: PrivacyLevel) -> StoredEvent {
+        keep(level, kind, &mut data);
+        StoredEvent { seq, at: String::new(), kind, round, data, hash: String::new() }
+    }
+
+    /// Crash recovery reads the ledger from events as stored, whatever the privacy level kept of them.
+    #[test]
+    fn the_ledger_tells_finished_from_in_doubt_at_every_privacy_level() {
+        for level in [PrivacyLevel::Full, PrivacyLevel::Redacted, PrivacyLevel::Metadata] {
+            let started = |seq, call: &str| {
+                let data = json!({"call_id": call, "tool": "write", "arguments": {"text": "hi"}, "gate": "ask",
+                                  "idempotency_key": format!("r:{call}")});
+                stored(seq, EventKind::ToolStarted, 1, data, level)
+            };
+            let events = vec![
+                stored(1, EventKind::RunResumed, 1, json!({"actor": "bob"}), level),
+                started(2, "call_1"),
+                stored(
+                    3,
+                    EventKind::ToolFinished,
+                    1,
+                    json!({"call_id": "call_1", "tool": "write", "is_error": true, "result": "disk full"}),
+                    level,
+                ),
+                started(4, "call_2"),
+            ];
+            let held = ledger(&events, 1).unwrap_or_else(|(seq, e)| panic!("{level:?}: event {seq}: {e}"));
+            let finished = held.get("call_1").cloned().flatten();
+            assert_eq!(finished.as_ref().map(|r| (r.tool.as_str(), r.is_error)), Some(("write", true)), "{level:?}");
+            let kept = finished.map(|r| r.content).unwrap_or_default();
+            match level {
+                PrivacyLevel::Full => assert_eq!(kept, "disk full"),
+                PrivacyLevel::Redacted => assert_eq!(kept, "[string: 9 bytes]"),
+                PrivacyLevel::Metadata => assert_eq!(kept, ""),
+            }
+            assert_eq!(held.get("call_2"), Some(&None), "{level:?}: started, never finished: in doubt");
+            assert!(ledger(&events, 2).is_ok_and(|l| l.is_empty()), "{level:?}: another round is not this one");
+        }
+        let broken = [stored(1, EventKind::ToolStarted, 1, json!({"tool": "write"}), PrivacyLevel::Full)];
+        assert!(matches!(ledger(&broken, 1), Err((1, _))), "data that does not fit is refused, not guessed");
+    }
+}

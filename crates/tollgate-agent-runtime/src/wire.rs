@@ -1,0 +1,311 @@
+//! The runtime's types as the wire types of `tollgate-agent-protocol`: the one place core meets the protocol.
+//!
+//! Both sides are foreign to this crate, so these are functions rather than `From` impls (the orphan
+//! rule). Every enum is converted with an exhaustive `match`: a new status, gate, reason, event kind or
+//! decision in core does not compile until its wire form is chosen here.
+
+use tollgate_agent_core::{
+    CallState, Decision, EventKind, Gate, HeldCall, RecordedDecision, RunError, RunRecord, RunState, RunStatus,
+    StoredEvent, TerminationReason, Usage, rfc3339,
+};
+use tollgate_agent_protocol as wire;
+
+/// A run status on the wire.
+pub fn run_status(status: RunStatus) -> wire::RunStatus {
+    match status {
+        RunStatus::Queued => wire::RunStatus::Queued,
+        RunStatus::Running => wire::RunStatus::Running,
+        RunStatus::WaitingForApproval => wire::RunStatus::WaitingForApproval,
+        RunStatus::Completed => wire::RunStatus::Completed,
+        RunStatus::Failed => wire::RunStatus::Failed,
+        RunStatus::Cancelled => wire::RunStatus::Cancelled,
+        RunStatus::Expired => wire::RunStatus::Expired,
+    }
+}
+
+/// A termination reason on the wire.
+pub fn termination_reason(reason: TerminationReason) -> wire::TerminationReason {
+    match reason {
+        TerminationReason::Completed => wire::TerminationReason::Completed,
+        TerminationReason::MaxIterations => wire::TerminationReason::MaxIterations,
+        TerminationReason::BudgetExhausted => wire::TerminationReason::BudgetExhausted,
+        TerminationReason::Error => wire::TerminationReason::Error,
+        TerminationReason::Cancelled => wire::TerminationReason::Cancelled,
+        TerminationReason::Expired => wire::TerminationReason::Expired,
+    }
+}
+
+/// A gate verdict on the wire.
+pub fn gate(gate: Gate) -> wire::Gate {
+    match gate {
+        Gate::Allow => wire::Gate::Allow,
+        Gate::Ask => wire::Gate::Ask,
+        Gate::Forbid => wire::Gate::Forbid,
+    }
+}
+
+/// An event kind on the wire.
+pub fn event_kind(kind: EventKind) -> wire::EventKind {
+    match kind {
+        EventKind::RunStarted => wire::EventKind::RunStarted,
+        EventKind::ModelRequest => wire::EventKind::ModelRequest,
+        EventKind::ModelResponse => wire::EventKind::ModelResponse,
+        EventKind::ToolStarted => wire::EventKind::ToolStarted,
+        EventKind::ToolFinished => wire::EventKind::ToolFinished,
+        EventKind::ApprovalRequested => wire::EventKind::ApprovalRequested,
+        EventKind::Decision => wire::EventKind::Decision,
+        EventKind::RunResumed => wire::EventKind::RunResumed,
+        EventKind::RunCompleted => wire::EventKind::RunCompleted,
+        EventKind::RunFailed => wire::EventKind::RunFailed,
+        EventKind::RunCancelled => wire::EventKind::RunCancelled,
+        EventKind::RunExpired => wire::EventKind::RunExpired,
+    }
+}
+
+/// Token counts on the wire.
+pub fn usage(usage: Usage) -> wire::Usage {
+    let Usage { input_tokens, output_tokens } = usage;
+    wire::Usage { input_tokens, output_tokens }
+}
+
+/// A run's error on the wire.
+pub fn run_error(error: &RunError) -> wire::RunError {
+    wire::RunError { kind: error.kind.clone(), message: error.message.clone() }
+}
+
+/// A decision on the wire.
+pub fn decision(decision: &Decision) -> wire::Decision {
+    match decision {
+        Decision::Approve => wire::Decision::Approve,
+        Decision::Edit { arguments } => wire::Decision::Edit { arguments: arguments.clone() },
+        Decision::Deny { reason } => wire::Decision::Deny { reason: reason.clone() },
+        Decision::Respond { result } => wire::Decision::Respond { result: result.clone() },
+    }
+}
+
+/// A wire decision as the runtime's (a request body's decision, after its defaults are applied).
+pub fn decision_from_wire(decision: wire::Decision) -> Decision {
+    match decision {
+        wire::Decision::Approve => Decision::Approve,
+        wire::Decision::Edit { arguments } => Decision::Edit { arguments },
+        wire::Decision::Deny { reason } => Decision::Deny { reason },
+        wire::Decision::Respond { result } => Decision::Respond { result },
+    }
+}
+
+/// A recorded decision on the wire: the decision, who, and when.
+pub fn recorded_decision(recorded: &RecordedDecision) -> wire::RecordedDecision {
+    wire::RecordedDecision {
+        decision: decision(&recorded.decision),
+        actor: recorded.actor.clone(),
+        at: rfc3339(recorded.at),
+    }
+}
+
+/// A held call as `approval_requested` lists it.
+pub fn gated_call(call: &HeldCall) -> wire::event_data::GatedCall {
+    wire::event_data::GatedCall {
+        call_id: call.call_id.clone(),
+        tool: call.tool.clone(),
+        arguments: call.arguments.clone(),
+        gate: gate(call.gate()),
+        preview: call.preview.clone(),
+        in_doubt: call.in_doubt(),
+    }
+}
+
+/// Where a held call stands on the wire, given the decision recorded for it so far.
+pub fn call_state(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire::CallState {
+    match (&call.state, recorded) {
+        (CallState::Finished(_), _) => wire::CallState::Finished,
+        (CallState::Refused(_), _) => wire::CallState::Refused,
+        (CallState::Allowed, _) => wire::CallState::Allowed,
+        (CallState::Asks | CallState::InDoubt, Some(_)) => wire::CallState::Decided,
+        (CallState::InDoubt, None) => wire::CallState::InDoubt,
+        (CallState::Asks, None) => wire::CallState::Waiting,
+    }
+}
+
+/// A held call as the run object shows it, with the decision recorded for it so far. It takes a decision
+/// when [`HeldCall::takes_decision`] says so and none is recorded yet (the one rule; clients read it
+/// from here, and `decide` refuses the others).
+pub fn call(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire::Call {
+    let result = match &call.state {
+        CallState::Finished(result) => {
+            Some(wire::CallResult { content: result.content.clone(), is_error: result.is_error })
+        }
+        CallState::Refused(_) | CallState::Allowed | CallState::Asks | CallState::InDoubt => None,
+    };
+    wire::Call {
+        call_id: call.call_id.clone(),
+        tool: call.tool.clone(),
+        arguments: call.arguments.clone(),
+        gate: gate(call.gate()),
+        preview: call.preview.clone(),
+        in_doubt: call.in_doubt(),
+        decision: recorded.map(recorded_decision),
+        state: call_state(call, recorded),
+        takes_decision: call.takes_decision() && recorded.is_none(),
+        result,
+    }
+}
+
+/// A stored event on the wire (the data as stored: the hash covers it).
+pub fn event(event: &StoredEvent) -> wire::Event {
+    wire::Event {
+        seq: event.seq,
+        at: event.at.clone(),
+        kind: event_kind(event.kind),
+        round: event.round,
+        data: event.data.clone(),
+        hash: event.hash.clone(),
+    }
+}
+
+/// The run object of docs/api.md for a record. A held turn whose suspension cannot be read shows no calls
+/// (and is logged); deciding on it fails the run as `corrupt_suspension`.
+pub fn run(run: &RunRecord) -> wire::Run {
+    let pending = match &run.state {
+        RunState::Waiting(pending) => {
+            let calls = pending
+                .suspension
+                .parse()
+                .inspect_err(|error| tracing::warn!(run = %run.id, %error, "the held turn cannot be read"))
+                .map(|s| s.calls.iter().map(|held| call(held, pending.decisions.get(&held.call_id))).collect())
+                .unwrap_or_default();
+            Some(wire::HeldTurn {
+                turn_digest: pending.turn_digest.0.clone(),
+                expires_at: pending.expires_at.map(rfc3339),
+                calls,
+            })
+        }
+        RunState::Queued
+        | RunState::Running { .. }
+        | RunState::Completed { .. }
+        | RunState::Failed { .. }
+        | RunState::Cancelled { .. }
+        | RunState::Expired { .. } => None,
+    };
+    wire::Run {
+        id: run.id.clone(),
+        agent: run.agent.clone(),
+        status: run_status(run.status()),
+        input: run.input.clone(),
+        output: run.output().map(str::to_owned),
+        termination_reason: run.termination_reason().map(termination_reason),
+        iterations: run.iterations,
+        usage: usage(run.usage),
+        version: run.version,
+        created_by: run.created_by.clone(),
+        created_at: rfc3339(run.created_at),
+        updated_at: rfc3339(run.updated_at),
+        finished_at: run.finished_at().map(rfc3339),
+        error: run.error().map(run_error),
+        pending,
+    }
+}
+
+/// A listed tool on the wire.
+pub fn tool(info: &crate::ToolInfo) -> wire::Tool {
+    wire::Tool {
+        name: info.name.clone(),
+        description: info.description.clone(),
+        parameters: info.parameters.clone(),
+        gate: gate(info.gate),
+        why: info.why.clone(),
+    }
+}
+
+/// A configured agent on the wire.
+pub fn agent(spec: &crate::AgentSpec) -> wire::Agent {
+    wire::Agent {
+        name: spec.name.clone(),
+        model: spec.model.clone(),
+        tools: spec.tools.iter().map(|t| t.name.clone()).collect(),
+        forbid_self_approval: spec.forbid_self_approval,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+    use tollgate_agent_core::ToolResult;
+
+    fn held(state: CallState) -> HeldCall {
+        HeldCall {
+            call_id: "call_1".into(),
+            tool: "write".into(),
+            arguments: json!({"text": "a"}),
+            preview: Some("write a".into()),
+            state,
+        }
+    }
+
+    fn result(content: &str, is_error: bool) -> ToolResult {
+        ToolResult { call_id: "call_1".into(), tool: "write".into(), content: content.into(), is_error, denied: false }
+    }
+
+    fn approved() -> RecordedDecision {
+        RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: 1_796_000_000_000 }
+    }
+
+    /// The fields the run object adds for a call, and the older ones next to them.
+    fn shown(call: &HeldCall, recorded: Option<&RecordedDecision>) -> Value {
+        let json = serde_json::to_value(super::call(call, recorded)).unwrap_or_else(|e| panic!("{e}"));
+        json!([json["state"], json["takes_decision"], json["result"], json["gate"], json["in_doubt"]])
+    }
+
+    #[test]
+    fn each_call_state_is_shown_with_whether_it_takes_a_decision() {
+        let cases = [
+            (held(CallState::Asks), None, json!(["waiting", true, null, "ask", false])),
+            (held(CallState::InDoubt), None, json!(["in_doubt", true, null, "ask", true])),
+            (
+                held(CallState::Finished(result("wrote a", false))),
+                None,
+                json!(["finished", false, {"content": "wrote a", "is_error": false}, "ask", false]),
+            ),
+            (
+                held(CallState::Finished(result("disk full", true))),
+                None,
+                json!(["finished", false, {"content": "disk full", "is_error": true}, "ask", false]),
+            ),
+            (held(CallState::Asks), Some(approved()), json!(["decided", false, null, "ask", false])),
+            (held(CallState::InDoubt), Some(approved()), json!(["decided", false, null, "ask", true])),
+            (held(CallState::Allowed), None, json!(["allowed", false, null, "allow", false])),
+            (
+                held(CallState::Refused(result("unknown tool", true))),
+                None,
+                json!(["refused", false, null, "forbid", false]),
+            ),
+        ];
+        for (call, recorded, expected) in cases {
+            assert_eq!(shown(&call, recorded.as_ref()), expected, "{call:?} {recorded:?}");
+        }
+    }
+
+    #[test]
+    fn a_call_takes_a_decision_on_the_wire_exactly_when_the_runtime_would_accept_one() {
+        for state in [
+            CallState::Asks,
+            CallState::InDoubt,
+            CallState::Finished(result("x", false)),
+            CallState::Allowed,
+            CallState::Refused(result("x", true)),
+        ] {
+            let call = held(state);
+            for recorded in [None, Some(approved())] {
+                let wire = super::call(&call, recorded.as_ref());
+                let accepted = call.refuse_decision().is_none() && recorded.is_none();
+                assert_eq!(wire.takes_decision, accepted, "{call:?} {recorded:?}");
+                assert_eq!(wire.awaits_decision(), accepted);
+                assert_eq!(
+                    wire.takes_decision,
+                    matches!(wire.state, wire::CallState::Waiting | wire::CallState::InDoubt),
+                    "{call:?}: takes_decision agrees with state"
+                );
+            }
+        }
+    }
+}

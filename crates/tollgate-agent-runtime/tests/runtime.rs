@@ -1,0 +1,879 @@
+//! The durable runtime against real stores: SQLite always, PostgreSQL when `TOLLGATE_TEST_POSTGRES_URL`
+//! is set (and always in CI).
+
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tollgate_agent_core::DecisionError;
+use tollgate_agent_core::{
+    Clock, Decision, EventKind, Gate, Guard, HeldTurn, LoopConfig, RunRecord, RunStatus, RunStore, StoredSuspension,
+    ToolLoop, ToolRegistry, Transition, TurnDigest,
+};
+use tollgate_agent_providers::{Script, ScriptedModel};
+use tollgate_agent_runtime::{
+    AgentSpec, CancelError, DecideError, DecisionSet, OnExpiry, ReadError, Retention, Runtime, RuntimeOptions,
+    Schedule, UuidV7Ids,
+};
+use tollgate_agent_testkit::{ManualClock, TestTool, postgres_url, scratch_dir};
+
+const T0: i64 = 1_796_000_000_000;
+
+async fn sqlite() -> Arc<dyn RunStore> {
+    let path = scratch_dir("runtime").join("tollgate.db");
+    tollgate_agent_store::open(&format!("sqlite://{}", path.display())).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn stores() -> Vec<(&'static str, Arc<dyn RunStore>)> {
+    let mut stores = vec![("sqlite", sqlite().await)];
+    if let Some(url) = postgres_url() {
+        stores.push(("postgres", tollgate_agent_store::open(&url).await.unwrap_or_else(|e| panic!("{e}"))));
+    }
+    stores
+}
+
+struct Setup {
+    script: Value,
+    tools: Vec<TestTool>,
+    ttl: Option<Duration>,
+    on_expiry: OnExpiry,
+    forbid_self_approval: bool,
+}
+
+impl Setup {
+    fn new(script: Value, tools: Vec<TestTool>) -> Self {
+        Self { script, tools, ttl: None, on_expiry: OnExpiry::Deny, forbid_self_approval: false }
+    }
+
+    fn spec(&self) -> AgentSpec {
+        let mut registry = ToolRegistry::new();
+        for tool in &self.tools {
+            registry.register(tool.shared()).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let registry = Arc::new(registry);
+        let script = Script::from_value(self.script.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let agent_loop = ToolLoop::new(Arc::new(ScriptedModel::new(script)), registry.clone(), LoopConfig::default());
+        AgentSpec {
+            name: "writer".into(),
+            model: "scripted".into(),
+            agent_loop: Arc::new(agent_loop),
+            tools: registry
+                .iter()
+                .map(|t| tollgate_agent_runtime::ToolInfo::of(t.tool().as_ref(), "default"))
+                .collect(),
+            approval_ttl: self.ttl,
+            on_expiry: self.on_expiry,
+            forbid_self_approval: self.forbid_self_approval,
+        }
+    }
+
+    fn runtime(&self, store: Arc<dyn RunStore>, clock: &ManualClock, node: &str) -> Runtime {
+        let options =
+            RuntimeOptions { node_id: node.into(), lease: Duration::from_secs(30), ..RuntimeOptions::default() };
+        Runtime::new(store, vec![self.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options)
+    }
+}
+
+fn write_tool() -> TestTool {
+    TestTool::new("write").gate(Gate::Ask).preview("write a note")
+}
+
+fn one_write() -> Value {
+    json!({"turns": [
+        {"tool_calls": [{"name": "write", "arguments": {"text": "{{input}}"}}]},
+        {"when_denied": {"text": "Not written."}, "when_approved": {"text": "done"}}
+    ]})
+}
+
+fn two_writes() -> Value {
+    json!({"turns": [
+        {"tool_calls": [{"name": "write", "arguments": {"text": "a"}}, {"name": "write", "arguments": {"text": "b"}}]},
+        {"text": "done"}
+    ]})
+}
+
+fn digest(run: &RunRecord) -> String {
+    run.held_turn().map(|p| p.turn_digest.0.clone()).unwrap_or_default()
+}
+
+async fn event_kinds(runtime: &Runtime, id: &str) -> Vec<EventKind> {
+    runtime.events(id, 0, 1000).await.unwrap_or_default().into_iter().map(|e| e.kind).collect()
+}
+
+/// For each event of one of `kinds`, in order: its kind's name and the named fields of its data.
+async fn event_fields(runtime: &Runtime, id: &str, kinds: &[EventKind], fields: &[&str]) -> Vec<Value> {
+    let events = runtime.events(id, 0, 1000).await.unwrap_or_default();
+    events
+        .into_iter()
+        .filter(|e| kinds.contains(&e.kind))
+        .map(|e| {
+            let mut row = vec![json!(e.kind.as_str())];
+            row.extend(fields.iter().map(|f| e.data[*f].clone()));
+            Value::Array(row)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn approve_runs_the_tool_once_and_the_log_verifies() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(one_write(), vec![write_tool()]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 0, "{backend}: nothing runs before the decision");
+        let view = tollgate_agent_runtime::view::run_json(&run);
+        assert_eq!(view["pending"]["calls"][0]["preview"], "write a note", "{backend}");
+
+        let decided = runtime
+            .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
+            .await
+            .unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(decided.status(), RunStatus::Running, "{backend}");
+        // The claim's commit carries the approved call's ledger entry: one commit before the call runs.
+        let claimed = runtime.events(&run.id, 4, 100).await.unwrap_or_default();
+        let claimed: Vec<EventKind> = claimed.iter().filter(|e| e.seq <= decided.last_seq).map(|e| e.kind).collect();
+        assert_eq!(claimed, vec![EventKind::Decision, EventKind::RunResumed, EventKind::ToolStarted], "{backend}");
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(done.output(), Some("done"));
+        assert!(done.held_turn().is_none(), "{backend}: finishing clears the held turn");
+        assert_eq!(setup.tools[0].calls(), vec![("call_1".to_owned(), json!({"text": "hello"}))]);
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+        assert_eq!(
+            event_kinds(&runtime, &run.id).await,
+            vec![
+                EventKind::RunStarted,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::ApprovalRequested,
+                EventKind::Decision,
+                EventKind::RunResumed,
+                EventKind::ToolStarted,
+                EventKind::ToolFinished,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::RunCompleted,
+            ],
+            "{backend}"
+        );
+        let decision = runtime.events(&run.id, 4, 1).await.unwrap_or_default();
+        assert_eq!(decision[0].data["actor"], "bob", "{backend}: the decision names who decided");
+    }
+}
+
+#[tokio::test]
+async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
+    for (backend, inner) in stores().await {
+        let store = Arc::new(tollgate_agent_testkit::FailingStore::logging(inner));
+        let setup = Setup::new(one_write(), vec![write_tool()]);
+        let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
+        // The waiting starter's run is created already held: one write.
+        let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
+        assert_eq!(store.writes(), vec!["create waiting_for_approval"], "{backend}");
+        assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.last_seq), Some(run.last_seq), "{backend}");
+        // The approval claims the resume with the call's ledger entry; the end is the second write.
+        runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(
+            store.writes(),
+            vec!["create waiting_for_approval", "transition decide", "transition complete"],
+            "{backend}"
+        );
+        assert_eq!(setup.tools[0].call_count(), 1, "{backend}");
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+
+        // A starter who takes the id at once gets a run already stored, as created.
+        let started = runtime.start(None, "later", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(started.status(), RunStatus::Running, "{backend}");
+        let stored = runtime.get(&started.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(stored.id, started.id, "{backend}");
+        assert_eq!(store.writes()[3], "create running", "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn a_waiting_starters_run_is_stored_by_its_first_durable_write() {
+    // Turn 1 runs an allow-gated call; the second model call commits that progress first, which is
+    // where the run is created; turn 2 then holds a call.
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "list"}]},
+        {"tool_calls": [{"name": "write", "arguments": {"text": "x"}}]},
+        {"text": "done"}
+    ]});
+    for (backend, inner) in stores().await {
+        let store = Arc::new(tollgate_agent_testkit::FailingStore::logging(inner));
+        let setup = Setup::new(script.clone(), vec![TestTool::new("list"), write_tool()]);
+        let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "go", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
+        assert_eq!(store.writes(), vec!["create running", "transition suspend"], "{backend}");
+        assert_eq!(
+            event_kinds(&runtime, &run.id).await,
+            vec![
+                EventKind::RunStarted,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::ToolStarted,
+                EventKind::ToolFinished,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::ApprovalRequested,
+            ],
+            "{backend}"
+        );
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(run.last_seq), "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn an_edited_call_has_one_ledger_entry_with_the_arguments_it_ran_with() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(two_writes(), vec![write_tool()]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let set = DecisionSet::Each(vec![
+            ("call_1".into(), Decision::Edit { arguments: json!({"text": "edited"}) }),
+            ("call_2".into(), Decision::Respond { result: "already written".into() }),
+        ]);
+        let done = runtime.decide_and_wait(&run, &digest(&run), set, "bob").await;
+        let done = done.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(setup.tools[0].calls(), vec![("call_1".to_owned(), json!({"text": "edited"}))], "{backend}");
+        assert_eq!(
+            event_fields(&runtime, &run.id, &[EventKind::ToolStarted], &["call_id", "arguments"]).await,
+            vec![json!(["tool_started", "call_1", {"text": "edited"}])],
+            "{backend}: one entry, with the edit's arguments"
+        );
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn deny_all_gives_the_model_the_reason_and_runs_nothing() {
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .decide(&run.id, &digest(&run), DecisionSet::DenyAll { reason: "not on a Friday".into() }, "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.output(), Some("Not written."));
+    assert_eq!(setup.tools[0].call_count(), 0);
+    let kinds = event_kinds(&runtime, &run.id).await;
+    assert!(!kinds.contains(&EventKind::ToolStarted), "a denied call gets no tool_started");
+}
+
+#[tokio::test]
+async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
+    let setup = Setup::new(two_writes(), vec![write_tool()]);
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let d = digest(&run);
+    let each = |id: &str, decision: Decision| DecisionSet::Each(vec![(id.to_owned(), decision)]);
+
+    let stale = runtime.decide(&run.id, "sha256:0000", each("call_1", Decision::Approve), "bob").await;
+    assert!(matches!(stale, Err(DecideError::StaleDigest { current }) if current.0 == d));
+    let unknown = runtime.decide(&run.id, &d, each("call_9", Decision::Approve), "bob").await;
+    assert!(matches!(unknown, Err(DecideError::Invalid(DecisionError::UnknownCall(id))) if id == "call_9"));
+    let empty = runtime.decide(&run.id, &d, DecisionSet::Each(vec![]), "bob").await;
+    assert!(matches!(empty, Err(DecideError::NoDecisions)));
+
+    let partial = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
+    let partial = partial.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(partial.status(), RunStatus::WaitingForApproval, "one of two calls decided: still waiting");
+    assert_eq!(setup.tools[0].call_count(), 0);
+    let again = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
+    assert!(matches!(again, Err(DecideError::AlreadyDecided { call_id }) if call_id == "call_1"));
+
+    runtime.decide(&run.id, &d, DecisionSet::ApproveAll, "carol").await.unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed);
+    assert_eq!(setup.tools[0].call_count(), 2);
+    // The first call's ledger entry rode with the claim, the second's was committed as it started: one
+    // `tool_started` per call, each before its `tool_finished`.
+    assert_eq!(
+        event_fields(&runtime, &run.id, &[EventKind::ToolStarted, EventKind::ToolFinished], &["call_id"]).await,
+        vec![
+            json!(["tool_started", "call_1"]),
+            json!(["tool_finished", "call_1"]),
+            json!(["tool_started", "call_2"]),
+            json!(["tool_finished", "call_2"]),
+        ]
+    );
+    let after = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
+    assert!(
+        matches!(after, Err(DecideError::NotWaiting { status: RunStatus::Completed, .. })),
+        "a finished run takes no decision"
+    );
+}
+
+#[tokio::test]
+async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
+    let setup = Setup::new(two_writes(), vec![write_tool()]);
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let d = digest(&run);
+
+    // Someone else decides the first call after this caller loaded the run.
+    let loaded = runtime.get(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .decide(&run.id, &d, DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Approving "all" on the stale record is decided on the run as stored: only call_2 is left.
+    let done = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, "carol").await;
+    let done = done.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed, "answers once the resumed run has ended");
+    assert_eq!(setup.tools[0].call_count(), 2);
+    assert_eq!(
+        event_fields(&runtime, &run.id, &[EventKind::Decision], &["call_id", "actor"]).await,
+        vec![json!(["decision", "call_1", "bob"]), json!(["decision", "call_2", "carol"])]
+    );
+
+    // On a run that has ended, the loaded record's answer is the stored run's: a conflict.
+    let late = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, "dave").await;
+    assert!(matches!(late, Err(DecideError::NotWaiting { .. })), "{late:?}");
+
+    // A partial decision answers at once, still waiting.
+    let other = runtime.start_and_wait(None, "y", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let each = DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]);
+    let partial = runtime.decide_and_wait(&other, &digest(&other), each, "bob").await;
+    assert_eq!(partial.ok().map(|r| r.status()), Some(RunStatus::WaitingForApproval));
+}
+
+#[tokio::test]
+async fn thirty_two_concurrent_deciders_resume_once() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(one_write(), vec![write_tool()]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "race", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let d = digest(&run);
+        let mut tasks = Vec::new();
+        for i in 0..32 {
+            let runtime = runtime.clone();
+            let (id, d) = (run.id.clone(), d.clone());
+            tasks.push(tokio::spawn(async move {
+                runtime
+                    .decide(&id, &d, DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), &format!("a{i}"))
+                    .await
+            }));
+        }
+        let mut won = 0;
+        for task in tasks {
+            match task.await.unwrap_or_else(|e| panic!("{e}")) {
+                Ok(_) => won += 1,
+                // The losers find the call decided, or the run already resumed.
+                Err(
+                    DecideError::AlreadyDecided { .. } | DecideError::NotWaiting { .. } | DecideError::LostRace { .. },
+                ) => {}
+                Err(other) => panic!("{backend}: unexpected {other}"),
+            }
+        }
+        assert_eq!(won, 1, "{backend}: exactly one decision lands");
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 1, "{backend}: the tool ran once");
+        let resumed = event_kinds(&runtime, &run.id).await.iter().filter(|k| **k == EventKind::RunResumed).count();
+        assert_eq!(resumed, 1, "{backend}");
+    }
+}
+
+#[tokio::test]
+async fn self_approval_can_be_forbidden() {
+    let mut setup = Setup::new(one_write(), vec![write_tool()]);
+    setup.forbid_self_approval = true;
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let own = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "alice").await;
+    assert!(matches!(own, Err(DecideError::SelfApprovalForbidden { actor, .. }) if actor == "alice"));
+    assert!(matches!(
+        runtime.check_decider("writer", "alice", "alice"),
+        Err(DecideError::SelfApprovalForbidden { .. })
+    ));
+    assert!(runtime.check_decider("writer", "alice", "bob").is_ok());
+    let other = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await;
+    assert!(other.is_ok());
+}
+
+#[tokio::test]
+async fn deadlines_apply_the_agents_on_expiry() {
+    for on_expiry in [OnExpiry::Deny, OnExpiry::Cancel] {
+        let mut setup = Setup::new(one_write(), vec![write_tool()]);
+        setup.ttl = Some(Duration::from_secs(60));
+        setup.on_expiry = on_expiry;
+        let clock = ManualClock::at(T0);
+        let runtime = setup.runtime(sqlite().await, &clock, "node-a");
+        let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run.held_turn().and_then(|p| p.expires_at), Some(T0 + 60_000));
+        assert_eq!(runtime.sweep().await.ok(), Some(0), "not due yet");
+        clock.advance(Duration::from_secs(61));
+        assert_eq!(runtime.sweep().await.ok(), Some(1));
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+        let events = runtime.events(&run.id, 0, 100).await.unwrap_or_default();
+        match on_expiry {
+            OnExpiry::Deny => {
+                assert_eq!(done.status(), RunStatus::Completed);
+                assert_eq!(done.output(), Some("Not written."));
+                let decision = events.iter().find(|e| e.kind == EventKind::Decision).map(|e| e.data.clone());
+                assert_eq!(
+                    decision,
+                    Some(
+                        json!({"action": "deny", "reason": "approval deadline passed", "call_id": "call_1", "actor": "system"})
+                    )
+                );
+            }
+            OnExpiry::Cancel => {
+                assert_eq!(done.status(), RunStatus::Expired);
+                assert_eq!(events.last().map(|e| e.kind), Some(EventKind::RunExpired));
+            }
+        }
+        assert_eq!(setup.tools[0].call_count(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_suspension_fails_only_its_run() {
+    let store = sqlite().await;
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let clock = ManualClock::at(T0);
+    let runtime = setup.runtime(store.clone(), &clock, "node-a");
+    let healthy = runtime.start_and_wait(None, "ok", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+
+    // A run whose stored suspension was written by a future Tollgate.
+    let lease = tollgate_agent_core::Lease { owner: "node-x".into(), expires_at: T0 + 30_000 };
+    let record = RunRecord::new(
+        "0190aaaa-0000-7000-8000-000000000001".into(),
+        "writer".into(),
+        "x".into(),
+        "alice".into(),
+        T0,
+        Some(lease),
+    );
+    store.create(record.clone(), vec![]).await.unwrap_or_else(|e| panic!("{e}"));
+    let held = HeldTurn {
+        suspension: StoredSuspension::from_stored(r#"{"schema_version": 99}"#.into()),
+        turn_digest: TurnDigest("sha256:abc".into()),
+        required: vec!["call_1".into()],
+        decisions: Default::default(),
+        expires_at: None,
+    };
+    let suspend = Transition::Suspend { held, iterations: 1, usage: Default::default() };
+    store
+        .transition(&record.id, Guard::Lease("node-x".into()), suspend, vec![], T0)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let refused = runtime.decide(&record.id, "sha256:abc", DecisionSet::ApproveAll, "bob").await;
+    assert!(
+        matches!(&refused, Err(DecideError::CorruptSuspension { detail, .. }) if detail.contains("schema_version 99")),
+        "{refused:?}"
+    );
+    let failed = runtime.get(&record.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(failed.status(), RunStatus::Failed);
+    assert_eq!(failed.error().as_ref().map(|e| e.kind.as_str()), Some("corrupt_suspension"));
+
+    runtime
+        .decide(&healthy.id, &digest(&healthy), DecisionSet::ApproveAll, "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&healthy.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed, "other runs keep working");
+}
+
+#[tokio::test]
+async fn a_suspension_that_cannot_be_stored_fails_the_run_visibly() {
+    let store: Arc<dyn RunStore> = Arc::new(tollgate_agent_testkit::FailingStore::new(sqlite().await, "suspend"));
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+    // Started and held in one write (the starter waits)...
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::Failed, "never reported as waiting");
+    assert_eq!(run.error().as_ref().map(|e| e.kind.as_str()), Some("store"));
+    assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.status()), Some(RunStatus::Failed), "stored as failed");
+    // ...or created first (the starter took the id at once) and held by a later write.
+    let run = runtime.start(None, "y", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::Failed, "never reported as waiting");
+    assert_eq!(run.error().as_ref().map(|e| e.kind.as_str()), Some("store"));
+}
+
+#[tokio::test]
+async fn cancel_and_purge() {
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let clock = ManualClock::at(T0);
+    let runtime = setup.runtime(sqlite().await, &clock, "node-a");
+    let waiting = runtime.start_and_wait(None, "keep", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let cancelled = runtime.start_and_wait(None, "drop", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let c = runtime.cancel(&cancelled.id, "alice", Some("changed my mind")).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.status(), RunStatus::Cancelled);
+    assert!(matches!(
+        runtime.cancel(&cancelled.id, "alice", None).await,
+        Err(CancelError::AlreadyTerminal { status: RunStatus::Cancelled, .. })
+    ));
+
+    clock.advance(Duration::from_secs(3600));
+    let now = clock.now();
+    // Terminal runs older than 30 minutes go; waiting runs are kept for 90 days.
+    let purged = runtime.purge(now - 1_800_000, now - 90 * 86_400_000).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(purged, 1);
+    assert!(matches!(runtime.get(&cancelled.id).await, Err(ReadError::NotFound(_))));
+    assert!(runtime.events(&cancelled.id, 0, 10).await.is_err(), "events go with their run");
+    assert!(runtime.get(&waiting.id).await.is_ok());
+    let purged = runtime.purge(now - 1_800_000, now - 1_800_000).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(purged, 1, "the waiting run goes by the waiting window");
+}
+
+const CRASH_CHILD_DB: &str = "TOLLGATE_CRASH_CHILD_DB";
+
+/// The child half of the crash test: approves the held call and hangs inside the tool until killed.
+/// Without the environment variable it does nothing (it is not a test on its own).
+#[tokio::test]
+async fn crash_child_process() {
+    let Ok(db) = std::env::var(CRASH_CHILD_DB) else { return };
+    let store = tollgate_agent_store::open(&format!("sqlite://{db}")).await.unwrap_or_else(|e| panic!("{e}"));
+    let setup = Setup::new(one_write(), vec![write_tool().behaviour(tollgate_agent_testkit::Behaviour::Hang)]);
+    let runtime = setup.runtime(store, &ManualClock::at(T0), "node-child");
+    let run = runtime.start_and_wait(None, "crash", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+/// Runs the child test `child` (this test binary, `--exact child`) on a fresh SQLite database, waits
+/// (bounded) until the run it starts has committed the event `reached` looks for, and kills the child
+/// there: a process dying mid-call. Returns the store and the run.
+async fn crash_child_when(
+    child: &str,
+    reached: impl Fn(&tollgate_agent_core::StoredEvent) -> bool,
+) -> (Arc<dyn RunStore>, String) {
+    let dir = scratch_dir("crash");
+    let db = dir.join("tollgate.db");
+    let mut process = std::process::Command::new(std::env::current_exe().unwrap_or_else(|e| panic!("{e}")))
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .env(CRASH_CHILD_DB, &db)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let mut store: Option<Arc<dyn RunStore>> = None;
+    let mut run_id = None;
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if !db.exists() {
+            continue;
+        }
+        if store.is_none() {
+            store = tollgate_agent_store::open(&format!("sqlite://{}", db.display())).await.ok();
+        }
+        let Some(s) = &store else { continue };
+        let page = s.list(tollgate_agent_core::RunQuery { limit: 1, ..Default::default() }).await;
+        let Some(run) = page.ok().and_then(|p| p.runs.into_iter().next()) else { continue };
+        let events = s.events(&run.id, 0, 100).await.unwrap_or_default();
+        if events.iter().any(&reached) {
+            run_id = Some(run.id);
+            break;
+        }
+    }
+    let _ = process.kill();
+    let _ = process.wait();
+    let (Some(store), Some(run_id)) = (store, run_id) else { panic!("{child} never reached the crash point") };
+    (store, run_id)
+}
+
+#[tokio::test]
+async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
+    // Killed mid-call: tool_started is committed, tool_finished never will be.
+    let (store, run_id) = crash_child_when("crash_child_process", |e| e.kind == EventKind::ToolStarted).await;
+
+    // Another process, after the child's lease ran out.
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let clock = ManualClock::at(T0 + 120_000);
+    let runtime = setup.runtime(store, &clock, "node-parent");
+    assert_eq!(runtime.sweep().await.ok(), Some(1));
+    let run = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::WaitingForApproval, "back to waiting, not re-run");
+    let view = tollgate_agent_runtime::view::run_json(&run);
+    assert_eq!(view["pending"]["calls"][0]["in_doubt"], true);
+    assert_eq!(view["pending"]["calls"][0]["state"], "in_doubt");
+    assert_eq!(view["pending"]["calls"][0]["takes_decision"], true);
+    assert_eq!(setup.tools[0].call_count(), 0, "nothing runs again without a decision");
+    assert_eq!(runtime.sweep().await.ok(), Some(0), "a sweep does not touch it again");
+
+    runtime.decide(&run_id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed);
+    assert_eq!(setup.tools[0].call_count(), 1, "run again once a person approved");
+    assert!(runtime.verify(&run_id).await.ok().is_some_and(|r| r.is_ok()));
+}
+
+/// One turn asking for two calls: `write` (call_1), then `send` (call_2).
+fn write_then_send() -> Value {
+    json!({"turns": [
+        {"tool_calls": [{"name": "write", "arguments": {"text": "a"}}, {"name": "send", "arguments": {"text": "b"}}]},
+        {"text": "done"}
+    ]})
+}
+
+fn send_tool() -> TestTool {
+    TestTool::new("send").gate(Gate::Ask).preview("send b")
+}
+
+/// The child half of the two-call crash tests: approves both held calls; `write` (call_1) runs to its
+/// end, `send` (call_2) hangs until the process is killed. Without the environment variable it does
+/// nothing (it is not a test on its own).
+#[tokio::test]
+async fn crash_child_process_after_the_first_call() {
+    let Ok(db) = std::env::var(CRASH_CHILD_DB) else { return };
+    let store = tollgate_agent_store::open(&format!("sqlite://{db}")).await.unwrap_or_else(|e| panic!("{e}"));
+    let send = send_tool().behaviour(tollgate_agent_testkit::Behaviour::Hang);
+    let setup = Setup::new(write_then_send(), vec![write_tool(), send]);
+    let runtime = setup.runtime(store, &ManualClock::at(T0), "node-child");
+    let run = runtime.start_and_wait(None, "crash", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+/// A run whose process died after call_1's `tool_finished` and before call_2's, taken over by another
+/// process (`setup`'s tools): back to waiting, with call_1 finished and call_2 in doubt.
+async fn crashed_between_two_calls(setup: &Setup) -> (Runtime, RunRecord) {
+    let (store, run_id) = crash_child_when("crash_child_process_after_the_first_call", |e| {
+        e.kind == EventKind::ToolStarted && e.data["call_id"] == "call_2"
+    })
+    .await;
+    let runtime = setup.runtime(store, &ManualClock::at(T0 + 120_000), "node-parent");
+    assert_eq!(runtime.sweep().await.ok(), Some(1));
+    let run = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::WaitingForApproval, "back to waiting, nothing re-run");
+    (runtime, run)
+}
+
+/// Every `tool_started` and `tool_finished` of the run, as (kind, call_id).
+async fn tool_ledger(runtime: &Runtime, id: &str) -> Vec<Value> {
+    event_fields(runtime, id, &[EventKind::ToolStarted, EventKind::ToolFinished], &["call_id"]).await
+}
+
+/// The ledger of a run that crashed between its two calls and then completed: call_1 ran once (in the
+/// child), call_2 started in the child, was cut off, and ran once more after the decision.
+fn ledger_after_the_crash() -> Vec<Value> {
+    vec![
+        json!(["tool_started", "call_1"]),
+        json!(["tool_finished", "call_1"]),
+        json!(["tool_started", "call_2"]),
+        json!(["tool_started", "call_2"]),
+        json!(["tool_finished", "call_2"]),
+    ]
+}
+
+#[tokio::test]
+async fn after_a_crash_between_two_calls_the_view_says_which_ran_and_deciding_the_rest_resumes() {
+    let setup = Setup::new(write_then_send(), vec![write_tool(), send_tool()]);
+    let (runtime, run) = crashed_between_two_calls(&setup).await;
+    let view = tollgate_agent_runtime::view::run_json(&run);
+    let calls = &view["pending"]["calls"];
+    // call_1 already ran: it says so, with its result, and takes no decision. The v1 fields stay.
+    assert_eq!(calls[0]["state"], "finished");
+    assert_eq!(calls[0]["takes_decision"], false);
+    assert_eq!(calls[0]["result"], json!({"content": "ran write with {\"text\":\"a\"}", "is_error": false}));
+    assert_eq!(
+        (&calls[0]["gate"], &calls[0]["in_doubt"], &calls[0]["decision"]),
+        (&json!("ask"), &json!(false), &Value::Null)
+    );
+    // call_2 started and never finished.
+    assert_eq!(calls[1]["state"], "in_doubt");
+    assert_eq!(calls[1]["takes_decision"], true);
+    assert_eq!((&calls[1]["in_doubt"], &calls[1]["result"]), (&json!(true), &Value::Null));
+    let wire = tollgate_agent_runtime::view::run_view(&run);
+    let open: Vec<&str> = wire.awaiting_decision().map(|c| c.call_id.as_str()).collect();
+    assert_eq!(open, ["call_2"]);
+
+    // Deciding call_1 is refused, saying it already ran; nothing is recorded.
+    let refused = runtime
+        .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
+        .await;
+    assert!(
+        matches!(&refused, Err(DecideError::Invalid(DecisionError::AlreadyRan { call_id })) if call_id == "call_1"),
+        "{refused:?}"
+    );
+    assert!(refused.is_err_and(|e| e.to_string().contains("already ran")));
+    assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.version), Some(run.version), "nothing was recorded");
+
+    // Deciding call_2 alone completes the set and resumes.
+    runtime
+        .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]), "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed);
+    assert_eq!(done.output(), Some("done"));
+    assert_eq!(setup.tools[0].call_count(), 0, "call_1 is not run again");
+    assert_eq!(setup.tools[1].call_count(), 1, "call_2 runs once, on the decision");
+    assert_eq!(tool_ledger(&runtime, &run.id).await, ledger_after_the_crash());
+    assert!(runtime.verify(&run.id).await.ok().is_some_and(|r| r.is_ok()));
+}
+
+#[tokio::test]
+async fn after_a_crash_between_two_calls_approve_all_ends_as_deciding_the_rest_does() {
+    let per_call = Setup::new(write_then_send(), vec![write_tool(), send_tool()]);
+    let (runtime, run) = crashed_between_two_calls(&per_call).await;
+    let decide_call_2 = DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]);
+    runtime.decide(&run.id, &digest(&run), decide_call_2, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    let one_by_one = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    let one_by_one_kinds = event_kinds(&runtime, &run.id).await;
+
+    let all = Setup::new(write_then_send(), vec![write_tool(), send_tool()]);
+    let (runtime, run) = crashed_between_two_calls(&all).await;
+    runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        event_fields(&runtime, &run.id, &[EventKind::Decision], &["call_id", "action"]).await,
+        vec![
+            json!(["decision", "call_1", "approve"]),
+            json!(["decision", "call_2", "approve"]),
+            json!(["decision", "call_2", "approve"]),
+        ],
+        "the child approved both; after the crash approve_all passes over call_1, which already ran"
+    );
+
+    assert_eq!(done.status(), RunStatus::Completed);
+    assert_eq!((done.status(), done.output()), (one_by_one.status(), one_by_one.output()));
+    assert_eq!(event_kinds(&runtime, &run.id).await, one_by_one_kinds, "the same steps, in the same order");
+    assert_eq!(tool_ledger(&runtime, &run.id).await, ledger_after_the_crash());
+    for setup in [&per_call, &all] {
+        assert_eq!(setup.tools.iter().map(TestTool::call_count).collect::<Vec<_>>(), [0, 1]);
+    }
+}
+
+/// `[privacy] level`: events keep shapes (redacted) or ids only (metadata); the held turn keeps the calls
+/// in full for the approver; the chain verifies over what is stored; a configured secret is redacted.
+#[tokio::test]
+async fn privacy_levels_shape_what_events_keep() {
+    use tollgate_agent_runtime::PrivacyLevel;
+    for (backend, store) in stores().await {
+        for level in [PrivacyLevel::Redacted, PrivacyLevel::Metadata] {
+            let setup = Setup::new(one_write(), vec![write_tool()]);
+            let options = RuntimeOptions {
+                privacy: level,
+                redactor: tollgate_agent_core::Redactor::new(["sk-live-0123456789"]),
+                ..RuntimeOptions::default()
+            };
+            let clock = ManualClock::at(T0);
+            let runtime =
+                Runtime::new(store.clone(), vec![setup.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options);
+            let input = "pay with sk-live-0123456789";
+            let run = runtime.start_and_wait(None, input, "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+            let held = run.held_turn().map(|p| p.suspension.as_str().to_owned()).unwrap_or_default();
+            assert!(held.contains(input), "{backend} {level:?}: the held turn keeps the call in full");
+            let done = runtime
+                .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, "bob")
+                .await
+                .unwrap_or_else(|e| panic!("{backend}: {e}"));
+            assert_eq!(done.status(), RunStatus::Completed, "{backend} {level:?}");
+            let started = event_fields(&runtime, &run.id, &[EventKind::RunStarted], &["input", "agent"]).await;
+            let tool = event_fields(&runtime, &run.id, &[EventKind::ToolStarted], &["call_id", "arguments"]).await;
+            match level {
+                PrivacyLevel::Redacted => {
+                    // The secret is redacted first: "pay with [redacted]" is 19 bytes.
+                    assert_eq!(started, vec![json!(["run_started", "[string: 19 bytes]", "writer"])]);
+                    assert_eq!(tool, vec![json!(["tool_started", "call_1", {"text": "[string: 19 bytes]"}])]);
+                }
+                _ => {
+                    assert_eq!(started, vec![json!(["run_started", null, "writer"])]);
+                    assert_eq!(tool, vec![json!(["tool_started", "call_1", null])]);
+                }
+            }
+            let all = runtime.events(&run.id, 0, 1000).await.unwrap_or_default();
+            assert!(!serde_json::to_string(&all).unwrap_or_default().contains("sk-live"), "{backend} {level:?}");
+            assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_closing_completion_at_the_iteration_cap_and_run_completed_are_round_n_plus_one() {
+    // The default cap is 10 model calls with tools. Turn 1 holds a write; every later turn calls `tick`
+    // (allow), past the cap: turn 10's call is refused, and the closing completion (no tools offered,
+    // round 11) ends the run; its tool calls are dropped.
+    let cap = LoopConfig::default().max_iterations;
+    let mut turns = vec![json!({"tool_calls": [{"name": "write", "arguments": {"text": "{{input}}"}}]})];
+    turns.extend((2..=cap).map(|_| json!({"tool_calls": [{"name": "tick"}]})));
+    turns.push(json!({"text": "Stopping at the cap.", "tool_calls": [{"name": "tick"}]}));
+    let script = json!({ "turns": turns });
+    for (backend, store) in stores().await {
+        let setup = Setup::new(script.clone(), vec![write_tool(), TestTool::new("tick")]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
+        let done = runtime
+            .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, "bob")
+            .await
+            .unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(done.output(), Some("Stopping at the cap."), "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 1, "{backend}");
+        assert_eq!(setup.tools[1].call_count(), cap as usize - 2, "{backend}: the capped turn's call does not run");
+
+        let events = runtime.events(&run.id, 0, 1000).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let tail: Vec<(EventKind, u32)> = events.iter().rev().take(3).rev().map(|e| (e.kind, e.round)).collect();
+        assert_eq!(
+            tail,
+            vec![
+                (EventKind::ModelRequest, cap + 1),
+                (EventKind::ModelResponse, cap + 1),
+                (EventKind::RunCompleted, cap + 1),
+            ],
+            "{backend}"
+        );
+        let closing = event_fields(&runtime, &run.id, &[EventKind::ModelRequest], &["tools"]).await;
+        assert_eq!(closing.last(), Some(&json!(["model_request", []])), "{backend}: no tools are offered");
+        let completed = event_fields(&runtime, &run.id, &[EventKind::RunCompleted], &["termination_reason"]).await;
+        assert_eq!(completed, vec![json!(["run_completed", "max_iterations"])], "{backend}");
+        // Every other model call is its own round, 1 to the cap.
+        let rounds: Vec<u32> = events.iter().filter(|e| e.kind == EventKind::ModelRequest).map(|e| e.round).collect();
+        assert_eq!(rounds, (1..=cap + 1).collect::<Vec<_>>(), "{backend}");
+        assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+    }
+}
+
+/// The one maintenance scheduler comes due on the runtime's clock, not on the wall clock: a deadline
+/// passes, and later retention lets the run go, only as the injected clock says so.
+#[tokio::test]
+async fn the_maintenance_scheduler_runs_deadlines_and_retention_on_the_runtimes_clock() {
+    let mut setup = Setup::new(one_write(), vec![write_tool()]);
+    setup.ttl = Some(Duration::from_secs(60));
+    setup.on_expiry = OnExpiry::Cancel;
+    let clock = ManualClock::at(T0);
+    let runtime = setup.runtime(sqlite().await, &clock, "node-a");
+    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let retention =
+        Retention { terminal_after: Duration::from_secs(86_400), waiting_after: Duration::from_secs(7 * 86_400) };
+    let maintenance = runtime.spawn_maintenance(Schedule::server(retention));
+
+    let mut notices = runtime.subscribe();
+    clock.advance(Duration::from_secs(61));
+    let expired = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match notices.recv().await {
+                Ok(notice) if notice.run_id == run.id && notice.status == RunStatus::Expired => return,
+                Ok(_) => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+    assert!(expired.is_ok(), "the deadline was applied once the runtime's clock passed it");
+
+    // A day and an hour later on the runtime's clock, the next hourly retention purges the expired run.
+    clock.advance(Duration::from_secs(86_400 + 3_600));
+    let mut gone = false;
+    for _ in 0..100 {
+        if matches!(runtime.get(&run.id).await, Err(ReadError::NotFound(_))) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "retention applied on the runtime's clock");
+    maintenance.stop();
+}

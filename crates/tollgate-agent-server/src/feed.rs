@@ -1,0 +1,206 @@
+//! The event feed: follows the runtime's notices, reads the events each change committed, and hands
+//! them to the metrics and the webhook dispatcher. It never writes and never blocks a run: notices are
+//! a broadcast, and a feed that falls behind loses notices (logged), not runs.
+//!
+//! Per run it remembers the last seq it handed on, so each event goes out once. Memory is bounded:
+//! past [`MAX_TRACKED`] runs, the waiting ones are forgotten first. For a run it does not know (decided
+//! here but started by another process or before a restart, or forgotten), it starts after the run's
+//! last `approval_requested` event, which may hand on a decision a second time: webhooks are at least
+//! once.
+
+use crate::metrics::Metrics;
+use crate::webhooks::Webhooks;
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tollgate_agent_core::{EventKind, RunStatus, StoredEvent};
+use tollgate_agent_protocol::event_data as data;
+use tollgate_agent_runtime::{RunNotice, Runtime};
+
+/// How many runs the feed keeps a cursor for.
+const MAX_TRACKED: usize = 100_000;
+const PAGE: u32 = 500;
+
+#[derive(Default)]
+struct Cursor {
+    seq: u64,
+    status: Option<RunStatus>,
+    model_request: Option<(u32, i64)>,
+    tools: HashMap<String, (String, i64)>,
+}
+
+struct Feed {
+    runtime: Runtime,
+    metrics: Arc<Metrics>,
+    webhooks: Option<Webhooks>,
+    runs: HashMap<String, Cursor>,
+}
+
+/// Starts the feed. Subscribes before returning, so nothing committed after this call is missed. When
+/// `stop` completes, the feed hands on what is already queued and ends (dropping its webhook queue, so
+/// the dispatcher can finish).
+pub(crate) fn spawn(
+    runtime: Runtime,
+    metrics: Arc<Metrics>,
+    webhooks: Option<Webhooks>,
+    stop: oneshot::Receiver<()>,
+) -> JoinHandle<()> {
+    let mut notices = runtime.subscribe();
+    let mut feed = Feed { runtime, metrics, webhooks, runs: HashMap::new() };
+    tokio::spawn(async move {
+        let mut stop = stop;
+        let mut stopping = false;
+        loop {
+            let first = if stopping {
+                None
+            } else {
+                tokio::select! {
+                    received = notices.recv() => match received {
+                        Ok(notice) => Some(notice),
+                        Err(RecvError::Lagged(n)) => {
+                            tracing::warn!(missed = n, "event feed fell behind; some events were not counted or delivered");
+                            continue;
+                        }
+                        Err(RecvError::Closed) => return,
+                    },
+                    _ = &mut stop => {
+                        stopping = true;
+                        None
+                    }
+                }
+            };
+            // Take what else is queued, one entry per run: a burst costs one read per run.
+            let mut batch: HashMap<String, RunNotice> = HashMap::new();
+            if let Some(first) = first {
+                batch.insert(first.run_id.clone(), first);
+            }
+            loop {
+                match notices.try_recv() {
+                    Ok(notice) => {
+                        batch.insert(notice.run_id.clone(), notice);
+                    }
+                    Err(TryRecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "event feed fell behind; some events were not counted or delivered");
+                    }
+                    Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+                }
+            }
+            for notice in batch.into_values() {
+                feed.process(&notice).await;
+            }
+            if stopping {
+                return;
+            }
+        }
+    })
+}
+
+impl Feed {
+    async fn process(&mut self, notice: &RunNotice) {
+        let mut cursor = match self.runs.remove(&notice.run_id) {
+            Some(cursor) => cursor,
+            None => Cursor { seq: self.start_for_unknown(notice).await, ..Cursor::default() },
+        };
+        while cursor.seq < notice.last_seq {
+            let page = match self.runtime.store().events(&notice.run_id, cursor.seq, PAGE).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(run = %notice.run_id, error = %e, "event feed cannot read events");
+                    break;
+                }
+            };
+            let Some(last) = page.last().map(|e| e.seq) else { break };
+            for event in &page {
+                self.observe(&notice.run_id, &mut cursor, event);
+            }
+            cursor.seq = last;
+        }
+        cursor.status = Some(notice.status);
+        if !notice.status.is_terminal() {
+            self.runs.insert(notice.run_id.clone(), cursor);
+        }
+        if self.runs.len() > MAX_TRACKED {
+            self.runs.retain(|_, c| c.status != Some(RunStatus::WaitingForApproval));
+            if self.runs.len() > MAX_TRACKED {
+                self.runs.clear();
+            }
+        }
+    }
+
+    /// Where to start for a run first seen at this notice.
+    async fn start_for_unknown(&self, notice: &RunNotice) -> u64 {
+        if notice.last_seq <= 1 {
+            return 0;
+        }
+        let mut anchor = None;
+        let mut after = 0;
+        while after < notice.last_seq {
+            let Ok(page) = self.runtime.store().events(&notice.run_id, after, 1000).await else { break };
+            let Some(last) = page.last().map(|e| e.seq) else { break };
+            for event in page.iter().filter(|e| e.seq <= notice.last_seq) {
+                if event.kind == EventKind::ApprovalRequested {
+                    anchor = Some(event.seq);
+                }
+            }
+            after = last;
+        }
+        match anchor {
+            // The change that held the turn: hand on its approval_requested.
+            Some(seq) if seq == notice.last_seq => seq - 1,
+            Some(seq) => seq,
+            None => 0,
+        }
+    }
+
+    fn observe(&self, run_id: &str, cursor: &mut Cursor, event: &StoredEvent) {
+        if event.seq <= cursor.seq {
+            return;
+        }
+        self.metrics.event(event.kind);
+        let at = millis(&event.at);
+        match event.kind {
+            EventKind::ModelRequest => cursor.model_request = at.map(|at| (event.round, at)),
+            EventKind::ModelResponse => {
+                if let (Some((round, started)), Some(at)) = (cursor.model_request.take(), at)
+                    && round == event.round
+                {
+                    self.metrics.model_call(seconds(at - started));
+                }
+            }
+            // Typed reads of the event data (borrowing it, no copy); an event that does not read is
+            // left out of the metrics, never guessed at.
+            EventKind::ToolStarted => {
+                if let (Ok(started), Some(at)) = (data::ToolStarted::deserialize(&event.data), at) {
+                    cursor.tools.insert(started.call_id, (started.tool, at));
+                }
+            }
+            EventKind::ToolFinished => {
+                if let Ok(finished) = data::ToolFinished::deserialize(&event.data)
+                    && let (Some((tool, started)), Some(at)) = (cursor.tools.remove(&finished.call_id), at)
+                {
+                    self.metrics.tool_call(&tool, seconds(at - started));
+                }
+            }
+            EventKind::Decision => {
+                if let Ok(decided) = data::DecisionMade::deserialize(&event.data) {
+                    self.metrics.decision(decided.decision.action());
+                }
+            }
+            _ => {}
+        }
+        if let Some(webhooks) = &self.webhooks {
+            webhooks.offer(run_id, event);
+        }
+    }
+}
+
+fn millis(at: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(at).ok().map(|t| t.timestamp_millis())
+}
+
+fn seconds(ms: i64) -> f64 {
+    ms.max(0) as f64 / 1000.0
+}

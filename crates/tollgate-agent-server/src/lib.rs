@@ -1,0 +1,414 @@
+//! # tollgate-agent-server
+//!
+//! The HTTP API of `docs/api.md` over a [`Runtime`]: start, list, read, follow (SSE), decide and cancel
+//! runs; agents and tools; purge; `/healthz` (alive), `/readyz` (the store can write: a committed
+//! probe, cached one second), `/metrics` (Prometheus text) and `/openapi.json`
+//! (OpenAPI 3.1, generated from this crate's code); the playground's mount point at `/`.
+//!
+//! What it promises:
+//! - **Bad input writes nothing.** Every body and query is checked before the runtime sees it; malformed
+//!   JSON is 400, wrong types / missing / unknown fields and bad query parameters 422, a body over
+//!   [`ServerOptions::max_body_bytes`] 413, a body declared as something other than JSON 415. Errors are
+//!   `application/problem+json`; their `type` is `https://tollgate.dev/problems/` + a slug of
+//!   [`ProblemKind`] (stable: clients may branch on it).
+//! - **Auth as docs/api.md says.** With [`ServerOptions::tokens`] empty every caller is the actor `local` with
+//!   every role, and [`serve`] refuses any address but loopback. Otherwise a bearer token names the
+//!   actor recorded on every event it causes, and its [`Role`]s decide what it may do (401 / 403).
+//! - **Exactly-once resume holds over HTTP**: concurrent decision requests on one run get 200 or 409,
+//!   and the run resumes once (the runtime's compare-and-set does it; the server adds no state).
+//! - **The server never blocks a run**: live events and webhooks read what the runtime committed;
+//!   a slow SSE client or a failing webhook receiver costs the run nothing.
+//! - **Graceful shutdown**: [`serve`] stops accepting, ends live streams, lets in-flight requests and
+//!   the steps they started commit ([`Runtime::drain`]), and returns; every run stays resumable.
+//! - **No unbounded connections** (`connections.rs`): a connection with no request in progress is closed
+//!   after [`ServerOptions::idle_timeout`], a request head must arrive within
+//!   [`ServerOptions::header_read_timeout`] of its first byte, at most [`ServerOptions::max_connections`]
+//!   are served (kept below the soft limit on open files), and each client holds at most
+//!   [`ServerOptions::max_streams_per_client`] live-event streams.
+//!
+//! ## Limits
+//! Past `max_connections`, up to [`ServerOptions::reserved_connections`] more connections are accepted for
+//! one request each: `GET /healthz` and requests with a valid bearer token are served, anything else
+//! (and any live-event stream) gets `503 unavailable` with `Connection: close` and `Retry-After: 1`; with
+//! those taken too, a new connection is closed unanswered. A live-event stream past its client's cap gets
+//! `429 too-many-requests` with `Retry-After: 5`. A failed accept (out of file descriptors) pauses the
+//! accept loop for 100 ms; it never spins or stops.
+//!
+//!
+//! ## Problem types
+//! `https://tollgate.dev/problems/` + `malformed-json` (400), `unauthorized` (401), `forbidden` (403),
+//! `not-found` (404), `method-not-allowed` (405), `conflict` (409), `payload-too-large` (413),
+//! `unsupported-media-type` (415), `invalid-request` (422: body or query does not fit),
+//! `invalid-decision` (422: unknown `call_id`, a call that takes no decision, edited arguments failing
+//! the tool's schema), `too-many-requests` (429: a client's live-event streams at their cap), `internal`
+//! (500), `unavailable` (503: the store cannot be reached, or the server is at its connection limit);
+//! and one per store failure (`problem.rs`): `disk-full` (507), `read-only` (503), `corrupt-run` (500,
+//! naming the run), `corrupt-database` (500).
+//!
+//! ## Live events
+//! `GET /v1/runs/{id}/events` with `Accept: text/event-stream`: `id:` = seq, `event:` = kind, `data:` =
+//! the event JSON; starts after `Last-Event-ID` (else `?after=`); ends after the terminal event; a
+//! reconnect with nothing left gets 204 (an `EventSource` stops reconnecting); keep-alive comments every
+//! [`ServerOptions::sse_keep_alive`].
+//!
+//! ## Webhooks
+//! For each event whose kind a [`WebhookTarget`] lists (`*` for all), a `POST` with the body
+//! `{"run_id": "...", "event": EVENT}` (`EVENT` exactly as the events endpoint serves it: `seq`, `at`,
+//! `kind`, `round`, `data`, `hash`) and the headers `Content-Type: application/json`,
+//! `X-Tollgate-Signature: sha256=HEX` (lowercase hex HMAC-SHA256 of the exact body bytes keyed with the
+//! target's secret; see [`signature`]), `X-Tollgate-Event: KIND` and `X-Tollgate-Delivery: RUN_ID:SEQ`.
+//! At least once and unordered: a non-2xx answer or a network error is retried with exponential
+//! backoff ([`WebhookRetry`]); receivers dedupe by `X-Tollgate-Delivery` and order by `event.seq`.
+//! Deliveries run in the background from a bounded queue: a slow or failing receiver never blocks or
+//! fails a run (a full queue drops and counts). Only events committed by this process are delivered.
+//!
+//! ## Metrics (`GET /metrics`, admin)
+//! `tollgate_runs{status}` and `tollgate_waiting_runs` (counted by the store with one `GROUP BY status`
+//! query when scraped, cached 5 s);
+//! `tollgate_decisions_total{action}`, `tollgate_events_total{kind}`,
+//! `tollgate_model_call_duration_seconds` and `tollgate_tool_call_duration_seconds{tool}` histograms
+//! (from the events this process commits, measured between their `at` times);
+//! `tollgate_webhook_deliveries_total{outcome}` (`delivered`, `failed`, `dropped`);
+//! `tollgate_connections_open`, `tollgate_connections_refused_total`,
+//! `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
+//! `tollgate_sse_streams_open`, `tollgate_sse_streams_refused_total`.
+
+mod auth;
+mod connections;
+mod duration;
+mod feed;
+#[doc(hidden)]
+pub mod fuzzing;
+mod input;
+mod metrics;
+mod openapi;
+mod playground;
+mod problem;
+mod routes;
+mod sse;
+mod webhooks;
+
+pub use auth::{ApiToken, LOCAL_ACTOR, Role};
+pub use duration::parse as parse_duration;
+pub use openapi::openapi_json;
+pub use problem::{ApiError, PROBLEM_BASE, PROBLEM_JSON, ProblemKind};
+pub use routes::{DEFAULT_DENY_REASON, DEFAULT_LIMIT, MAX_LIMIT};
+pub use webhooks::{SIGNATURE_HEADER, WebhookRetry, WebhookTarget, signature};
+
+use axum::Router;
+use axum::routing::{get, post};
+use metrics::Metrics;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tollgate_agent_core::StoreError;
+pub use tollgate_agent_runtime::Retention;
+use tollgate_agent_runtime::{Runtime, Schedule};
+
+/// Everything the server takes from configuration.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Where [`serve`] listens (`[server] addr`).
+    pub addr: SocketAddr,
+    /// The largest request body accepted (`[server] max_body_bytes`, default 1 MiB).
+    pub max_body_bytes: usize,
+    /// API tokens (`[[auth.tokens]]`); empty means auth is off and only loopback may be bound.
+    pub tokens: Vec<ApiToken>,
+    /// Webhook receivers (`[[webhooks]]`).
+    pub webhooks: Vec<WebhookTarget>,
+    /// How webhook deliveries are retried.
+    pub webhook_retry: WebhookRetry,
+    /// Retention windows (`[retention]`), applied once an hour and by `POST /v1/purge` without a body.
+    pub retention: Retention,
+    /// How long shutdown waits for in-flight steps to commit before it returns anyway (the runs stay
+    /// resumable: their leases expire and a later process takes them over).
+    pub shutdown_grace: Duration,
+    /// How often a quiet live-event stream sends a keep-alive comment (default 15 s).
+    pub sse_keep_alive: Duration,
+    /// Once the first byte of a request head arrives, how long the whole head may take before the
+    /// connection is closed (`[server] header_read_timeout`, default 10 s).
+    pub header_read_timeout: Duration,
+    /// How long a connection may stay open with no request in progress — after it was accepted or its last
+    /// response ended — before it is closed (`[server] idle_timeout`, default 60 s).
+    pub idle_timeout: Duration,
+    /// How many connections are served at once (`[server] max_connections`, default 10,000; lowered to
+    /// stay below the process's soft limit on open files).
+    pub max_connections: usize,
+    /// How many connections past `max_connections` are accepted for one request each, served only for
+    /// `GET /healthz` or a valid token (default 32; not in the config file).
+    pub reserved_connections: usize,
+    /// How many live-event streams one client (the token's name with auth on, else the peer's IP address)
+    /// may hold at once (`[server] max_streams_per_client`, default 16).
+    pub max_streams_per_client: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_body_bytes: 1024 * 1024,
+            tokens: Vec::new(),
+            webhooks: Vec::new(),
+            webhook_retry: WebhookRetry::default(),
+            retention: Retention::default(),
+            shutdown_grace: Duration::from_secs(30),
+            sse_keep_alive: Duration::from_secs(15),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+            reserved_connections: 32,
+            max_streams_per_client: 16,
+        }
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// No tokens are configured and the address is not loopback: anyone who can reach it would act as
+    /// `local` with every role. Not retryable: configure `[[auth.tokens]]` or bind 127.0.0.1.
+    #[error(
+        "refusing to listen on {0} without auth: with no [[auth.tokens]] configured only a loopback address (127.0.0.1, ::1) is allowed"
+    )]
+    NoAuthOnPublicAddress(SocketAddr),
+    /// The address could not be bound (in use, not permitted). Retryable once it is free.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The options are not usable (e.g. a webhook URL that is not a URL). Not retryable.
+    #[error("invalid server options: {0}")]
+    Options(String),
+    /// Serving failed.
+    #[error("server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) runtime: Runtime,
+    pub(crate) auth: Arc<auth::Auth>,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) retention: Retention,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Turns true when the server shuts down: live streams end, waits answer at once.
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) openapi: Arc<str>,
+    pub(crate) sse_keep_alive: Duration,
+    /// Live-event streams per client, capped.
+    pub(crate) streams: Arc<sse::StreamCounts>,
+}
+
+/// What [`serve_on`] needs besides the router.
+struct Built {
+    router: Router,
+    auth: Arc<auth::Auth>,
+    metrics: Arc<Metrics>,
+    shutdown: watch::Sender<bool>,
+}
+
+fn build(runtime: Runtime, options: &ServerOptions) -> Built {
+    let metrics = Arc::new(Metrics::default());
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let auth = Arc::new(auth::Auth::new(&options.tokens));
+    let state = AppState {
+        runtime,
+        auth: auth.clone(),
+        max_body_bytes: options.max_body_bytes,
+        retention: options.retention,
+        metrics: metrics.clone(),
+        shutdown: shutdown_rx,
+        openapi: Arc::from(openapi_json()),
+        sse_keep_alive: options.sse_keep_alive,
+        streams: Arc::new(sse::StreamCounts::new(options.max_streams_per_client, metrics.clone())),
+    };
+    let api = Router::new()
+        .route("/v1/runs", get(routes::list_runs).post(routes::create_run))
+        .route("/v1/runs/{id}", get(routes::get_run))
+        .route("/v1/runs/{id}/events", get(routes::run_events))
+        .route("/v1/runs/{id}/decisions", post(routes::decide))
+        .route("/v1/runs/{id}/cancel", post(routes::cancel_run))
+        .route("/v1/agents", get(routes::agents))
+        .route("/v1/tools", get(routes::tools))
+        .route("/v1/purge", post(routes::purge))
+        .route("/healthz", get(routes::healthz))
+        .route("/readyz", routes::readyz_route())
+        .route("/metrics", get(routes::metrics))
+        .route("/openapi.json", get(routes::openapi));
+    let router = api
+        // MOUNT POINT of the playground: `/` and its static files (see `playground.rs`).
+        .merge(playground::routes())
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state);
+    Built { router, auth, metrics, shutdown }
+}
+
+/// The API's router over a runtime, without the background work of [`serve`] (sweeps, retention,
+/// webhooks, event metrics). For tests and for embedding in another server.
+pub fn router(runtime: Runtime, options: &ServerOptions) -> Router {
+    build(runtime, options).router
+}
+
+/// Binds [`ServerOptions::addr`] and serves until `shutdown` completes. See [`serve_on`].
+pub async fn serve(
+    runtime: Runtime,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    refuse_public_without_auth(options.addr, &options)?;
+    let listener =
+        TcpListener::bind(options.addr).await.map_err(|source| ServerError::Bind { addr: options.addr, source })?;
+    serve_on(listener, runtime, options, shutdown).await
+}
+
+/// Serves on a bound listener until `shutdown` completes: the API, plus the runtime's maintenance
+/// ([`Runtime::spawn_maintenance`] with [`Schedule::server`]: deadlines and takeovers every second,
+/// lease renewal, retention once an hour), the event feed (metrics) and the webhook dispatcher; connections
+/// within the limits of [`ServerOptions`] (see the crate's "Limits"). On shutdown it stops accepting, ends
+/// live streams, waits for in-flight requests, then for in-flight steps to commit (at most
+/// [`ServerOptions::shutdown_grace`]), and returns.
+pub async fn serve_on(
+    listener: TcpListener,
+    runtime: Runtime,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let local = listener.local_addr()?;
+    refuse_public_without_auth(local, &options)?;
+    let limits = limits(&options)?;
+    let built = build(runtime.clone(), &options);
+    let (webhooks, mut dispatcher) =
+        match webhooks::spawn(options.webhooks.clone(), options.webhook_retry, built.metrics.clone())
+            .map_err(ServerError::Options)?
+        {
+            Some((webhooks, handle)) => (Some(webhooks), Some(handle)),
+            None => (None, None),
+        };
+    let (stop_feed, feed_stopped) = tokio::sync::oneshot::channel();
+    let mut feed = feed::spawn(runtime.clone(), built.metrics.clone(), webhooks, feed_stopped);
+    // Deadlines and takeovers every second, lease renewal, retention hourly: the runtime's one
+    // maintenance scheduler, as every CLI command runs it (with its own schedule).
+    let maintenance = runtime.spawn_maintenance(Schedule::server(options.retention));
+    tracing::info!(addr = %local, auth = !options.tokens.is_empty(), "serving the Tollgate API");
+
+    let stop = built.shutdown;
+    let stopping = stop.subscribe();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new connections; live streams end");
+        let _ = stop.send(true);
+        // Keep the sender (and so the signal) alive until the connections are done.
+        std::future::pending::<()>().await;
+    };
+    let serving = connections::serve(listener, built.router, built.auth, built.metrics.clone(), limits, stopping);
+    tokio::select! {
+        () = serving => {}
+        () = signal => {}
+    }
+
+    // No new work from sweeps or retention; keep the leases of what is still running while it commits.
+    maintenance.wind_down();
+    if tokio::time::timeout(options.shutdown_grace, runtime.drain()).await.is_err() {
+        tracing::warn!(
+            grace = ?options.shutdown_grace,
+            "some steps were still running at shutdown; their runs will be taken over when their leases expire"
+        );
+    }
+    maintenance.stop();
+    // Hand on the last commits' events, then let queued webhook deliveries finish, for a bounded time.
+    let _ = stop_feed.send(());
+    let flush = async {
+        let _ = (&mut feed).await;
+        if let Some(dispatcher) = &mut dispatcher {
+            let _ = dispatcher.await;
+        }
+    };
+    if tokio::time::timeout(WEBHOOK_FLUSH, flush).await.is_err() {
+        tracing::warn!("webhook deliveries still pending at shutdown were dropped");
+    }
+    feed.abort();
+    if let Some(dispatcher) = dispatcher {
+        dispatcher.abort();
+    }
+    Ok(())
+}
+
+/// The connection limits of `options`, checked.
+fn limits(options: &ServerOptions) -> Result<connections::Limits, ServerError> {
+    if options.header_read_timeout.is_zero() || options.idle_timeout.is_zero() {
+        return Err(ServerError::Options("header_read_timeout and idle_timeout must be positive".into()));
+    }
+    if options.max_connections == 0 || options.max_streams_per_client == 0 {
+        return Err(ServerError::Options("max_connections and max_streams_per_client must be at least 1".into()));
+    }
+    Ok(connections::Limits {
+        header_read_timeout: options.header_read_timeout,
+        idle_timeout: options.idle_timeout,
+        max_connections: options.max_connections,
+        reserved: options.reserved_connections,
+    })
+}
+
+fn refuse_public_without_auth(addr: SocketAddr, options: &ServerOptions) -> Result<(), ServerError> {
+    if options.tokens.is_empty() && !addr.ip().is_loopback() {
+        return Err(ServerError::NoAuthOnPublicAddress(addr));
+    }
+    Ok(())
+}
+
+/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM: pass it to [`serve`].
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+}
+
+/// Completes once the server shuts down (never, for a router without [`serve_on`]).
+pub(crate) async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|stopping| *stopping).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Purges terminal runs finished more than `terminal_after` ago and waiting runs untouched for more
+/// than `waiting_after`, on the runtime's clock (`POST /v1/purge`).
+pub(crate) async fn apply_retention(
+    runtime: &Runtime,
+    terminal_after: Duration,
+    waiting_after: Duration,
+) -> Result<u64, StoreError> {
+    runtime.apply_retention(terminal_after, waiting_after).await
+}
+
+/// How long shutdown waits for queued webhook deliveries.
+const WEBHOOK_FLUSH: Duration = Duration::from_secs(5);

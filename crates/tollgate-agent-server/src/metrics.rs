@@ -1,0 +1,283 @@
+//! `/metrics` in the Prometheus text format.
+//!
+//! - `tollgate_runs{status}` and `tollgate_waiting_runs`: gauges counted by the store (one
+//!   `GROUP BY status` query) when scraped, cached for a few seconds.
+//! - `tollgate_decisions_total{action}`, `tollgate_events_total{kind}`, and the model-call and
+//!   tool-call latency histograms: counted from the events this process commits, as the event feed
+//!   (`feed.rs`) reads them; they start at zero with the process, as counters do.
+//! - `tollgate_webhook_deliveries_total{outcome}`: webhook deliveries that succeeded, failed after every
+//!   retry, or were dropped because the queue was full.
+//! - `tollgate_connections_open`, `tollgate_connections_refused_total`,
+//!   `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
+//!   `tollgate_sse_streams_open` and `tollgate_sse_streams_refused_total`: the limits of `connections.rs`
+//!   and the live-event streams, counted as they happen.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tollgate_agent_core::RunStatus;
+use tollgate_agent_runtime::Runtime;
+
+/// How long run counts are reused between scrapes.
+const COUNT_TTL: Duration = Duration::from_secs(5);
+
+/// Histogram bucket bounds, seconds.
+const BUCKETS: [f64; 14] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0];
+
+/// A Prometheus histogram of durations.
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum_secs: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, secs: f64) {
+        for (bound, count) in BUCKETS.iter().zip(self.counts.iter_mut()) {
+            if secs <= *bound {
+                *count += 1;
+            }
+        }
+        self.count += 1;
+        self.sum_secs += secs;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (bound, count) in BUCKETS.iter().zip(self.counts.iter()) {
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", self.count);
+        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum_secs);
+        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
+    }
+}
+
+#[derive(Default)]
+struct Observed {
+    decisions: BTreeMap<String, u64>,
+    events: BTreeMap<&'static str, u64>,
+    model_calls: Histogram,
+    tool_calls: BTreeMap<String, Histogram>,
+}
+
+/// What a webhook delivery came to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Delivery {
+    Delivered,
+    Failed,
+    Dropped,
+}
+
+/// The server's counters.
+#[derive(Default)]
+pub(crate) struct Metrics {
+    observed: Mutex<Observed>,
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    dropped: AtomicU64,
+    counts: tokio::sync::Mutex<Option<(Instant, StatusCounts)>>,
+    connections_open: AtomicU64,
+    connections_refused: AtomicU64,
+    idle_timeouts: AtomicU64,
+    header_read_timeouts: AtomicU64,
+    accept_errors: AtomicU64,
+    streams_open: AtomicU64,
+    streams_refused: AtomicU64,
+}
+
+/// How many runs have each status.
+type StatusCounts = Vec<(RunStatus, u64)>;
+
+impl Metrics {
+    fn observed(&self) -> std::sync::MutexGuard<'_, Observed> {
+        self.observed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn event(&self, kind: tollgate_agent_core::EventKind) {
+        *self.observed().events.entry(kind.as_str()).or_default() += 1;
+    }
+
+    pub(crate) fn decision(&self, action: &str) {
+        *self.observed().decisions.entry(action.to_owned()).or_default() += 1;
+    }
+
+    pub(crate) fn model_call(&self, secs: f64) {
+        self.observed().model_calls.observe(secs);
+    }
+
+    pub(crate) fn tool_call(&self, tool: &str, secs: f64) {
+        self.observed().tool_calls.entry(tool.to_owned()).or_default().observe(secs);
+    }
+
+    pub(crate) fn webhook(&self, outcome: Delivery) {
+        let counter = match outcome {
+            Delivery::Delivered => &self.delivered,
+            Delivery::Failed => &self.failed,
+            Delivery::Dropped => &self.dropped,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_closed(&self) {
+        self.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_timed_out(&self, timeout: crate::connections::Timeout) {
+        let counter = match timeout {
+            crate::connections::Timeout::Idle => &self.idle_timeouts,
+            crate::connections::Timeout::HeaderRead => &self.header_read_timeouts,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn accept_error(&self) {
+        self.accept_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_opened(&self) {
+        self.streams_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_closed(&self) {
+        self.streams_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stream_refused(&self) {
+        self.streams_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs per status, counted by the store, cached briefly.
+    async fn run_counts(&self, runtime: &Runtime) -> Result<StatusCounts, tollgate_agent_core::StoreError> {
+        let mut cache = self.counts.lock().await;
+        if let Some((at, counts)) = cache.as_ref()
+            && at.elapsed() < COUNT_TTL
+        {
+            return Ok(counts.clone());
+        }
+        let counts = runtime.count_by_status().await?;
+        *cache = Some((Instant::now(), counts.clone()));
+        Ok(counts)
+    }
+
+    /// The whole exposition.
+    pub(crate) async fn render(&self, runtime: &Runtime) -> Result<String, tollgate_agent_core::StoreError> {
+        let counts = self.run_counts(runtime).await?;
+        let mut out = String::with_capacity(4096);
+        out.push_str("# HELP tollgate_runs Runs in the store by status.\n");
+        out.push_str("# TYPE tollgate_runs gauge\n");
+        for (status, n) in &counts {
+            let _ = writeln!(out, "tollgate_runs{{status=\"{status}\"}} {n}");
+        }
+        let waiting = counts.iter().find(|(s, _)| *s == RunStatus::WaitingForApproval).map_or(0, |(_, n)| *n);
+        out.push_str("# HELP tollgate_waiting_runs Runs waiting for approval.\n");
+        out.push_str("# TYPE tollgate_waiting_runs gauge\n");
+        let _ = writeln!(out, "tollgate_waiting_runs {waiting}");
+
+        let observed = self.observed();
+        out.push_str("# HELP tollgate_decisions_total Decisions recorded by this process, by action.\n");
+        out.push_str("# TYPE tollgate_decisions_total counter\n");
+        for action in ["approve", "edit", "deny", "respond"] {
+            let n = observed.decisions.get(action).copied().unwrap_or(0);
+            let _ = writeln!(out, "tollgate_decisions_total{{action=\"{action}\"}} {n}");
+        }
+        out.push_str("# HELP tollgate_events_total Events committed by this process, by kind.\n");
+        out.push_str("# TYPE tollgate_events_total counter\n");
+        for kind in tollgate_agent_core::EventKind::ALL {
+            let n = observed.events.get(kind.as_str()).copied().unwrap_or(0);
+            let _ = writeln!(out, "tollgate_events_total{{kind=\"{}\"}} {n}", kind.as_str());
+        }
+        out.push_str(
+            "# HELP tollgate_model_call_duration_seconds Model call latency (model_request to model_response).\n",
+        );
+        out.push_str("# TYPE tollgate_model_call_duration_seconds histogram\n");
+        observed.model_calls.render(&mut out, "tollgate_model_call_duration_seconds", "");
+        out.push_str(
+            "# HELP tollgate_tool_call_duration_seconds Tool call latency (tool_started to tool_finished), by tool.\n",
+        );
+        out.push_str("# TYPE tollgate_tool_call_duration_seconds histogram\n");
+        for (tool, histogram) in &observed.tool_calls {
+            histogram.render(&mut out, "tollgate_tool_call_duration_seconds", &format!("tool=\"{}\"", escape(tool)));
+        }
+        drop(observed);
+        out.push_str("# HELP tollgate_webhook_deliveries_total Webhook deliveries by outcome.\n");
+        out.push_str("# TYPE tollgate_webhook_deliveries_total counter\n");
+        for (outcome, counter) in [("delivered", &self.delivered), ("failed", &self.failed), ("dropped", &self.dropped)]
+        {
+            let _ = writeln!(
+                out,
+                "tollgate_webhook_deliveries_total{{outcome=\"{outcome}\"}} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        for (name, kind, help, value) in [
+            ("tollgate_connections_open", "gauge", "HTTP connections open.", load(&self.connections_open)),
+            (
+                "tollgate_connections_refused_total",
+                "counter",
+                "Connections or requests refused past [server] max_connections.",
+                load(&self.connections_refused),
+            ),
+            (
+                "tollgate_accept_errors_total",
+                "counter",
+                "Failed accepts (e.g. out of file descriptors), each followed by a short pause.",
+                load(&self.accept_errors),
+            ),
+            ("tollgate_sse_streams_open", "gauge", "Live-event streams open.", load(&self.streams_open)),
+            (
+                "tollgate_sse_streams_refused_total",
+                "counter",
+                "Live-event streams refused past [server] max_streams_per_client.",
+                load(&self.streams_refused),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+        out.push_str("# HELP tollgate_connections_timed_out_total Connections closed by a deadline, by timeout.\n");
+        out.push_str("# TYPE tollgate_connections_timed_out_total counter\n");
+        for (timeout, counter) in [("idle", &self.idle_timeouts), ("header_read", &self.header_read_timeouts)] {
+            let _ = writeln!(out, "tollgate_connections_timed_out_total{{timeout=\"{timeout}\"}} {}", load(counter));
+        }
+        Ok(out)
+    }
+}
+
+/// Escapes a label value.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let mut h = Histogram::default();
+        h.observe(0.002);
+        h.observe(0.2);
+        h.observe(500.0);
+        let mut out = String::new();
+        h.render(&mut out, "x", "tool=\"t\"");
+        assert!(out.contains("x_bucket{tool=\"t\",le=\"0.001\"} 0\n"));
+        assert!(out.contains("x_bucket{tool=\"t\",le=\"0.005\"} 1\n"));
+        assert!(out.contains("x_bucket{tool=\"t\",le=\"0.25\"} 2\n"));
+        assert!(out.contains("x_bucket{tool=\"t\",le=\"+Inf\"} 3\n"));
+        assert!(out.contains("x_count{tool=\"t\"} 3\n"));
+        assert_eq!(escape("a\"b"), "a\\\"b");
+    }
+}

@@ -1,0 +1,596 @@
+//! The handlers of docs/api.md's endpoints. Each checks, in this order: the token (401), the role (403), the
+//! body and query (400 / 413 / 415 / 422), then asks the runtime, whose refusals map to 404 / 409 /
+//! 422 / 403. Nothing reaches the runtime before the request is known to be well-formed.
+
+use crate::auth::{Caller, Role};
+use crate::input::{RawBody, RunId, is_run_id, parse_json, parse_optional_json, parse_query};
+use crate::problem::{ApiError, ProblemKind};
+use crate::{AppState, duration};
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use tollgate_agent_core::{Decision, RunQuery, RunRecord, RunStatus};
+use tollgate_agent_protocol::{
+    AgentList, CallDecision, CancelRequest, DecisionRequest, EventPage, Health, Problem, PurgeRequest, PurgeResult,
+    Run, RunPage, StartRunRequest, ToolList,
+};
+use tollgate_agent_runtime::view::run_view;
+use tollgate_agent_runtime::{DecisionSet, wire};
+use utoipa::IntoParams;
+
+/// `limit` when none is given.
+pub const DEFAULT_LIMIT: u32 = 50;
+/// The largest `limit`.
+pub const MAX_LIMIT: u32 = 500;
+/// The reason recorded for a denial given without one.
+pub const DEFAULT_DENY_REASON: &str = "no reason given";
+
+type ApiResult = Result<Response, ApiError>;
+
+impl AppState {
+    /// Waits until the run waits for approval or has ended; at shutdown, answers with the run as it is.
+    async fn settle(&self, id: &str) -> Result<RunRecord, ApiError> {
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            settled = self.runtime.wait_settled(id) => Ok(settled?),
+            _ = crate::shutting_down(&mut shutdown) => Ok(self.runtime.get(id).await?),
+        }
+    }
+}
+
+/// Start a run.
+#[utoipa::path(
+    post, path = "/v1/runs", tag = "runs", request_body = StartRunRequest,
+    responses(
+        (status = 201, description = "The run as created; with `wait`, once it waits for approval or has ended", body = Run),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Lacks the runner role", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown agent", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Wrong types, missing or unknown fields, empty input", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, RawBody(body): RawBody) -> ApiResult {
+    caller.require(Role::Runner, "start runs")?;
+    let request: StartRunRequest = parse_json(&body)?;
+    let run = state.runtime.start(request.agent.as_deref(), &request.input, &caller.actor).await?;
+    let run = if request.wait == Some(true) { state.settle(&run.id).await? } else { run };
+    let location = HeaderValue::from_str(&format!("/v1/runs/{}", run.id)).ok();
+    let mut response = (StatusCode::CREATED, Json(run_view(&run))).into_response();
+    if let Some(location) = location {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// Query of `GET /v1/runs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only runs with this status.
+    #[param(value_type = Option<tollgate_agent_protocol::RunStatus>)]
+    status: Option<String>,
+    /// Only runs of this agent.
+    agent: Option<String>,
+    /// At most this many, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u32>,
+    /// `next_cursor` of the previous page (a run id).
+    #[param(pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    cursor: Option<String>,
+}
+
+/// List runs, newest first.
+#[utoipa::path(
+    get, path = "/v1/runs", tag = "runs", params(ListQuery),
+    responses(
+        (status = 200, description = "One page of runs, newest first", body = RunPage),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad query parameters (unknown status, limit over 500, bad cursor)", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn list_runs(State(state): State<AppState>, _caller: Caller, uri: Uri) -> ApiResult {
+    let query: ListQuery = parse_query(&uri)?;
+    let status = match query.status.as_deref() {
+        None => None,
+        Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
+            let known: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::invalid(format!("unknown status `{text}`; expected one of {}", known.join(", ")))
+        })?),
+    };
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid(format!("limit must be between 1 and {MAX_LIMIT}, not {limit}")));
+    }
+    if let Some(cursor) = &query.cursor
+        && !is_run_id(cursor)
+    {
+        return Err(ApiError::invalid(format!("`{cursor}` is not a cursor from a previous page")));
+    }
+    let page = state.runtime.list(RunQuery { status, agent: query.agent, limit, cursor: query.cursor }).await?;
+    let runs = page.runs.iter().map(run_view).collect();
+    Ok(Json(RunPage { runs, next_cursor: page.next_cursor }).into_response())
+}
+
+/// Read one run.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The run", body = Run),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn get_run(State(state): State<AppState>, _caller: Caller, RunId(id): RunId) -> ApiResult {
+    let run = state.runtime.get(&id).await?;
+    Ok(Json(run_view(&run)).into_response())
+}
+
+/// Query of `GET /v1/runs/{id}/events`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Only events with a greater seq (for SSE, like `Last-Event-ID`, which wins when both are given).
+    #[param(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
+    after: Option<u64>,
+}
+
+/// The largest event seq a client may name (`after`, `Last-Event-ID`): seqs are stored as signed 64-bit
+/// integers, and the document declares both as `int64`.
+const MAX_SEQ: u64 = i64::MAX as u64;
+
+/// `seq` if a stored seq can have it, else 422 naming `what`.
+fn seq_in_range(seq: u64, what: &str) -> Result<u64, ApiError> {
+    if seq > MAX_SEQ {
+        return Err(ApiError::invalid(format!("{what} must be between 0 and {MAX_SEQ}, not {seq}")));
+    }
+    Ok(seq)
+}
+
+/// A run's events, as JSON or (with `Accept: text/event-stream`) live over SSE.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/events", tag = "runs",
+    params(
+        ("id" = String, Path, description = "The run's id"),
+        EventsQuery,
+        ("Last-Event-ID" = Option<u64>, Header, description = "SSE: resume after this seq", nullable = false, minimum = 0, maximum = 9_223_372_036_854_775_807_i64),
+    ),
+    responses(
+        (status = 200, description = "The events after `after`; or an SSE stream (`id:` seq, `event:` kind, `data:` the event JSON) ending after the terminal event",
+            content((EventPage = "application/json"), (String = "text/event-stream"))),
+        (status = 204, description = "SSE: the run has ended and every event was already sent"),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad `after` or `Last-Event-ID`", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "SSE: the caller already holds `[server] max_streams_per_client` streams", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn run_events(
+    State(state): State<AppState>,
+    caller: Caller,
+    RunId(id): RunId,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult {
+    let query: EventsQuery = parse_query(&uri)?;
+    let after = query.after.map(|seq| seq_in_range(seq, "`after`")).transpose()?;
+    // Checked on every request, as the document declares it, though only a stream reads it.
+    let last_event_id = last_event_id(&headers)?;
+    if wants_event_stream(&headers) {
+        let after = match last_event_id {
+            Some(seq) => seq,
+            None => after.unwrap_or(0),
+        };
+        // A stream counts against its token's name; with auth off, against the peer's address.
+        let client = match peer {
+            _ if state.auth.is_on() => format!("token:{}", caller.actor),
+            Some(axum::Extension(axum::extract::ConnectInfo(addr))) => format!("ip:{}", addr.ip()),
+            None => format!("local:{}", caller.actor),
+        };
+        let client = crate::sse::StreamClient { counts: state.streams.clone(), client };
+        return crate::sse::respond(
+            state.runtime.clone(),
+            id,
+            after,
+            state.shutdown.clone(),
+            state.sse_keep_alive,
+            client,
+        )
+        .await;
+    }
+    let events = state.runtime.all_events(&id, after.unwrap_or(0)).await?;
+    Ok(Json(EventPage { events: events.iter().map(wire::event).collect() }).into_response())
+}
+
+fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream")))
+}
+
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get("last-event-id") else { return Ok(None) };
+    let text = value.to_str().unwrap_or_default().trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let seq =
+        text.parse::<u64>().map_err(|_| ApiError::invalid(format!("Last-Event-ID `{text}` is not an event seq")))?;
+    seq_in_range(seq, "Last-Event-ID").map(Some)
+}
+
+/// Decide held calls.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/decisions", tag = "runs", request_body = DecisionRequest,
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The run after the decisions (still waiting while held calls remain undecided; with `wait`, once it waits again or has ended)", body = Run),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Lacks the approver role, or the agent forbids self-approval", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Not waiting, stale digest, call already decided, or lost a race", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad body, unknown call_id, a call that takes no decision, edited arguments failing the schema", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn decide(
+    State(state): State<AppState>,
+    caller: Caller,
+    RunId(id): RunId,
+    RawBody(body): RawBody,
+) -> ApiResult {
+    caller.require(Role::Approver, "decide held calls")?;
+    let request: DecisionRequest = parse_json(&body)?;
+    let set = decision_set(&request)?;
+    let run = state.runtime.decide(&id, &request.turn_digest, set, &caller.actor).await?;
+    let run = if request.wait == Some(true) && run.status() == RunStatus::Running {
+        state.settle(&run.id).await?
+    } else {
+        run
+    };
+    Ok(Json(run_view(&run)).into_response())
+}
+
+/// The runtime's decision set for a request, enforcing docs/api.md's rules on how they combine.
+pub(crate) fn decision_set(request: &DecisionRequest) -> Result<DecisionSet, ApiError> {
+    let approve_all = request.approve_all == Some(true);
+    let deny_all = request.deny_all == Some(true);
+    if approve_all && deny_all {
+        return Err(ApiError::invalid("`approve_all` and `deny_all` exclude each other"));
+    }
+    if request.reason.is_some() && !deny_all {
+        return Err(ApiError::invalid("`reason` goes with `deny_all`; a single denial carries its own `reason`"));
+    }
+    match &request.decisions {
+        Some(_) if approve_all || deny_all => {
+            Err(ApiError::invalid("`decisions` cannot be combined with `approve_all` or `deny_all`"))
+        }
+        Some(list) if list.is_empty() => Err(ApiError::invalid("`decisions` must not be empty")),
+        Some(list) if list.iter().any(|d| matches!(d, CallDecision::Edit(edit) if !edit.arguments.is_object())) => {
+            Err(ApiError::invalid("an edit's `arguments` must be a JSON object"))
+        }
+        Some(list) => Ok(DecisionSet::Each(list.iter().map(decision).collect())),
+        None if approve_all => Ok(DecisionSet::ApproveAll),
+        None if deny_all => Ok(DecisionSet::DenyAll {
+            reason: request.reason.clone().unwrap_or_else(|| DEFAULT_DENY_REASON.to_owned()),
+        }),
+        None => Err(ApiError::invalid("give `decisions`, or `approve_all: true`, or `deny_all: true`")),
+    }
+}
+
+fn decision(item: &CallDecision) -> (String, Decision) {
+    let decision = match item {
+        CallDecision::Approve(_) => Decision::Approve,
+        CallDecision::Edit(edit) => Decision::Edit { arguments: edit.arguments.clone() },
+        CallDecision::Deny(deny) => {
+            Decision::Deny { reason: deny.reason.clone().unwrap_or_else(|| DEFAULT_DENY_REASON.to_owned()) }
+        }
+        CallDecision::Respond(respond) => Decision::Respond { result: respond.result.clone() },
+    };
+    (item.call_id().to_owned(), decision)
+}
+
+/// Cancel a run that has not finished.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/cancel", tag = "runs", request_body(content = Option<CancelRequest>, description = "Optional; an empty body is fine"),
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The cancelled run", body = Run),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Lacks the runner role, or a runner cancelling a run it did not start", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already terminal", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Wrong types or unknown fields", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn cancel_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    RunId(id): RunId,
+    RawBody(body): RawBody,
+) -> ApiResult {
+    caller.require(Role::Runner, "cancel runs")?;
+    let request: CancelRequest = parse_optional_json(&body)?;
+    let run = state.runtime.get(&id).await?;
+    if !caller.has(Role::Admin) && run.created_by != caller.actor {
+        return Err(ApiError::forbidden(format!(
+            "{} may cancel only the runs it started; run {id} was started by {}",
+            caller.actor, run.created_by
+        )));
+    }
+    let run = state.runtime.cancel(&id, &caller.actor, request.reason.as_deref()).await?;
+    Ok(Json(run_view(&run)).into_response())
+}
+
+/// List the agents.
+#[utoipa::path(
+    get, path = "/v1/agents", tag = "agents",
+    responses(
+        (status = 200, description = "The configured agents, the default first", body = AgentList),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn agents(State(state): State<AppState>, _caller: Caller) -> ApiResult {
+    Ok(Json(AgentList { agents: state.runtime.agents().map(wire::agent).collect() }).into_response())
+}
+
+/// Query of `GET /v1/tools`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ToolsQuery {
+    /// List this agent's tools with their effective gates (policy applied).
+    agent: Option<String>,
+}
+
+/// List tools and their gates.
+#[utoipa::path(
+    get, path = "/v1/tools", tag = "agents", params(ToolsQuery),
+    responses(
+        (status = 200, description = "With `agent`: its tools and effective gates; without: every tool the server knows with its own default gate", body = ToolList),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown agent", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad query parameters", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn tools(State(state): State<AppState>, _caller: Caller, uri: Uri) -> ApiResult {
+    let query: ToolsQuery = parse_query(&uri)?;
+    let tools = match query.agent.as_deref() {
+        Some(name) => {
+            let agent =
+                state.runtime.agent(name).ok_or_else(|| ApiError::not_found(format!("no agent is named `{name}`")))?;
+            &agent.tools
+        }
+        None => state.runtime.catalog(),
+    };
+    Ok(Json(ToolList { tools: tools.iter().map(wire::tool).collect() }).into_response())
+}
+
+/// Apply retention now.
+#[utoipa::path(
+    post, path = "/v1/purge", tag = "admin", request_body(content = Option<PurgeRequest>, description = "Optional; an empty body applies the configured windows"),
+    responses(
+        (status = 200, description = "How many runs went", body = PurgeResult),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad `older_than`, wrong types or unknown fields", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn purge(State(state): State<AppState>, caller: Caller, RawBody(body): RawBody) -> ApiResult {
+    caller.require(Role::Admin, "purge runs")?;
+    let request: PurgeRequest = parse_optional_json(&body)?;
+    let terminal_after = match request.older_than.as_deref() {
+        Some(text) => duration::parse(text).map_err(ApiError::invalid)?,
+        None => state.retention.terminal_after,
+    };
+    let deleted = crate::apply_retention(&state.runtime, terminal_after, state.retention.waiting_after).await?;
+    Ok(Json(PurgeResult { deleted_runs: deleted }).into_response())
+}
+
+/// Liveness.
+#[utoipa::path(get, path = "/healthz", tag = "meta", responses((status = 200, description = "The server is up", body = Health)))]
+pub(crate) async fn healthz() -> Response {
+    Json(Health { status: "ok".to_owned() }).into_response()
+}
+
+/// How long `/readyz` answers with its last write probe before it probes again: a load balancer
+/// polling every instance often costs the store one small write a second.
+const READY_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The last write probe of one router and when it was made. The lock is held across the probe, so
+/// requests arriving meanwhile wait for its answer instead of probing too.
+#[derive(Default)]
+pub(crate) struct Readiness {
+    last: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), ApiError>)>>,
+}
+
+impl Readiness {
+    /// The answer of a probe made at most [`READY_FOR`] before `now`, or of `probe` run now.
+    pub(crate) async fn check(
+        &self,
+        now: std::time::Instant,
+        probe: impl std::future::Future<Output = Result<(), ApiError>>,
+    ) -> Result<(), ApiError> {
+        let mut last = self.last.lock().await;
+        if let Some((at, answer)) = last.as_ref()
+            && now.saturating_duration_since(*at) < READY_FOR
+        {
+            return answer.clone();
+        }
+        let answer = probe.await;
+        *last = Some((now, answer.clone()));
+        answer
+    }
+}
+
+/// `GET /readyz`, with the probe cache of this router.
+pub(crate) fn readyz_route() -> axum::routing::MethodRouter<AppState> {
+    let readiness = std::sync::Arc::new(Readiness::default());
+    axum::routing::get(move |State(state): State<AppState>| readyz(state, readiness.clone()))
+}
+
+/// Readiness: the store can write now (a committed write probe, at most one a second).
+#[utoipa::path(
+    get, path = "/readyz", tag = "meta",
+    responses(
+        (status = 200, description = "The store can write", body = Health),
+        (status = 503, description = "The store cannot write; `type` says why: `disk-full`, `read-only`, `corrupt-database`, `unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn readyz(state: AppState, readiness: std::sync::Arc<Readiness>) -> Response {
+    let probe = async { state.runtime.store().probe_write().await.map_err(ApiError::from) };
+    match readiness.check(std::time::Instant::now(), probe).await {
+        Ok(()) => Json(Health { status: "ready".to_owned() }).into_response(),
+        Err(problem) => problem.not_ready(),
+    }
+}
+
+/// Prometheus metrics.
+#[utoipa::path(
+    get, path = "/metrics", tag = "meta",
+    responses(
+        (status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"),
+        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn metrics(State(state): State<AppState>, caller: Caller) -> ApiResult {
+    caller.require(Role::Admin, "read metrics")?;
+    let text = state.metrics.render(&state.runtime).await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta", responses((status = 200, description = "The OpenAPI 3.1 document of this API", content_type = "application/json")))]
+pub(crate) async fn openapi(State(state): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], state.openapi.to_string()).into_response()
+}
+
+/// Unknown paths: 404.
+pub(crate) async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::not_found(format!("no route for {method} {}", uri.path()))
+}
+
+/// Known paths with a wrong method: 405.
+pub(crate) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(ProblemKind::MethodNotAllowed, format!("{} does not take {method}", uri.path()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One probe a second at most, whatever it answered; the next second probes again.
+    #[tokio::test]
+    async fn readiness_probes_at_most_once_a_second() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let readiness = Readiness::default();
+        let probes = AtomicU32::new(0);
+        let failing = || async {
+            probes.fetch_add(1, Ordering::SeqCst);
+            Err(ApiError::new(ProblemKind::DiskFull, "full"))
+        };
+        let start = std::time::Instant::now();
+        assert!(readiness.check(start, failing()).await.is_err());
+        let cached = readiness.check(start + std::time::Duration::from_millis(999), failing()).await;
+        assert_eq!(cached.map_err(|e| e.kind), Err(ProblemKind::DiskFull));
+        assert_eq!(probes.load(Ordering::SeqCst), 1);
+        assert!(readiness.check(start + READY_FOR, async { Ok(()) }).await.is_ok());
+        assert_eq!(probes.load(Ordering::SeqCst), 1, "the second probe was the one that succeeded");
+    }
+    use serde_json::{Value, json};
+
+    fn request(body: Value) -> DecisionRequest {
+        serde_json::from_value(body).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn decision_sets_combine_as_api_md_says() {
+        let d = "sha256:00";
+        let bad = [
+            json!({"turn_digest": d}),
+            json!({"turn_digest": d, "decisions": []}),
+            json!({"turn_digest": d, "decisions": [{"call_id": "c", "action": "approve"}], "approve_all": true}),
+            json!({"turn_digest": d, "decisions": [{"call_id": "c", "action": "approve"}], "deny_all": true}),
+            json!({"turn_digest": d, "approve_all": true, "deny_all": true}),
+            json!({"turn_digest": d, "approve_all": true, "reason": "x"}),
+            json!({"turn_digest": d, "approve_all": false}),
+        ];
+        for body in bad {
+            assert_eq!(
+                decision_set(&request(body.clone())).err().map(|e| e.kind),
+                Some(ProblemKind::InvalidRequest),
+                "{body}"
+            );
+        }
+        assert_eq!(
+            decision_set(&request(json!({"turn_digest": d, "approve_all": true}))).ok(),
+            Some(DecisionSet::ApproveAll)
+        );
+        assert_eq!(
+            decision_set(&request(json!({"turn_digest": d, "deny_all": true, "reason": "no"}))).ok(),
+            Some(DecisionSet::DenyAll { reason: "no".into() })
+        );
+        let each = request(json!({"turn_digest": d, "approve_all": null, "decisions": [
+            {"call_id": "a", "action": "edit", "arguments": {"x": 1}},
+            {"call_id": "b", "action": "respond", "result": "42"},
+            {"call_id": "c", "action": "deny"}
+        ]}));
+        assert_eq!(
+            decision_set(&each).ok(),
+            Some(DecisionSet::Each(vec![
+                ("a".into(), Decision::Edit { arguments: json!({"x": 1}) }),
+                ("b".into(), Decision::Respond { result: "42".into() }),
+                ("c".into(), Decision::Deny { reason: DEFAULT_DENY_REASON.into() }),
+            ]))
+        );
+    }
+
+    #[test]
+    fn decision_items_reject_unknown_fields_and_actions() {
+        for item in [
+            json!({"call_id": "a", "action": "approve", "extra": 1}),
+            json!({"call_id": "a", "action": "launch"}),
+            json!({"call_id": "a", "action": "respond", "result": 42}),
+            json!({"action": "approve"}),
+        ] {
+            assert!(serde_json::from_value::<CallDecision>(item.clone()).is_err(), "{item}");
+        }
+    }
+
+    #[test]
+    fn accept_and_last_event_id_are_read_strictly() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream;q=0.9"));
+        assert!(wants_event_stream(&headers));
+        headers.insert("last-event-id", HeaderValue::from_static("7"));
+        assert_eq!(last_event_id(&headers).ok(), Some(Some(7)));
+        headers.insert("last-event-id", HeaderValue::from_static("seven"));
+        assert!(last_event_id(&headers).is_err());
+        assert!(!wants_event_stream(&HeaderMap::new()));
+    }
+}

@@ -1,0 +1,189 @@
+//! Live events over Server-Sent Events (`GET /v1/runs/{id}/events` with `Accept: text/event-stream`).
+//!
+//! Each event goes out as `id: SEQ`, `event: KIND`, `data: EVENT_JSON`. The stream starts after
+//! `Last-Event-ID` (or `?after=`; the header wins), reads the store from there, then waits for this
+//! process's notices about the run, looking at the store again every second for runs driven by another
+//! process. It ends right after the run's terminal event; a reconnect after that gets `204 No Content`,
+//! which tells an `EventSource` to stop reconnecting. A comment line goes out as a keep-alive whenever
+//! the stream has been quiet for `ServerOptions::sse_keep_alive` (15 s by default). The stream only
+//! reads: a client that goes away just drops it, costing nothing and changing nothing about the run.
+//!
+//! One client — the token's name with auth on, else the peer's IP address — holds at most
+//! `ServerOptions::max_streams_per_client` streams at once ([`StreamCounts`]); the next is refused with
+//! `429 too-many-requests` and `Retry-After`, and the client's other streams go on.
+
+use crate::metrics::Metrics;
+use crate::problem::{ApiError, ProblemKind};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+use tollgate_agent_core::StoredEvent;
+use tollgate_agent_runtime::{ReadError, RunNotice, Runtime};
+
+/// How often a quiet stream looks at the store again (runs driven by another process send no notice).
+const RECHECK: Duration = Duration::from_secs(1);
+const PAGE: u32 = 500;
+
+/// What a refused stream is told to wait before trying again, in seconds.
+const RETRY_AFTER_SECS: &str = "5";
+
+/// The live-event streams open per client, each client capped.
+pub(crate) struct StreamCounts {
+    per_client: usize,
+    open: Mutex<HashMap<String, usize>>,
+    metrics: Arc<Metrics>,
+}
+
+impl StreamCounts {
+    pub(crate) fn new(per_client: usize, metrics: Arc<Metrics>) -> Self {
+        Self { per_client, open: Mutex::new(HashMap::new()), metrics }
+    }
+
+    /// A slot for one more stream of `client`, or `None` when it holds `per_client` already.
+    fn open(self: &Arc<Self>, client: String) -> Option<StreamSlot> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(client.clone()).or_default();
+        if *count >= self.per_client {
+            drop(open);
+            self.metrics.stream_refused();
+            return None;
+        }
+        *count += 1;
+        drop(open);
+        self.metrics.stream_opened();
+        Some(StreamSlot { counts: self.clone(), client })
+    }
+}
+
+/// One open stream of a client; freed when the stream ends or its client goes away.
+struct StreamSlot {
+    counts: Arc<StreamCounts>,
+    client: String,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.client) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.client);
+            }
+        }
+        drop(open);
+        self.counts.metrics.stream_closed();
+    }
+}
+
+/// Who a stream counts against, and the caps.
+pub(crate) struct StreamClient {
+    pub(crate) counts: Arc<StreamCounts>,
+    /// `token:NAME` with auth on, else `ip:ADDRESS`.
+    pub(crate) client: String,
+}
+
+/// Answers the SSE form of the events endpoint.
+pub(crate) async fn respond(
+    runtime: Runtime,
+    id: String,
+    after: u64,
+    shutdown: watch::Receiver<bool>,
+    keep_alive: Duration,
+    client: StreamClient,
+) -> Result<Response, ApiError> {
+    // Subscribe before the first read, so a change committed in between still wakes the stream.
+    let notices = runtime.subscribe();
+    let run = runtime.get(&id).await?;
+    if run.status().is_terminal() && run.last_seq <= after {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let Some(slot) = client.counts.open(client.client) else {
+        let detail = format!(
+            "this client already holds {} live-event streams, as many as it may ([server] max_streams_per_client); close one or retry later",
+            client.counts.per_client
+        );
+        let mut response = ApiError::new(ProblemKind::TooManyRequests, detail).into_response();
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+        return Ok(response);
+    };
+    let tail =
+        Tail { runtime, id, cursor: after, notices, buffer: VecDeque::new(), done: false, shutdown, _slot: slot };
+    let stream = futures_util::stream::unfold(tail, |mut tail| async move {
+        tail.next().await.map(|e| (Ok::<_, Infallible>(e), tail))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(keep_alive)).into_response())
+}
+
+struct Tail {
+    runtime: Runtime,
+    id: String,
+    cursor: u64,
+    notices: broadcast::Receiver<RunNotice>,
+    buffer: VecDeque<StoredEvent>,
+    done: bool,
+    shutdown: watch::Receiver<bool>,
+    _slot: StreamSlot,
+}
+
+impl Tail {
+    /// The next SSE event, or `None` when the stream ends.
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(event) = self.buffer.pop_front() {
+                self.cursor = event.seq;
+                self.done = event.kind.is_terminal();
+                return Some(sse_event(&event));
+            }
+            match self.runtime.store().events(&self.id, self.cursor, PAGE).await {
+                Ok(page) if !page.is_empty() => {
+                    self.buffer.extend(page);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(run = %self.id, error = %e, "event stream cannot read events; ending it");
+                    return None;
+                }
+            }
+            // Nothing new. A run that ended (its terminal event already sent or skipped) or vanished ends
+            // the stream.
+            match self.runtime.get(&self.id).await {
+                Ok(run) if run.status().is_terminal() && run.last_seq <= self.cursor => return None,
+                Ok(_) => {}
+                Err(ReadError::NotFound(_)) => return None,
+                Err(e) => tracing::debug!(run = %self.id, error = %e, "event stream cannot read its run"),
+            }
+            let id = self.id.clone();
+            let cursor = self.cursor;
+            let notices = &mut self.notices;
+            let woken = async move {
+                loop {
+                    match notices.recv().await {
+                        Ok(notice) if notice.run_id == id && notice.last_seq > cursor => return,
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => return,
+                        Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                    }
+                }
+            };
+            let shutdown = crate::shutting_down(&mut self.shutdown);
+            tokio::select! {
+                _ = tokio::time::timeout(RECHECK, woken) => {}
+                _ = shutdown => return None,
+            }
+        }
+    }
+}
+
+fn sse_event(event: &StoredEvent) -> Event {
+    let data = serde_json::to_string(event).unwrap_or_default();
+    Event::default().id(event.seq.to_string()).event(event.kind.as_str()).data(data)
+}

@@ -1,0 +1,16 @@
+//! Every integration test of `tollgate-agent-server` in one test binary (one link step, one executable on disk);
+//! each module was a test file of its own.
+
+mod api;
+mod auth;
+mod common;
+mod concurrency;
+mod fuzz_corpus;
+mod limits;
+mod malformed;
+mod openapi;
+mod openapi_tools;
+mod shutdown;
+mod sse;
+mod store_failures;
+mod webhooks;

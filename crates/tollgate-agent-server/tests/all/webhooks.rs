@@ -1,0 +1,170 @@
+//! Webhooks against receivers on loopback: one verifies the signature of every delivery, one always
+//! fails (and is retried) while runs go on completing.
+
+use crate::common::{Config, SCRIBE, Server, digest, id};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tollgate_agent_server::WebhookTarget;
+
+#[derive(Clone, Default)]
+struct Received {
+    deliveries: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
+}
+
+impl Received {
+    fn all(&self) -> Vec<(HeaderMap, Bytes)> {
+        self.deliveries.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// Starts a receiver answering `status` to every POST; returns its URL and what it received.
+async fn receiver(status: StatusCode) -> (String, Received) {
+    let received = Received::default();
+    let app = Router::new()
+        .route(
+            "/hook",
+            post(move |State(received): State<Received>, headers: HeaderMap, body: Bytes| async move {
+                received.deliveries.lock().unwrap_or_else(PoisonError::into_inner).push((headers, body));
+                status
+            }),
+        )
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/hook"), received)
+}
+
+fn expected_signature(secret: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// Waits (bounded) until `check` holds.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what} did not happen within 10 s");
+}
+
+#[tokio::test]
+async fn signed_deliveries_and_a_failing_receiver_that_blocks_nothing() {
+    let (good_url, good) = receiver(StatusCode::NO_CONTENT).await;
+    let (bad_url, bad) = receiver(StatusCode::INTERNAL_SERVER_ERROR).await;
+    let webhooks = vec![
+        WebhookTarget {
+            url: good_url,
+            secret: "hook-secret".into(),
+            events: vec!["approval_requested".into(), "run_completed".into()],
+        },
+        WebhookTarget { url: bad_url, secret: "other".into(), events: vec!["*".into()] },
+    ];
+    let server = Server::start(Config { webhooks, ..Default::default() }).await;
+
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let run = server.waiting_run(SCRIBE, &format!("hook {i}")).await;
+        let done = server
+            .post(
+                &format!("/v1/runs/{}/decisions", id(&run)),
+                json!({"turn_digest": digest(&run), "approve_all": true, "wait": true}),
+            )
+            .await;
+        assert_eq!(done.body["status"], "completed", "a failing receiver does not hold up a run: {}", done.body);
+        ids.push(id(&run));
+    }
+
+    eventually("six signed deliveries", || good.all().len() >= 6).await;
+    let deliveries = good.all();
+    assert_eq!(deliveries.len(), 6, "two listed kinds for each of three runs, each once");
+    let mut seen = Vec::new();
+    for (headers, body) in &deliveries {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        assert_eq!(
+            header("x-tollgate-signature"),
+            expected_signature("hook-secret", body),
+            "signed over the exact body"
+        );
+        assert_eq!(header("content-type"), "application/json");
+        let payload: Value = serde_json::from_slice(body).unwrap_or_else(|e| panic!("{e}"));
+        let kind = payload["event"]["kind"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(header("x-tollgate-event"), kind);
+        let run_id = payload["run_id"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(header("x-tollgate-delivery"), format!("{run_id}:{}", payload["event"]["seq"]));
+        // The event is exactly as the events endpoint serves it.
+        let events = server.get(&format!("/v1/runs/{run_id}/events")).await.body["events"].clone();
+        let stored = events.as_array().and_then(|e| e.iter().find(|e| e["seq"] == payload["event"]["seq"]).cloned());
+        assert_eq!(stored, Some(payload["event"].clone()));
+        seen.push((run_id, kind));
+    }
+    seen.sort();
+    let mut expected: Vec<(String, String)> = ids
+        .iter()
+        .flat_map(|id| [(id.clone(), "approval_requested".to_owned()), (id.clone(), "run_completed".to_owned())])
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected);
+
+    // The failing receiver got every event of every run, each tried three times (the test's policy).
+    let total_events: usize = {
+        let mut n = 0;
+        for id in &ids {
+            n += server.event_kinds(id).await.len();
+        }
+        n
+    };
+    eventually("every retry of the failing receiver", || bad.all().len() >= total_events * 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(bad.all().len(), total_events * 3, "three attempts per event, then it gives up");
+    let root = server.get("/metrics").await.body.as_str().unwrap_or_default().to_owned();
+    assert!(
+        root.contains(&format!("tollgate_webhook_deliveries_total{{outcome=\"failed\"}} {total_events}\n")),
+        "{root}"
+    );
+    assert!(root.contains("tollgate_webhook_deliveries_total{outcome=\"delivered\"} 6\n"), "{root}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_webhook_url_is_refused_at_start() {
+    let runtime = Server::start(Config::default()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let options = tollgate_agent_server::ServerOptions {
+        webhooks: vec![WebhookTarget { url: "not a url".into(), secret: "s".into(), events: vec!["*".into()] }],
+        ..Default::default()
+    };
+    let refused =
+        tollgate_agent_server::serve_on(listener, runtime.runtime.clone(), options, std::future::pending()).await;
+    assert!(matches!(refused, Err(tollgate_agent_server::ServerError::Options(_))), "{refused:?}");
+    runtime.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_flushes_queued_deliveries() {
+    let (url, received) = receiver(StatusCode::OK).await;
+    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["run_cancelled".into()] }];
+    let server = Server::start(Config { webhooks, ..Default::default() }).await;
+    let run = server.waiting_run(SCRIBE, "last words").await;
+    let cancelled = server.post(&format!("/v1/runs/{}/cancel", id(&run)), json!({})).await;
+    assert_eq!(cancelled.status, 200);
+    server.stop().await;
+    let kinds: Vec<Value> = received
+        .all()
+        .iter()
+        .map(|(_, body)| serde_json::from_slice::<Value>(body).map(|v| v["event"]["kind"].clone()).unwrap_or_default())
+        .collect();
+    assert_eq!(kinds, vec![json!("run_cancelled")], "delivered before the server returned");
+}

@@ -1,0 +1,79 @@
+//! # tollgate-agent-store
+//!
+//! The two [`RunStore`] backends: SQLite (embedded default: one file, WAL, full durability) and
+//! PostgreSQL (several Tollgate nodes sharing one database). Both apply their embedded migrations on
+//! open and refuse a database written by a newer Tollgate.
+//!
+//! Both follow the promises of [`tollgate_agent_core::store`]: each transition is one transaction that
+//! compare-and-sets the run, applies [`tollgate_agent_core::RunRecord::apply`] and appends its hash-chained events.
+//! One contract suite (`tests/contract`) runs against both.
+//!
+//! Shared choices:
+//! - Schema: a `runs` row per run (indexed id, agent, status, version, times, deadline, lease, chain
+//!   head; the held turn's suspension in its own text column; decisions, required calls and error
+//!   as JSON text; times as Unix milliseconds) and an `events` row per event (`at` exactly as hashed,
+//!   `data` as JSON text), deleted with its run. Migrations are embedded and recorded in
+//!   `tollgate_migrations`.
+//! - A row that cannot be decoded, or whose columns contradict its status (a waiting run without its
+//!   suspension, a finished run with a lease, ...), is [`StoreError::Corrupt`] for that run, from
+//!   `get`, `transition`, `append` and `events`. `list` and `due` skip such a row with a `tracing`
+//!   warning instead of failing
+//!   (the page names them in [`tollgate_agent_core::RunPage::skipped`]); the skipped row still takes its
+//!   place in paging, so a page may hold fewer runs than the limit while `next_cursor` goes on.
+//! - `list` pages newest first by id; the cursor is the last id of the page, and `next_cursor` is
+//!   `None` once no run is left after the page.
+//! - Database errors are named by the database's own code, never its text: a full disk is
+//!   [`StoreError::DiskFull`], a database that refuses writes [`StoreError::ReadOnly`], damaged bytes
+//!   [`StoreError::Corrupt`] for the run whose row or events they are in (that run fails alone) or
+//!   [`StoreError::CorruptDatabase`], a connection that fails or a lock held past the busy timeout
+//!   [`StoreError::Unreachable`] (retryable), anything else [`StoreError::Database`] (retryable).
+//!   None contains the password of the URL the store was opened with.
+//! - [`RunStore::probe_write`] commits a write to the one-row `health` table (for `/readyz`);
+//!   [`RunStore::check_integrity`] is SQLite's `quick_check` / `integrity_check`, or a read of every
+//!   table on PostgreSQL.
+//! - Optional encryption at rest ([`StoreOptions::data_keys`], see [`encryption`]): the run's
+//!   suspension and decisions and each event's data are stored sealed with AES-256-GCM, below the
+//!   hash chain; a value this store cannot decrypt is [`StoreError::Undecryptable`] for that run.
+
+mod codec;
+pub mod encryption;
+mod migrations;
+pub mod postgres;
+pub mod sqlite;
+
+pub use encryption::{DataKey, DataKeyError, DataKeys};
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+use std::sync::Arc;
+use tollgate_agent_core::{RunStore, StoreError};
+
+/// How a store is opened, beyond its URL.
+#[derive(Clone, Debug, Default)]
+pub struct StoreOptions {
+    /// Encrypt suspensions, decisions and event data at rest with these keys (the first seals new
+    /// values, every one opens the values that name it). `None`: values are written in plaintext, and
+    /// a sealed value read back is [`StoreError::Undecryptable`].
+    pub data_keys: Option<Arc<DataKeys>>,
+}
+
+/// Opens the store a URL names: `sqlite://FILE` / `sqlite:///ABS/FILE` / `sqlite::memory:`, or
+/// `postgres://…` / `postgresql://…`, without encryption.
+pub async fn open(url: &str) -> Result<Arc<dyn RunStore>, StoreError> {
+    open_with(url, StoreOptions::default()).await
+}
+
+/// Opens the store a URL names (see [`open`]) with `options`.
+pub async fn open_with(url: &str, options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteStore::open_with(url, options).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PostgresStore::open_with(url, options).await?))
+    } else {
+        // Only the scheme is echoed: the rest of a URL may hold a password.
+        let scheme = url.split_once(':').map_or("(none)", |(scheme, _)| scheme);
+        Err(StoreError::Database(format!(
+            "unsupported store URL scheme `{scheme}`: expected sqlite://FILE or postgres://USER@HOST:PORT/DB"
+        )))
+    }
+}

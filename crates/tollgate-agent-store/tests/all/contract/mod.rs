@@ -1,0 +1,1298 @@
+//! The store contract: what every `RunStore` backend promises, written once and run against SQLite
+//! (`tests/sqlite.rs`) and PostgreSQL (`tests/postgres.rs`) through a [`Harness`].
+//!
+//! Each case gets a fresh, empty database from its harness (a temp file, or a schema of its own), so
+//! the cases run in parallel and repeatedly.
+
+#![allow(dead_code)]
+
+use anyhow::{Context, ensure};
+use serde_json::json;
+use std::future::Future;
+use std::sync::Arc;
+use tollgate_agent_core::event::{ChainBreak, EventKind, NewEvent, verify_chain};
+use tollgate_agent_core::run::{
+    HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
+};
+use tollgate_agent_core::store::{
+    Conflict, EVENT_PAGE, Guard, IntegrityCheck, RunQuery, RunStore, StoreError, events_after,
+};
+use tollgate_agent_core::suspension::{Decision, StoredSuspension, TurnDigest};
+use tollgate_agent_core::tool_loop::TerminationReason;
+use tollgate_agent_core::transcript::Usage;
+use tollgate_agent_store::{DataKey, DataKeys, StoreOptions};
+
+/// A backend under test: a store on a fresh database, plus raw SQL on that same database (to tamper
+/// with rows as an attacker or a disk fault would).
+pub trait Harness: Send + Sync + 'static {
+    /// The store.
+    fn store(&self) -> Arc<dyn RunStore>;
+    /// Runs one SQL statement directly on the database.
+    fn execute(&self, sql: String) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// Runs a query returning one integer.
+    fn query_i64(&self, sql: String) -> impl Future<Output = anyhow::Result<i64>> + Send;
+    /// Runs a query returning one text value.
+    fn query_text(&self, sql: String) -> impl Future<Output = anyhow::Result<String>> + Send;
+    /// Opens another store on the same database.
+    fn open_again(&self) -> impl Future<Output = Result<Arc<dyn RunStore>, StoreError>> + Send;
+    /// Opens another store on the same database with options (data keys).
+    fn open_with(&self, options: StoreOptions) -> impl Future<Output = Result<Arc<dyn RunStore>, StoreError>> + Send;
+}
+
+/// 2025-11-29T10:00:00Z.
+pub const T0: Millis = 1_764_410_400_000;
+const OWNER: &str = "node-a";
+
+/// A UUIDv7-shaped id; `n` orders them like creation time does.
+pub fn id(n: u64) -> String {
+    format!("01980000-0000-7000-8000-{n:012x}")
+}
+
+fn event(kind: EventKind, round: u32, data: serde_json::Value) -> NewEvent {
+    NewEvent { at: T0, kind, round, data }
+}
+
+fn lease(owner: &str, expires_at: Millis) -> Lease {
+    Lease { owner: owner.to_owned(), expires_at }
+}
+
+/// A new running run of `agent`, created at `T0 + n`.
+pub fn running_run(n: u64, agent: &str) -> RunRecord {
+    let at = T0 + i64::try_from(n).unwrap_or(0);
+    RunRecord::new(id(n), agent.to_owned(), format!("input {n}"), "local".into(), at, Some(lease(OWNER, at + 30_000)))
+}
+
+fn held(calls: &[&str], expires_at: Option<Millis>) -> HeldTurn {
+    HeldTurn {
+        suspension: StoredSuspension::from_stored(json!({"schema_version": 1, "calls": calls}).to_string()),
+        turn_digest: TurnDigest(format!("sha256:{}", "ab".repeat(32))),
+        required: calls.iter().map(|c| (*c).to_owned()).collect(),
+        decisions: Default::default(),
+        expires_at,
+    }
+}
+
+fn suspend(calls: &[&str], expires_at: Option<Millis>) -> Transition {
+    Transition::Suspend {
+        held: held(calls, expires_at),
+        iterations: 1,
+        usage: Usage { input_tokens: 120, output_tokens: 30 },
+    }
+}
+
+fn decide(call: &str, decision: Decision) -> Transition {
+    Transition::Decide {
+        decisions: vec![(call.to_owned(), RecordedDecision { decision, actor: "alice".into(), at: T0 + 5 })],
+        resume: None,
+    }
+}
+
+fn claim(owner: &str) -> Transition {
+    Transition::Claim { lease: lease(owner, T0 + 60_000) }
+}
+
+fn complete() -> Transition {
+    Transition::Complete {
+        output: Some("done".into()),
+        reason: TerminationReason::Completed,
+        iterations: 2,
+        usage: Usage { input_tokens: 300, output_tokens: 40 },
+    }
+}
+
+fn fail() -> Transition {
+    Transition::Fail { error: RunError { kind: "model_timeout".into(), message: "the model did not answer".into() } }
+}
+
+/// Every transition, for the "nothing applies" checks.
+fn all_transitions() -> Vec<Transition> {
+    vec![
+        claim("node-z"),
+        suspend(&["call_9"], None),
+        decide("call_1", Decision::Approve),
+        complete(),
+        fail(),
+        Transition::Cancel,
+        Transition::Expire,
+    ]
+}
+
+async fn create_running(store: &dyn RunStore, n: u64, agent: &str) -> anyhow::Result<RunRecord> {
+    let run = running_run(n, agent);
+    let started = event(EventKind::RunStarted, 0, json!({"agent": agent, "input": run.input, "actor": "local"}));
+    Ok(store.create(run, vec![started]).await?)
+}
+
+/// A run waiting at the gate on `calls`, at version 2.
+async fn create_waiting(
+    store: &dyn RunStore,
+    n: u64,
+    calls: &[&str],
+    expires_at: Option<Millis>,
+) -> anyhow::Result<RunRecord> {
+    let run = create_running(store, n, "demo").await?;
+    let requested = event(EventKind::ApprovalRequested, 1, json!({"calls": calls}));
+    Ok(store
+        .transition(&run.id, Guard::Lease(OWNER.into()), suspend(calls, expires_at), vec![requested], T0 + 10)
+        .await?)
+}
+
+/// Drives a run to a terminal status.
+async fn create_terminal(store: &dyn RunStore, n: u64, status: RunStatus, at: Millis) -> anyhow::Result<RunRecord> {
+    let run = create_running(store, n, "demo").await?;
+    let lease_guard = Guard::Lease(OWNER.into());
+    let done = match status {
+        RunStatus::Completed => store.transition(&run.id, lease_guard, complete(), vec![], at).await?,
+        RunStatus::Failed => store.transition(&run.id, lease_guard, fail(), vec![], at).await?,
+        RunStatus::Cancelled => {
+            store.transition(&run.id, Guard::Version(run.version), Transition::Cancel, vec![], at).await?
+        }
+        RunStatus::Expired => {
+            let waiting = store.transition(&run.id, lease_guard, suspend(&["call_1"], Some(at)), vec![], at).await?;
+            store.transition(&run.id, Guard::Version(waiting.version), Transition::Expire, vec![], at).await?
+        }
+        other => anyhow::bail!("{other} is not terminal"),
+    };
+    ensure!(done.status() == status, "expected {status}, got {}", done.status());
+    Ok(done)
+}
+
+/// The conflict a result reports, if it is one.
+fn conflict_of<T>(result: &Result<T, StoreError>) -> Option<&Conflict> {
+    match result {
+        Err(StoreError::Conflict { conflict, .. }) => Some(conflict),
+        _ => None,
+    }
+}
+
+fn is_refused<T: std::fmt::Debug>(result: &Result<T, StoreError>) -> bool {
+    matches!(result, Err(StoreError::Transition(_)))
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The cases.
+
+/// create, get, and a duplicate id.
+pub async fn create_get_and_duplicate<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let created = create_running(&*store, 1, "demo").await?;
+    ensure!(created.last_seq == 1, "create chains its first event");
+    let read = store.get(&created.id).await?;
+    ensure!(read == created, "get returns what create returned:\n{read:?}\n{created:?}");
+    ensure!(read.status() == RunStatus::Running && read.version == 1);
+    ensure!(read.lease() == Some(&lease(OWNER, T0 + 1 + 30_000)));
+
+    let again = store.create(running_run(1, "other"), vec![]).await;
+    ensure!(matches!(again, Err(StoreError::Duplicate(ref id)) if *id == created.id), "{again:?}");
+    ensure!(store.get(&created.id).await? == created, "a duplicate create changes nothing");
+    ensure!(store.events(&created.id, 0, 100).await?.len() == 1);
+
+    let missing = store.get(&id(999)).await;
+    ensure!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
+    // Text comes back byte for byte: quotes, backslashes, control characters, astral characters.
+    let odd = "say \"hi\" \\ to\n\t✓ 😀 \u{1}\u{7f} {\"not\": json}".to_owned();
+    let mut tricky = RunRecord::new(id(3), "d\"e'mo".into(), odd.clone(), "lo\\cal".into(), T0, None);
+    tricky.state =
+        RunState::Completed { output: Some(odd.clone()), reason: TerminationReason::Completed, finished_at: T0 };
+    let tricky = store.create(tricky, vec![event(EventKind::RunStarted, 0, json!({"input": odd}))]).await?;
+    ensure!(store.get(&tricky.id).await? == tricky, "odd text round-trips");
+    ensure!(store.events(&tricky.id, 0, 10).await?[0].data["input"] == odd.as_str());
+
+    let queued = RunRecord::new(id(2), "demo".into(), "q".into(), "local".into(), T0, None);
+    let queued = store.create(queued, vec![]).await?;
+    ensure!(queued.status() == RunStatus::Queued && queued.last_seq == 0);
+    ensure!(store.get(&queued.id).await? == queued);
+    ensure!(store.events(&queued.id, 0, 10).await?.is_empty(), "a run without events has an empty log");
+    Ok(())
+}
+
+/// Every field of a waiting run survives storage, including decisions and the deadline.
+pub async fn a_waiting_run_round_trips<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let waiting = create_waiting(&*store, 1, &["call_1", "call_2"], Some(T0 + 1_000)).await?;
+    let decided = store
+        .transition(
+            &waiting.id,
+            Guard::Version(waiting.version),
+            decide("call_1", Decision::Edit { arguments: json!({"path": "b"}) }),
+            vec![],
+            T0 + 20,
+        )
+        .await?;
+    let read = store.get(&waiting.id).await?;
+    ensure!(read == decided, "\n{read:?}\n{decided:?}");
+    let pending = read.held_turn().context("a waiting run has its held turn")?;
+    ensure!(pending.decisions.len() == 1 && pending.expires_at == Some(T0 + 1_000));
+    ensure!(read.usage == Usage { input_tokens: 120, output_tokens: 30 } && read.iterations == 1);
+    Ok(())
+}
+
+/// list: newest first, filters by status and agent, cursor pages that neither skip nor repeat.
+pub async fn list_filters_and_pages<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    for n in 1..=7 {
+        let agent = if n % 2 == 0 { "writer" } else { "demo" };
+        create_running(&*store, n, agent).await?;
+    }
+    for n in 8..=10 {
+        create_waiting(&*store, n, &["call_1"], None).await?;
+    }
+    let ids = |page: &tollgate_agent_core::RunPage| page.runs.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+
+    let all = store.list(RunQuery { limit: 100, ..Default::default() }).await?;
+    ensure!(ids(&all) == (1..=10).rev().map(id).collect::<Vec<_>>(), "newest first: {:?}", ids(&all));
+    ensure!(all.next_cursor.is_none(), "no cursor when nothing remains");
+
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let page = store.list(RunQuery { limit: 3, cursor: cursor.clone(), ..Default::default() }).await?;
+        ensure!(page.runs.len() <= 3);
+        seen.extend(ids(&page));
+        pages += 1;
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+        ensure!(pages < 10, "pagination does not end");
+    }
+    ensure!(seen == ids(&all), "pages of 3 cover the list exactly once: {seen:?}");
+    ensure!(pages == 4, "10 runs in pages of 3 take 4 pages, got {pages}");
+
+    let exact = store.list(RunQuery { limit: 10, ..Default::default() }).await?;
+    ensure!(exact.runs.len() == 10 && exact.next_cursor.is_none(), "exactly `limit` remaining: no next cursor");
+
+    let waiting =
+        store.list(RunQuery { status: Some(RunStatus::WaitingForApproval), limit: 50, ..Default::default() }).await?;
+    ensure!(ids(&waiting) == vec![id(10), id(9), id(8)], "{:?}", ids(&waiting));
+    let writers = store.list(RunQuery { agent: Some("writer".into()), limit: 50, ..Default::default() }).await?;
+    ensure!(ids(&writers) == vec![id(6), id(4), id(2)], "{:?}", ids(&writers));
+    let both = store
+        .list(RunQuery { agent: Some("demo".into()), status: Some(RunStatus::Running), limit: 2, ..Default::default() })
+        .await?;
+    ensure!(ids(&both) == vec![id(7), id(5)], "{:?}", ids(&both));
+    let rest = store
+        .list(RunQuery {
+            agent: Some("demo".into()),
+            status: Some(RunStatus::Running),
+            limit: 2,
+            cursor: both.next_cursor.clone(),
+        })
+        .await?;
+    ensure!(ids(&rest) == vec![id(3), id(1)] && rest.next_cursor.is_none(), "{:?}", ids(&rest));
+    let none = store.list(RunQuery { status: Some(RunStatus::Expired), limit: 50, ..Default::default() }).await?;
+    ensure!(none.runs.is_empty() && none.next_cursor.is_none());
+    Ok(())
+}
+
+/// resolve_prefix: unique, ambiguous (with the count), missing.
+pub async fn resolve_prefix_finds_one_run<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    for n in [0x10, 0x11, 0x12, 0x20] {
+        create_running(&*store, n, "demo").await?;
+    }
+    ensure!(store.resolve_prefix(&id(0x20)).await? == id(0x20), "a whole id resolves to itself");
+    ensure!(store.resolve_prefix("01980000-0000-7000-8000-00000000002").await? == id(0x20));
+    let several = store.resolve_prefix("01980000-0000-7000-8000-00000000001").await;
+    let prefix = "01980000-0000-7000-8000-00000000001";
+    match several {
+        Err(StoreError::Conflict { conflict, .. }) => {
+            ensure!(
+                conflict == Conflict::AmbiguousPrefix { prefix: prefix.into(), matches: 3, more: false },
+                "an ambiguous prefix counts its matches: {conflict:?}"
+            );
+            ensure!(conflict.to_string() == format!("the prefix `{prefix}` matches 3 runs; give more characters"));
+        }
+        other => anyhow::bail!("an ambiguous prefix must conflict: {other:?}"),
+    }
+    let missing = store.resolve_prefix("ffff").await;
+    ensure!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
+    let wildcard = store.resolve_prefix("01980000-0000-7000-8000-%").await;
+    ensure!(matches!(wildcard, Err(StoreError::NotFound(_))), "a prefix is not a pattern: {wildcard:?}");
+    Ok(())
+}
+
+/// The whole approval cycle: running → waiting → decided → running → completed, with versions,
+/// leases, and one event log.
+pub async fn legal_transitions_walk_the_cycle<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let run = create_running(&*store, 1, "demo").await?;
+    let waiting = create_waiting_from(&*store, &run).await?;
+    ensure!(waiting.status() == RunStatus::WaitingForApproval && waiting.version == 2 && waiting.lease().is_none());
+
+    let decision = event(EventKind::Decision, 1, json!({"call_id": "call_1", "action": "approve", "actor": "alice"}));
+    let decided = store
+        .transition(&run.id, Guard::Version(2), decide("call_1", Decision::Approve), vec![decision], T0 + 20)
+        .await?;
+    ensure!(decided.status() == RunStatus::WaitingForApproval && decided.version == 3);
+
+    let resumed = event(EventKind::RunResumed, 1, json!({"actor": "alice"}));
+    let claimed = store.transition(&run.id, Guard::Version(3), claim("node-b"), vec![resumed], T0 + 30).await?;
+    ensure!(claimed.status() == RunStatus::Running && claimed.lease() == Some(&lease("node-b", T0 + 60_000)));
+    ensure!(claimed.held_turn().is_some(), "a resuming run keeps its held turn until it moves on");
+
+    let finished = event(EventKind::RunCompleted, 2, json!({"output": "done", "termination_reason": "completed"}));
+    let done = store.transition(&run.id, Guard::Lease("node-b".into()), complete(), vec![finished], T0 + 40).await?;
+    ensure!(done.status() == RunStatus::Completed && done.version == 5);
+    ensure!(done.finished_at() == Some(T0 + 40) && done.held_turn().is_none() && done.lease().is_none());
+    ensure!(done.output() == Some("done") && done.termination_reason() == Some(TerminationReason::Completed));
+    ensure!(store.get(&run.id).await? == done);
+
+    let events = store.events(&run.id, 0, 100).await?;
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    ensure!(
+        kinds
+            == vec![
+                EventKind::RunStarted,
+                EventKind::ApprovalRequested,
+                EventKind::Decision,
+                EventKind::RunResumed,
+                EventKind::RunCompleted
+            ],
+        "{kinds:?}"
+    );
+    ensure!(done.last_seq == 5);
+    verify_chain(&events, done.last_seq, &done.last_hash)?;
+
+    // Queued → running by claim; cancel from waiting; expire from waiting; fail from running.
+    let queued =
+        store.create(RunRecord::new(id(2), "demo".into(), "q".into(), "local".into(), T0, None), vec![]).await?;
+    let started = store.transition(&queued.id, Guard::Version(1), claim(OWNER), vec![], T0 + 1).await?;
+    ensure!(started.status() == RunStatus::Running);
+    let failed = store.transition(&queued.id, Guard::Lease(OWNER.into()), fail(), vec![], T0 + 2).await?;
+    ensure!(failed.status() == RunStatus::Failed && failed.error().is_some());
+    let waiting = create_waiting(&*store, 3, &["call_1"], None).await?;
+    let cancelled =
+        store.transition(&waiting.id, Guard::Version(waiting.version), Transition::Cancel, vec![], T0 + 3).await?;
+    ensure!(cancelled.status() == RunStatus::Cancelled && cancelled.held_turn().is_none());
+    let waiting = create_waiting(&*store, 4, &["call_1"], Some(T0)).await?;
+    let expired =
+        store.transition(&waiting.id, Guard::Version(waiting.version), Transition::Expire, vec![], T0 + 4).await?;
+    ensure!(expired.status() == RunStatus::Expired && expired.termination_reason() == Some(TerminationReason::Expired));
+    // Running → running: another node takes over a run (its lease having expired).
+    let running = create_running(&*store, 5, "demo").await?;
+    let taken = store.transition(&running.id, Guard::Version(1), claim("node-c"), vec![], T0 + 50_000).await?;
+    ensure!(taken.lease().map(|l| l.owner.as_str()) == Some("node-c"));
+    Ok(())
+}
+
+async fn create_waiting_from(store: &dyn RunStore, run: &RunRecord) -> anyhow::Result<RunRecord> {
+    let requested = event(EventKind::ApprovalRequested, 1, json!({"calls": ["call_1"]}));
+    Ok(store
+        .transition(&run.id, Guard::Lease(OWNER.into()), suspend(&["call_1"], None), vec![requested], T0 + 10)
+        .await?)
+}
+
+/// Transitions that do not apply are refused and change nothing — above all, a terminal run never
+/// changes again.
+pub async fn illegal_transitions_change_nothing<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let mut n = 0;
+    for status in [RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled, RunStatus::Expired] {
+        n += 1;
+        let done = create_terminal(&*store, n, status, T0 + 100).await?;
+        for transition in all_transitions() {
+            let name = transition.name();
+            let result = store
+                .transition(
+                    &done.id,
+                    Guard::Version(done.version),
+                    transition,
+                    vec![event(EventKind::RunResumed, 9, json!({}))],
+                    T0 + 200,
+                )
+                .await;
+            ensure!(is_refused(&result), "{name} on a {status} run must be refused: {result:?}");
+        }
+        let appended = store.append(&done.id, OWNER, vec![event(EventKind::ToolStarted, 9, json!({}))], T0 + 300).await;
+        ensure!(
+            conflict_of(&appended) == Some(&Conflict::NotRunning { status }),
+            "append to a {status} run: {appended:?}"
+        );
+        ensure!(store.get(&done.id).await? == done, "a {status} run never changes");
+        ensure!(store.events(&done.id, 0, 100).await?.len() as u64 == done.last_seq, "no event reaches a {status} run");
+    }
+
+    // suspend only from running.
+    let waiting = create_waiting(&*store, 10, &["call_1"], None).await?;
+    let again =
+        store.transition(&waiting.id, Guard::Version(waiting.version), suspend(&["call_2"], None), vec![], T0).await;
+    ensure!(is_refused(&again), "suspend from waiting: {again:?}");
+    // claim from waiting only when every required call is decided.
+    let waiting = create_waiting(&*store, 11, &["call_1", "call_2"], None).await?;
+    let early = store.transition(&waiting.id, Guard::Version(waiting.version), claim(OWNER), vec![], T0).await;
+    ensure!(is_refused(&early), "claim before any decision: {early:?}");
+    let half = store
+        .transition(&waiting.id, Guard::Version(waiting.version), decide("call_1", Decision::Approve), vec![], T0)
+        .await?;
+    let still_early = store.transition(&waiting.id, Guard::Version(half.version), claim(OWNER), vec![], T0).await;
+    ensure!(is_refused(&still_early), "claim with one of two decisions: {still_early:?}");
+    // deciding the same call twice is refused, and the first decision stands.
+    let twice = store
+        .transition(
+            &waiting.id,
+            Guard::Version(half.version),
+            decide("call_1", Decision::Deny { reason: "no".into() }),
+            vec![],
+            T0,
+        )
+        .await;
+    ensure!(is_refused(&twice), "a second decision for call_1: {twice:?}");
+    ensure!(store.get(&waiting.id).await? == half, "a refused decision changes nothing");
+    let full = store
+        .transition(
+            &waiting.id,
+            Guard::Version(half.version),
+            decide("call_2", Decision::Respond { result: "42".into() }),
+            vec![],
+            T0,
+        )
+        .await?;
+    let claimed = store.transition(&waiting.id, Guard::Version(full.version), claim(OWNER), vec![], T0).await?;
+    ensure!(claimed.status() == RunStatus::Running);
+    // complete and expire do not apply to a waiting run; decide does not apply to a running one.
+    let waiting = create_waiting(&*store, 12, &["call_1"], None).await?;
+    let completed = store.transition(&waiting.id, Guard::Version(waiting.version), complete(), vec![], T0).await;
+    ensure!(is_refused(&completed), "complete from waiting: {completed:?}");
+    let running = create_running(&*store, 13, "demo").await?;
+    let decided =
+        store.transition(&running.id, Guard::Version(1), decide("call_1", Decision::Approve), vec![], T0).await;
+    ensure!(is_refused(&decided), "decide on a running run: {decided:?}");
+    let expired = store.transition(&running.id, Guard::Version(1), Transition::Expire, vec![], T0).await;
+    ensure!(is_refused(&expired), "expire a running run: {expired:?}");
+    ensure!(store.get(&running.id).await?.version == 1);
+
+    let missing = store.transition(&id(999), Guard::Version(1), Transition::Cancel, vec![], T0).await;
+    ensure!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
+    Ok(())
+}
+
+/// From every status, every transition: the store answers exactly what the pure
+/// `RunRecord::apply` says — the same new record, or the same refusal, and then nothing changed.
+pub async fn every_transition_from_every_status_matches_apply<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let mut n = 0;
+    let statuses = ["queued", "running", "waiting", "waiting_decided", "completed", "failed", "cancelled", "expired"];
+    let transitions = || {
+        let mut all = all_transitions();
+        all.push(Transition::Decide {
+            decisions: vec![(
+                "call_1".to_owned(),
+                RecordedDecision { decision: Decision::Approve, actor: "alice".into(), at: T0 + 5 },
+            )],
+            resume: Some(lease("node-r", T0 + 90_000)),
+        });
+        all
+    };
+    let mut applied = 0;
+    for status in statuses {
+        for transition in transitions() {
+            n += 1;
+            let run = match status {
+                "queued" => {
+                    store
+                        .create(RunRecord::new(id(n), "demo".into(), "q".into(), "local".into(), T0, None), vec![])
+                        .await?
+                }
+                "running" => create_running(&*store, n, "demo").await?,
+                "waiting" => create_waiting(&*store, n, &["call_1"], None).await?,
+                "waiting_decided" => {
+                    let waiting = create_waiting(&*store, n, &["call_1"], None).await?;
+                    store
+                        .transition(
+                            &waiting.id,
+                            Guard::Version(waiting.version),
+                            decide("call_1", Decision::Approve),
+                            vec![],
+                            T0 + 6,
+                        )
+                        .await?
+                }
+                "completed" => create_terminal(&*store, n, RunStatus::Completed, T0 + 7).await?,
+                "failed" => create_terminal(&*store, n, RunStatus::Failed, T0 + 7).await?,
+                "cancelled" => create_terminal(&*store, n, RunStatus::Cancelled, T0 + 7).await?,
+                _ => create_terminal(&*store, n, RunStatus::Expired, T0 + 7).await?,
+            };
+            let name = transition.name();
+            let expected = run.apply(&transition, T0 + 100);
+            let got = store.transition(&run.id, Guard::Version(run.version), transition, vec![], T0 + 100).await;
+            match (expected, got) {
+                (Ok(expected), Ok(got)) => {
+                    ensure!(got == expected, "{name} from {status}:\n{got:?}\n{expected:?}");
+                    ensure!(store.get(&run.id).await? == expected, "{name} from {status} is stored");
+                    applied += 1;
+                }
+                (Err(expected), Err(StoreError::Transition(got))) => {
+                    ensure!(got == expected, "{name} from {status}: {got} vs {expected}");
+                    ensure!(store.get(&run.id).await? == run, "a refused {name} from {status} changes nothing");
+                }
+                // A takeover of a lease that is still valid lost a race: the store says conflict.
+                (
+                    Err(expected @ TransitionError::LeaseHeld { .. }),
+                    Err(StoreError::Conflict { conflict: conflict @ Conflict::LeaseHeld { .. }, .. }),
+                ) => {
+                    let Conflict::LeaseHeld { owner, expires_at } = &conflict else { unreachable!() };
+                    ensure!(
+                        expected == TransitionError::LeaseHeld { owner: owner.clone(), expires_at: *expires_at },
+                        "{name} from {status}: {conflict:?} vs {expected:?}"
+                    );
+                    ensure!(conflict.to_string() == expected.to_string(), "the same words as apply's refusal");
+                    ensure!(store.get(&run.id).await? == run, "a refused {name} from {status} changes nothing");
+                }
+                (expected, got) => anyhow::bail!("{name} from {status}: apply says {expected:?}, the store {got:?}"),
+            }
+        }
+    }
+    ensure!(applied >= 12, "the table exercises the legal transitions too ({applied})");
+    Ok(())
+}
+
+/// A stale version is a conflict, and the run is left as the winner wrote it.
+pub async fn version_guard_conflicts<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let waiting = create_waiting(&*store, 1, &["call_1", "call_2"], None).await?;
+    let v = waiting.version;
+    let first =
+        store.transition(&waiting.id, Guard::Version(v), decide("call_1", Decision::Approve), vec![], T0).await?;
+    for stale in [v, v - 1, v + 5] {
+        let result = store
+            .transition(
+                &waiting.id,
+                Guard::Version(stale),
+                decide("call_2", Decision::Approve),
+                vec![event(EventKind::Decision, 1, json!({}))],
+                T0,
+            )
+            .await;
+        ensure!(
+            conflict_of(&result) == Some(&Conflict::StaleVersion { expected: stale, found: first.version }),
+            "version {stale} against {}: {result:?}",
+            first.version
+        );
+    }
+    ensure!(store.get(&waiting.id).await? == first);
+    ensure!(store.events(&waiting.id, 0, 100).await?.len() as u64 == first.last_seq);
+    Ok(())
+}
+
+/// The lease guard: only the owner of a running run transitions or appends; append renews the lease
+/// without a version bump.
+pub async fn lease_guard_and_append<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let run = create_running(&*store, 1, "demo").await?;
+    let wrong_owner = store.transition(&run.id, Guard::Lease("intruder".into()), complete(), vec![], T0).await;
+    let lost = Conflict::LeaseLost { holder: Some(OWNER.into()) };
+    ensure!(conflict_of(&wrong_owner) == Some(&lost), "{wrong_owner:?}");
+    let wrong_append =
+        store.append(&run.id, "intruder", vec![event(EventKind::ModelRequest, 1, json!({}))], T0 + 99_000).await;
+    ensure!(conflict_of(&wrong_append) == Some(&lost), "{wrong_append:?}");
+
+    let seq = store
+        .append(
+            &run.id,
+            OWNER,
+            vec![
+                event(EventKind::ModelRequest, 1, json!({"messages": 2})),
+                event(EventKind::ModelResponse, 1, json!({"text": "hi"})),
+            ],
+            T0 + 90_000,
+        )
+        .await?;
+    ensure!(seq == 3, "append returns the last seq: {seq}");
+    let renewed = store.append(&run.id, OWNER, vec![], T0 + 120_000).await?;
+    ensure!(renewed == 3, "renewing alone appends nothing");
+    let read = store.get(&run.id).await?;
+    ensure!(read.version == run.version, "append does not bump the version");
+    ensure!(read.last_seq == 3 && read.lease() == Some(&lease(OWNER, T0 + 120_000)), "{read:?}");
+    verify_chain(&store.events(&run.id, 0, 100).await?, read.last_seq, &read.last_hash)?;
+
+    let waiting = create_waiting_from(&*store, &read).await?;
+    let not_running = store.transition(&run.id, Guard::Lease(OWNER.into()), complete(), vec![], T0).await;
+    let waits = Conflict::NotRunning { status: RunStatus::WaitingForApproval };
+    ensure!(conflict_of(&not_running) == Some(&waits), "a waiting run holds no lease: {not_running:?}");
+    let append_waiting = store.append(&run.id, OWNER, vec![], T0).await;
+    ensure!(conflict_of(&append_waiting) == Some(&waits), "{append_waiting:?}");
+    ensure!(store.get(&run.id).await? == waiting);
+    let missing = store.append(&id(999), OWNER, vec![], T0).await;
+    ensure!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
+    Ok(())
+}
+
+/// Events are numbered from 1 without gaps across create, transitions and appends; `after` and
+/// `limit` page through them; the chain verifies.
+pub async fn events_are_numbered_and_chained<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let run = create_running(&*store, 1, "demo").await?;
+    store
+        .append(
+            &run.id,
+            OWNER,
+            vec![event(EventKind::ModelRequest, 1, json!({"messages": 2, "tools": ["fs_write"]}))],
+            T0 + 60_000,
+        )
+        .await?;
+    let data =
+        json!({"text": "héllo ✓", "n": 1.5, "big": 12345678901234567_u64, "z": null, "a": [true, {"y": 1, "x": 2}]});
+    store.append(&run.id, OWNER, vec![event(EventKind::ModelResponse, 1, data.clone())], T0 + 60_000).await?;
+    let waiting = create_waiting_from(&*store, &store.get(&run.id).await?).await?;
+    let decided = store
+        .transition(
+            &run.id,
+            Guard::Version(waiting.version),
+            decide("call_1", Decision::Approve),
+            vec![
+                event(EventKind::Decision, 1, json!({"call_id": "call_1"})),
+                event(EventKind::RunResumed, 1, json!({"actor": "alice"})),
+            ],
+            T0 + 70,
+        )
+        .await?;
+
+    let events = store.events(&run.id, 0, 1000).await?;
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    ensure!(seqs == (1..=6).collect::<Vec<_>>(), "{seqs:?}");
+    ensure!(decided.last_seq == 6 && events[5].hash == decided.last_hash);
+    ensure!(events[2].data == data, "event data round-trips: {}", events[2].data);
+    ensure!(events.iter().all(|e| e.at == "2025-11-29T10:00:00.000Z"), "`at` is stored as hashed");
+    verify_chain(&events, decided.last_seq, &decided.last_hash)?;
+
+    let tail = store.events(&run.id, 4, 1000).await?;
+    ensure!(tail.iter().map(|e| e.seq).collect::<Vec<_>>() == vec![5, 6]);
+    let window = store.events(&run.id, 1, 2).await?;
+    ensure!(window.iter().map(|e| e.seq).collect::<Vec<_>>() == vec![2, 3]);
+    ensure!(store.events(&run.id, 6, 10).await?.is_empty());
+    let missing = store.events(&id(999), 0, 10).await;
+    ensure!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
+    Ok(())
+}
+
+/// `events_after` reads a log longer than a page whole, and from any seq on, across page boundaries.
+pub async fn events_after_reads_every_page<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let run = create_running(&*store, 1, "demo").await?;
+    let page = u64::from(EVENT_PAGE);
+    // Two full pages and a bit: the event of `create` plus 2 * page + 10 appended.
+    for chunk in 0..5 {
+        let size = if chunk < 4 { page / 2 } else { 10 };
+        let events = (0..size).map(|i| event(EventKind::ModelRequest, 1, json!({"i": i}))).collect();
+        store.append(&run.id, OWNER, events, T0 + 60_000).await?;
+    }
+    let read = store.get(&run.id).await?;
+    ensure!(read.last_seq == 2 * page + 11, "{}", read.last_seq);
+    let all = events_after(&*store, &run.id, 0).await?;
+    ensure!(all.iter().map(|e| e.seq).eq(1..=read.last_seq), "every event once, in order");
+    verify_chain(&all, read.last_seq, &read.last_hash)?;
+    let from_a_boundary = events_after(&*store, &run.id, page).await?;
+    ensure!(from_a_boundary.iter().map(|e| e.seq).eq(page + 1..=read.last_seq));
+    ensure!(events_after(&*store, &run.id, read.last_seq).await?.is_empty(), "nothing after the last");
+    let exactly_two_pages = events_after(&*store, &run.id, 11).await?;
+    ensure!(exactly_two_pages.len() as u64 == 2 * page, "a last full page ends with an empty one");
+    let missing = events_after(&*store, &id(999), 0).await;
+    ensure!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
+    Ok(())
+}
+
+/// An event edited directly in the database is caught by `verify_chain`, at its seq.
+pub async fn an_edited_event_breaks_the_chain<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
+    store
+        .transition(
+            &waiting.id,
+            Guard::Version(waiting.version),
+            decide("call_1", Decision::Approve),
+            vec![event(EventKind::Decision, 1, json!({"call_id": "call_1", "action": "approve"}))],
+            T0,
+        )
+        .await?;
+    let run = store.get(&waiting.id).await?;
+    verify_chain(&store.events(&run.id, 0, 100).await?, run.last_seq, &run.last_hash)?;
+
+    h.execute(format!(
+        "UPDATE events SET data = '{{\"call_id\":\"call_1\",\"action\":\"deny\"}}' WHERE run_id = '{}' AND seq = 3",
+        run.id
+    ))
+    .await?;
+    let tampered = store.events(&run.id, 0, 100).await?;
+    ensure!(tampered[2].data["action"] == "deny", "the edit is visible");
+    let verdict = verify_chain(&tampered, run.last_seq, &run.last_hash);
+    ensure!(verdict == Err(ChainBreak::Mismatch { seq: 3 }), "{verdict:?}");
+
+    h.execute(format!("DELETE FROM events WHERE run_id = '{}' AND seq = 2", run.id)).await?;
+    let removed = verify_chain(&store.events(&run.id, 0, 100).await?, run.last_seq, &run.last_hash);
+    ensure!(removed == Err(ChainBreak::Gap { expected: 2, found: 3 }), "{removed:?}");
+    Ok(())
+}
+
+/// due: waiting runs past their deadline and running runs past their lease, oldest first.
+pub async fn due_finds_expired_deadlines_and_leases<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let now = T0 + 1_000_000;
+    create_waiting(&*store, 1, &["call_1"], Some(now - 10)).await?; // due 3rd
+    create_waiting(&*store, 2, &["call_1"], Some(now + 10)).await?; // not yet
+    create_waiting(&*store, 3, &["call_1"], None).await?; // no deadline
+    create_waiting(&*store, 4, &["call_1"], Some(now)).await?; // due 4th (at now)
+    let stale = create_running(&*store, 5, "demo").await?; // lease T0 + 5 + 30_000: due 1st
+    let fresh = create_running(&*store, 6, "demo").await?;
+    store.append(&fresh.id, OWNER, vec![], now + 30_000).await?; // renewed: not due
+    let old = create_running(&*store, 7, "demo").await?;
+    store.append(&old.id, OWNER, vec![], now - 100).await?; // due 2nd
+    create_terminal(&*store, 8, RunStatus::Completed, T0).await?;
+    create_terminal(&*store, 9, RunStatus::Expired, T0).await?; // had a deadline; terminal now
+
+    let due = store.due(now, 100).await?;
+    let ids: Vec<_> = due.iter().map(|r| r.id.clone()).collect();
+    ensure!(ids == vec![stale.id.clone(), id(7), id(1), id(4)], "{ids:?}");
+    let first_two = store.due(now, 2).await?;
+    ensure!(first_two.iter().map(|r| r.id.clone()).collect::<Vec<_>>() == vec![stale.id, id(7)]);
+    ensure!(store.due(T0, 100).await?.is_empty(), "nothing is due before any deadline");
+    Ok(())
+}
+
+/// purge: terminal runs by finished_at, waiting runs by updated_at, in batches, events with them;
+/// running and recent runs stay.
+pub async fn counts_by_status<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    ensure!(store.count_by_status().await?.is_empty(), "an empty store counts nothing");
+    create_running(&*store, 1, "demo").await?;
+    create_waiting(&*store, 2, &["call_1"], None).await?;
+    create_waiting(&*store, 3, &["call_1"], None).await?;
+    create_terminal(&*store, 4, RunStatus::Completed, T0 + 20).await?;
+    create_terminal(&*store, 5, RunStatus::Cancelled, T0 + 20).await?;
+    let mut counts = store.count_by_status().await?;
+    counts.sort_by_key(|(status, _)| status.as_str());
+    let expected = [
+        (RunStatus::Cancelled, 1),
+        (RunStatus::Completed, 1),
+        (RunStatus::Running, 1),
+        (RunStatus::WaitingForApproval, 2),
+    ];
+    ensure!(counts == expected, "counts {counts:?}");
+    Ok(())
+}
+
+pub async fn purge_windows_and_batches<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let old = T0 + 1_000;
+    let new = T0 + 9_000;
+    let cut = T0 + 5_000;
+    for (n, status) in
+        [(1, RunStatus::Completed), (2, RunStatus::Failed), (3, RunStatus::Cancelled), (4, RunStatus::Expired)]
+    {
+        create_terminal(&*store, n, status, old).await?;
+    }
+    create_terminal(&*store, 5, RunStatus::Completed, new).await?;
+    create_waiting(&*store, 6, &["call_1"], None).await?; // updated T0 + 10: old
+    let recent = create_waiting(&*store, 7, &["call_1", "call_2"], None).await?;
+    store
+        .transition(&recent.id, Guard::Version(recent.version), decide("call_1", Decision::Approve), vec![], new)
+        .await?;
+    create_running(&*store, 8, "demo").await?; // running: never purged
+    let orphans_before = h.query_i64("SELECT COUNT(*) FROM events".into()).await?;
+    ensure!(orphans_before > 0);
+
+    let first = store.purge(cut, cut, 2).await?;
+    ensure!(first == 2, "a batch bounds the purge: {first}");
+    let second = store.purge(cut, cut, 2).await?;
+    ensure!(second == 2, "{second}");
+    let third = store.purge(cut, cut, 2).await?;
+    ensure!(third == 1, "five runs were old enough: {third}");
+    ensure!(store.purge(cut, cut, 2).await? == 0);
+
+    let left: Vec<String> =
+        store.list(RunQuery { limit: 100, ..Default::default() }).await?.runs.into_iter().map(|r| r.id).collect();
+    ensure!(left == vec![id(8), id(7), id(5)], "{left:?}");
+    for n in [1, 2, 3, 4, 6] {
+        let gone = store.get(&id(n)).await;
+        ensure!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
+        let events = store.events(&id(n), 0, 10).await;
+        ensure!(matches!(events, Err(StoreError::NotFound(_))), "{events:?}");
+    }
+    let orphans = h.query_i64("SELECT COUNT(*) FROM events WHERE run_id NOT IN (SELECT id FROM runs)".into()).await?;
+    ensure!(orphans == 0, "purged runs leave no events behind ({orphans})");
+    let kept = h.query_i64(format!("SELECT COUNT(*) FROM events WHERE run_id = '{}'", id(5))).await?;
+    ensure!(kept > 0);
+
+    // The two windows are separate: a later terminal cut alone takes the recent completed run only.
+    ensure!(store.purge(new + 1, T0, 100).await? == 1);
+    ensure!(store.get(&id(5)).await.is_err() && store.get(&id(7)).await.is_ok());
+    ensure!(store.purge(T0, new + 1, 100).await? == 1);
+    ensure!(store.get(&id(7)).await.is_err() && store.get(&id(8)).await.is_ok());
+    Ok(())
+}
+
+/// A database written by a newer Tollgate is refused on open.
+pub async fn a_newer_schema_is_refused<H: Harness>(h: &H) -> anyhow::Result<()> {
+    h.store();
+    ensure!(h.open_again().await.is_ok(), "opening a current database twice is fine");
+    h.execute("INSERT INTO tollgate_migrations (version, name, applied_at) VALUES (999, 'from_the_future', 0)".into())
+        .await?;
+    match h.open_again().await {
+        Err(StoreError::NewerSchema { found: 999, supported }) => ensure!((1..999).contains(&supported)),
+        Err(other) => anyhow::bail!("expected NewerSchema, got {other:?}"),
+        Ok(_) => anyhow::bail!("a newer schema must be refused"),
+    }
+    Ok(())
+}
+
+/// A row that cannot be decoded is `Corrupt` for that run only; the others keep working.
+pub async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let bad = create_waiting(&*store, 1, &["call_1"], Some(T0)).await?;
+    let good = create_waiting(&*store, 2, &["call_1"], Some(T0)).await?;
+    create_running(&*store, 3, "demo").await?;
+    h.execute(format!("UPDATE runs SET decisions = 'not json' WHERE id = '{}'", bad.id)).await?;
+
+    let read = store.get(&bad.id).await;
+    ensure!(matches!(&read, Err(StoreError::Corrupt { id, .. }) if *id == bad.id), "{read:?}");
+    let moved = store.transition(&bad.id, Guard::Version(bad.version), Transition::Cancel, vec![], T0).await;
+    ensure!(matches!(&moved, Err(StoreError::Corrupt { .. })), "{moved:?}");
+
+    ensure!(store.get(&good.id).await? == good);
+    let listed: Vec<String> =
+        store.list(RunQuery { limit: 10, ..Default::default() }).await?.runs.into_iter().map(|r| r.id).collect();
+    ensure!(listed == vec![id(3), id(2)], "list skips the corrupt run and shows the rest: {listed:?}");
+    // The corrupt row still takes its place in paging: the page after [3, 2] holds only it, so it
+    // comes back empty, and ends the listing.
+    let page = store.list(RunQuery { limit: 2, ..Default::default() }).await?;
+    ensure!(page.runs.len() == 2 && page.next_cursor.as_deref() == Some(id(2).as_str()), "{page:?}");
+    let after = store.list(RunQuery { limit: 2, cursor: page.next_cursor, ..Default::default() }).await?;
+    ensure!(after.runs.is_empty() && after.next_cursor.is_none(), "{after:?}");
+    let due: Vec<String> = store.due(T0 + 100, 10).await?.into_iter().map(|r| r.id).collect();
+    ensure!(due == vec![good.id.clone()], "{due:?}");
+    store.transition(&good.id, Guard::Version(good.version), Transition::Cancel, vec![], T0).await?;
+
+    h.execute(format!("UPDATE runs SET status = 'sleeping' WHERE id = '{}'", id(3))).await?;
+    let read = store.get(&id(3)).await;
+    ensure!(matches!(&read, Err(StoreError::Corrupt { id: i, .. }) if *i == id(3)), "{read:?}");
+    let appended = store.append(&id(3), OWNER, vec![], T0).await;
+    ensure!(matches!(&appended, Err(StoreError::Corrupt { .. })), "{appended:?}");
+
+    // Columns that contradict the status: a waiting run without its held turn.
+    let waiting = create_waiting(&*store, 4, &["call_1"], None).await?;
+    h.execute(format!(
+        "UPDATE runs SET suspension = NULL, turn_digest = NULL, required_calls = NULL, decisions = NULL \
+         WHERE id = '{}'",
+        waiting.id
+    ))
+    .await?;
+    let read = store.get(&waiting.id).await;
+    ensure!(
+        matches!(&read, Err(StoreError::Corrupt { id, detail }) if *id == waiting.id && detail.contains("held turn")),
+        "{read:?}"
+    );
+    Ok(())
+}
+
+/// Writes racing each other, some of them failing: each is answered for itself, and a failed one
+/// undoes nothing of the others (on SQLite they share one group commit).
+pub async fn concurrent_writes_fail_alone<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    for n in 0..16 {
+        create_running(&*store, n, "demo").await?;
+    }
+    let mut tasks = Vec::new();
+    for n in 0..48 {
+        let store = store.clone();
+        // 0..16 exist already (duplicates), 16..48 are new.
+        tasks.push(tokio::spawn(async move { (n, create_running(&*store, n, "demo").await) }));
+    }
+    for n in 0..16 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let lease_guard = Guard::Lease(OWNER.into());
+            let outcome = store
+                .transition(
+                    &id(n),
+                    lease_guard,
+                    suspend(&["call_1"], None),
+                    vec![event(EventKind::ApprovalRequested, 1, json!({}))],
+                    T0 + 10,
+                )
+                .await;
+            (100 + n, outcome.map_err(anyhow::Error::from))
+        }));
+    }
+    for task in tasks {
+        let (n, outcome) = task.await?;
+        match n {
+            0..16 => {
+                let duplicate = outcome.err().and_then(|e| e.downcast::<StoreError>().ok());
+                ensure!(matches!(duplicate, Some(StoreError::Duplicate(_))), "run {n}: {duplicate:?}");
+            }
+            16..48 => ensure!(outcome?.last_seq == 1, "run {n}"),
+            _ => ensure!(outcome?.status() == RunStatus::WaitingForApproval, "suspend {n}"),
+        }
+    }
+    let all = store.list(RunQuery { limit: 100, ..Default::default() }).await?;
+    ensure!(all.runs.len() == 48, "{}", all.runs.len());
+    for run in &all.runs {
+        let events = store.events(&run.id, 0, 100).await?;
+        verify_chain(&events, run.last_seq, &run.last_hash)?;
+        let expected = if run.status() == RunStatus::WaitingForApproval { 2 } else { 1 };
+        ensure!(events.len() == expected, "{}: {} events", run.id, events.len());
+    }
+    Ok(())
+}
+
+/// A write that fails after it has begun writing (here: its events collide with existing ones because
+/// the run's chain head was set back in the database) leaves no trace, and other writes go on.
+pub async fn a_write_failing_midway_leaves_no_trace<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let broken = create_waiting(&*store, 1, &["call_1"], None).await?;
+    let healthy = create_waiting(&*store, 2, &["call_1"], None).await?;
+    h.execute(format!("UPDATE runs SET last_seq = 0 WHERE id = '{}'", broken.id)).await?;
+    let broken_before = store.get(&broken.id).await?;
+
+    let decision = || vec![event(EventKind::Decision, 1, json!({"call_id": "call_1"}))];
+    let (failed, fine) = tokio::join!(
+        store.transition(
+            &broken.id,
+            Guard::Version(broken.version),
+            decide("call_1", Decision::Approve),
+            decision(),
+            T0 + 20
+        ),
+        store.transition(
+            &healthy.id,
+            Guard::Version(healthy.version),
+            decide("call_1", Decision::Approve),
+            decision(),
+            T0 + 20
+        ),
+    );
+    ensure!(matches!(failed, Err(StoreError::Database(_))), "{failed:?}");
+    ensure!(fine?.version == healthy.version + 1);
+    ensure!(store.get(&broken.id).await? == broken_before, "the failed transition's row update was undone");
+    ensure!(store.events(&broken.id, 0, 100).await?.len() == 2);
+    ensure!(store.events(&healthy.id, 0, 100).await?.len() == 3);
+    Ok(())
+}
+
+/// A takeover is planned on a lease seen expired, but the owner renews the lease first (a renewal does
+/// not bump the version, so the version guard alone lets the takeover through): the takeover must fail
+/// with a conflict, checked on the lease as stored when it commits, and the owner keeps the run.
+pub async fn a_renewal_before_a_takeover_wins<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let run = create_running(&*store, 1, "demo").await?;
+    let expired_at = T0 + 1 + 30_000;
+    let now = expired_at + 5;
+    // What the taker's sweep read: the run, due at `now`.
+    let seen = store.due(now, 10).await?;
+    ensure!(seen.len() == 1 && seen[0].lease().is_some_and(|l| l.expires_at == expired_at), "{seen:?}");
+    let seen = &seen[0];
+
+    store.append(&run.id, OWNER, vec![], now + 30_000).await?;
+    let takeover = store.transition(&run.id, Guard::Version(seen.version), claim("node-b"), vec![], now).await;
+    ensure!(
+        conflict_of(&takeover) == Some(&Conflict::LeaseHeld { owner: OWNER.into(), expires_at: now + 30_000 }),
+        "a takeover after a renewal must conflict: {takeover:?}"
+    );
+    let read = store.get(&run.id).await?;
+    ensure!(read.lease() == Some(&lease(OWNER, now + 30_000)) && read.version == seen.version, "{read:?}");
+    ensure!(store.append(&run.id, OWNER, vec![], now + 60_000).await? == read.last_seq, "the owner keeps driving");
+
+    // Raced for real, many times: never both. Either the renewal commits first (the takeover then
+    // conflicts), or the takeover does (the renewal then conflicts: the lease is another's).
+    for n in 2..22 {
+        let run = create_running(&*store, n, "demo").await?;
+        let now = run.lease().map_or(T0, |l| l.expires_at) + 1;
+        let (renewed, taken) = tokio::join!(
+            store.append(&run.id, OWNER, vec![], now + 30_000),
+            store.transition(&run.id, Guard::Version(run.version), claim("node-b"), vec![], now),
+        );
+        match (&renewed, &taken) {
+            (Ok(_), Err(StoreError::Conflict { conflict: Conflict::LeaseHeld { owner, .. }, .. }))
+                if owner == OWNER =>
+            {
+                ensure!(store.get(&run.id).await?.lease().is_some_and(|l| l.owner == OWNER));
+            }
+            (Err(StoreError::Conflict { conflict: Conflict::LeaseLost { holder: Some(holder) }, .. }), Ok(taken))
+                if holder == "node-b" =>
+            {
+                ensure!(store.get(&run.id).await? == *taken && taken.lease().is_some_and(|l| l.owner == "node-b"));
+            }
+            _ => anyhow::bail!("run {n}: exactly one of the renewal and the takeover wins: {renewed:?} / {taken:?}"),
+        }
+    }
+    Ok(())
+}
+
+/// 32 tasks claim one waiting run with the same version guard at once: exactly one wins.
+pub async fn exactly_one_of_32_racing_claims_wins<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
+    let decided = store
+        .transition(&waiting.id, Guard::Version(waiting.version), decide("call_1", Decision::Approve), vec![], T0)
+        .await?;
+    let start = Arc::new(tokio::sync::Barrier::new(32));
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let (store, start, run_id) = (store.clone(), start.clone(), decided.id.clone());
+        let v = decided.version;
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let resumed = event(EventKind::RunResumed, 1, json!({"actor": format!("racer-{i}")}));
+            store.transition(&run_id, Guard::Version(v), claim(&format!("racer-{i}")), vec![resumed], T0 + 1).await
+        }));
+    }
+    let mut winners = Vec::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        match task.await? {
+            Ok(run) => winners.push((i, run)),
+            Err(StoreError::Conflict { conflict: Conflict::StaleVersion { expected, found }, .. })
+                if expected == decided.version && found == decided.version + 1 => {}
+            Err(other) => anyhow::bail!("a losing claim must be a stale version, got {other:?}"),
+        }
+    }
+    ensure!(winners.len() == 1, "exactly one claim wins, got {}", winners.len());
+    let (i, winner) = &winners[0];
+    let read = store.get(&decided.id).await?;
+    ensure!(read == *winner && read.version == decided.version + 1);
+    ensure!(read.lease().map(|l| l.owner.clone()) == Some(format!("racer-{i}")));
+    let events = store.events(&decided.id, 0, 100).await?;
+    ensure!(events.iter().filter(|e| e.kind == EventKind::RunResumed).count() == 1, "one resume on the record");
+    verify_chain(&events, read.last_seq, &read.last_hash)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Encryption at rest.
+
+/// Store options with a keyring of `(id, byte)` keys (each key is 32 times its byte), the first sealing.
+fn keyring(keys: &[(&str, u8)]) -> anyhow::Result<StoreOptions> {
+    let keys = keys.iter().map(|(id, byte)| DataKey::new(*id, [*byte; 32])).collect::<Result<Vec<_>, _>>()?;
+    Ok(StoreOptions { data_keys: Some(Arc::new(DataKeys::new(keys)?)) })
+}
+
+async fn stored_text<H: Harness>(h: &H, column: &str, table: &str, filter: String) -> anyhow::Result<String> {
+    h.query_text(format!("SELECT {column} FROM {table} WHERE {filter}")).await
+}
+
+/// The error of a read that must fail as undecryptable for `run`, its detail naming `key`.
+fn ensure_undecryptable<T: std::fmt::Debug>(
+    result: Result<T, StoreError>,
+    run: &str,
+    key: &str,
+    why: &str,
+) -> anyhow::Result<()> {
+    match result {
+        Err(StoreError::Undecryptable { id, detail }) => {
+            ensure!(id == run, "the error names run {id}, not {run}");
+            ensure!(detail.contains(&format!("`{key}`")) && detail.contains(why), "{detail}");
+            Ok(())
+        }
+        other => anyhow::bail!("expected Undecryptable for {run}, got {other:?}"),
+    }
+}
+
+/// With data keys, suspensions, decisions and event data are stored sealed and read back as written;
+/// the chain (over the plaintext) verifies; an unchanged value is not sealed again; an event's sealed
+/// data moved to another event does not open.
+pub async fn encrypted_values_round_trip<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let waiting = create_waiting(&*store, 1, &["call_1", "call_2"], Some(T0 + 1_000)).await?;
+    let by_id = format!("id = '{}'", waiting.id);
+    let sealed_suspension = stored_text(h, "suspension", "runs", by_id.clone()).await?;
+    let decided = store
+        .transition(
+            &waiting.id,
+            Guard::Version(waiting.version),
+            decide("call_1", Decision::Edit { arguments: json!({"path": "secret-path"}) }),
+            vec![event(EventKind::Decision, 1, json!({"call_id": "call_1", "arguments": {"path": "secret-path"}}))],
+            T0 + 20,
+        )
+        .await?;
+    ensure!(store.get(&waiting.id).await? == decided, "get returns what the transition returned");
+    let listed = store.list(RunQuery { limit: 10, ..Default::default() }).await?;
+    ensure!(listed.runs == vec![decided.clone()], "list opens sealed values too");
+    ensure!(store.due(T0 + 1_000, 10).await? == vec![decided.clone()], "due opens sealed values too");
+    let events = store.events(&waiting.id, 0, 100).await?;
+    ensure!(events.len() == 3 && events[2].data["arguments"]["path"] == "secret-path");
+    verify_chain(&events, decided.last_seq, &decided.last_hash)?;
+
+    for column in ["suspension", "decisions"] {
+        let stored = stored_text(h, column, "runs", by_id.clone()).await?;
+        ensure!(stored.starts_with("enc:v1:k1:"), "runs.{column} is sealed: {stored}");
+        ensure!(!stored.contains("call_1") && !stored.contains("secret-path"), "{stored}");
+    }
+    ensure!(
+        stored_text(h, "suspension", "runs", by_id.clone()).await? == sealed_suspension,
+        "a decision leaves the sealed suspension as it was stored"
+    );
+    for seq in 1..=3 {
+        let stored = stored_text(h, "data", "events", format!("run_id = '{}' AND seq = {seq}", waiting.id)).await?;
+        ensure!(stored.starts_with("enc:v1:k1:") && !stored.contains("call_1"), "event {seq}: {stored}");
+    }
+    let sealed_events =
+        h.query_i64(format!("SELECT COUNT(*) FROM events WHERE run_id = '{}' AND data LIKE 'enc:v1:k1:%'", waiting.id));
+    ensure!(sealed_events.await? == 3);
+
+    h.execute(format!(
+        "UPDATE events SET data = (SELECT data FROM events WHERE run_id = '{0}' AND seq = 2)          WHERE run_id = '{0}' AND seq = 3",
+        waiting.id
+    ))
+    .await?;
+    ensure_undecryptable(store.events(&waiting.id, 0, 100).await, &waiting.id, "k1", "event 3")?;
+    Ok(())
+}
+
+/// A store without the key a value names (no keys, another id, or another key under the same id) fails
+/// that run's reads with an error naming the run and the key id; other runs still read and list.
+pub async fn a_missing_or_wrong_key_fails_clearly<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let sealed = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let secret = create_waiting(&*sealed, 1, &["call_1"], None).await?;
+    let plain = create_waiting(&*h.store(), 2, &["call_1"], None).await?;
+
+    let wrong_key = h.open_with(keyring(&[("k1", 9)])?).await?;
+    let other_id = h.open_with(keyring(&[("k2", 2)])?).await?;
+    let none = h.store();
+    let cases: [(&Arc<dyn RunStore>, &str); 3] =
+        [(&wrong_key, "does not decrypt"), (&other_id, "not configured"), (&none, "no data keys configured")];
+    for (store, why) in cases {
+        ensure_undecryptable(store.get(&secret.id).await, &secret.id, "k1", why)?;
+        ensure_undecryptable(store.events(&secret.id, 0, 10).await, &secret.id, "k1", why)?;
+        let listed = store.list(RunQuery { limit: 10, ..Default::default() }).await?;
+        ensure!(listed.runs == vec![plain.clone()], "list skips the run it cannot read ({why})");
+        ensure!(store.get(&plain.id).await? == plain);
+        let refused =
+            store.transition(&secret.id, Guard::Version(secret.version), Transition::Cancel, vec![], T0 + 30).await;
+        ensure_undecryptable(refused, &secret.id, "k1", why)?;
+    }
+    ensure!(sealed.get(&secret.id).await? == secret, "the right key still reads it, nothing was changed");
+    Ok(())
+}
+
+/// A new first key seals new values while the old key still opens old ones; dropping the old key
+/// leaves only the runs it sealed unreadable. Hashes never depend on the key.
+pub async fn rotating_keys_keeps_old_values_readable<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let first = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let a = create_waiting(&*first, 1, &["call_1"], None).await?;
+
+    let rotated = h.open_with(keyring(&[("k2", 2), ("k1", 1)])?).await?;
+    ensure!(rotated.get(&a.id).await? == a, "the old key still opens run A");
+    let a_events = rotated.events(&a.id, 0, 10).await?;
+    verify_chain(&a_events, a.last_seq, &a.last_hash)?;
+    let b = create_waiting(&*rotated, 2, &["call_1"], None).await?;
+    let stored = |run: &str| stored_text(h, "suspension", "runs", format!("id = '{run}'"));
+    ensure!(stored(&b.id).await?.starts_with("enc:v1:k2:"), "new values are sealed with the first key");
+    ensure!(stored(&a.id).await?.starts_with("enc:v1:k1:"), "reading does not rewrite");
+    let b_event = stored_text(h, "data", "events", format!("run_id = '{}' AND seq = 1", b.id)).await?;
+    ensure!(b_event.starts_with("enc:v1:k2:"), "{b_event}");
+
+    let only_new = h.open_with(keyring(&[("k2", 2)])?).await?;
+    ensure_undecryptable(only_new.get(&a.id).await, &a.id, "k1", "not configured")?;
+    ensure!(only_new.get(&b.id).await? == b);
+    verify_chain(&only_new.events(&b.id, 0, 10).await?, b.last_seq, &b.last_hash)?;
+
+    // A change to run A under [k2, k1] seals its rewritten row values with k2 (its events keep k1).
+    let decided = rotated
+        .transition(&a.id, Guard::Version(a.version), decide("call_1", Decision::Approve), vec![], T0 + 40)
+        .await?;
+    ensure!(stored(&a.id).await?.starts_with("enc:v1:k2:"), "a rewritten run moves to the first key");
+    ensure!(only_new.get(&a.id).await? == decided);
+    ensure_undecryptable(only_new.events(&a.id, 0, 10).await, &a.id, "k1", "not configured")?;
+    Ok(())
+}
+
+/// Encryption can be turned on for a database with plaintext runs: they still read, verify, and are
+/// sealed when next rewritten.
+pub async fn plain_runs_read_after_encryption_is_turned_on<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let plain = create_waiting(&*h.store(), 1, &["call_1"], None).await?;
+    let by_id = format!("id = '{}'", plain.id);
+    ensure!(stored_text(h, "suspension", "runs", by_id.clone()).await?.starts_with('{'), "written in plaintext");
+    let sealed = h.open_with(keyring(&[("k1", 1)])?).await?;
+    ensure!(sealed.get(&plain.id).await? == plain);
+    verify_chain(&sealed.events(&plain.id, 0, 10).await?, plain.last_seq, &plain.last_hash)?;
+
+    let decided = sealed
+        .transition(
+            &plain.id,
+            Guard::Version(plain.version),
+            decide("call_1", Decision::Deny { reason: "no".into() }),
+            vec![event(EventKind::Decision, 1, json!({"call_id": "call_1", "action": "deny"}))],
+            T0 + 20,
+        )
+        .await?;
+    ensure!(sealed.get(&plain.id).await? == decided);
+    ensure!(stored_text(h, "suspension", "runs", by_id.clone()).await?.starts_with("enc:v1:k1:"));
+    let events = sealed.events(&plain.id, 0, 10).await?;
+    verify_chain(&events, decided.last_seq, &decided.last_hash)?;
+    let first = stored_text(h, "data", "events", format!("run_id = '{}' AND seq = 1", plain.id)).await?;
+    ensure!(first.starts_with('{'), "events already written stay as they were: {first}");
+    Ok(())
+}
+
+/// Defines one `#[tokio::test]` per contract case, each on a fresh harness from `$setup` (an async
+/// fn returning `anyhow::Result<Option<H>>`; `None` skips) and torn down by `$teardown` even when
+/// the case fails.
+#[macro_export]
+macro_rules! contract_tests {
+    ($setup:path, $teardown:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() -> anyhow::Result<()> {
+                let Some(harness) = $setup().await? else { return Ok(()) };
+                let harness = std::sync::Arc::new(harness);
+                let running = harness.clone();
+                let outcome = tokio::spawn(async move { $crate::contract::$case(&*running).await }).await;
+                $teardown(&harness).await;
+                match outcome {
+                    Ok(result) => result,
+                    Err(join) => std::panic::resume_unwind(join.into_panic()),
+                }
+            }
+        )*
+    };
+}
+
+/// `probe_write` commits (its one row is there, rewritten each time) and a sound database checks clean
+/// at both depths.
+pub async fn the_write_probe_commits_and_a_sound_database_checks_clean<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    create_running(&*store, 1, "demo").await?;
+    store.probe_write().await?;
+    let first = h.query_i64("SELECT MAX(probed_at) FROM health".to_owned()).await?;
+    store.probe_write().await?;
+    ensure!(h.query_i64("SELECT COUNT(*) FROM health".to_owned()).await? == 1);
+    ensure!(h.query_i64("SELECT MAX(probed_at) FROM health".to_owned()).await? >= first);
+    ensure!(store.check_integrity(IntegrityCheck::Quick).await?.is_empty());
+    ensure!(store.check_integrity(IntegrityCheck::Full).await?.is_empty());
+    Ok(())
+}
+
+/// Every case, for `contract_tests!`.
+#[macro_export]
+macro_rules! all_contract_tests {
+    ($setup:path, $teardown:path) => {
+        $crate::contract_tests!($setup, $teardown;
+            create_get_and_duplicate,
+            a_waiting_run_round_trips,
+            list_filters_and_pages,
+            resolve_prefix_finds_one_run,
+            legal_transitions_walk_the_cycle,
+            illegal_transitions_change_nothing,
+            every_transition_from_every_status_matches_apply,
+            version_guard_conflicts,
+            lease_guard_and_append,
+            events_are_numbered_and_chained,
+            events_after_reads_every_page,
+            an_edited_event_breaks_the_chain,
+            due_finds_expired_deadlines_and_leases,
+            purge_windows_and_batches,
+            counts_by_status,
+            a_newer_schema_is_refused,
+            a_corrupt_row_spoils_only_its_run,
+            concurrent_writes_fail_alone,
+            a_write_failing_midway_leaves_no_trace,
+            exactly_one_of_32_racing_claims_wins,
+            a_renewal_before_a_takeover_wins,
+            encrypted_values_round_trip,
+            a_missing_or_wrong_key_fails_clearly,
+            rotating_keys_keeps_old_values_readable,
+            plain_runs_read_after_encryption_is_turned_on,
+            the_write_probe_commits_and_a_sound_database_checks_clean,
+        );
+    };
+}

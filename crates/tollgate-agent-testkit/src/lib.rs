@@ -1,0 +1,360 @@
+//! # tollgate-agent-testkit
+//!
+//! Test doubles for Tollgate's ports, in one place so no test file grows its own: a configurable
+//! [`TestTool`] that records every invocation, and [`RecordingHooks`] that keep the loop's events.
+
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex, PoisonError};
+use tollgate_agent_core::{BoxFuture, Gate, HookError, LoopEvent, LoopHooks, Tool, ToolContext, ToolError, ToolOutput};
+
+/// What a [`TestTool`] does when called.
+#[derive(Clone, Debug)]
+pub enum Behaviour {
+    /// Returns `ran NAME with ARGS`.
+    Echo,
+    /// Returns this text.
+    Output(String),
+    /// Returns this text as an error result for the model.
+    ModelError(String),
+    /// Fails internally with this message (which must not reach the model).
+    Fail(String),
+    /// Panics with this message.
+    Panic(String),
+    /// Never finishes (a process "crashes" while the call runs).
+    Hang,
+}
+
+type GateFn = Arc<dyn Fn(&Value) -> Gate + Send + Sync>;
+
+/// A tool for tests: fixed or computed gate, optional preview, chosen behaviour, and a shared log of calls.
+#[derive(Clone)]
+pub struct TestTool {
+    name: String,
+    description: String,
+    schema: Value,
+    gate: GateFn,
+    preview: Option<String>,
+    behaviour: Behaviour,
+    calls: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl TestTool {
+    /// An allow-gated tool taking any object, echoing its arguments.
+    pub fn new(name: impl Into<String>) -> Self {
+        let name = name.into();
+        Self {
+            description: format!("test tool {name}"),
+            name,
+            schema: json!({"type": "object"}),
+            gate: Arc::new(|_| Gate::Allow),
+            preview: None,
+            behaviour: Behaviour::Echo,
+            calls: Arc::default(),
+        }
+    }
+
+    /// Sets a fixed gate.
+    pub fn gate(mut self, gate: Gate) -> Self {
+        self.gate = Arc::new(move |_| gate);
+        self
+    }
+
+    /// Sets a gate computed from the arguments.
+    pub fn gate_fn(mut self, gate: impl Fn(&Value) -> Gate + Send + Sync + 'static) -> Self {
+        self.gate = Arc::new(gate);
+        self
+    }
+
+    /// Sets the argument schema.
+    pub fn schema(mut self, schema: Value) -> Self {
+        self.schema = schema;
+        self
+    }
+
+    /// Sets the preview.
+    pub fn preview(mut self, preview: impl Into<String>) -> Self {
+        self.preview = Some(preview.into());
+        self
+    }
+
+    /// Sets the behaviour.
+    pub fn behaviour(mut self, behaviour: Behaviour) -> Self {
+        self.behaviour = behaviour;
+        self
+    }
+
+    /// Every invocation so far: (call id, arguments).
+    pub fn calls(&self) -> Vec<(String, Value)> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// How many times the tool ran.
+    pub fn call_count(&self) -> usize {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// The tool as a registry entry (sharing this handle's call log).
+    pub fn shared(&self) -> Arc<dyn Tool> {
+        Arc::new(self.clone())
+    }
+}
+
+impl Tool for TestTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+
+    fn gate(&self, args: &Value) -> Gate {
+        (self.gate)(args)
+    }
+
+    fn preview<'a>(&'a self, _args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(self.preview.clone()))
+    }
+
+    fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            self.calls.lock().unwrap_or_else(PoisonError::into_inner).push((ctx.call_id.clone(), args.clone()));
+            match &self.behaviour {
+                Behaviour::Echo => Ok(ToolOutput::text(format!("ran {} with {}", self.name, args))),
+                Behaviour::Output(text) => Ok(ToolOutput::text(text.clone())),
+                Behaviour::ModelError(text) => Ok(ToolOutput::error(text.clone())),
+                Behaviour::Fail(message) => Err(ToolError::new(message.clone())),
+                Behaviour::Panic(message) => panic!("{message}"),
+                Behaviour::Hang => std::future::pending().await,
+            }
+        })
+    }
+}
+
+/// Hooks that record each loop event as one line of text, e.g. `tool_started 2 call_1 fs_write ask`.
+#[derive(Clone, Default)]
+pub struct RecordingHooks {
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl RecordingHooks {
+    /// The events so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+impl LoopHooks for RecordingHooks {
+    fn on_event<'a>(&'a self, event: LoopEvent<'a>) -> BoxFuture<'a, Result<(), HookError>> {
+        let line = match event {
+            LoopEvent::ModelRequest { round, messages, tools } => {
+                format!("model_request {round} messages={messages} tools={}", tools.len())
+            }
+            LoopEvent::ModelResponse { round, response } => {
+                format!("model_response {round} calls={}", response.tool_calls.len())
+            }
+            LoopEvent::ToolStarted { round, call_id, tool, gate, .. } => {
+                format!("tool_started {round} {call_id} {tool} {gate}")
+            }
+            LoopEvent::ToolFinished { round, result } => {
+                format!("tool_finished {round} {} {} error={}", result.call_id, result.tool, result.is_error)
+            }
+        };
+        self.lines.lock().unwrap_or_else(PoisonError::into_inner).push(line);
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// A clock that stands still until moved.
+#[derive(Clone, Default)]
+pub struct ManualClock {
+    now: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl ManualClock {
+    /// A clock at `now` (milliseconds since the epoch).
+    pub fn at(now: tollgate_agent_core::Millis) -> Self {
+        Self { now: Arc::new(std::sync::atomic::AtomicI64::new(now)) }
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: std::time::Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.now.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl tollgate_agent_core::Clock for ManualClock {
+    fn now(&self) -> tollgate_agent_core::Millis {
+        self.now.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A store wrapper that refuses chosen transitions with a database error, to test what happens when a
+/// write cannot be made, and logs every write it lets through.
+pub struct FailingStore {
+    inner: Arc<dyn tollgate_agent_core::RunStore>,
+    fail: &'static str,
+    /// What reads and [`tollgate_agent_core::RunStore::probe_write`] answer (`None`: the inner store's).
+    broken: Option<tollgate_agent_core::StoreError>,
+    writes: Mutex<Vec<String>>,
+}
+
+impl FailingStore {
+    /// Fails nothing: only logs the writes.
+    pub fn logging(inner: Arc<dyn tollgate_agent_core::RunStore>) -> Self {
+        Self::new(inner, "")
+    }
+
+    /// The writes let through so far, in order: `create <status>`, `transition <name>`, `append`.
+    pub fn writes(&self) -> Vec<String> {
+        self.writes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn log(&self, write: String) {
+        self.writes.lock().unwrap_or_else(PoisonError::into_inner).push(write);
+    }
+
+    /// Fails every transition named `fail` (e.g. `"suspend"`), and the creation of a run in the state such
+    /// a transition leads to (a run started and held in one write); passes everything else through.
+    pub fn new(inner: Arc<dyn tollgate_agent_core::RunStore>, fail: &'static str) -> Self {
+        Self { inner, fail, broken: None, writes: Mutex::new(Vec::new()) }
+    }
+
+    /// A store whose reads of runs (`get`, `list`, `events`) and write probe (`/readyz`) all fail with
+    /// `error` (a full disk, a read-only or corrupt database, ...); writes pass through.
+    pub fn broken(inner: Arc<dyn tollgate_agent_core::RunStore>, error: tollgate_agent_core::StoreError) -> Self {
+        Self { inner, fail: "", broken: Some(error), writes: Mutex::new(Vec::new()) }
+    }
+
+    fn broken_with<T: Send + 'static>(&self) -> Option<BoxFuture<'static, Result<T, tollgate_agent_core::StoreError>>> {
+        let error = self.broken.clone()?;
+        Some(Box::pin(std::future::ready(Err(error))))
+    }
+}
+
+impl tollgate_agent_core::RunStore for FailingStore {
+    fn create(
+        &self,
+        run: tollgate_agent_core::RunRecord,
+        events: Vec<tollgate_agent_core::NewEvent>,
+    ) -> BoxFuture<'_, Result<tollgate_agent_core::RunRecord, tollgate_agent_core::StoreError>> {
+        use tollgate_agent_core::RunStatus;
+        let made_by = match run.status() {
+            RunStatus::WaitingForApproval => "suspend",
+            RunStatus::Completed => "complete",
+            RunStatus::Failed => "fail",
+            _ => "create",
+        };
+        if made_by == self.fail {
+            return Box::pin(std::future::ready(Err(tollgate_agent_core::StoreError::Database("disk full".into()))));
+        }
+        self.log(format!("create {}", run.status()));
+        self.inner.create(run, events)
+    }
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<tollgate_agent_core::RunRecord, tollgate_agent_core::StoreError>> {
+        self.broken_with().unwrap_or_else(|| self.inner.get(id))
+    }
+    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, tollgate_agent_core::StoreError>> {
+        self.inner.resolve_prefix(prefix)
+    }
+    fn list(
+        &self,
+        query: tollgate_agent_core::RunQuery,
+    ) -> BoxFuture<'_, Result<tollgate_agent_core::RunPage, tollgate_agent_core::StoreError>> {
+        self.broken_with().unwrap_or_else(|| self.inner.list(query))
+    }
+    fn transition<'a>(
+        &'a self,
+        id: &'a str,
+        guard: tollgate_agent_core::Guard,
+        transition: tollgate_agent_core::Transition,
+        events: Vec<tollgate_agent_core::NewEvent>,
+        now: tollgate_agent_core::Millis,
+    ) -> BoxFuture<'a, Result<tollgate_agent_core::RunRecord, tollgate_agent_core::StoreError>> {
+        if transition.name() == self.fail {
+            return Box::pin(std::future::ready(Err(tollgate_agent_core::StoreError::Database("disk full".into()))));
+        }
+        self.log(format!("transition {}", transition.name()));
+        self.inner.transition(id, guard, transition, events, now)
+    }
+    fn append<'a>(
+        &'a self,
+        id: &'a str,
+        owner: &'a str,
+        events: Vec<tollgate_agent_core::NewEvent>,
+        lease_until: tollgate_agent_core::Millis,
+    ) -> BoxFuture<'a, Result<u64, tollgate_agent_core::StoreError>> {
+        self.log("append".into());
+        self.inner.append(id, owner, events, lease_until)
+    }
+    fn events<'a>(
+        &'a self,
+        id: &'a str,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<tollgate_agent_core::StoredEvent>, tollgate_agent_core::StoreError>> {
+        self.broken_with().unwrap_or_else(|| self.inner.events(id, after, limit))
+    }
+    fn count_by_status(
+        &self,
+    ) -> BoxFuture<'_, Result<Vec<(tollgate_agent_core::RunStatus, u64)>, tollgate_agent_core::StoreError>> {
+        self.inner.count_by_status()
+    }
+    fn due(
+        &self,
+        now: tollgate_agent_core::Millis,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<tollgate_agent_core::RunRecord>, tollgate_agent_core::StoreError>> {
+        self.inner.due(now, limit)
+    }
+    fn purge(
+        &self,
+        terminal_before: tollgate_agent_core::Millis,
+        waiting_before: tollgate_agent_core::Millis,
+        batch: u32,
+    ) -> BoxFuture<'_, Result<u64, tollgate_agent_core::StoreError>> {
+        self.inner.purge(terminal_before, waiting_before, batch)
+    }
+    fn probe_write(&self) -> BoxFuture<'_, Result<(), tollgate_agent_core::StoreError>> {
+        self.broken_with().unwrap_or_else(|| self.inner.probe_write())
+    }
+    fn check_integrity(
+        &self,
+        depth: tollgate_agent_core::IntegrityCheck,
+    ) -> BoxFuture<'_, Result<Vec<String>, tollgate_agent_core::StoreError>> {
+        self.inner.check_integrity(depth)
+    }
+}
+
+/// A fresh, unique scratch folder under the system's temp dir (removed by the OS, not by the test).
+pub fn scratch_dir(label: &str) -> std::path::PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("tollgate-{label}-{}-{nanos}-{n}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+/// The PostgreSQL URL for tests (`TOLLGATE_TEST_POSTGRES_URL`). When it is unset: `None` locally, but a
+/// panic under CI (env `CI` set), so a missing database never passes silently there.
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("TOLLGATE_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("TOLLGATE_TEST_POSTGRES_URL must be set in CI (e.g. postgres://postgres@127.0.0.1:5432/test)")
+        }
+        _ => {
+            eprintln!("note: TOLLGATE_TEST_POSTGRES_URL is unset; skipping the PostgreSQL half of this test");
+            None
+        }
+    }
+}

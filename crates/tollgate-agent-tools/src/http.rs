@@ -1,0 +1,339 @@
+//! `http_request` (ask): one HTTP(S) request, its response returned as a status line, a few headers and
+//! the body.
+//!
+//! The promise: the request that runs is the one the approver read. The preview shows the method, the URL
+//! (a password in it masked), every header (values of credential-like headers masked) and the body's size
+//! and start. Redirects are not followed — a redirect is returned to the model with its `Location`, so a
+//! request to another address needs its own approval. The whole exchange, body included, is bounded by a
+//! timeout, and at most [`MAX_BODY_BYTES`] of the response body are read. A response outside 2xx is an
+//! error result, with the same text.
+//!
+//! TLS is rustls with the aws-lc-rs provider (the workspace's `reqwest`), never native-tls.
+
+use crate::bounded::{CappedBytes, cap_preview, prefix_at_char_boundary};
+use crate::call::parse;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, Url};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::sync::OnceLock;
+use std::time::Duration;
+use tollgate_agent_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
+
+/// How long a request may take, response body included, unless the tool is built with another.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes of the response body returned to the model.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// The methods a call may use.
+pub const METHODS: [&str; 6] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
+/// Bytes of the request body shown in a preview.
+const PREVIEW_BODY_BYTES: usize = 2_000;
+/// The response headers returned to the model (others, like `set-cookie`, are left out).
+const SHOWN_RESPONSE_HEADERS: [&str; 7] =
+    ["content-type", "content-length", "content-encoding", "location", "retry-after", "etag", "last-modified"];
+/// Header names (lowercase) whose values are masked in a preview, besides any containing one of
+/// [`SENSITIVE_NAME_PARTS`].
+const SENSITIVE_HEADERS: [&str; 4] = ["authorization", "proxy-authorization", "cookie", "set-cookie"];
+/// Parts of header names (lowercase) that mark a credential, e.g. `x-api-key`, `x-auth-token`.
+const SENSITIVE_NAME_PARTS: [&str; 8] =
+    ["auth", "token", "key", "secret", "password", "session", "cookie", "signature"];
+
+/// `http_request`: sends one HTTP(S) request and returns the response, bounded.
+pub struct HttpRequest {
+    timeout: Duration,
+    schema: Value,
+    /// Built on first use: building can fail (TLS setup), and a tool constructor cannot.
+    client: OnceLock<reqwest::Client>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpArgs {
+    method: String,
+    url: String,
+    #[serde(default)]
+    headers: Map<String, Value>,
+    body: Option<String>,
+}
+
+/// A call whose arguments were checked.
+struct Plan {
+    method: Method,
+    url: Url,
+    /// The headers in the order given, as names and values.
+    headers: Vec<(HeaderName, HeaderValue)>,
+    body: Option<String>,
+}
+
+impl Default for HttpRequest {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HttpRequest {
+    /// The tool with the [`DEFAULT_TIMEOUT`].
+    pub fn new() -> Self {
+        Self::with_timeout(DEFAULT_TIMEOUT)
+    }
+
+    /// The tool with another timeout for the whole exchange.
+    pub fn with_timeout(timeout: Duration) -> Self {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "method": {"type": "string", "enum": METHODS, "description": "The HTTP method."},
+                "url": {"type": "string", "description": "An absolute http:// or https:// URL."},
+                "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers, name to value."},
+                "body": {"type": "string", "description": "The request body, sent as given."}
+            },
+            "required": ["method", "url"],
+            "additionalProperties": false
+        });
+        Self { timeout, schema, client: OnceLock::new() }
+    }
+
+    fn check(args: &Value) -> Result<Plan, String> {
+        let args: HttpArgs = parse(args)?;
+        if !METHODS.contains(&args.method.as_str()) {
+            return Err(format!("invalid arguments: method `{}` is not one of {}", args.method, METHODS.join(", ")));
+        }
+        let method = Method::from_bytes(args.method.as_bytes())
+            .map_err(|e| format!("invalid arguments: method `{}`: {e}", args.method))?;
+        let url = Url::parse(&args.url).map_err(|e| format!("invalid arguments: url `{}`: {e}", args.url))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("invalid arguments: url `{}` must be http:// or https://", args.url));
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(format!("invalid arguments: url `{}` has no host", args.url));
+        }
+        let mut headers = Vec::with_capacity(args.headers.len());
+        for (name, value) in &args.headers {
+            let Value::String(value) = value else {
+                return Err(format!("invalid arguments: header `{name}` must be a string"));
+            };
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("invalid arguments: `{name}` is not a valid header name"))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| format!("invalid arguments: the value of header `{name}` is not a valid header value"))?;
+            headers.push((name, value));
+        }
+        Ok(Plan { method, url, headers, body: args.body })
+    }
+
+    fn client(&self) -> Result<&reqwest::Client, ToolError> {
+        if let Some(client) = self.client.get() {
+            return Ok(client);
+        }
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ToolError::new(format!("cannot set up the HTTP client: {}", error_chain(&e))))?;
+        // Two first calls may race to build; either client is as good.
+        Ok(self.client.get_or_init(|| client))
+    }
+
+    async fn send(&self, args: &Value) -> Result<ToolOutput, ToolError> {
+        let plan = match Self::check(args) {
+            Ok(plan) => plan,
+            Err(e) => return Ok(ToolOutput::error(e)),
+        };
+        let shown = format!("{} {}", plan.method, masked_url(&plan.url));
+        let headers: HeaderMap = plan.headers.into_iter().collect();
+        let mut request = self.client()?.request(plan.method, plan.url).headers(headers).timeout(self.timeout);
+        if let Some(body) = plan.body {
+            request = request.body(body);
+        }
+        let timed_out = || ToolOutput::error(format!("request timed out after {}: {shown}", seconds(self.timeout)));
+        let failed = |e: &reqwest::Error| {
+            if e.is_timeout() { timed_out() } else { ToolOutput::error(format!("{shown} failed: {}", error_chain(e))) }
+        };
+        let mut response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => return Ok(failed(&e)),
+        };
+        let status = response.status();
+        let mut text =
+            format!("{:?} {} {}", response.version(), status.as_str(), status.canonical_reason().unwrap_or_default())
+                .trim_end()
+                .to_owned();
+        for name in SHOWN_RESPONSE_HEADERS {
+            for value in response.headers().get_all(name) {
+                text.push_str(&format!("\n{name}: {}", String::from_utf8_lossy(value.as_bytes())));
+            }
+        }
+        let announced = response.content_length();
+        let mut body = CappedBytes::new(MAX_BODY_BYTES);
+        while !body.is_cut() {
+            match response.chunk().await {
+                Ok(Some(chunk)) => body.push(&chunk),
+                Ok(None) => break,
+                Err(e) => return Ok(failed(&e)),
+            }
+        }
+        // Stop reading here: dropping the response closes the connection on the rest of a long body.
+        drop(response);
+        text.push_str("\n\n");
+        text.push_str(&body_text(&body, announced));
+        Ok(if status.is_success() { ToolOutput::text(text) } else { ToolOutput::error(text) })
+    }
+
+    fn preview_of(&self, plan: &Plan) -> String {
+        let mut text = format!("{} {}", plan.method, masked_url(&plan.url));
+        for (name, value) in &plan.headers {
+            let value = String::from_utf8_lossy(value.as_bytes());
+            let shown = if is_sensitive(name.as_str()) { mask(&value) } else { value.into_owned() };
+            text.push_str(&format!("\n{name}: {shown}"));
+        }
+        match &plan.body {
+            None => text.push_str("\nno body"),
+            Some(body) => {
+                text.push_str(&format!("\nbody ({} bytes):\n", body.len()));
+                let start = prefix_at_char_boundary(body, PREVIEW_BODY_BYTES);
+                text.push_str(start);
+                if start.len() < body.len() {
+                    text.push_str(&format!("\n[body preview cut at {} of {} bytes]", start.len(), body.len()));
+                }
+            }
+        }
+        text.push_str(&format!("\ntimeout: {}", seconds(self.timeout)));
+        cap_preview(text)
+    }
+}
+
+/// The response body for the model: text, or a note for binary content, with a marker when it was cut.
+fn body_text(body: &CappedBytes, announced: Option<u64>) -> String {
+    let kept = body.kept();
+    let text = match std::str::from_utf8(kept) {
+        Ok(text) => Some(text),
+        // A character split by the cap is not binary content.
+        Err(e) if body.is_cut() && e.error_len().is_none() => std::str::from_utf8(&kept[..e.valid_up_to()]).ok(),
+        Err(_) => None,
+    };
+    let mut shown = match text {
+        Some(text) if !text.contains('\0') => {
+            if text.is_empty() && !body.is_cut() {
+                return "(empty body)".to_owned();
+            }
+            text.to_owned()
+        }
+        _ => format!("[binary body: {} bytes not shown]", body.total()),
+    };
+    if body.is_cut() {
+        if !shown.ends_with('\n') {
+            shown.push('\n');
+        }
+        let total = match announced {
+            Some(total) => format!("{total} bytes in all"),
+            None => "more followed".to_owned(),
+        };
+        shown.push_str(&format!("[body cut at {MAX_BODY_BYTES} bytes; {total}]"));
+    }
+    shown
+}
+
+fn is_sensitive(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SENSITIVE_HEADERS.contains(&name.as_str()) || SENSITIVE_NAME_PARTS.iter().any(|part| name.contains(part))
+}
+
+/// A credential's value as an approver sees it: an authorization scheme (`Bearer`, `Basic`) is kept, the
+/// secret never is.
+fn mask(value: &str) -> String {
+    match value.split_once(' ') {
+        Some((scheme, _)) if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphabetic()) => {
+            format!("{scheme} ****")
+        }
+        _ => "****".to_owned(),
+    }
+}
+
+/// The URL with any password in it masked.
+fn masked_url(url: &Url) -> String {
+    if url.password().is_none() {
+        return url.to_string();
+    }
+    let mut masked = url.clone();
+    // Only URLs that cannot carry credentials refuse a password, and this one carries one.
+    let _ = masked.set_password(Some("****"));
+    masked.to_string()
+}
+
+fn seconds(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs.fract() == 0.0 { format!("{secs:.0}s") } else { format!("{secs}s") }
+}
+
+/// An error with its causes, `outer: inner: innermost`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+impl Tool for HttpRequest {
+    fn name(&self) -> &str {
+        "http_request"
+    }
+
+    fn description(&self) -> &str {
+        "Send an HTTP(S) request (GET, POST, PUT, PATCH, DELETE or HEAD) and return the status, main headers and body (redirects are not followed)."
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+
+    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(std::future::ready(Self::check(args).map(drop)))
+    }
+
+    fn gate(&self, _args: &Value) -> Gate {
+        Gate::Ask
+    }
+
+    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(Self::check(args).ok().map(|plan| self.preview_of(&plan))))
+    }
+
+    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move { self.send(&args).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credential_headers_are_recognised() {
+        for name in ["Authorization", "proxy-authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "X-Session-Id"] {
+            assert!(is_sensitive(name), "{name}");
+        }
+        for name in ["Content-Type", "Accept", "User-Agent"] {
+            assert!(!is_sensitive(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn masks_keep_the_scheme_only() {
+        assert_eq!(mask("Bearer sk-123"), "Bearer ****");
+        assert_eq!(mask("sk-123"), "****");
+        assert_eq!(mask("a=1; b=2"), "****");
+    }
+
+    #[test]
+    fn url_passwords_are_masked() {
+        let url = Url::parse("https://alice:hunter2@example.com/x").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(masked_url(&url), "https://alice:****@example.com/x");
+    }
+}

@@ -1,0 +1,107 @@
+//! # tollgate-agent-tools
+//!
+//! Tollgate's built-in tools behind the [`tollgate_agent_core::Tool`] port, confined to a workspace folder:
+//!
+//! | tool | arguments | gate | preview |
+//! |---|---|---|---|
+//! | `fs_list` | `path` (default `.`) | allow | |
+//! | `fs_read` | **`path`**, `offset` (lines to skip), `limit` (lines) | allow | |
+//! | `fs_search` | **`pattern`** (regex), `path` (default `.`), `max_results` (default 100, at most 1000) | allow | |
+//! | `time_now` | none | allow | |
+//! | `fs_write` | **`path`**, **`content`** | ask | a unified diff, or `create PATH (N bytes)` |
+//! | `fs_delete` | **`path`** | ask | what goes |
+//! | `shell` | **`argv`** (program and arguments, no shell), `timeout_secs` (default 30, at most 600) | ask | the command, program, working directory, timeout and sandbox |
+//! | `http_request` | **`method`**, **`url`**, `headers`, `body` | ask | method, URL, headers (credentials masked), body |
+//!
+//! The promise: no tool reads or writes outside the workspace root. The file tools reach a path through
+//! directory fds opened from the root, one component at a time, and never follow a symlink beneath the
+//! root; they read and write only regular files with a single name (never a FIFO, socket or device,
+//! which are not even opened, nor a file hard-linked from elsewhere), and `fs_write` replaces a file by
+//! renaming a temporary one into place. A path that is absolute or climbs above the root with `..` is
+//! refused by [`Tool::validate`] before any gate with a message saying it escapes the workspace; one that
+//! is or passes through a symlink, or names a special or multiply-linked file, is refused the same way
+//! saying so. The walk is done again when the call runs, which acts only on what it opened itself, so a
+//! swap made meanwhile cannot lead it out. File system work runs off the async workers, bounded in time.
+//! `shell` runs in the root and resolves a program path with `/` inside it (its arguments are the
+//! approver's to judge); `http_request` touches no files. Everything a tool returns is bounded, and a cut
+//! is marked in the text.
+//!
+//! ```
+//! let tools = tollgate_agent_tools::builtin_tools("./workspace");
+//! assert_eq!(tools.len(), tollgate_agent_tools::BUILTIN_TOOL_NAMES.len());
+//! assert!(tollgate_agent_tools::builtin_tool("./workspace", "fs_write").is_some());
+//! ```
+
+mod bounded;
+mod call;
+mod diff;
+pub mod fs;
+pub mod http;
+pub mod sandbox;
+pub mod search;
+pub mod shell;
+pub mod time;
+pub mod workspace;
+
+pub use fs::{FsDelete, FsList, FsRead, FsWrite};
+pub use http::HttpRequest;
+pub use sandbox::{SandboxMode, SandboxSupport, kill_running_commands, sandbox_support};
+pub use search::FsSearch;
+pub use shell::{Shell, ShellOptions};
+pub use time::TimeNow;
+pub use workspace::{PathError, ResolvedPath, Workspace};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use tollgate_agent_core::{SystemClock, Tool};
+
+/// The names of the built-in tools, in the order [`builtin_tools`] returns them: the ones that only read
+/// (gate allow) first, then the ones that change something (gate ask).
+pub const BUILTIN_TOOL_NAMES: [&str; 8] =
+    ["fs_list", "fs_read", "fs_search", "time_now", "fs_write", "fs_delete", "shell", "http_request"];
+
+/// How the built-in tools are set up beyond their workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BuiltinOptions {
+    /// The `shell` tool's sandbox and network.
+    pub shell: ShellOptions,
+}
+
+/// Every built-in tool, confined to `root`, reading the system clock, with the default options.
+pub fn builtin_tools(root: impl Into<PathBuf>) -> Vec<Arc<dyn Tool>> {
+    builtin_tools_with(root, &BuiltinOptions::default())
+}
+
+/// Every built-in tool, confined to `root`, reading the system clock, set up by `options`.
+pub fn builtin_tools_with(root: impl Into<PathBuf>, options: &BuiltinOptions) -> Vec<Arc<dyn Tool>> {
+    let workspace = Workspace::new(root);
+    BUILTIN_TOOL_NAMES.iter().filter_map(|name| tool_named(&workspace, name, options)).collect()
+}
+
+/// The built-in tool with this name, confined to `root`, with the default options; `None` for a name that
+/// is not built in.
+pub fn builtin_tool(root: impl Into<PathBuf>, name: &str) -> Option<Arc<dyn Tool>> {
+    builtin_tool_with(root, name, &BuiltinOptions::default())
+}
+
+/// The built-in tool with this name, confined to `root`, set up by `options`; `None` for a name that is
+/// not built in.
+pub fn builtin_tool_with(root: impl Into<PathBuf>, name: &str, options: &BuiltinOptions) -> Option<Arc<dyn Tool>> {
+    tool_named(&Workspace::new(root), name, options)
+}
+
+fn tool_named(workspace: &Workspace, name: &str, options: &BuiltinOptions) -> Option<Arc<dyn Tool>> {
+    let workspace = workspace.clone();
+    let tool: Arc<dyn Tool> = match name {
+        "fs_list" => Arc::new(FsList::new(workspace)),
+        "fs_read" => Arc::new(FsRead::new(workspace)),
+        "fs_search" => Arc::new(FsSearch::new(workspace)),
+        "time_now" => Arc::new(TimeNow::new(Arc::new(SystemClock))),
+        "fs_write" => Arc::new(FsWrite::new(workspace)),
+        "fs_delete" => Arc::new(FsDelete::new(workspace)),
+        "shell" => Arc::new(Shell::with_options(workspace, options.shell)),
+        "http_request" => Arc::new(HttpRequest::new()),
+        _ => return None,
+    };
+    Some(tool)
+}

@@ -1,0 +1,11 @@
+//! Every integration test of `tollgate-agent-tools` in one test binary (one link step, one executable on disk);
+//! each module was a test file of its own.
+
+mod fs_search;
+mod fs_security;
+mod fs_tools;
+mod http_request;
+mod shell;
+mod shell_security;
+mod support;
+mod time_now;

@@ -1,5 +1,0 @@
-//! Every integration test of `tollgate-mcp` in one test binary (one link step, one executable on disk);
-//! each module was a test file of its own.
-
-mod filesystem_server;
-mod test_server;
