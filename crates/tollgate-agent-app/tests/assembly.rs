@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use tollgate_agent_app::App;
 use tollgate_agent_config::{ConfigLoader, EnvVars};
 use tollgate_agent_core::{Decision, Gate, RunStatus};
-use tollgate_agent_runtime::{DecisionSet, OnExpiry};
+use tollgate_agent_runtime::{DecisionSet, OnExpiry, StartRun};
 use tollgate_agent_testkit::scratch_dir;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -76,7 +76,8 @@ on_expiry = "cancel"
     assert_eq!(agent.approval_ttl, Some(std::time::Duration::from_secs(3600)));
     assert!(app.runtime.agent("demo").is_none(), "the demo agent exists only without configured agents");
 
-    let run = app.runtime.start_and_wait(None, "write a note", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run =
+        app.runtime.start_and_wait(StartRun::new("write a note", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(run.status(), RunStatus::WaitingForApproval);
     let digest = run.held_turn().map(|p| p.turn_digest.0.clone()).unwrap_or_default();
     let set = DecisionSet::Each(vec![("call_a".into(), Decision::Approve)]);
@@ -171,7 +172,8 @@ tools = ["files__*"]
         files.display()
     );
     let app = app(&dir, &toml).await;
-    let run = app.runtime.start_and_wait(None, "from the gate", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run =
+        app.runtime.start_and_wait(StartRun::new("from the gate", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(run.status(), RunStatus::WaitingForApproval, "{:?}", run.error());
     let view = tollgate_agent_runtime::view::run_json(&run);
     assert_eq!(view["pending"]["calls"][0]["gate"], "allow", "the read tool needs no approval");

@@ -27,11 +27,13 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tollgate_agent_core::{
-    BoxFuture, Gate, LoopConfig, NoHooks, Outcome, RunStatus, RunStore, SystemClock, Tool, ToolContext, ToolError,
-    ToolLoop, ToolOutput, ToolRegistry,
+    BoxFuture, Gate, LoopConfig, NoHooks, Outcome, RunScope, RunStatus, RunStore, SystemClock, Tool, ToolContext,
+    ToolError, ToolLoop, ToolOutput, ToolRegistry,
 };
 use tollgate_agent_providers::{Script, ScriptedModel};
-use tollgate_agent_runtime::{AgentSpec, DecisionSet, OnExpiry, PrivacyLevel, Runtime, RuntimeOptions, UuidV7Ids};
+use tollgate_agent_runtime::{
+    AgentSpec, DecisionSet, OnExpiry, PrivacyLevel, Runtime, RuntimeOptions, StartRun, UuidV7Ids,
+};
 
 /// One measured phase.
 #[derive(Clone, Debug, Serialize)]
@@ -291,7 +293,8 @@ pub fn sqlite_commit_floor(store_url: &str, n: u64) -> Result<Option<PhaseReport
 /// Returns its id and how long that took.
 pub(crate) async fn start_waiting(runtime: &Runtime, i: u64) -> Result<(String, Duration), BenchError> {
     let t = Instant::now();
-    let run = runtime.start_and_wait(None, &format!("Save a note saying hello {i}"), "bench").await.map_err(err)?;
+    let run =
+        runtime.start_and_wait(StartRun::new(&format!("Save a note saying hello {i}"), "bench")).await.map_err(err)?;
     if run.status() != RunStatus::WaitingForApproval {
         return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status())));
     }
@@ -347,9 +350,10 @@ pub async fn loop_overhead(repeat: u64) -> Result<PhaseReport, BenchError> {
     let cpu0 = cpu_time();
     let started = Instant::now();
     let mut latencies = Vec::with_capacity(repeat as usize);
+    let scope = RunScope::new("bench");
     for _ in 0..repeat {
         let t = Instant::now();
-        match tollgate_agent_core::AgentLoop::start(&agent, "bench", "what time is it?", &NoHooks).await.map_err(err)? {
+        match tollgate_agent_core::AgentLoop::start(&agent, &scope, "what time is it?", &NoHooks).await.map_err(err)? {
             Outcome::Completed(done) if done.counters.tool_invocations == 50 => {}
             other => return Err(BenchError(format!("workload B: unexpected outcome {other:?}"))),
         }

@@ -1,19 +1,41 @@
 //! # tollgate-agent-config
 //!
 //! Reads `tollgate.toml` (docs/configuration.md, the contract) into a typed, validated [`Config`]: defaults applied,
-//! `TOLLGATE_*` overrides applied, `env:NAME` secrets resolved, relative paths made absolute. This crate
-//! knows nothing of how the rest of Tollgate uses the values; it promises that a [`Config`] it returns
-//! satisfies every rule below, and that a [`ConfigError`] names the file (or variable), the key as a dotted
-//! path and what was expected — `tollgate.toml: agents[0].on_expiry: expected "deny" or "cancel", got
-//! "maybe"` — without ever printing a secret. The CLI exits 2 on it.
+//! `TOLLGATE_*` overrides applied, `env:NAME` secrets resolved, relative paths made absolute.
 //!
-//! ```no_run
-//! let config = tollgate_agent_config::load(None)?; // `--config` not given
-//! if !config.defines_agents() {
-//!     // add the built-in `demo` agent
-//! }
+//! ```rust
+//! use tollgate_agent_config::{ConfigLoader, EnvVars};
+//!
+//! let toml = r#"
+//! [[providers]]
+//! name = "openai"
+//! kind = "openai"
+//! api_key = "env:OPENAI_API_KEY"
+//! [[agents]]
+//! name = "writer"
+//! provider = "openai"
+//! model = "gpt-4o-mini"
+//! "#;
+//! // The environment and the current folder are values: nothing here reads the process's.
+//! let env = EnvVars::new().with("OPENAI_API_KEY", "sk-test").with("TOLLGATE_SERVER_ADDR", "0.0.0.0:9000");
+//! let loader = ConfigLoader::new(env, "/srv/app");
+//! let config = loader.load_str("/srv/app/tollgate.toml", toml)?;
+//! assert_eq!(config.agent("writer").and_then(|a| a.model.as_deref()), Some("gpt-4o-mini"));
+//! assert_eq!(config.server.addr.port(), 9000); // the override wins
+//! assert_eq!(config.store.url, "sqlite:///srv/app/tollgate.db"); // the default, made absolute
+//! assert!(!format!("{config:?}").contains("sk-test")); // secrets print as ***
+//!
+//! let error = loader.load_str("tollgate.toml", "[server]\nlease = \"soon\"\n").unwrap_err();
+//! assert!(error.to_string().starts_with("tollgate.toml: server.lease: expected a duration"));
 //! # Ok::<(), tollgate_agent_config::ConfigError>(())
 //! ```
+//!
+//! This crate knows nothing of how the rest of Tollgate uses the values; it promises that a [`Config`] it
+//! returns satisfies every rule below, and that a [`ConfigError`] names the file (or variable), the key as a
+//! dotted path and what was expected — `tollgate.toml: agents[0].on_expiry: expected "deny" or "cancel",
+//! got "maybe"` — without ever printing a secret. The CLI exits 2 on it. A binary calls [`load`] instead,
+//! with the process's environment and folder (`load(None)` when `--config` is not given), and adds the
+//! built-in `demo` agent when [`Config::defines_agents`] is false.
 //!
 //! ## Discovery
 //! `--config FILE` (passed to [`load`] / [`ConfigLoader::with_file`]), else the file named by

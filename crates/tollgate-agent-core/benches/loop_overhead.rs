@@ -15,8 +15,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, BoxFuture, LoopConfig, NoHooks, Outcome, TerminationReason, Tool, ToolContext, ToolError, ToolLoop,
-    ToolOutput, ToolRegistry,
+    AgentLoop, BoxFuture, LoopConfig, NoHooks, Outcome, RunScope, TerminationReason, Tool, ToolContext, ToolError,
+    ToolLoop, ToolOutput, ToolRegistry,
 };
 
 /// Turns of the script that each make one `get_time` call.
@@ -70,7 +70,7 @@ fn agent() -> Result<ToolLoop, Box<dyn std::error::Error>> {
 
 /// One whole run; panics (failing the benchmark) if it does not complete as workload B says.
 async fn run_once(agent: &ToolLoop) {
-    match agent.start("bench-run", "What time is it? Check 50 times.", &NoHooks).await {
+    match agent.start(&RunScope::new("bench-run"), "What time is it? Check 50 times.", &NoHooks).await {
         Ok(Outcome::Completed(done)) => {
             assert_eq!(done.reason, TerminationReason::Completed);
             assert_eq!(done.counters.tool_invocations as usize, TOOL_TURNS);

@@ -23,8 +23,8 @@ use std::error::Error;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, BoxFuture, Completion, Decision, Decisions, Gate, LoopConfig, Message, NoHooks, Outcome, Suspension,
-    Tool, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry,
+    AgentLoop, BoxFuture, Completion, Decision, Decisions, Gate, LoopConfig, Message, NoHooks, Outcome, RunScope,
+    Suspension, Tool, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry,
 };
 
 /// The run's input: what the user asks the agent to do.
@@ -167,12 +167,14 @@ struct Walkthrough {
 /// The whole cycle; `deny` picks the person's decision.
 async fn walkthrough(deny: bool) -> Result<Walkthrough, Box<dyn Error>> {
     let outbox = Outbox::default();
-    let run_id = "run-approve-note";
+    // The run's id, and any metadata its tools should see (here none); a durable runtime stores both
+    // with the run and gives them back on resume.
+    let scope = RunScope::new("run-approve-note");
 
     // Step 3: start the run. Hooks let a durable runtime persist each step; `NoHooks` keeps nothing.
     let first_process = build_agent(&outbox)?;
     println!("user> {INPUT}\n");
-    let suspension = match first_process.start(run_id, INPUT, &NoHooks).await? {
+    let suspension = match first_process.start(&scope, INPUT, &NoHooks).await? {
         Outcome::Suspended(suspension) => suspension,
         Outcome::Completed(done) => {
             return Err(format!("expected the run to stop at the gate, but it ended: {:?}", done.reason).into());
@@ -210,7 +212,7 @@ async fn walkthrough(deny: bool) -> Result<Walkthrough, Box<dyn Error>> {
     // live tools, runs the approved ones, gives denied ones a result carrying the reason, and carries on.
     // A resumed run can stop at the gate again; this script's second turn has no calls, so it ends.
     let second_process = build_agent(&outbox)?;
-    let completion = match second_process.resume(run_id, suspension, &decisions, &NoHooks).await? {
+    let completion = match second_process.resume(&scope, suspension, &decisions, &NoHooks).await? {
         Outcome::Completed(done) => done,
         Outcome::Suspended(_) => return Err("expected the run to end after the decision".into()),
     };

@@ -13,14 +13,15 @@
 //! # use tollgate_agent_core::*;
 //! # async fn demo(model: Arc<dyn ModelClient>, tools: ToolRegistry) -> Result<(), Box<dyn std::error::Error>> {
 //! let agent = ToolLoop::new(model, Arc::new(tools), LoopConfig::default());
-//! match agent.start("run-1", "Save a note saying hello", &NoHooks).await? {
+//! let scope = RunScope::new("run-1"); // with_metadata(...) hands per-run data to every tool call
+//! match agent.start(&scope, "Save a note saying hello", &NoHooks).await? {
 //!     Outcome::Completed(done) => println!("{:?}", done.output),
 //!     Outcome::Suspended(suspension) => {
 //!         let stored = suspension.to_json()?; // persist it anywhere
 //!         let suspension = Suspension::from_json(&stored)?;
 //!         let decisions: Decisions =
 //!             suspension.decidable_calls().map(|c| (c.call_id.clone(), Decision::Approve)).collect();
-//!         let outcome = agent.resume("run-1", suspension, &decisions, &NoHooks).await?;
+//!         let outcome = agent.resume(&scope, suspension, &decisions, &NoHooks).await?;
 //!         # let _ = outcome;
 //!     }
 //! }
@@ -31,6 +32,7 @@ pub mod canonical;
 pub mod event;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod metadata;
 pub mod model;
 pub mod redact;
 pub mod run;
@@ -40,8 +42,10 @@ pub mod suspension;
 pub mod tool;
 pub mod tool_loop;
 pub mod transcript;
+pub mod typed;
 
 pub use event::{ChainBreak, EventKind, NewEvent, StoredEvent, verify_chain};
+pub use metadata::{Metadata, MetadataError, MetadataValueError};
 pub use model::{FinishReason, ModelClient, ModelError, ModelRequest, ModelResponse};
 pub use redact::Redactor;
 pub use run::{
@@ -54,13 +58,15 @@ pub use suspension::{
     SuspensionError, TurnDigest,
 };
 pub use tool::{
-    Gate, RegisteredTool, RegistryError, Tool, ToolContext, ToolError, ToolOutput, ToolPin, ToolRegistry, ToolSpec,
+    Gate, RegisteredTool, RegistryError, RunScope, Tool, ToolContext, ToolError, ToolOutput, ToolPin, ToolRegistry,
+    ToolSpec,
 };
 pub use tool_loop::{
     AgentLoop, Completion, HookError, ITERATION_LIMIT_RESULT, LoopConfig, LoopError, LoopEvent, LoopHooks, NoHooks,
     Outcome, StartingCall, TerminationReason, ToolLoop, cap_result,
 };
 pub use transcript::{Counters, Invocation, Message, ToolCall, ToolResult, Usage};
+pub use typed::{FnTool, IntoTool, Typed, TypedTool, args_schema, tool_fn};
 
 /// A boxed, sendable future, the return type of the async methods of Tollgate's ports.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

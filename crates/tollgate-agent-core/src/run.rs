@@ -6,7 +6,9 @@
 //! has expired. What each status carries is a [`RunState`], so a waiting run always has its held turn,
 //! a running run its lease, and a finished run neither.
 
+use crate::metadata::Metadata;
 use crate::suspension::{Decision, StoredSuspension, TurnDigest};
+use crate::tool::RunScope;
 use crate::tool_loop::TerminationReason;
 use crate::transcript::Usage;
 use serde::{Deserialize, Serialize};
@@ -227,6 +229,8 @@ pub struct RunRecord {
     pub agent: String,
     /// The run's input.
     pub input: String,
+    /// What its starter gave every tool call of the run (empty when nothing); never changes.
+    pub metadata: Metadata,
     /// Model calls so far.
     pub iterations: u32,
     /// Tokens so far.
@@ -251,7 +255,8 @@ pub struct RunRecord {
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 impl RunRecord {
-    /// A new run, `running` under a lease (or `queued` when `lease` is None), version 1.
+    /// A new run, `running` under a lease (or `queued` when `lease` is None), version 1, without metadata
+    /// (see [`with_metadata`](Self::with_metadata)).
     pub fn new(
         id: String,
         agent: String,
@@ -264,6 +269,7 @@ impl RunRecord {
             id,
             agent,
             input,
+            metadata: Metadata::new(),
             iterations: 0,
             usage: Usage::default(),
             version: 1,
@@ -277,6 +283,17 @@ impl RunRecord {
                 None => RunState::Queued,
             },
         }
+    }
+
+    /// The same run with this metadata.
+    pub fn with_metadata(mut self, metadata: Metadata) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// What the loop runs this run's segments under: its id and metadata.
+    pub fn scope(&self) -> RunScope {
+        RunScope { run_id: self.id.clone(), metadata: self.metadata.clone() }
     }
 
     /// Current status.

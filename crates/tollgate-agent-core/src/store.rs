@@ -183,17 +183,29 @@ pub enum IntegrityCheck {
     Full,
 }
 
-/// Which runs to list.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Which runs to list. The default lists the newest [`RunQuery::DEFAULT_LIMIT`] runs of any status and
+/// agent, so `RunQuery { status: Some(..), ..Default::default() }` reads a first page.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunQuery {
     /// Only runs with this status.
     pub status: Option<RunStatus>,
     /// Only runs of this agent.
     pub agent: Option<String>,
-    /// At most this many (the caller bounds it).
+    /// At most this many (the caller bounds it; 0 lists nothing).
     pub limit: u32,
     /// Continue after this cursor (from a previous page).
     pub cursor: Option<String>,
+}
+
+impl RunQuery {
+    /// The page size when none is chosen: the HTTP API's default `limit` (docs/api.md).
+    pub const DEFAULT_LIMIT: u32 = 50;
+}
+
+impl Default for RunQuery {
+    fn default() -> Self {
+        Self { status: None, agent: None, limit: Self::DEFAULT_LIMIT, cursor: None }
+    }
 }
 
 /// One page of runs, newest first.

@@ -5,6 +5,7 @@
 
 use crate::BoxFuture;
 use crate::canonical::canonical_sha256;
+use crate::metadata::{Metadata, MetadataValueError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -81,6 +82,12 @@ impl ToolError {
     }
 }
 
+impl From<MetadataValueError> for ToolError {
+    fn from(error: MetadataValueError) -> Self {
+        Self::new(error.to_string())
+    }
+}
+
 /// What a tool learns about the call it serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolContext {
@@ -88,12 +95,52 @@ pub struct ToolContext {
     pub run_id: String,
     /// The model's id for the call.
     pub call_id: String,
+    /// The run's metadata, as given when it was started (empty when none was).
+    pub metadata: Metadata,
 }
 
 impl ToolContext {
+    /// The context of call `call_id` of run `run_id`, without metadata.
+    pub fn new(run_id: impl Into<String>, call_id: impl Into<String>) -> Self {
+        Self { run_id: run_id.into(), call_id: call_id.into(), metadata: Metadata::new() }
+    }
+
+    /// The same context with this metadata.
+    pub fn with_metadata(mut self, metadata: Metadata) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
     /// A key unique to this call of this run, for tools that talk to systems with idempotency keys.
     pub fn idempotency_key(&self) -> String {
         format!("{}:{}", self.run_id, self.call_id)
+    }
+}
+
+/// The run a segment of the loop serves: what every [`ToolContext`] of the segment is made from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunScope {
+    /// The run's id.
+    pub run_id: String,
+    /// The run's metadata (stored with the run, so a resume in another process has it too).
+    pub metadata: Metadata,
+}
+
+impl RunScope {
+    /// The scope of run `run_id`, without metadata.
+    pub fn new(run_id: impl Into<String>) -> Self {
+        Self { run_id: run_id.into(), metadata: Metadata::new() }
+    }
+
+    /// The same scope with this metadata.
+    pub fn with_metadata(mut self, metadata: Metadata) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// The context a tool gets for call `call_id` of this run.
+    pub fn tool_context(&self, call_id: impl Into<String>) -> ToolContext {
+        ToolContext { run_id: self.run_id.clone(), call_id: call_id.into(), metadata: self.metadata.clone() }
     }
 }
 

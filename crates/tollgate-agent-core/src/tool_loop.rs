@@ -12,7 +12,7 @@ use crate::BoxFuture;
 use crate::model::{ModelClient, ModelError, ModelRequest, ModelResponse};
 use crate::redact::Redactor;
 use crate::suspension::{CallState, Decision, DecisionError, Decisions, HeldCall, Suspension};
-use crate::tool::{Gate, RegisteredTool, ToolContext, ToolPin, ToolRegistry, ToolSpec};
+use crate::tool::{Gate, RegisteredTool, RunScope, ToolPin, ToolRegistry, ToolSpec};
 use crate::transcript::{Counters, Invocation, Message, ToolCall, ToolResult};
 use futures_util::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -200,10 +200,10 @@ pub enum LoopError {
 
 /// A loop the runtime can drive; implemented by [`ToolLoop`] and by test doubles.
 pub trait AgentLoop: Send + Sync {
-    /// Starts a run on an input.
+    /// Starts a run on an input. Every tool call of the segment gets a context made from `scope`.
     fn start<'a>(
         &'a self,
-        run_id: &'a str,
+        scope: &'a RunScope,
         input: &'a str,
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>>;
@@ -224,10 +224,11 @@ pub trait AgentLoop: Send + Sync {
         None
     }
 
-    /// Resumes a suspension with a decision for every call that takes one.
+    /// Resumes a suspension with a decision for every call that takes one. `scope` is the run's, as
+    /// at its start: the suspension does not carry it.
     fn resume<'a>(
         &'a self,
-        run_id: &'a str,
+        scope: &'a RunScope,
         suspension: Suspension,
         decisions: &'a Decisions,
         hooks: &'a dyn LoopHooks,
@@ -356,19 +357,19 @@ impl ToolLoop {
         missing_decisions(suspension, decisions)
     }
 
-    async fn start_run(&self, run_id: &str, input: &str, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
+    async fn start_run(&self, scope: &RunScope, input: &str, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
         let mut transcript = Vec::with_capacity(2 * self.config.max_iterations as usize + 2);
         if let Some(prompt) = &self.config.system_prompt {
             transcript.push(Message::system(prompt.clone()));
         }
         transcript.push(Message::user(input));
         let state = RunState { transcript, counters: Counters::default(), trace: Vec::new() };
-        self.drive(run_id, state, hooks).await
+        self.drive(scope, state, hooks).await
     }
 
     async fn resume_run(
         &self,
-        run_id: &str,
+        scope: &RunScope,
         suspension: Suspension,
         decisions: &Decisions,
         hooks: &dyn LoopHooks,
@@ -377,11 +378,11 @@ impl ToolLoop {
         let Suspension { round, transcript, calls, counters, trace, tools: pins, .. } = suspension;
         let mut state = RunState { transcript, counters, trace };
         let steps = self.plan_resumed_turn(calls, decisions, &pins);
-        self.execute_turn(run_id, round, &mut state, steps, hooks).await?;
-        self.drive(run_id, state, hooks).await
+        self.execute_turn(scope, round, &mut state, steps, hooks).await?;
+        self.drive(scope, state, hooks).await
     }
 
-    async fn drive(&self, run_id: &str, mut state: RunState, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
+    async fn drive(&self, scope: &RunScope, mut state: RunState, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
         let max_iterations = self.config.max_iterations.max(1);
         loop {
             if state.counters.iterations >= max_iterations {
@@ -429,7 +430,7 @@ impl ToolLoop {
                 return Ok(Outcome::Suspended(self.suspend(round, state, held).await));
             }
             let steps = held.into_iter().map(|c| self.step_without_decision(c)).collect();
-            self.execute_turn(run_id, round, &mut state, steps, hooks).await?;
+            self.execute_turn(scope, round, &mut state, steps, hooks).await?;
         }
     }
 
@@ -592,7 +593,7 @@ impl ToolLoop {
     /// Consecutive allow-gated calls run concurrently (bounded); a call a person approved runs alone.
     async fn execute_turn(
         &self,
-        run_id: &str,
+        scope: &RunScope,
         round: u32,
         state: &mut RunState,
         steps: Vec<Step>,
@@ -613,12 +614,12 @@ impl ToolLoop {
                     if batch.len() == 1 {
                         let (call_id, tool, arguments, edited) = batch.remove(0);
                         let result =
-                            self.invoke(run_id, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks).await?;
+                            self.invoke(scope, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks).await?;
                         record(state, round, &result.1, result.0, &mut results);
                     } else {
                         let outcomes: Vec<Result<(ToolResult, Value), HookError>> = futures_util::stream::iter(
                             batch.into_iter().map(|(call_id, tool, arguments, edited)| async move {
-                                self.invoke(run_id, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks).await
+                                self.invoke(scope, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks).await
                             }),
                         )
                         .buffered(self.config.concurrency.max(1))
@@ -632,7 +633,7 @@ impl ToolLoop {
                 }
                 Step::Run { call_id, tool, arguments, gate, edited } => {
                     let (result, arguments) =
-                        self.invoke(run_id, round, &call_id, &tool, arguments, gate, edited, hooks).await?;
+                        self.invoke(scope, round, &call_id, &tool, arguments, gate, edited, hooks).await?;
                     record(state, round, &arguments, result, &mut results);
                 }
             }
@@ -646,7 +647,7 @@ impl ToolLoop {
     #[allow(clippy::too_many_arguments)]
     async fn invoke(
         &self,
-        run_id: &str,
+        scope: &RunScope,
         round: u32,
         call_id: &str,
         tool: &str,
@@ -657,7 +658,7 @@ impl ToolLoop {
     ) -> Result<(ToolResult, Value), HookError> {
         hooks.on_event(LoopEvent::ToolStarted { round, call_id, tool, arguments: &arguments, gate }).await?;
         let (content, is_error) = match self.tools.get(tool) {
-            Some(registered) => self.run_tool(registered, run_id, call_id, arguments.clone()).await,
+            Some(registered) => self.run_tool(registered, scope, call_id, arguments.clone()).await,
             None => (format!("Tool {tool} is no longer available; the call was not run."), true),
         };
         let mut content = cap_result(self.config.redactor.redact(&content).into_owned(), self.config.result_cap_bytes);
@@ -673,12 +674,12 @@ impl ToolLoop {
     async fn run_tool(
         &self,
         registered: &RegisteredTool,
-        run_id: &str,
+        scope: &RunScope,
         call_id: &str,
         arguments: Value,
     ) -> (String, bool) {
         let name = registered.tool().name();
-        let ctx = ToolContext { run_id: run_id.to_owned(), call_id: call_id.to_owned() };
+        let ctx = scope.tool_context(call_id);
         let failed = || (format!("Tool {name} failed."), true);
         let Some(future) = guarded(|| registered.tool().call(arguments, ctx)) else {
             tracing::error!(tool = name, call_id, "tool panicked");
@@ -715,11 +716,11 @@ impl AgentLoop for ToolLoop {
 
     fn start<'a>(
         &'a self,
-        run_id: &'a str,
+        scope: &'a RunScope,
         input: &'a str,
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
-        Box::pin(self.start_run(run_id, input, hooks))
+        Box::pin(self.start_run(scope, input, hooks))
     }
 
     fn first_decided_call(&self, suspension: &Suspension, decisions: &Decisions) -> Option<StartingCall> {
@@ -737,12 +738,12 @@ impl AgentLoop for ToolLoop {
 
     fn resume<'a>(
         &'a self,
-        run_id: &'a str,
+        scope: &'a RunScope,
         suspension: Suspension,
         decisions: &'a Decisions,
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
-        Box::pin(self.resume_run(run_id, suspension, decisions, hooks))
+        Box::pin(self.resume_run(scope, suspension, decisions, hooks))
     }
 }
 

@@ -1,10 +1,27 @@
 //! # tollgate-agent-playground
 //!
-//! The web playground and approvals inbox that `tollgate serve` shows at `/`: start a run, watch its
-//! steps live over SSE, an inbox of waiting runs, and per held call the preview (diffs shown as diffs),
-//! approve, edit (checked against the tool's schema before sending), deny with a reason, respond, and
-//! approve-all / deny-all. It is a client of the HTTP API of docs/api.md and nothing else: every state it
-//! shows comes from `/v1`, so a reload shows the same history.
+//! The web playground and approvals inbox that `tollgate serve` shows at `/`, embedded in the binary: this
+//! crate answers "which bytes, of which type" for a path, and the server serves them.
+//!
+//! ```rust
+//! use tollgate_agent_playground::{ASSETS_PREFIX, INDEX, asset, paths};
+//!
+//! // `GET /`: the page.
+//! let (content_type, body) = asset("/").expect("the index is embedded");
+//! assert_eq!(content_type, "text/html; charset=utf-8");
+//! assert!(body.starts_with(b"<!doctype html>"));
+//!
+//! // `GET /assets/{path}`: the files the page loads.
+//! let (content_type, _script) = "/assets/app.js".strip_prefix(ASSETS_PREFIX).and_then(asset).expect("embedded");
+//! assert_eq!(content_type, "text/javascript; charset=utf-8");
+//! assert!(paths().any(|path| path == INDEX));
+//! assert!(asset("../Cargo.toml").is_none()); // nothing outside the embedded set
+//! ```
+//!
+//! The page starts a run, watches its steps live over SSE, lists the waiting runs, and per held call shows
+//! the preview (diffs shown as diffs), approve, edit (checked against the tool's schema before sending),
+//! deny with a reason, respond, and approve-all / deny-all. It is a client of the HTTP API of docs/api.md
+//! and nothing else: every state it shows comes from `/v1`, so a reload shows the same history.
 //!
 //! What it promises:
 //! - **Every asset is in the binary.** The files of `assets/` (plain HTML, CSS and JavaScript modules,
@@ -13,7 +30,7 @@
 //! - **Paths are relative.** `index.html` loads `assets/…` and calls `v1/…` relative to itself, so the
 //!   server mounts the index at `/` and the files under `/assets/` ([`ASSETS_PREFIX`]).
 //!
-//! The server owns routing and headers; this crate only answers "which bytes, of which type" for a path.
+//! The server owns routing and headers.
 
 use rust_embed::RustEmbed;
 use std::borrow::Cow;

@@ -1,6 +1,30 @@
 //! Tollgate's wire format: the JSON of the HTTP API (docs/api.md) and the `data` of every event kind, as plain
 //! serde types that a server, the CLI and third-party clients share.
 //!
+//! ```rust
+//! use tollgate_agent_protocol::{CallDecision, DecisionRequest, DenyDecision, Run, RunStatus};
+//!
+//! # let body = r#"{"id":"0193b0c6-0000-7000-8000-000000000001","agent":"demo","status":"waiting_for_approval",
+//! # "input":"hello","iterations":1,"usage":{"input_tokens":3,"output_tokens":4},"version":2,"created_by":"local",
+//! # "created_at":"2026-11-29T10:00:00.000Z","updated_at":"2026-11-29T10:00:01.000Z","pending":{"turn_digest":"sha256:00",
+//! # "calls":[{"call_id":"call_1","tool":"write_note","arguments":{"text":"hello"},"gate":"ask","in_doubt":false,
+//! # "state":"waiting","takes_decision":true}]}}"#;
+//! // A waiting run, as `GET /v1/runs/{id}` answers it.
+//! let run: Run = serde_json::from_str(body)?;
+//! assert_eq!(run.status, RunStatus::WaitingForApproval);
+//!
+//! // Deny every call that takes a decision: the body of `POST /v1/runs/{id}/decisions`.
+//! let deny = |call_id: &str| DenyDecision { call_id: call_id.into(), reason: Some("not today".into()) };
+//! let decisions = run.awaiting_decision().map(|call| CallDecision::Deny(deny(&call.call_id))).collect();
+//! let turn = run.pending.as_ref().map(|held| held.turn_digest.as_str()).unwrap_or_default();
+//! let request = DecisionRequest::each(turn, decisions);
+//! assert_eq!(
+//!     serde_json::to_string(&request)?,
+//!     r#"{"turn_digest":"sha256:00","decisions":[{"action":"deny","call_id":"call_1","reason":"not today"}]}"#
+//! );
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+//!
 //! What it owns: the run object ([`Run`]), the list and event answers, the request bodies, problem+json
 //! ([`Problem`], [`ProblemType`]) and the typed event data ([`EventData`]). Every type derives
 //! `utoipa::ToSchema`, under the component name the OpenAPI document already uses, so a client generator

@@ -8,7 +8,7 @@
 //! server refuses.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 /// `POST /v1/runs`.
@@ -25,9 +25,29 @@ pub struct StartRunRequest {
         pattern = "[^\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
     )]
     pub input: String,
+    /// Handed to every tool call of the run and stored with it (which customer, which tenant); shown on
+    /// the run, never in its events. A JSON object of at most 16 KiB as compact JSON, nested at most 16
+    /// levels deep (the object itself is the first); `{}` when absent or null.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "object_or_null")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
     /// Answer once the run waits for approval or has ended (default false: answer at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<bool>,
+}
+
+/// `metadata` of [`StartRunRequest`]: an object, or absent when null; anything else is refused naming the
+/// field (a plain map would only say "expected a map").
+fn object_or_null<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Map<String, Value>>, D::Error> {
+    let found = match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(map)) => return Ok(Some(map)),
+        Some(Value::Array(_)) => "an array",
+        Some(Value::String(_)) => "a string",
+        Some(Value::Number(_)) => "a number",
+        Some(Value::Bool(_)) => "a boolean",
+    };
+    Err(serde::de::Error::custom(format!("`metadata` must be a JSON object, not {found}")))
 }
 
 /// `approve`: run the call as the model asked.

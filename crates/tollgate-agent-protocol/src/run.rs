@@ -5,7 +5,7 @@
 //! and is marked `required` in the schema (present, nullable).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 /// A run's status.
@@ -291,6 +291,11 @@ pub struct Run {
     pub status: RunStatus,
     /// The run's input.
     pub input: String,
+    /// What its starter gave the run's tools (`metadata` of `POST /v1/runs`): a JSON object, `{}` when
+    /// none was given. Never in the run's events.
+    #[serde(default)]
+    #[schema(required = true, value_type = Object)]
+    pub metadata: Map<String, Value>,
     /// The final output.
     #[schema(required = true)]
     pub output: Option<String>,

@@ -13,6 +13,7 @@ use tollgate_agent_core::{FinishReason, Message, ModelError, ToolCall};
 /// A call's arguments as the model sent them: JSON text (OpenAI) or an already parsed value (Anthropic).
 pub(crate) enum RawArguments {
     /// JSON text, to be parsed.
+    #[cfg_attr(not(feature = "openai"), allow(dead_code))]
     Text(String),
     /// A parsed value.
     Value(Value),

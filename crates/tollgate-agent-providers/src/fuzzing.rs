@@ -8,7 +8,11 @@
 //! the whole transcript; arguments an object unless marked malformed; and no error that quotes the key or
 //! runs on without bound. The adapters do not parse streams (they never ask for one), so a body is whole.
 
-use crate::{AnthropicModel, ApiKey, OpenAiModel, ProviderSettings};
+#[cfg(feature = "anthropic")]
+use crate::AnthropicModel;
+#[cfg(feature = "openai")]
+use crate::OpenAiModel;
+use crate::{ApiKey, ProviderSettings};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -25,6 +29,7 @@ const STATUSES: [u16; 9] = [200, 204, 302, 400, 401, 404, 413, 429, 529];
 const MAX_ERROR_BYTES: usize = crate::http::MAX_MESSAGE_BYTES + 400;
 
 /// Reads `body` as the OpenAI-compatible adapter would and checks the promises; `Err` says which broke.
+#[cfg(feature = "openai")]
 pub fn check_openai_response(body: &[u8]) -> Result<(), String> {
     static MODEL: OnceLock<Result<OpenAiModel, String>> = OnceLock::new();
     let model = MODEL.get_or_init(|| OpenAiModel::new(settings("http://127.0.0.1:9/v1")).map_err(|e| e.to_string()));
@@ -33,6 +38,7 @@ pub fn check_openai_response(body: &[u8]) -> Result<(), String> {
 }
 
 /// Reads `body` as the Anthropic adapter would and checks the promises; `Err` says which broke.
+#[cfg(feature = "anthropic")]
 pub fn check_anthropic_response(body: &[u8]) -> Result<(), String> {
     static MODEL: OnceLock<Result<AnthropicModel, String>> = OnceLock::new();
     let model = MODEL.get_or_init(|| AnthropicModel::new(settings("http://127.0.0.1:9")).map_err(|e| e.to_string()));

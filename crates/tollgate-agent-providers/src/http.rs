@@ -133,6 +133,7 @@ pub(crate) struct ProviderFailure {
     /// The provider's message, redacted and cut to a sane length.
     pub(crate) message: String,
     /// The provider's machine-readable code or error type, if it gave one (`error.code`, `error.type`).
+    #[cfg_attr(not(feature = "openai"), allow(dead_code))]
     pub(crate) code: Option<String>,
 }
 

@@ -8,11 +8,16 @@
 //! - [`anthropic`]: Anthropic Messages.
 //! - [`scripted`]: replays a JSON script, for tests, benchmarks and the offline demo.
 //!
+//! Cargo features: `openai` and `anthropic` (both default) each bring in their adapter and the HTTP
+//! client (reqwest); the scripted provider is always there.
+//!
 //! The two HTTP adapters are built from one [`ProviderSettings`] (what a `[[providers]]` entry of
 //! `tollgate.toml` maps into) and share its promises: typed errors, retries with backoff for the retryable
 //! ones, and an API key that never shows up in a log line, an error or `Debug` output.
 //!
-//! ```no_run
+// The example needs the `openai` feature.
+#![cfg_attr(feature = "openai", doc = "```no_run")]
+#![cfg_attr(not(feature = "openai"), doc = "```ignore")]
 //! use std::time::Duration;
 //! use tollgate_agent_providers::{ApiKey, OpenAiModel, ProviderSettings};
 //!
@@ -27,15 +32,23 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 mod answer;
+#[cfg(feature = "anthropic")]
 pub mod anthropic;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod http;
+#[cfg(feature = "openai")]
 pub mod openai;
 pub mod scripted;
 
+#[cfg(feature = "anthropic")]
 pub use anthropic::{ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_VERSION, AnthropicModel};
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 pub use http::{ApiKey, ProviderError, ProviderSettings};
+#[cfg(feature = "openai")]
 pub use openai::{OPENAI_DEFAULT_BASE_URL, OpenAiModel};
 pub use scripted::{Script, ScriptError, ScriptedModel};

@@ -10,11 +10,11 @@
 
 use crate::error::{DriveError, StartError};
 use crate::hooks::PersistHooks;
-use crate::{AgentSpec, Inner, events};
+use crate::{AgentSpec, Inner, StartRun, events};
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
 use tollgate_agent_core::{
-    Decisions, Guard, HeldTurn, LoopError, Millis, NewEvent, Outcome, RecordedDecision, RunError, RunRecord,
+    Decisions, Guard, HeldTurn, LoopError, Metadata, Millis, NewEvent, Outcome, RecordedDecision, RunError, RunRecord,
     StartingCall, StoreError, Suspension, SuspensionError, Transition, TurnDigest,
 };
 
@@ -88,15 +88,12 @@ pub(crate) fn suspend_transition(
 impl Inner {
     /// A new run of an agent (the default agent when `agent` is `None`), as created (`running` under
     /// this process's lease), not stored yet.
-    pub(crate) fn new_run(
-        &self,
-        agent: Option<&str>,
-        input: &str,
-        actor: &str,
-    ) -> Result<(RunRecord, Arc<AgentSpec>), StartError> {
+    pub(crate) fn new_run(&self, request: StartRun<'_>) -> Result<(RunRecord, Arc<AgentSpec>), StartError> {
+        let StartRun { agent, input, actor, metadata } = request;
         if input.trim().is_empty() {
             return Err(StartError::EmptyInput);
         }
+        let metadata = Metadata::from_map(metadata)?;
         let spec = match agent {
             Some(name) => self.agent(name).ok_or_else(|| StartError::UnknownAgent(name.to_owned()))?,
             None => self.agents.first().cloned().ok_or_else(|| StartError::UnknownAgent("(none)".into()))?,
@@ -109,7 +106,8 @@ impl Inner {
             actor.to_owned(),
             now,
             Some(self.lease(now)),
-        );
+        )
+        .with_metadata(metadata);
         Ok((run, spec))
     }
 
@@ -146,10 +144,12 @@ impl Inner {
         };
         let unborn = matches!(work, Work::Create).then(|| run.clone());
         let hooks = PersistHooks::new(Arc::clone(self), run.id.clone(), started, unborn);
+        // The run's id and metadata as stored: a resume in another process has them as the start did.
+        let scope = run.scope();
         let outcome = match work {
-            Work::Start | Work::Create => spec.agent_loop.start(&run.id, &run.input, &hooks).await,
+            Work::Start | Work::Create => spec.agent_loop.start(&scope, &run.input, &hooks).await,
             Work::Resume { suspension, decisions, .. } => {
-                spec.agent_loop.resume(&run.id, suspension, &decisions, &hooks).await
+                spec.agent_loop.resume(&scope, suspension, &decisions, &hooks).await
             }
         };
         let now = self.clock.now();

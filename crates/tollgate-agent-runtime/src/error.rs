@@ -7,7 +7,7 @@
 //! Operations that can only fail in the store (`list`, `count_by_status`, `purge`, `sweep`) answer
 //! [`StoreError`] itself.
 
-use tollgate_agent_core::{DecisionError, RunStatus, StoreError, TurnDigest};
+use tollgate_agent_core::{DecisionError, MetadataError, RunStatus, StoreError, TurnDigest};
 
 /// Why [`Runtime::start`](crate::Runtime::start) or
 /// [`start_and_wait`](crate::Runtime::start_and_wait) started no run (or lost sight of it).
@@ -19,6 +19,10 @@ pub enum StartError {
     /// The input is empty or only whitespace. Not retryable.
     #[error("input must be a non-empty string")]
     EmptyInput,
+    /// The metadata is too large or nested too deep (see [`tollgate_agent_core::Metadata`]). Not
+    /// retryable.
+    #[error(transparent)]
+    InvalidMetadata(#[from] MetadataError),
     /// `start_and_wait`: the run was stored, then deleted (purged) before it settled. Not retryable.
     #[error("run {0} not found")]
     Vanished(String),
@@ -31,7 +35,10 @@ impl StartError {
     /// True when the same request may succeed later.
     pub fn is_retryable(&self) -> bool {
         match self {
-            StartError::UnknownAgent(_) | StartError::EmptyInput | StartError::Vanished(_) => false,
+            StartError::UnknownAgent(_)
+            | StartError::EmptyInput
+            | StartError::InvalidMetadata(_)
+            | StartError::Vanished(_) => false,
             StartError::Store(e) => e.is_retryable(),
         }
     }

@@ -154,6 +154,50 @@ pub struct RunNotice {
     pub run: Option<Arc<RunRecord>>,
 }
 
+/// A run to start ([`Runtime::start`], [`Runtime::start_and_wait`]): which agent, on what input, by whom,
+/// and the metadata its tools get.
+///
+/// ```
+/// # use tollgate_agent_runtime::StartRun;
+/// let mut metadata = serde_json::Map::new();
+/// metadata.insert("customer".into(), "acme".into());
+/// let request = StartRun::new("Refund order 42", "support-desk").agent("refunds").metadata(metadata);
+/// # assert_eq!(request.agent, Some("refunds"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StartRun<'a> {
+    /// The agent; the default (first) agent when `None`.
+    pub agent: Option<&'a str>,
+    /// What the agent is asked to do: not empty, not only white space.
+    pub input: &'a str,
+    /// Who starts it, on the record (`run_started`, the run's `created_by`).
+    pub actor: &'a str,
+    /// Handed to every tool call of the run ([`ToolContext::metadata`](tollgate_agent_core::ToolContext))
+    /// and stored with it, so a resume in any process has it too; shown on the run, never in its events.
+    /// Within [`Metadata`](tollgate_agent_core::Metadata)'s limits (16 KiB as JSON, 16 levels deep), else
+    /// [`StartError::InvalidMetadata`]. Empty by default.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+impl<'a> StartRun<'a> {
+    /// A run of the default agent on `input`, started by `actor`, without metadata.
+    pub fn new(input: &'a str, actor: &'a str) -> Self {
+        Self { agent: None, input, actor, metadata: serde_json::Map::new() }
+    }
+
+    /// Runs this agent instead of the default one.
+    pub fn agent(mut self, name: &'a str) -> Self {
+        self.agent = Some(name);
+        self
+    }
+
+    /// With this metadata (replacing any given before).
+    pub fn metadata(mut self, metadata: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.metadata = metadata;
+        self
+    }
+}
+
 /// Decisions as a caller sends them.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DecisionSet {
@@ -255,8 +299,8 @@ impl Runtime {
     }
 
     /// Starts a run and drives it in the background; returns it as created (`running`).
-    pub async fn start(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, StartError> {
-        let (run, spec) = self.inner.new_run(agent, input, actor)?;
+    pub async fn start(&self, request: StartRun<'_>) -> Result<RunRecord, StartError> {
+        let (run, spec) = self.inner.new_run(request)?;
         let started = events::run_started(&run);
         let run = self.inner.store.create(run, vec![started]).await.map_err(StartError::Store)?;
         self.inner.notify(&run);
@@ -270,8 +314,8 @@ impl Runtime {
     /// its creation rides with its first durable write (the held turn, the end, or the progress committed
     /// before a second model call), one commit less. Should the process die before that, no run is left
     /// behind and the caller's request fails; nothing was promised to anyone.
-    pub async fn start_and_wait(&self, agent: Option<&str>, input: &str, actor: &str) -> Result<RunRecord, StartError> {
-        let (run, spec) = self.inner.new_run(agent, input, actor)?;
+    pub async fn start_and_wait(&self, request: StartRun<'_>) -> Result<RunRecord, StartError> {
+        let (run, spec) = self.inner.new_run(request)?;
         let id = run.id.clone();
         // Driven in a task of its own (so that many runs started at once from one task still run side by
         // side and commit together), which answers here.

@@ -191,6 +191,7 @@ pub fn run(run: &RunRecord) -> wire::Run {
         agent: run.agent.clone(),
         status: run_status(run.status()),
         input: run.input.clone(),
+        metadata: run.metadata.as_map().clone(),
         output: run.output().map(str::to_owned),
         termination_reason: run.termination_reason().map(termination_reason),
         iterations: run.iterations,

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tollgate_agent_core::DecisionError;
 use tollgate_agent_core::{
-    Clock, Decision, EventKind, Gate, Guard, HeldTurn, LoopConfig, RunRecord, RunStatus, RunStore, StoredSuspension,
-    ToolLoop, ToolRegistry, Transition, TurnDigest,
+    Clock, Decision, EventKind, Gate, Guard, HeldTurn, LoopConfig, Metadata, MetadataError, RunQuery, RunRecord,
+    RunStatus, RunStore, StoredSuspension, ToolLoop, ToolRegistry, Transition, TurnDigest,
 };
 use tollgate_agent_providers::{Script, ScriptedModel};
 use tollgate_agent_runtime::{
     AgentSpec, CancelError, DecideError, DecisionSet, OnExpiry, ReadError, Retention, Runtime, RuntimeOptions,
-    Schedule, UuidV7Ids,
+    Schedule, StartError, StartRun, UuidV7Ids,
 };
 use tollgate_agent_testkit::{ManualClock, TestTool, postgres_url, scratch_dir};
 
@@ -118,7 +118,8 @@ async fn approve_runs_the_tool_once_and_the_log_verifies() {
     for (backend, store) in stores().await {
         let setup = Setup::new(one_write(), vec![write_tool()]);
         let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
-        let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let run =
+            runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         assert_eq!(setup.tools[0].call_count(), 0, "{backend}: nothing runs before the decision");
         let view = tollgate_agent_runtime::view::run_json(&run);
@@ -168,7 +169,8 @@ async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
         let setup = Setup::new(one_write(), vec![write_tool()]);
         let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
         // The waiting starter's run is created already held: one write.
-        let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let run =
+            runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         assert_eq!(store.writes(), vec!["create waiting_for_approval"], "{backend}");
         assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.last_seq), Some(run.last_seq), "{backend}");
@@ -185,7 +187,7 @@ async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
         assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
 
         // A starter who takes the id at once gets a run already stored, as created.
-        let started = runtime.start(None, "later", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let started = runtime.start(StartRun::new("later", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(started.status(), RunStatus::Running, "{backend}");
         let stored = runtime.get(&started.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(stored.id, started.id, "{backend}");
@@ -206,7 +208,8 @@ async fn a_waiting_starters_run_is_stored_by_its_first_durable_write() {
         let store = Arc::new(tollgate_agent_testkit::FailingStore::logging(inner));
         let setup = Setup::new(script.clone(), vec![TestTool::new("list"), write_tool()]);
         let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
-        let run = runtime.start_and_wait(None, "go", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let run =
+            runtime.start_and_wait(StartRun::new("go", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         assert_eq!(store.writes(), vec!["create running", "transition suspend"], "{backend}");
         assert_eq!(
@@ -228,11 +231,68 @@ async fn a_waiting_starters_run_is_stored_by_its_first_durable_write() {
 }
 
 #[tokio::test]
+async fn a_run_resumed_by_another_runtime_on_the_same_file_gives_its_tools_the_metadata() {
+    let url = format!("sqlite://{}", scratch_dir("runtime-metadata").join("tollgate.db").display());
+    let open = || async { tollgate_agent_store::open(&url).await.unwrap_or_else(|e| panic!("{e}")) };
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "list"}]},
+        {"tool_calls": [{"name": "write", "arguments": {"text": "x"}}]},
+        {"text": "done"}
+    ]});
+    let given = json!({"customer": "acme", "tenant": {"id": 7}});
+    let Value::Object(map) = given.clone() else { panic!("an object") };
+    let metadata = Metadata::try_from(given.clone()).unwrap_or_else(|e| panic!("{e}"));
+
+    let first = Setup::new(script.clone(), vec![TestTool::new("list"), write_tool()]);
+    let runtime = first.runtime(open().await, &ManualClock::at(T0), "node-a");
+    let run = runtime
+        .start_and_wait(StartRun::new("go", "alice").metadata(map.clone()))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::WaitingForApproval);
+    assert_eq!(run.metadata, metadata);
+    assert_eq!(tollgate_agent_runtime::view::run_json(&run)["metadata"], given, "shown on the run");
+    let seen: Vec<(String, Metadata)> = first.tools[0].contexts().into_iter().map(|c| (c.run_id, c.metadata)).collect();
+    assert_eq!(seen, vec![(run.id.clone(), metadata.clone())], "the first segment's call");
+    let events = runtime.events(&run.id, 0, 100).await.unwrap_or_default();
+    assert!(events.iter().all(|e| !e.data.to_string().contains("acme")), "metadata stays out of the events");
+    runtime.drain().await;
+    drop(runtime);
+
+    // Another process on the same file resumes the run: its tools get the metadata stored with it.
+    let second = Setup::new(script, vec![TestTool::new("list"), write_tool()]);
+    let runtime = second.runtime(open().await, &ManualClock::at(T0 + 1_000), "node-b");
+    let loaded = runtime.get(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.metadata, metadata);
+    let done = runtime
+        .decide_and_wait(&loaded, &digest(&loaded), DecisionSet::ApproveAll, "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed);
+    let seen: Vec<(String, String, Metadata)> =
+        second.tools[1].contexts().into_iter().map(|c| (c.run_id, c.call_id, c.metadata)).collect();
+    assert_eq!(seen, vec![(run.id.clone(), "call_2".to_owned(), metadata.clone())], "the resumed segment's call");
+    assert_eq!(done.metadata, metadata);
+
+    // Metadata over the limit starts nothing.
+    let big = json!({"blob": "x".repeat(Metadata::MAX_BYTES)});
+    let Value::Object(big) = big else { panic!("an object") };
+    let refused = runtime.start(StartRun::new("go", "alice").metadata(big)).await;
+    assert!(
+        matches!(refused, Err(StartError::InvalidMetadata(MetadataError::TooLarge { limit: 16_384, .. }))),
+        "{refused:?}"
+    );
+    let listed = runtime.list(RunQuery::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(listed.runs.len(), 1, "nothing was stored");
+}
+
+#[tokio::test]
 async fn an_edited_call_has_one_ledger_entry_with_the_arguments_it_ran_with() {
     for (backend, store) in stores().await {
         let setup = Setup::new(two_writes(), vec![write_tool()]);
         let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
-        let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let run =
+            runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         let set = DecisionSet::Each(vec![
             ("call_1".into(), Decision::Edit { arguments: json!({"text": "edited"}) }),
             ("call_2".into(), Decision::Respond { result: "already written".into() }),
@@ -254,7 +314,7 @@ async fn an_edited_call_has_one_ledger_entry_with_the_arguments_it_ran_with() {
 async fn deny_all_gives_the_model_the_reason_and_runs_nothing() {
     let setup = Setup::new(one_write(), vec![write_tool()]);
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
-    let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     runtime
         .decide(&run.id, &digest(&run), DecisionSet::DenyAll { reason: "not on a Friday".into() }, "bob")
         .await
@@ -270,7 +330,7 @@ async fn deny_all_gives_the_model_the_reason_and_runs_nothing() {
 async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
     let setup = Setup::new(two_writes(), vec![write_tool()]);
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
-    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let d = digest(&run);
     let each = |id: &str, decision: Decision| DecisionSet::Each(vec![(id.to_owned(), decision)]);
 
@@ -314,7 +374,7 @@ async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
 async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
     let setup = Setup::new(two_writes(), vec![write_tool()]);
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
-    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let d = digest(&run);
 
     // Someone else decides the first call after this caller loaded the run.
@@ -338,7 +398,7 @@ async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
     assert!(matches!(late, Err(DecideError::NotWaiting { .. })), "{late:?}");
 
     // A partial decision answers at once, still waiting.
-    let other = runtime.start_and_wait(None, "y", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let other = runtime.start_and_wait(StartRun::new("y", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let each = DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]);
     let partial = runtime.decide_and_wait(&other, &digest(&other), each, "bob").await;
     assert_eq!(partial.ok().map(|r| r.status()), Some(RunStatus::WaitingForApproval));
@@ -349,7 +409,8 @@ async fn thirty_two_concurrent_deciders_resume_once() {
     for (backend, store) in stores().await {
         let setup = Setup::new(one_write(), vec![write_tool()]);
         let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
-        let run = runtime.start_and_wait(None, "race", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let run =
+            runtime.start_and_wait(StartRun::new("race", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         let d = digest(&run);
         let mut tasks = Vec::new();
         for i in 0..32 {
@@ -386,7 +447,7 @@ async fn self_approval_can_be_forbidden() {
     let mut setup = Setup::new(one_write(), vec![write_tool()]);
     setup.forbid_self_approval = true;
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
-    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let own = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "alice").await;
     assert!(matches!(own, Err(DecideError::SelfApprovalForbidden { actor, .. }) if actor == "alice"));
     assert!(matches!(
@@ -406,7 +467,7 @@ async fn deadlines_apply_the_agents_on_expiry() {
         setup.on_expiry = on_expiry;
         let clock = ManualClock::at(T0);
         let runtime = setup.runtime(sqlite().await, &clock, "node-a");
-        let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+        let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(run.held_turn().and_then(|p| p.expires_at), Some(T0 + 60_000));
         assert_eq!(runtime.sweep().await.ok(), Some(0), "not due yet");
         clock.advance(Duration::from_secs(61));
@@ -440,7 +501,7 @@ async fn a_corrupt_suspension_fails_only_its_run() {
     let setup = Setup::new(one_write(), vec![write_tool()]);
     let clock = ManualClock::at(T0);
     let runtime = setup.runtime(store.clone(), &clock, "node-a");
-    let healthy = runtime.start_and_wait(None, "ok", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let healthy = runtime.start_and_wait(StartRun::new("ok", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
 
     // A run whose stored suspension was written by a future Tollgate.
     let lease = tollgate_agent_core::Lease { owner: "node-x".into(), expires_at: T0 + 30_000 };
@@ -489,12 +550,12 @@ async fn a_suspension_that_cannot_be_stored_fails_the_run_visibly() {
     let setup = Setup::new(one_write(), vec![write_tool()]);
     let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
     // Started and held in one write (the starter waits)...
-    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(run.status(), RunStatus::Failed, "never reported as waiting");
     assert_eq!(run.error().as_ref().map(|e| e.kind.as_str()), Some("store"));
     assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.status()), Some(RunStatus::Failed), "stored as failed");
     // ...or created first (the starter took the id at once) and held by a later write.
-    let run = runtime.start(None, "y", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.start(StartRun::new("y", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let run = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(run.status(), RunStatus::Failed, "never reported as waiting");
     assert_eq!(run.error().as_ref().map(|e| e.kind.as_str()), Some("store"));
@@ -505,8 +566,8 @@ async fn cancel_and_purge() {
     let setup = Setup::new(one_write(), vec![write_tool()]);
     let clock = ManualClock::at(T0);
     let runtime = setup.runtime(sqlite().await, &clock, "node-a");
-    let waiting = runtime.start_and_wait(None, "keep", "alice").await.unwrap_or_else(|e| panic!("{e}"));
-    let cancelled = runtime.start_and_wait(None, "drop", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let waiting = runtime.start_and_wait(StartRun::new("keep", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+    let cancelled = runtime.start_and_wait(StartRun::new("drop", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let c = runtime.cancel(&cancelled.id, "alice", Some("changed my mind")).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.status(), RunStatus::Cancelled);
     assert!(matches!(
@@ -536,7 +597,7 @@ async fn crash_child_process() {
     let store = tollgate_agent_store::open(&format!("sqlite://{db}")).await.unwrap_or_else(|e| panic!("{e}"));
     let setup = Setup::new(one_write(), vec![write_tool().behaviour(tollgate_agent_testkit::Behaviour::Hang)]);
     let runtime = setup.runtime(store, &ManualClock::at(T0), "node-child");
-    let run = runtime.start_and_wait(None, "crash", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.start_and_wait(StartRun::new("crash", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
@@ -630,7 +691,7 @@ async fn crash_child_process_after_the_first_call() {
     let send = send_tool().behaviour(tollgate_agent_testkit::Behaviour::Hang);
     let setup = Setup::new(write_then_send(), vec![write_tool(), send]);
     let runtime = setup.runtime(store, &ManualClock::at(T0), "node-child");
-    let run = runtime.start_and_wait(None, "crash", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.start_and_wait(StartRun::new("crash", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
@@ -762,7 +823,10 @@ async fn privacy_levels_shape_what_events_keep() {
             let runtime =
                 Runtime::new(store.clone(), vec![setup.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options);
             let input = "pay with sk-live-0123456789";
-            let run = runtime.start_and_wait(None, input, "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+            let run = runtime
+                .start_and_wait(StartRun::new(input, "alice"))
+                .await
+                .unwrap_or_else(|e| panic!("{backend}: {e}"));
             let held = run.held_turn().map(|p| p.suspension.as_str().to_owned()).unwrap_or_default();
             assert!(held.contains(input), "{backend} {level:?}: the held turn keeps the call in full");
             let done = runtime
@@ -803,7 +867,8 @@ async fn the_closing_completion_at_the_iteration_cap_and_run_completed_are_round
     for (backend, store) in stores().await {
         let setup = Setup::new(script.clone(), vec![write_tool(), TestTool::new("tick")]);
         let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
-        let run = runtime.start_and_wait(None, "hello", "alice").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let run =
+            runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         let done = runtime
             .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, "bob")
@@ -845,7 +910,7 @@ async fn the_maintenance_scheduler_runs_deadlines_and_retention_on_the_runtimes_
     setup.on_expiry = OnExpiry::Cancel;
     let clock = ManualClock::at(T0);
     let runtime = setup.runtime(sqlite().await, &clock, "node-a");
-    let run = runtime.start_and_wait(None, "x", "alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let retention =
         Retention { terminal_after: Duration::from_secs(86_400), waiting_after: Duration::from_secs(7 * 86_400) };
     let maintenance = runtime.spawn_maintenance(Schedule::server(retention));

@@ -95,7 +95,8 @@ pub use problem::{ApiError, PROBLEM_BASE, PROBLEM_JSON, ProblemKind};
 pub use routes::{DEFAULT_DENY_REASON, DEFAULT_LIMIT, MAX_LIMIT};
 pub use webhooks::{SIGNATURE_HEADER, WebhookRetry, WebhookTarget, signature};
 
-use axum::Router;
+/// The axum router [`router`] answers (the embedder's axum must be the same major version).
+pub use axum::Router;
 use axum::routing::{get, post};
 use metrics::Metrics;
 use std::future::Future;

@@ -91,7 +91,7 @@ impl From<StartError> for ApiError {
     fn from(error: StartError) -> Self {
         match error {
             StartError::UnknownAgent(name) => ApiError::not_found(format!("no agent is named `{name}`")),
-            StartError::EmptyInput => ApiError::invalid(error.to_string()),
+            StartError::EmptyInput | StartError::InvalidMetadata(_) => ApiError::invalid(error.to_string()),
             StartError::Vanished(id) => ApiError::not_found(format!("no run has id `{id}`")),
             StartError::Store(e) => ApiError::from(e),
         }
@@ -221,6 +221,7 @@ impl From<StoreError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_agent_core::MetadataError;
 
     #[test]
     fn slugs_are_unique_and_types_are_stable() {
@@ -279,6 +280,7 @@ mod tests {
             // start
             (StartError::UnknownAgent("x".into()).into(), 404, "not-found"),
             (StartError::EmptyInput.into(), 422, "invalid-request"),
+            (StartError::InvalidMetadata(MetadataError::TooDeep { limit: 16 }).into(), 422, "invalid-request"),
             (StartError::Vanished("r".into()).into(), 404, "not-found"),
             (StartError::Store(store()).into(), 503, "unavailable"),
             // get, events, verify, wait

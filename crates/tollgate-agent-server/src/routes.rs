@@ -17,11 +17,11 @@ use tollgate_agent_protocol::{
     Run, RunPage, StartRunRequest, ToolList,
 };
 use tollgate_agent_runtime::view::run_view;
-use tollgate_agent_runtime::{DecisionSet, wire};
+use tollgate_agent_runtime::{DecisionSet, StartRun, wire};
 use utoipa::IntoParams;
 
 /// `limit` when none is given.
-pub const DEFAULT_LIMIT: u32 = 50;
+pub const DEFAULT_LIMIT: u32 = RunQuery::DEFAULT_LIMIT;
 /// The largest `limit`.
 pub const MAX_LIMIT: u32 = 500;
 /// The reason recorded for a denial given without one.
@@ -51,15 +51,17 @@ impl AppState {
         (status = 404, description = "Unknown agent", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Wrong types, missing or unknown fields, empty input", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Wrong types, missing or unknown fields, empty input, metadata that is not an object, over 16 KiB or nested over 16 levels", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
 pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, RawBody(body): RawBody) -> ApiResult {
     caller.require(Role::Runner, "start runs")?;
-    let request: StartRunRequest = parse_json(&body)?;
-    let run = state.runtime.start(request.agent.as_deref(), &request.input, &caller.actor).await?;
-    let run = if request.wait == Some(true) { state.settle(&run.id).await? } else { run };
+    let StartRunRequest { agent, input, metadata, wait } = parse_json(&body)?;
+    let actor = &caller.actor;
+    let start = StartRun { agent: agent.as_deref(), input: &input, actor, metadata: metadata.unwrap_or_default() };
+    let run = state.runtime.start(start).await?;
+    let run = if wait == Some(true) { state.settle(&run.id).await? } else { run };
     let location = HeaderValue::from_str(&format!("/v1/runs/{}", run.id)).ok();
     let mut response = (StatusCode::CREATED, Json(run_view(&run))).into_response();
     if let Some(location) = location {

@@ -21,18 +21,19 @@ use tollgate_agent_core::run::{
 use tollgate_agent_core::suspension::{StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
 use tollgate_agent_core::transcript::Usage;
-use tollgate_agent_core::{Conflict, Guard, StoreError};
+use tollgate_agent_core::{Conflict, Guard, Metadata, StoreError};
 
 /// The columns of `runs`, in the order [`read_run_row`] reads them and [`bind_run_row!`] binds them.
 macro_rules! run_columns {
     () => {
         "id, agent, status, version, input, output, termination_reason, iterations, input_tokens, \
          output_tokens, created_by, created_at, updated_at, finished_at, error, suspension, turn_digest, \
-         required_calls, decisions, expires_at, lease_owner, lease_expires_at, last_seq, last_hash"
+         required_calls, decisions, expires_at, lease_owner, lease_expires_at, last_seq, last_hash, metadata"
     };
 }
 pub(crate) use run_columns;
 
+#[cfg(feature = "postgres")]
 /// Binds every field of a [`RunRow`] in [`run_columns!`] order.
 macro_rules! bind_run_row {
     ($query:expr, $row:expr) => {{
@@ -62,14 +63,17 @@ macro_rules! bind_run_row {
             .bind(row.lease_expires_at)
             .bind(row.last_seq)
             .bind(&row.last_hash)
+            .bind(&row.metadata)
     }};
 }
+#[cfg(feature = "postgres")]
 pub(crate) use bind_run_row;
 
+#[cfg(feature = "postgres")]
 /// Binds the fields a transition may change, in the order of the backends' `UPDATE runs SET …`
 /// statements: status, version, output, termination_reason, iterations, input_tokens, output_tokens,
 /// updated_at, finished_at, error, suspension, turn_digest, required_calls, decisions, expires_at,
-/// lease_owner, lease_expires_at, last_seq, last_hash.
+/// lease_owner, lease_expires_at, last_seq, last_hash. Not `metadata`, which never changes.
 macro_rules! bind_run_changes {
     ($query:expr, $row:expr) => {{
         let row = $row;
@@ -95,6 +99,7 @@ macro_rules! bind_run_changes {
             .bind(&row.last_hash)
     }};
 }
+#[cfg(feature = "postgres")]
 pub(crate) use bind_run_changes;
 
 /// A run as its `runs` row holds it: plain SQL values, JSON as text.
@@ -124,6 +129,8 @@ pub(crate) struct RunRow {
     pub lease_expires_at: Option<i64>,
     pub last_seq: i64,
     pub last_hash: String,
+    /// JSON object; NULL when empty (and in rows from before migration 3).
+    pub metadata: Option<String>,
 }
 
 /// Counters are `u64` in Rust and signed 64-bit in SQL; no real run comes near the limit.
@@ -206,6 +213,12 @@ impl RunRow {
             lease_expires_at: run.lease().map(|l| l.expires_at),
             last_seq: to_sql_int(run.last_seq),
             last_hash: run.last_hash.clone(),
+            // An empty object is stored as NULL, as in rows from before the column.
+            metadata: if run.metadata.is_empty() {
+                None
+            } else {
+                Some(encode_json(&run.id, "metadata", &run.metadata)?)
+            },
         })
     }
 
@@ -227,6 +240,11 @@ impl RunRow {
                     .map_err(|_| corrupt(format!("unknown termination reason `{text}`")))
             })
             .transpose()?;
+        let metadata = match self.metadata {
+            None => Metadata::new(),
+            Some(text) => serde_json::from_str::<Metadata>(&text)
+                .map_err(|e| corrupt(format!("column metadata is not valid: {e}")))?,
+        };
         let iterations = u32::try_from(self.iterations)
             .map_err(|_| corrupt(format!("column iterations is out of range ({})", self.iterations)))?;
         let usage = Usage {
@@ -335,6 +353,7 @@ impl RunRow {
         Ok(RunRecord {
             agent: self.agent,
             input: self.input,
+            metadata,
             iterations,
             usage,
             version: unsigned("version", self.version)?,
@@ -390,6 +409,7 @@ pub(crate) fn read_run_row(row: &impl Columns) -> Result<RunRow, StoreError> {
             lease_expires_at: row.optional_int(21)?,
             last_seq: row.int(22)?,
             last_hash: row.text(23)?,
+            metadata: row.optional_text(24)?,
             id: id.clone(),
         })
     };
@@ -404,6 +424,7 @@ pub(crate) fn decode_run(row: &impl Columns, keys: Option<&DataKeys>) -> Result<
 /// Decodes rows for `list` and `due`: a corrupt row is skipped with a warning so that one bad run does
 /// not hide all the others (reading it by id still reports [`StoreError::Corrupt`]). So is a row this
 /// store cannot decrypt ([`StoreError::Undecryptable`]).
+#[cfg(feature = "postgres")]
 pub(crate) fn decode_runs_skipping_corrupt<R: Columns>(
     rows: &[R],
     operation: &str,
@@ -701,6 +722,7 @@ pub(crate) trait DatabaseFailure: std::fmt::Display {
     fn failure(&self) -> Failure;
 }
 
+#[cfg(feature = "sqlite")]
 impl DatabaseFailure for rusqlite::Error {
     /// By SQLite's primary result code: `SQLITE_FULL` (also at `max_page_count`), `SQLITE_READONLY`
     /// and its extended codes, `SQLITE_CORRUPT` / `SQLITE_NOTADB`, and `SQLITE_BUSY` / `SQLITE_LOCKED`
@@ -717,6 +739,7 @@ impl DatabaseFailure for rusqlite::Error {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl DatabaseFailure for sqlx::Error {
     /// By PostgreSQL's SQLSTATE: `53100` disk_full, `25006` read_only_sql_transaction, `XX001` /
     /// `XX002` data / index corrupted, class `08` (connection exception), `57P01`-`57P03` (the server
@@ -838,6 +861,13 @@ mod tests {
             Some(Lease { owner: "o".into(), expires_at: 2 }),
         );
         assert_eq!(RunRow::encode(&running, None, None)?.decode(None)?, running);
+        assert_eq!(RunRow::encode(&running, None, None)?.metadata, None, "no metadata is NULL");
+        let metadata = Metadata::try_from(serde_json::json!({"customer": "acme", "seats": [1, 2]}))
+            .map_err(|e| StoreError::Database(e.to_string()))?;
+        let with_metadata = running.with_metadata(metadata);
+        let row = RunRow::encode(&with_metadata, None, None)?;
+        assert_eq!(row.metadata.as_deref(), Some(r#"{"customer":"acme","seats":[1,2]}"#));
+        assert_eq!(row.decode(None)?, with_metadata);
         Ok(())
     }
 

@@ -35,14 +35,21 @@
 //!   suspension and decisions and each event's data are stored sealed with AES-256-GCM, below the
 //!   hash chain; a value this store cannot decrypt is [`StoreError::Undecryptable`] for that run.
 
+// A build without either backend (Cargo features `sqlite`, `postgres`) keeps the shared code unused.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code, unused_imports, unused_macros))]
 mod codec;
 pub mod encryption;
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 mod migrations;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 
 pub use encryption::{DataKey, DataKeyError, DataKeys};
+#[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+#[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
 use std::sync::Arc;
@@ -64,16 +71,73 @@ pub async fn open(url: &str) -> Result<Arc<dyn RunStore>, StoreError> {
 }
 
 /// Opens the store a URL names (see [`open`]) with `options`.
+///
+/// A URL of a backend this build leaves out (Cargo features `sqlite` and `postgres`) is a
+/// [`StoreError::Database`] that names the feature to enable.
 pub async fn open_with(url: &str, options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
     if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::open_with(url, options).await?))
+        open_sqlite(url, options).await
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PostgresStore::open_with(url, options).await?))
+        open_postgres(url, options).await
     } else {
         // Only the scheme is echoed: the rest of a URL may hold a password.
         let scheme = url.split_once(':').map_or("(none)", |(scheme, _)| scheme);
         Err(StoreError::Database(format!(
             "unsupported store URL scheme `{scheme}`: expected sqlite://FILE or postgres://USER@HOST:PORT/DB"
         )))
+    }
+}
+
+#[cfg(feature = "sqlite")]
+async fn open_sqlite(url: &str, options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
+    Ok(Arc::new(sqlite::SqliteStore::open_with(url, options).await?))
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn open_sqlite(_url: &str, _options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
+    Err(compiled_out("SQLite", "sqlite"))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str, options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
+    Ok(Arc::new(postgres::PostgresStore::open_with(url, options).await?))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_url: &str, _options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
+    Err(compiled_out("PostgreSQL", "postgres"))
+}
+
+/// The error for a URL of a backend this build leaves out.
+#[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+fn compiled_out(backend: &str, feature: &str) -> StoreError {
+    StoreError::Database(format!("this build has no {backend} support: enable the `{feature}` feature"))
+}
+
+#[cfg(test)]
+mod tests {
+    /// A URL of a backend this build leaves out is an error naming the feature, not a panic.
+    #[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+    #[tokio::test]
+    async fn a_compiled_out_backend_is_a_clear_error() {
+        use tollgate_agent_core::StoreError;
+        let missing = [
+            (cfg!(feature = "sqlite"), "sqlite::memory:", "no SQLite support: enable the `sqlite` feature"),
+            (
+                cfg!(feature = "postgres"),
+                "postgres://u:pw@127.0.0.1:1/db",
+                "no PostgreSQL support: enable the `postgres` feature",
+            ),
+        ];
+        for (_, url, expected) in missing.into_iter().filter(|(built, ..)| !built) {
+            match super::open(url).await {
+                Err(StoreError::Database(text)) => {
+                    assert!(text.contains(expected), "{text}");
+                    assert!(!text.contains("pw"), "{text}");
+                }
+                Err(other) => panic!("{url}: {other:?}"),
+                Ok(_) => panic!("{url} opened"),
+            }
+        }
     }
 }

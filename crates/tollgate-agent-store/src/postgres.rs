@@ -54,6 +54,7 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/postgres/0001_runs_and_events.sql"),
     },
     Migration { version: 2, name: "health", sql: include_str!("../migrations/postgres/0002_health.sql") },
+    Migration { version: 3, name: "run_metadata", sql: include_str!("../migrations/postgres/0003_run_metadata.sql") },
 ];
 
 /// The probe of [`RunStore::probe_write`]: one committed row update.
@@ -73,7 +74,7 @@ const INSERT_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, ",
-    "$22, $23, $24) ON CONFLICT (id) DO NOTHING"
+    "$22, $23, $24, $25) ON CONFLICT (id) DO NOTHING"
 );
 const UPDATE_RUN: &str = "UPDATE runs SET status = $1, version = $2, output = $3, termination_reason = $4, \
      iterations = $5, input_tokens = $6, output_tokens = $7, updated_at = $8, finished_at = $9, error = $10, \

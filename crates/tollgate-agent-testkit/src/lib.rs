@@ -22,6 +22,8 @@ pub enum Behaviour {
     Panic(String),
     /// Never finishes (a process "crashes" while the call runs).
     Hang,
+    /// Returns the run's metadata as it reached the tool (`ToolContext::metadata`), as compact JSON.
+    ShowMetadata,
 }
 
 type GateFn = Arc<dyn Fn(&Value) -> Gate + Send + Sync>;
@@ -36,6 +38,7 @@ pub struct TestTool {
     preview: Option<String>,
     behaviour: Behaviour,
     calls: Arc<Mutex<Vec<(String, Value)>>>,
+    contexts: Arc<Mutex<Vec<ToolContext>>>,
 }
 
 impl TestTool {
@@ -50,6 +53,7 @@ impl TestTool {
             preview: None,
             behaviour: Behaviour::Echo,
             calls: Arc::default(),
+            contexts: Arc::default(),
         }
     }
 
@@ -88,6 +92,11 @@ impl TestTool {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// The context of every invocation so far (run, call and the run's metadata), in order.
+    pub fn contexts(&self) -> Vec<ToolContext> {
+        self.contexts.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// How many times the tool ran.
     pub fn call_count(&self) -> usize {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner).len()
@@ -123,6 +132,7 @@ impl Tool for TestTool {
     fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             self.calls.lock().unwrap_or_else(PoisonError::into_inner).push((ctx.call_id.clone(), args.clone()));
+            self.contexts.lock().unwrap_or_else(PoisonError::into_inner).push(ctx.clone());
             match &self.behaviour {
                 Behaviour::Echo => Ok(ToolOutput::text(format!("ran {} with {}", self.name, args))),
                 Behaviour::Output(text) => Ok(ToolOutput::text(text.clone())),
@@ -130,6 +140,9 @@ impl Tool for TestTool {
                 Behaviour::Fail(message) => Err(ToolError::new(message.clone())),
                 Behaviour::Panic(message) => panic!("{message}"),
                 Behaviour::Hang => std::future::pending().await,
+                Behaviour::ShowMetadata => {
+                    Ok(ToolOutput::text(Value::Object(ctx.metadata.as_map().clone()).to_string()))
+                }
             }
         })
     }

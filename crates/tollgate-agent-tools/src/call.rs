@@ -1,28 +1,15 @@
-//! What every built-in tool does around a call: read its arguments into a typed struct, hand back a
-//! result as the future the [`tollgate_agent_core::Tool`] port expects, and keep file system work off the async
-//! workers with a time bound.
+//! What the file tools do around a call: keep file system work off the async workers with a time bound.
+//! (Every built-in tool is a [`tollgate_agent_core::TypedTool`]: its arguments arrive parsed.)
 //!
 //! A file system call can block for as long as the kernel likes (a hung network mount, a slow disk), so
 //! the file tools run every `validate`, `preview` and `call` on tokio's blocking pool and stop waiting
 //! after [`FS_TIMEOUT`]: the model gets an error result, and the stuck thread finishes on its own.
 
-use serde::de::DeserializeOwned;
-use serde_json::Value;
 use std::time::Duration;
-use tollgate_agent_core::{BoxFuture, ToolError, ToolOutput};
+use tollgate_agent_core::{ToolError, ToolOutput};
 
 /// How long a file tool waits for the file system before giving up on one step.
 pub(crate) const FS_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The arguments as `T`; the error is the message the model reads.
-pub(crate) fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, String> {
-    T::deserialize(args).map_err(|e| format!("invalid arguments: {e}"))
-}
-
-/// A result computed synchronously, as a future.
-pub(crate) fn ready<'a>(output: Result<ToolOutput, ToolError>) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-    Box::pin(std::future::ready(output))
-}
 
 /// The default `path` of the tools that take a folder: the workspace root.
 pub(crate) fn dot() -> String {
@@ -58,28 +45,24 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
 
 /// A tool's `call` whose work touches the file system: a timeout is an error result the model reads, a
 /// panic is a [`ToolError`].
-pub(crate) fn blocking_call<'a>(
+pub(crate) async fn blocking_call(
     work: impl FnOnce() -> Result<ToolOutput, ToolError> + Send + 'static,
-) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-    Box::pin(async move {
-        match blocking(work).await {
-            Ok(result) => result,
-            Err(Unanswered::TimedOut) => Ok(ToolOutput::error(Unanswered::TimedOut.message())),
-            Err(stopped) => Err(ToolError::new(stopped.message())),
-        }
-    })
+) -> Result<ToolOutput, ToolError> {
+    match blocking(work).await {
+        Ok(result) => result,
+        Err(Unanswered::TimedOut) => Ok(ToolOutput::error(Unanswered::TimedOut.message())),
+        Err(stopped) => Err(ToolError::new(stopped.message())),
+    }
 }
 
 /// A tool's `validate` whose checks touch the file system: no answer is a refusal.
-pub(crate) fn blocking_validate<'a>(
+pub(crate) async fn blocking_validate(
     work: impl FnOnce() -> Result<(), String> + Send + 'static,
-) -> BoxFuture<'a, Result<(), String>> {
-    Box::pin(async move { blocking(work).await.map_err(|e| e.message())? })
+) -> Result<(), String> {
+    blocking(work).await.map_err(|e| e.message())?
 }
 
 /// A tool's `preview` that reads the file system: no answer is no preview.
-pub(crate) fn blocking_preview<'a>(
-    work: impl FnOnce() -> Option<String> + Send + 'static,
-) -> BoxFuture<'a, Option<String>> {
-    Box::pin(async move { blocking(work).await.ok().flatten() })
+pub(crate) async fn blocking_preview(work: impl FnOnce() -> Option<String> + Send + 'static) -> Option<String> {
+    blocking(work).await.ok().flatten()
 }

@@ -2,7 +2,7 @@
 //!
 //! Each reaches its path by the workspace walk (see [`crate::workspace`]): through directory fds, never
 //! following a symlink beneath the root, reading and writing only regular files with a single name. It
-//! checks in [`Tool::validate`] (an escape, a symlink on the way, a FIFO, socket or device, a file with
+//! checks in [`TypedTool::validate`] (an escape, a symlink on the way, a FIFO, socket or device, a file with
 //! several hard links are refused before any gate) and walks again when it runs, because the file system
 //! may have changed while the call waited for a person; whatever changes in between, the call only acts
 //! on what it opened itself. Problems the model can act on (a missing file, a folder where a file was
@@ -22,7 +22,7 @@
 //! Every `validate`, `preview` and `call` runs on the blocking pool within a time bound (10 s).
 
 use crate::bounded::cap_preview;
-use crate::call::{blocking_call, blocking_preview, blocking_validate, dot, parse};
+use crate::call::{blocking_call, blocking_preview, blocking_validate, dot};
 use crate::diff::unified_diff;
 use crate::workspace::{
     Entry, Located, PathError, Workspace, WorkspacePath, check_regular, entry_at, folder_names, io_message,
@@ -31,13 +31,13 @@ use crate::workspace::{
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use tollgate_agent_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
+use tollgate_agent_core::{Gate, ToolContext, ToolError, ToolOutput, TypedTool};
 
 /// A file larger than this is read whole only with `offset`/`limit`.
 const MAX_WHOLE_READ_BYTES: u64 = 10 * 1024 * 1024;
@@ -56,12 +56,13 @@ fn workspace_path(workspace: &Workspace, given: &str) -> Result<WorkspacePath, S
 /// `fs_list`: the entries of a workspace folder, sorted, folders with a trailing `/`.
 pub struct FsList {
     workspace: Workspace,
-    schema: Value,
 }
 
-#[derive(Deserialize)]
+/// The arguments of `fs_list`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ListArgs {
+pub struct ListArgs {
+    /// Folder to list, relative to the workspace root.
     #[serde(default = "dot")]
     path: String,
 }
@@ -69,14 +70,7 @@ struct ListArgs {
 impl FsList {
     /// The tool over this workspace.
     pub fn new(workspace: Workspace) -> Self {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Folder to list, relative to the workspace root.", "default": "."}
-            },
-            "additionalProperties": false
-        });
-        Self { workspace, schema }
+        Self { workspace }
     }
 }
 
@@ -96,11 +90,7 @@ fn list_folder(workspace: &Workspace, path: &WorkspacePath) -> Result<OwnedFd, O
     }
 }
 
-fn list(workspace: &Workspace, args: &Value) -> ToolOutput {
-    let args: ListArgs = match parse(args) {
-        Ok(a) => a,
-        Err(e) => return ToolOutput::error(e),
-    };
+fn list(workspace: &Workspace, args: &ListArgs) -> ToolOutput {
     let path = match workspace_path(workspace, &args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -134,38 +124,27 @@ fn list(workspace: &Workspace, args: &Value) -> ToolOutput {
     ToolOutput::text(lines.join("\n"))
 }
 
-impl Tool for FsList {
-    fn name(&self) -> &str {
-        "fs_list"
-    }
+impl TypedTool for FsList {
+    type Args = ListArgs;
+    const NAME: &str = "fs_list";
+    const DESCRIPTION: &str =
+        "List the entries of a folder in the workspace, sorted; folders end with `/`, symlinks with `@`.";
 
-    fn description(&self) -> &str {
-        "List the entries of a folder in the workspace, sorted; folders end with `/`, symlinks with `@`."
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let (workspace, args) = (self.workspace.clone(), args.clone());
+    async fn validate(&self, args: &ListArgs) -> Result<(), String> {
+        let (workspace, given) = (self.workspace.clone(), args.path.clone());
         blocking_validate(move || {
-            let args: ListArgs = parse(&args)?;
-            let path = workspace_path(&workspace, &args.path)?;
+            let path = workspace_path(&workspace, &given)?;
             match list_folder(&workspace, &path) {
                 Ok(_) | Err(None) => Ok(()),
                 Err(Some(refused)) => Err(refused),
             }
         })
+        .await
     }
 
-    fn gate(&self, _args: &Value) -> Gate {
-        Gate::Allow
-    }
-
-    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    async fn call(&self, args: ListArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let workspace = self.workspace.clone();
-        blocking_call(move || Ok(list(&workspace, &args)))
+        blocking_call(move || Ok(list(&workspace, &args))).await
     }
 }
 
@@ -174,33 +153,25 @@ impl Tool for FsList {
 /// `fs_read`: a workspace file's text, whole or a range of lines.
 pub struct FsRead {
     workspace: Workspace,
-    schema: Value,
 }
 
-#[derive(Deserialize)]
+/// The arguments of `fs_read`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ReadArgs {
+pub struct ReadArgs {
+    /// File to read, relative to the workspace root.
     path: String,
-    #[serde(default)]
+    /// Lines to skip from the start (0 = from the first line).
     offset: Option<u64>,
-    #[serde(default)]
+    /// At most this many lines.
+    #[schemars(range(min = 1))]
     limit: Option<u64>,
 }
 
 impl FsRead {
     /// The tool over this workspace.
     pub fn new(workspace: Workspace) -> Self {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File to read, relative to the workspace root."},
-                "offset": {"type": "integer", "minimum": 0, "description": "Lines to skip from the start (0 = from the first line)."},
-                "limit": {"type": "integer", "minimum": 1, "description": "At most this many lines."}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        });
-        Self { workspace, schema }
+        Self { workspace }
     }
 }
 
@@ -219,11 +190,7 @@ fn read_refusal(error: &PathError) -> String {
     }
 }
 
-fn read(workspace: &Workspace, args: &Value) -> Result<ToolOutput, ToolError> {
-    let args: ReadArgs = match parse(args) {
-        Ok(a) => a,
-        Err(e) => return Ok(ToolOutput::error(e)),
-    };
+fn read(workspace: &Workspace, args: &ReadArgs) -> Result<ToolOutput, ToolError> {
     let path = match workspace_path(workspace, &args.path) {
         Ok(p) => p,
         Err(e) => return Ok(ToolOutput::error(e)),
@@ -290,24 +257,16 @@ fn read(workspace: &Workspace, args: &Value) -> Result<ToolOutput, ToolError> {
     Ok(ToolOutput::text(text))
 }
 
-impl Tool for FsRead {
-    fn name(&self) -> &str {
-        "fs_read"
-    }
+impl TypedTool for FsRead {
+    type Args = ReadArgs;
+    const NAME: &str = "fs_read";
+    const DESCRIPTION: &str =
+        "Read a text file in the workspace, whole or from line `offset` (lines to skip) for `limit` lines.";
 
-    fn description(&self) -> &str {
-        "Read a text file in the workspace, whole or from line `offset` (lines to skip) for `limit` lines."
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let (workspace, args) = (self.workspace.clone(), args.clone());
+    async fn validate(&self, args: &ReadArgs) -> Result<(), String> {
+        let (workspace, given) = (self.workspace.clone(), args.path.clone());
         blocking_validate(move || {
-            let args: ReadArgs = parse(&args)?;
-            let path = workspace_path(&workspace, &args.path)?;
+            let path = workspace_path(&workspace, &given)?;
             // A missing file passes: the call says so.
             match open_file(&workspace, &path) {
                 Ok(_) => Ok(()),
@@ -315,15 +274,12 @@ impl Tool for FsRead {
                 Err(e) => Err(read_refusal(&e)),
             }
         })
+        .await
     }
 
-    fn gate(&self, _args: &Value) -> Gate {
-        Gate::Allow
-    }
-
-    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    async fn call(&self, args: ReadArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let workspace = self.workspace.clone();
-        blocking_call(move || read(&workspace, &args))
+        blocking_call(move || read(&workspace, &args)).await
     }
 }
 
@@ -332,13 +288,15 @@ impl Tool for FsRead {
 /// `fs_write`: creates or replaces a workspace file (creating its folders). Asks first, with a diff.
 pub struct FsWrite {
     workspace: Workspace,
-    schema: Value,
 }
 
-#[derive(Deserialize)]
+/// The arguments of `fs_write`.
+#[derive(Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct WriteArgs {
+pub struct WriteArgs {
+    /// File to write, relative to the workspace root.
     path: String,
+    /// The whole new content of the file.
     content: String,
 }
 
@@ -353,16 +311,7 @@ enum WriteTarget {
 impl FsWrite {
     /// The tool over this workspace.
     pub fn new(workspace: Workspace) -> Self {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File to write, relative to the workspace root."},
-                "content": {"type": "string", "description": "The whole new content of the file."}
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false
-        });
-        Self { workspace, schema }
+        Self { workspace }
     }
 }
 
@@ -386,11 +335,7 @@ fn check_write(workspace: &Workspace, path: &WorkspacePath) -> Result<WriteTarge
     }
 }
 
-fn write(workspace: &Workspace, args: &Value) -> ToolOutput {
-    let args: WriteArgs = match parse(args) {
-        Ok(a) => a,
-        Err(e) => return ToolOutput::error(e),
-    };
+fn write(workspace: &Workspace, args: &WriteArgs) -> ToolOutput {
     let path = match workspace_path(workspace, &args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -488,44 +433,34 @@ fn write_preview(workspace: &Workspace, path: &WorkspacePath, content: &str) -> 
     })
 }
 
-impl Tool for FsWrite {
-    fn name(&self) -> &str {
-        "fs_write"
-    }
+impl TypedTool for FsWrite {
+    type Args = WriteArgs;
+    const NAME: &str = "fs_write";
+    const DESCRIPTION: &str =
+        "Create or replace a file in the workspace with the given content (folders are created as needed).";
+    const GATE: Gate = Gate::Ask;
 
-    fn description(&self) -> &str {
-        "Create or replace a file in the workspace with the given content (folders are created as needed)."
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let (workspace, args) = (self.workspace.clone(), args.clone());
+    async fn validate(&self, args: &WriteArgs) -> Result<(), String> {
+        let (workspace, given) = (self.workspace.clone(), args.path.clone());
         blocking_validate(move || {
-            let args: WriteArgs = parse(&args)?;
-            let path = workspace_path(&workspace, &args.path)?;
+            let path = workspace_path(&workspace, &given)?;
             check_write(&workspace, &path).map(drop)
         })
+        .await
     }
 
-    fn gate(&self, _args: &Value) -> Gate {
-        Gate::Ask
-    }
-
-    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
+    async fn preview(&self, args: &WriteArgs) -> Option<String> {
         let (workspace, args) = (self.workspace.clone(), args.clone());
         blocking_preview(move || {
-            let args: WriteArgs = parse(&args).ok()?;
             let path = workspace.path(&args.path).ok()?;
             write_preview(&workspace, &path, &args.content)
         })
+        .await
     }
 
-    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    async fn call(&self, args: WriteArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let workspace = self.workspace.clone();
-        blocking_call(move || Ok(write(&workspace, &args)))
+        blocking_call(move || Ok(write(&workspace, &args))).await
     }
 }
 
@@ -534,27 +469,20 @@ impl Tool for FsWrite {
 /// `fs_delete`: removes a workspace file, symlink or folder (with everything in it). Asks first.
 pub struct FsDelete {
     workspace: Workspace,
-    schema: Value,
 }
 
-#[derive(Deserialize)]
+/// The arguments of `fs_delete`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct DeleteArgs {
+pub struct DeleteArgs {
+    /// File or folder to delete, relative to the workspace root.
     path: String,
 }
 
 impl FsDelete {
     /// The tool over this workspace.
     pub fn new(workspace: Workspace) -> Self {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File or folder to delete, relative to the workspace root."}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        });
-        Self { workspace, schema }
+        Self { workspace }
     }
 }
 
@@ -657,11 +585,7 @@ fn remove_tree(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     Ok(())
 }
 
-fn delete(workspace: &Workspace, args: &Value) -> ToolOutput {
-    let args: DeleteArgs = match parse(args) {
-        Ok(a) => a,
-        Err(e) => return ToolOutput::error(e),
-    };
+fn delete(workspace: &Workspace, args: &DeleteArgs) -> ToolOutput {
     let path = match workspace_path(workspace, &args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -689,43 +613,32 @@ fn delete(workspace: &Workspace, args: &Value) -> ToolOutput {
     }
 }
 
-impl Tool for FsDelete {
-    fn name(&self) -> &str {
-        "fs_delete"
-    }
+impl TypedTool for FsDelete {
+    type Args = DeleteArgs;
+    const NAME: &str = "fs_delete";
+    const DESCRIPTION: &str = "Delete a file or a folder (with everything in it) in the workspace.";
+    const GATE: Gate = Gate::Ask;
 
-    fn description(&self) -> &str {
-        "Delete a file or a folder (with everything in it) in the workspace."
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        let (workspace, args) = (self.workspace.clone(), args.clone());
+    async fn validate(&self, args: &DeleteArgs) -> Result<(), String> {
+        let (workspace, given) = (self.workspace.clone(), args.path.clone());
         blocking_validate(move || {
-            let args: DeleteArgs = parse(&args)?;
-            let path = workspace_path(&workspace, &args.path)?;
+            let path = workspace_path(&workspace, &given)?;
             delete_parent(&workspace, &path).map(drop)
         })
+        .await
     }
 
-    fn gate(&self, _args: &Value) -> Gate {
-        Gate::Ask
-    }
-
-    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
-        let (workspace, args) = (self.workspace.clone(), args.clone());
+    async fn preview(&self, args: &DeleteArgs) -> Option<String> {
+        let (workspace, given) = (self.workspace.clone(), args.path.clone());
         blocking_preview(move || {
-            let args: DeleteArgs = parse(&args).ok()?;
-            let path = workspace.path(&args.path).ok()?;
+            let path = workspace.path(&given).ok()?;
             delete_preview(&workspace, &path)
         })
+        .await
     }
 
-    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    async fn call(&self, args: DeleteArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let workspace = self.workspace.clone();
-        blocking_call(move || Ok(delete(&workspace, &args)))
+        blocking_call(move || Ok(delete(&workspace, &args))).await
     }
 }

@@ -11,14 +11,15 @@
 //! TLS is rustls with the aws-lc-rs provider (the workspace's `reqwest`), never native-tls.
 
 use crate::bounded::{CappedBytes, cap_preview, prefix_at_char_boundary};
-use crate::call::parse;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
-use tollgate_agent_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
+use tollgate_agent_core::{Gate, ToolContext, ToolError, ToolOutput, TypedTool};
 
 /// How long a request may take, response body included, unless the tool is built with another.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -41,18 +42,26 @@ const SENSITIVE_NAME_PARTS: [&str; 8] =
 /// `http_request`: sends one HTTP(S) request and returns the response, bounded.
 pub struct HttpRequest {
     timeout: Duration,
-    schema: Value,
     /// Built on first use: building can fail (TLS setup), and a tool constructor cannot.
     client: OnceLock<reqwest::Client>,
 }
 
-#[derive(Deserialize)]
+/// The arguments of `http_request`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct HttpArgs {
+pub struct HttpArgs {
+    /// The HTTP method.
+    #[schemars(extend("enum" = METHODS))]
     method: String,
+    /// An absolute http:// or https:// URL.
     url: String,
-    #[serde(default)]
+    /// Request headers, name to value.
+    // JSON values in the order given, so that `check` can name a header whose value is not a string. No
+    // `default` (`{}`) in the schema (`skip_serializing_if`): the hand-written schema it replaces had none.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schemars(with = "BTreeMap<String, String>")]
     headers: Map<String, Value>,
+    /// The request body, sent as given.
     body: Option<String>,
 }
 
@@ -79,22 +88,10 @@ impl HttpRequest {
 
     /// The tool with another timeout for the whole exchange.
     pub fn with_timeout(timeout: Duration) -> Self {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "method": {"type": "string", "enum": METHODS, "description": "The HTTP method."},
-                "url": {"type": "string", "description": "An absolute http:// or https:// URL."},
-                "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers, name to value."},
-                "body": {"type": "string", "description": "The request body, sent as given."}
-            },
-            "required": ["method", "url"],
-            "additionalProperties": false
-        });
-        Self { timeout, schema, client: OnceLock::new() }
+        Self { timeout, client: OnceLock::new() }
     }
 
-    fn check(args: &Value) -> Result<Plan, String> {
-        let args: HttpArgs = parse(args)?;
+    fn check(args: &HttpArgs) -> Result<Plan, String> {
         if !METHODS.contains(&args.method.as_str()) {
             return Err(format!("invalid arguments: method `{}` is not one of {}", args.method, METHODS.join(", ")));
         }
@@ -118,7 +115,7 @@ impl HttpRequest {
                 .map_err(|_| format!("invalid arguments: the value of header `{name}` is not a valid header value"))?;
             headers.push((name, value));
         }
-        Ok(Plan { method, url, headers, body: args.body })
+        Ok(Plan { method, url, headers, body: args.body.clone() })
     }
 
     fn client(&self) -> Result<&reqwest::Client, ToolError> {
@@ -134,7 +131,7 @@ impl HttpRequest {
         Ok(self.client.get_or_init(|| client))
     }
 
-    async fn send(&self, args: &Value) -> Result<ToolOutput, ToolError> {
+    async fn send(&self, args: &HttpArgs) -> Result<ToolOutput, ToolError> {
         let plan = match Self::check(args) {
             Ok(plan) => plan,
             Err(e) => return Ok(ToolOutput::error(e)),
@@ -280,33 +277,22 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-impl Tool for HttpRequest {
-    fn name(&self) -> &str {
-        "http_request"
+impl TypedTool for HttpRequest {
+    type Args = HttpArgs;
+    const NAME: &str = "http_request";
+    const DESCRIPTION: &str = "Send an HTTP(S) request (GET, POST, PUT, PATCH, DELETE or HEAD) and return the status, main headers and body (redirects are not followed).";
+    const GATE: Gate = Gate::Ask;
+
+    async fn validate(&self, args: &HttpArgs) -> Result<(), String> {
+        Self::check(args).map(drop)
     }
 
-    fn description(&self) -> &str {
-        "Send an HTTP(S) request (GET, POST, PUT, PATCH, DELETE or HEAD) and return the status, main headers and body (redirects are not followed)."
+    async fn preview(&self, args: &HttpArgs) -> Option<String> {
+        Self::check(args).ok().map(|plan| self.preview_of(&plan))
     }
 
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(std::future::ready(Self::check(args).map(drop)))
-    }
-
-    fn gate(&self, _args: &Value) -> Gate {
-        Gate::Ask
-    }
-
-    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
-        Box::pin(std::future::ready(Self::check(args).ok().map(|plan| self.preview_of(&plan))))
-    }
-
-    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move { self.send(&args).await })
+    async fn call(&self, args: HttpArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        self.send(&args).await
     }
 }
 

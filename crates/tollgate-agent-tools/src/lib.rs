@@ -32,10 +32,13 @@
 //! assert!(tollgate_agent_tools::builtin_tool("./workspace", "fs_write").is_some());
 //! ```
 
+// `kept` and `total` of its capped buffer are for `http_request` (Cargo feature `http`).
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 mod bounded;
 mod call;
 mod diff;
 pub mod fs;
+#[cfg(feature = "http")]
 pub mod http;
 pub mod sandbox;
 pub mod search;
@@ -44,6 +47,7 @@ pub mod time;
 pub mod workspace;
 
 pub use fs::{FsDelete, FsList, FsRead, FsWrite};
+#[cfg(feature = "http")]
 pub use http::HttpRequest;
 pub use sandbox::{SandboxMode, SandboxSupport, kill_running_commands, sandbox_support};
 pub use search::FsSearch;
@@ -53,12 +57,18 @@ pub use workspace::{PathError, ResolvedPath, Workspace};
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use tollgate_agent_core::{SystemClock, Tool};
+use tollgate_agent_core::{IntoTool, SystemClock, Tool};
 
 /// The names of the built-in tools, in the order [`builtin_tools`] returns them: the ones that only read
 /// (gate allow) first, then the ones that change something (gate ask).
+#[cfg(feature = "http")]
 pub const BUILTIN_TOOL_NAMES: [&str; 8] =
     ["fs_list", "fs_read", "fs_search", "time_now", "fs_write", "fs_delete", "shell", "http_request"];
+/// The names of the built-in tools, in the order [`builtin_tools`] returns them (this build has no
+/// `http_request`: Cargo feature `http`).
+#[cfg(not(feature = "http"))]
+pub const BUILTIN_TOOL_NAMES: [&str; 7] =
+    ["fs_list", "fs_read", "fs_search", "time_now", "fs_write", "fs_delete", "shell"];
 
 /// How the built-in tools are set up beyond their workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -93,14 +103,15 @@ pub fn builtin_tool_with(root: impl Into<PathBuf>, name: &str, options: &Builtin
 fn tool_named(workspace: &Workspace, name: &str, options: &BuiltinOptions) -> Option<Arc<dyn Tool>> {
     let workspace = workspace.clone();
     let tool: Arc<dyn Tool> = match name {
-        "fs_list" => Arc::new(FsList::new(workspace)),
-        "fs_read" => Arc::new(FsRead::new(workspace)),
-        "fs_search" => Arc::new(FsSearch::new(workspace)),
-        "time_now" => Arc::new(TimeNow::new(Arc::new(SystemClock))),
-        "fs_write" => Arc::new(FsWrite::new(workspace)),
-        "fs_delete" => Arc::new(FsDelete::new(workspace)),
-        "shell" => Arc::new(Shell::with_options(workspace, options.shell)),
-        "http_request" => Arc::new(HttpRequest::new()),
+        "fs_list" => FsList::new(workspace).into_tool(),
+        "fs_read" => FsRead::new(workspace).into_tool(),
+        "fs_search" => FsSearch::new(workspace).into_tool(),
+        "time_now" => TimeNow::new(Arc::new(SystemClock)).into_tool(),
+        "fs_write" => FsWrite::new(workspace).into_tool(),
+        "fs_delete" => FsDelete::new(workspace).into_tool(),
+        "shell" => Shell::with_options(workspace, options.shell).into_tool(),
+        #[cfg(feature = "http")]
+        "http_request" => HttpRequest::new().into_tool(),
         _ => return None,
     };
     Some(tool)

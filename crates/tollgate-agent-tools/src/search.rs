@@ -10,19 +10,19 @@
 //! a time bound (10 s).
 
 use crate::bounded::prefix_at_char_boundary;
-use crate::call::{blocking_call, blocking_validate, dot, parse};
+use crate::call::{blocking_call, blocking_validate, dot};
 use crate::workspace::{
     Entry, Located, PathError, Workspace, WorkspacePath, check_regular, entry_at, folder_names, links, open_folder_at,
     open_regular, size,
 };
 use regex::{Regex, RegexBuilder};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io::Read;
-use tollgate_agent_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
+use tollgate_agent_core::{ToolContext, ToolError, ToolOutput, TypedTool};
 
 /// Matching lines returned when `max_results` is not given.
 const DEFAULT_MAX_RESULTS: u64 = 100;
@@ -41,16 +41,20 @@ const MAX_REGEX_BYTES: usize = 1024 * 1024;
 /// `fs_search`: lines matching a regex in the files under a workspace path, as `path:line: text`.
 pub struct FsSearch {
     workspace: Workspace,
-    schema: Value,
 }
 
-#[derive(Deserialize)]
+/// The arguments of `fs_search`.
+#[derive(Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SearchArgs {
+pub struct SearchArgs {
+    /// Regular expression (Rust `regex` syntax) matched against each line.
     pattern: String,
+    /// File or folder to search, relative to the workspace root.
     #[serde(default = "dot")]
     path: String,
+    /// At most this many matching lines (values above 1000 count as 1000).
     #[serde(default = "default_max_results")]
+    #[schemars(range(min = 1))]
     max_results: u64,
 }
 
@@ -68,22 +72,11 @@ struct Plan {
 impl FsSearch {
     /// The tool over this workspace.
     pub fn new(workspace: Workspace) -> Self {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "Regular expression (Rust `regex` syntax) matched against each line."},
-                "path": {"type": "string", "description": "File or folder to search, relative to the workspace root.", "default": "."},
-                "max_results": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_RESULTS, "description": "At most this many matching lines (values above 1000 count as 1000)."}
-            },
-            "required": ["pattern"],
-            "additionalProperties": false
-        });
-        Self { workspace, schema }
+        Self { workspace }
     }
 }
 
-fn check(workspace: &Workspace, args: &Value) -> Result<Plan, String> {
-    let args: SearchArgs = parse(args)?;
+fn check(workspace: &Workspace, args: &SearchArgs) -> Result<Plan, String> {
     if args.max_results == 0 {
         return Err("invalid arguments: max_results must be at least 1".to_owned());
     }
@@ -114,7 +107,7 @@ fn open_start(workspace: &Workspace, path: &WorkspacePath) -> Result<Start, Path
     }
 }
 
-fn search(workspace: &Workspace, args: &Value) -> Result<ToolOutput, ToolError> {
+fn search(workspace: &Workspace, args: &SearchArgs) -> Result<ToolOutput, ToolError> {
     let plan = match check(workspace, args) {
         Ok(plan) => plan,
         Err(e) => return Ok(ToolOutput::error(e)),
@@ -294,20 +287,12 @@ impl<'a> Walk<'a> {
     }
 }
 
-impl Tool for FsSearch {
-    fn name(&self) -> &str {
-        "fs_search"
-    }
+impl TypedTool for FsSearch {
+    type Args = SearchArgs;
+    const NAME: &str = "fs_search";
+    const DESCRIPTION: &str = "Search the text files under a workspace path for lines matching a regular expression; returns `path:line: text` lines.";
 
-    fn description(&self) -> &str {
-        "Search the text files under a workspace path for lines matching a regular expression; returns `path:line: text` lines."
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
+    async fn validate(&self, args: &SearchArgs) -> Result<(), String> {
         let (workspace, args) = (self.workspace.clone(), args.clone());
         blocking_validate(move || {
             let plan = check(&workspace, &args)?;
@@ -318,14 +303,11 @@ impl Tool for FsSearch {
                 Err(e) => Err(e.to_string()),
             }
         })
+        .await
     }
 
-    fn gate(&self, _args: &Value) -> Gate {
-        Gate::Allow
-    }
-
-    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    async fn call(&self, args: SearchArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let workspace = self.workspace.clone();
-        blocking_call(move || search(&workspace, &args))
+        blocking_call(move || search(&workspace, &args)).await
     }
 }

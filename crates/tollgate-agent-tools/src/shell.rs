@@ -22,17 +22,16 @@
 //! asks.
 
 use crate::bounded::{CappedBytes, prefix_at_char_boundary};
-use crate::call::parse;
 use crate::sandbox::{self, Confinement, Grant, SandboxMode, SandboxSupport};
 use crate::workspace::{Workspace, io_message};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tollgate_agent_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
+use tollgate_agent_core::{Gate, ToolContext, ToolError, ToolOutput, TypedTool};
 
 /// Seconds a command may run when `timeout_secs` is not given.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
@@ -64,16 +63,24 @@ pub struct ShellOptions {
 /// where the kernel has it, a Landlock sandbox.
 pub struct Shell {
     workspace: Workspace,
-    schema: Value,
     options: ShellOptions,
     support: SandboxSupport,
 }
 
-#[derive(Deserialize)]
+/// The arguments of `shell`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ShellArgs {
+pub struct ShellArgs {
+    #[schemars(
+        length(min = 1),
+        description = "The program and its arguments, passed as they are (no shell: no globs, variables, pipes or \
+                       redirections). A program name without `/` is looked up on PATH; with `/` it is a path in the \
+                       workspace."
+    )]
     argv: Vec<String>,
+    /// Seconds before the program is killed.
     #[serde(default = "default_timeout_secs")]
+    #[schemars(range(min = 1, max = MAX_TIMEOUT_SECS))]
     timeout_secs: u64,
 }
 
@@ -150,25 +157,10 @@ impl Shell {
     /// The tool as if the kernel offered `support` (for a caller that probed it already, and for tests).
     /// A command that then cannot be confined as promised is refused when it runs.
     pub fn with_sandbox_support(workspace: Workspace, options: ShellOptions, support: SandboxSupport) -> Self {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "argv": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "minItems": 1,
-                    "description": "The program and its arguments, passed as they are (no shell: no globs, variables, pipes or redirections). A program name without `/` is looked up on PATH; with `/` it is a path in the workspace."
-                },
-                "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECS, "default": DEFAULT_TIMEOUT_SECS, "description": "Seconds before the program is killed."}
-            },
-            "required": ["argv"],
-            "additionalProperties": false
-        });
-        Self { workspace, schema, options, support }
+        Self { workspace, options, support }
     }
 
-    fn check(&self, args: &Value) -> Result<Plan, String> {
-        let args: ShellArgs = parse(args)?;
+    fn check(&self, args: &ShellArgs) -> Result<Plan, String> {
         let Some(name) = args.argv.first() else {
             return Err("invalid arguments: argv must name at least the program".to_owned());
         };
@@ -193,10 +185,10 @@ impl Shell {
         };
         let cwd = self.workspace.canonical_root().map_err(|e| e.to_string())?;
         let confinement = Confinement::decide(self.options.sandbox, self.options.network, &self.support)?;
-        Ok(Plan { argv: args.argv, program, cwd, timeout: Duration::from_secs(args.timeout_secs), confinement })
+        Ok(Plan { argv: args.argv.clone(), program, cwd, timeout: Duration::from_secs(args.timeout_secs), confinement })
     }
 
-    async fn run(&self, args: &Value) -> Result<ToolOutput, ToolError> {
+    async fn run(&self, args: &ShellArgs) -> Result<ToolOutput, ToolError> {
         let plan = match self.check(args) {
             Ok(plan) => plan,
             Err(e) => return Ok(ToolOutput::error(e)),
@@ -404,44 +396,30 @@ fn quote_for_display(arg: &str) -> Cow<'_, str> {
     Cow::Owned(quoted)
 }
 
-impl Tool for Shell {
-    fn name(&self) -> &str {
-        "shell"
+impl TypedTool for Shell {
+    type Args = ShellArgs;
+    const NAME: &str = "shell";
+    const DESCRIPTION: &str = "Run a program with arguments (no shell expansion) in the workspace root; returns the exit code, stdout and stderr. The program may be sandboxed: writes outside the workspace and $TMPDIR, reads of /proc and private files, and network access can be denied.";
+    const GATE: Gate = Gate::Ask;
+
+    async fn validate(&self, args: &ShellArgs) -> Result<(), String> {
+        self.check(args).map(drop)
     }
 
-    fn description(&self) -> &str {
-        "Run a program with arguments (no shell expansion) in the workspace root; returns the exit code, stdout and stderr. The program may be sandboxed: writes outside the workspace and $TMPDIR, reads of /proc and private files, and network access can be denied."
+    async fn preview(&self, args: &ShellArgs) -> Option<String> {
+        let plan = self.check(args).ok()?;
+        Some(format!(
+            "run: {}\nprogram: {}\nin: {} (the workspace root)\ntimeout: {}s\nsandbox: {}",
+            plan.command_line(),
+            plan.program.describe(),
+            plan.cwd.display(),
+            plan.timeout.as_secs(),
+            plan.confinement.describe()
+        ))
     }
 
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn validate<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(std::future::ready(self.check(args).map(drop)))
-    }
-
-    fn gate(&self, _args: &Value) -> Gate {
-        Gate::Ask
-    }
-
-    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
-        let preview = (|| -> Option<String> {
-            let plan = self.check(args).ok()?;
-            Some(format!(
-                "run: {}\nprogram: {}\nin: {} (the workspace root)\ntimeout: {}s\nsandbox: {}",
-                plan.command_line(),
-                plan.program.describe(),
-                plan.cwd.display(),
-                plan.timeout.as_secs(),
-                plan.confinement.describe()
-            ))
-        })();
-        Box::pin(std::future::ready(preview))
-    }
-
-    fn call<'a>(&'a self, args: Value, _ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move { self.run(&args).await })
+    async fn call(&self, args: ShellArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        self.run(&args).await
     }
 }
 

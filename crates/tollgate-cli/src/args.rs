@@ -93,6 +93,10 @@ pub struct RunArgs {
     /// Leave a run that reaches the gate waiting instead of asking on the terminal.
     #[arg(long)]
     pub detach: bool,
+    /// Metadata for the run's tools, stored with the run (repeatable): the value is JSON when it parses
+    /// as JSON (`seats=3`, `tenant={"id":7}`), else the text itself (`customer=acme`).
+    #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse_meta)]
+    pub meta: Vec<(String, serde_json::Value)>,
     /// The run's input.
     pub input: String,
 }
@@ -308,6 +312,17 @@ when longer), and every run is checked:
 
 It prints runs, kills, lost, duplicated, stuck, chains verified and the server's RSS (start, peak, end;
 --json: the report with every sample). Exit 1 on any lost, duplicated or stuck run or broken chain.";
+
+/// `KEY=VALUE` of `run --meta`: the value as JSON when it parses, else as a string.
+fn parse_meta(text: &str) -> Result<(String, serde_json::Value), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => {
+            let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
+            Ok((key.to_owned(), value))
+        }
+        _ => Err(format!("`{text}` is not KEY=VALUE")),
+    }
+}
 
 fn parse_status(text: &str) -> Result<tollgate_agent_core::RunStatus, String> {
     tollgate_agent_core::RunStatus::parse(text).ok_or_else(|| {

@@ -42,11 +42,16 @@ impl Watch {
 }
 
 impl Backend {
-    /// Starts a run; returns it as created (the caller follows it).
-    pub async fn start(&self, agent: Option<&str>, input: &str) -> Result<RunView, CliError> {
+    /// Starts a run with metadata for its tools; returns it as created (the caller follows it).
+    pub async fn start(
+        &self,
+        agent: Option<&str>,
+        input: &str,
+        metadata: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<RunView, CliError> {
         match self {
-            Backend::Local(local) => local.start(agent, input).await,
-            Backend::Remote(remote) => remote.start(agent, input).await,
+            Backend::Local(local) => local.start(agent, input, metadata).await,
+            Backend::Remote(remote) => remote.start(agent, input, metadata).await,
         }
     }
 

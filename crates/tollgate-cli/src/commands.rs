@@ -39,7 +39,8 @@ pub async fn dispatch(ctx: &Context, command: Command) -> Result<Exit, CliError>
 }
 
 async fn run(ctx: &Context, args: RunArgs) -> Result<Exit, CliError> {
-    let started = ctx.backend.start(args.agent.as_deref(), &args.input).await?;
+    let metadata: serde_json::Map<String, Value> = args.meta.into_iter().collect();
+    let started = ctx.backend.start(args.agent.as_deref(), &args.input, metadata).await?;
     ctx.note(&format!("started run {} (agent {})", started.id, started.agent));
     let run = if !args.detach && prompt::is_interactive() {
         prompt::follow_on_terminal(ctx, &started.id).await?

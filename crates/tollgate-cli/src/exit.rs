@@ -79,7 +79,7 @@ impl CliError {
 impl From<StartError> for CliError {
     fn from(error: StartError) -> Self {
         let exit = match &error {
-            StartError::UnknownAgent(_) | StartError::EmptyInput => Exit::Usage,
+            StartError::UnknownAgent(_) | StartError::EmptyInput | StartError::InvalidMetadata(_) => Exit::Usage,
             StartError::Vanished(_) | StartError::Store(_) => Exit::Failed,
         };
         CliError::new(exit, error.to_string())
@@ -179,6 +179,10 @@ mod tests {
         let cases: Vec<(CliError, Exit)> = vec![
             (StartError::UnknownAgent("x".into()).into(), Exit::Usage),
             (StartError::EmptyInput.into(), Exit::Usage),
+            (
+                StartError::InvalidMetadata(tollgate_agent_core::MetadataError::TooDeep { limit: 16 }).into(),
+                Exit::Usage,
+            ),
             (StartError::Vanished("r".into()).into(), Exit::Failed),
             (StartError::Store(store()).into(), Exit::Failed),
             (ReadError::NotFound("r".into()).into(), Exit::Failed),

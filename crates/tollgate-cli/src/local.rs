@@ -15,7 +15,9 @@ use tokio::sync::broadcast;
 use tollgate_agent_app::App;
 use tollgate_agent_config::{Config, ConfigLoader};
 use tollgate_agent_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
-use tollgate_agent_runtime::{DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule};
+use tollgate_agent_runtime::{
+    DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule, StartRun,
+};
 
 /// The actor recorded on events for everything done from this command line in local mode (docs/api.md: with
 /// no tokens, every caller is `local`). Through a server, the actor is the name of the token.
@@ -78,9 +80,14 @@ fn view(run: &RunRecord) -> Result<RunView, CliError> {
 /// the actor [`ACTOR`].
 impl Local {
     /// Starts a run, driven in this process; returns it as created.
-    pub async fn start(&self, agent: Option<&str>, input: &str) -> Result<RunView, CliError> {
+    pub async fn start(
+        &self,
+        agent: Option<&str>,
+        input: &str,
+        metadata: serde_json::Map<String, Value>,
+    ) -> Result<RunView, CliError> {
         self.ensure_workspace()?;
-        view(&self.runtime.start(agent, input, ACTOR).await?)
+        view(&self.runtime.start(StartRun { agent, input, actor: ACTOR, metadata }).await?)
     }
 
     /// Reads one run.

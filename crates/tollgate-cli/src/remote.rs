@@ -187,9 +187,19 @@ impl Remote {
     }
 
     /// Starts a run (`POST /v1/runs`, not waiting: the caller follows it).
-    pub async fn start(&self, agent: Option<&str>, input: &str) -> Result<RunView, CliError> {
-        let body =
-            request_body(&StartRunRequest { agent: agent.map(str::to_owned), input: input.to_owned(), wait: None });
+    pub async fn start(
+        &self,
+        agent: Option<&str>,
+        input: &str,
+        metadata: serde_json::Map<String, Value>,
+    ) -> Result<RunView, CliError> {
+        let body = request_body(&StartRunRequest {
+            agent: agent.map(str::to_owned),
+            input: input.to_owned(),
+            // Left out when empty: the smallest body that says what it means (and one an older server takes).
+            metadata: (!metadata.is_empty()).then_some(metadata),
+            wait: None,
+        });
         let answer = self.call(Method::POST, self.url("v1/runs", &[]), Some(&body)).await;
         let json = match answer {
             Ok(json) => json,

@@ -87,12 +87,15 @@ pub fn run_details(run: &RunView, now: Millis) -> String {
         vec!["agent".into(), run.agent.clone()],
         vec!["status".into(), run.status.to_string()],
         vec!["input".into(), one_line(&run.input, 200)],
-        vec![
-            "created".into(),
-            format!("{} ({} ago, by {})", run.created_at, age_of(now, &run.created_at), run.created_by),
-        ],
-        vec!["updated".into(), run.updated_at.clone()],
     ];
+    if !run.metadata.is_empty() {
+        rows.push(vec!["metadata".into(), one_line(&Value::Object(run.metadata.clone()).to_string(), 200)]);
+    }
+    rows.push(vec![
+        "created".into(),
+        format!("{} ({} ago, by {})", run.created_at, age_of(now, &run.created_at), run.created_by),
+    ]);
+    rows.push(vec!["updated".into(), run.updated_at.clone()]);
     if let Some(finished) = &run.finished_at {
         rows.push(vec!["finished".into(), finished.clone()]);
     }

@@ -23,6 +23,8 @@ pub struct RunView {
     pub status: RunStatus,
     /// Its input.
     pub input: String,
+    /// What its starter gave its tools (empty when nothing).
+    pub metadata: serde_json::Map<String, Value>,
     /// The final output, once completed.
     pub output: Option<String>,
     /// Why it ended (`completed`, `max_iterations`, …), once terminal.
@@ -73,6 +75,7 @@ impl RunView {
             agent: run.agent,
             status: status(run.status),
             input: run.input,
+            metadata: run.metadata,
             output: run.output,
             termination_reason: run.termination_reason.map(|r| r.as_str().to_owned()),
             iterations: run.iterations,

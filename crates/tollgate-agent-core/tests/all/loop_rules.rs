@@ -11,9 +11,9 @@ use tokio::sync::watch;
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
     AgentLoop, BoxFuture, Completion, Counters, Decision, DecisionError, Decisions, Gate, HookError,
-    ITERATION_LIMIT_RESULT, LoopConfig, LoopError, LoopEvent, LoopHooks, Message, ModelClient, ModelError,
-    ModelRequest, ModelResponse, NoHooks, Outcome, SCHEMA_VERSION, Suspension, SuspensionError, TerminationReason,
-    Tool, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry, ToolResult, Usage,
+    ITERATION_LIMIT_RESULT, LoopConfig, LoopError, LoopEvent, LoopHooks, Message, Metadata, ModelClient, ModelError,
+    ModelRequest, ModelResponse, NoHooks, Outcome, RunScope, SCHEMA_VERSION, Suspension, SuspensionError,
+    TerminationReason, Tool, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry, ToolResult, Usage,
 };
 use tollgate_agent_testkit::{Behaviour, RecordingHooks, TestTool};
 
@@ -110,7 +110,7 @@ async fn unknown_tool_gets_an_error_result_naming_the_available_tools() {
     let write = write_tool();
     let agent = agent(one_turn(json!([{"name": "ghost"}, {"name": "list"}])), &[&list, &write], LoopConfig::default());
 
-    let done = completed(agent.start("run", "go", &NoHooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     let ghost = result(&done.transcript, "call_1");
     assert_eq!(ghost.content, "Tool ghost does not exist. Available tools: list, write.");
@@ -135,7 +135,7 @@ async fn forbidden_calls_get_an_error_result_and_do_not_run() {
     let agent = agent(one_turn(calls), &[&rm, &write], LoopConfig::default());
 
     // No call asks, so the turn does not wait for anyone.
-    let done = completed(agent.start("run", "go", &NoHooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     assert_eq!(result(&done.transcript, "call_1").content, "Tool rm is forbidden by policy and was not run.");
     assert_eq!(result(&done.transcript, "call_2").content, "Tool write is forbidden by policy and was not run.");
@@ -151,7 +151,7 @@ async fn arguments_failing_the_schema_get_an_error_result_and_do_not_run() {
     let agent = agent(one_turn(json!([{"name": "write", "arguments": {"path": 3}}])), &[&write], LoopConfig::default());
 
     // Refused before the gate: an ask-gated tool with bad arguments does not wait for a person.
-    let done = completed(agent.start("run", "go", &NoHooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     let refused = result(&done.transcript, "call_1");
     assert!(refused.is_error);
@@ -191,7 +191,7 @@ async fn malformed_arguments_get_an_error_result_and_do_not_run() {
     };
     let agent = agent_with(Arc::new(model), &[write.shared()], LoopConfig::default());
 
-    let done = completed(agent.start("run", "go", &NoHooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     let refused = result(&done.transcript, "call_1");
     assert_eq!(
@@ -210,7 +210,7 @@ async fn a_tool_error_reaches_the_model_as_a_plain_failure_without_its_internal_
     let flaky = TestTool::new("flaky").behaviour(Behaviour::Fail("connect to db://admin:hunter2@10.0.0.7".into()));
     let agent = agent(one_turn(json!([{"name": "flaky"}])), &[&flaky], LoopConfig::default());
 
-    let done = completed(agent.start("run", "go", &NoHooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     let failed = result(&done.transcript, "call_1");
     assert_eq!((failed.content.as_str(), failed.is_error), ("Tool flaky failed.", true));
@@ -224,7 +224,7 @@ async fn a_tool_output_error_passes_through_as_an_error_result() {
     let read = TestTool::new("read").behaviour(Behaviour::ModelError("no such file: a.txt".into()));
     let agent = agent(one_turn(json!([{"name": "read"}])), &[&read], LoopConfig::default());
 
-    let done = completed(agent.start("run", "go", &NoHooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     let missing = result(&done.transcript, "call_1");
     assert_eq!((missing.content.as_str(), missing.is_error), ("no such file: a.txt", true));
@@ -237,7 +237,7 @@ async fn a_panic_in_gate_is_caught_and_becomes_an_error_result() {
     let touchy = TestTool::new("touchy").gate_fn(|_| panic!("gate exploded"));
     let agent = agent(one_turn(json!([{"name": "touchy"}])), &[&touchy], LoopConfig::default());
 
-    let done = completed(agent.start("run", "go", &NoHooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     let refused = result(&done.transcript, "call_1");
     assert_eq!((refused.content.as_str(), refused.is_error), ("Tool touchy failed to check its arguments.", true));
@@ -255,7 +255,7 @@ async fn long_results_are_cut_on_a_char_boundary_with_a_visible_marker() {
     let config = LoopConfig { result_cap_bytes: 50, ..LoopConfig::default() };
     let agent = agent(one_turn(calls), &[&euros, &crabs, &exact], config);
 
-    let done = completed(agent.start("run", "go", &NoHooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     let euros = &result(&done.transcript, "call_1").content;
     assert_eq!(euros, &format!("{}\n[output truncated: showing 48 of 120 bytes]", "€".repeat(16)));
@@ -279,7 +279,7 @@ async fn the_token_budget_ends_the_run_with_the_last_text_and_no_closing_call() 
     let agent = agent(script, &[&tick], config);
     let hooks = RecordingHooks::default();
 
-    let done = completed(agent.start("run", "go", &hooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &hooks).await);
 
     assert_eq!(done.reason, TerminationReason::BudgetExhausted);
     assert_eq!(done.output.as_deref(), Some("Still ticking."));
@@ -302,14 +302,16 @@ async fn max_iterations_counts_every_segment_of_a_resumed_run() {
     ]});
     let config = LoopConfig { max_iterations: 2, ..LoopConfig::default() };
     let first = agent(script.clone(), &[&write, &tick], config.clone());
-    let suspension = suspended(first.start("run", "go", &NoHooks).await);
+    let suspension = suspended(first.start(&RunScope::new("run"), "go", &NoHooks).await);
     assert_eq!(suspension.counters.iterations, 1);
 
     // Resumed in another loop: one model call with tools is left, then the closing completion.
     let second = agent(script, &[&write, &tick], config);
     let hooks = RecordingHooks::default();
     let done = completed(
-        second.resume("run", reload(&suspension), &decisions(&[("call_1", Decision::Approve)]), &hooks).await,
+        second
+            .resume(&RunScope::new("run"), reload(&suspension), &decisions(&[("call_1", Decision::Approve)]), &hooks)
+            .await,
     );
 
     assert_eq!(done.reason, TerminationReason::MaxIterations);
@@ -424,7 +426,8 @@ async fn allow_gated_calls_of_a_turn_run_concurrently_and_answer_in_model_order(
     ];
     let agent = agent_with(Arc::new(scripted(three_calls())), &tools, LoopConfig::default());
 
-    let outcome = tokio::time::timeout(Duration::from_secs(10), agent.start("run", "go", &NoHooks)).await;
+    let outcome =
+        tokio::time::timeout(Duration::from_secs(10), agent.start(&RunScope::new("run"), "go", &NoHooks)).await;
     let done = completed(outcome.unwrap_or_else(|_| panic!("the calls did not run concurrently")));
 
     assert_eq!(probe.peak.load(Ordering::SeqCst), 3, "all three calls were in flight at once");
@@ -447,7 +450,7 @@ async fn with_concurrency_one_allow_gated_calls_never_overlap() {
     let config = LoopConfig { concurrency: 1, ..LoopConfig::default() };
     let agent = agent_with(Arc::new(scripted(three_calls())), &tools, config);
 
-    let done = completed(agent.start("run", "go", &NoHooks).await);
+    let done = completed(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     assert_eq!(probe.peak.load(Ordering::SeqCst), 1);
     assert_eq!(
@@ -466,14 +469,14 @@ async fn held_list_and_write() -> (ToolLoop, Suspension, TestTool, TestTool) {
     let write = write_tool();
     let calls = json!([{"name": "list"}, {"name": "write", "arguments": {"path": "a.txt", "content": "x"}}]);
     let agent = agent(one_turn(calls), &[&list, &write], LoopConfig::default());
-    let suspension = suspended(agent.start("run", "go", &NoHooks).await);
+    let suspension = suspended(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
     (agent, suspension, list, write)
 }
 
 async fn refused_resume(list: &[(&str, Decision)]) -> DecisionError {
     let (agent, suspension, list_tool, write_tool) = held_list_and_write().await;
     let hooks = RecordingHooks::default();
-    let outcome = agent.resume("run", reload(&suspension), &decisions(list), &hooks).await;
+    let outcome = agent.resume(&RunScope::new("run"), reload(&suspension), &decisions(list), &hooks).await;
     let error = match outcome {
         Err(LoopError::Decision(error)) => error,
         other => panic!("expected a decision error, got {other:?}"),
@@ -519,13 +522,61 @@ async fn an_edit_failing_the_schema_is_refused_and_nothing_runs() {
 async fn a_refused_resume_leaves_the_stored_suspension_resumable() {
     let (agent, suspension, list, write) = held_list_and_write().await;
     let stored = suspension.to_json().unwrap_or_else(|e| panic!("{e}"));
-    let refused = agent.resume("run", reload(&suspension), &Decisions::new(), &NoHooks).await;
+    let refused = agent.resume(&RunScope::new("run"), reload(&suspension), &Decisions::new(), &NoHooks).await;
     assert!(matches!(refused, Err(LoopError::Decision(DecisionError::Missing(_)))), "{refused:?}");
 
     let again = Suspension::from_json(&stored).unwrap_or_else(|e| panic!("{e}"));
-    let done = completed(agent.resume("run", again, &decisions(&[("call_2", Decision::Approve)]), &NoHooks).await);
+    let done = completed(
+        agent.resume(&RunScope::new("run"), again, &decisions(&[("call_2", Decision::Approve)]), &NoHooks).await,
+    );
     assert_eq!((list.call_count(), write.call_count()), (1, 1));
     assert_eq!(done.reason, TerminationReason::Completed);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The run's scope reaches every tool call
+
+#[tokio::test]
+async fn every_call_sees_the_runs_metadata_at_start_and_after_a_resume_elsewhere() {
+    let metadata =
+        Metadata::try_from(json!({"customer": "acme", "tenant": {"id": 7}})).unwrap_or_else(|e| panic!("{e}"));
+    let scope = RunScope::new("run-7").with_metadata(metadata.clone());
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "list"}, {"name": "list"}]},
+        {"tool_calls": [{"name": "write", "arguments": {"path": "a.txt", "content": "x"}}]},
+        {"tool_calls": [{"name": "list"}]},
+        {"text": "Done."}
+    ]});
+    let (list, write) = (TestTool::new("list"), write_tool());
+    let first = agent(script.clone(), &[&list, &write], LoopConfig::default());
+    let suspension = suspended(first.start(&scope, "go", &NoHooks).await);
+    assert_eq!(list.call_count(), 2, "the first turn ran (concurrently) before the gate");
+
+    // Another process: the suspension from storage, the scope from the stored run.
+    let (later_list, later_write) = (TestTool::new("list"), write_tool());
+    let second = agent(script, &[&later_list, &later_write], LoopConfig::default());
+    let stored: Metadata =
+        serde_json::from_str(r#"{"customer":"acme","tenant":{"id":7}}"#).unwrap_or_else(|e| panic!("{e}"));
+    let stored_scope = RunScope::new("run-7").with_metadata(stored);
+    let approve = decisions(&[("call_3", Decision::Approve)]);
+    completed(second.resume(&stored_scope, reload(&suspension), &approve, &NoHooks).await);
+
+    let seen: Vec<ToolContext> = [list.contexts(), later_write.contexts(), later_list.contexts()].concat();
+    let call_ids: Vec<&str> = seen.iter().map(|c| c.call_id.as_str()).collect();
+    assert_eq!(call_ids, ["call_1", "call_2", "call_3", "call_4"]);
+    for ctx in &seen {
+        assert_eq!((ctx.run_id.as_str(), &ctx.metadata), ("run-7", &metadata), "{}", ctx.call_id);
+        assert_eq!(ctx.metadata.get_as::<String>("customer").ok().flatten().as_deref(), Some("acme"));
+    }
+
+    // Without metadata, a tool sees an empty object.
+    let bare = TestTool::new("list");
+    completed(
+        agent(one_turn(json!([{"name": "list"}])), &[&bare], LoopConfig::default())
+            .start(&RunScope::new("r"), "go", &NoHooks)
+            .await,
+    );
+    assert!(bare.contexts().iter().all(|c| c.metadata.is_empty() && c.run_id == "r"));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -537,7 +588,9 @@ async fn a_tool_whose_schema_changed_since_the_suspension_does_not_run() {
     let write = write_tool();
     let calls = json!([{"name": "list"}, {"name": "write", "arguments": {"path": "a.txt", "content": "x"}}]);
     let before = agent(one_turn(calls.clone()), &[&list, &write], LoopConfig::default());
-    let stored = suspended(before.start("run", "go", &NoHooks).await).to_json().unwrap_or_else(|e| panic!("{e}"));
+    let stored = suspended(before.start(&RunScope::new("run"), "go", &NoHooks).await)
+        .to_json()
+        .unwrap_or_else(|e| panic!("{e}"));
 
     // A new deployment: same name, a different schema the person never saw.
     let new_write = TestTool::new("write")
@@ -545,7 +598,9 @@ async fn a_tool_whose_schema_changed_since_the_suspension_does_not_run() {
         .schema(json!({"type": "object", "properties": {"path": {"type": "string"}, "mode": {"type": "string"}}}));
     let after = agent(one_turn(calls), &[&list, &new_write], LoopConfig::default());
     let suspension = Suspension::from_json(&stored).unwrap_or_else(|e| panic!("{e}"));
-    let done = completed(after.resume("run", suspension, &decisions(&[("call_2", Decision::Approve)]), &NoHooks).await);
+    let done = completed(
+        after.resume(&RunScope::new("run"), suspension, &decisions(&[("call_2", Decision::Approve)]), &NoHooks).await,
+    );
 
     let changed = result(&done.transcript, "call_2");
     assert_eq!(changed.content, "Tool write changed since the call was checked; the call was not run.");
@@ -615,7 +670,7 @@ async fn hooks_see_each_executed_call_start_before_it_finishes_and_nothing_for_s
     ]);
     let agent = agent(one_turn(calls), &[&list, &write], LoopConfig::default());
     let start_hooks = RecordingHooks::default();
-    let suspension = suspended(agent.start("run", "go", &start_hooks).await);
+    let suspension = suspended(agent.start(&RunScope::new("run"), "go", &start_hooks).await);
     assert!(start_hooks.lines().iter().all(|l| !l.starts_with("tool_")), "nothing of a held turn starts");
 
     let hooks = RecordingHooks::default();
@@ -625,7 +680,7 @@ async fn hooks_see_each_executed_call_start_before_it_finishes_and_nothing_for_s
         ("call_4", Decision::Respond { result: "42".into() }),
         ("call_5", Decision::Edit { arguments: json!({"path": "e.txt", "content": "edited"}) }),
     ]);
-    completed(agent.resume("run", reload(&suspension), &decided, &hooks).await);
+    completed(agent.resume(&RunScope::new("run"), reload(&suspension), &decided, &hooks).await);
 
     let tool_lines: Vec<String> = hooks.lines().into_iter().filter(|l| l.starts_with("tool_")).collect();
     assert_eq!(
@@ -661,10 +716,15 @@ async fn a_failing_tool_started_hook_stops_the_loop_before_an_approved_call_runs
     let write = write_tool();
     let script = one_turn(json!([{"name": "write", "arguments": {"path": "a.txt", "content": "x"}}]));
     let agent = agent(script, &[&write], LoopConfig::default());
-    let suspension = suspended(agent.start("run", "go", &NoHooks).await);
+    let suspension = suspended(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
     let outcome = agent
-        .resume("run", reload(&suspension), &decisions(&[("call_1", Decision::Approve)]), &FailOnToolStarted)
+        .resume(
+            &RunScope::new("run"),
+            reload(&suspension),
+            &decisions(&[("call_1", Decision::Approve)]),
+            &FailOnToolStarted,
+        )
         .await;
 
     match outcome {
@@ -679,7 +739,7 @@ async fn a_failing_tool_started_hook_stops_the_loop_before_an_allowed_call_runs(
     let list = TestTool::new("list");
     let agent = agent(one_turn(json!([{"name": "list"}])), &[&list], LoopConfig::default());
 
-    let outcome = agent.start("run", "go", &FailOnToolStarted).await;
+    let outcome = agent.start(&RunScope::new("run"), "go", &FailOnToolStarted).await;
 
     assert!(matches!(outcome, Err(LoopError::Hook(_))), "{outcome:?}");
     assert_eq!(list.call_count(), 0);
@@ -698,10 +758,13 @@ async fn a_resumed_run_that_suspends_again_folds_its_counters() {
         {"text": "Both written.", "usage": usage(30, 3)}
     ]});
     let agent = agent(script, &[&write], LoopConfig::default());
-    let first = suspended(agent.start("run", "go", &NoHooks).await);
+    let first = suspended(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
 
-    let second =
-        suspended(agent.resume("run", reload(&first), &decisions(&[("call_1", Decision::Approve)]), &NoHooks).await);
+    let second = suspended(
+        agent
+            .resume(&RunScope::new("run"), reload(&first), &decisions(&[("call_1", Decision::Approve)]), &NoHooks)
+            .await,
+    );
 
     assert_eq!(second.round, 2);
     assert_eq!(
@@ -711,8 +774,11 @@ async fn a_resumed_run_that_suspends_again_folds_its_counters() {
     let traced: Vec<(u32, &str)> = second.trace.iter().map(|i| (i.round, i.call_id.as_str())).collect();
     assert_eq!(traced, [(1, "call_1")], "the trace carries the first segment's invocation");
 
-    let done =
-        completed(agent.resume("run", reload(&second), &decisions(&[("call_2", Decision::Approve)]), &NoHooks).await);
+    let done = completed(
+        agent
+            .resume(&RunScope::new("run"), reload(&second), &decisions(&[("call_2", Decision::Approve)]), &NoHooks)
+            .await,
+    );
     assert_eq!(
         done.counters,
         Counters { iterations: 3, usage: Usage { input_tokens: 60, output_tokens: 6 }, tool_invocations: 2 }
@@ -748,13 +814,13 @@ async fn a_call_id_used_twice_in_one_turn_never_rides_on_another_calls_approval(
         ]))),
     };
     let agent = agent_with(Arc::new(model), &[write.shared()], LoopConfig::default());
-    let suspension = match agent.start("run", "go", &NoHooks).await {
+    let suspension = match agent.start(&RunScope::new("run"), "go", &NoHooks).await {
         Ok(Outcome::Suspended(s)) => s,
         other => panic!("expected a suspension, got {other:?}"),
     };
     assert_eq!(suspension.decidable_calls().count(), 1, "only the first call with the id takes a decision");
     let decisions: Decisions = [("dup".to_owned(), Decision::Approve)].into();
-    let done = completed(agent.resume("run", suspension, &decisions, &NoHooks).await);
+    let done = completed(agent.resume(&RunScope::new("run"), suspension, &decisions, &NoHooks).await);
     assert_eq!(write.call_count(), 1, "the second call with the same id did not run");
     let refusals = done.transcript.iter().filter(|m| matches!(m, Message::Tool(r) if r.is_error)).count();
     assert_eq!(refusals, 1);
@@ -776,7 +842,7 @@ async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
         &[&write, &list],
         LoopConfig::default(),
     );
-    let held = reload(&suspended(agent.start("run-1", "go", &NoHooks).await));
+    let held = reload(&suspended(agent.start(&RunScope::new("run-1"), "go", &NoHooks).await));
     let first = |d: &Decisions| agent.first_decided_call(&held, d).map(|c| (c.call_id, c.arguments, c.gate));
 
     let approve_both = decisions(&[("call_1", Decision::Approve), ("call_2", Decision::Approve)]);
@@ -797,7 +863,7 @@ async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
 
     // The hooks see exactly that call start first.
     let hooks = RecordingHooks::default();
-    let _ = agent.resume("run-1", held.clone(), &deny_first, &hooks).await;
+    let _ = agent.resume(&RunScope::new("run-1"), held.clone(), &deny_first, &hooks).await;
     let started = hooks.lines().into_iter().find(|e| e.starts_with("tool_started"));
     assert_eq!(started.as_deref(), Some("tool_started 1 call_2 write ask"));
 
@@ -807,6 +873,6 @@ async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
         &[write.shared(), list.shared()],
         LoopConfig::default(),
     );
-    let held = reload(&suspended(mixed.start("run-2", "go", &NoHooks).await));
+    let held = reload(&suspended(mixed.start(&RunScope::new("run-2"), "go", &NoHooks).await));
     assert_eq!(mixed.first_decided_call(&held, &decisions(&[("call_2", Decision::Approve)])), None);
 }

@@ -6,3 +6,4 @@ mod fuzz_corpus;
 mod loop_rules;
 mod properties;
 mod transcripts;
+mod typed_tools;

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
     AgentLoop, BoxFuture, Completion, Decision, Decisions, Gate, HeldCall, ITERATION_LIMIT_RESULT, LoopConfig, Message,
-    ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, Suspension, ToolLoop, ToolRegistry,
-    ToolResult,
+    ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, RunScope, Suspension, ToolLoop,
+    ToolRegistry, ToolResult,
 };
 use tollgate_agent_testkit::TestTool;
 
@@ -342,7 +342,7 @@ async fn run_to_completion(
         || -> Result<ToolLoop, TestCaseError> { Ok(ToolLoop::new(model.clone(), toolbox.registry()?, case.config())) };
     let mut decisions = Decisions::new();
     let mut suspensions = 0;
-    let mut outcome = new_loop()?.start("run", "go", &NoHooks).await;
+    let mut outcome = new_loop()?.start(&RunScope::new("run"), "go", &NoHooks).await;
     loop {
         let suspension = match outcome {
             Ok(Outcome::Completed(completion)) => {
@@ -367,7 +367,7 @@ async fn run_to_completion(
             .map(|(i, call)| (call.call_id.clone(), decide(decisions.len() + i, call)))
             .collect();
         decisions.extend(held.clone());
-        outcome = new_loop()?.resume("run", restored, &held, &NoHooks).await;
+        outcome = new_loop()?.resume(&RunScope::new("run"), restored, &held, &NoHooks).await;
     }
 }
 

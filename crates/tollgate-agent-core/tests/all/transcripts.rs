@@ -5,7 +5,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, Completion, Decision, Decisions, Gate, LoopConfig, NoHooks, Outcome, Suspension, ToolLoop, ToolRegistry,
+    AgentLoop, Completion, Decision, Decisions, Gate, LoopConfig, NoHooks, Outcome, RunScope, Suspension, ToolLoop,
+    ToolRegistry,
 };
 use tollgate_agent_testkit::{Behaviour, TestTool};
 
@@ -23,7 +24,7 @@ fn config() -> LoopConfig {
 }
 
 async fn suspend(agent: &ToolLoop, input: &str) -> Suspension {
-    match agent.start("run", input, &NoHooks).await {
+    match agent.start(&RunScope::new("run"), input, &NoHooks).await {
         Ok(Outcome::Suspended(s)) => s,
         other => panic!("expected a suspension, got {other:?}"),
     }
@@ -31,7 +32,7 @@ async fn suspend(agent: &ToolLoop, input: &str) -> Suspension {
 
 async fn complete(agent: &ToolLoop, suspension: Suspension, decisions: &[(&str, Decision)]) -> Completion {
     let decisions: Decisions = decisions.iter().map(|(id, d)| ((*id).to_owned(), d.clone())).collect();
-    match agent.resume("run", suspension, &decisions, &NoHooks).await {
+    match agent.resume(&RunScope::new("run"), suspension, &decisions, &NoHooks).await {
         Ok(Outcome::Completed(c)) => c,
         other => panic!("expected a completion, got {other:?}"),
     }
@@ -133,7 +134,7 @@ async fn second_suspension_after_resume() {
     let agent = agent(script, &[&write], config());
     let first = suspend(&agent, "two notes").await;
     let decisions: Decisions = [("call_1".to_owned(), Decision::Approve)].into();
-    let second = match agent.resume("run", first, &decisions, &NoHooks).await {
+    let second = match agent.resume(&RunScope::new("run"), first, &decisions, &NoHooks).await {
         Ok(Outcome::Suspended(s)) => s,
         other => panic!("expected a second suspension, got {other:?}"),
     };
@@ -155,7 +156,7 @@ async fn iteration_cap() {
         {"text": "Stopping here.", "tool_calls": [{"name": "tick"}]}
     ]});
     let agent = agent(script, &[&tick], LoopConfig { max_iterations: 2, ..config() });
-    let done = match agent.start("run", "tick forever", &NoHooks).await {
+    let done = match agent.start(&RunScope::new("run"), "tick forever", &NoHooks).await {
         Ok(Outcome::Completed(c)) => c,
         other => panic!("{other:?}"),
     };
@@ -183,7 +184,7 @@ async fn tool_panic() {
     let boom = TestTool::new("boom").behaviour(Behaviour::Panic("secret internal detail".into()));
     let script = json!({"turns": [{"tool_calls": [{"name": "boom"}]}, {"text": "It failed."}]});
     let agent = agent(script, &[&boom], config());
-    let done = match agent.start("run", "go", &NoHooks).await {
+    let done = match agent.start(&RunScope::new("run"), "go", &NoHooks).await {
         Ok(Outcome::Completed(c)) => c,
         other => panic!("{other:?}"),
     };

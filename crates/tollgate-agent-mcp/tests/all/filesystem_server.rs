@@ -47,7 +47,7 @@ async fn reference_filesystem_server_reads_without_asking_and_writes_after_the_g
             panic!("no {name} among {:?}", registry.specs().iter().map(|s| &s.name).collect::<Vec<_>>())
         })
     };
-    let ctx = ToolContext { run_id: "run-1".into(), call_id: "call-1".into() };
+    let ctx = ToolContext::new("run-1", "call-1");
 
     let read = tool("files__read_text_file");
     let hello = json!({"path": root.join("hello.txt")});

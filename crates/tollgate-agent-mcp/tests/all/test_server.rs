@@ -56,7 +56,7 @@ fn tool(source: &McpSource, name: &str) -> Arc<McpTool> {
 }
 
 async fn call(tool: &McpTool, args: Value) -> ToolOutput {
-    let ctx = ToolContext { run_id: "run-1".into(), call_id: "call-1".into() };
+    let ctx = ToolContext::new("run-1", "call-1");
     tool.call(args, ctx).await.unwrap_or_else(|e| panic!("{} failed internally: {e}", tool.name()))
 }
 

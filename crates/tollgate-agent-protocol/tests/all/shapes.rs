@@ -114,7 +114,7 @@ fn event_data_that_does_not_fit_says_which_kind() {
 fn a_waiting_run_with_recorded_decisions_is_written_as_run_json_writes_it() {
     // view.rs `run_json`: each call is the held call plus `decision` (the decision's own JSON with `actor`
     // and `at` inserted after it, null when undecided), then `state`, `takes_decision` and `result`.
-    let text_in = r#"{"id":"0193b0c6-0000-7000-8000-000000000001","agent":"demo","status":"waiting_for_approval","input":"hello","output":null,"termination_reason":null,"iterations":1,"usage":{"input_tokens":3,"output_tokens":4},"version":4,"created_by":"local","created_at":"2026-11-29T10:00:00.000Z","updated_at":"2026-11-29T10:00:01.000Z","finished_at":null,"error":null,"pending":{"turn_digest":"sha256:00","expires_at":"2026-11-29T11:00:00.000Z","calls":[{"call_id":"call_1","tool":"fs_list","arguments":{},"gate":"allow","preview":null,"in_doubt":false,"decision":null,"state":"allowed","takes_decision":false,"result":null},{"call_id":"call_2","tool":"fs_write","arguments":{"path":"a"},"gate":"ask","preview":"create a","in_doubt":false,"decision":{"action":"edit","arguments":{"path":"b"},"actor":"ana","at":"2026-11-29T10:00:01.000Z"},"state":"decided","takes_decision":false,"result":null},{"call_id":"call_3","tool":"shell","arguments":{},"gate":"ask","preview":null,"in_doubt":true,"decision":{"action":"deny","reason":"no","actor":"bo","at":"2026-11-29T10:00:01.000Z"},"state":"decided","takes_decision":false,"result":null},{"call_id":"call_4","tool":"fs_write","arguments":{},"gate":"ask","preview":null,"in_doubt":false,"decision":null,"state":"waiting","takes_decision":true,"result":null},{"call_id":"call_5","tool":"fs_write","arguments":{},"gate":"ask","preview":null,"in_doubt":false,"decision":null,"state":"finished","takes_decision":false,"result":{"content":"wrote a","is_error":false}}]}}"#;
+    let text_in = r#"{"id":"0193b0c6-0000-7000-8000-000000000001","agent":"demo","status":"waiting_for_approval","input":"hello","metadata":{"customer":"acme"},"output":null,"termination_reason":null,"iterations":1,"usage":{"input_tokens":3,"output_tokens":4},"version":4,"created_by":"local","created_at":"2026-11-29T10:00:00.000Z","updated_at":"2026-11-29T10:00:01.000Z","finished_at":null,"error":null,"pending":{"turn_digest":"sha256:00","expires_at":"2026-11-29T11:00:00.000Z","calls":[{"call_id":"call_1","tool":"fs_list","arguments":{},"gate":"allow","preview":null,"in_doubt":false,"decision":null,"state":"allowed","takes_decision":false,"result":null},{"call_id":"call_2","tool":"fs_write","arguments":{"path":"a"},"gate":"ask","preview":"create a","in_doubt":false,"decision":{"action":"edit","arguments":{"path":"b"},"actor":"ana","at":"2026-11-29T10:00:01.000Z"},"state":"decided","takes_decision":false,"result":null},{"call_id":"call_3","tool":"shell","arguments":{},"gate":"ask","preview":null,"in_doubt":true,"decision":{"action":"deny","reason":"no","actor":"bo","at":"2026-11-29T10:00:01.000Z"},"state":"decided","takes_decision":false,"result":null},{"call_id":"call_4","tool":"fs_write","arguments":{},"gate":"ask","preview":null,"in_doubt":false,"decision":null,"state":"waiting","takes_decision":true,"result":null},{"call_id":"call_5","tool":"fs_write","arguments":{},"gate":"ask","preview":null,"in_doubt":false,"decision":null,"state":"finished","takes_decision":false,"result":{"content":"wrote a","is_error":false}}]}}"#;
     let run: Run = serde_json::from_str(text_in).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(text(&run), text_in);
     let calls = run.pending.as_ref().map(|p| p.calls.as_slice()).unwrap_or_default();
@@ -178,6 +178,10 @@ fn request_bodies_reject_unknown_fields_and_actions() {
     );
     assert!(serde_json::from_value::<StartRunRequest>(json!({"input": "x", "priority": 1})).is_err());
     assert!(serde_json::from_value::<StartRunRequest>(json!({"agent": "demo"})).is_err(), "input is required");
+    assert!(
+        serde_json::from_value::<StartRunRequest>(json!({"input": "x", "metadata": ["a"]})).is_err(),
+        "metadata is an object"
+    );
     assert!(serde_json::from_value::<CancelRequest>(json!({"why": "x"})).is_err());
 }
 
@@ -189,6 +193,13 @@ fn client_bodies_are_the_smallest_that_say_what_they_mean() {
     assert_eq!(text(&CancelRequest::default()), "{}");
     assert_eq!(text(&CancelRequest { reason: Some("r".into()) }), r#"{"reason":"r"}"#);
     assert_eq!(text(&StartRunRequest { input: "hi".into(), ..Default::default() }), r#"{"input":"hi"}"#);
+    let with_metadata: StartRunRequest =
+        serde_json::from_value(json!({"input": "hi", "metadata": {"customer": "acme"}, "agent": null}))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(text(&with_metadata), r#"{"input":"hi","metadata":{"customer":"acme"}}"#);
+    let null: StartRunRequest =
+        serde_json::from_value(json!({"input": "hi", "metadata": null})).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(null.metadata, None, "null means absent");
     let each = DecisionRequest::each("d", vec![CallDecision::Approve(ApproveDecision { call_id: "c".into() })]);
     assert_eq!(text(&each), r#"{"turn_digest":"d","decisions":[{"action":"approve","call_id":"c"}]}"#);
     assert_eq!(serde_json::from_str::<DecisionRequest>(&text(&each)).ok(), Some(each));

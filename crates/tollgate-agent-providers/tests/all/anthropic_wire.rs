@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate_agent_core::{
-    AgentLoop, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, ToolCall,
-    Usage,
+    AgentLoop, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, RunScope,
+    ToolCall, Usage,
 };
 use tollgate_agent_providers::{ANTHROPIC_VERSION, AnthropicModel, ProviderSettings};
 use wiremock::matchers::{header, method, path};
@@ -125,7 +125,7 @@ async fn malformed_arguments_are_flagged_and_answered_with_an_error_result() -> 
 
     let tools = Tools::new();
     let agent = tool_loop(Arc::new(model(&server)?), &tools, "claude-test")?;
-    let Outcome::Completed(done) = agent.start("run-malformed", "write a note", &NoHooks).await? else {
+    let Outcome::Completed(done) = agent.start(&RunScope::new("run-malformed"), "write a note", &NoHooks).await? else {
         anyhow::bail!("a malformed call is refused before the gate, so nothing waits");
     };
     assert_eq!(done.output.as_deref(), Some("I will fix my arguments."));

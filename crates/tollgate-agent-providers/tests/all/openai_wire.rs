@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate_agent_core::{
-    AgentLoop, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, ToolCall,
-    Usage,
+    AgentLoop, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, RunScope,
+    ToolCall, Usage,
 };
 use tollgate_agent_providers::{OpenAiModel, ProviderSettings};
 use wiremock::matchers::{header, method, path};
@@ -128,7 +128,7 @@ async fn malformed_arguments_become_an_error_result_fed_back_to_the_model() -> a
     Mock::given(method("POST")).and(path(PATH)).respond_with(by_turn(turns)).mount(&server).await;
     let tools = Tools::new();
     let agent = tool_loop(Arc::new(model(&server)?), &tools, "gpt-test")?;
-    let Outcome::Completed(done) = agent.start("run-malformed", "write a note", &NoHooks).await? else {
+    let Outcome::Completed(done) = agent.start(&RunScope::new("run-malformed"), "write a note", &NoHooks).await? else {
         anyhow::bail!("a malformed call is refused before the gate, so nothing waits");
     };
     assert_eq!(done.output.as_deref(), Some("Sorry, my arguments were broken."));

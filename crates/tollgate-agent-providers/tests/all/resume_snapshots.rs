@@ -5,7 +5,7 @@
 use crate::support::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use tollgate_agent_core::{AgentLoop, Decision, Decisions, ModelClient, Outcome, Suspension, ToolLoop};
+use tollgate_agent_core::{AgentLoop, Decision, Decisions, ModelClient, Outcome, RunScope, Suspension, ToolLoop};
 use tollgate_agent_providers::{AnthropicModel, OpenAiModel};
 use tollgate_agent_testkit::RecordingHooks;
 use wiremock::matchers::{method, path};
@@ -100,7 +100,7 @@ fn decide(pairs: &[(&str, Decision)]) -> Decisions {
 }
 
 async fn resume(agent: &ToolLoop, suspension: Suspension, decisions: &Decisions) -> anyhow::Result<Outcome> {
-    Ok(agent.resume("run-1", suspension, decisions, &RecordingHooks::default()).await?)
+    Ok(agent.resume(&RunScope::new("run-1"), suspension, decisions, &RecordingHooks::default()).await?)
 }
 
 /// Runs the whole scenario through `provider` and snapshots the three request bodies.
@@ -112,7 +112,7 @@ async fn scenario(provider: Provider) -> anyhow::Result<()> {
     let agent = tool_loop(provider.model(&server)?, &tools, &format!("{}-test", provider.name()))?;
 
     let Outcome::Suspended(first) =
-        agent.start("run-1", "Save a note saying hello", &RecordingHooks::default()).await?
+        agent.start(&RunScope::new("run-1"), "Save a note saying hello", &RecordingHooks::default()).await?
     else {
         anyhow::bail!("the first turn holds four ask-gated calls");
     };

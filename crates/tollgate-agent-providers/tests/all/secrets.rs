@@ -4,7 +4,7 @@
 use crate::support::*;
 use serde_json::json;
 use std::sync::Arc;
-use tollgate_agent_core::{AgentLoop, Decision, Decisions, LoopError, ModelClient, Outcome};
+use tollgate_agent_core::{AgentLoop, Decision, Decisions, LoopError, ModelClient, Outcome, RunScope};
 use tollgate_agent_providers::{AnthropicModel, OpenAiModel};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -56,12 +56,12 @@ async fn openai_run(trail: &mut Trail) -> anyhow::Result<()> {
     let tools = Tools::new();
     let agent = tool_loop(model, &tools, "gpt-test")?;
     let hooks = DebugHooks::default();
-    let outcome = agent.start("run-secret", "save a note", &hooks).await?;
+    let outcome = agent.start(&RunScope::new("run-secret"), "save a note", &hooks).await?;
     trail.add(format!("{outcome:?}"));
     let Outcome::Suspended(suspension) = outcome else { anyhow::bail!("fs_write asks") };
     trail.add(suspension.to_json().unwrap_or_else(|e| panic!("{e}")));
     let decisions: Decisions = [("call_1".to_owned(), Decision::Approve)].into_iter().collect();
-    let done = agent.resume("run-secret", suspension, &decisions, &hooks).await?;
+    let done = agent.resume(&RunScope::new("run-secret"), suspension, &decisions, &hooks).await?;
     trail.add(format!("{done:?}"));
     assert!(matches!(done, Outcome::Completed(ref c) if c.output.as_deref() == Some("Saved.")));
     trail.texts.extend(hooks.events());
@@ -83,7 +83,7 @@ async fn failing_run<M: ModelClient + std::fmt::Debug + 'static>(model: M, trail
     let tools = Tools::new();
     let agent = tool_loop(model, &tools, "m")?;
     let hooks = DebugHooks::default();
-    let error = match agent.start("run-401", "hello", &hooks).await {
+    let error = match agent.start(&RunScope::new("run-401"), "hello", &hooks).await {
         Err(error) => error,
         Ok(outcome) => anyhow::bail!("expected a 401 failure, got {outcome:?}"),
     };

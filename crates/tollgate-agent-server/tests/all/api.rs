@@ -85,6 +85,71 @@ async fn create_run_answers_201_at_once_or_when_settled() {
 }
 
 #[tokio::test]
+async fn metadata_given_at_start_is_shown_on_the_run_and_reaches_its_tools() {
+    for backend in backends() {
+        let server = Server::start(Config { backend: backend.clone(), ..Default::default() }).await;
+        let metadata = json!({"customer": "acme", "tenant": {"id": 7, "tags": ["eu"]}});
+        let body = json!({"agent": SCRIBE, "input": "hello", "metadata": metadata, "wait": true});
+        let reply = server.post("/v1/runs", body).await;
+        assert_eq!(reply.status, 201, "{backend:?}: {}", reply.body);
+        assert_eq!(reply.body["metadata"], metadata, "{backend:?}: shown on the run");
+        let run = reply.body;
+        assert_eq!(server.get(&format!("/v1/runs/{}", id(&run))).await.body["metadata"], metadata);
+        let listed = server.get("/v1/runs?status=waiting_for_approval").await;
+        assert_eq!(listed.body["runs"][0]["metadata"], metadata, "{backend:?}: and in the list");
+
+        let decided = server
+            .post(
+                &format!("/v1/runs/{}/decisions", id(&run)),
+                json!({"turn_digest": digest(&run), "approve_all": true, "wait": true}),
+            )
+            .await;
+        assert_eq!(decided.body["status"], "completed", "{backend:?}: {}", decided.body);
+        assert_eq!(decided.body["metadata"], metadata);
+        // The held call and the allow-gated one both ran after the resume, each seeing the metadata.
+        let expected = tollgate_agent_core::Metadata::try_from(metadata.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let seen: Vec<_> = [server.tools.write.contexts(), server.tools.list.contexts()]
+            .concat()
+            .into_iter()
+            .map(|ctx| (ctx.run_id, ctx.metadata))
+            .collect();
+        assert_eq!(seen, vec![(id(&run), expected.clone()), (id(&run), expected)], "{backend:?}");
+        let events = server.get(&format!("/v1/runs/{}/events", id(&run))).await;
+        assert!(!events.body.to_string().contains("acme"), "{backend:?}: metadata is not in the events");
+
+        let plain = server.waiting_run(SCRIBE, "no metadata").await;
+        assert_eq!(plain["metadata"], json!({}), "{backend:?}: none is an empty object");
+        let null = server.post("/v1/runs", json!({"input": "x", "metadata": null})).await;
+        assert_eq!((null.status, &null.body["metadata"]), (201, &json!({})), "null means absent");
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn metadata_that_is_not_an_object_too_large_or_too_deep_is_refused() {
+    let server = Server::start(Config::default()).await;
+    let deep = (0..17).fold(json!(1), |inner, _| json!({ "a": inner }));
+    let cases = [
+        (json!([1, 2]), "`metadata` must be a JSON object, not an array"),
+        (json!("acme"), "`metadata` must be a JSON object, not a string"),
+        (json!({"blob": "x".repeat(16 * 1024)}), "metadata must be at most 16384 bytes as JSON, not 16395"),
+        (deep, "metadata must be nested at most 16 levels deep"),
+    ];
+    for (metadata, detail) in cases {
+        let reply = server.post("/v1/runs", json!({"input": "x", "metadata": metadata})).await;
+        reply.assert_problem(422, "invalid-request");
+        assert!(reply.body["detail"].as_str().is_some_and(|d| d.contains(detail)), "{detail}: {}", reply.body);
+    }
+    assert_eq!(server.run_count().await, 0, "nothing was started");
+    // At the limits exactly, the run starts.
+    let at_limit = json!({"input": "x", "metadata": {"blob": "x".repeat(16 * 1024 - 11)}});
+    assert_eq!(server.post("/v1/runs", at_limit).await.status, 201);
+    let deepest = (0..16).fold(json!(1), |inner, _| json!({ "a": inner }));
+    assert_eq!(server.post("/v1/runs", json!({"input": "x", "metadata": deepest})).await.status, 201);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn get_run_and_its_errors() {
     let server = Server::start(Config::default()).await;
     let run = server.waiting_run(SCRIBE, "read me").await;

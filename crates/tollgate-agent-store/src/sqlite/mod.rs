@@ -84,6 +84,7 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/sqlite/0001_runs_and_events.sql"),
     },
     Migration { version: 2, name: "health", sql: include_str!("../../migrations/sqlite/0002_health.sql") },
+    Migration { version: 3, name: "run_metadata", sql: include_str!("../../migrations/sqlite/0003_run_metadata.sql") },
 ];
 
 // Shared by the readers and the writer (which reads a run as its batch left it).

@@ -34,7 +34,7 @@ const INSERT_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ",
-    "?23, ?24)"
+    "?23, ?24, ?25)"
 );
 
 const INSERT_EVENT: &str =
@@ -493,7 +493,7 @@ fn write_run(connection: &Connection, write: &RowWrite) -> rusqlite::Result<()> 
 /// occur each stay prepared.
 fn update_statement<'r>(new: &'r RunRow, old: &'r RunRow) -> rusqlite::Result<(String, Vec<&'r dyn ToSql>)> {
     let mut sql = String::from("UPDATE runs SET ");
-    let mut values: Vec<&dyn ToSql> = Vec::with_capacity(24);
+    let mut values: Vec<&dyn ToSql> = Vec::with_capacity(25);
     let columns = run_columns!().split(',').map(str::trim);
     for ((column, value), before) in columns.zip(run_values(new)).zip(run_values(old)) {
         if column == "version" || value.to_sql()? != before.to_sql()? {
@@ -511,7 +511,7 @@ fn update_statement<'r>(new: &'r RunRow, old: &'r RunRow) -> rusqlite::Result<(S
 }
 
 /// A row's values in [`run_columns!`] order.
-fn run_values(r: &RunRow) -> [&dyn ToSql; 24] {
+fn run_values(r: &RunRow) -> [&dyn ToSql; 25] {
     [
         &r.id,
         &r.agent,
@@ -537,5 +537,6 @@ fn run_values(r: &RunRow) -> [&dyn ToSql; 24] {
         &r.lease_expires_at,
         &r.last_seq,
         &r.last_hash,
+        &r.metadata,
     ]
 }

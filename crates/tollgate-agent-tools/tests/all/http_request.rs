@@ -8,18 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tollgate_agent_core::{Gate, Tool, ToolOutput};
+use tollgate_agent_core::{Gate, IntoTool, Tool, ToolOutput};
 use tollgate_agent_tools::HttpRequest;
 use tollgate_agent_tools::http::MAX_BODY_BYTES;
 use wiremock::matchers::{body_string, header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 fn http_tool() -> Arc<dyn Tool> {
-    Arc::new(HttpRequest::new())
+    HttpRequest::new().into_tool()
 }
 
 fn quick_tool() -> Arc<dyn Tool> {
-    Arc::new(HttpRequest::with_timeout(Duration::from_millis(300)))
+    HttpRequest::with_timeout(Duration::from_millis(300)).into_tool()
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@ mod fs_search;
 mod fs_security;
 mod fs_tools;
 mod http_request;
+mod schemas;
 mod shell;
 mod shell_security;
 mod support;

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tollgate_agent_core::{Tool, ToolOutput};
+use tollgate_agent_core::{IntoTool, Tool, ToolOutput};
 use tollgate_agent_tools::{SandboxMode, SandboxSupport, Shell, ShellOptions, Workspace};
 
 /// The live (not zombie) processes whose command line is exactly `argv`.
@@ -50,7 +50,7 @@ async fn wait_for(argv: &[&str]) {
 }
 
 fn shell_with(fx: &Fixture, options: ShellOptions) -> Arc<dyn Tool> {
-    Arc::new(Shell::with_options(Workspace::new(&fx.root), options))
+    Shell::with_options(Workspace::new(&fx.root), options).into_tool()
 }
 
 /// True when this kernel has Landlock; otherwise says why the test is skipped.
@@ -246,15 +246,14 @@ async fn required_refuses_to_run_without_a_sandbox() {
     let fx = Fixture::new();
     let unavailable = SandboxSupport::Unavailable { reason: "a test kernel".to_owned() };
     let options = ShellOptions { sandbox: SandboxMode::Required, network: false };
-    let required: Arc<dyn Tool> =
-        Arc::new(Shell::with_sandbox_support(Workspace::new(&fx.root), options, unavailable.clone()));
+    let required = Shell::with_sandbox_support(Workspace::new(&fx.root), options, unavailable.clone()).into_tool();
     let needle = "the shell sandbox is required but unavailable: a test kernel";
     assert_refused(&required, json!({"argv": ["touch", "made.txt"]}), needle).await;
     assert_eq!(fx.read("made.txt"), None, "nothing ran");
 
     // Auto runs such a command unconfined, and says so.
     let options = ShellOptions { sandbox: SandboxMode::Auto, network: false };
-    let auto: Arc<dyn Tool> = Arc::new(Shell::with_sandbox_support(Workspace::new(&fx.root), options, unavailable));
+    let auto = Shell::with_sandbox_support(Workspace::new(&fx.root), options, unavailable).into_tool();
     let preview = auto.preview(&json!({"argv": ["true"]})).await.unwrap_or_default();
     assert!(preview.ends_with("\nsandbox: none (a test kernel)"), "{preview}");
     let out = run(&auto, json!(["cat", "/proc/self/status"])).await;

@@ -88,6 +88,27 @@ fn deny_with_a_reason_leaves_no_note() -> Result<()> {
 }
 
 #[test]
+fn meta_options_become_the_runs_metadata() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let args = ["--json", "run", "--meta", "customer=acme", "--meta", "seats=3", "--meta", r#"tenant={"id":7}"#, "hi"];
+    let waiting = sandbox.expect(3, &args)?.json()?;
+    assert_eq!(waiting["metadata"], serde_json::json!({"customer": "acme", "seats": 3, "tenant": {"id": 7}}));
+    let id = waiting["id"].as_str().unwrap_or_default().to_owned();
+    let shown = sandbox.expect(0, &["show", &id])?;
+    let line = shown.stdout.lines().find(|l| l.starts_with("metadata ")).unwrap_or_default();
+    assert!(line.ends_with(r#" {"customer":"acme","seats":3,"tenant":{"id":7}}"#), "{shown:?}");
+    let plain = sandbox.expect(3, &["--json", "run", "hello"])?.json()?;
+    assert_eq!(plain["metadata"], serde_json::json!({}), "no metadata is an empty object");
+
+    let bad = sandbox.expect(2, &["run", "--meta", "no-value", "hi"])?;
+    assert!(bad.stderr.contains("is not KEY=VALUE"), "{bad:?}");
+    let big = format!("blob={}", "x".repeat(17_000));
+    let too_big = sandbox.expect(2, &["run", "--meta", &big, "hi"])?;
+    assert!(too_big.stderr.contains("metadata must be at most 16384 bytes"), "{too_big:?}");
+    Ok(())
+}
+
+#[test]
 fn json_output_is_the_documented_run_object() -> Result<()> {
     let sandbox = Sandbox::new();
     let waiting = sandbox.expect(3, &["--json", "run", "hello"])?.json()?;
@@ -99,6 +120,7 @@ fn json_output_is_the_documented_run_object() -> Result<()> {
             "agent",
             "status",
             "input",
+            "metadata",
             "output",
             "termination_reason",
             "iterations",

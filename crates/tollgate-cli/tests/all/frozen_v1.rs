@@ -31,6 +31,7 @@ fn the_v1_database_opens_verifies_and_resumes() -> Result<()> {
     assert_eq!(statuses, ["cancelled", "completed", "completed", "completed", "completed", "waiting_for_approval"]);
     for run in runs {
         let id = run["id"].as_str().context("id")?;
+        assert_eq!(run["metadata"], serde_json::json!({}), "{id}: a v1 run has no metadata");
         tollgate(&dir, &["verify", id])?;
     }
 

@@ -131,6 +131,18 @@ fn hello_waits_at_the_gate_and_approve_writes_the_note() -> Result<()> {
 }
 
 #[test]
+fn meta_options_reach_the_server_and_its_refusals_are_usage_errors() -> Result<()> {
+    let server = Server::start("")?;
+    let client = Client::of(&server);
+    let waiting = client.expect(3, &["--json", "run", "--meta", "customer=acme", "hi"])?.json()?;
+    assert_eq!(waiting["metadata"], serde_json::json!({"customer": "acme"}));
+    let big = format!("blob={}", "x".repeat(17_000));
+    let refused = client.expect(2, &["run", "--meta", &big, "hi"])?;
+    assert!(refused.stderr.contains("metadata must be at most 16384 bytes"), "{refused:?}");
+    Ok(())
+}
+
+#[test]
 fn deny_with_a_reason_leaves_no_note() -> Result<()> {
     let server = Server::start("")?;
     let client = Client::of(&server);

@@ -10,6 +10,7 @@ use anyhow::{Context, ensure};
 use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
+use tollgate_agent_core::Metadata;
 use tollgate_agent_core::event::{ChainBreak, EventKind, NewEvent, verify_chain};
 use tollgate_agent_core::run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
@@ -224,6 +225,61 @@ pub async fn a_waiting_run_round_trips<H: Harness>(h: &H) -> anyhow::Result<()> 
     let pending = read.held_turn().context("a waiting run has its held turn")?;
     ensure!(pending.decisions.len() == 1 && pending.expires_at == Some(T0 + 1_000));
     ensure!(read.usage == Usage { input_tokens: 120, output_tokens: 30 } && read.iterations == 1);
+    Ok(())
+}
+
+/// A run's metadata is stored with it and comes back unchanged through every transition, an append
+/// and `list`; it is kept out of the events. A run without metadata (and a row from before the
+/// column, NULL) reads as an empty object; a column that is not a JSON object is corrupt.
+pub async fn metadata_round_trips_and_never_changes<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let metadata = Metadata::try_from(json!({
+        "customer": "acme \"east\" ✓ 😀",
+        "tenant": {"id": 7, "tags": ["a", null, true, 1.5]},
+        "": "an empty key",
+    }))?;
+    let run = running_run(1, "demo").with_metadata(metadata.clone());
+    let created = store.create(run, vec![event(EventKind::RunStarted, 0, json!({"input": "input 1"}))]).await?;
+    ensure!(created.metadata == metadata && store.get(&created.id).await? == created, "create, then get");
+    let stored = stored_text(h, "metadata", "runs", format!("id = '{}'", created.id)).await?;
+    ensure!(serde_json::from_str::<Metadata>(&stored)? == metadata, "the column is the JSON object: {stored}");
+    let events = store.events(&created.id, 0, 10).await?;
+    ensure!(!serde_json::to_string(&events[0].data)?.contains("acme"), "metadata is not in the events");
+
+    store.append(&created.id, OWNER, vec![event(EventKind::ModelRequest, 1, json!({}))], T0 + 5).await?;
+    let waiting = create_waiting_from(&*store, &created).await?;
+    let decided = store
+        .transition(&created.id, Guard::Version(waiting.version), decide("call_1", Decision::Approve), vec![], T0 + 20)
+        .await?;
+    let resumed =
+        store.transition(&created.id, Guard::Version(decided.version), claim("node-b"), vec![], T0 + 30).await?;
+    let done = store.transition(&created.id, Guard::Lease("node-b".into()), complete(), vec![], T0 + 40).await?;
+    for (step, record) in [("waiting", &waiting), ("decided", &decided), ("resumed", &resumed), ("done", &done)] {
+        ensure!(record.metadata == metadata, "{step}: {:?}", record.metadata);
+    }
+    ensure!(store.get(&created.id).await?.metadata == metadata);
+
+    // The default query lists the first page (a default limit, not 0).
+    let plain = create_running(&*store, 2, "demo").await?;
+    ensure!(plain.metadata.is_empty() && store.get(&plain.id).await?.metadata.is_empty());
+    let null = h.query_i64(format!("SELECT COUNT(*) FROM runs WHERE id = '{}' AND metadata IS NULL", plain.id)).await?;
+    ensure!(null == 1, "no metadata is stored as NULL");
+    let completed = store.list(RunQuery { status: Some(RunStatus::Completed), ..Default::default() }).await?;
+    ensure!(completed.runs == vec![done.clone()], "{completed:?}");
+    let all = store.list(RunQuery::default()).await?;
+    ensure!(all.runs.iter().map(|r| r.metadata.len()).collect::<Vec<_>>() == vec![0, 3], "{all:?}");
+
+    // A row written before the column existed: NULL reads as no metadata, the rest as it was.
+    h.execute(format!("UPDATE runs SET metadata = NULL WHERE id = '{}'", created.id)).await?;
+    let old = store.get(&created.id).await?;
+    ensure!(old.metadata.is_empty() && RunRecord { metadata: metadata.clone(), ..old } == done);
+
+    h.execute(format!("UPDATE runs SET metadata = '[1]' WHERE id = '{}'", created.id)).await?;
+    let read = store.get(&created.id).await;
+    ensure!(
+        matches!(&read, Err(StoreError::Corrupt { id, detail }) if *id == created.id && detail.contains("metadata")),
+        "{read:?}"
+    );
     Ok(())
 }
 
@@ -1269,6 +1325,7 @@ macro_rules! all_contract_tests {
         $crate::contract_tests!($setup, $teardown;
             create_get_and_duplicate,
             a_waiting_run_round_trips,
+            metadata_round_trips_and_never_changes,
             list_filters_and_pages,
             resolve_prefix_finds_one_run,
             legal_transitions_walk_the_cycle,

@@ -77,7 +77,7 @@ fn put_file(path: &Path, content: impl AsRef<[u8]>) {
 
 /// Calls a tool; a failure of the tool itself (not an error result) fails the test.
 pub async fn call(tool: &Arc<dyn Tool>, args: Value) -> ToolOutput {
-    let ctx = ToolContext { run_id: "run-1".into(), call_id: "call_1".into() };
+    let ctx = ToolContext::new("run-1", "call_1");
     tool.call(args, ctx).await.unwrap_or_else(|e| panic!("tool failed internally: {e}"))
 }
 

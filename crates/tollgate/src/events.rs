@@ -1,0 +1,171 @@
+//! A run's events as a live [`Stream`].
+
+use crate::Event;
+use futures_util::Stream;
+use futures_util::stream::BoxStream;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tollgate_agent_core::RunStatus;
+use tollgate_agent_runtime::{ReadError, Runtime};
+
+/// How long the stream waits for a change announced in this process before it reads the store again:
+/// the bound on how late it sees a change made by another process on the same store.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Events read per store query.
+const PAGE: u32 = 500;
+
+/// A run's events in order, live: those already stored after the start point, then each new one as it
+/// commits, until the run has ended and every event is delivered. From [`Tollgate::events`].
+///
+/// Changes made by this process arrive at once; changes made by another process on the same store
+/// (another service instance, the `tollgate` CLI) within the [poll interval](Self::poll_interval). A
+/// read error is yielded once and ends the stream; a new stream may start after the last seq seen.
+///
+/// [`Tollgate::events`]: crate::Tollgate::events
+#[must_use = "a stream does nothing unless polled"]
+pub struct EventStream {
+    runtime: Runtime,
+    run_id: String,
+    after: u64,
+    poll_interval: Duration,
+    inner: Option<BoxStream<'static, Result<Event, ReadError>>>,
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream")
+            .field("run_id", &self.run_id)
+            .field("after", &self.after)
+            .field("poll_interval", &self.poll_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventStream {
+    pub(crate) fn new(runtime: Runtime, run_id: String) -> Self {
+        Self { runtime, run_id, after: 0, poll_interval: DEFAULT_POLL_INTERVAL, inner: None }
+    }
+
+    /// Starts after this seq (events are numbered 1, 2, … per run): `after(0)`, the default, gives every
+    /// event. Only before the first poll.
+    pub fn after(mut self, seq: u64) -> Self {
+        self.after = seq;
+        self
+    }
+
+    /// How often the store is read again when this process announced nothing (default
+    /// [`DEFAULT_POLL_INTERVAL`]; at least 10 ms).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval.max(Duration::from_millis(10));
+        self
+    }
+
+    fn start(&mut self) -> BoxStream<'static, Result<Event, ReadError>> {
+        let state = Follow {
+            runtime: self.runtime.clone(),
+            notices: self.runtime.subscribe(),
+            run_id: self.run_id.clone(),
+            cursor: self.after,
+            poll_interval: self.poll_interval,
+            buffered: std::collections::VecDeque::new(),
+            done: false,
+        };
+        Box::pin(futures_util::stream::unfold(state, |mut state| async move {
+            let item = state.next().await?;
+            Some((item, state))
+        }))
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Result<Event, ReadError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.inner.is_none() {
+            let inner = self.start();
+            self.inner = Some(inner);
+        }
+        match self.inner.as_mut() {
+            Some(inner) => inner.as_mut().poll_next(cx),
+            None => Poll::Ready(None),
+        }
+    }
+}
+
+struct Follow {
+    runtime: Runtime,
+    notices: tokio::sync::broadcast::Receiver<tollgate_agent_runtime::RunNotice>,
+    run_id: String,
+    cursor: u64,
+    poll_interval: Duration,
+    buffered: std::collections::VecDeque<Event>,
+    done: bool,
+}
+
+impl Follow {
+    async fn next(&mut self) -> Option<Result<Event, ReadError>> {
+        loop {
+            if let Some(event) = self.buffered.pop_front() {
+                self.cursor = event.seq;
+                return Some(Ok(event));
+            }
+            if self.done {
+                return None;
+            }
+            // Read the run's state before its events: when it is terminal, the events read after it are
+            // all there will ever be.
+            let ended = match self.runtime.get(&self.run_id).await {
+                Ok(run) => is_terminal(run.status()),
+                Err(error) => {
+                    self.done = true;
+                    return Some(Err(error));
+                }
+            };
+            match self.runtime.events(&self.run_id, self.cursor, PAGE).await {
+                Ok(page) => {
+                    let full = page.len() == PAGE as usize;
+                    self.buffered.extend(page.iter().map(tollgate_agent_runtime::wire::event));
+                    if !self.buffered.is_empty() {
+                        // A full page may have more behind it; otherwise, a terminal run is complete.
+                        self.done = ended && !full;
+                        continue;
+                    }
+                    if ended {
+                        return None;
+                    }
+                }
+                Err(error) => {
+                    self.done = true;
+                    return Some(Err(error));
+                }
+            }
+            self.wait_for_change().await;
+        }
+    }
+
+    /// Until this process announces a change to the run, or the poll interval passes.
+    async fn wait_for_change(&mut self) {
+        let deadline = tokio::time::sleep(self.poll_interval);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                notice = self.notices.recv() => match notice {
+                    Ok(notice) if notice.run_id == self.run_id && notice.last_seq > self.cursor => return,
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        deadline.as_mut().await;
+                        return;
+                    }
+                },
+            }
+        }
+    }
+}
+
+fn is_terminal(status: RunStatus) -> bool {
+    !matches!(status, RunStatus::Queued | RunStatus::Running | RunStatus::WaitingForApproval)
+}

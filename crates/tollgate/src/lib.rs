@@ -1,0 +1,547 @@
+//! # Tollgate
+//!
+//! A durable agent runtime with human approval of tool calls. When a model asks for a tool that writes,
+//! deletes, pays or sends, the run stops at the gate and waits — in the store, not in memory — until a
+//! person decides per call: approve, edit the arguments, deny with a reason, or answer in the tool's place.
+//! The run then resumes, in this process or another one after a restart, exactly once, with every
+//! decision on a hash-chained record.
+//!
+//! ```
+//! use tollgate::{Agent, Gate, Model, Tollgate, ToolContext, ToolError, ToolOutput, TypedTool};
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//!
+//! /// Pay someone.
+//! #[derive(Deserialize, JsonSchema)]
+//! struct TransferArgs {
+//!     /// Who is paid.
+//!     to: String,
+//!     /// How much, in cents.
+//!     cents: u64,
+//! }
+//!
+//! struct Transfer;
+//!
+//! impl TypedTool for Transfer {
+//!     type Args = TransferArgs;
+//!     const NAME: &str = "transfer";
+//!     const DESCRIPTION: &str = "Transfers money to someone.";
+//!     const GATE: Gate = Gate::Ask; // what listings show; per call:
+//!     fn gate(&self, args: &TransferArgs) -> Gate {
+//!         if args.cents > 10_000 { Gate::Ask } else { Gate::Allow }
+//!     }
+//!     async fn call(&self, args: TransferArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+//!         Ok(format!("sent {} cents to {}", args.cents, args.to).into())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let model = Model::scripted_json(r#"{"turns": [{"tool_calls": [{"name": "transfer",
+//! #     "arguments": {"to": "bob", "cents": 25000}}]}, {"text": "Done."}]}"#);
+//! let tollgate = Tollgate::builder()
+//!     .store("sqlite::memory:")
+//!     .agent(Agent::new("bank").model(model).tool(Transfer))
+//!     .build()
+//!     .await?;
+//!
+//! let run = tollgate.start("Pay Bob 250 dollars").wait().await?;
+//! let held = tollgate.pending(&run.id).await?;          // the turn at the gate, as a value
+//! for call in held.awaiting() {
+//!     println!("{} wants {}: {}", call.tool, call.arguments, call.call_id);
+//! }
+//! let run = tollgate.decide(held.approve_all()).by("alice").wait().await?;
+//! assert_eq!(run.output.as_deref(), Some("Done."));
+//! # Ok(()) }
+//! ```
+//!
+//! ## What is where
+//! - [`Tollgate::builder`] assembles the runtime: the store (SQLite by default; PostgreSQL with the
+//!   `postgres` feature), the [`Agent`]s with their [`Model`] and tools.
+//! - Tools: a [`TypedTool`] (arguments as a `serde` + `schemars` struct, the schema derived), a
+//!   [`tool_fn`] from a closure, the built-ins of [`tools`] (feature `tools`, default), an MCP server's
+//!   ([`mcp`], feature `mcp`), or any [`Tool`] for dynamic cases.
+//! - Runs: [`Tollgate::start`], [`Tollgate::get`], [`Tollgate::list`], [`Tollgate::cancel`],
+//!   [`Tollgate::verify`]; waiting runs: [`Tollgate::pending`] gives a [`Held`] turn, whose
+//!   [`Decisions`] go to [`Tollgate::decide`]; [`Tollgate::events`] is a live [`EventStream`].
+//! - Runs, calls and events are the types of Tollgate's HTTP API ([`wire`]), so what your code sees is
+//!   what an HTTP client sees.
+//! - With the `server` feature, [`Tollgate::router`] is Tollgate's whole HTTP API, live events and
+//!   playground as an axum router to mount in your own service.
+//!
+//! ## Features
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `sqlite` | yes | the SQLite store (`sqlite://FILE`) |
+//! | `tools` | yes | the built-in workspace tools ([`tools`]) |
+//! | `postgres` | | the PostgreSQL store (`postgres://…`), for several processes or nodes |
+//! | `openai` | | [`Model::openai`]: OpenAI-compatible Chat Completions |
+//! | `anthropic` | | [`Model::anthropic`]: Anthropic Messages |
+//! | `mcp` | | [`mcp`]: MCP servers as tool sources |
+//! | `server` | | [`Tollgate::router`]: the HTTP API and playground |
+//!
+//! ## What is not public
+//! The store port, the transition types and the stored row are not part of this crate's API: every
+//! change to a run goes through the runtime's compare-and-set rules, so no embedder can write a run
+//! behind the exactly-once rule. Each pair below differs only in the forbidden part; the first of each
+//! compiles, the second must not (these are doc tests):
+//!
+//! ```
+//! use tollgate::{Run, Tollgate};
+//! fn reads(tollgate: &Tollgate, run: &Run) -> (Vec<String>, u64) {
+//!     (tollgate.agent_names(), run.version)
+//! }
+//! ```
+//! ```compile_fail,E0599
+//! use tollgate::{Run, Tollgate};
+//! fn reads(tollgate: &Tollgate, run: &Run) -> (Vec<String>, u64) {
+//!     let _store = tollgate.store(); // no store port behind the runtime
+//!     (tollgate.agent_names(), run.version)
+//! }
+//! ```
+//! ```compile_fail,E0432
+//! use tollgate::RunStore; // the store port is not re-exported
+//! ```
+//! ```compile_fail,E0609
+//! use tollgate::{Run, Tollgate};
+//! fn reads(tollgate: &Tollgate, run: &Run) -> (Vec<String>, u64, String) {
+//!     (tollgate.agent_names(), run.version, run.last_hash.clone()) // no stored-row internals on a run
+//! }
+//! ```
+//! ```compile_fail,E0432
+//! use tollgate::Transition; // nor the transitions
+//! ```
+
+mod builder;
+mod events;
+mod held;
+
+pub use builder::{Agent, Builder, DEFAULT_STORE, Model};
+pub use events::{DEFAULT_POLL_INTERVAL, EventStream};
+pub use held::{Decisions, Held};
+
+pub use tollgate_agent_core::scripted::Script;
+pub use tollgate_agent_core::{Decision, Gate, Tool, ToolContext, ToolError, ToolOutput};
+pub use tollgate_agent_core::{FnTool, IntoTool, Metadata, Typed, TypedTool, tool_fn};
+pub use tollgate_agent_runtime::{
+    CancelError, DecideError, OnExpiry, PrivacyLevel, ReadError, ResolveError, Retention, StartError,
+};
+pub use tollgate_agent_core::{ChainBreak, StoreError};
+pub use tollgate_agent_store::{DataKey, DataKeys};
+
+/// The `schemars` crate the typed tools derive their schemas with (`#[derive(JsonSchema)]` needs
+/// `schemars` as a dependency of your own, same major version, or `#[schemars(crate = "tollgate::schemars")]`).
+pub use tollgate_agent_core::typed::{JsonSchema, schemars};
+
+/// The JSON types of runs, calls and events, as Tollgate's HTTP API carries them (docs/api.md).
+pub mod wire {
+    pub use tollgate_agent_protocol::*;
+}
+pub use tollgate_agent_protocol::{Call, CallState, Event, EventKind, Run, RunStatus};
+
+/// The built-in tools, confined to a workspace folder: `fs_list`, `fs_read`, `fs_search`, `fs_write`,
+/// `fs_delete`, `time_now`, `shell` (sandboxed with Landlock where the kernel allows) and
+/// `http_request`.
+#[cfg(feature = "tools")]
+pub mod tools {
+    pub use tollgate_agent_tools::*;
+}
+
+/// MCP servers (stdio child processes) as tool sources: start one with [`mcp::McpSource::start`] and
+/// offer its tools with [`Agent::tools`].
+#[cfg(feature = "mcp")]
+pub mod mcp {
+    pub use tollgate_agent_mcp::{McpServerConfig, McpSource, McpTool, StartError};
+}
+
+/// The HTTP model providers' settings.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod providers {
+    #[cfg(feature = "anthropic")]
+    pub use tollgate_agent_providers::AnthropicModel;
+    #[cfg(feature = "openai")]
+    pub use tollgate_agent_providers::OpenAiModel;
+    pub use tollgate_agent_providers::{ApiKey, ProviderError, ProviderSettings};
+}
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use tollgate_agent_runtime::maintenance::Maintenance;
+use tollgate_agent_runtime::{DecisionSet, Runtime};
+
+/// The actor named on the record when none is given: `local`, as for the CLI and a server without
+/// tokens.
+pub const DEFAULT_ACTOR: &str = "local";
+
+/// The runs listed per page when no limit is given.
+pub const DEFAULT_PAGE: u32 = 50;
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why [`Builder::build`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No agent was added.
+    #[error("no agent: add one with `.agent(Agent::new(..))`")]
+    NoAgent,
+    /// An agent cannot be built: no model, a model that failed to set up, two tools with one name, an
+    /// invalid argument schema.
+    #[error("agent `{name}`: {message}")]
+    Agent {
+        /// The agent.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The store cannot be opened (its URL, without a password, and why).
+    #[error("store {url}: {error}")]
+    Store {
+        /// The store URL, password hidden.
+        url: String,
+        /// Why.
+        error: StoreError,
+    },
+}
+
+/// Why [`Tollgate::pending`] has no held turn to give.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PendingError {
+    /// No run has this id.
+    #[error("run {0} not found")]
+    NotFound(String),
+    /// The run is not waiting for approval (it runs, or has ended).
+    #[error("run {id} is {}, not waiting for approval", status.as_str())]
+    NotWaiting {
+        /// The run.
+        id: String,
+        /// Its status.
+        status: RunStatus,
+    },
+    /// The store failed (retryable when the store error is).
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<ReadError> for PendingError {
+    fn from(error: ReadError) -> Self {
+        match error {
+            ReadError::NotFound(id) => PendingError::NotFound(id),
+            ReadError::Store(error) => PendingError::Store(error),
+        }
+    }
+}
+
+/// Why a run's hash chain could not be checked, or where it breaks.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The run could not be read.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The chain breaks at this event: the record was altered.
+    #[error("the run's event chain is broken: {0}")]
+    Broken(ChainBreak),
+}
+
+/// Which runs [`Tollgate::list`] gives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only runs with this status.
+    pub status: Option<RunStatus>,
+    /// Only runs of this agent.
+    pub agent: Option<String>,
+    /// At most this many (default [`DEFAULT_PAGE`], at most 1,000).
+    pub limit: u32,
+    /// Continue after this cursor (a previous page's `next_cursor`).
+    pub cursor: Option<String>,
+}
+
+impl Default for ListQuery {
+    fn default() -> Self {
+        Self { status: None, agent: None, limit: DEFAULT_PAGE, cursor: None }
+    }
+}
+
+impl ListQuery {
+    /// Runs with this status, newest first.
+    pub fn status(status: RunStatus) -> Self {
+        Self { status: Some(status), ..Self::default() }
+    }
+}
+
+/// The runtime, embedded: start runs, read them, decide the calls held at the gate, follow their events.
+/// Cheap to clone; clones share one runtime.
+#[derive(Clone)]
+pub struct Tollgate {
+    runtime: Runtime,
+    maintenance: Arc<Mutex<Option<Maintenance>>>,
+}
+
+impl std::fmt::Debug for Tollgate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tollgate").field("agents", &self.agent_names()).finish_non_exhaustive()
+    }
+}
+
+impl Tollgate {
+    /// Starts assembling a runtime.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn assemble(runtime: Runtime, maintenance: Option<Maintenance>) -> Self {
+        Self { runtime, maintenance: Arc::new(Mutex::new(maintenance)) }
+    }
+
+    /// The agents' names, the default first.
+    pub fn agent_names(&self) -> Vec<String> {
+        self.runtime.agents().map(|a| a.name.clone()).collect()
+    }
+
+    /// Starts a run of the default agent on `input`. Configure it with the [`Start`] methods, then
+    /// `.await` it: the answer is the run as created (`running`, driven in the background), or with
+    /// [`Start::wait`] the run once it waits for approval or has ended.
+    pub fn start(&self, input: impl Into<String>) -> Start<'_> {
+        Start {
+            tollgate: self,
+            input: input.into(),
+            agent: None,
+            actor: DEFAULT_ACTOR.to_owned(),
+            metadata: serde_json::Map::new(),
+            wait: false,
+        }
+    }
+
+    /// The run with this id.
+    pub async fn get(&self, id: &str) -> Result<Run, ReadError> {
+        let run = self.runtime.get(id).await?;
+        Ok(tollgate_agent_runtime::wire::run(&run))
+    }
+
+    /// The full id of the one run whose id starts with `prefix` (at least 4 characters).
+    pub async fn resolve(&self, prefix: &str) -> Result<String, ResolveError> {
+        self.runtime.resolve(prefix).await
+    }
+
+    /// A page of runs, newest first. Runs whose stored data cannot be read are left out of the page (read
+    /// one by id for its error).
+    pub async fn list(&self, query: ListQuery) -> Result<wire::RunPage, StoreError> {
+        let page = self
+            .runtime
+            .list(tollgate_agent_core::RunQuery {
+                status: query.status.map(core_status),
+                agent: query.agent,
+                limit: query.limit.clamp(1, 1000),
+                cursor: query.cursor,
+            })
+            .await?;
+        Ok(wire::RunPage {
+            runs: page.runs.iter().map(tollgate_agent_runtime::wire::run).collect(),
+            next_cursor: page.next_cursor,
+        })
+    }
+
+    /// Waits until the run waits for approval or has ended, and gives it.
+    pub async fn wait(&self, id: &str) -> Result<Run, ReadError> {
+        let run = self.runtime.wait_settled(id).await?;
+        Ok(tollgate_agent_runtime::wire::run(&run))
+    }
+
+    /// The turn a waiting run holds at the gate, with every call, its preview and where it stands.
+    pub async fn pending(&self, id: &str) -> Result<Held, PendingError> {
+        let run = self.get(id).await?;
+        match run.pending {
+            Some(held) if run.status == RunStatus::WaitingForApproval => Ok(Held {
+                run_id: run.id,
+                digest: held.turn_digest,
+                expires_at: held.expires_at,
+                started_by: run.created_by,
+                calls: held.calls,
+            }),
+            _ => Err(PendingError::NotWaiting { id: run.id, status: run.status }),
+        }
+    }
+
+    /// Records decisions on a held turn. Configure with the [`Decide`] methods, then `.await`: the
+    /// answer is the run after the decisions were recorded (`running` when they completed the set and
+    /// resumed it), or with [`Decide::wait`] the run once it waits again or has ended.
+    pub fn decide(&self, decisions: Decisions) -> Decide<'_> {
+        Decide { tollgate: self, decisions, actor: DEFAULT_ACTOR.to_owned(), wait: false }
+    }
+
+    /// Cancels a run that has not ended; `reason` goes on the record.
+    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<Run, CancelError> {
+        self.cancel_by(id, DEFAULT_ACTOR, reason).await
+    }
+
+    /// Cancels a run on behalf of `actor`.
+    pub async fn cancel_by(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<Run, CancelError> {
+        let run = self.runtime.cancel(id, actor, reason).await?;
+        Ok(tollgate_agent_runtime::wire::run(&run))
+    }
+
+    /// A run's events, live (see [`EventStream`]); `.after(seq)` to start later.
+    pub fn events(&self, id: &str) -> EventStream {
+        EventStream::new(self.runtime.clone(), id.to_owned())
+    }
+
+    /// Checks a run's hash-chained event log from the first event to the run's recorded head; the answer
+    /// is the number of events checked.
+    pub async fn verify(&self, id: &str) -> Result<u64, VerifyError> {
+        self.runtime.verify(id).await?.map_err(VerifyError::Broken)
+    }
+
+    /// Tollgate's HTTP API (docs/api.md), live events over SSE and the playground, as an axum router to
+    /// serve or to nest under a path of your own service. No authentication is configured: put it behind
+    /// yours, or use the `tollgate serve` binary with `[[auth.tokens]]`.
+    #[cfg(feature = "server")]
+    pub fn router(&self) -> tollgate_agent_server::Router {
+        tollgate_agent_server::router(self.runtime.clone(), &tollgate_agent_server::ServerOptions::default())
+    }
+
+    /// Stops taking on work and waits for the runs this process is driving to reach their next durable
+    /// point (a wait at the gate or their end); shell commands still running are killed. Runs waiting
+    /// for approval are unaffected: they stay in the store for any process to resume.
+    pub async fn shutdown(&self) {
+        let maintenance = self.maintenance.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(maintenance) = &maintenance {
+            maintenance.wind_down();
+        }
+        self.runtime.drain().await;
+        if let Some(maintenance) = maintenance {
+            maintenance.stop();
+        }
+        #[cfg(feature = "tools")]
+        tollgate_agent_tools::kill_running_commands();
+    }
+}
+
+/// A run about to start; `.await` it. From [`Tollgate::start`].
+#[must_use = "a run starts only when this is awaited"]
+pub struct Start<'a> {
+    tollgate: &'a Tollgate,
+    input: String,
+    agent: Option<String>,
+    actor: String,
+    metadata: serde_json::Map<String, serde_json::Value>,
+    wait: bool,
+}
+
+impl Start<'_> {
+    /// Runs this agent instead of the default one.
+    pub fn agent(mut self, name: impl Into<String>) -> Self {
+        self.agent = Some(name.into());
+        self
+    }
+
+    /// Who starts it, on the record (default [`DEFAULT_ACTOR`]).
+    pub fn by(mut self, actor: impl Into<String>) -> Self {
+        self.actor = actor.into();
+        self
+    }
+
+    /// Data of yours for the run's tools (`ToolContext::metadata`), stored with the run: which
+    /// customer, which tenant. A JSON object of at most 16 KiB.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Answers once the run waits for approval or has ended, instead of as soon as it is created.
+    pub fn wait(mut self) -> Self {
+        self.wait = true;
+        self
+    }
+}
+
+impl<'a> IntoFuture for Start<'a> {
+    type Output = Result<Run, StartError>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let runtime = &self.tollgate.runtime;
+            let request = tollgate_agent_runtime::StartRun {
+                agent: self.agent.as_deref(),
+                input: &self.input,
+                actor: &self.actor,
+                metadata: self.metadata,
+            };
+            let run =
+                if self.wait { runtime.start_and_wait(request).await? } else { runtime.start(request).await? };
+            Ok(tollgate_agent_runtime::wire::run(&run))
+        })
+    }
+}
+
+/// Decisions about to be recorded; `.await` it. From [`Tollgate::decide`].
+#[must_use = "decisions are recorded only when this is awaited"]
+pub struct Decide<'a> {
+    tollgate: &'a Tollgate,
+    decisions: Decisions,
+    actor: String,
+    wait: bool,
+}
+
+impl Decide<'_> {
+    /// Who decides, on the record (default [`DEFAULT_ACTOR`]).
+    pub fn by(mut self, actor: impl Into<String>) -> Self {
+        self.actor = actor.into();
+        self
+    }
+
+    /// When the decisions resume the run, answers once it waits again or has ended.
+    pub fn wait(mut self) -> Self {
+        self.wait = true;
+        self
+    }
+}
+
+impl<'a> IntoFuture for Decide<'a> {
+    type Output = Result<Run, DecideError>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let runtime = &self.tollgate.runtime;
+            let digest = self.decisions.digest.clone();
+            let id = self.decisions.run_id.clone();
+            let set: DecisionSet = self.decisions.into_set();
+            let run = if self.wait {
+                let loaded = runtime.get(&id).await.map_err(|e| match e {
+                    ReadError::NotFound(id) => DecideError::NotFound(id),
+                    ReadError::Store(error) => DecideError::Store(error),
+                })?;
+                runtime.decide_and_wait(&loaded, &digest, set, &self.actor).await?
+            } else {
+                runtime.decide(&id, &digest, set, &self.actor).await?
+            };
+            Ok(tollgate_agent_runtime::wire::run(&run))
+        })
+    }
+}
+
+fn core_status(status: RunStatus) -> tollgate_agent_core::RunStatus {
+    use tollgate_agent_core::RunStatus as Core;
+    match status {
+        RunStatus::Queued => Core::Queued,
+        RunStatus::Running => Core::Running,
+        RunStatus::WaitingForApproval => Core::WaitingForApproval,
+        RunStatus::Completed => Core::Completed,
+        RunStatus::Failed => Core::Failed,
+        RunStatus::Cancelled => Core::Cancelled,
+        RunStatus::Expired => Core::Expired,
+    }
+}
+
+/// Picks the process-wide TLS provider that sqlx's and reqwest's rustls use (aws-lc-rs), once; a
+/// provider the embedder installed first is kept.
+fn install_crypto_provider() {
+    #[cfg(any(feature = "postgres", feature = "openai", feature = "anthropic"))]
+    {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    }
+}
