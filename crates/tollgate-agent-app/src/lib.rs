@@ -1,11 +1,37 @@
 //! # tollgate-agent-app
 //!
-//! Assembles one Tollgate process from a loaded [`tollgate_agent_config::Config`]: opens the store, builds each
-//! provider, the built-in workspace tools and the tools of every MCP server, applies each agent's operator
-//! policy over every tool's own gate, and hands the agents to a [`Runtime`]. The CLI's local mode and
-//! `tollgate serve` both start here, so both run exactly the same agents.
+//! Assembles one Tollgate process from a loaded [`tollgate_agent_config::Config`]: [`App::build`] answers
+//! a [`Runtime`] running the configured agents. The CLI's local mode and `tollgate serve` both start here.
 //!
-//! With no agents configured, the built-in `demo` agent exists (docs/design.md, "The built-in demo agent").
+//! ```rust
+//! use tollgate_agent_app::App;
+//! use tollgate_agent_config::{ConfigLoader, EnvVars};
+//! use tollgate_agent_core::RunStatus;
+//! use tollgate_agent_runtime::{DecisionSet, StartRun};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tollgate_agent_testkit::scratch_dir("app-front-page");
+//! // No `[[agents]]`: the built-in `demo` agent (scripted, offline) is there instead.
+//! let toml = "[store]\nurl = \"sqlite::memory:\"\n[workspace]\nroot = \"files\"\n";
+//! let config = ConfigLoader::new(EnvVars::new(), &dir).load_str(dir.join("tollgate.toml"), toml)?;
+//! let app = App::build(config).await?;
+//! # std::fs::create_dir_all(&app.workspace)?;
+//!
+//! let run = app.runtime.start_and_wait(StartRun::new("hello", "alice")).await?;
+//! assert_eq!(run.status(), RunStatus::WaitingForApproval); // its `fs_write` call waits at the gate
+//! let digest = run.held_turn().map(|held| held.turn_digest.as_str().to_owned()).unwrap_or_default();
+//! let done = app.runtime.decide_and_wait(&run, &digest, DecisionSet::ApproveAll, "bob").await?;
+//! assert_eq!(done.output(), Some("Saved note.txt."));
+//! assert_eq!(std::fs::read_to_string(app.workspace.join("note.txt"))?, "hello");
+//! app.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Building opens the store, builds each provider, the built-in workspace tools and the tools of every MCP
+//! server, applies each agent's operator policy over every tool's own gate, and hands the agents to the
+//! runtime, so the CLI and the server run exactly the same agents. With no agents configured, the built-in
+//! `demo` agent exists (docs/design.md, "The built-in demo agent").
 
 pub mod policy;
 
@@ -34,6 +60,14 @@ pub enum AppError {
     #[error("provider `{name}`: {message}")]
     Provider {
         /// The provider.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// A tool of the embedder's own cannot be added.
+    #[error("tool `{name}`: {message}")]
+    Tool {
+        /// The tool.
         name: String,
         /// Why.
         message: String,
@@ -93,6 +127,14 @@ impl App {
     /// Builds the process. MCP servers that fail to start are logged and left out (their tools are then
     /// unknown to the model); everything else that fails is an error.
     pub async fn build(config: Config) -> Result<App, AppError> {
+        Self::build_with_tools(config, Vec::new()).await
+    }
+
+    /// Builds the process with tools of the embedder's own beside the built-in and MCP ones. Each is
+    /// offered to the agents whose `tools` list names it (the `demo` agent offers only its two built-ins),
+    /// under the agent's `policy` like any other tool, and listed with its own gate. A name that a
+    /// built-in or an MCP tool already has is an error.
+    pub async fn build_with_tools(config: Config, tools: Vec<Arc<dyn Tool>>) -> Result<App, AppError> {
         let store_failed = |message: String| AppError::Store { url: config.store.redacted_url(), message };
         let options = store_options(&config).map_err(store_failed)?;
         let store = tollgate_agent_store::open_with(&config.store.url, options)
@@ -117,6 +159,16 @@ impl App {
                 }
                 Err(error) => tracing::warn!(server = %server.name, %error, "MCP server left out"),
             }
+        }
+
+        for tool in tools {
+            if known.iter().any(|k| k.tool.name() == tool.name()) {
+                return Err(AppError::Tool {
+                    name: tool.name().to_owned(),
+                    message: "a built-in or MCP tool already has this name".into(),
+                });
+            }
+            known.push(KnownTool { tool, reason: BUILTIN_REASON });
         }
 
         let catalog: Vec<ToolInfo> = known.iter().map(|k| ToolInfo::of(k.tool.as_ref(), k.reason)).collect();

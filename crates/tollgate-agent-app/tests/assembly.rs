@@ -190,3 +190,73 @@ tools = ["files__*"]
     assert_eq!(std::fs::read_to_string(files.join("note.txt")).ok().as_deref(), Some("from the gate"));
     app.shutdown().await;
 }
+
+/// The embedder's own tool: records that it ran.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct RefundArgs {
+    /// Cents.
+    cents: u64,
+}
+
+struct Refund;
+
+impl tollgate_agent_core::TypedTool for Refund {
+    type Args = RefundArgs;
+    const NAME: &str = "refund";
+    const DESCRIPTION: &str = "Refunds.";
+    async fn call(
+        &self,
+        args: RefundArgs,
+        _ctx: tollgate_agent_core::ToolContext,
+    ) -> Result<tollgate_agent_core::ToolOutput, tollgate_agent_core::ToolError> {
+        Ok(format!("refunded {}", args.cents).into())
+    }
+}
+
+#[tokio::test]
+async fn an_embedders_own_tool_is_offered_where_the_config_names_it_under_the_agents_policy() {
+    use tollgate_agent_core::IntoTool;
+    let dir = scratch_dir("app-own-tool");
+    std::fs::write(
+        dir.join("script.json"),
+        r#"{"turns": [{"tool_calls": [{"name": "refund", "arguments": {"cents": 5}}]}, {"text": "ok"}]}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let toml = r#"
+[[providers]]
+name = "script"
+kind = "scripted"
+script = "script.json"
+[[agents]]
+name = "support"
+provider = "script"
+tools = ["refund"]
+[[agents.policy]]
+tool = "refund"
+gate = "ask"
+[[agents]]
+name = "other"
+provider = "script"
+tools = ["fs_read"]
+"#;
+    let loader = ConfigLoader::new(EnvVars::new(), &dir);
+    let load = || loader.load_str(dir.join("tollgate.toml"), toml).unwrap_or_else(|e| panic!("{e}"));
+    let app = App::build_with_tools(load(), vec![Refund.into_tool()]).await.unwrap_or_else(|e| panic!("{e}"));
+    let support = app.runtime.agent("support").unwrap_or_else(|| panic!("no agent"));
+    assert_eq!(support.tools.iter().map(|t| (t.name.as_str(), t.gate)).collect::<Vec<_>>(), [("refund", Gate::Ask)]);
+    let other = app.runtime.agent("other").unwrap_or_else(|| panic!("no agent"));
+    assert!(other.tools.iter().all(|t| t.name != "refund"), "offered only where the config names it");
+
+    let run = app.runtime.start_and_wait(StartRun::new("refund me", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::WaitingForApproval, "the policy made it ask");
+    let digest = run.held_turn().map(|h| h.turn_digest.to_string()).unwrap_or_default();
+    let done = app
+        .runtime
+        .decide_and_wait(&run, &digest, DecisionSet::ApproveAll, "bob")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed);
+
+    let clash = App::build_with_tools(load(), vec![Refund.into_tool(), Refund.into_tool()]).await.err();
+    assert!(clash.is_some_and(|e| e.to_string().contains("tool `refund`")), "a second tool of one name is refused");
+}

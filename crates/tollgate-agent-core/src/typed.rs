@@ -380,7 +380,7 @@ pub fn args_schema<A: JsonSchema>() -> Value {
     if let Some(root) = schema.as_object_mut() {
         // The type's doc comment is for Rust readers (and required of a public type); the model reads
         // the tool's description.
-        root.remove("description");
+        root.shift_remove("description");
         if root.get("type").and_then(Value::as_str) == Some("object") {
             root.entry("properties").or_insert_with(|| Value::Object(Map::new()));
         }
@@ -392,9 +392,9 @@ pub fn args_schema<A: JsonSchema>() -> Value {
 /// properties of an object lose their `null`.
 fn tidy(schema: &mut Schema) {
     let Some(object) = schema.as_object_mut() else { return };
-    object.remove("title");
+    object.shift_remove("title");
     if object.get("format").and_then(Value::as_str).is_some_and(|format| NUMBER_FORMATS.contains(&format)) {
-        object.remove("format");
+        object.shift_remove("format");
     }
     let required: Vec<String> = match object.get("required") {
         Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
@@ -407,6 +407,11 @@ fn tidy(schema: &mut Schema) {
             }
         }
     }
+    // `additionalProperties` after the properties, where schemas written by hand put it: a listing of the
+    // tools (`tollgate tools --json`, `GET /v1/tools`) reads the same as before the tool became typed.
+    if let Some(additional) = object.shift_remove("additionalProperties") {
+        object.insert("additionalProperties".to_owned(), additional);
+    }
 }
 
 /// The schema without the `null` that schemars adds to an `Option`: `["integer", "null"]` becomes
@@ -415,7 +420,7 @@ fn tidy(schema: &mut Schema) {
 fn without_null(schema: &mut Value) {
     let Some(object) = schema.as_object_mut() else { return };
     if object.get("default").is_some_and(Value::is_null) {
-        object.remove("default");
+        object.shift_remove("default");
     }
     if let Some(Value::Array(types)) = object.get_mut("type") {
         types.retain(|t| t != "null");
@@ -433,7 +438,7 @@ fn without_null(schema: &mut Value) {
         && any_of.iter().any(is_null)
     {
         let rest = any_of.iter().find(|s| !is_null(s)).cloned();
-        object.remove("anyOf");
+        object.shift_remove("anyOf");
         if let Some(Value::Object(rest)) = rest {
             for (key, value) in rest {
                 object.entry(key).or_insert(value);

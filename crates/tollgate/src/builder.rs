@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{LoopConfig, ModelClient, Redactor, SystemClock, Tool, ToolLoop, ToolRegistry};
-use tollgate_agent_runtime::{AgentSpec, OnExpiry, PrivacyLevel, Retention, Runtime, RuntimeOptions, Schedule, ToolInfo, UuidV7Ids};
+use tollgate_agent_runtime::{
+    AgentSpec, OnExpiry, PrivacyLevel, Retention, Runtime, RuntimeOptions, Schedule, ToolInfo, UuidV7Ids,
+};
 
 /// The store a builder opens when none is named: `tollgate.db` in the current folder, as the CLI does.
 pub const DEFAULT_STORE: &str = "sqlite://tollgate.db";
@@ -110,7 +112,11 @@ pub struct Agent {
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tools: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
-        f.debug_struct("Agent").field("name", &self.name).field("model", &self.model).field("tools", &tools).finish_non_exhaustive()
+        f.debug_struct("Agent")
+            .field("name", &self.name)
+            .field("model", &self.model)
+            .field("tools", &tools)
+            .finish_non_exhaustive()
     }
 }
 

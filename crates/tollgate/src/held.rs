@@ -111,12 +111,8 @@ impl Decisions {
                     Set::DenyAll(reason) => Decision::Deny { reason: reason.clone() },
                     _ => Decision::Approve,
                 };
-                let mut each: Vec<(String, Decision)> = self
-                    .awaiting
-                    .iter()
-                    .filter(|id| **id != call_id)
-                    .map(|id| (id.clone(), all.clone()))
-                    .collect();
+                let mut each: Vec<(String, Decision)> =
+                    self.awaiting.iter().filter(|id| **id != call_id).map(|id| (id.clone(), all.clone())).collect();
                 each.push((call_id, decision));
                 self.set = Set::Each(each);
             }

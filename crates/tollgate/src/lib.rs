@@ -121,12 +121,12 @@ pub use events::{DEFAULT_POLL_INTERVAL, EventStream};
 pub use held::{Decisions, Held};
 
 pub use tollgate_agent_core::scripted::Script;
+pub use tollgate_agent_core::{ChainBreak, StoreError};
 pub use tollgate_agent_core::{Decision, Gate, Tool, ToolContext, ToolError, ToolOutput};
 pub use tollgate_agent_core::{FnTool, IntoTool, Metadata, Typed, TypedTool, tool_fn};
 pub use tollgate_agent_runtime::{
     CancelError, DecideError, OnExpiry, PrivacyLevel, ReadError, ResolveError, Retention, StartError,
 };
-pub use tollgate_agent_core::{ChainBreak, StoreError};
 pub use tollgate_agent_store::{DataKey, DataKeys};
 
 /// The `schemars` crate the typed tools derive their schemas with (`#[derive(JsonSchema)]` needs
@@ -470,8 +470,7 @@ impl<'a> IntoFuture for Start<'a> {
                 actor: &self.actor,
                 metadata: self.metadata,
             };
-            let run =
-                if self.wait { runtime.start_and_wait(request).await? } else { runtime.start(request).await? };
+            let run = if self.wait { runtime.start_and_wait(request).await? } else { runtime.start(request).await? };
             Ok(tollgate_agent_runtime::wire::run(&run))
         })
     }

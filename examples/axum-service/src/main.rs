@@ -107,7 +107,9 @@ async fn approvals(State(tollgate): State<Tollgate>) -> Response {
             .awaiting()
             .map(|c| json!({"call": c.call_id, "tool": c.tool, "arguments": c.arguments, "preview": c.preview}))
             .collect();
-        waiting.push(json!({"run": run.id, "digest": held.digest, "customer": run.metadata.get("customer"), "calls": calls}));
+        waiting.push(
+            json!({"run": run.id, "digest": held.digest, "customer": run.metadata.get("customer"), "calls": calls}),
+        );
     }
     Json(json!({"waiting": waiting})).into_response()
 }
@@ -121,7 +123,11 @@ struct DecisionBody {
     reason: Option<String>,
 }
 
-async fn decide(State(tollgate): State<Tollgate>, Path(run_id): Path<String>, Json(body): Json<DecisionBody>) -> Response {
+async fn decide(
+    State(tollgate): State<Tollgate>,
+    Path(run_id): Path<String>,
+    Json(body): Json<DecisionBody>,
+) -> Response {
     let held = match tollgate.pending(&run_id).await {
         Ok(held) if held.digest == body.digest => held,
         Ok(_) => return failure(StatusCode::CONFLICT, "the run moved on: look again"),

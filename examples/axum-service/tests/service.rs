@@ -40,7 +40,10 @@ fn request(service: &Service, method: &str, path: &str, body: Option<Value>) -> 
         service.addr,
         body.len()
     );
-    stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body.as_bytes())).unwrap_or_else(|e| panic!("{e}"));
+    stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body.as_bytes()))
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap_or_else(|e| panic!("{e}"));
     let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{answer}"));
@@ -72,9 +75,19 @@ fn a_large_refund_waits_for_support_and_is_paid_once_approved_through_the_servic
     let digest = waiting["digest"].as_str().unwrap_or_else(|| panic!("{list}")).to_owned();
 
     // A stale digest is refused; the right one resumes the run, and the tool sees the customer.
-    let (status, _) = request(&service, "POST", &format!("/approvals/{run}"), Some(serde_json::json!({"digest": "sha256:00", "approve": true})));
+    let (status, _) = request(
+        &service,
+        "POST",
+        &format!("/approvals/{run}"),
+        Some(serde_json::json!({"digest": "sha256:00", "approve": true})),
+    );
     assert_eq!(status, 409);
-    let (status, done) = request(&service, "POST", &format!("/approvals/{run}"), Some(serde_json::json!({"digest": digest, "approve": true})));
+    let (status, done) = request(
+        &service,
+        "POST",
+        &format!("/approvals/{run}"),
+        Some(serde_json::json!({"digest": digest, "approve": true})),
+    );
     assert_eq!(status, 200, "{done}");
     assert_eq!(done["status"], "completed", "{done}");
 

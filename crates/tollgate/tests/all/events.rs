@@ -13,12 +13,16 @@ async fn the_stream_gives_every_event_in_order_and_ends_with_the_run() {
     // Everything so far, up to the held turn.
     while seen.last().map(|e: &tollgate::Event| e.kind) != Some(EventKind::ApprovalRequested) {
         let event = tokio::time::timeout(Duration::from_secs(5), stream.next()).await;
-        seen.push(event.ok().flatten().unwrap_or_else(|| panic!("stream ended early")).unwrap_or_else(|e| panic!("{e}")));
+        seen.push(
+            event.ok().flatten().unwrap_or_else(|| panic!("stream ended early")).unwrap_or_else(|e| panic!("{e}")),
+        );
     }
     // Deciding in this process: the rest arrives live, and the stream ends after the last event.
     let held = tollgate.pending(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     tollgate.decide(held.approve_all()).await.unwrap_or_else(|e| panic!("{e}"));
-    while let Some(event) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap_or_else(|_| panic!("stuck")) {
+    while let Some(event) =
+        tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap_or_else(|_| panic!("stuck"))
+    {
         seen.push(event.unwrap_or_else(|e| panic!("{e}")));
     }
     let seqs: Vec<u64> = seen.iter().map(|e| e.seq).collect();

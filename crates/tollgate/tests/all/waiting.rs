@@ -18,7 +18,8 @@ async fn a_held_turn_is_decided_per_call_by_two_people_and_resumes_once() {
     assert_eq!(held.call("call_2").and_then(|c| c.preview.clone()).as_deref(), Some("pay bob 50000 cents"));
 
     // Alice approves bob's payment only; the run keeps waiting for cy's.
-    let partial = tollgate.decide(held.decisions().approve("call_2")).by("alice").await.unwrap_or_else(|e| panic!("{e}"));
+    let partial =
+        tollgate.decide(held.decisions().approve("call_2")).by("alice").await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(partial.status, RunStatus::WaitingForApproval);
     let held = tollgate.pending(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(held.awaiting().map(|c| c.call_id.as_str()).collect::<Vec<_>>(), ["call_3"]);
