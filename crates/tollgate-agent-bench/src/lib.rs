@@ -1,6 +1,28 @@
 //! # tollgate-agent-bench
 //!
-//! The workloads of docs/benchmarks.md, in process, with the scripted provider (instant answers, no network):
+//! The workloads of docs/benchmarks.md, in process, with the scripted provider (instant answers, no
+//! network): `tollgate bench` runs them, each a function that answers its phases' [`PhaseReport`]s.
+//!
+//! ```rust
+//! use tollgate_agent_bench::{approval_cycle, loop_overhead, table};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tollgate_agent_bench::BenchError> {
+//! // Workload A on an in-memory SQLite store: 20 runs, 4 in flight, approved (`true` denies: workload C).
+//! let mut reports = approval_cycle("sqlite::memory:", 20, 4, false).await?;
+//! // Workload B, repeated twice: 50 allow-gated tool calls and an answer per run, no store.
+//! reports.push(loop_overhead(2).await?);
+//!
+//! println!("{}", table(&reports)); // phase, count, wall s, runs/s, p50 µs, p99 µs, ...
+//! let checks: Vec<_> = reports.iter().filter_map(|report| report.check.as_deref()).collect();
+//! assert_eq!(checks, [
+//!     "A (c=4): 20 runs completed, the tool ran 20 times, each text once",
+//!     "B: 2 runs completed, each after 50 tool calls",
+//! ]);
+//! # Ok(()) }
+//! ```
+//!
+//! The workloads:
 //! - A: the approval cycle — N runs suspend at a `write_note` call (phase 1), then each is loaded fresh
 //!   from the store, approved, and completed (phase 2);
 //! - B: loop overhead — one run of 50 allow-gated `get_time` turns, repeated, no store;

@@ -2,7 +2,7 @@
 //!
 //! The whole Tollgate cycle in one small program, with no network and no key:
 //!
-//! 1. define a tool with a side effect (`send_email`) whose gate is `ask`;
+//! 1. define a typed tool with a side effect (`send_email`, its arguments a Rust struct) whose gate is `ask`;
 //! 2. build a [`ToolLoop`] over it and a scripted model;
 //! 3. start a run: the model asks to send an email, and the loop hands back [`Outcome::Suspended`] — a value,
 //!    not an error — before anything is sent;
@@ -17,14 +17,15 @@
 //!
 //! `cargo test -p tollgate-agent-core` runs the tests at the bottom of this file, so the walkthrough keeps working.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::error::Error;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, BoxFuture, Completion, Decision, Decisions, Gate, LoopConfig, Message, NoHooks, Outcome, RunScope,
-    Suspension, Tool, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry,
+    AgentLoop, Completion, Decision, Decisions, Gate, IntoTool, LoopConfig, Message, NoHooks, Outcome, RunScope,
+    Suspension, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry, TypedTool,
 };
 
 /// The run's input: what the user asks the agent to do.
@@ -37,13 +38,19 @@ const DENY_REASON: &str = "Ada already knows; no email needed.";
 // Step 1: a tool with a side effect.
 // ---------------------------------------------------------------------------------------------------------------
 
-/// One email, as `send_email` receives it. The loop checks the model's arguments against the tool's JSON
-/// schema before the tool ever sees them, so parsing them here only fails if the schema and this struct
-/// disagree.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+/// One email, as `send_email` receives it: the tool's arguments as a Rust type. The JSON schema the model is
+/// offered, and that every call (and every edit an approver makes) is checked against, is derived from it:
+/// the doc comments are the fields' descriptions, `deny_unknown_fields` refuses other keys. Its hash is
+/// pinned in a suspension: if the schema changes before the run resumes, the held call is reported instead
+/// of run.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Email {
+    /// The recipient's address.
     to: String,
+    /// The subject line.
     subject: String,
+    /// The message.
     body: String,
 }
 
@@ -52,65 +59,34 @@ type Outbox = Arc<Mutex<Vec<Email>>>;
 
 /// Sends an email — so a person must approve each call first.
 struct SendEmail {
-    schema: Value,
     outbox: Outbox,
 }
 
-impl SendEmail {
-    fn new(outbox: Outbox) -> Self {
-        // The schema the model is offered, and that every call (and every edit an approver makes) is
-        // checked against. Its hash is pinned in a suspension: if the schema changes before the run
-        // resumes, the held call is reported instead of run.
-        let schema = json!({
-            "type": "object",
-            "required": ["to", "subject", "body"],
-            "additionalProperties": false,
-            "properties": {
-                "to": {"type": "string", "description": "The recipient's address."},
-                "subject": {"type": "string"},
-                "body": {"type": "string"}
-            }
-        });
-        Self { schema, outbox }
-    }
-}
+impl TypedTool for SendEmail {
+    type Args = Email;
 
-impl Tool for SendEmail {
-    fn name(&self) -> &str {
-        "send_email"
-    }
+    const NAME: &str = "send_email";
 
-    fn description(&self) -> &str {
-        "Sends an email on the user's behalf."
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
+    const DESCRIPTION: &str = "Sends an email on the user's behalf.";
 
     /// The default gate is `allow`. Sending mail cannot be undone, so every call waits for a person.
-    /// (The gate sees the arguments: a tool could allow mail to its own domain and ask for the rest.)
-    fn gate(&self, _args: &Value) -> Gate {
-        Gate::Ask
-    }
+    /// (`fn gate(&self, email: &Email)` could decide per call: allow mail to the user's own domain and
+    /// ask for the rest.)
+    const GATE: Gate = Gate::Ask;
 
     /// What the approver sees. Show exactly what would happen, in the words the person would use.
-    fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
-        let field = |name: &str| args.get(name).and_then(Value::as_str).unwrap_or("?");
-        let text = format!("To: {}\nSubject: {}\n\n{}", field("to"), field("subject"), field("body"));
-        Box::pin(std::future::ready(Some(text)))
+    async fn preview(&self, email: &Email) -> Option<String> {
+        Some(format!("To: {}\nSubject: {}\n\n{}", email.to, email.subject, email.body))
     }
 
-    /// Runs only after a person approved (or edited) the call.
-    fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            // An `Err` here is logged for the operator; the model is only told that the tool failed.
-            let email: Email = serde_json::from_value(args).map_err(|e| ToolError::new(e.to_string()))?;
-            let to = email.to.clone();
-            self.outbox.lock().unwrap_or_else(PoisonError::into_inner).push(email);
-            // `run_id:call_id` is unique per call: a real mail API would get it as its idempotency key.
-            Ok(ToolOutput::text(format!("Sent to {to} (message id <{}>).", ctx.idempotency_key())))
-        })
+    /// Runs only after a person approved (or edited) the call, with arguments that passed the schema and
+    /// parsed as an `Email`. An `Err` here is logged for the operator; the model is only told that the
+    /// tool failed.
+    async fn call(&self, email: Email, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let to = email.to.clone();
+        self.outbox.lock().unwrap_or_else(PoisonError::into_inner).push(email);
+        // `run_id:call_id` is unique per call: a real mail API would get it as its idempotency key.
+        Ok(ToolOutput::text(format!("Sent to {to} (message id <{}>).", ctx.idempotency_key())))
     }
 }
 
@@ -142,7 +118,8 @@ fn script() -> Result<Script, Box<dyn Error>> {
 /// Builds the agent. A process that resumes a run builds the same agent from its own configuration; only
 /// the suspension travels between processes.
 fn build_agent(outbox: &Outbox) -> Result<ToolLoop, Box<dyn Error>> {
-    let tools = ToolRegistry::new().with(Arc::new(SendEmail::new(Arc::clone(outbox))))?;
+    // `into_tool` derives the schema from `Email` and wraps the typed tool for the registry.
+    let tools = ToolRegistry::new().with(SendEmail { outbox: Arc::clone(outbox) }.into_tool())?;
     let config = LoopConfig {
         system_prompt: Some("You are an assistant that can send email. Be brief.".into()),
         ..LoopConfig::default()
@@ -321,9 +298,19 @@ mod tests {
 
     #[tokio::test]
     async fn preview_shows_what_would_be_sent() {
-        let tool = SendEmail::new(Outbox::default());
+        // Through the `Tool` port, as the loop asks it: JSON arguments in, the typed preview out.
+        let tool = SendEmail { outbox: Outbox::default() }.into_tool();
         let args = json!({"to": "a@b.c", "subject": "Hi", "body": "Line 1\nLine 2"});
         let preview = tool.preview(&args).await;
         assert_eq!(preview.as_deref(), Some("To: a@b.c\nSubject: Hi\n\nLine 1\nLine 2"));
+    }
+
+    #[test]
+    fn the_schema_is_derived_from_the_email() {
+        let tool = SendEmail { outbox: Outbox::default() }.into_tool();
+        let schema = tool.parameters();
+        assert_eq!(schema["required"], json!(["to", "subject", "body"]));
+        assert_eq!(schema["additionalProperties"], json!(false));
+        assert_eq!(schema["properties"]["to"]["description"], json!("The recipient's address."));
     }
 }

@@ -4,29 +4,45 @@
 //! before any of them runs, returns a run waiting for a person as a value ([`Outcome::Suspended`]), and
 //! resumes it from per-call [`Decision`]s — in this process or another.
 //!
-//! This crate does no I/O of its own and knows nothing of HTTP, SQL, MCP or any provider's wire format.
-//! Models and tools come in through the [`ModelClient`] and [`Tool`] ports; persistence hooks in through
-//! [`LoopHooks`].
-//!
-//! ```no_run
+//! ```
 //! # use std::sync::Arc;
+//! # use schemars::JsonSchema;
+//! # use serde::Deserialize;
+//! # use tollgate_agent_core::scripted::{Script, ScriptedModel};
 //! # use tollgate_agent_core::*;
-//! # async fn demo(model: Arc<dyn ModelClient>, tools: ToolRegistry) -> Result<(), Box<dyn std::error::Error>> {
-//! let agent = ToolLoop::new(model, Arc::new(tools), LoopConfig::default());
-//! let scope = RunScope::new("run-1"); // with_metadata(...) hands per-run data to every tool call
-//! match agent.start(&scope, "Save a note saying hello", &NoHooks).await? {
-//!     Outcome::Completed(done) => println!("{:?}", done.output),
-//!     Outcome::Suspended(suspension) => {
-//!         let stored = suspension.to_json()?; // persist it anywhere
-//!         let suspension = Suspension::from_json(&stored)?;
-//!         let decisions: Decisions =
-//!             suspension.decidable_calls().map(|c| (c.call_id.clone(), Decision::Approve)).collect();
-//!         let outcome = agent.resume(&scope, suspension, &decisions, &NoHooks).await?;
-//!         # let _ = outcome;
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Note { text: String }
+//! struct SaveNote;
+//! impl TypedTool for SaveNote {
+//!     type Args = Note;
+//!     const NAME: &str = "save_note";
+//!     const DESCRIPTION: &str = "Saves a note.";
+//!     const GATE: Gate = Gate::Ask; // every call waits for a person
+//!     async fn call(&self, note: Note, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+//!         Ok(format!("saved {:?}", note.text).into())
 //!     }
 //! }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let script = Script::from_json(r#"{"turns": [
+//!     {"tool_calls": [{"name": "save_note", "arguments": {"text": "hello"}}]}, {"text": "Saved."}]}"#)?;
+//! let tools = ToolRegistry::new().with(SaveNote.into_tool())?;
+//! let agent = ToolLoop::new(Arc::new(ScriptedModel::new(script)), Arc::new(tools), LoopConfig::default());
+//! let scope = RunScope::new("run-1"); // .with_metadata(..): per-run data every tool call gets
+//! let Outcome::Suspended(held) = agent.start(&scope, "Note: hello", &NoHooks).await? else { panic!() };
+//! let stored = held.to_json()?; // the held turn as JSON: persist it anywhere; nothing of it ran
+//! let held = Suspension::from_json(&stored)?; // later, perhaps in another process
+//! let decisions = Decisions::from([("call_1".into(), Decision::Approve)]);
+//! let Outcome::Completed(done) = agent.resume(&scope, held, &decisions, &NoHooks).await? else { panic!() };
+//! assert_eq!(done.output.as_deref(), Some("Saved."));
 //! # Ok(()) }
 //! ```
+//!
+//! This crate does no I/O of its own and knows nothing of HTTP, SQL, MCP or any provider's wire format.
+//! Models and tools come in through the [`ModelClient`] and [`Tool`] ports (a [`TypedTool`] or a
+//! [`tool_fn`] becomes a [`Tool`] with [`IntoTool::into_tool`]); persistence hooks in through
+//! [`LoopHooks`], and a run's [`Metadata`] reaches every call in its [`ToolContext`] through the
+//! [`RunScope`]. The durable runtime (`tollgate-agent-runtime`) and the `tollgate` facade build on it.
 
 pub mod canonical;
 pub mod event;

@@ -4,6 +4,26 @@
 //! speaking MCP over stdio through the official Rust SDK (rmcp), whose tools are listed once at start and
 //! offered to the model as `SERVER__TOOL` ([`tool_name`]).
 //!
+//! ```rust
+//! use std::time::Duration;
+//! use tollgate_agent_mcp::{McpServerConfig, McpSource, StartFailure, tool_name};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // `[[mcp_servers]]` name = "files", command = "npx", args = [...]
+//! let files = McpServerConfig::new("files", "npx")
+//!     .args(["-y", "@modelcontextprotocol/server-filesystem", "/srv/app/workspace"])
+//!     .call_timeout(Duration::from_secs(30));
+//! assert_eq!(tool_name(&files.name, "read_file"), "files__read_file"); // the name the model sees
+//!
+//! // `McpSource::start(files)` spawns the server and lists its tools. One that cannot run fails clearly:
+//! let missing = McpServerConfig::new("notes", "/nonexistent/mcp-server");
+//! let error = McpSource::start(missing).await.unwrap_err();
+//! println!("{error}"); // MCP server `notes` could not be started: cannot run `/nonexistent/mcp-server`: …
+//! assert!(matches!(error.failure, StartFailure::Spawn { .. }));
+//! # }
+//! ```
+//!
 //! This is the only crate that imports rmcp, and no rmcp type crosses its public API: tools are
 //! [`tollgate_agent_core::Tool`]s, results are [`tollgate_agent_core::ToolOutput`]s, errors are ours.
 //!

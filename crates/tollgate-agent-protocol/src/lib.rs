@@ -6,9 +6,9 @@
 //!
 //! # let body = r#"{"id":"0193b0c6-0000-7000-8000-000000000001","agent":"demo","status":"waiting_for_approval",
 //! # "input":"hello","iterations":1,"usage":{"input_tokens":3,"output_tokens":4},"version":2,"created_by":"local",
-//! # "created_at":"2026-11-29T10:00:00.000Z","updated_at":"2026-11-29T10:00:01.000Z","pending":{"turn_digest":"sha256:00",
-//! # "calls":[{"call_id":"call_1","tool":"write_note","arguments":{"text":"hello"},"gate":"ask","in_doubt":false,
-//! # "state":"waiting","takes_decision":true}]}}"#;
+//! # "created_at":"2026-11-29T10:00:00.000Z","updated_at":"2026-11-29T10:00:01.000Z",
+//! # "pending":{"turn_digest":"sha256:00","calls":[{"call_id":"call_1","tool":"write_note",
+//! # "arguments":{"text":"hello"},"gate":"ask","in_doubt":false,"state":"waiting","takes_decision":true}]}}"#;
 //! // A waiting run, as `GET /v1/runs/{id}` answers it.
 //! let run: Run = serde_json::from_str(body)?;
 //! assert_eq!(run.status, RunStatus::WaitingForApproval);

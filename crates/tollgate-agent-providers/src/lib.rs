@@ -1,36 +1,41 @@
 //! # tollgate-agent-providers
 //!
-//! Model providers behind [`tollgate_agent_core::ModelClient`]. Each adapter translates Tollgate's own transcript
-//! types to a provider's wire format and back; nothing of a provider's format is ever persisted.
+//! Model providers behind [`tollgate_agent_core::ModelClient`]. Each adapter translates Tollgate's own
+//! transcript types to a provider's wire format and back; nothing of a provider's format is ever persisted.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[cfg(feature = "openai")] {
+//! use std::{sync::Arc, time::Duration};
+//! use tollgate_agent_core::ModelClient;
+//! use tollgate_agent_providers::{ApiKey, OpenAiModel, ProviderSettings};
+//!
+//! let settings = ProviderSettings {
+//!     base_url: Some("http://127.0.0.1:11434/v1".into()), // Ollama; `None` is api.openai.com
+//!     api_key: Some(ApiKey::new("sk-example")),            // e.g. from OPENAI_API_KEY
+//!     timeout: Duration::from_secs(120),
+//!     ..ProviderSettings::default()
+//! };
+//! let model = OpenAiModel::new(settings)?; // nothing is sent until the loop asks the model
+//! assert_eq!(model.url(), "http://127.0.0.1:11434/v1/chat/completions");
+//! assert!(!format!("{model:?}").contains("sk-example")); // the key never shows
+//! let model: Arc<dyn ModelClient> = Arc::new(model); // what `ToolLoop::new` takes
+//! # let _ = model;
+//! # }
+//! # Ok(()) }
+//! ```
+//!
+//! Cargo features: `openai` and `anthropic` (both default) each bring in their adapter and the HTTP
+//! client (reqwest, rustls on aws-lc-rs); the scripted provider is always there.
 //!
 //! - [`openai`]: OpenAI-compatible Chat Completions (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio,
 //!   OpenRouter, Groq, Mistral).
 //! - [`anthropic`]: Anthropic Messages.
 //! - [`scripted`]: replays a JSON script, for tests, benchmarks and the offline demo.
 //!
-//! Cargo features: `openai` and `anthropic` (both default) each bring in their adapter and the HTTP
-//! client (reqwest); the scripted provider is always there.
-//!
 //! The two HTTP adapters are built from one [`ProviderSettings`] (what a `[[providers]]` entry of
 //! `tollgate.toml` maps into) and share its promises: typed errors, retries with backoff for the retryable
 //! ones, and an API key that never shows up in a log line, an error or `Debug` output.
-//!
-// The example needs the `openai` feature.
-#![cfg_attr(feature = "openai", doc = "```no_run")]
-#![cfg_attr(not(feature = "openai"), doc = "```ignore")]
-//! use std::time::Duration;
-//! use tollgate_agent_providers::{ApiKey, OpenAiModel, ProviderSettings};
-//!
-//! # fn main() -> Result<(), tollgate_agent_providers::ProviderError> {
-//! let model = OpenAiModel::new(ProviderSettings {
-//!     base_url: Some("http://127.0.0.1:11434/v1".into()),
-//!     api_key: std::env::var("OPENAI_API_KEY").ok().map(ApiKey::new),
-//!     timeout: Duration::from_secs(120),
-//!     ..ProviderSettings::default()
-//! })?;
-//! # let _ = model;
-//! # Ok(()) }
-//! ```
 
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod answer;

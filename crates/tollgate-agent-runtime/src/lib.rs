@@ -1,7 +1,49 @@
 //! # tollgate-agent-runtime
 //!
 //! Joins the tool loop ([`tollgate_agent_core::AgentLoop`]) to a [`RunStore`], persisting each step as it
-//! happens, and keeps docs/design.md's exactly-once rule:
+//! happens, so that a run waiting for a person survives restarts and resumes exactly once. This is an
+//! implementation crate: to embed Tollgate, use the [`tollgate`](https://docs.rs/tollgate) facade crate,
+//! which assembles this runtime for you.
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use tollgate_agent_core::scripted::{Script, ScriptedModel};
+//! # use tollgate_agent_core::typed::JsonSchema;
+//! # use tollgate_agent_core::*;
+//! # use tollgate_agent_runtime::{AgentSpec, DecisionSet, OnExpiry, Runtime, RuntimeOptions, StartRun, UuidV7Ids};
+//! # #[derive(serde::Deserialize, JsonSchema)]
+//! # #[schemars(crate = "tollgate_agent_core::typed::schemars")]
+//! # struct Message { to: String }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let model = Arc::new(ScriptedModel::new(Script::from_json(r#"{"turns": [{"tool_calls": [{"name": "send",
+//! #     "arguments": {"to": "ada"}}]}, {"text": "Sent."}]}"#)?));
+//! # let send = tool_fn("send", "Sends a message.", |m: Message, _ctx| async move {
+//! #     Ok(ToolOutput::text(format!("sent to {}", m.to)))
+//! # }).gate(|_| Gate::Ask);
+//! let store = tollgate_agent_store::open("sqlite::memory:").await?;
+//! let tools = Arc::new(ToolRegistry::new().with(send.into_tool())?); // `send` is gated `ask`
+//! let agent = AgentSpec {
+//!     name: "mailer".into(),
+//!     model: "scripted".into(),
+//!     agent_loop: Arc::new(ToolLoop::new(model, tools, LoopConfig::default())),
+//!     tools: Vec::new(), // what listings show
+//!     approval_ttl: None,
+//!     on_expiry: OnExpiry::Deny,
+//!     forbid_self_approval: false,
+//! };
+//! let options = RuntimeOptions::default();
+//! let runtime = Runtime::new(store, vec![agent], Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
+//!
+//! let run = runtime.start_and_wait(StartRun::new("Tell Ada hello", "alice")).await?;
+//! assert_eq!(run.status(), RunStatus::WaitingForApproval); // stored: any process may decide it
+//! let digest = run.held_turn().map(|held| held.turn_digest.to_string()).unwrap_or_default();
+//! let run = runtime.decide_and_wait(&run, &digest, DecisionSet::ApproveAll, "bob").await?;
+//! assert_eq!(run.output(), Some("Sent."));
+//! # Ok(()) }
+//! ```
+//!
+//! It keeps docs/design.md's exactly-once rule:
 //! - a run is created `running` under this process's lease; every later write is guarded by that lease
 //!   (while running) or by the run's version (a person's action on what they saw);
 //! - decisions are recorded one by one; the request whose decisions complete the held turn's set claims

@@ -1,7 +1,7 @@
 //! What the event log keeps: the privacy level applied to every event before it is stored, and the
 //! redactor that keeps configured secrets out of events, run errors and outputs.
 //!
-//! Both work as a layer over the store ([`filtered`]), the one place every event of every writer passes
+//! Both work as a layer over the store (`filtered`), the one place every event of every writer passes
 //! through, so no writer can forget them. They act before the store chains the events: the hash chain
 //! covers exactly what is stored, and `verify` holds. The suspension (the held turn) is not touched — the
 //! approver still sees the held calls in full — and neither are the run's own input and output columns

@@ -3,9 +3,9 @@
 //!
 //! Adds the server's own reading to the protocol's round trip
 //! ([`tollgate_agent_protocol::fuzzing::check_request_body`]): each body goes through the route's reading
-//! ([`parse_json`] / [`parse_optional_json`]) and validation (the decision set, `older_than`), which give a
-//! value or a 4xx problem — never a panic, and never a 5xx for bad input, which [`module@crate::input`]
-//! promises never reaches the runtime.
+//! (`input::parse_json` / `input::parse_optional_json`) and validation (the decision set, `older_than`),
+//! which give a value or a 4xx problem — never a panic, and never a 5xx for bad input, which the `input`
+//! module promises never reaches the runtime.
 
 use crate::input::{parse_json, parse_optional_json};
 use crate::problem::{ApiError, ProblemKind};

@@ -5,6 +5,41 @@
 //! probe, cached one second), `/metrics` (Prometheus text) and `/openapi.json`
 //! (OpenAPI 3.1, generated from this crate's code); the playground's mount point at `/`.
 //!
+//! ```rust
+//! use axum::body::{Body, to_bytes};
+//! use axum::http::{Request, StatusCode};
+//! use tollgate_agent_protocol::AgentList;
+//! use tollgate_agent_server::{ServerOptions, openapi_json, router};
+//! use tower_service::Service;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # use std::sync::Arc;
+//! # use tollgate_agent_core::{LoopConfig, SystemClock, ToolLoop, ToolRegistry, scripted};
+//! # use tollgate_agent_runtime::{AgentSpec, OnExpiry, Runtime, RuntimeOptions, UuidV7Ids};
+//! # let model = Arc::new(scripted::ScriptedModel::new(scripted::demo_script()));
+//! # let agent_loop = Arc::new(ToolLoop::new(model, Arc::new(ToolRegistry::new()), LoopConfig::default()));
+//! # let demo = AgentSpec { name: "demo".into(), model: "scripted".into(), agent_loop, tools: Vec::new(),
+//! #     approval_ttl: None, on_expiry: OnExpiry::Deny, forbid_self_approval: false };
+//! # let store = tollgate_agent_store::open("sqlite::memory:").await?;
+//! # let options = RuntimeOptions::default();
+//! # let runtime = Runtime::new(store, vec![demo], Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
+//! // `runtime`: a `tollgate_agent_runtime::Runtime` over a store, with one agent, `demo`.
+//! let mut api = router(runtime, &ServerOptions::default()); // no tokens: every caller is `local`
+//! let response = api.call(Request::get("/v1/agents").body(Body::empty())?).await?;
+//! assert_eq!(response.status(), StatusCode::OK);
+//! let list: AgentList = serde_json::from_slice(&to_bytes(response.into_body(), 1 << 20).await?)?;
+//! assert_eq!(list.agents[0].name, "demo");
+//!
+//! // The OpenAPI document of every route, as `GET /openapi.json` serves it.
+//! let openapi: serde_json::Value = serde_json::from_str(&openapi_json())?;
+//! assert_eq!(openapi["openapi"], "3.1.0");
+//! # Ok(()) }
+//! ```
+//!
+//! [`router`] is the API alone, to embed or test; [`serve`] binds [`ServerOptions::addr`] and adds the
+//! background work (deadline sweeps, retention, webhooks, metrics) and graceful shutdown.
+//!
 //! What it promises:
 //! - **Bad input writes nothing.** Every body and query is checked before the runtime sees it; malformed
 //!   JSON is 400, wrong types / missing / unknown fields and bad query parameters 422, a body over

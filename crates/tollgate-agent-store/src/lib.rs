@@ -1,8 +1,34 @@
 //! # tollgate-agent-store
 //!
 //! The two [`RunStore`] backends: SQLite (embedded default: one file, WAL, full durability) and
-//! PostgreSQL (several Tollgate nodes sharing one database). Both apply their embedded migrations on
-//! open and refuse a database written by a newer Tollgate.
+//! PostgreSQL (several Tollgate nodes sharing one database), opened from a URL with [`open`].
+//!
+//! ```
+//! # use serde_json::json;
+//! # use tollgate_agent_core::{Clock, EventKind, IntegrityCheck, NewEvent, RunRecord, RunStatus, SystemClock};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[cfg(feature = "sqlite")] {
+//! let store = tollgate_agent_store::open("sqlite::memory:").await?; // or sqlite://FILE, postgres://…
+//! let now = SystemClock.now();
+//! let run = RunRecord::new("run-1".into(), "writer".into(), "Save a note".into(), "alice".into(), now, None);
+//! let started = NewEvent { at: now, kind: EventKind::RunStarted, round: 0, data: json!({"input": "Save a note"}) };
+//! store.create(run, vec![started]).await?; // the run and its first events, in one transaction
+//!
+//! let run = store.get("run-1").await?;
+//! assert_eq!((run.status(), run.last_seq), (RunStatus::Queued, 1));
+//! let events = store.events("run-1", 0, 100).await?;
+//! assert!(tollgate_agent_core::verify_chain(&events, run.last_seq, &run.last_hash).is_ok());
+//! store.probe_write().await?; // what `/readyz` asks
+//! assert!(store.check_integrity(IntegrityCheck::Quick).await?.is_empty());
+//! # }
+//! # Ok(()) }
+//! ```
+//!
+//! Cargo features (both default): `sqlite` ([`SqliteStore`], SQLite compiled in through rusqlite) and
+//! `postgres` ([`PostgresStore`], sqlx with rustls on aws-lc-rs). A URL of a backend the build leaves out
+//! is an error naming the feature to enable. Both backends apply their embedded migrations on open and
+//! refuse a database written by a newer Tollgate.
 //!
 //! Both follow the promises of [`tollgate_agent_core::store`]: each transition is one transaction that
 //! compare-and-sets the run, applies [`tollgate_agent_core::RunRecord::apply`] and appends its hash-chained events.

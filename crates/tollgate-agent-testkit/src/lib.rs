@@ -2,6 +2,33 @@
 //!
 //! Test doubles for Tollgate's ports, in one place so no test file grows its own: a configurable
 //! [`TestTool`] that records every invocation, and [`RecordingHooks`] that keep the loop's events.
+//!
+//! ```rust
+//! use serde_json::json;
+//! use std::sync::Arc;
+//! use tollgate_agent_core::scripted::{Script, ScriptedModel};
+//! use tollgate_agent_core::{
+//!     AgentLoop, Decision, Decisions, Gate, LoopConfig, Outcome, RunScope, ToolLoop, ToolRegistry,
+//! };
+//! use tollgate_agent_testkit::{RecordingHooks, TestTool};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let write = TestTool::new("write").gate(Gate::Ask); // asks first; records every call
+//! let turn = json!({"tool_calls": [{"name": "write", "arguments": {"text": "hi"}}]});
+//! let script = json!({"turns": [turn, {"text": "Done."}]});
+//! let model = Arc::new(ScriptedModel::new(Script::from_value(script)?));
+//! let agent = ToolLoop::new(model, Arc::new(ToolRegistry::new().with(write.shared())?), LoopConfig::default());
+//! let (scope, hooks) = (RunScope::new("run-1"), RecordingHooks::default());
+//!
+//! let Outcome::Suspended(held) = agent.start(&scope, "write hi", &hooks).await? else { panic!("not held") };
+//! assert_eq!(write.call_count(), 0); // held at the gate: nothing ran
+//! let approve: Decisions = held.decidable_calls().map(|c| (c.call_id.clone(), Decision::Approve)).collect();
+//! agent.resume(&scope, held, &approve, &hooks).await?;
+//! assert_eq!(write.calls(), [("call_1".to_owned(), json!({"text": "hi"}))]);
+//! assert!(hooks.lines().contains(&"tool_started 1 call_1 write ask".to_owned()));
+//! # Ok(()) }
+//! ```
 
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,6 +1,34 @@
 //! # tollgate-agent-tools
 //!
-//! Tollgate's built-in tools behind the [`tollgate_agent_core::Tool`] port, confined to a workspace folder:
+//! Tollgate's built-in tools, confined to a workspace folder: each is a
+//! [`TypedTool`](tollgate_agent_core::TypedTool) that [`IntoTool::into_tool`] (or [`builtin_tools`], all
+//! at once) turns into a [`Tool`] a registry takes.
+//!
+//! ```
+//! # use serde_json::json;
+//! # use tollgate_agent_core::{Gate, IntoTool, Tool, ToolContext};
+//! # use tollgate_agent_tools::{BUILTIN_TOOL_NAMES, BuiltinOptions, FsRead, FsWrite, Workspace, builtin_tools_with};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let workspace = Workspace::new(dir.path()); // no tool reads or writes outside this folder
+//! let write = FsWrite::new(workspace.clone()).into_tool();
+//! let read = FsRead::new(workspace).into_tool();
+//!
+//! let args = json!({"path": "note.txt", "content": "hello\n"});
+//! assert_eq!(write.gate(&args), Gate::Ask); // a person approves each write, having seen:
+//! assert_eq!(write.preview(&args).await.as_deref(), Some("create note.txt (6 bytes)"));
+//! write.call(args, ToolContext::new("run-1", "call_1")).await?;
+//! let note = read.call(json!({"path": "note.txt"}), ToolContext::new("run-1", "call_2")).await?;
+//! assert_eq!(note.content, "hello\n");
+//! assert!(read.validate(&json!({"path": "../secret"})).await.is_err()); // escapes the workspace
+//!
+//! let all = builtin_tools_with(dir.path(), &BuiltinOptions::default()); // every built-in tool
+//! assert_eq!(all.len(), BUILTIN_TOOL_NAMES.len());
+//! # Ok(()) }
+//! ```
+//!
+//! The tools (`http_request` only with the Cargo feature `http`, default):
 //!
 //! | tool | arguments | gate | preview |
 //! |---|---|---|---|
@@ -25,12 +53,6 @@
 //! `shell` runs in the root and resolves a program path with `/` inside it (its arguments are the
 //! approver's to judge); `http_request` touches no files. Everything a tool returns is bounded, and a cut
 //! is marked in the text.
-//!
-//! ```
-//! let tools = tollgate_agent_tools::builtin_tools("./workspace");
-//! assert_eq!(tools.len(), tollgate_agent_tools::BUILTIN_TOOL_NAMES.len());
-//! assert!(tollgate_agent_tools::builtin_tool("./workspace", "fs_write").is_some());
-//! ```
 
 // `kept` and `total` of its capped buffer are for `http_request` (Cargo feature `http`).
 #[cfg_attr(not(feature = "http"), allow(dead_code))]

@@ -1,7 +1,7 @@
-//! The commands of docs/cli.md: each one resolves the run it names, acts through the [`Backend`] (this
-//! process's runtime, or a server's HTTP API with `--server`), prints data on stdout (JSON only with
-//! `--json`) and messages on stderr, and answers with its exit code. The output does not depend on the
-//! backend.
+//! The commands of docs/cli.md: each one resolves the run it names, acts through the
+//! [`Backend`](crate::backend::Backend) (this process's runtime, or a server's HTTP API with `--server`),
+//! prints data on stdout (JSON only with `--json`) and messages on stderr, and answers with its exit code.
+//! The output does not depend on the backend.
 //!
 //! `run` and the deciding commands wait until the run settles (waits for approval again, or ends) and
 //! exit per the state it reached, so a script can chain them.

@@ -1,9 +1,35 @@
 //! # tollgate-cli
 //!
-//! The `tollgate` command line (docs/cli.md). In local mode (the default) it opens the store itself (SQLite
-//! `./tollgate.db` by default, `TOLLGATE_STORE_URL` or the config to change it), drives runs in this
-//! process and exits once they settle. With no configuration the built-in `demo` agent shows the whole
-//! approval cycle offline:
+//! The `tollgate` command line (docs/cli.md) as a library: the binary parses [`args::Cli`], calls
+//! [`execute`] and exits with its [`exit::Exit`] code, so a program or a test can run any command in process.
+//!
+//! ```rust
+//! use clap::Parser;
+//! use tollgate_cli::args::Cli;
+//! use tollgate_cli::exit::Exit;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let config = dir.path().join("tollgate.toml");
+//! # std::fs::write(&config, "[store]\nurl = \"sqlite://runs.db\"\n[workspace]\nroot = \"files\"\n")?;
+//! # std::fs::create_dir_all(dir.path().join("files"))?;
+//! # let config = config.to_str().unwrap_or_default();
+//! // `tollgate --config tollgate.toml run --detach hello`, with no agents configured: the `demo` agent.
+//! let cli = Cli::try_parse_from(["tollgate", "--config", config, "run", "--detach", "hello"])?;
+//! let exit = tollgate_cli::execute(cli).await?; // prints the waiting line on stdout
+//! assert_eq!((exit, exit.code()), (Exit::Waiting, 3)); // its `fs_write` call waits at the gate
+//!
+//! // A refused command is an error carrying its exit code and the message for stderr.
+//! let cli = Cli::try_parse_from(["tollgate", "--server", "http://127.0.0.1:8080", "serve"])?;
+//! let error = tollgate_cli::execute(cli).await.unwrap_err();
+//! assert_eq!(error.exit, Exit::Usage);
+//! # Ok(()) }
+//! ```
+//!
+//! In local mode (the default) a command opens the store itself (SQLite `./tollgate.db` by default,
+//! `TOLLGATE_STORE_URL` or the config to change it), drives runs in this process and ends once they
+//! settle. With no configuration the built-in `demo` agent shows the whole approval cycle offline:
 //!
 //! ```text
 //! $ tollgate run "hello"            # exit 3: run … is waiting for approval

@@ -74,6 +74,7 @@
 //! |---|---|---|
 //! | `sqlite` | yes | the SQLite store (`sqlite://FILE`) |
 //! | `tools` | yes | the built-in workspace tools ([`tools`]) |
+//! | `http-tool` | | the built-in `http_request` tool too |
 //! | `postgres` | | the PostgreSQL store (`postgres://…`), for several processes or nodes |
 //! | `openai` | | [`Model::openai`]: OpenAI-compatible Chat Completions |
 //! | `anthropic` | | [`Model::anthropic`]: Anthropic Messages |
@@ -140,8 +141,8 @@ pub mod wire {
 pub use tollgate_agent_protocol::{Call, CallState, Event, EventKind, Run, RunStatus};
 
 /// The built-in tools, confined to a workspace folder: `fs_list`, `fs_read`, `fs_search`, `fs_write`,
-/// `fs_delete`, `time_now`, `shell` (sandboxed with Landlock where the kernel allows) and
-/// `http_request`.
+/// `fs_delete`, `time_now`, `shell` (sandboxed with Landlock where the kernel allows), and with the
+/// `http-tool` feature `http_request`.
 #[cfg(feature = "tools")]
 pub mod tools {
     pub use tollgate_agent_tools::*;
@@ -539,7 +540,7 @@ fn core_status(status: RunStatus) -> tollgate_agent_core::RunStatus {
 /// Picks the process-wide TLS provider that sqlx's and reqwest's rustls use (aws-lc-rs), once; a
 /// provider the embedder installed first is kept.
 fn install_crypto_provider() {
-    #[cfg(any(feature = "postgres", feature = "openai", feature = "anthropic"))]
+    #[cfg(any(feature = "postgres", feature = "openai", feature = "anthropic", feature = "http-tool"))]
     {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     }

@@ -23,7 +23,7 @@
 //! transaction fails as a whole (the COMMIT, an I/O error that ends it, a panic), every operation of
 //! the batch gets that error and none of them happened.
 //!
-//! SQLite's result codes name the error ([`crate::codec::Failure`]): `SQLITE_FULL` is
+//! SQLite's result codes name the error (`codec::Failure`): `SQLITE_FULL` is
 //! [`StoreError::DiskFull`], `SQLITE_READONLY*` [`StoreError::ReadOnly`], `SQLITE_BUSY`/`LOCKED` past the
 //! busy timeout [`StoreError::Unreachable`], and `SQLITE_CORRUPT`/`NOTADB` [`StoreError::Corrupt`] for
 //! the run being read or written (so it fails alone), else [`StoreError::CorruptDatabase`]. A list
