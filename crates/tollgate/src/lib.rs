@@ -59,27 +59,27 @@
 //! - [`Tollgate::builder`] assembles the runtime: the store (SQLite by default; PostgreSQL with the
 //!   `postgres` feature), the [`Agent`]s with their [`Model`] and tools.
 //! - Tools: a [`TypedTool`] (arguments as a `serde` + `schemars` struct, the schema derived), a
-//!   [`tool_fn`] from a closure, the built-ins of [`tools`] (feature `tools`, default), an MCP server's
-//!   ([`mcp`], feature `mcp`), or any [`Tool`] for dynamic cases.
+//!   [`tool_fn`] from a closure, the built-ins of `tools` (feature `tools`, default), an MCP server's
+//!   (`mcp`, feature `mcp`), or any [`Tool`] for dynamic cases.
 //! - Runs: [`Tollgate::start`], [`Tollgate::get`], [`Tollgate::list`], [`Tollgate::cancel`],
 //!   [`Tollgate::verify`]; waiting runs: [`Tollgate::pending`] gives a [`Held`] turn, whose
 //!   [`Decisions`] go to [`Tollgate::decide`]; [`Tollgate::events`] is a live [`EventStream`].
 //! - Runs, calls and events are the types of Tollgate's HTTP API ([`wire`]), so what your code sees is
 //!   what an HTTP client sees.
-//! - With the `server` feature, [`Tollgate::router`] is Tollgate's whole HTTP API, live events and
+//! - With the `server` feature, `Tollgate::router` is Tollgate's whole HTTP API, live events and
 //!   playground as an axum router to mount in your own service.
 //!
 //! ## Features
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `sqlite` | yes | the SQLite store (`sqlite://FILE`) |
-//! | `tools` | yes | the built-in workspace tools ([`tools`]) |
+//! | `tools` | yes | the built-in workspace tools (`tools`) |
 //! | `http-tool` | | the built-in `http_request` tool too |
 //! | `postgres` | | the PostgreSQL store (`postgres://…`), for several processes or nodes |
-//! | `openai` | | [`Model::openai`]: OpenAI-compatible Chat Completions |
-//! | `anthropic` | | [`Model::anthropic`]: Anthropic Messages |
-//! | `mcp` | | [`mcp`]: MCP servers as tool sources |
-//! | `server` | | [`Tollgate::router`]: the HTTP API and playground |
+//! | `openai` | | `Model::openai`: OpenAI-compatible Chat Completions |
+//! | `anthropic` | | `Model::anthropic`: Anthropic Messages |
+//! | `mcp` | | `mcp`: MCP servers as tool sources |
+//! | `server` | | `Tollgate::router`: the HTTP API and playground |
 //!
 //! ## What is not public
 //! The store port, the transition types and the stored row are not part of this crate's API: every
@@ -148,7 +148,7 @@ pub mod tools {
     pub use tollgate_agent_tools::*;
 }
 
-/// MCP servers (stdio child processes) as tool sources: start one with [`mcp::McpSource::start`] and
+/// MCP servers (stdio child processes) as tool sources: start one with `mcp::McpSource::start` and
 /// offer its tools with [`Agent::tools`].
 #[cfg(feature = "mcp")]
 pub mod mcp {
