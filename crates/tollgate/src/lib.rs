@@ -155,6 +155,15 @@ pub mod mcp {
     pub use tollgate_agent_mcp::{McpServerConfig, McpSource, McpTool, StartError};
 }
 
+/// Tollgate's HTTP API as a router of your service ([`Tollgate::router_with`]): its options, API tokens
+/// and roles, webhooks.
+#[cfg(feature = "server")]
+pub mod server {
+    pub use tollgate_agent_server::{
+        ApiToken, LOCAL_ACTOR, Role, Router, SIGNATURE_HEADER, ServerOptions, WebhookRetry, WebhookTarget,
+    };
+}
+
 /// The HTTP model providers' settings.
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod providers {
@@ -399,8 +408,17 @@ impl Tollgate {
     /// serve or to nest under a path of your own service. No authentication is configured: put it behind
     /// yours, or use the `tollgate serve` binary with `[[auth.tokens]]`.
     #[cfg(feature = "server")]
-    pub fn router(&self) -> tollgate_agent_server::Router {
-        tollgate_agent_server::router(self.runtime.clone(), &tollgate_agent_server::ServerOptions::default())
+    pub fn router(&self) -> server::Router {
+        self.router_with(&server::ServerOptions::default())
+    }
+
+    /// [`router`](Self::router) with options: API tokens and their roles (with tokens, every request but
+    /// `/healthz` needs `Authorization: Bearer TOKEN`, and each role may do only its part), webhooks, the
+    /// body limit, the live streams per client. Fields about listening (`addr`, timeouts, connection caps)
+    /// do not apply: your server listens.
+    #[cfg(feature = "server")]
+    pub fn router_with(&self, options: &server::ServerOptions) -> server::Router {
+        tollgate_agent_server::router(self.runtime.clone(), options)
     }
 
     /// Stops taking on work and waits for the runs this process is driving to reach their next durable

@@ -2,6 +2,8 @@
 
 mod builder;
 mod events;
+#[cfg(feature = "server")]
+mod server;
 mod waiting;
 
 use schemars::JsonSchema;
