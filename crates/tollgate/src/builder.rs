@@ -49,42 +49,33 @@ impl Model {
     /// settings: the API key from `OPENAI_API_KEY`, the base URL from `OPENAI_BASE_URL` or OpenAI's.
     #[cfg(feature = "openai")]
     pub fn openai(name: impl Into<String>) -> Self {
-        let settings = crate::providers::ProviderSettings {
-            base_url: std::env::var("OPENAI_BASE_URL").ok(),
-            api_key: std::env::var("OPENAI_API_KEY").ok().map(crate::providers::ApiKey::new),
-            ..crate::providers::ProviderSettings::default()
-        };
-        Self::openai_with(settings, name)
+        Self::openai_with(settings_from_env("OPENAI"), name)
     }
 
     /// An OpenAI-compatible model with explicit settings (base URL, key, timeout, retries).
     #[cfg(feature = "openai")]
     pub fn openai_with(settings: crate::providers::ProviderSettings, name: impl Into<String>) -> Self {
-        let client = crate::providers::OpenAiModel::new(settings)
-            .map(|m| Arc::new(m) as Arc<dyn ModelClient>)
-            .map_err(|e| e.to_string());
-        Self { client, name: name.into() }
+        Self::http(crate::providers::OpenAiModel::new(settings), name.into())
     }
 
     /// An Anthropic Messages model with default settings: the API key from `ANTHROPIC_API_KEY`, the base
     /// URL from `ANTHROPIC_BASE_URL` or Anthropic's.
     #[cfg(feature = "anthropic")]
     pub fn anthropic(name: impl Into<String>) -> Self {
-        let settings = crate::providers::ProviderSettings {
-            base_url: std::env::var("ANTHROPIC_BASE_URL").ok(),
-            api_key: std::env::var("ANTHROPIC_API_KEY").ok().map(crate::providers::ApiKey::new),
-            ..crate::providers::ProviderSettings::default()
-        };
-        Self::anthropic_with(settings, name)
+        Self::anthropic_with(settings_from_env("ANTHROPIC"), name)
     }
 
     /// An Anthropic Messages model with explicit settings.
     #[cfg(feature = "anthropic")]
     pub fn anthropic_with(settings: crate::providers::ProviderSettings, name: impl Into<String>) -> Self {
-        let client = crate::providers::AnthropicModel::new(settings)
-            .map(|m| Arc::new(m) as Arc<dyn ModelClient>)
-            .map_err(|e| e.to_string());
-        Self { client, name: name.into() }
+        Self::http(crate::providers::AnthropicModel::new(settings), name.into())
+    }
+
+    /// An HTTP provider's model, or why it could not be set up (reported by [`Builder::build`]).
+    #[cfg(any(feature = "openai", feature = "anthropic"))]
+    fn http<M: ModelClient + 'static>(made: Result<M, crate::providers::ProviderError>, name: String) -> Self {
+        let client = made.map(|m| Arc::new(m) as Arc<dyn ModelClient>).map_err(|e| e.to_string());
+        Self { client, name }
     }
 
     /// The model name sent to the provider.
@@ -336,6 +327,16 @@ impl Builder {
             runtime.spawn_maintenance(schedule)
         });
         Ok(Tollgate::assemble(runtime, maintenance))
+    }
+}
+
+/// Provider settings from `{PREFIX}_API_KEY` and `{PREFIX}_BASE_URL` (each optional), the rest default.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+fn settings_from_env(prefix: &str) -> crate::providers::ProviderSettings {
+    crate::providers::ProviderSettings {
+        base_url: std::env::var(format!("{prefix}_BASE_URL")).ok(),
+        api_key: std::env::var(format!("{prefix}_API_KEY")).ok().map(crate::providers::ApiKey::new),
+        ..crate::providers::ProviderSettings::default()
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod builder;
 mod events;
+mod models;
 #[cfg(feature = "server")]
 mod server;
 mod waiting;
