@@ -1,29 +1,44 @@
 // The playground's shell: hash routing (`#/` the runs, `#/runs/ID` one run), the API token field, and
 // the prompt for a token when the server answers 401.
+//
+// Focus on a page change: a run page focuses its heading; the list focuses the link of the run you came
+// from (else its heading). The first page load leaves the focus where the browser puts it.
 
 import { authEvents, getToken, setToken } from './api.js';
 import { homeView } from './home.js';
 import { runView } from './run.js';
-import { clearNotices } from './ui.js';
+import { announce, clearNotices } from './ui.js';
 
 const main = document.getElementById('main');
 const tokenBox = document.getElementById('token-box');
+const tokenSummary = tokenBox.querySelector('summary');
 const tokenForm = document.getElementById('token-form');
 const tokenInput = document.getElementById('token');
 const tokenState = document.getElementById('token-state');
 const authBanner = document.getElementById('auth-banner');
 
 let current = null;
+let currentRun = null; // the id of the run on show, null on the list
 
 function route() {
   const hash = location.hash || '#/';
-  // Other fragments (the skip link's #main) are in-page anchors, not views.
+  // Other fragments are in-page anchors, not views.
   if (current && !hash.startsWith('#/')) return;
+  // A page change moves the focus; the first load (or a re-render after the token changed) does not.
+  const focus = current !== null;
+  const from = currentRun;
   current?.destroy();
   clearNotices();
   const match = /^#\/runs\/([^/?#]+)$/.exec(hash);
-  current = match ? runView(main, decodeURIComponent(match[1])) : homeView(main);
+  currentRun = match ? decodeURIComponent(match[1]) : null;
+  current = match ? runView(main, currentRun, { focus }) : homeView(main, { focus, from });
 }
+
+// The skip link moves the focus to the content without changing the route (`#main` is no page).
+document.querySelector('.skip-link').addEventListener('click', (event) => {
+  event.preventDefault();
+  main.focus();
+});
 
 function showTokenState() {
   const set = getToken() !== '';
@@ -38,6 +53,8 @@ tokenForm.addEventListener('submit', (event) => {
   showTokenState();
   authBanner.hidden = true;
   tokenBox.open = false;
+  tokenSummary.focus();
+  announce(getToken() ? 'API token saved.' : 'API token removed.');
   current?.destroy();
   current = null;
   route();
@@ -66,11 +83,22 @@ authEvents.addEventListener('unauthorized', () => {
   }
 });
 
+// The token popup covers the page below it: it closes on Escape (focus back on its summary), when the
+// focus moves out of it, and on a click elsewhere.
 tokenBox.addEventListener('keydown', (event) => {
   if (event.key === 'Escape' && tokenBox.open) {
+    event.preventDefault();
     tokenBox.open = false;
-    tokenBox.querySelector('summary').focus();
+    tokenSummary.focus();
   }
+});
+
+tokenBox.addEventListener('focusout', (event) => {
+  if (tokenBox.open && event.relatedTarget instanceof Node && !tokenBox.contains(event.relatedTarget)) tokenBox.open = false;
+});
+
+document.addEventListener('pointerdown', (event) => {
+  if (tokenBox.open && !tokenBox.contains(event.target)) tokenBox.open = false;
 });
 
 window.addEventListener('hashchange', route);

@@ -28,9 +28,110 @@ export function relative(iso, now) {
   return delta < 0 ? `${text} ago` : `in ${text}`;
 }
 
-/** The first block of a UUID, enough to tell runs apart on one screen. */
+/** The first block of a UUID. Run ids are UUIDv7, whose first block is a time: use `runTag` for people. */
 export function shortId(id) {
   return String(id).split('-')[0];
+}
+
+/**
+ * The last `length` hex digits of an id. Run ids are UUIDv7: runs started close together share their
+ * leading (time) digits, while the tail is random, so the tail is what tells them apart.
+ */
+export function idTail(id, length = 6) {
+  return String(id).replaceAll('-', '').slice(-length);
+}
+
+/** A run as people see it named: `…3f9a2c` (the tail of its id). */
+export function runTag(id) {
+  return `…${idTail(id)}`;
+}
+
+/** Text on one line (runs of whitespace as one space), cut to `max` characters with `…` when longer. */
+export function truncate(text, max) {
+  const chars = [...String(text ?? '').replace(/\s+/g, ' ').trim()];
+  return chars.length > max ? `${chars.slice(0, max - 1).join('').trimEnd()}…` : chars.join('');
+}
+
+/** "1 call", "2 calls". */
+export function plural(n, word) {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+/**
+ * The accessible name of a link to a run, which tells runs apart: `Run …3f9a2c: hello from the browser`
+ * (the input cut to `max` characters).
+ * @param {{id: string, input?: string}} run
+ */
+export function runLinkName(run, max = 40) {
+  const input = truncate(run.input, max);
+  return input ? `Run ${runTag(run.id)}: ${input}` : `Run ${runTag(run.id)}`;
+}
+
+const STATUS_WORDS = {
+  queued: 'queued',
+  running: 'running',
+  waiting_for_approval: 'waiting for approval',
+  completed: 'completed',
+  failed: 'failed',
+  cancelled: 'cancelled',
+  expired: 'expired',
+};
+
+/** Every run status of docs/api.md, in lifecycle order. */
+export const STATUS_NAMES = Object.keys(STATUS_WORDS);
+
+/** A run status in words: `waiting for approval`. */
+export function statusText(status) {
+  return STATUS_WORDS[status] ?? String(status).replaceAll('_', ' ');
+}
+
+/**
+ * A run's state in one sentence, as the live region says it when the run page opens or the run's status
+ * changes: `Run …3f9a2c waiting for approval, 2 calls to decide`, `Run …3f9a2c completed: done`.
+ */
+export function runSummary(run) {
+  const name = `Run ${runTag(run.id)}`;
+  switch (run.status) {
+    case 'waiting_for_approval': {
+      const n = openCalls(run.pending).length;
+      return `${name} waiting for approval, ${n === 0 ? 'every call decided' : `${plural(n, 'call')} to decide`}`;
+    }
+    case 'completed':
+      return run.output ? `${name} completed: ${truncate(run.output, 120)}` : `${name} completed`;
+    case 'failed':
+      return run.error?.message ? `${name} failed: ${truncate(run.error.message, 120)}` : `${name} failed`;
+    default:
+      return `${name} ${statusText(run.status)}`;
+  }
+}
+
+/** How each decision action reads in the past tense. */
+export const ACTION_WORDS = {
+  approve: 'Approved',
+  deny: 'Denied',
+  edit: 'Approved with edited arguments',
+  respond: 'Answered in the tool’s place',
+};
+
+/**
+ * What a decision did, for the live region: `Denied: fs_write call_1. 1 call left to decide.`
+ * @param {object} body the decisions request (`decisions`, or `approve_all` / `deny_all`)
+ * @param {{call_id: string, tool: string}[]} open the calls that took a decision before it
+ * @param {number} left how many still take one after it
+ */
+export function decisionAnnouncement(body, open, left) {
+  const tools = new Map(open.map((c) => [c.call_id, c.tool]));
+  let done;
+  const all = open.length === 1 ? '1 call' : `all ${open.length} calls`;
+  if (body.approve_all) done = `Approved ${all}.`;
+  else if (body.deny_all) done = `Denied ${all}.`;
+  else {
+    done = (body.decisions ?? [])
+      .map((d) => `${ACTION_WORDS[d.action] ?? d.action}: ${tools.get(d.call_id) ?? 'tool'} ${d.call_id}.`)
+      .join(' ');
+  }
+  const next = left === 0 ? 'Every call is decided; the run resumes.' : `${plural(left, 'call')} left to decide.`;
+  return `${done} ${next}`;
 }
 
 /** True when a tool's preview is a unified diff (`--- a/x` / `+++ b/x` / `@@ … @@`). */

@@ -7,20 +7,18 @@
 // decision on a turn that changed since is refused (409) instead of landing on calls nobody looked at.
 // Cards are kept across refreshes while their call is undecided, so a half-typed edit survives a
 // decision someone makes on another call.
+//
+// Keyboard: Escape closes an open edit, deny or respond form and gives the focus back to its button.
+// After a decision the focus goes to the next call still to decide (its first button), or, when none is
+// left, to wherever the page says (`onDone`: the outcome). The live region says what was decided.
 
 import { api, ApiError } from './api.js';
 import { h, replace, uid } from './dom.js';
-import { openCalls, pretty, settledNote } from './format.js';
+import { ACTION_WORDS, decisionAnnouncement, openCalls, pretty, settledNote } from './format.js';
 import { checkArguments } from './schema.js';
-import { jsonBlock, notify, previewBlock } from './ui.js';
+import { announce, focusEl, focusLost, jsonBlock, notify, previewBlock } from './ui.js';
 
-/** How each decision action reads in the past tense. */
-export const ACTION_WORDS = {
-  approve: 'Approved',
-  deny: 'Denied',
-  edit: 'Approved with edited arguments',
-  respond: 'Answered in the tool’s place',
-};
+export { ACTION_WORDS };
 
 /** "Denied by alice: not on a Friday" — a recorded decision in words. */
 export function decisionText(decision) {
@@ -33,22 +31,25 @@ export function decisionText(decision) {
 export class HeldPanel {
   /**
    * @param {{runId: string, schemaOf: (tool: string) => (object|undefined), onRun: (run: object) => void,
-   *   onConflict: () => void}} options
+   *   onConflict: () => void, onDone: () => void}} options `onDone`: every call is decided (move the focus)
    */
-  constructor({ runId, schemaOf, onRun, onConflict }) {
+  constructor({ runId, schemaOf, onRun, onConflict, onDone }) {
     this.runId = runId;
     this.schemaOf = schemaOf;
     this.onRun = onRun;
     this.onConflict = onConflict;
+    this.onDone = onDone;
+    this.deciding = false; // true while a decision's answer is being shown (it moves the focus itself)
     this.digest = null;
     this.cards = new Map(); // call_id -> {el, decided}
     this.list = h('div.calls');
     this.bulk = h('div.bulk');
     this.summary = h('p.muted.small');
+    this.heading = h('h2', { id: 'held-heading', tabindex: '-1', text: 'Waiting for a decision' });
     this.el = h(
       'section.card.held',
       { id: 'held', 'aria-labelledby': 'held-heading', hidden: true },
-      h('h2', { id: 'held-heading', tabindex: '-1', text: 'Waiting for a decision' }),
+      this.heading,
       this.summary,
       this.list,
       this.bulk,
@@ -196,20 +197,31 @@ export class HeldPanel {
   controls(call) {
     const area = h('div.form-area', { id: uid('decide') });
     const buttons = [];
+    let closeOpen = null; // closes the form on show, focus back on its button
+    area.addEventListener('keydown', (e) => {
+      if (e.key !== 'Escape' || e.isComposing || !closeOpen) return;
+      e.preventDefault();
+      e.stopPropagation();
+      closeOpen();
+    });
     const toggle = (label, build) => {
       const button = h('button', { type: 'button', 'aria-expanded': 'false', 'aria-controls': area.id, text: label });
+      const close = () => {
+        button.setAttribute('aria-expanded', 'false');
+        area.replaceChildren();
+        closeOpen = null;
+        button.focus();
+      };
       button.addEventListener('click', () => {
         const opening = button.getAttribute('aria-expanded') !== 'true';
         for (const b of buttons) b.setAttribute('aria-expanded', 'false');
         area.replaceChildren();
+        closeOpen = null;
         if (opening) {
           button.setAttribute('aria-expanded', 'true');
-          const form = build(() => {
-            button.setAttribute('aria-expanded', 'false');
-            area.replaceChildren();
-            button.focus();
-          });
+          const form = build(close);
           area.append(form);
+          closeOpen = close;
           form.querySelector('textarea, input')?.focus();
         }
       });
@@ -335,18 +347,30 @@ export class HeldPanel {
    */
   async send(body, button, errorBox) {
     const label = button?.textContent;
+    const open = openCalls({ calls: this.calls });
+    const decided = body.decisions?.[0]?.call_id ?? null;
     if (button) {
       button.disabled = true;
       button.textContent = 'Sending…';
     }
     try {
       const run = await api('POST', `v1/runs/${encodeURIComponent(this.runId)}/decisions`, { turn_digest: this.digest, ...body });
-      this.onRun(run);
-      this.focusNext();
+      const left = run.status === 'waiting_for_approval' ? openCalls(run.pending).length : 0;
+      announce(decisionAnnouncement(body, open, left));
+      this.deciding = true;
+      try {
+        this.onRun(run);
+      } finally {
+        this.deciding = false;
+      }
+      // Unless the person went elsewhere meanwhile, on to the next call (the decided one's card is gone).
+      if (focusLost() || document.activeElement === button) this.focusNext(decided);
     } catch (e) {
       if (button?.isConnected) {
         button.disabled = false;
         button.textContent = label;
+        // The disabled button lost the focus; a refresh after a conflict may still take it away.
+        if (focusLost()) focusEl(button);
       }
       if (e instanceof ApiError && e.status === 409) {
         notify(
@@ -363,13 +387,26 @@ export class HeldPanel {
   }
 
   /**
-   * After a decision: focus the next call still waiting, so deciding a turn needs no mouse; when none
-   * is left, the steps, where the run goes on.
+   * The first button of the next call still to decide: after call `after` (wrapping around), or the
+   * first one; null when none is left.
    */
-  focusNext() {
-    const next = this.list.querySelector('article.call:not(.is-decided) .actions button');
-    if (next) next.focus();
-    else if (this.el.hidden) document.getElementById('steps-heading')?.focus();
-    else document.getElementById('held-heading')?.focus();
+  nextControl(after = null) {
+    if (this.el.hidden) return null;
+    const cards = [...this.list.querySelectorAll('article.call')];
+    const from = cards.findIndex((card) => card.dataset.callId === after);
+    const order = from < 0 ? cards : [...cards.slice(from + 1), ...cards.slice(0, from)];
+    for (const card of order) {
+      const button = card.matches('.is-decided') ? null : card.querySelector('.actions button');
+      if (button) return button;
+    }
+    return null;
+  }
+
+  /**
+   * After a decision: focus the next call still to decide, so deciding a turn needs no mouse; when none
+   * is left, what the page says (the outcome, where the answer comes).
+   */
+  focusNext(after) {
+    if (!focusEl(this.nextControl(after))) this.onDone();
   }
 }

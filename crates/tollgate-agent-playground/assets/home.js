@@ -1,5 +1,9 @@
 // The home view: start a run, the inbox of runs waiting for approval, and every run with a status
 // filter. The inbox and the first page of runs refresh every few seconds while the page is visible.
+//
+// Focus: a refresh that re-renders a list gives the focus back to the same run's link; starting a run
+// focuses the notice's link to it; coming back from a run page focuses that run's link (else the list's
+// heading).
 
 import { api } from './api.js';
 
@@ -8,16 +12,23 @@ function reasonOf(error) {
   return error.status === 401 ? 'enter an API token (top right) to see it.' : error.message;
 }
 import { h, replace } from './dom.js';
-import { openCalls, shortId } from './format.js';
-import { notify, STATUSES, statusBadge, timeEl } from './ui.js';
+import { openCalls, plural, runLinkName, runTag } from './format.js';
+import { announce, focusEl, focusLost, notify, STATUSES, statusBadge, timeEl } from './ui.js';
 
 const POLL_MS = 2000;
 const PAGE = 25;
 const INBOX_LIMIT = 100;
 
-/** Renders the home view into `root`; returns its `destroy`. */
-export function homeView(root) {
-  const view = new HomeView(root);
+/** Which list the last run link followed was in (`inbox` or `runs`), to come back to it. */
+let openedFrom = null;
+
+/**
+ * Renders the home view into `root`; returns its `destroy`.
+ * @param {{focus?: boolean, from?: string|null}} [options] `focus`: this is a page change, so move the
+ *   focus (to the link of run `from`, the run page just left, else to a list heading)
+ */
+export function homeView(root, { focus = false, from = null } = {}) {
+  const view = new HomeView(root, { focus, from });
   return { destroy: () => view.destroy() };
 }
 
@@ -27,7 +38,7 @@ function undecided(run) {
 }
 
 class HomeView {
-  constructor(root) {
+  constructor(root, { focus, from }) {
     this.root = root;
     this.filter = '';
     this.nextCursor = null;
@@ -36,10 +47,47 @@ class HomeView {
     this.runsSignature = null;
     this.render();
     this.loadAgents();
-    this.refresh();
+    const loaded = this.refresh();
+    if (focus) this.focusOnArrival(loaded, from);
     this.timer = setInterval(() => {
       if (!document.hidden) this.refresh();
     }, POLL_MS);
+  }
+
+  /**
+   * A page change to the list: once the lists are in (or after a moment), focus the link of the run
+   * just left, in the list it was opened from first; else that list's heading. Then say where we are.
+   */
+  focusOnArrival(loaded, from) {
+    const lists = openedFrom === 'inbox' ? [this.inboxList, this.runsBody] : [this.runsBody, this.inboxList];
+    const heading = openedFrom === 'inbox' ? this.inboxHeading : this.runsHeading;
+    const early = setTimeout(() => {
+      if (focusLost()) focusEl(heading);
+    }, 400);
+    loaded.then(() => {
+      clearTimeout(early);
+      if (this.destroyed) return;
+      if (focusLost() || document.activeElement === heading) {
+        const link = from ? lists.map((list) => linkOf(list, from)).find(Boolean) : null;
+        focusEl(link ?? heading);
+      }
+      const waiting = this.inboxCount.getAttribute('aria-label');
+      announce(waiting ? `All runs. Inbox: ${waiting}.` : 'All runs.');
+    });
+  }
+
+  /**
+   * Re-renders a list with `update`; when one of its links had the focus, gives it back to the same
+   * run's link, else the link now in its place, else the list's heading (never to `<body>`).
+   */
+  keepFocus(list, heading, update) {
+    const active = document.activeElement;
+    const had = active && list.contains(active) ? active.closest('a[data-run-id]') : null;
+    const index = had ? links(list).indexOf(had) : -1;
+    update();
+    if (!had || list.contains(document.activeElement)) return;
+    const now = links(list);
+    focusEl(linkOf(list, had.dataset.runId) ?? now[Math.min(index, now.length - 1)] ?? heading);
   }
 
   destroy() {
@@ -61,6 +109,10 @@ class HomeView {
       placeholder: 'What should the agent do?',
     });
     this.startButton = h('button.primary', { type: 'submit', text: 'Start run' });
+    // Which list a run was opened from, for the way back.
+    const remember = (list) => (e) => {
+      if (e.target.closest?.('a[data-run-id]')) openedFrom = list;
+    };
     const form = h(
       'form.stack',
       { 'aria-labelledby': 'start-heading', onSubmit: (e) => this.start(e) },
@@ -71,11 +123,12 @@ class HomeView {
     const start = h('section.card', { 'aria-labelledby': 'start-heading' }, h('h2', { id: 'start-heading', text: 'Start a run' }), form);
 
     this.inboxCount = h('span.count', { id: 'inbox-count', text: '…' });
-    this.inboxList = h('ul.inbox-list', { id: 'inbox-list', 'aria-labelledby': 'inbox-heading' });
+    this.inboxList = h('ul.inbox-list', { id: 'inbox-list', 'aria-labelledby': 'inbox-heading', onClick: remember('inbox') });
+    this.inboxHeading = h('h2', { id: 'inbox-heading', tabindex: '-1', 'data-page-heading': true }, 'Inbox ', this.inboxCount);
     const inbox = h(
       'section.card.inbox',
       { 'aria-labelledby': 'inbox-heading' },
-      h('h2', { id: 'inbox-heading' }, 'Inbox ', this.inboxCount),
+      this.inboxHeading,
       h('p.muted.small', { text: 'Runs waiting for a decision, the nearest deadline first.' }),
       this.inboxList,
     );
@@ -86,7 +139,8 @@ class HomeView {
       h('option', { value: '', text: 'All statuses' }),
       STATUSES.map((s) => h('option', { value: s, text: s.replaceAll('_', ' ') })),
     );
-    this.runsBody = h('tbody', { id: 'runs-body' });
+    this.runsBody = h('tbody', { id: 'runs-body', onClick: remember('runs') });
+    this.runsHeading = h('h2', { id: 'runs-heading', tabindex: '-1', text: 'All runs' });
     this.more = h('button', { type: 'button', text: 'More', hidden: true, onClick: () => this.loadMore() });
     this.runsEmpty = h('p.muted.empty', { hidden: true, text: 'No runs yet.' });
     const runs = h(
@@ -95,7 +149,7 @@ class HomeView {
       h(
         'div.card-head',
         null,
-        h('h2', { id: 'runs-heading', text: 'All runs' }),
+        this.runsHeading,
         h(
           'div.row',
           null,
@@ -158,15 +212,14 @@ class HomeView {
     }
     this.startButton.disabled = true;
     this.startButton.textContent = 'Starting…';
+    let open = null;
     try {
       const body = { input };
       if (this.agentSelect.value) body.agent = this.agentSelect.value;
       const run = await api('POST', 'v1/runs', body);
       this.input.value = '';
-      notify(`Run ${shortId(run.id)} of ${run.agent} started.`, {
-        kind: 'success',
-        action: h('a', { href: `#/runs/${run.id}`, text: 'Open it' }),
-      });
+      open = h('a', { href: `#/runs/${run.id}`, text: 'Open it', 'aria-label': `Open it: run ${runTag(run.id)}` });
+      notify(`Run ${runTag(run.id)} of ${run.agent} started.`, { kind: 'success', action: open });
       this.refresh();
     } catch (e) {
       notify(e.message, { kind: 'error', title: 'The run was not started.' });
@@ -174,11 +227,15 @@ class HomeView {
       this.startButton.disabled = false;
       this.startButton.textContent = 'Start run';
     }
+    // Next is opening the new run (its link is in the notice at the top); after a failure, trying again.
+    // The disabled button lost the focus meanwhile, unless the person moved it elsewhere.
+    if (this.destroyed || !(focusLost() || document.activeElement === this.startButton)) return;
+    if (!focusEl(open)) focusEl(this.startButton);
   }
 
+  /** Reloads the inbox and (unless more pages are shown) the runs; resolves once both are shown. */
   refresh() {
-    this.loadInbox();
-    if (!this.extraPages) this.loadRuns();
+    return Promise.all([this.loadInbox(), this.extraPages ? null : this.loadRuns()]);
   }
 
   async loadInbox() {
@@ -186,10 +243,12 @@ class HomeView {
     try {
       page = await api('GET', `v1/runs?status=waiting_for_approval&limit=${INBOX_LIMIT}`);
     } catch (e) {
-      if (this.inboxSignature !== 'error') {
+      if (this.inboxSignature !== 'error' && !this.destroyed) {
         this.inboxSignature = 'error';
         this.inboxCount.textContent = '?';
-        replace(this.inboxList, h('li.muted', { text: `The inbox could not be loaded: ${reasonOf(e)}` }));
+        this.keepFocus(this.inboxList, this.inboxHeading, () =>
+          replace(this.inboxList, h('li.muted', { text: `The inbox could not be loaded: ${reasonOf(e)}` })),
+        );
       }
       return;
     }
@@ -204,7 +263,11 @@ class HomeView {
     });
     const count = page.next_cursor ? `${runs.length}+` : String(runs.length);
     this.inboxCount.textContent = count;
-    this.inboxCount.setAttribute('aria-label', `${count} waiting`);
+    this.inboxCount.setAttribute('aria-label', page.next_cursor ? `${count} runs waiting` : `${plural(runs.length, 'run')} waiting`);
+    this.keepFocus(this.inboxList, this.inboxHeading, () => this.renderInbox(runs));
+  }
+
+  renderInbox(runs) {
     if (runs.length === 0) {
       replace(this.inboxList, h('li.empty.muted', { text: 'Nothing is waiting. Runs that reach the gate appear here.' }));
       return;
@@ -219,8 +282,9 @@ class HomeView {
           null,
           h(
             'a.inbox-item',
+            // Named by its text (the visible words, for speech input): agent, id tail, input, count, times.
             { href: `#/runs/${run.id}`, dataset: { runId: run.id } },
-            h('span.inbox-top', null, h('span.agent', { text: run.agent }), h('code.id', { text: shortId(run.id) })),
+            h('span.inbox-top', null, h('span.agent', { text: run.agent }), h('code.id', { text: runTag(run.id) })),
             h('span.inbox-input', { text: run.input }),
             h(
               'span.inbox-meta',
@@ -261,9 +325,11 @@ class HomeView {
     try {
       page = await api('GET', this.runsPath(null));
     } catch (e) {
-      if (this.runsSignature !== 'error') {
+      if (this.runsSignature !== 'error' && !this.destroyed) {
         this.runsSignature = 'error';
-        replace(this.runsBody, h('tr', null, h('td', { colspan: 6, text: `Runs could not be loaded: ${reasonOf(e)}` })));
+        this.keepFocus(this.runsBody, this.runsHeading, () =>
+          replace(this.runsBody, h('tr', null, h('td', { colspan: 6, text: `Runs could not be loaded: ${reasonOf(e)}` }))),
+        );
       }
       return;
     }
@@ -271,23 +337,30 @@ class HomeView {
     const signature = JSON.stringify(page);
     if (signature === this.runsSignature) return;
     this.runsSignature = signature;
-    replace(this.runsBody, page.runs.map((run) => this.row(run)));
+    this.keepFocus(this.runsBody, this.runsHeading, () => replace(this.runsBody, page.runs.map((run) => this.row(run))));
     this.showPaging(page);
   }
 
   async loadMore() {
     if (!this.nextCursor) return;
     this.more.disabled = true;
+    let added = [];
     try {
       const page = await api('GET', this.runsPath(this.nextCursor));
       this.extraPages = true;
-      this.runsBody.append(...page.runs.map((run) => this.row(run)));
+      added = page.runs.map((run) => this.row(run));
+      this.runsBody.append(...added);
       this.showPaging(page);
+      announce(`${plural(added.length, 'more run')} shown.`);
     } catch (e) {
       notify(e.message, { kind: 'error', title: 'More runs could not be loaded.' });
     } finally {
       this.more.disabled = false;
     }
+    // The disabled button lost the focus: back to it while there is more, else to the first new run.
+    if (this.destroyed || !(focusLost() || document.activeElement === this.more)) return;
+    if (this.more.hidden) focusEl(added[0]?.querySelector('a') ?? this.runsHeading);
+    else focusEl(this.more);
   }
 
   showPaging(page) {
@@ -301,12 +374,27 @@ class HomeView {
     return h(
       'tr',
       { dataset: { runId: run.id } },
-      h('td', null, h('a', { href: `#/runs/${run.id}`, 'aria-label': `Run ${shortId(run.id)}` }, h('code', { text: shortId(run.id) }))),
-      h('td', null, statusBadge(run.status)),
-      h('td', { text: run.agent }),
-      h('td.input-cell', { text: run.input, title: run.input }),
-      h('td', { text: run.created_by }),
-      h('td', null, timeEl(run.created_at)),
+      h(
+        'td',
+        { 'data-label': 'Run' },
+        // Named by id tail and input: ids of runs started together share their first digits.
+        h('a', { href: `#/runs/${run.id}`, 'aria-label': runLinkName(run), dataset: { runId: run.id } }, h('code', { text: runTag(run.id) })),
+      ),
+      h('td', { 'data-label': 'Status' }, statusBadge(run.status)),
+      h('td', { 'data-label': 'Agent', text: run.agent }),
+      h('td.input-cell', { 'data-label': 'Input', title: run.input }, h('span.input-text', { text: run.input })),
+      h('td', { 'data-label': 'Started by', text: run.created_by }),
+      h('td', { 'data-label': 'Created' }, timeEl(run.created_at)),
     );
   }
+}
+
+/** The links to runs in `list`, in order. */
+function links(list) {
+  return [...list.querySelectorAll('a[data-run-id]')];
+}
+
+/** The link to run `id` in `list`, if it is there. */
+function linkOf(list, id) {
+  return links(list).find((a) => a.dataset.runId === id) ?? null;
 }

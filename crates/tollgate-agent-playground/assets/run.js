@@ -1,24 +1,32 @@
 // The run page: the run's facts, its held calls (when waiting), its outcome, and the step list drawn
 // from its events — loaded with GET (so a reload shows the same history, held calls included) and then
 // followed live over SSE until the run's terminal event.
+//
+// Focus: opening the page focuses its heading; after the last decision, the outcome (the answer, or the
+// run's state until then); when an update takes away the element that had the focus, the next call to
+// decide, else the outcome, else the heading. The live region says the run's state when the page opens
+// and when its status changes.
 
 import { api, ApiError } from './api.js';
 import { h, replace } from './dom.js';
-import { shortId, summarize } from './format.js';
+import { runSummary, runTag, statusText, summarize } from './format.js';
 import { ACTION_WORDS, HeldPanel } from './held.js';
 import { follow, TERMINAL } from './live.js';
-import { jsonBlock, notify, previewBlock, statusBadge, timeEl } from './ui.js';
+import { announce, focusEl, focusLost, jsonBlock, notify, previewBlock, statusBadge, timeEl } from './ui.js';
 
 const TERMINAL_STATUSES = new Set(['completed', 'failed', 'cancelled', 'expired']);
 
-/** Renders the run page into `root`; returns its `destroy`. */
-export function runView(root, id) {
-  const page = new RunPage(root, id);
+/**
+ * Renders the run page into `root`; returns its `destroy`.
+ * @param {{focus?: boolean}} [options] `focus`: this is a page change, so focus the page's heading
+ */
+export function runView(root, id, { focus = false } = {}) {
+  const page = new RunPage(root, id, focus);
   return { destroy: () => page.destroy() };
 }
 
 class RunPage {
-  constructor(root, id) {
+  constructor(root, id, focus) {
     this.root = root;
     this.id = id;
     this.lastSeq = 0;
@@ -28,9 +36,22 @@ class RunPage {
     this.schemas = new Map();
     this.stop = null;
     this.refreshTimer = null;
-    document.title = `Tollgate — run ${shortId(id)}`;
-    replace(root, h('p.muted.loading', { text: 'Loading the run…' }));
+    document.title = `Tollgate — run ${runTag(id)}`;
+    this.renderShell();
+    if (focus) this.title.focus();
     this.load();
+  }
+
+  /** The breadcrumb and the heading, shown at once (the heading takes the focus), then filled in. */
+  renderShell() {
+    this.title = h('h1', { tabindex: '-1', 'data-page-heading': true }, 'Run ', h('code', { text: runTag(this.id) }));
+    this.badge = h('span.status-slot');
+    // Live / Reconnecting… is for the eyes; the live region says what changes.
+    this.live = h('span.live');
+    this.loading = h('p.muted.loading', { text: 'Loading the run…' });
+    this.head = h('header.card.run-head', null, h('div.title-row', null, this.title, this.badge, this.live), this.loading);
+    this.page = h('div.run-page', null, h('nav.crumbs', { 'aria-label': 'Breadcrumb' }, h('a', { href: '#/', text: '← All runs' })), this.head);
+    replace(this.root, this.page);
   }
 
   destroy() {
@@ -50,7 +71,7 @@ class RunPage {
     } catch (e) {
       if (this.destroyed) return;
       const text = e instanceof ApiError && e.status === 404 ? `There is no run ${this.id}.` : `The run could not be loaded: ${e.message}`;
-      replace(this.root, h('nav.crumbs', { 'aria-label': 'Breadcrumb' }, h('a', { href: '#/', text: '← All runs' })), h('p.notice.notice-error', { role: 'alert', text }));
+      this.loading.replaceWith(h('p.notice.notice-error', { role: 'alert', text }));
       return;
     }
     if (this.destroyed) return;
@@ -74,9 +95,6 @@ class RunPage {
   }
 
   render() {
-    this.title = h('h1', null, 'Run ', h('code', { text: shortId(this.id) }));
-    this.badge = h('span.status-slot');
-    this.live = h('span.live', { 'aria-live': 'polite' });
     this.facts = h('dl.facts');
     this.input = h('p.run-input');
     this.actions = h('div.run-actions');
@@ -85,27 +103,32 @@ class RunPage {
       schemaOf: (tool) => this.schemas.get(tool),
       onRun: (run) => this.applyRun(run),
       onConflict: () => this.refresh(),
+      onDone: () => this.focusOutcome(),
     });
-    this.outcome = h('section.card.outcome', { id: 'outcome', hidden: true, 'aria-live': 'polite' });
+    // The answer once the run ends; until then (and not waiting) the run's state. It takes the focus
+    // after the last decision, so the answer is where the person already is when it comes.
+    this.outcome = h('section.card.outcome', { id: 'outcome', hidden: true, tabindex: '-1', 'aria-labelledby': 'outcome-heading' });
     this.steps = h('ol.steps', { id: 'steps', 'aria-labelledby': 'steps-heading' });
-    replace(
-      this.root,
-      h('div.run-page', null,
-      h('nav.crumbs', { 'aria-label': 'Breadcrumb' }, h('a', { href: '#/', text: '← All runs' })),
-      h(
-        'header.card.run-head',
-        null,
-        h('div.title-row', null, this.title, this.badge, this.live),
-        h('h2.label', { text: 'Input' }),
-        this.input,
-        this.facts,
-        this.actions,
-      ),
+    this.loading.replaceWith(h('h2.label', { text: 'Input' }), this.input, this.facts, this.actions);
+    this.page.append(
       this.held.el,
       this.outcome,
       h('section.card', { 'aria-labelledby': 'steps-heading' }, h('h2', { id: 'steps-heading', tabindex: '-1', text: 'Steps' }), this.steps),
-      ),
     );
+  }
+
+  /** After the last decision: the outcome when it shows, else the held panel's heading until it does. */
+  focusOutcome() {
+    if (!focusEl(this.outcome)) focusEl(this.held.heading);
+  }
+
+  /**
+   * The focus was on something an update took away (a decided call's card, the held panel, the cancel
+   * form): the next call to decide, else the held panel's heading, else the outcome, else the heading.
+   */
+  rescueFocus() {
+    const target = this.held.el.hidden ? null : (this.held.nextControl() ?? this.held.heading);
+    if (!focusEl(target) && !focusEl(this.outcome)) focusEl(this.title);
   }
 
   goLive() {
@@ -146,6 +169,8 @@ class RunPage {
     if (this.destroyed) return;
     // An older answer (e.g. a decision's response after the stream already showed more) never wins.
     if (this.run && run.version < this.run.version) return;
+    const before = this.run;
+    const hadFocus = this.root.contains(document.activeElement) && document.activeElement !== this.root;
     this.run = run;
     replace(this.badge, statusBadge(run.status));
     this.input.textContent = run.input;
@@ -164,6 +189,10 @@ class RunPage {
     this.renderActions(run);
     this.held.update(run);
     this.renderOutcome(run);
+    // The page opened, or the run's status changed: say so (not for every event).
+    if (!before || before.status !== run.status) announce(runSummary(run));
+    // A decision being sent moves the focus itself once its answer is shown.
+    if (hadFocus && focusLost() && !this.held.deciding) this.rescueFocus();
     if (TERMINAL_STATUSES.has(run.status) && this.stop) {
       // The stream ends by itself after the terminal event; nothing more will come.
       this.setLive('ended');
@@ -178,12 +207,20 @@ class RunPage {
     if (this.actions.childElementCount > 0) return;
     const reason = h('input', { id: 'cancel-reason', type: 'text', autocomplete: 'off', placeholder: 'optional' });
     const button = h('button.danger.subtle', { type: 'submit', text: 'Cancel run' });
+    const summary = h('summary', { text: 'Cancel this run…' });
     replace(
       this.actions,
       h(
         'details.cancel',
-        null,
-        h('summary', { text: 'Cancel this run…' }),
+        {
+          onKeydown: (e) => {
+            if (e.key !== 'Escape' || !e.currentTarget.open) return;
+            e.preventDefault();
+            e.currentTarget.open = false;
+            summary.focus();
+          },
+        },
+        summary,
         h(
           'form.row',
           {
@@ -200,6 +237,8 @@ class RunPage {
               } finally {
                 button.disabled = false;
               }
+              // The disabled button lost the focus: back to it, or (cancelled) to the outcome.
+              if (focusLost() && !focusEl(button)) this.rescueFocus();
             },
           },
           h('label', { for: 'cancel-reason', text: 'Reason' }),
@@ -211,26 +250,32 @@ class RunPage {
   }
 
   renderOutcome(run) {
-    if (!TERMINAL_STATUSES.has(run.status)) {
+    if (run.status === 'waiting_for_approval') {
       this.outcome.hidden = true;
+      delete this.outcome.dataset.version;
       return;
     }
-    if (this.outcome.dataset.version === String(run.version)) return;
-    this.outcome.dataset.version = String(run.version);
+    // Until the end the state is all it says; at the end, the run as it ended.
+    const key = TERMINAL_STATUSES.has(run.status) ? String(run.version) : run.status;
+    if (this.outcome.dataset.version === key) return;
+    this.outcome.dataset.version = key;
     this.outcome.hidden = false;
     this.outcome.className = `card outcome outcome-${run.status}`;
     const body = [];
-    if (run.status === 'completed') {
-      body.push(h('h2', { text: 'Answer' }));
+    if (!TERMINAL_STATUSES.has(run.status)) {
+      body.push(h('h2', { id: 'outcome-heading', text: 'Answer' }));
+      body.push(h('p.muted', { text: `The run is ${statusText(run.status)}: its answer appears here when it ends.` }));
+    } else if (run.status === 'completed') {
+      body.push(h('h2', { id: 'outcome-heading', text: 'Answer' }));
       body.push(run.output === null ? h('p.muted', { text: 'The model gave no text.' }) : h('p.answer', { id: 'answer', text: run.output }));
       if (run.termination_reason && run.termination_reason !== 'completed') {
         body.push(h('p.note', { text: `Stopped early: ${run.termination_reason.replaceAll('_', ' ')}.` }));
       }
     } else if (run.status === 'failed') {
-      body.push(h('h2', { text: 'Failed' }));
+      body.push(h('h2', { id: 'outcome-heading', text: 'Failed' }));
       body.push(h('p.error-text', { text: run.error ? `${run.error.kind}: ${run.error.message}` : 'The run failed.' }));
     } else {
-      body.push(h('h2', { text: run.status === 'cancelled' ? 'Cancelled' : 'Expired' }));
+      body.push(h('h2', { id: 'outcome-heading', text: run.status === 'cancelled' ? 'Cancelled' : 'Expired' }));
       body.push(h('p', { text: run.status === 'cancelled' ? 'The run was cancelled before it finished.' : 'The approval deadline passed.' }));
     }
     replace(this.outcome, body);

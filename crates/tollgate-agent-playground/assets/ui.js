@@ -1,24 +1,15 @@
-// Small pieces shared by the views: notices, status badges, times that stay current, previews.
+// Small pieces shared by the views: notices, the live region, focus moves, status badges, times that
+// stay current, previews.
 
 import { h } from './dom.js';
-import { diffLines, isUnifiedDiff, pretty, relative } from './format.js';
-
-const STATUS_LABELS = {
-  queued: 'queued',
-  running: 'running',
-  waiting_for_approval: 'waiting for approval',
-  completed: 'completed',
-  failed: 'failed',
-  cancelled: 'cancelled',
-  expired: 'expired',
-};
+import { diffLines, isUnifiedDiff, pretty, relative, STATUS_NAMES, statusText } from './format.js';
 
 /** Every run status of docs/api.md, in lifecycle order. */
-export const STATUSES = Object.keys(STATUS_LABELS);
+export const STATUSES = STATUS_NAMES;
 
 /** A run status as a coloured badge. */
 export function statusBadge(status) {
-  return h(`span.badge.status-${status}`, { text: STATUS_LABELS[status] ?? status });
+  return h(`span.badge.status-${status}`, { text: statusText(status) });
 }
 
 /** A time shown relative to now ("5 min ago", "in 3 h"), kept current, with the exact time on hover. */
@@ -49,13 +40,16 @@ export function previewBlock(text, label = 'Preview') {
     const sign = { add: 'added', del: 'removed' }[kind];
     return h(`span.diff-line.diff-${kind}`, sign ? { title: `${sign} line` } : null, line);
   });
-  return h('pre.code.diff', { 'aria-label': `${label} (unified diff)` }, h('code', null, lines));
+  // Its lines do not wrap, so it may scroll sideways: a named region in the tab order, so the keyboard
+  // can scroll it too.
+  return h('pre.code.diff', { role: 'region', tabindex: '0', 'aria-label': `${label} (unified diff)` }, h('code', null, lines));
 }
 
 const notices = () => document.getElementById('notices');
 
 /**
- * Shows a message at the top of the page until dismissed or the page changes.
+ * Shows a message at the top of the page until dismissed or the page changes. An error is an alert; any
+ * other message is said by the live region (`announce`), so it is heard once.
  * @param {string} text
  * @param {{kind?: 'info'|'success'|'error', title?: string, action?: Node}} [options]
  */
@@ -63,16 +57,65 @@ export function notify(text, { kind = 'info', title, action } = {}) {
   const close = h('button.link.dismiss', { type: 'button', 'aria-label': 'Dismiss this message', text: '×' });
   const box = h(
     `div.notice.notice-${kind}`,
-    { role: kind === 'error' ? 'alert' : 'status' },
+    { role: kind === 'error' ? 'alert' : null },
     h('div.notice-text', null, title ? h('strong', { text: title }) : null, title ? ' ' : null, text, action ? ' ' : null, action),
     close,
   );
-  close.addEventListener('click', () => box.remove());
+  close.addEventListener('click', () => {
+    // The focus was in the message: give it to a neighbouring message, else to the page.
+    const neighbour = box.nextElementSibling ?? box.previousElementSibling;
+    const hadFocus = box.contains(document.activeElement);
+    box.remove();
+    if (hadFocus) focusEl(neighbour?.querySelector('button.dismiss') ?? pageHeading());
+  });
   notices()?.append(box);
+  if (kind !== 'error') announce(title ? `${title} ${text}` : text);
   return box;
 }
 
 /** Removes every message (on navigation). */
 export function clearNotices() {
   notices()?.replaceChildren();
+}
+
+let pending = [];
+let timer = null;
+
+/**
+ * Says `text` through the page's one polite live region (`#announcer`, visually hidden). Messages that
+ * come within a moment of each other are said together, in order; the region is emptied first so the
+ * same words twice are said twice.
+ */
+export function announce(text) {
+  const region = document.getElementById('announcer');
+  if (!region || !text) return;
+  pending.push(/[.!?…]$/.test(text) ? text : `${text}.`);
+  if (timer) return;
+  region.textContent = '';
+  timer = setTimeout(() => {
+    region.textContent = pending.join(' ');
+    pending = [];
+    timer = null;
+  }, 150);
+}
+
+/** Focuses `el` (when it is still on the page); true when it now has the focus. */
+export function focusEl(el, options) {
+  if (!el?.isConnected) return false;
+  el.focus(options);
+  return document.activeElement === el;
+}
+
+/**
+ * True when the focus is nowhere useful: on `<body>` (its element went away), or still on an element
+ * that left the page or is hidden.
+ */
+export function focusLost() {
+  const el = document.activeElement;
+  return !el || el === document.body || !el.isConnected || el.getClientRects().length === 0;
+}
+
+/** The heading of the page on show that takes the focus when nothing better is left: run page h1, inbox. */
+export function pageHeading() {
+  return document.querySelector('#main [data-page-heading]') ?? document.getElementById('main');
 }

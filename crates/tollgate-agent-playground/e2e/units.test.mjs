@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { checkArguments, describe as describeErrors, parseJson, validate } from '../assets/schema.js';
 import { SseParser } from '../assets/sse.js';
 import { diffLines, duration, isUnifiedDiff, openCalls, relative, settledNote, shortId, summarize } from '../assets/format.js';
+import { decisionAnnouncement, idTail, runLinkName, runSummary, runTag, statusText, truncate } from '../assets/format.js';
 
 // The schemas of two built-in tools, as GET /v1/tools returns them.
 const FS_WRITE = {
@@ -180,5 +181,63 @@ describe('held calls', () => {
     assert.match(settledNote(pending.calls[0]), /ran to its end before a crash/);
     assert.match(settledNote(pending.calls[3]), /Allowed by its gate/);
     assert.match(settledNote(pending.calls[4]), /Refused before any gate/);
+  });
+});
+
+describe('names and announcements', () => {
+  // UUIDv7 ids of runs started in the same second share their first block.
+  const A = '01a22f8d-5ac9-7141-aeb7-33a6523f9a2c';
+  const B = '01a22f8d-6b10-7c2e-9d4f-0e1b2c7d4e5f';
+
+  test('run links are told apart by the tail of the id and the input', () => {
+    assert.equal(idTail(A), '3f9a2c');
+    assert.notEqual(idTail(A), idTail(B));
+    assert.equal(runTag(A), '…3f9a2c');
+    assert.equal(runLinkName({ id: A, input: 'hello from the browser' }), 'Run …3f9a2c: hello from the browser');
+    assert.equal(runLinkName({ id: A, input: '  two\n lines  ' }), 'Run …3f9a2c: two lines');
+    assert.equal(runLinkName({ id: A, input: '' }), 'Run …3f9a2c');
+    const long = runLinkName({ id: B, input: 'x'.repeat(100) });
+    assert.equal(long, `Run …7d4e5f: ${'x'.repeat(39)}…`);
+  });
+
+  test('truncation counts characters, not UTF-16 units', () => {
+    assert.equal(truncate('héllo wörld', 20), 'héllo wörld');
+    assert.equal(truncate('😀'.repeat(5), 3), '😀😀…');
+    assert.equal(truncate(null, 5), '');
+  });
+
+  test('the run page says the run\'s state in one sentence', () => {
+    const call = (call_id, takes_decision) => ({ call_id, tool: 'fs_write', takes_decision });
+    assert.equal(
+      runSummary({ id: A, status: 'waiting_for_approval', pending: { calls: [call('call_1', true), call('call_2', true)] } }),
+      'Run …3f9a2c waiting for approval, 2 calls to decide',
+    );
+    assert.equal(
+      runSummary({ id: A, status: 'waiting_for_approval', pending: { calls: [call('call_1', false), call('call_2', true)] } }),
+      'Run …3f9a2c waiting for approval, 1 call to decide',
+    );
+    assert.equal(runSummary({ id: A, status: 'completed', output: 'done' }), 'Run …3f9a2c completed: done');
+    assert.equal(runSummary({ id: A, status: 'completed', output: null }), 'Run …3f9a2c completed');
+    assert.equal(runSummary({ id: A, status: 'failed', error: { kind: 'model', message: 'timed out' } }), 'Run …3f9a2c failed: timed out');
+    assert.equal(runSummary({ id: A, status: 'running' }), 'Run …3f9a2c running');
+    assert.equal(statusText('waiting_for_approval'), 'waiting for approval');
+    assert.equal(statusText('new_status'), 'new status');
+  });
+
+  test('a decision is said with what is left to decide', () => {
+    const open = [
+      { call_id: 'call_1', tool: 'fs_write' },
+      { call_id: 'call_2', tool: 'shell' },
+    ];
+    assert.equal(
+      decisionAnnouncement({ decisions: [{ call_id: 'call_1', action: 'deny', reason: 'no' }] }, open, 1),
+      'Denied: fs_write call_1. 1 call left to decide.',
+    );
+    assert.equal(
+      decisionAnnouncement({ decisions: [{ call_id: 'call_2', action: 'respond', result: 'x' }] }, open, 0),
+      'Answered in the tool’s place: shell call_2. Every call is decided; the run resumes.',
+    );
+    assert.equal(decisionAnnouncement({ approve_all: true }, open, 0), 'Approved all 2 calls. Every call is decided; the run resumes.');
+    assert.equal(decisionAnnouncement({ deny_all: true, reason: 'no' }, open.slice(0, 1), 0), 'Denied 1 call. Every call is decided; the run resumes.');
   });
 });

@@ -4,12 +4,19 @@
 //!
 //! Each server runs in a fresh temporary folder with a `tollgate.toml` that defines the scripted agent
 //! `scribe`: turn 1 writes `a.txt` and `b.txt` (two `fs_write` calls, both ask-gated, in one turn;
-//! `b.txt` exists already, so its preview is a diff), turn 2 says `done`. A second server has auth on
-//! (token of `alice`), for the token prompt and the fetch()-read event stream.
+//! `b.txt` exists already, so its preview is a diff), turn 2 says `done`; and `clerk` (for the
+//! keyboard-only walk of `e2e/access.test.mjs`): turn 1 writes `c.txt`, `d.txt` and `e.txt` (three
+//! ask-gated `fs_write` calls in one turn), turn 2 says `done`. `scribe` comes first, so it stays the
+//! default agent. A second server has auth on (token of `alice`), for the token prompt and the
+//! fetch()-read event stream.
 //!
-//! Needs `node`, Chromium (`/usr/bin/chromium`, or `CHROMIUM`) and playwright-core (installed by
-//! `npm ci --prefix .ci/npm`, or `PLAYWRIGHT_CORE`). Without them the tests say what is missing and pass
-//! — unless `CI` is set, where they fail. The run page's screenshot goes to `SCREENSHOT`, default
+//! `e2e/access.test.mjs` (issue #17) checks the playground against its accessibility promises: no
+//! horizontal overflow at phone and tablet widths, no axe-core violation of WCAG 2.1 A/AA in light and
+//! dark schemes, touch targets of at least 24×24 px, and a keyboard-only walk through a run.
+//!
+//! Needs `node`, Chromium (`/usr/bin/chromium`, or `CHROMIUM`), playwright-core and axe-core (installed
+//! by `npm ci --prefix .ci/npm`, or `PLAYWRIGHT_CORE` and `AXE_CORE`). Without them the tests say what is
+//! missing and pass — unless `CI` is set, where they fail. The run page's screenshot goes to `SCREENSHOT`, default
 //! `target/playground-run.png`.
 
 use std::io::{Read, Write};
@@ -28,6 +35,17 @@ const SCRIPT: &str = r#"{"turns": [
 ]}
 "#;
 
+/// The script of `clerk`: three ask-gated calls in one turn (approve one, deny one, edit one).
+const CLERK_SCRIPT: &str = r#"{"turns": [
+  {"text": "I will write three notes.", "tool_calls": [
+    {"name": "fs_write", "arguments": {"path": "c.txt", "content": "C: {{input}}\n"}},
+    {"name": "fs_write", "arguments": {"path": "d.txt", "content": "D: {{input}}\n"}},
+    {"name": "fs_write", "arguments": {"path": "e.txt", "content": "E: {{input}}\n"}}
+  ]},
+  {"text": "done"}
+]}
+"#;
+
 const CONFIG: &str = r#"[[providers]]
 name = "script"
 kind = "scripted"
@@ -37,6 +55,18 @@ script = "script.json"
 name = "scribe"
 provider = "script"
 system_prompt = "You write two notes."
+tools = ["fs_write"]
+max_iterations = 5
+
+[[providers]]
+name = "clerk-script"
+kind = "scripted"
+script = "clerk.json"
+
+[[agents]]
+name = "clerk"
+provider = "clerk-script"
+system_prompt = "You write three notes."
 tools = ["fs_write"]
 max_iterations = 5
 "#;
@@ -49,6 +79,9 @@ roles = ["runner", "approver"]
 "#;
 
 const BROWSER_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// `e2e/access.test.mjs` takes some 15 s here (it must stay under 90 s); this leaves room for a slow machine.
+const ACCESS_TIMEOUT: Duration = Duration::from_secs(240);
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -68,7 +101,7 @@ fn profile_dir() -> PathBuf {
 }
 
 /// What the browser test needs from outside Cargo, or why it cannot run.
-fn javascript_tools(need_browser: bool) -> Result<(), String> {
+fn javascript_tools(need_browser: bool, need_axe: bool) -> Result<(), String> {
     let node = Command::new("node").arg("--version").output();
     if !node.as_ref().is_ok_and(|o| o.status.success()) {
         return Err("`node` is not on PATH (Debian: apt-get install nodejs)".into());
@@ -78,9 +111,7 @@ fn javascript_tools(need_browser: bool) -> Result<(), String> {
         if !Path::new(&chromium).exists() {
             return Err(format!("no Chromium at {chromium} (Debian: apt-get install chromium)"));
         }
-        let playwright = std::env::var("PLAYWRIGHT_CORE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| repo_dir().join(".ci/npm/node_modules/playwright-core"));
+        let playwright = npm_package("PLAYWRIGHT_CORE", "playwright-core");
         if !playwright.join("package.json").exists() {
             return Err(format!(
                 "playwright-core is not installed at {} (npm ci --prefix .ci/npm)",
@@ -88,12 +119,23 @@ fn javascript_tools(need_browser: bool) -> Result<(), String> {
             ));
         }
     }
+    if need_axe {
+        let axe = npm_package("AXE_CORE", "axe-core");
+        if !axe.join("axe.min.js").exists() {
+            return Err(format!("axe-core is not installed at {} (npm ci --prefix .ci/npm)", axe.display()));
+        }
+    }
     Ok(())
 }
 
+/// The folder of an npm package of `.ci/npm`, or the one the environment variable `env` names.
+fn npm_package(env: &str, name: &str) -> PathBuf {
+    std::env::var(env).map(PathBuf::from).unwrap_or_else(|_| repo_dir().join(".ci/npm/node_modules").join(name))
+}
+
 /// True when the test can run; otherwise a note (or, under CI, a failure) saying what is missing.
-fn can_run(need_browser: bool) -> bool {
-    match javascript_tools(need_browser) {
+fn can_run(need_browser: bool, need_axe: bool) -> bool {
+    match javascript_tools(need_browser, need_axe) {
         Ok(()) => true,
         Err(missing) if std::env::var_os("CI").is_some() => panic!("CI must run the playground's tests: {missing}"),
         Err(missing) => {
@@ -144,6 +186,7 @@ impl Server {
         let config = if auth { format!("{CONFIG}{AUTH}") } else { CONFIG.to_owned() };
         write(&dir.path().join("tollgate.toml"), &config);
         write(&dir.path().join("script.json"), SCRIPT);
+        write(&dir.path().join("clerk.json"), CLERK_SCRIPT);
         std::fs::create_dir_all(dir.path().join("workspace")).unwrap_or_else(|e| panic!("no workspace: {e}"));
         write(&dir.path().join("workspace/b.txt"), "B: old\nsecond line\n");
 
@@ -265,7 +308,7 @@ fn node_test(file: &str, envs: &[(&str, String)], timeout: Duration) {
 
 #[test]
 fn javascript_modules_pass_their_unit_tests() {
-    if !can_run(false) {
+    if !can_run(false, false) {
         return;
     }
     node_test("e2e/units.test.mjs", &[], Duration::from_secs(60));
@@ -273,7 +316,7 @@ fn javascript_modules_pass_their_unit_tests() {
 
 #[test]
 fn playground_in_headless_chromium() {
-    if !can_run(true) {
+    if !can_run(true, false) {
         return;
     }
     let binary = tollgate_binary();
@@ -295,4 +338,23 @@ fn playground_in_headless_chromium() {
     node_test("e2e/playground.test.mjs", &envs, BROWSER_TIMEOUT);
     assert!(screenshot.exists(), "the test wrote no screenshot at {}", screenshot.display());
     println!("screenshot of the run page: {}", screenshot.display());
+}
+
+/// Issue #17: phone and tablet widths without horizontal overflow, axe-core (WCAG 2.1 A and AA) in light
+/// and dark, touch targets of 24×24 px, and a keyboard-only walk through a run of `clerk` (approve one
+/// call, deny one with a reason, edit one) with the focus checked after every key.
+#[test]
+fn playground_accessibility_in_headless_chromium() {
+    if !can_run(true, true) {
+        return;
+    }
+    let binary = tollgate_binary();
+    let server = Server::start(&binary, false);
+    let mut envs = vec![("BASE_URL", server.url.clone()), ("WORKSPACE", server.workspace().display().to_string())];
+    for name in ["PLAYWRIGHT_CORE", "AXE_CORE"] {
+        if let Ok(path) = std::env::var(name) {
+            envs.push((name, path));
+        }
+    }
+    node_test("e2e/access.test.mjs", &envs, ACCESS_TIMEOUT);
 }

@@ -1,0 +1,633 @@
+// Issue #17: the playground on phones, for assistive technology and from the keyboard alone — in a real
+// headless Chromium (playwright-core) against a running `tollgate serve` started by tests/browser.rs.
+//
+//   BASE_URL        the server (no auth); agents `scribe` (two ask-gated fs_write calls: a.txt, and b.txt,
+//                   which exists, so its preview is a diff) and `clerk` (three: c.txt, d.txt, e.txt)
+//   WORKSPACE       that server's workspace folder (to check the files on disk)
+//   CHROMIUM        the browser (default /usr/bin/chromium)
+//   PLAYWRIGHT_CORE the playwright-core package folder (default .ci/npm/node_modules/playwright-core)
+//   AXE_CORE        the axe-core package folder (default .ci/npm/node_modules/axe-core)
+//
+// The checks are the specification: each one collects every problem it finds (which element, at which
+// width, where the focus was) and fails once with the whole list.
+//
+// Run: node --test crates/tollgate-agent-playground/e2e/access.test.mjs
+
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, '../../..');
+const require = createRequire(import.meta.url);
+const { chromium } = require(process.env.PLAYWRIGHT_CORE ?? join(repo, '.ci/npm/node_modules/playwright-core'));
+const AXE = join(process.env.AXE_CORE ?? join(repo, '.ci/npm/node_modules/axe-core'), 'axe.min.js');
+
+const BASE_URL = process.env.BASE_URL;
+const WORKSPACE = process.env.WORKSPACE;
+assert.ok(BASE_URL, 'BASE_URL must name a running tollgate serve');
+
+/** Widths a phone, a small phone and a tablet have (CSS px). */
+const VIEWPORTS = [
+  { width: 390, height: 844 },
+  { width: 768, height: 1024 },
+  { width: 320, height: 640 },
+];
+const DESKTOP = { width: 1280, height: 900 };
+const PHONE = { width: 390, height: 844 };
+const AXE_TAGS = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'];
+const MIN_TARGET = 24;
+
+/** Inputs a person might paste: an unbroken URL, a long path, long prose, one long token. */
+const LONG_INPUTS = [
+  `Summarise https://example.com/reports/${'quarterly-figures-'.repeat(8)}final.pdf?download=${'x'.repeat(40)}`,
+  `Rename every file under /srv/projects/tollgate/crates/tollgate-agent-playground/assets/generated/${'nested/'.repeat(10)}output to lower case`,
+  `A long request in plain words: ${'please read the notes, check the numbers and write a short summary of what changed; '.repeat(4)}`,
+  `Token_${'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'.repeat(4)}`,
+];
+
+let browser;
+const runs = { waiting: null, completed: null };
+
+// ------------------------------------------------------------------------------------------ the API
+
+async function call(method, path, body) {
+  const response = await fetch(new URL(path, BASE_URL), {
+    method,
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${method} ${path}: HTTP ${response.status}: ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+async function waitForStatus(id, status) {
+  const deadline = Date.now() + 15_000;
+  let run;
+  while (Date.now() < deadline) {
+    run = await call('GET', `v1/runs/${id}`);
+    if (run.status === status) return run;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`run ${id} did not reach ${status} within 15 s (it is ${run?.status})`);
+}
+
+before(async () => {
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
+  // Several runs of scribe with long inputs, all at the gate; the first one then approved to the end.
+  const started = [];
+  for (const input of LONG_INPUTS) started.push(await call('POST', 'v1/runs', { agent: 'scribe', input }));
+  const waiting = [];
+  for (const run of started) waiting.push(await waitForStatus(run.id, 'waiting_for_approval'));
+  await call('POST', `v1/runs/${waiting[0].id}/decisions`, { turn_digest: waiting[0].pending.turn_digest, approve_all: true });
+  runs.completed = (await waitForStatus(waiting[0].id, 'completed')).id;
+  runs.waiting = waiting[1].id;
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+// ------------------------------------------------------------------------------------------ the page
+
+/**
+ * Functions every page gets (window.__a11y), so the checks below describe elements the same way:
+ * `describe(el)` as `tag#id.class "name" (in call_2)`, `name(el)` its accessible name.
+ */
+function installHelpers() {
+  const squash = (s) => (s ?? '').replace(/\s+/g, ' ').trim();
+  const short = (s, n = 50) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+  const controls = new Set(['INPUT', 'SELECT', 'TEXTAREA']);
+  function name(el) {
+    const label = squash(el.getAttribute('aria-label'));
+    if (label) return label;
+    const by = el.getAttribute('aria-labelledby');
+    if (by) {
+      const text = squash(by.split(/\s+/).map((id) => document.getElementById(id)?.textContent ?? '').join(' '));
+      if (text) return text;
+    }
+    if (el.labels?.length) {
+      const text = squash([...el.labels].map((l) => l.textContent).join(' '));
+      if (text) return text;
+    }
+    if (!controls.has(el.tagName)) {
+      const text = squash(el.innerText || el.textContent) || squash([...el.querySelectorAll('img[alt]')].map((i) => i.alt).join(' '));
+      if (text) return text;
+    }
+    return squash(el.getAttribute('title'));
+  }
+  function tag(el) {
+    let s = el.tagName.toLowerCase();
+    if (el.id) s += `#${el.id}`;
+    const classes = [...el.classList].slice(0, 3);
+    if (classes.length) s += `.${classes.join('.')}`;
+    return s;
+  }
+  function describe(el) {
+    if (!el) return 'nothing (null)';
+    if (el === document.body || el === document.documentElement) return `<${el.tagName.toLowerCase()}>`;
+    const n = name(el);
+    const call = el.closest('article.call[data-call-id]')?.dataset.callId;
+    return `${tag(el)}${n ? ` "${short(n)}"` : ''}${call ? ` (in ${call})` : ''}`;
+  }
+  /** `section.card.runs > div.table-wrap > table` — the last few ancestors, for overflow reports. */
+  function path(el) {
+    const parts = [];
+    for (let e = el; e && e !== document.body && parts.length < 5; e = e.parentElement) parts.unshift(tag(e));
+    return parts.join(' > ');
+  }
+  /** Not shown: no box, display/visibility/opacity, or visually hidden (a 1×1 clipped box). */
+  function shown(el) {
+    if (!el.checkVisibility({ checkOpacity: true, checkVisibilityCSS: true })) return false;
+    const r = el.getBoundingClientRect();
+    return r.width > 1 && r.height > 1;
+  }
+  window.__a11y = { name, describe, path, shown, short, squash };
+}
+
+/** A fresh page (with the helpers) that fails the test on any uncaught script error. */
+async function open(t, viewport = DESKTOP) {
+  const context = await browser.newContext({ viewport });
+  await context.addInitScript(installHelpers);
+  const page = await context.newPage();
+  page.setDefaultTimeout(15_000);
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/status of (401|409)/.test(m.text())) errors.push(m.text());
+  });
+  t.after(async () => {
+    await context.close();
+    assert.deepEqual(errors, [], 'the page logged errors');
+  });
+  return page;
+}
+
+/** The home page with its inbox and runs list loaded. */
+async function home(page) {
+  await page.goto(BASE_URL);
+  await page.locator('#inbox-list a.inbox-item').first().waitFor();
+  await page.waitForFunction(() => document.querySelectorAll('#runs-body tr[data-run-id]').length >= 4);
+  await page.locator('#agent option[value="clerk"]').waitFor({ state: 'attached' });
+}
+
+/** The page of the waiting scribe run (two held calls, b.txt's preview a diff). */
+async function waitingRun(page) {
+  await page.goto(`${BASE_URL}#/runs/${runs.waiting}`);
+  await page.locator('#held article.call').nth(1).waitFor();
+  await page.locator('#held .diff').waitFor();
+}
+
+/** The page of the completed scribe run. */
+async function completedRun(page) {
+  await page.goto(`${BASE_URL}#/runs/${runs.completed}`);
+  await page.locator('#answer', { hasText: 'done' }).waitFor();
+  await page.locator('#steps li[data-kind="run_completed"]').waitFor();
+}
+
+/** Fails with every problem at once (an empty list passes). */
+function assertNone(problems, what) {
+  assert.ok(problems.length === 0, `${what} (${problems.length}):\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+}
+
+// ------------------------------------------------------------------------------------------ overflow
+
+/**
+ * The page's horizontal overflow and what causes it: the content (text, controls, images) that reaches
+ * past the viewport, farthest first — the boxes around it are only stretched by it — and, when no
+ * content does, the innermost boxes that do.
+ */
+function overflowReport() {
+  const { path, short, squash } = window.__a11y;
+  const vw = window.innerWidth;
+  const limit = vw + 0.5;
+  // Inside a box that clips or scrolls horizontally, content cannot widen the page (html and body do
+  // not count: clipping there hides the content instead of fitting it).
+  const contained = (node) => {
+    for (let a = node.parentElement; a && a !== document.body && a !== document.documentElement; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== 'visible') return true;
+    }
+    return false;
+  };
+  const reach = new Map(); // element -> {right, what}
+  const note = (el, right, what) => {
+    if (right > limit && right > (reach.get(el)?.right ?? 0)) reach.set(el, { right, what });
+  };
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const range = document.createRange();
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!squash(node.textContent) || !node.parentElement || contained(node)) continue;
+    range.selectNodeContents(node);
+    const right = Math.max(0, ...[...range.getClientRects()].map((r) => r.right));
+    note(node.parentElement, right, `its text "${short(squash(node.textContent), 60)}"`);
+  }
+  for (const el of document.body.querySelectorAll('input, select, textarea, button, img, svg, video, canvas, iframe, pre, table')) {
+    if (contained(el)) continue;
+    const r = el.getBoundingClientRect();
+    if (r.width > 0) note(el, r.right, `the ${el.tagName.toLowerCase()} itself (width ${Math.round(r.width)} px)`);
+  }
+  const found = [...reach.entries()]
+    .sort((a, b) => b[1].right - a[1].right)
+    .map(([el, { right, what }]) => `${path(el)}: ${what} reaches ${Math.round(right)} px`);
+  if (found.length === 0) {
+    const wide = [...document.body.querySelectorAll('*')].filter((el) => el.getBoundingClientRect().right > limit && !contained(el));
+    for (const el of wide.filter((el) => !wide.some((other) => other !== el && el.contains(other)))) {
+      const r = el.getBoundingClientRect();
+      found.push(`${path(el)}: its box reaches ${Math.round(r.right)} px (width ${Math.round(r.width)} px)`);
+    }
+  }
+  return { scrollWidth: document.documentElement.scrollWidth, innerWidth: vw, found, causes: overflowCauses() };
+
+  /**
+   * What makes the page wide: from <body> down, the children whose removal (display: none, put back at
+   * once) narrows the page; the deepest such element is a cause (a long word, a fixed width, a wide grid
+   * track). Only run when the page overflows.
+   */
+  function overflowCauses() {
+    const width = () => document.documentElement.scrollWidth;
+    const base = width();
+    if (base <= vw) return [];
+    const causes = [];
+    const narrowedBy = (el) => {
+      const old = el.style.getPropertyValue('display');
+      const priority = el.style.getPropertyPriority('display');
+      el.style.setProperty('display', 'none', 'important');
+      const narrowed = width();
+      if (old) el.style.setProperty('display', old, priority);
+      else el.style.removeProperty('display');
+      return narrowed;
+    };
+    const visit = (el, depth) => {
+      const narrower = [];
+      for (const child of el.children) {
+        if (getComputedStyle(child).display === 'none' || ['SCRIPT', 'STYLE'].includes(child.tagName)) continue;
+        const narrowed = narrowedBy(child);
+        if (narrowed < base) narrower.push([child, narrowed]);
+      }
+      // Every one of several children narrows it (the columns of a table): the box itself is the cause.
+      const all = narrower.length > 1 && narrower.length === [...el.children].filter((c) => getComputedStyle(c).display !== 'none').length;
+      if (narrower.length === 0 || all || depth > 30) {
+        if (el !== document.body) causes.push(el);
+        return;
+      }
+      for (const [child] of narrower) visit(child, depth + 1);
+    };
+    visit(document.body, 0);
+    return causes.slice(0, 8).map((el) => {
+      const r = el.getBoundingClientRect();
+      const text = squash(el.textContent);
+      return `${path(el)} (${Math.round(r.width)} px wide${text ? `, "${short(text, 50)}"` : ''})`;
+    });
+  }
+}
+
+/** null when the page fits its width, else what sticks out. */
+async function overflowProblem(page, where, viewport) {
+  const report = await page.evaluate(overflowReport);
+  if (report.scrollWidth <= report.innerWidth) return null;
+  const shown = 6;
+  const lines = (list) => list.map((f) => `\n      ${f}`).join('');
+  const causes = report.causes.length ? `; what widens it (without it the page is narrower):${lines(report.causes)}` : '';
+  const past = report.found.length ? lines(report.found.slice(0, shown)) : '\n      (no element found: look for margins or transforms)';
+  const more = report.found.length > shown ? `\n      … and ${report.found.length - shown} more` : '';
+  return `${where} at ${viewport.width}×${viewport.height}: the page scrolls sideways (document scrollWidth ${report.scrollWidth} px > window.innerWidth ${report.innerWidth} px)${causes}\n    past the right edge, farthest first:${past}${more}`;
+}
+
+// ------------------------------------------------------------------------------------------ axe-core
+
+async function axeViolations(page, where) {
+  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.addScriptTag({ path: AXE });
+  const violations = await page.evaluate(async (tags) => {
+    const result = await window.axe.run(document, { runOnly: { type: 'tag', values: tags }, resultTypes: ['violations'] });
+    return result.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      nodes: v.nodes.map((n) => ({ target: n.target.join(' '), summary: (n.failureSummary ?? '').replace(/\s+/g, ' ').trim() })),
+    }));
+  }, AXE_TAGS);
+  return violations.map(
+    (v) =>
+      `${where}: ${v.id} (${v.impact}) ${v.help}${v.nodes
+        .slice(0, 8)
+        .map((n) => `\n      ${n.target}: ${n.summary}`)
+        .join('')}${v.nodes.length > 8 ? `\n      … and ${v.nodes.length - 8} more` : ''}`,
+  );
+}
+
+// ------------------------------------------------------------------------------------------ touch targets
+
+/** Visible controls smaller than `min`×`min` CSS px (links in running text are exempt). */
+function smallTargets(min) {
+  const { describe, shown, squash } = window.__a11y;
+  // A link inside a sentence: its nearest block says more than the link.
+  const inRunningText = (a) => {
+    let block = a.parentElement;
+    while (block && getComputedStyle(block).display.startsWith('inline')) block = block.parentElement;
+    if (!block || !['P', 'LI', 'DD', 'DIV', 'SPAN', 'TD', 'BLOCKQUOTE'].includes(block.tagName)) return false;
+    return squash(block.textContent).length > squash(a.textContent).length;
+  };
+  const small = [];
+  for (const el of document.querySelectorAll('button, summary, input:not([type="hidden"]), select, textarea, a[href]')) {
+    if (!shown(el)) continue;
+    const r = el.getBoundingClientRect();
+    // Off the page until focused (the skip link).
+    if (r.bottom + window.scrollY <= 0 || r.right + window.scrollX <= 0) continue;
+    if (el.tagName === 'A' && inRunningText(el)) continue;
+    if (r.width + 0.01 < min || r.height + 0.01 < min) small.push(`${describe(el)} is ${Math.round(r.width * 10) / 10}×${Math.round(r.height * 10) / 10} px`);
+  }
+  return small;
+}
+
+// ------------------------------------------------------------------------------------------ the focus
+
+/** What has the focus, and what is wrong with it (null when nothing): not body, shown, named. */
+function focusState() {
+  const { describe, name, shown } = window.__a11y;
+  const el = document.activeElement;
+  const desc = describe(el);
+  if (!el || el === document.body || el === document.documentElement) return { desc, problem: `the focus is on ${desc}` };
+  const r = el.getBoundingClientRect();
+  if (!shown(el)) return { desc, problem: `the focus is on ${desc}, which is not visible (box ${Math.round(r.width)}×${Math.round(r.height)} px)` };
+  if (r.bottom <= 0 || r.right <= 0 || r.top >= window.innerHeight || r.left >= window.innerWidth) {
+    return { desc, problem: `the focus is on ${desc}, which is off the screen (at ${Math.round(r.left)},${Math.round(r.top)})` };
+  }
+  if (!name(el)) return { desc, problem: `the focus is on ${desc}, which has no accessible name` };
+  return { desc, problem: null };
+}
+
+/** Keyboard checks collect their problems and go on; the test fails at its end with all of them. */
+class Walk {
+  constructor(page) {
+    this.page = page;
+    this.problems = [];
+  }
+
+  check(ok, message) {
+    if (!ok) this.problems.push(message);
+    return ok;
+  }
+
+  /** Checks the focus after `step`; returns its description. */
+  async focus(step) {
+    const state = await this.page.evaluate(focusState);
+    this.check(!state.problem, `after ${step}: ${state.problem}`);
+    return state.desc;
+  }
+
+  /** Checks the focus after an asynchronous step, once the page had a moment to re-render. */
+  async settled(step) {
+    await this.page.waitForTimeout(250);
+    return this.focus(step);
+  }
+
+  async press(key, step) {
+    await this.page.keyboard.press(key);
+    return this.focus(`${step} (${key})`);
+  }
+
+  async type(text, step) {
+    await this.page.keyboard.type(text);
+    return this.focus(step);
+  }
+
+  async has(locator) {
+    return locator.evaluate((el) => el === document.activeElement, undefined, { timeout: 1000 }).catch(() => false);
+  }
+
+  /**
+   * Tab (or Shift+Tab, when the target comes before the focus) until `target` has the focus, checking
+   * the focus after every key. Fails the test when the target is never reached.
+   */
+  async tabTo(target, label, max = 60) {
+    await target.waitFor();
+    if (await this.has(target)) return;
+    const backwards = await target.evaluate((el) => {
+      const active = document.activeElement;
+      if (!active || active === document.body) return false;
+      return Boolean(el.compareDocumentPosition(active) & Node.DOCUMENT_POSITION_FOLLOWING);
+    });
+    const key = backwards ? 'Shift+Tab' : 'Tab';
+    const trail = [];
+    for (let i = 1; i <= max; i++) {
+      trail.push(await this.press(key, `${key} ×${i} on the way to ${label}`));
+      if (await this.has(target)) return;
+    }
+    this.fail(`${max} presses of ${key} never reached ${label}; the focus went: ${trail.slice(-12).join(' → ')}`);
+  }
+
+  fail(message) {
+    this.problems.push(message);
+    assertNone(this.problems, 'the keyboard walk stopped');
+  }
+
+  done(what) {
+    assertNone(this.problems, what);
+  }
+}
+
+// ------------------------------------------------------------------------------------------ the tests
+
+describe('the playground, issue #17', () => {
+  test('no horizontal overflow at 390×844, 768×1024 and 320×640 (home with inbox and long inputs; a waiting run with a diff, editor open)', async (t) => {
+    const problems = [];
+    for (const viewport of VIEWPORTS) {
+      const page = await open(t, viewport);
+      await home(page);
+      problems.push(await overflowProblem(page, 'the home page', viewport));
+      await waitingRun(page);
+      problems.push(await overflowProblem(page, 'a waiting run', viewport));
+      await page.locator('#held article.call[data-call-id="call_2"]').getByRole('button', { name: 'Edit…' }).click();
+      await page.locator('#held textarea').waitFor();
+      problems.push(await overflowProblem(page, 'a waiting run with the argument editor open', viewport));
+    }
+    assertNone(problems.filter(Boolean), 'pages wider than the screen');
+  });
+
+  test('axe-core finds no WCAG 2.0/2.1 A or AA violation (home, waiting run with and without the editor, completed run; light and dark)', async (t) => {
+    const problems = [];
+    for (const colorScheme of ['light', 'dark']) {
+      const page = await open(t);
+      await page.emulateMedia({ colorScheme });
+      await home(page);
+      problems.push(...(await axeViolations(page, `${colorScheme}, the home page`)));
+      await waitingRun(page);
+      problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run`)));
+      await page.locator('#held article.call[data-call-id="call_2"]').getByRole('button', { name: 'Edit…' }).click();
+      await page.locator('#held textarea').waitFor();
+      problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with the argument editor open`)));
+      await completedRun(page);
+      problems.push(...(await axeViolations(page, `${colorScheme}, a completed run`)));
+    }
+    assertNone(problems, `axe-core violations of ${AXE_TAGS.join(', ')}`);
+  });
+
+  test('touch targets are at least 24×24 CSS px at 390×844', async (t) => {
+    const page = await open(t, PHONE);
+    const problems = [];
+    const measure = async (where) => {
+      for (const small of await page.evaluate(smallTargets, MIN_TARGET)) problems.push(`${where}: ${small}`);
+    };
+    await home(page);
+    // A message with its dismiss button and link: start a run from the form.
+    await page.getByLabel('Input').fill('a run for the touch-target check');
+    await page.getByRole('button', { name: 'Start run' }).click();
+    await page.locator('#notices .notice-success').waitFor();
+    await measure('the home page with a message');
+    await page.locator('#token-box > summary').click();
+    await page.locator('#token').waitFor();
+    await measure('the home page, API-token popup open');
+    await waitingRun(page);
+    await measure('a waiting run');
+    await page.locator('#held article.call[data-call-id="call_1"]').getByRole('button', { name: 'Edit…' }).click();
+    await page.locator('#held textarea').waitFor();
+    await page.locator('details.cancel > summary').click();
+    await measure('a waiting run, argument editor and cancel form open');
+    await completedRun(page);
+    await measure('a completed run');
+    assertNone([...new Set(problems)], `controls smaller than ${MIN_TARGET}×${MIN_TARGET} px`);
+  });
+
+  test('keyboard only: start a run of clerk, open it, approve one call, deny one (Escape closes its form), edit one; it completes', async (t) => {
+    const page = await open(t);
+    const walk = new Walk(page);
+    const input = 'typed on the keyboard';
+    await home(page);
+
+    // Start a run of clerk from the form.
+    const agent = page.getByLabel('Agent');
+    await walk.tabTo(agent, 'the Agent select');
+    await walk.type('clerk', 'typing "clerk" on the Agent select');
+    walk.check((await agent.inputValue()) === 'clerk', `typing "clerk" on the focused Agent select chose ${await agent.inputValue()}, not clerk`);
+    await walk.tabTo(page.getByLabel('Input'), 'the Input field');
+    await walk.type(input, 'typing the input');
+    await walk.tabTo(page.getByRole('button', { name: 'Start run' }), 'the "Start run" button');
+    await page.keyboard.press('Enter');
+    const notice = page.locator('#notices .notice-success', { hasText: 'started' });
+    await notice.waitFor();
+    await page.getByRole('button', { name: 'Start run' }).and(page.locator(':enabled')).waitFor();
+    // The new run reaches the gate and shows in the inbox; the lists settle before tabbing on.
+    await page.locator('#inbox-list a.inbox-item', { hasText: input }).waitFor();
+    await walk.settled('pressing Enter on "Start run" (the run started)');
+
+    // Open it from the message.
+    await walk.tabTo(notice.getByRole('link', { name: 'Open it' }), 'the "Open it" link of the message');
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/#\/runs\/[0-9a-f-]{36}$/);
+    const held = page.locator('#held');
+    await held.locator('article.call').nth(2).waitFor();
+    await walk.settled('opening the run with Enter on "Open it"');
+    const card = (id) => held.locator(`article.call[data-call-id="${id}"]`);
+
+    // Approve c.txt (call_1) with Space.
+    await walk.tabTo(card('call_1').getByRole('button', { name: 'Approve', exact: true }), 'Approve of call_1 (c.txt)');
+    await page.keyboard.press('Space');
+    await card('call_1').and(page.locator('.is-decided')).waitFor();
+    await walk.settled('approving call_1 with Space');
+
+    // Deny d.txt (call_2): the form opens, Escape closes it and gives the focus back to its button.
+    const deny = card('call_2').getByRole('button', { name: 'Deny…' });
+    const reason = card('call_2').getByLabel('Reason (the model sees it)');
+    await walk.tabTo(deny, 'Deny… of call_2 (d.txt)');
+    await walk.press('Enter', 'opening the deny form of call_2');
+    await reason.waitFor();
+    await page.keyboard.press('Escape');
+    await page.waitForTimeout(100);
+    const closed = walk.check((await reason.count()) === 0, 'Escape in the deny form of call_2 did not close it (its reason field is still there)');
+    const back = await walk.focus('Escape in the deny form of call_2');
+    walk.check(await walk.has(deny), `Escape in the deny form of call_2 left the focus on ${back}, not on its "Deny…" button`);
+    if (closed) {
+      walk.check((await deny.getAttribute('aria-expanded')) === 'false', 'after Escape, "Deny…" of call_2 still says aria-expanded="true"');
+      await walk.tabTo(deny, 'Deny… of call_2 again');
+      await walk.press('Enter', 'opening the deny form of call_2 again');
+      await reason.waitFor();
+    }
+    await walk.tabTo(reason, 'the reason field of call_2');
+    await walk.type('not d, thanks', 'typing the reason for call_2');
+    await page.keyboard.press('Enter');
+    await card('call_2').locator('.decided', { hasText: 'Denied by local: not d, thanks' }).waitFor();
+    await walk.settled('denying call_2 with Enter in its reason field');
+
+    // Edit e.txt (call_3): select the JSON with the keyboard, type new arguments, send them.
+    const edited = { path: 'e.txt', content: 'edited on the keyboard\n' };
+    await walk.tabTo(card('call_3').getByRole('button', { name: 'Edit…' }), 'Edit… of call_3 (e.txt)');
+    await walk.press('Enter', 'opening the editor of call_3');
+    const editor = card('call_3').getByLabel('Arguments for fs_write (JSON)');
+    await walk.tabTo(editor, 'the JSON editor of call_3');
+    await walk.press('ControlOrMeta+A', 'selecting the arguments of call_3');
+    await walk.type(JSON.stringify(edited), 'typing the new arguments of call_3');
+    await card('call_3').getByText('Valid against the fs_write schema.').waitFor();
+    await walk.tabTo(card('call_3').getByRole('button', { name: 'Approve with these arguments' }), '"Approve with these arguments" of call_3');
+    await page.keyboard.press('Enter');
+
+    // Every call is decided: the run resumes and completes.
+    await page.locator('#answer', { hasText: 'done' }).waitFor();
+    await page.locator('.run-head .badge', { hasText: 'completed' }).waitFor();
+    await walk.settled('approving call_3 with edited arguments (Enter); the run completed');
+    const decisions = await page.locator('#steps li[data-kind="decision"]').allTextContents();
+    walk.check(decisions.length === 3, `the steps show ${decisions.length} decisions, not 3: ${decisions.join(' | ')}`);
+    if (WORKSPACE) {
+      walk.check(readFileSync(join(WORKSPACE, 'c.txt'), 'utf8') === `C: ${input}\n`, 'c.txt (approved) was not written as proposed');
+      walk.check(!existsSync(join(WORKSPACE, 'd.txt')), 'd.txt was denied and must not exist');
+      walk.check(readFileSync(join(WORKSPACE, 'e.txt'), 'utf8') === edited.content, 'e.txt does not hold the edited content');
+    }
+    walk.done('keyboard walk through a run');
+  });
+
+  test('keyboard only: the API-token popup closes on Escape (focus back on its summary) and when the focus leaves it', async (t) => {
+    const page = await open(t);
+    const walk = new Walk(page);
+    await home(page);
+    const box = page.locator('#token-box');
+    const summary = box.locator('summary');
+    const isOpen = () => box.evaluate((el) => el.open);
+
+    await walk.tabTo(summary, 'the API-token summary');
+    await walk.press('Enter', 'opening the API-token popup');
+    walk.check(await isOpen(), 'Enter on the API-token summary did not open the popup');
+    await walk.press('Tab', 'moving into the API-token popup');
+    walk.check(await walk.has(page.locator('#token')), 'Tab from the open API-token summary did not reach the token field');
+    await walk.press('Escape', 'Escape in the API-token popup');
+    walk.check(!(await isOpen()), 'Escape in the API-token popup did not close it');
+    const there = await walk.focus('Escape in the API-token popup');
+    walk.check(await walk.has(summary), `Escape in the API-token popup left the focus on ${there}, not on its summary`);
+
+    await walk.tabTo(summary, 'the API-token summary again');
+    await walk.press('Enter', 'opening the API-token popup again');
+    walk.check(await isOpen(), 'Enter on the API-token summary did not open the popup again');
+    let left = false;
+    for (let i = 1; i <= 8 && !left; i++) {
+      await walk.press('Tab', `Tab ×${i} through the API-token popup`);
+      left = await box.evaluate((el) => !el.contains(document.activeElement));
+    }
+    walk.check(left, 'eight presses of Tab never left the API-token popup');
+    walk.check(!(await isOpen()), `the focus left the API-token popup (to ${await page.evaluate(() => window.__a11y.describe(document.activeElement))}) but it stayed open`);
+    walk.done('the API-token popup and the keyboard');
+  });
+
+  test('keyboard only: the skip link of a run page moves the focus into the content and keeps the run on show', async (t) => {
+    const page = await open(t);
+    const walk = new Walk(page);
+    await waitingRun(page);
+    const route = `#/runs/${runs.waiting}`;
+    await walk.tabTo(page.locator('.skip-link'), 'the skip link');
+    await walk.press('Enter', 'Enter on the skip link');
+    await page.waitForTimeout(200);
+    const hash = await page.evaluate(() => location.hash);
+    walk.check(hash === route, `the skip link changed location.hash from ${route} to ${hash}`);
+    walk.check((await page.locator('#held article.call').count()) === 2, 'after the skip link the run page no longer shows its held calls');
+    const inMain = await page.evaluate(() => document.getElementById('main').contains(document.activeElement));
+    walk.check(inMain, `after the skip link the focus is on ${await page.evaluate(() => window.__a11y.describe(document.activeElement))}, not in <main>`);
+    const next = await walk.press('Tab', 'Tab after the skip link');
+    const nextInMain = await page.evaluate(() => document.getElementById('main').contains(document.activeElement));
+    walk.check(nextInMain, `Tab after the skip link went to ${next}, outside <main>`);
+    walk.done('the skip link of a run page');
+  });
+});
