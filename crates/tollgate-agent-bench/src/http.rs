@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tollgate_agent_core::RunStatus;
 
 /// One request's bound.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Workload A over HTTP against the store at `store_url` (use a fresh database), with `clients`
 /// requests in flight, giving up after `time_limit`.
@@ -151,14 +151,14 @@ async fn phases(
     Ok(vec![phase1, phase2])
 }
 
-fn before_deadline(deadline: Instant) -> Result<(), BenchError> {
+pub(crate) fn before_deadline(deadline: Instant) -> Result<(), BenchError> {
     if Instant::now() > deadline {
         return Err(BenchError("workload A over HTTP ran past its time limit; stopped".into()));
     }
     Ok(())
 }
 
-async fn send(request: reqwest::RequestBuilder, expected: u16) -> Result<Value, BenchError> {
+pub(crate) async fn send(request: reqwest::RequestBuilder, expected: u16) -> Result<Value, BenchError> {
     let response = request.send().await.map_err(err)?;
     let status = response.status().as_u16();
     let body: Value = response.json().await.map_err(err)?;

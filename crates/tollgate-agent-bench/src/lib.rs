@@ -29,8 +29,10 @@
 //! - C: as A, but phase 2 denies with reason `not allowed`;
 //! - D: scale — the approval cycle and the waiting list with N runs waiting ([`scale`]).
 //!
-//! Workload A also runs through the HTTP API ([`http`]). The soak ([`soak`]) is no workload of the
-//! comparison: it kills a real `tollgate serve` again and again under load and audits every run after.
+//! Workload A also runs through the HTTP API ([`http`]), and over N `tollgate serve` processes sharing
+//! one PostgreSQL database, each run resumed on another node than the one that started it ([`nodes`]).
+//! The soak ([`soak`]) is no workload of the comparison: it kills a real `tollgate serve` again and again
+//! under load and audits every run after.
 //!
 //! Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS, and for A/C
 //! the mean bytes of persisted suspension; the end checks (N completed, the tool ran exactly N times with
@@ -40,6 +42,7 @@
 //! text once — ok`.
 
 pub mod http;
+pub mod nodes;
 pub mod scale;
 pub mod soak;
 
@@ -471,7 +474,16 @@ pub(crate) struct CpuTime {
 
 /// This process's CPU time so far (Linux /proc; zero elsewhere).
 pub(crate) fn cpu_time() -> CpuTime {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return CpuTime::default() };
+    cpu_time_at("/proc/self/stat")
+}
+
+/// The CPU time so far of the process `pid` (Linux /proc; zero elsewhere or once it is gone).
+pub(crate) fn cpu_time_of(pid: u32) -> CpuTime {
+    cpu_time_at(&format!("/proc/{pid}/stat"))
+}
+
+fn cpu_time_at(path: &str) -> CpuTime {
+    let Ok(stat) = std::fs::read_to_string(path) else { return CpuTime::default() };
     // Fields after the command name (which may hold spaces) start after the last ')'.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();

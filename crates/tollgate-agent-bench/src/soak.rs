@@ -362,7 +362,7 @@ async fn soak_on(options: &SoakOptions, url: &str, note: &dyn Fn(String)) -> Res
         counts: Counters::default(),
         unexpected: Mutex::new(Vec::new()),
     });
-    server.start(&shared).await?;
+    server.start(&shared.http).await?;
     note(format!("soak: tollgate serve on {} (log {})", shared.base, server.log.display()));
 
     let mut report = SoakReport {
@@ -385,7 +385,7 @@ async fn soak_on(options: &SoakOptions, url: &str, note: &dyn Fn(String)) -> Res
     }
     load?;
     note(format!("soak: {} kills; clients stopped; restarting the server to settle every run", report.kills));
-    server.start(&shared).await?;
+    server.start(&shared.http).await?;
     rss.sample(&server);
 
     let settling = Instant::now();
@@ -427,7 +427,7 @@ async fn load(
         if now >= next_kill {
             server.kill();
             report.kills += 1;
-            server.start(shared).await?;
+            server.start(&shared.http).await?;
             note(format!(
                 "soak: {:.0} s: kill {} (SIGKILL), server restarted",
                 started.elapsed().as_secs_f64(),
@@ -446,18 +446,30 @@ async fn load(
 async fn prepare_store(options: &SoakOptions) -> Result<(String, Option<(String, String)>), BenchError> {
     match &options.store {
         None => Ok((format!("sqlite://{}", options.folder.join("soak.db").display()), None)),
-        Some(base) if base.starts_with("postgres://") || base.starts_with("postgresql://") => {
-            let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-            let schema = format!("tollgate_soak_{}_{nanos}", std::process::id());
-            postgres_admin(base, &format!("CREATE SCHEMA {schema}")).await?;
-            let separator = if base.contains('?') { '&' } else { '?' };
-            Ok((format!("{base}{separator}options[search_path]={schema}"), Some((schema, base.clone()))))
+        Some(base) if is_postgres(base) => {
+            let (url, schema) = fresh_schema(base, "tollgate_soak").await?;
+            Ok((url, Some((schema, base.clone()))))
         }
         Some(url) => Ok((url.clone(), None)),
     }
 }
 
-async fn drop_schema(base: &str, schema: &str) -> Result<(), BenchError> {
+/// Whether `url` names a PostgreSQL store.
+pub(crate) fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Creates a fresh schema `PREFIX_PID_NANOS` in the PostgreSQL database at `base`; answers the URL of a
+/// store in it (through `options[search_path]`) and the schema's name.
+pub(crate) async fn fresh_schema(base: &str, prefix: &str) -> Result<(String, String), BenchError> {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let schema = format!("{prefix}_{}_{nanos}", std::process::id());
+    postgres_admin(base, &format!("CREATE SCHEMA {schema}")).await?;
+    let separator = if base.contains('?') { '&' } else { '?' };
+    Ok((format!("{base}{separator}options[search_path]={schema}"), schema))
+}
+
+pub(crate) async fn drop_schema(base: &str, schema: &str) -> Result<(), BenchError> {
     postgres_admin(base, &format!("DROP SCHEMA {schema} CASCADE")).await
 }
 
@@ -470,13 +482,13 @@ async fn postgres_admin(base: &str, statement: &str) -> Result<(), BenchError> {
     admin.close().await.map_err(failed)
 }
 
-fn free_port() -> Result<u16, BenchError> {
+pub(crate) fn free_port() -> Result<u16, BenchError> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(err)?;
     Ok(listener.local_addr().map_err(err)?.port())
 }
 
 /// A TOML basic string (JSON's escapes are TOML's).
-fn toml_string(text: &str) -> String {
+pub(crate) fn toml_string(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_default()
 }
 
@@ -502,7 +514,7 @@ fn write_config(folder: &Path, workspace: &Path, url: &str, addr: SocketAddr) ->
 }
 
 /// The `tollgate serve` child.
-struct ServeChild {
+pub(crate) struct ServeChild {
     program: PathBuf,
     config: PathBuf,
     addr: SocketAddr,
@@ -513,11 +525,21 @@ struct ServeChild {
 }
 
 impl ServeChild {
-    /// Starts a child and waits until it answers `GET /healthz`.
-    async fn start(&mut self, shared: &Shared) -> Result<(), BenchError> {
+    /// A child to start: `PROGRAM --config CONFIG serve --addr ADDR`, its output appended to `log`.
+    pub(crate) fn new(program: PathBuf, config: PathBuf, addr: SocketAddr, log: PathBuf) -> Self {
+        Self { program, config, addr, log, child: None, generation: 0 }
+    }
+
+    /// The running child's process id.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Starts a child and waits until it answers `GET /healthz` (asked through `http`).
+    pub(crate) async fn start(&mut self, http: &reqwest::Client) -> Result<(), BenchError> {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
-            match self.start_once(shared).await {
+            match self.start_once(http).await {
                 Ok(()) => return Ok(()),
                 Err(e) => last = e.0,
             }
@@ -526,7 +548,7 @@ impl ServeChild {
         Err(BenchError(format!("{last}; see {}", self.log.display())))
     }
 
-    async fn start_once(&mut self, shared: &Shared) -> Result<(), BenchError> {
+    async fn start_once(&mut self, http: &reqwest::Client) -> Result<(), BenchError> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).map_err(err)?;
         let mut command = Command::new(&self.program);
         command
@@ -554,8 +576,7 @@ impl ServeChild {
                 self.child = None;
                 return Err(BenchError(format!("tollgate serve exited ({status}) before it was ready")));
             }
-            let health =
-                shared.http.get(format!("{}/healthz", shared.base)).timeout(Duration::from_secs(1)).send().await;
+            let health = http.get(format!("http://{}/healthz", self.addr)).timeout(Duration::from_secs(1)).send().await;
             if health.is_ok_and(|r| r.status().is_success()) {
                 return Ok(());
             }
@@ -564,6 +585,26 @@ impl ServeChild {
                 return Err(BenchError(format!("tollgate serve did not answer /healthz within {READY_LIMIT:?}")));
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// SIGTERM, then waits up to `limit` for the child to exit (SIGKILL after that); answers how it
+    /// ended: its exit code (`None` when it was killed or none was running).
+    pub(crate) async fn terminate(&mut self, limit: Duration) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).ok()?)?;
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + limit;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return status.code(),
+                Ok(None) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return None;
+                }
+            }
         }
     }
 
@@ -622,11 +663,13 @@ impl RssSampler {
 }
 
 fn vm_rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmRSS:")
+}
+
+/// A `kB` figure of `/proc/PID/status`, e.g. `VmRSS:` or `VmHWM:` (the peak).
+pub(crate) fn proc_status_kib(pid: u32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// What the clients share.

@@ -68,7 +68,9 @@ pub use run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
     rfc3339,
 };
-pub use store::{Clock, Conflict, Guard, IdGen, IntegrityCheck, RunPage, RunQuery, RunStore, StoreError, SystemClock};
+pub use store::{
+    Clock, Conflict, Guard, IdGen, IntegrityCheck, RunPage, RunQuery, RunStore, StoreChange, StoreError, SystemClock,
+};
 pub use suspension::{
     CallState, Decision, DecisionError, Decisions, HeldCall, SCHEMA_VERSION, StoredSuspension, Suspension,
     SuspensionError, TurnDigest,

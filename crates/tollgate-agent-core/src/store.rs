@@ -7,11 +7,14 @@
 //!   expired: one planned on a lease that was renewed meanwhile is a [`Conflict::LeaseHeld`];
 //! - events are numbered from 1 without gaps and chained by [`crate::event::chain`];
 //! - a run that is not found, a stale guard, or a transition that does not apply is an error, never a
-//!   silent success.
+//!   silent success;
+//! - a store shared by several nodes may announce the changes the others commit ([`RunStore::changes`]):
+//!   which run and where it stands, never its data.
 
 use crate::BoxFuture;
 use crate::event::{NewEvent, StoredEvent};
 use crate::run::{Millis, RunRecord, RunStatus, Transition, TransitionError, rfc3339};
+use futures_util::stream::BoxStream;
 
 /// What a transition or append checks before it writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -221,6 +224,26 @@ pub struct RunPage {
     pub skipped: Vec<String>,
 }
 
+/// A change to a run committed by another node sharing the store's database, as [`RunStore::changes`]
+/// announces it: which run and where it now stands, never its data (no input, no arguments, no events).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreChange {
+    /// Run `id` committed a change (created, transitioned or appended to).
+    Run {
+        /// The run.
+        id: String,
+        /// Its version after the change.
+        version: u64,
+        /// Its status after the change.
+        status: RunStatus,
+        /// Its last event's seq after the change.
+        last_seq: u64,
+    },
+    /// Changes may have been missed (the store's listening connection was lost and is back, or this
+    /// reader fell behind): whoever follows a run reads it again.
+    Resync,
+}
+
 /// Runs, their transitions and their event logs.
 pub trait RunStore: Send + Sync {
     /// Inserts a new run with its first events.
@@ -293,6 +316,14 @@ pub trait RunStore: Send + Sync {
         waiting_before: Millis,
         batch: u32,
     ) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// The changes other nodes commit to this store's database, as they commit, for a store that
+    /// several nodes share (PostgreSQL); `None` (the default) for a store only this process writes
+    /// (SQLite). Changes committed through this store itself are left out: its caller already knows
+    /// them. Each call is a subscription of its own; dropping the stream ends it.
+    fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {
+        None
+    }
 }
 
 /// How many events [`events_after`] asks the store for at a time.

@@ -94,7 +94,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast};
 use tollgate_agent_core::{
     AgentLoop, ChainBreak, Clock, Conflict, Decision, Guard, IdGen, Lease, Millis, RunPage, RunQuery, RunRecord,
-    RunState, RunStatus, RunStore, StoreError, StoredEvent, Transition, verify_chain,
+    RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent, Transition, verify_chain,
 };
 
 /// What happens to a waiting run when its approval deadline passes.
@@ -182,18 +182,41 @@ impl Default for RuntimeOptions {
     }
 }
 
-/// A change to a run, broadcast in process as it commits.
+/// A change to a run, broadcast in process as it commits: this process's own changes, and (from a
+/// store several nodes share, see [`RunStore::changes`]) those another node committed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunNotice {
-    /// The run.
+    /// The run (empty for [`Origin::Resync`]).
     pub run_id: String,
     /// Its status after the change.
     pub status: RunStatus,
     /// Its last event's seq after the change.
     pub last_seq: u64,
-    /// The run as committed by the change, when the change committed a whole record (an append of
-    /// events alone carries none).
+    /// The run as committed by the change, when this process committed a whole record (an append of
+    /// events alone, and another node's change, carry none).
     pub run: Option<Arc<RunRecord>>,
+    /// Who committed it.
+    pub origin: Origin,
+}
+
+/// Where a [`RunNotice`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// This process committed the change.
+    Local,
+    /// Another node committed it; the store announced it (which run and where it stands, no data).
+    Remote,
+    /// Not one change: the store may have missed other nodes' changes (its listening connection was
+    /// lost and is back), so whoever follows a run reads it again. `run_id` is empty, `status` is
+    /// `running`, `last_seq` is 0.
+    Resync,
+}
+
+impl RunNotice {
+    /// Whether a follower of run `id` that has seen up to `seq` should read it again.
+    pub fn wakes(&self, id: &str, seq: u64) -> bool {
+        self.origin == Origin::Resync || (self.run_id == id && self.last_seq > seq)
+    }
 }
 
 /// A run to start ([`Runtime::start`], [`Runtime::start_and_wait`]): which agent, on what input, by whom,
@@ -294,9 +317,11 @@ impl Runtime {
     ) -> Self {
         let (notices, _) = broadcast::channel(4096);
         let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX).max(1000);
+        let store = privacy::filtered(store, options.privacy, options.redactor);
+        forward_remote_changes(store.as_ref(), &notices);
         Self {
             inner: Arc::new(Inner {
-                store: privacy::filtered(store, options.privacy, options.redactor),
+                store,
                 agents: agents.into_iter().map(Arc::new).collect(),
                 clock,
                 ids,
@@ -335,7 +360,8 @@ impl Runtime {
         &self.inner.catalog
     }
 
-    /// Live notices of run changes committed by this process.
+    /// Live notices of run changes: those committed by this process and, when the store announces
+    /// them ([`RunStore::changes`]: PostgreSQL), those committed by other nodes ([`Origin::Remote`]).
     pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
         self.inner.notices.subscribe()
     }
@@ -392,6 +418,7 @@ impl Runtime {
                         Ok(notice) if notice.run_id == id && settled(notice.status) => {
                             return notice.run.filter(|r| r.version > version);
                         }
+                        Ok(notice) if notice.origin == Origin::Resync => return None,
                         Ok(_) => continue,
                         Err(broadcast::error::RecvError::Lagged(_)) => return None,
                         Err(broadcast::error::RecvError::Closed) => return None,
@@ -679,6 +706,33 @@ fn settled(status: RunStatus) -> bool {
     status == RunStatus::WaitingForApproval || status.is_terminal()
 }
 
+/// Turns the changes other nodes commit, as the store announces them, into [`Origin::Remote`] notices
+/// (and its resyncs into [`Origin::Resync`]), in a task that ends with the runtime's notices or the
+/// store's announcements. Nothing for a store that announces nothing, or outside a tokio runtime.
+fn forward_remote_changes(store: &dyn RunStore, notices: &broadcast::Sender<RunNotice>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    let Some(mut changes) = store.changes() else { return };
+    let notices = notices.downgrade();
+    runtime.spawn(async move {
+        while let Some(change) = futures_util::StreamExt::next(&mut changes).await {
+            let Some(notices) = notices.upgrade() else { return };
+            let notice = match change {
+                StoreChange::Run { id, status, last_seq, .. } => {
+                    RunNotice { run_id: id, status, last_seq, run: None, origin: Origin::Remote }
+                }
+                StoreChange::Resync => RunNotice {
+                    run_id: String::new(),
+                    status: RunStatus::Running,
+                    last_seq: 0,
+                    run: None,
+                    origin: Origin::Resync,
+                },
+            };
+            let _ = notices.send(notice);
+        }
+    });
+}
+
 /// The agent of a run being taken over.
 pub(crate) fn spec_arc(inner: &Inner, name: &str) -> Result<Arc<AgentSpec>, SweepError> {
     inner.agent(name).ok_or_else(|| SweepError::UnknownAgent(name.to_owned()))
@@ -702,11 +756,17 @@ impl Inner {
             status: run.status(),
             last_seq: run.last_seq,
             run: Some(Arc::new(run.clone())),
+            origin: Origin::Local,
         });
     }
 
     pub(crate) fn notify_seq(&self, run_id: &str, last_seq: u64) {
-        let _ =
-            self.notices.send(RunNotice { run_id: run_id.to_owned(), status: RunStatus::Running, last_seq, run: None });
+        let _ = self.notices.send(RunNotice {
+            run_id: run_id.to_owned(),
+            status: RunStatus::Running,
+            last_seq,
+            run: None,
+            origin: Origin::Local,
+        });
     }
 }

@@ -15,11 +15,12 @@
 
 use std::sync::Arc;
 
+use futures_util::stream::BoxStream;
 use serde_json::{Map, Value};
 use tollgate_agent_core::redact::Redactor;
 use tollgate_agent_core::{
     BoxFuture, EventKind, Guard, IntegrityCheck, Millis, NewEvent, RunPage, RunQuery, RunRecord, RunState, RunStatus,
-    RunStore, StoreError, StoredEvent, Transition,
+    RunStore, StoreChange, StoreError, StoredEvent, Transition,
 };
 
 /// How much of the content of runs the event log keeps (`[privacy] level`).
@@ -213,6 +214,10 @@ impl RunStore for FilteredStore {
 
     fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
         self.inner.check_integrity(depth)
+    }
+
+    fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {
+        self.inner.changes()
     }
 }
 

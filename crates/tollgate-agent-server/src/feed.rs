@@ -1,5 +1,7 @@
 //! The event feed: follows the runtime's notices, reads the events each change committed, and hands
-//! them to the metrics and the webhook dispatcher. It never writes and never blocks a run: notices are
+//! them to the metrics and the webhook dispatcher. Only this process's own commits
+//! ([`Origin::Local`]): each event's webhooks are delivered, and its metrics counted, by the node that
+//! committed it, so nodes sharing a PostgreSQL database never deliver one event once per node. It never writes and never blocks a run: notices are
 //! a broadcast, and a feed that falls behind loses notices (logged), not runs.
 //!
 //! Per run it remembers the last seq it handed on, so each event goes out once. Memory is bounded:
@@ -18,7 +20,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_agent_core::{EventKind, RunStatus, StoredEvent};
 use tollgate_agent_protocol::event_data as data;
-use tollgate_agent_runtime::{RunNotice, Runtime};
+use tollgate_agent_runtime::{Origin, RunNotice, Runtime};
 
 /// How many runs the feed keeps a cursor for.
 const MAX_TRACKED: usize = 100_000;
@@ -59,6 +61,7 @@ pub(crate) fn spawn(
             } else {
                 tokio::select! {
                     received = notices.recv() => match received {
+                        Ok(notice) if notice.origin != Origin::Local => continue,
                         Ok(notice) => Some(notice),
                         Err(RecvError::Lagged(n)) => {
                             tracing::warn!(missed = n, "event feed fell behind; some events were not counted or delivered");
@@ -79,6 +82,7 @@ pub(crate) fn spawn(
             }
             loop {
                 match notices.try_recv() {
+                    Ok(notice) if notice.origin != Origin::Local => {}
                     Ok(notice) => {
                         batch.insert(notice.run_id.clone(), notice);
                     }

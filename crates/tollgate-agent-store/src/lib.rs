@@ -57,6 +57,8 @@
 //! - [`RunStore::probe_write`] commits a write to the one-row `health` table (for `/readyz`);
 //!   [`RunStore::check_integrity`] is SQLite's `quick_check` / `integrity_check`, or a read of every
 //!   table on PostgreSQL.
+//! - [`RunStore::changes`] on PostgreSQL: the changes other nodes commit, announced by a trigger through
+//!   LISTEN/NOTIFY on one dedicated connection per store (see [`pg_notify`]); SQLite announces none.
 //! - Optional encryption at rest ([`StoreOptions::data_keys`], see [`encryption`]): the run's
 //!   suspension and decisions and each event's data are stored sealed with AES-256-GCM, below the
 //!   hash chain; a value this store cannot decrypt is [`StoreError::Undecryptable`] for that run.
@@ -67,6 +69,8 @@ mod codec;
 pub mod encryption;
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 mod migrations;
+#[cfg(feature = "postgres")]
+pub mod pg_notify;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "sqlite")]

@@ -1,11 +1,17 @@
 //! The PostgreSQL backend, for several Tollgate nodes sharing one database.
 //!
-//! Every write is its own transaction on a pooled connection. A transition or an append first locks
-//! the run's row (`SELECT … FOR UPDATE`), so concurrent writers to one run queue up behind each other
-//! and each sees the committed result of the one before: of two resumes with the same version guard,
-//! exactly one passes the check. The `UPDATE` then also compares the version it read, as a second
-//! line of defence. Purge locks its victims with `FOR UPDATE SKIP LOCKED`, so it never waits for, nor
-//! deletes from under, a run that is being changed.
+//! Every write is one statement, atomic by itself, so that a write costs as few round trips as it can:
+//! a create inserts the run and its first events in one statement; a transition or an append reads the
+//! run, plans the write in Rust (the transition rules and the hash chain live there), then writes the
+//! row and all of its events in one statement that applies only if the row is still as it was read —
+//! same `version`, `last_seq` and `lease_expires_at`. Every change to a run's row changes one of those
+//! (a transition bumps the version; an append, which does not, moves the chain head or the lease), so
+//! "unchanged" means the write was planned on the row as it is when it commits: of two resumes with the
+//! same version guard exactly one passes, and a takeover planned on a lease renewed since loses. A
+//! write whose row changed meanwhile is planned again once, on the row locked (`SELECT … FOR UPDATE`
+//! in a transaction), where it cannot lose again: contention costs a retry, never a wrong answer.
+//! Purge locks its victims with `FOR UPDATE SKIP LOCKED`, so it never waits for, nor deletes from
+//! under, a run that is being changed.
 //!
 //! Tables live in the connection's current schema; choose another with the URL parameter
 //! `options[search_path]=NAME` (the schema must exist).
@@ -18,15 +24,20 @@ use crate::codec::{
 };
 use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection, Row};
+use crate::pg_notify::{self, ChangeFeed};
+use futures_util::stream::BoxStream;
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::query::QueryScalar;
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection, Postgres, Row};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
 use tollgate_agent_core::run::{Millis, RunRecord, RunStatus, Transition};
-use tollgate_agent_core::store::{Conflict, Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreError};
+use tollgate_agent_core::store::{
+    Conflict, Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreChange, StoreError,
+};
 
 impl Columns for PgRow {
     fn text(&self, index: usize) -> Result<String, String> {
@@ -55,6 +66,11 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 2, name: "health", sql: include_str!("../migrations/postgres/0002_health.sql") },
     Migration { version: 3, name: "run_metadata", sql: include_str!("../migrations/postgres/0003_run_metadata.sql") },
+    Migration {
+        version: 4,
+        name: "run_notifications",
+        sql: include_str!("../migrations/postgres/0004_run_notifications.sql"),
+    },
 ];
 
 /// The probe of [`RunStore::probe_write`]: one committed row update.
@@ -68,24 +84,44 @@ const TABLES: [&str; 4] = ["runs", "events", "health", "tollgate_migrations"];
 /// Connections per node.
 const POOL_SIZE: u32 = 16;
 
+/// A pooled connection idle for at least this long is pinged before use (and replaced if dead).
+const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1");
 const SELECT_RUN_FOR_UPDATE: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1 FOR UPDATE");
-const INSERT_RUN: &str = concat!(
-    "INSERT INTO runs (",
+/// A create: the run and its first events, in one statement. Answers 0 when the id is taken (no row
+/// is written then).
+const CREATE_RUN: &str = concat!(
+    "WITH created AS (INSERT INTO runs (",
     run_columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, ",
-    "$22, $23, $24, $25) ON CONFLICT (id) DO NOTHING"
+    "$22, $23, $24, $25) ON CONFLICT (id) DO NOTHING RETURNING id), ",
+    "chained AS (INSERT INTO events (run_id, seq, at, kind, round, data, hash) SELECT created.id, e.* ",
+    "FROM created, UNNEST($26::BIGINT[], $27::TEXT[], $28::TEXT[], $29::BIGINT[], $30::TEXT[], $31::TEXT[]) AS e) ",
+    "SELECT COUNT(*) FROM created"
 );
-const UPDATE_RUN: &str = "UPDATE runs SET status = $1, version = $2, output = $3, termination_reason = $4, \
-     iterations = $5, input_tokens = $6, output_tokens = $7, updated_at = $8, finished_at = $9, error = $10, \
-     suspension = $11, turn_digest = $12, required_calls = $13, decisions = $14, expires_at = $15, \
-     lease_owner = $16, lease_expires_at = $17, last_seq = $18, last_hash = $19 WHERE id = $20 AND version = $21";
-/// All of a write's events in one statement.
-const INSERT_EVENTS: &str = "INSERT INTO events (run_id, seq, at, kind, round, data, hash) \
-     SELECT $1, * FROM UNNEST($2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[], $6::TEXT[], $7::TEXT[])";
+/// A transition: the new row and its events, in one statement, if the row is as it was read (`$21`
+/// version, `$22` last_seq, `$23` lease_expires_at). Answers 1, or 0 (nothing written) when it changed.
+const UPDATE_RUN: &str = "WITH updated AS (UPDATE runs SET status = $1, version = $2, output = $3, \
+     termination_reason = $4, iterations = $5, input_tokens = $6, output_tokens = $7, updated_at = $8, \
+     finished_at = $9, error = $10, suspension = $11, turn_digest = $12, required_calls = $13, decisions = $14, \
+     expires_at = $15, lease_owner = $16, lease_expires_at = $17, last_seq = $18, last_hash = $19 \
+     WHERE id = $20 AND version = $21 AND last_seq = $22 AND lease_expires_at IS NOT DISTINCT FROM $23 \
+     RETURNING id), \
+     chained AS (INSERT INTO events (run_id, seq, at, kind, round, data, hash) SELECT updated.id, e.* \
+     FROM updated, UNNEST($24::BIGINT[], $25::TEXT[], $26::TEXT[], $27::BIGINT[], $28::TEXT[], $29::TEXT[]) AS e) \
+     SELECT COUNT(*) FROM updated";
+const SELECT_CHAIN_HEAD: &str =
+    "SELECT status, lease_owner, last_seq, last_hash, version, lease_expires_at FROM runs WHERE id = $1";
 const SELECT_CHAIN_HEAD_FOR_UPDATE: &str =
-    "SELECT status, lease_owner, last_seq, last_hash FROM runs WHERE id = $1 FOR UPDATE";
-const UPDATE_CHAIN_HEAD: &str = "UPDATE runs SET last_seq = $1, last_hash = $2, lease_expires_at = $3 WHERE id = $4";
+    "SELECT status, lease_owner, last_seq, last_hash, version, lease_expires_at FROM runs WHERE id = $1 FOR UPDATE";
+/// An append: the new chain head and lease and the events, in one statement, if the row is as it was
+/// read (`$5` version, `$6` last_seq, `$7` lease_expires_at). Answers 1, or 0 when it changed.
+const APPEND_EVENTS: &str = "WITH updated AS (UPDATE runs SET last_seq = $1, last_hash = $2, lease_expires_at = $3 \
+     WHERE id = $4 AND version = $5 AND last_seq = $6 AND lease_expires_at IS NOT DISTINCT FROM $7 RETURNING id), \
+     chained AS (INSERT INTO events (run_id, seq, at, kind, round, data, hash) SELECT updated.id, e.* \
+     FROM updated, UNNEST($8::BIGINT[], $9::TEXT[], $10::TEXT[], $11::BIGINT[], $12::TEXT[], $13::TEXT[]) AS e) \
+     SELECT COUNT(*) FROM updated";
 const SELECT_EVENTS: &str =
     "SELECT seq, at, kind, round, data, hash FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
@@ -114,14 +150,37 @@ const PURGE: &str = "WITH terminal AS (\
 const PREFIX_FIRST: &str = "SELECT id FROM runs WHERE id >= $1 AND id < $2 ORDER BY id LIMIT 2";
 const PREFIX_COUNT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE id >= $1 AND id < $2 LIMIT $3) AS m";
 
-/// The PostgreSQL [`RunStore`]: a connection pool, one transaction per write, row locks for the
-/// compare-and-set.
+/// A write's events as the column arrays its statement unnests (`$n::BIGINT[]`, `$n::TEXT[]`, ...).
+#[derive(Default)]
+struct EventColumns {
+    seq: Vec<i64>,
+    at: Vec<String>,
+    kind: Vec<String>,
+    round: Vec<i64>,
+    data: Vec<String>,
+    hash: Vec<String>,
+}
+
+impl EventColumns {
+    /// Binds the arrays, in column order, as the statement's last six parameters.
+    fn bind(self, query: CountQuery<'_>) -> CountQuery<'_> {
+        query.bind(self.seq).bind(self.at).bind(self.kind).bind(self.round).bind(self.data).bind(self.hash)
+    }
+}
+
+/// A write statement that answers how many runs it wrote.
+type CountQuery<'q> = QueryScalar<'q, Postgres, i64, PgArguments>;
+
+/// The PostgreSQL [`RunStore`]: a connection pool, one statement per write guarded by a compare-and-set
+/// on the row as read, row locks when that loses a race.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
     secrets: Secrets,
     /// Seals and opens the encrypted columns; `None`: plaintext.
     keys: Option<Arc<DataKeys>>,
+    /// The changes other nodes commit (see [`crate::pg_notify`]).
+    feed: Arc<ChangeFeed>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -148,9 +207,13 @@ impl PostgresStore {
     /// As [`PostgresStore::open`].
     pub async fn open_with(url: &str, store_options: StoreOptions) -> Result<PostgresStore, StoreError> {
         let secrets = Secrets::from_url(url);
+        let node = pg_notify::node_tag();
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| database_error(&secrets, "invalid PostgreSQL URL", &e))?
-            .application_name("tollgate");
+            .application_name("tollgate")
+            // The tag the change trigger copies into its notifications, so this store skips its own.
+            .options([(pg_notify::NODE_SETTING, node.as_str())]);
+        let feed = Arc::new(ChangeFeed::new(node, options.clone()));
         // One direct connection first: an unreachable server or a bad password is reported at once
         // (a pool would retry until its acquire timeout), and it applies the migrations.
         let mut connection =
@@ -163,8 +226,21 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
+            // sqlx's default pings every connection it hands out: a round trip before each write.
+            // Ping only one that has been idle for a while (a server restarted or a firewall that
+            // dropped it meanwhile); one that answered moments ago runs the same risk as after a ping.
+            .test_before_acquire(false)
+            .before_acquire(|connection, meta| {
+                Box::pin(async move { Ok(meta.idle_for < PING_IF_IDLE_FOR || connection.ping().await.is_ok()) })
+            })
             .connect_lazy_with(options);
-        Ok(PostgresStore { pool, secrets, keys: store_options.data_keys })
+        Ok(PostgresStore { pool, secrets, keys: store_options.data_keys, feed })
+    }
+
+    /// The tag this store's writes carry in their change notifications (the session setting
+    /// `tollgate.node`), unique to this store among the nodes of a database.
+    pub fn node(&self) -> &str {
+        self.feed.node()
     }
 
     /// Closes every connection of the pool.
@@ -213,43 +289,33 @@ impl PostgresStore {
         Ok(problems)
     }
 
-    async fn insert_events(
-        &self,
-        tx: &mut PgConnection,
-        run_id: &str,
-        events: &[StoredEvent],
-    ) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
+    /// A write's events as the arrays its statement unnests, data sealed when there are keys.
+    fn event_columns(&self, run_id: &str, events: &[StoredEvent]) -> Result<EventColumns, StoreError> {
+        let mut columns = EventColumns::default();
+        for event in events {
+            let row = EventRow::encode(run_id, event, self.keys())?;
+            columns.seq.push(row.seq);
+            columns.at.push(row.at);
+            columns.kind.push(row.kind.to_owned());
+            columns.round.push(row.round);
+            columns.data.push(row.data);
+            columns.hash.push(row.hash);
         }
-        let rows = events.iter().map(|e| EventRow::encode(run_id, e, self.keys())).collect::<Result<Vec<_>, _>>()?;
-        sqlx::query(INSERT_EVENTS)
-            .bind(run_id)
-            .bind(rows.iter().map(|r| r.seq).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.at.clone()).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.kind.to_owned()).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.round).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.data.clone()).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.hash.clone()).collect::<Vec<_>>())
-            .execute(&mut *tx)
-            .await
-            .map_err(self.db_error("cannot insert events"))?;
-        Ok(())
+        Ok(columns)
     }
 
     async fn create_run(&self, run: RunRecord, events: Vec<NewEvent>) -> Result<RunRecord, StoreError> {
         let (run, stored) = plan_create(run, events);
         let row = RunRow::encode(&run, self.keys(), None)?;
-        let mut tx = self.pool.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
-        let inserted = bind_run_row!(sqlx::query(INSERT_RUN), &row)
-            .execute(&mut *tx)
+        let columns = self.event_columns(&run.id, &stored)?;
+        let created: i64 = columns
+            .bind(bind_run_row!(sqlx::query_scalar(CREATE_RUN), &row))
+            .fetch_one(&self.pool)
             .await
             .map_err(self.db_error("cannot insert a run"))?;
-        if inserted.rows_affected() == 0 {
+        if created == 0 {
             return Err(StoreError::Duplicate(run.id));
         }
-        self.insert_events(&mut tx, &run.id, &stored).await?;
-        tx.commit().await.map_err(self.db_error("cannot commit"))?;
         Ok(run)
     }
 
@@ -261,33 +327,66 @@ impl PostgresStore {
         events: Vec<NewEvent>,
         now: Millis,
     ) -> Result<RunRecord, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
-        let row = sqlx::query(SELECT_RUN_FOR_UPDATE)
+        let mut connection = self.pool.acquire().await.map_err(self.db_error("cannot reach PostgreSQL"))?;
+        let row = self.read_for_write(&mut connection, SELECT_RUN, id).await?;
+        if let Some(next) =
+            self.write_transition(&mut connection, row, &guard, &transition, events.clone(), now).await?
+        {
+            return Ok(next);
+        }
+        // The row changed since it was read: plan again on it locked, where no one can change it first.
+        let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
+        let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
+        let Some(next) = self.write_transition(&mut tx, row, &guard, &transition, events, now).await? else {
+            return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
+        };
+        tx.commit().await.map_err(self.db_error("cannot commit"))?;
+        Ok(next)
+    }
+
+    /// Run `id`'s row, read with `select` (locking it or not).
+    async fn read_for_write(
+        &self,
+        connection: &mut PgConnection,
+        select: &'static str,
+        id: &str,
+    ) -> Result<RunRow, StoreError> {
+        let row = sqlx::query(select)
             .bind(id)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut *connection)
             .await
             .map_err(self.db_error("cannot read a run"))?
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        let row = read_run_row(&row)?;
+        read_run_row(&row)
+    }
+
+    /// Plans a transition on `row` and writes it if the row is still as read; `None` when it is not.
+    async fn write_transition(
+        &self,
+        connection: &mut PgConnection,
+        row: RunRow,
+        guard: &Guard,
+        transition: &Transition,
+        events: Vec<NewEvent>,
+        now: Millis,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let read_as = (row.version, row.last_seq, row.lease_expires_at);
         // With keys, the stored row lets unchanged sealed values be kept rather than sealed again.
         let (current, before) = match self.keys() {
             None => (row.decode(None)?, None),
             keys => (row.clone().decode(keys)?, Some(row)),
         };
-        let (next, stored) = plan_transition(&current, &guard, &transition, events, now)?;
+        let (next, stored) = plan_transition(&current, guard, transition, events, now)?;
         let changes = RunRow::encode(&next, self.keys(), before.as_ref().map(|row| (&current, row)))?;
-        let updated = bind_run_changes!(sqlx::query(UPDATE_RUN), &changes)
-            .bind(id)
-            .bind(i64::try_from(current.version).unwrap_or(i64::MAX))
-            .execute(&mut *tx)
-            .await
-            .map_err(self.db_error("cannot update a run"))?;
-        if updated.rows_affected() != 1 {
-            return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
-        }
-        self.insert_events(&mut tx, id, &stored).await?;
-        tx.commit().await.map_err(self.db_error("cannot commit"))?;
-        Ok(next)
+        let columns = self.event_columns(&current.id, &stored)?;
+        let query = bind_run_changes!(sqlx::query_scalar(UPDATE_RUN), &changes)
+            .bind(&current.id)
+            .bind(read_as.0)
+            .bind(read_as.1)
+            .bind(read_as.2);
+        let updated: i64 =
+            columns.bind(query).fetch_one(&mut *connection).await.map_err(self.db_error("cannot update a run"))?;
+        Ok((updated == 1).then_some(next))
     }
 
     async fn append_events(
@@ -297,10 +396,37 @@ impl PostgresStore {
         events: Vec<NewEvent>,
         lease_until: Millis,
     ) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
-        let row = sqlx::query(SELECT_CHAIN_HEAD_FOR_UPDATE)
+        let mut connection = self.pool.acquire().await.map_err(self.db_error("cannot reach PostgreSQL"))?;
+        if let Some(last_seq) =
+            self.write_append(&mut connection, SELECT_CHAIN_HEAD, id, owner, events.clone(), lease_until).await?
+        {
+            return Ok(last_seq);
+        }
+        // The row changed since it was read: chain again on it locked, where no one can change it first.
+        let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
+        let Some(last_seq) =
+            self.write_append(&mut tx, SELECT_CHAIN_HEAD_FOR_UPDATE, id, owner, events, lease_until).await?
+        else {
+            return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
+        };
+        tx.commit().await.map_err(self.db_error("cannot commit"))?;
+        Ok(last_seq)
+    }
+
+    /// Reads the chain head with `select`, chains `events` after it and writes them if the row is still
+    /// as read; `None` when it is not.
+    async fn write_append(
+        &self,
+        connection: &mut PgConnection,
+        select: &'static str,
+        id: &str,
+        owner: &str,
+        events: Vec<NewEvent>,
+        lease_until: Millis,
+    ) -> Result<Option<u64>, StoreError> {
+        let row = sqlx::query(select)
             .bind(id)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut *connection)
             .await
             .map_err(self.db_error("cannot read a run"))?
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
@@ -311,18 +437,21 @@ impl PostgresStore {
             last_seq: row.try_get(2).map_err(corrupt)?,
             last_hash: row.try_get(3).map_err(corrupt)?,
         };
+        let read_as: (i64, i64, Option<i64>) =
+            (row.try_get(4).map_err(corrupt)?, head.last_seq, row.try_get(5).map_err(corrupt)?);
         let (stored, last_seq, last_hash) = plan_append(id, owner, head, events)?;
-        self.insert_events(&mut tx, id, &stored).await?;
-        sqlx::query(UPDATE_CHAIN_HEAD)
+        let columns = self.event_columns(id, &stored)?;
+        let query = sqlx::query_scalar(APPEND_EVENTS)
             .bind(i64::try_from(last_seq).unwrap_or(i64::MAX))
             .bind(&last_hash)
             .bind(lease_until)
             .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(self.db_error("cannot update a run"))?;
-        tx.commit().await.map_err(self.db_error("cannot commit"))?;
-        Ok(last_seq)
+            .bind(read_as.0)
+            .bind(read_as.1)
+            .bind(read_as.2);
+        let updated: i64 =
+            columns.bind(query).fetch_one(&mut *connection).await.map_err(self.db_error("cannot update a run"))?;
+        Ok((updated == 1).then_some(last_seq))
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
@@ -552,5 +681,9 @@ impl RunStore for PostgresStore {
 
     fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
         Box::pin(self.check_tables(depth))
+    }
+
+    fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {
+        self.feed.subscribe()
     }
 }

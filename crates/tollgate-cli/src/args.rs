@@ -223,6 +223,14 @@ pub struct BenchArgs {
     /// The store to measure (default: a fresh SQLite file in a temporary folder, removed afterwards).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+    /// Runs in flight for the concurrent phases, and HTTP clients for A over HTTP.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub concurrency: u64,
+    /// Workload A over HTTP only, on N `tollgate serve` processes started from this binary (2 or more need
+    /// a postgres:// --store, which gets a fresh schema): each run starts on node i % N and is decided on
+    /// node (i + 1) % N. Without it, A over HTTP runs against a server in the bench's own process.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub nodes: Option<u64>,
 }
 
 /// What `tollgate bench` does besides the workloads.
@@ -289,6 +297,13 @@ Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run,
 and the mean bytes of persisted suspension. The default store is a fresh SQLite file per workload in a
 temporary folder (WAL, synchronous=FULL: the production settings), removed afterwards; --store measures
 another one (e.g. PostgreSQL; every workload then shares it). Exit 1 when a workload's end check fails.
+
+--concurrency N (default 32) sets the runs in flight of the concurrent phases and the HTTP clients. --nodes N
+runs only A over HTTP, on N `tollgate serve` processes started from this binary on loopback ports, sharing
+the store (2 or more need a postgres:// --store; it gets a fresh schema, dropped when the check passes): run
+i starts on node i % N and its decision goes to node (i + 1) % N, so every resume happens on a node that did
+not start the run. Prints, after the table, per node: runs started, decisions, runs resumed, peak RSS and
+exit code (each node gets SIGTERM at the end).
 
 `tollgate bench soak --secs N` is a reliability check rather than a workload: see `tollgate bench soak --help`.";
 
@@ -371,6 +386,15 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["tollgate", "bench", "E"]).is_err());
         assert!(Cli::try_parse_from(["tollgate", "bench", "B", "--n", "0"]).is_err());
+        let cli = Cli::try_parse_from(["tollgate", "bench", "A", "--nodes", "2", "--concurrency", "8"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        match cli.command {
+            Command::Bench(args) => assert_eq!((args.nodes, args.concurrency), (Some(2), 8)),
+            other => panic!("{other:?}"),
+        }
+        for zero in ["--nodes", "--concurrency"] {
+            assert!(Cli::try_parse_from(["tollgate", "bench", "A", zero, "0"]).is_err(), "{zero} 0");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! `tollgate bench [A|B|C|D] [--n N] [--store URL]`: docs/benchmarks.md's workloads, run by `tollgate-agent-bench`, and
-//! one table of their phases (rates in the `runs/s` column; B's are loop iterations), then each workload's
+//! `tollgate bench [A|B|C|D] [--n N] [--store URL] [--concurrency C]`: docs/benchmarks.md's workloads, run
+//! by `tollgate-agent-bench` (C runs in flight in the concurrent phases, default 32), and one table of their
+//! phases (rates in the `runs/s` column; B's are loop iterations), then each workload's
 //! end check on a line of its own, e.g. `check A (c=1): 1000 runs completed, the tool ran 1000 times, each
 //! text once — ok`. `--json`: the reports, with the same figures under their keys (`per_sec` is runs/s)
 //! and the check on each workload's last phase (`check`); a failed check exits 1 with it named instead.
@@ -8,6 +9,13 @@
 //! `tollgate_agent_bench::soak`, with this very binary as the server it kills; its report as text or JSON, exit 1
 //! when a check fails. Its temporary folder (config, workspace, ledger, `serve.log`) is removed when the
 //! soak passes and kept, named, when it fails or cannot run.
+//!
+//! `tollgate bench [A] --nodes N [--store postgres://...] [--concurrency C] [--n N]`: workload A over HTTP
+//! only, on N `tollgate serve` children of this very binary sharing the store (`tollgate_agent_bench::nodes`):
+//! the table, then one line per node (runs started, decisions, runs resumed, peak RSS, exit code after
+//! SIGTERM); `--json` adds `nodes`. N ≥ 2 without a `postgres://` store is a usage error (exit 2). Its
+//! temporary folder (on `/dev/shm` when there is one) is removed when the check passes and kept, named,
+//! when it fails.
 //!
 //! This module only chooses stores and sizes and prints; the workloads and their end checks live in
 //! `tollgate-agent-bench`. It never touches the configured store: without `--store`, each workload gets a
@@ -25,7 +33,7 @@ use tollgate_agent_bench::{BenchError, PhaseReport};
 const DEFAULT_RUNS: u64 = 1000;
 /// Repeats of B's 50-turn run when `--n` is not given.
 const DEFAULT_REPEATS: u64 = 200;
-/// Runs in flight for the concurrent in-process phases, and HTTP clients for A over HTTP.
+/// The soak's clients when `--clients` does not fit a `usize`.
 const CONCURRENCY: usize = 32;
 /// A over HTTP gives up after this long.
 const HTTP_TIME_LIMIT: Duration = Duration::from_secs(3600);
@@ -36,6 +44,9 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
         return soak(soak_args, json, quiet).await;
     }
     check_store_url(args.store.as_deref())?;
+    if let Some(nodes) = args.nodes {
+        return on_nodes(args, nodes, json, quiet).await;
+    }
     let folder = tempfile::Builder::new()
         .prefix("tollgate-agent-bench-")
         .tempdir()
@@ -63,7 +74,8 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
     let mut reports: Vec<PhaseReport> = Vec::new();
     let mut failure: Option<BenchError> = None;
     for workload in workloads {
-        let outcome = run_workload(workload, args.n, &store, &note).await;
+        let concurrency = usize::try_from(args.concurrency).unwrap_or(usize::MAX);
+        let outcome = run_workload(workload, args.n, concurrency, &store, &note).await;
         match outcome {
             Ok(done) => reports.extend(done),
             Err(error) => {
@@ -94,6 +106,75 @@ fn check_store_url(url: Option<&str>) -> Result<(), CliError> {
         return Err(CliError::usage("--store must be a sqlite://FILE or postgres://USER@HOST:PORT/DB URL"));
     }
     Ok(())
+}
+
+/// `tollgate bench --nodes N`: workload A over HTTP on N `tollgate serve` children of this binary.
+async fn on_nodes(args: &BenchArgs, nodes: u64, json: bool, quiet: bool) -> Result<Exit, CliError> {
+    if args.workload.is_some_and(|w| w != Workload::A) {
+        return Err(CliError::usage("--nodes runs workload A (over HTTP) only"));
+    }
+    let postgres = args.store.as_deref().is_some_and(|url| url.starts_with("postgres"));
+    if nodes >= 2 && !postgres {
+        return Err(CliError::usage(format!(
+            "--nodes {nodes} needs a postgres://USER@HOST:PORT/DB --store: the nodes share one database \
+             (SQLite is one process's file)"
+        )));
+    }
+    let program = std::env::current_exe()
+        .map_err(|e| CliError::failed(format!("cannot find this binary to start it as the nodes: {e}")))?;
+    // On tmpfs when there is one: each run's note is a file, and its fsyncs should cost nothing there.
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("tollgate-bench-nodes-");
+    let shm = std::path::Path::new("/dev/shm");
+    let folder = if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() }
+        .map_err(|e| CliError::failed(format!("cannot create a temporary folder for the nodes: {e}")))?;
+    let runs = args.n.unwrap_or(DEFAULT_RUNS);
+    let clients = usize::try_from(args.concurrency).unwrap_or(usize::MAX);
+    let options = tollgate_agent_bench::nodes::NodesOptions {
+        program,
+        folder: folder.path().to_owned(),
+        store: args.store.clone(),
+        nodes: usize::try_from(nodes).unwrap_or(usize::MAX),
+        n: runs,
+        clients,
+        time_limit: HTTP_TIME_LIMIT,
+    };
+    let store_said = if postgres {
+        "PostgreSQL at --store, in a fresh schema".to_owned()
+    } else if let Some(url) = &args.store {
+        // Only the scheme: the rest of a URL may hold a password.
+        format!("the store at --store ({})", url.split(':').next().unwrap_or_default())
+    } else {
+        "a fresh SQLite file (WAL, synchronous=FULL)".to_owned()
+    };
+    let note = |text: String| {
+        if !quiet {
+            eprintln!("{text}");
+        }
+    };
+    note(format!(
+        "A: {runs} runs through the HTTP API of {nodes} tollgate serve process(es), {clients} clients on \
+         loopback; {store_said}; in {}",
+        folder.path().display()
+    ));
+    let report = match tollgate_agent_bench::nodes::approval_cycle_nodes(&options, &note).await {
+        Ok(report) => report,
+        Err(error) => {
+            let kept = folder.keep();
+            return Err(CliError::failed(format!(
+                "bench failed: {error} (its folder {} is kept: node-J/serve.log, node-J/tollgate.toml)",
+                kept.display()
+            )));
+        }
+    };
+    if json {
+        let value = json!({"store": store_said, "reports": report.phases, "nodes": report.nodes});
+        let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string());
+        print_out(&format!("{text}\n"));
+    } else {
+        print_out(&format!("{}{}", tollgate_agent_bench::table(&report.phases), report.text()));
+    }
+    Ok(Exit::Done)
 }
 
 /// `tollgate bench soak`: runs the soak with this binary as its server and prints the report.
@@ -163,6 +244,7 @@ async fn soak(args: &SoakArgs, json: bool, quiet: bool) -> Result<Exit, CliError
 async fn run_workload(
     workload: Workload,
     n: Option<u64>,
+    concurrency: usize,
     store: &impl Fn(&str) -> String,
     note: &impl Fn(String),
 ) -> Result<Vec<PhaseReport>, BenchError> {
@@ -171,7 +253,8 @@ async fn run_workload(
     match workload {
         Workload::A | Workload::C => {
             let (label, deny) = if workload == Workload::A { ("A", false) } else { ("C", true) };
-            for concurrency in [1, CONCURRENCY] {
+            let levels = if concurrency == 1 { vec![1] } else { vec![1, concurrency] };
+            for concurrency in levels {
                 note(format!("{label}: {runs} runs in process, {concurrency} in flight"));
                 let url = store(&format!("{}-c{concurrency}", label.to_lowercase()));
                 reports.extend(tollgate_agent_bench::approval_cycle(&url, runs, concurrency, deny).await?);
@@ -180,10 +263,10 @@ async fn run_workload(
                 }
             }
             if workload == Workload::A {
-                note(format!("A: {runs} runs through the HTTP API, {CONCURRENCY} clients on loopback"));
+                note(format!("A: {runs} runs through the HTTP API, {concurrency} clients on loopback"));
                 let url = store("a-http");
                 reports.extend(
-                    tollgate_agent_bench::http::approval_cycle_http(&url, runs, CONCURRENCY, HTTP_TIME_LIMIT).await?,
+                    tollgate_agent_bench::http::approval_cycle_http(&url, runs, concurrency, HTTP_TIME_LIMIT).await?,
                 );
             }
         }

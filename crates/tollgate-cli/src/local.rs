@@ -16,7 +16,7 @@ use tollgate_agent_app::App;
 use tollgate_agent_config::{Config, ConfigLoader};
 use tollgate_agent_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
 use tollgate_agent_runtime::{
-    DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule, StartRun,
+    DecideError as Refused, DecisionSet, Maintenance, Origin, RunNotice, Runtime, Schedule, StartRun,
 };
 
 /// The actor recorded on events for everything done from this command line in local mode (docs/api.md: with
@@ -219,7 +219,7 @@ impl LocalWatch {
         let changed = async {
             loop {
                 match notices.recv().await {
-                    Ok(notice) if notice.run_id == run_id => return,
+                    Ok(notice) if notice.run_id == run_id || notice.origin == Origin::Resync => return,
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(_)) => return,
                     // No more notices: only the timeout ends the wait, so the caller polls the store.

@@ -19,8 +19,10 @@ const PAGE: u32 = 500;
 /// A run's events in order, live: those already stored after the start point, then each new one as it
 /// commits, until the run has ended and every event is delivered. From [`Tollgate::events`].
 ///
-/// Changes made by this process arrive at once; changes made by another process on the same store
-/// (another service instance, the `tollgate` CLI) within the [poll interval](Self::poll_interval). A
+/// Changes made by this process arrive at once, and so do those of another node on the same PostgreSQL
+/// database (announced by the store through LISTEN/NOTIFY); changes made by another process on a SQLite
+/// store (the `tollgate` CLI), or while the PostgreSQL listener reconnects, within the
+/// [poll interval](Self::poll_interval). A
 /// read error is yielded once and ends the stream; a new stream may start after the last seq seen.
 ///
 /// [`Tollgate::events`]: crate::Tollgate::events
@@ -153,7 +155,7 @@ impl Follow {
             tokio::select! {
                 _ = &mut deadline => return,
                 notice = self.notices.recv() => match notice {
-                    Ok(notice) if notice.run_id == self.run_id && notice.last_seq > self.cursor => return,
+                    Ok(notice) if notice.wakes(&self.run_id, self.cursor) => return,
                     Ok(_) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => {

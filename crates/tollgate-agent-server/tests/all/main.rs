@@ -8,6 +8,7 @@ mod concurrency;
 mod fuzz_corpus;
 mod limits;
 mod malformed;
+mod nodes;
 mod openapi;
 mod openapi_tools;
 mod shutdown;

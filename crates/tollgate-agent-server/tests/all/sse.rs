@@ -8,20 +8,20 @@ use std::time::Duration;
 
 /// One parsed SSE event.
 #[derive(Debug, Clone, PartialEq)]
-struct SseEvent {
-    id: Option<String>,
-    event: Option<String>,
-    data: Value,
+pub(crate) struct SseEvent {
+    pub(crate) id: Option<String>,
+    pub(crate) event: Option<String>,
+    pub(crate) data: Value,
 }
 
 /// An open SSE response, read frame by frame.
-struct Stream {
+pub(crate) struct Stream {
     response: reqwest::Response,
     buffer: String,
 }
 
 impl Stream {
-    async fn open(server: &Server, path: &str, last_event_id: Option<&str>) -> reqwest::Response {
+    pub(crate) async fn open(server: &Server, path: &str, last_event_id: Option<&str>) -> reqwest::Response {
         let mut request = server.client.get(server.url(path)).header("accept", "text/event-stream");
         if let Some(last) = last_event_id {
             request = request.header("last-event-id", last);
@@ -29,7 +29,7 @@ impl Stream {
         request.send().await.unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn new(response: reqwest::Response) -> Self {
+    pub(crate) fn new(response: reqwest::Response) -> Self {
         assert_eq!(response.status().as_u16(), 200);
         let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
         assert!(content_type.starts_with("text/event-stream"), "{content_type}");
@@ -37,7 +37,7 @@ impl Stream {
     }
 
     /// The next event, `None` when the stream ended. Comments (keep-alives) are skipped.
-    async fn next(&mut self) -> Option<SseEvent> {
+    pub(crate) async fn next(&mut self) -> Option<SseEvent> {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let frame: String = self.buffer.drain(..end + 2).collect();

@@ -15,18 +15,18 @@ use std::time::Duration;
 use tollgate_agent_server::WebhookTarget;
 
 #[derive(Clone, Default)]
-struct Received {
+pub(crate) struct Received {
     deliveries: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
 }
 
 impl Received {
-    fn all(&self) -> Vec<(HeaderMap, Bytes)> {
+    pub(crate) fn all(&self) -> Vec<(HeaderMap, Bytes)> {
         self.deliveries.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
 /// Starts a receiver answering `status` to every POST; returns its URL and what it received.
-async fn receiver(status: StatusCode) -> (String, Received) {
+pub(crate) async fn receiver(status: StatusCode) -> (String, Received) {
     let received = Received::default();
     let app = Router::new()
         .route(
@@ -50,7 +50,7 @@ fn expected_signature(secret: &str, body: &[u8]) -> String {
 }
 
 /// Waits (bounded) until `check` holds.
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     for _ in 0..200 {
         if check() {
             return;

@@ -2,10 +2,13 @@
 //! the server `TOLLGATE_TEST_POSTGRES_URL` names. Without that variable the cases are skipped with a
 //! note — except under CI, where they fail: CI must run them.
 
-use crate::contract::Harness;
+use crate::contract::{Harness, T0, id, running_run};
+use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tollgate_agent_core::RunStatus;
 use tollgate_agent_core::store::{RunStore, StoreError};
 use tollgate_agent_store::{PostgresStore, StoreOptions};
 
@@ -101,4 +104,83 @@ async fn a_password_never_appears_in_errors() {
     let text = error.map(|e| e.to_string()).unwrap_or_default();
     assert!(text.starts_with("the run store cannot be reached"), "{text}");
     assert!(!text.contains("Sup3r") && !text.contains("Secret"), "{text}");
+}
+
+/// A change notification (migration 0004's trigger) names the run and where it stands, never its data;
+/// a lease renewal alone announces nothing.
+#[tokio::test]
+async fn the_change_notification_carries_no_data() -> anyhow::Result<()> {
+    use sqlx::postgres::PgListener;
+    use tollgate_agent_core::{EventKind, NewEvent, RunRecord};
+    let Some(harness) = setup().await? else { return Ok(()) };
+    let result = async {
+        let mut listener = PgListener::connect(&harness.url).await?;
+        listener.listen(tollgate_agent_store::pg_notify::CHANNEL).await?;
+        let store = PostgresStore::open(&harness.url).await?;
+        let owner = "node-a";
+        let lease = tollgate_agent_core::Lease { owner: owner.into(), expires_at: T0 + 30_000 };
+        let run = RunRecord::new(id(1), "demo".into(), "secret input".into(), "alice".into(), T0, Some(lease));
+        let started = NewEvent { at: T0, kind: EventKind::RunStarted, round: 0, data: json!({"input": "secret input"}) };
+        store.create(run, vec![started]).await?;
+        store.append(&id(1), owner, vec![], T0 + 40_000).await?; // a renewal alone
+        let call = json!({"arguments": {"to": "secret argument"}});
+        store.append(&id(1), owner, vec![NewEvent { at: T0, kind: EventKind::ToolStarted, round: 1, data: call }], T0 + 50_000).await?;
+        let mut payloads = Vec::new();
+        while payloads.len() < 2 {
+            let notification = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await??;
+            let payload: serde_json::Value = serde_json::from_str(notification.payload())?;
+            if payload["schema"] == harness.schema.as_str() {
+                assert!(!notification.payload().contains("secret"), "{}", notification.payload());
+                payloads.push(payload);
+            }
+        }
+        let node = store.node();
+        let expected = [
+            json!({"schema": harness.schema, "node": node, "id": id(1), "version": 1, "status": "running", "last_seq": 1}),
+            json!({"schema": harness.schema, "node": node, "id": id(1), "version": 1, "status": "running", "last_seq": 2}),
+        ];
+        assert_eq!(payloads, expected);
+        Ok(())
+    }
+    .await;
+    teardown(&harness).await;
+    result
+}
+
+/// `changes()` announces what another store (node) commits and leaves out its own; after its listening
+/// connection is killed it reconnects, says `Resync`, and announces the next change.
+#[tokio::test]
+async fn a_store_announces_other_nodes_changes_and_recovers_a_lost_listener() -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+    use tollgate_agent_core::{EventKind, NewEvent, StoreChange};
+    let Some(harness) = setup().await? else { return Ok(()) };
+    let result = async {
+        let a = PostgresStore::open(&harness.url).await?;
+        let b = PostgresStore::open(&harness.url).await?;
+        let mut changes = b.changes().ok_or_else(|| anyhow::anyhow!("PostgreSQL announces changes"))?;
+        let mut next = async || tokio::time::timeout(Duration::from_secs(5), changes.next()).await.ok().flatten();
+        assert_eq!(next().await, Some(StoreChange::Resync), "listening");
+        b.create(running_run(1, "demo"), vec![]).await?; // b's own: left out
+        a.create(running_run(2, "demo"), vec![]).await?;
+        let created = StoreChange::Run { id: id(2), version: 1, status: RunStatus::Running, last_seq: 0 };
+        assert_eq!(next().await, Some(created));
+
+        let mut admin = PgConnection::connect(&harness.base_url).await?;
+        let killed: Vec<bool> =
+            sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(format!("tollgate-listener {}", b.node()))
+                .fetch_all(&mut admin)
+                .await?;
+        admin.close().await?;
+        assert_eq!(killed, vec![true]);
+        assert_eq!(next().await, Some(StoreChange::Resync), "listening again");
+        let event = NewEvent { at: T0, kind: EventKind::ModelRequest, round: 1, data: json!({}) };
+        a.append(&id(2), "node-a", vec![event], T0 + 60_000).await?;
+        let appended = StoreChange::Run { id: id(2), version: 1, status: RunStatus::Running, last_seq: 1 };
+        assert_eq!(next().await, Some(appended));
+        Ok(())
+    }
+    .await;
+    teardown(&harness).await;
+    result
 }

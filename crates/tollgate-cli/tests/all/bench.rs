@@ -125,3 +125,60 @@ fn workload_b_counts_loop_iterations_and_json_holds_the_reports() -> Result<()> 
     assert_eq!(json["reports"][0]["check"], "B: 2 runs completed, each after 50 tool calls");
     Ok(())
 }
+
+#[test]
+fn workload_a_on_two_nodes_resumes_every_run_on_the_node_that_did_not_start_it() -> Result<()> {
+    let Some(url) = tollgate_agent_testkit::postgres_url() else { return Ok(()) };
+    let stdout = bench(&["bench", "A", "--nodes", "2", "--store", &url, "--n", "20", "--concurrency", "4", "--json"])?;
+    let json: serde_json::Value = serde_json::from_str(&stdout).with_context(|| format!("not JSON: {stdout}"))?;
+    let names: Vec<&str> =
+        json["reports"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["A/HTTP×2 phase 1: POST /v1/runs → waiting (c=4)", "A/HTTP×2 phase 2: POST decisions → completed (c=4)"]
+    );
+    for report in json["reports"].as_array().into_iter().flatten() {
+        assert_eq!(report["count"], 20, "every run started, then completed: {report:#}");
+        assert!(report["per_sec"].as_f64().is_some_and(|r| r > 0.0), "{report:#}");
+    }
+    assert_eq!(
+        json["reports"][1]["check"],
+        "A/HTTP×2 (c=4): 20 runs completed, the tool ran 20 times, each text once; each started on node i % 2 \
+         and resumed on node (i + 1) % 2"
+    );
+    let nodes = json["nodes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(nodes.len(), 2, "{json:#}");
+    for node in &nodes {
+        // Runs i and i + 1 alternate: each node started 10, was sent the other's 10 decisions, and ran
+        // their 10 tool calls in its own workspace.
+        for key in ["started", "decided", "resumed"] {
+            assert_eq!(node[key], 10, "{key}: {node:#}");
+        }
+        assert_eq!(node["exit_code"], 0, "each node exits 0 on SIGTERM: {node:#}");
+        let pid = node["pid"].as_u64().unwrap_or_default();
+        assert!(pid > 0 && !std::path::Path::new(&format!("/proc/{pid}")).exists(), "node reaped: {node:#}");
+    }
+    Ok(())
+}
+
+#[test]
+fn two_nodes_without_postgres_are_a_usage_error() -> Result<()> {
+    let dir = scratch_dir("bench-nodes-usage");
+    let store = format!("sqlite://{}", dir.join("bench.db").display());
+    for args in [vec!["bench", "A", "--nodes", "2"], vec!["bench", "A", "--nodes", "2", "--store", &store]] {
+        let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(&args)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .env_remove("TOLLGATE_STORE_URL")
+            .env_remove("TOLLGATE_CONFIG")
+            .output()
+            .context("cannot start tollgate")?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("--nodes 2 needs a postgres://"), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    assert!(std::fs::read_dir(&dir)?.next().is_none(), "nothing was started or created");
+    Ok(())
+}

@@ -1113,6 +1113,58 @@ pub async fn exactly_one_of_32_racing_claims_wins<H: Harness>(h: &H) -> anyhow::
     Ok(())
 }
 
+/// The owner's appends race each other and a lease-guarded suspend of the same run: writers to one run
+/// queue up, none is lost or fails for having raced. Each append lands (before the suspend) or is told
+/// the run no longer runs (after it); the landed ones and the suspend's event make one gapless chain.
+pub async fn racing_appends_and_a_transition_make_one_chain<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let run = create_running(&*store, 1, "demo").await?;
+    let start = Arc::new(tokio::sync::Barrier::new(17));
+    let mut appends = Vec::new();
+    for i in 0..16 {
+        let (store, start, run_id) = (store.clone(), start.clone(), run.id.clone());
+        appends.push(tokio::spawn(async move {
+            start.wait().await;
+            let request = event(EventKind::ModelRequest, 1, json!({"racer": i}));
+            store.append(&run_id, OWNER, vec![request], T0 + 60_000 + i).await
+        }));
+    }
+    let suspend_task = {
+        let (store, start, run_id) = (store.clone(), start.clone(), run.id.clone());
+        tokio::spawn(async move {
+            start.wait().await;
+            let requested = event(EventKind::ApprovalRequested, 1, json!({"calls": ["call_1"]}));
+            store
+                .transition(&run_id, Guard::Lease(OWNER.into()), suspend(&["call_1"], None), vec![requested], T0 + 10)
+                .await
+        })
+    };
+    let mut landed = Vec::new();
+    for task in appends {
+        match task.await? {
+            Ok(seq) => landed.push(seq),
+            Err(StoreError::Conflict {
+                conflict: Conflict::NotRunning { status: RunStatus::WaitingForApproval },
+                ..
+            }) => {}
+            Err(other) => anyhow::bail!("an append either lands or finds the run waiting, got {other:?}"),
+        }
+    }
+    let waiting = suspend_task.await??;
+    landed.sort_unstable();
+    let landed_count = u64::try_from(landed.len())?;
+    let expected: Vec<u64> = (2..2 + landed_count).collect();
+    ensure!(landed == expected, "the appends took seqs {landed:?}, not one each from 2");
+    ensure!(waiting.last_seq == 2 + landed_count && waiting.version == run.version + 1, "{waiting:?}");
+    let read = store.get(&run.id).await?;
+    ensure!(read == waiting, "{read:?}");
+    let events = store.events(&run.id, 0, 100).await?;
+    ensure!(u64::try_from(events.len())? == read.last_seq, "{} events for last_seq {}", events.len(), read.last_seq);
+    ensure!(events.last().is_some_and(|e| e.kind == EventKind::ApprovalRequested), "the suspend's event is last");
+    verify_chain(&events, read.last_seq, &read.last_hash)?;
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Encryption at rest.
 
@@ -1344,6 +1396,7 @@ macro_rules! all_contract_tests {
             concurrent_writes_fail_alone,
             a_write_failing_midway_leaves_no_trace,
             exactly_one_of_32_racing_claims_wins,
+            racing_appends_and_a_transition_make_one_chain,
             a_renewal_before_a_takeover_wins,
             encrypted_values_round_trip,
             a_missing_or_wrong_key_fails_clearly,

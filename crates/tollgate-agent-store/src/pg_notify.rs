@@ -1,0 +1,224 @@
+//! How a [`crate::PostgresStore`] learns of the changes other nodes commit: PostgreSQL's LISTEN/NOTIFY.
+//!
+//! Migration 0004 puts a trigger on `runs` that, for each row a transaction inserts, or updates to a
+//! new version or chain head, calls `pg_notify('tollgate_runs', payload)`. PostgreSQL delivers a
+//! notification when its transaction commits, and only if it commits, so no write path knows of it. The
+//! payload names the run and where it stands, never its data:
+//! `{"schema", "node", "id", "version", "status", "last_seq"}`.
+//!
+//! Every connection of a store carries its tag in the session setting `tollgate.node` (see `PostgresStore::node`),
+//! which the trigger copies into `node`. One change feed per store holds one dedicated connection
+//! (a [`PgListener`]), started when the first subscriber comes, that turns each notification of the
+//! store's own schema and of another node into a [`StoreChange::Run`] on a broadcast; a notification
+//! that does not parse is logged and dropped.
+//!
+//! A lost connection is re-opened with a backoff from [`MIN_BACKOFF`] doubling to [`MAX_BACKOFF`];
+//! notifications sent meanwhile are lost, so once it listens again the feed sends
+//! [`StoreChange::Resync`] (also once after the first LISTEN, for what committed before it): followers
+//! read their runs again, and until then their own polling is the fallback. A connection that has been
+//! quiet for 30 s is pinged (10 s timeout), so a connection dropped silently is noticed within 40 s.
+
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use serde::Deserialize;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{Executor, PgPool};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::{broadcast, oneshot};
+use tollgate_agent_core::{RunStatus, StoreChange};
+
+/// The channel the trigger notifies on.
+pub const CHANNEL: &str = "tollgate_runs";
+
+/// The session setting that carries a store's tag into the trigger.
+pub const NODE_SETTING: &str = "tollgate.node";
+
+/// The first wait before re-opening a lost connection.
+pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The longest wait between two attempts to re-open it.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A listening connection quiet this long is pinged.
+const QUIET_CHECK: Duration = Duration::from_secs(30);
+
+/// How long that ping may take before the connection counts as lost.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many changes a slow subscriber may fall behind before it is told to resync.
+const BUFFER: usize = 4096;
+
+/// A tag unique to one store in this process and, with the process id and the time, among the nodes
+/// sharing a database.
+pub(crate) fn node_tag() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{:x}-{nanos:x}-{:x}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The notification's payload, as the trigger builds it.
+#[derive(Deserialize)]
+struct Payload {
+    schema: String,
+    node: Option<String>,
+    id: String,
+    version: u64,
+    status: String,
+    last_seq: u64,
+}
+
+/// One store's listener and the broadcast it feeds.
+pub(crate) struct ChangeFeed {
+    node: String,
+    options: PgConnectOptions,
+    changes: broadcast::Sender<StoreChange>,
+    /// Set once the listener task runs; dropping it (with the store) ends the task.
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl ChangeFeed {
+    /// A feed for the store tagged `node`, connecting with `options`; nothing connects until
+    /// [`ChangeFeed::subscribe`].
+    pub(crate) fn new(node: String, options: PgConnectOptions) -> Self {
+        let (changes, _) = broadcast::channel(BUFFER);
+        Self { node, options, changes, stop: Mutex::new(None) }
+    }
+
+    /// This store's tag.
+    pub(crate) fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// A new subscription, starting the listener on first use. `None` outside a tokio runtime (no task
+    /// can listen there).
+    pub(crate) fn subscribe(&self) -> Option<BoxStream<'static, StoreChange>> {
+        let mut stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
+        if stop.is_none() {
+            let runtime = tokio::runtime::Handle::try_current().ok()?;
+            let (stop_tx, stop_rx) = oneshot::channel();
+            let listener = Listener {
+                node: self.node.clone(),
+                options: self.options.clone().application_name(&format!("tollgate-listener {}", self.node)),
+                changes: self.changes.clone(),
+            };
+            runtime.spawn(listener.run(stop_rx));
+            *stop = Some(stop_tx);
+        }
+        drop(stop);
+        let receiver = self.changes.subscribe();
+        let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            match receiver.recv().await {
+                Ok(change) => Some((change, receiver)),
+                Err(broadcast::error::RecvError::Lagged(_)) => Some((StoreChange::Resync, receiver)),
+                Err(broadcast::error::RecvError::Closed) => None,
+            }
+        });
+        Some(stream.boxed())
+    }
+}
+
+/// The task behind a [`ChangeFeed`].
+struct Listener {
+    node: String,
+    options: PgConnectOptions,
+    changes: broadcast::Sender<StoreChange>,
+}
+
+/// Why a listening session ended.
+enum Ended {
+    /// The store is gone.
+    Stopped,
+    /// The connection failed or was lost (after listening, when `listened`).
+    Lost { listened: bool, error: Option<sqlx::Error> },
+}
+
+impl Listener {
+    async fn run(self, mut stop: oneshot::Receiver<()>) {
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .min_connections(0)
+                .max_lifetime(None)
+                .idle_timeout(None)
+                .connect_lazy_with(self.options.clone());
+            let ended = tokio::select! {
+                ended = self.session(&pool) => ended,
+                _ = &mut stop => Ended::Stopped,
+            };
+            pool.close().await;
+            match ended {
+                Ended::Stopped => return,
+                Ended::Lost { listened, error } => {
+                    if listened {
+                        backoff = MIN_BACKOFF;
+                    }
+                    let error = error.map(|e| e.to_string()).unwrap_or_else(|| "connection closed".to_owned());
+                    tracing::warn!(%error, retry_in = ?backoff, "lost the PostgreSQL change listener; reconnecting");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = &mut stop => return,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Listens on one connection until it is lost.
+    async fn session(&self, pool: &PgPool) -> Ended {
+        let lost = |listened, error| Ended::Lost { listened, error: Some(error) };
+        let mut listener = match PgListener::connect_with(pool).await {
+            Ok(listener) => listener,
+            Err(error) => return lost(false, error),
+        };
+        listener.ignore_pool_close_event(true);
+        if let Err(error) = listener.listen(CHANNEL).await {
+            return lost(false, error);
+        }
+        let schema: String = match sqlx::query_scalar("SELECT current_schema()").fetch_one(&mut listener).await {
+            Ok(schema) => schema,
+            Err(error) => return lost(false, error),
+        };
+        // Whatever committed before the LISTEN took effect (or while the connection was down) went
+        // unannounced: followers read again.
+        let _ = self.changes.send(StoreChange::Resync);
+        loop {
+            match tokio::time::timeout(QUIET_CHECK, listener.try_recv()).await {
+                Ok(Ok(Some(notification))) => {
+                    if let Some(change) = self.change(&schema, notification.payload()) {
+                        let _ = self.changes.send(change);
+                    }
+                }
+                Ok(Ok(None)) => return Ended::Lost { listened: true, error: None },
+                Ok(Err(error)) => return lost(true, error),
+                Err(_quiet) => match tokio::time::timeout(PING_TIMEOUT, listener.execute("SELECT 1")).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => return lost(true, error),
+                    Err(_) => return Ended::Lost { listened: true, error: None },
+                },
+            }
+        }
+    }
+
+    /// The change a payload announces, unless it is this store's own or another schema's.
+    fn change(&self, schema: &str, payload: &str) -> Option<StoreChange> {
+        let payload: Payload = match serde_json::from_str(payload) {
+            Ok(payload) => payload,
+            Err(error) => {
+                tracing::warn!(%error, "ignoring a change notification that does not parse");
+                return None;
+            }
+        };
+        if payload.schema != schema || payload.node.as_deref() == Some(self.node.as_str()) {
+            return None;
+        }
+        let Some(status) = RunStatus::parse(&payload.status) else {
+            tracing::warn!(run = %payload.id, status = %payload.status, "ignoring a change notification with an unknown status");
+            return None;
+        };
+        Some(StoreChange::Run { id: payload.id, version: payload.version, status, last_seq: payload.last_seq })
+    }
+}
