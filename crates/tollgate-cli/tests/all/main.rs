@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod doctor;
 mod frozen_v1;
+mod nodes;
 mod outputs;
 mod prompt;
 mod readme;

@@ -1,0 +1,407 @@
+//! Two real `tollgate serve` processes on one PostgreSQL schema (docs/nodes.md): a node killed with
+//! SIGKILL while it drives an approved call (the other takes the run over after the lease and puts the call
+//! back as in doubt, never running it again by itself), a node stopped with SIGTERM mid-call (it finishes
+//! the step, exits 0, and the other node decides the run), and a run started on one node and decided on
+//! the other (resumed once, the deciding node answers the settled run). Every tool call appends a line
+//! to `ledger.txt` in the workspace both nodes share, which counts executions.
+//!
+//! Needs `TOLLGATE_TEST_POSTGRES_URL` (skipped with a note when unset, a failure under CI).
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tollgate_agent_testkit::{postgres_url, scratch_dir};
+
+/// Each node's `[server] lease`.
+const LEASE: Duration = Duration::from_secs(2);
+const LEDGER: &str = "ledger.txt";
+
+/// A fresh schema in the test database, dropped when the cluster is dropped.
+struct Schema {
+    base: String,
+    name: String,
+}
+
+impl Schema {
+    async fn create(base: &str) -> Result<Schema> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
+        let name = format!("tollgate_nodes_{}_{nanos}", std::process::id());
+        admin(base, &format!("CREATE SCHEMA {name}")).await?;
+        Ok(Schema { base: base.to_owned(), name })
+    }
+
+    /// The store URL of a Tollgate in this schema.
+    fn url(&self) -> String {
+        let separator = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{separator}options[search_path]={}", self.base, self.name)
+    }
+}
+
+async fn admin(base: &str, statement: &str) -> Result<()> {
+    use sqlx::{Connection as _, Executor as _};
+    let mut connection = sqlx::PgConnection::connect(base).await.context("PostgreSQL")?;
+    connection.execute(sqlx::AssertSqlSafe(statement.to_owned())).await?;
+    connection.close().await?;
+    Ok(())
+}
+
+/// One `tollgate serve` child; SIGKILLed when dropped if still running.
+struct Node {
+    url: String,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn pid(&self) -> Result<u32> {
+        self.child.as_ref().map(Child::id).ok_or_else(|| anyhow!("the node is not running"))
+    }
+
+    /// SIGKILL, and reap.
+    fn kill(&mut self) -> Result<()> {
+        let mut child = self.child.take().ok_or_else(|| anyhow!("the node is not running"))?;
+        child.kill()?;
+        child.wait()?;
+        Ok(())
+    }
+
+    /// SIGTERM; answers the exit code once the node exits, failing after `limit`.
+    async fn terminate(&mut self, limit: Duration) -> Result<Option<i32>> {
+        let status = Command::new("kill").args(["-TERM", &self.pid()?.to_string()]).status()?;
+        if !status.success() {
+            bail!("kill -TERM failed");
+        }
+        let mut child = self.child.take().ok_or_else(|| anyhow!("the node is not running"))?;
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status.code());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("the node did not exit within {limit:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Two nodes, A and B, on one fresh schema with one config and one shared workspace.
+struct Cluster {
+    a: Node,
+    b: Node,
+    workspace: PathBuf,
+    http: reqwest::Client,
+    schema: Schema,
+}
+
+impl Cluster {
+    /// Starts both nodes with an agent `agent` running `script` under `policy` (TOML
+    /// `[[agents.policy]]` tables). `None` when no PostgreSQL is configured.
+    async fn start(script: Value, policy: &str) -> Result<Option<Cluster>> {
+        let Some(base) = postgres_url() else { return Ok(None) };
+        let schema = Schema::create(&base).await?;
+        let dir = scratch_dir("nodes");
+        let workspace = dir.join("workspace");
+        std::fs::create_dir_all(&workspace)?;
+        let script_path = dir.join("script.json");
+        std::fs::write(&script_path, script.to_string())?;
+        let string = |text: &str| serde_json::to_string(text).unwrap_or_default();
+        let config = format!(
+            "[store]\nurl = {url}\n\n[server]\nlease = \"{lease}s\"\n\n[workspace]\nroot = {workspace}\n\n\
+             [[providers]]\nname = \"scripted\"\nkind = \"scripted\"\nscript = {script}\n\n\
+             [[agents]]\nname = \"agent\"\nprovider = \"scripted\"\ntools = [\"shell\", \"fs_write\"]\n\n{policy}\n",
+            url = string(&schema.url()),
+            lease = LEASE.as_secs(),
+            workspace = string(&workspace.display().to_string()),
+            script = string(&script_path.display().to_string()),
+        );
+        let config_path = dir.join("tollgate.toml");
+        std::fs::write(&config_path, config)?;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build()?;
+        // A first, alone: it applies the migrations to the fresh schema.
+        let a = spawn(&dir, &config_path, "a", &http).await?;
+        let b = spawn(&dir, &config_path, "b", &http).await?;
+        Ok(Some(Cluster { a, b, workspace, http, schema }))
+    }
+
+    fn ledger(&self) -> Vec<String> {
+        std::fs::read_to_string(self.workspace.join(LEDGER)).unwrap_or_default().lines().map(str::to_owned).collect()
+    }
+
+    /// Waits until the ledger has `n` lines.
+    async fn ledger_reaches(&self, n: usize, limit: Duration) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        while self.ledger().len() < n {
+            if Instant::now() > deadline {
+                bail!("the ledger has {:?}, not {n} lines, after {limit:?}", self.ledger());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    async fn post(&self, node: &Node, path: &str, body: Value) -> Result<Value> {
+        let response = self.http.post(format!("{}{path}", node.url)).json(&body).send().await?;
+        let status = response.status();
+        let answer: Value = response.json().await?;
+        if !status.is_success() {
+            bail!("POST {path} on {}: {status} {answer:#}", node.url);
+        }
+        Ok(answer)
+    }
+
+    async fn get(&self, node: &Node, path: &str) -> Result<Value> {
+        let response = self.http.get(format!("{}{path}", node.url)).send().await?;
+        let status = response.status();
+        let answer: Value = response.json().await?;
+        if !status.is_success() {
+            bail!("GET {path} on {}: {status} {answer:#}", node.url);
+        }
+        Ok(answer)
+    }
+
+    async fn run(&self, node: &Node, id: &str) -> Result<Value> {
+        self.get(node, &format!("/v1/runs/{id}")).await
+    }
+
+    async fn event_kinds(&self, node: &Node, id: &str) -> Result<Vec<String>> {
+        let events = self.get(node, &format!("/v1/runs/{id}/events")).await?;
+        let events = events["events"].as_array().ok_or_else(|| anyhow!("no events in {events}"))?;
+        Ok(events.iter().map(|e| e["kind"].as_str().unwrap_or_default().to_owned()).collect())
+    }
+
+    /// Polls the run on `node` until `done` holds, failing after `limit`.
+    async fn run_until(&self, node: &Node, id: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Result<Value> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let run = self.run(node, id).await?;
+            if done(&run) {
+                return Ok(run);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "after {limit:?} the run is still {run:#}\nA's log:\n{}\nB's log:\n{}",
+                    self.a.log(),
+                    self.b.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn drop_schema(self) -> Result<()> {
+        let Cluster { mut a, mut b, schema, .. } = self;
+        // The nodes go first: they hold connections to the schema.
+        let _ = a.kill();
+        let _ = b.kill();
+        admin(&schema.base, &format!("DROP SCHEMA {} CASCADE", schema.name)).await
+    }
+}
+
+/// Starts `tollgate --config CONFIG serve` on a free loopback port and waits for `/healthz`.
+async fn spawn(dir: &Path, config: &Path, name: &str, http: &reqwest::Client) -> Result<Node> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let log = dir.join(format!("{name}.log"));
+    let out = std::fs::File::create(&log)?;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    command
+        .arg("--config")
+        .arg(config)
+        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("TOLLGATE_") {
+            command.env_remove(key);
+        }
+    }
+    let mut node = Node { url: format!("http://127.0.0.1:{port}"), log, child: Some(command.spawn()?) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(child) = &mut node.child
+            && let Some(status) = child.try_wait()?
+        {
+            node.child = None;
+            bail!("node {name} exited ({status}) before it was ready:\n{}", node.log());
+        }
+        let health = http.get(format!("{}/healthz", node.url)).timeout(Duration::from_secs(1)).send().await;
+        if health.is_ok_and(|r| r.status().is_success()) {
+            return Ok(node);
+        }
+        if Instant::now() > deadline {
+            bail!("node {name} did not answer /healthz within 10 s:\n{}", node.log());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A `shell` call appending `LINE` (after `{{input}}` as `$0`) to the ledger, then sleeping `sleep` s.
+fn ledger_call(line: &str, sleep: u32) -> Value {
+    let command = format!("echo \"$0 {line}\" >> {LEDGER}; sleep {sleep}");
+    json!({"name": "shell", "arguments": {"argv": ["sh", "-c", command, "{{input}}"]}})
+}
+
+fn id_of(run: &Value) -> Result<String> {
+    run["id"].as_str().map(str::to_owned).ok_or_else(|| anyhow!("no id in {run:#}"))
+}
+
+fn status(run: &Value) -> &str {
+    run["status"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_of_the_driving_node_leaves_an_approved_started_call_in_doubt_on_the_other() -> Result<()> {
+    let script = json!({"turns": [{"tool_calls": [ledger_call("slow", 3)]}, {"text": "done"}]});
+    let policy = "[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"";
+    let Some(cluster) = Cluster::start(script, policy).await? else { return Ok(()) };
+    let run = cluster.post(&cluster.a, "/v1/runs", json!({"input": "r", "wait": true})).await?;
+    assert_eq!(status(&run), "waiting_for_approval", "{run:#}");
+    let id = id_of(&run)?;
+    let digest = run["pending"]["turn_digest"].clone();
+    // Approved on A, without waiting: A drives the call.
+    let decided = cluster
+        .post(&cluster.a, &format!("/v1/runs/{id}/decisions"), json!({"turn_digest": digest, "approve_all": true}))
+        .await?;
+    assert_eq!(status(&decided), "running", "the decision completed the turn and claimed the resume: {decided:#}");
+    // B sees the call started (committed before it runs), and the call has taken effect.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cluster.event_kinds(&cluster.b, &id).await?.iter().any(|k| k == "tool_started") {
+        if Instant::now() > deadline {
+            bail!("B never saw `tool_started`: {:?}", cluster.event_kinds(&cluster.b, &id).await?);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.ledger_reaches(1, Duration::from_secs(5)).await?;
+    let mut cluster = cluster;
+    cluster.a.kill()?;
+    let killed = Instant::now();
+
+    // B takes the run over after the lease and puts the call back to waiting, in doubt.
+    let run =
+        cluster.run_until(&cluster.b, &id, LEASE + Duration::from_secs(6), |run| status(run) != "running").await?;
+    let took = killed.elapsed();
+    eprintln!("B took the run over {took:?} after the SIGKILL");
+    assert_eq!(status(&run), "waiting_for_approval", "{run:#}");
+    let call = &run["pending"]["calls"][0];
+    assert_eq!(call["state"], "in_doubt", "{run:#}");
+    assert_eq!(call["in_doubt"], true, "{run:#}");
+    assert_eq!(call["takes_decision"], true, "{run:#}");
+    // Nothing ran it again by itself, even a while later.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(cluster.ledger(), ["r slow"], "taken over after {took:?}");
+    assert_eq!(status(&cluster.run(&cluster.b, &id).await?), "waiting_for_approval");
+
+    // Approved again on B: it runs once more, and the run completes there.
+    let digest = run["pending"]["turn_digest"].clone();
+    let settled = cluster
+        .post(
+            &cluster.b,
+            &format!("/v1/runs/{id}/decisions"),
+            json!({"turn_digest": digest, "approve_all": true, "wait": true}),
+        )
+        .await?;
+    assert_eq!(status(&settled), "completed", "{settled:#}");
+    assert_eq!(cluster.ledger(), ["r slow", "r slow"]);
+    cluster.drop_schema().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_call_finishes_the_step_and_the_other_node_decides_the_run() -> Result<()> {
+    // Turn 1: an allowed 3-second call; turn 2: an ask-gated write, held; turn 3: the end.
+    let write = json!({"name": "fs_write", "arguments": {"path": "note.txt", "content": "{{input}}"}});
+    let script =
+        json!({"turns": [{"tool_calls": [ledger_call("slow", 3)]}, {"tool_calls": [write]}, {"text": "done"}]});
+    let policy = "[[agents.policy]]\ntool = \"shell\"\ngate = \"allow\"\n\n[[agents.policy]]\ntool = \"fs_write\"\ngate = \"ask\"";
+    let Some(mut cluster) = Cluster::start(script, policy).await? else { return Ok(()) };
+    let run = cluster.post(&cluster.a, "/v1/runs", json!({"input": "t"})).await?;
+    let id = id_of(&run)?;
+    // The call is running on A (its line is written; it sleeps 3 s more).
+    cluster.ledger_reaches(1, Duration::from_secs(5)).await?;
+    let signalled = Instant::now();
+    let code = cluster.a.terminate(Duration::from_secs(15)).await?;
+    let exited = signalled.elapsed();
+    eprintln!("A exited {exited:?} after SIGTERM");
+    assert_eq!(code, Some(0), "A's log:\n{}", cluster.a.log());
+    assert!(exited >= Duration::from_secs(2), "A waited for the call to finish: it exited after {exited:?}");
+
+    // The run reached its next durable point before A exited: held at the write, no takeover needed.
+    let run = cluster.run(&cluster.b, &id).await?;
+    assert_eq!(status(&run), "waiting_for_approval", "{run:#}\nA's log:\n{}", cluster.a.log());
+    let calls = run["pending"]["calls"].as_array().ok_or_else(|| anyhow!("no held calls: {run:#}"))?;
+    assert_eq!(calls.len(), 1, "{run:#}");
+    assert_eq!(calls[0]["tool"], "fs_write");
+    assert_eq!(calls[0]["state"], "waiting");
+    let kinds = cluster.event_kinds(&cluster.b, &id).await?;
+    assert_eq!(kinds.iter().filter(|k| *k == "tool_finished").count(), 1, "{kinds:?}");
+
+    let digest = run["pending"]["turn_digest"].clone();
+    let settled = cluster
+        .post(
+            &cluster.b,
+            &format!("/v1/runs/{id}/decisions"),
+            json!({"turn_digest": digest, "approve_all": true, "wait": true}),
+        )
+        .await?;
+    assert_eq!(status(&settled), "completed", "{settled:#}");
+    assert_eq!(std::fs::read_to_string(cluster.workspace.join("note.txt"))?, "t");
+    assert_eq!(cluster.ledger(), ["t slow"], "the slow call ran once");
+    cluster.drop_schema().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_started_on_one_node_and_decided_on_the_other_resumes_once() -> Result<()> {
+    let script = json!({"turns": [{"tool_calls": [ledger_call("once", 0)]}, {"text": "done"}]});
+    let policy = "[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"";
+    let Some(cluster) = Cluster::start(script, policy).await? else { return Ok(()) };
+    let run = cluster.post(&cluster.a, "/v1/runs", json!({"input": "d", "wait": true})).await?;
+    assert_eq!(status(&run), "waiting_for_approval", "{run:#}");
+    let id = id_of(&run)?;
+    let on_b = cluster.run(&cluster.b, &id).await?;
+    assert_eq!(on_b["pending"], run["pending"], "B reads the held turn A stored");
+
+    let digest = run["pending"]["turn_digest"].clone();
+    let settled = cluster
+        .post(
+            &cluster.b,
+            &format!("/v1/runs/{id}/decisions"),
+            json!({"turn_digest": digest, "approve_all": true, "wait": true}),
+        )
+        .await?;
+    assert_eq!(status(&settled), "completed", "B's answer is the settled run: {settled:#}");
+    assert_eq!(cluster.ledger(), ["d once"]);
+    // A sees the same settled run, and the log holds one execution.
+    let on_a = cluster.run_until(&cluster.a, &id, Duration::from_secs(5), |run| status(run) == "completed").await?;
+    assert_eq!(on_a["version"], settled["version"], "{on_a:#}\n{settled:#}");
+    let kinds = cluster.event_kinds(&cluster.a, &id).await?;
+    assert_eq!(kinds.iter().filter(|k| *k == "tool_started").count(), 1, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "tool_finished").count(), 1, "{kinds:?}");
+    // A second decision is refused: the run is not waiting.
+    let again = cluster
+        .http
+        .post(format!("{}/v1/runs/{id}/decisions", cluster.a.url))
+        .json(&json!({"turn_digest": digest, "approve_all": true}))
+        .send()
+        .await?;
+    assert_eq!(again.status().as_u16(), 409);
+    assert_eq!(cluster.ledger(), ["d once"]);
+    cluster.drop_schema().await
+}
