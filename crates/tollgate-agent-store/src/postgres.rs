@@ -10,6 +10,12 @@
 //! same version guard exactly one passes, and a takeover planned on a lease renewed since loses. A
 //! write whose row changed meanwhile is planned again once, on the row locked (`SELECT … FOR UPDATE`
 //! in a transaction), where it cannot lose again: contention costs a retry, never a wrong answer.
+//! Each store also remembers the last row it read or wrote of each run (a bounded cache): a transition or
+//! an append on a remembered run is planned on that row and goes straight to its conditional statement,
+//! one round trip in all. If another node changed the row meanwhile the statement writes nothing, the
+//! entry is dropped, and the write takes the path above (read, write, locked retry). The cache is a
+//! guess, never a guard: an answer planned on it is returned only once its statement applied, and a
+//! plan refused on it (a guard, a transition rule) is made again on the row read.
 //! Purge locks its victims with `FOR UPDATE SKIP LOCKED`, so it never waits for, nor deletes from
 //! under, a run that is being changed.
 //!
@@ -29,8 +35,9 @@ use futures_util::stream::BoxStream;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::query::QueryScalar;
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection, Postgres, Row};
+use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
@@ -111,10 +118,6 @@ const UPDATE_RUN: &str = "WITH updated AS (UPDATE runs SET status = $1, version 
      chained AS (INSERT INTO events (run_id, seq, at, kind, round, data, hash) SELECT updated.id, e.* \
      FROM updated, UNNEST($24::BIGINT[], $25::TEXT[], $26::TEXT[], $27::BIGINT[], $28::TEXT[], $29::TEXT[]) AS e) \
      SELECT COUNT(*) FROM updated";
-const SELECT_CHAIN_HEAD: &str =
-    "SELECT status, lease_owner, last_seq, last_hash, version, lease_expires_at FROM runs WHERE id = $1";
-const SELECT_CHAIN_HEAD_FOR_UPDATE: &str =
-    "SELECT status, lease_owner, last_seq, last_hash, version, lease_expires_at FROM runs WHERE id = $1 FOR UPDATE";
 /// An append: the new chain head and lease and the events, in one statement, if the row is as it was
 /// read (`$5` version, `$6` last_seq, `$7` lease_expires_at). Answers 1, or 0 when it changed.
 const APPEND_EVENTS: &str = "WITH updated AS (UPDATE runs SET last_seq = $1, last_hash = $2, lease_expires_at = $3 \
@@ -146,7 +149,8 @@ const PURGE: &str = "WITH terminal AS (\
          ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED), \
      victims AS (SELECT id FROM terminal UNION ALL SELECT id FROM waiting LIMIT $3) \
      DELETE FROM runs WHERE id IN (SELECT id FROM victims) \
-     AND ((finished_at IS NOT NULL AND finished_at < $1) OR (status = 'waiting_for_approval' AND updated_at < $2))";
+     AND ((finished_at IS NOT NULL AND finished_at < $1) OR (status = 'waiting_for_approval' AND updated_at < $2)) \
+     RETURNING id";
 const PREFIX_FIRST: &str = "SELECT id FROM runs WHERE id >= $1 AND id < $2 ORDER BY id LIMIT 2";
 const PREFIX_COUNT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE id >= $1 AND id < $2 LIMIT $3) AS m";
 
@@ -171,6 +175,61 @@ impl EventColumns {
 /// A write statement that answers how many runs it wrote.
 type CountQuery<'q> = QueryScalar<'q, Postgres, i64, PgArguments>;
 
+/// Runs a store remembers at most (see [`RowCache`]).
+const CACHED_ROWS: usize = 10_000;
+
+/// The last row this store read or wrote of each run, as it was then: what a transition or an append
+/// plans on before it has read anything. Only a guess (another node may have changed the row since):
+/// the conditional statement decides. Finished runs are not kept (nothing may change them); when full,
+/// an arbitrary run is forgotten to make room.
+#[derive(Default)]
+struct RowCache(Mutex<HashMap<String, RunRow>>);
+
+impl RowCache {
+    fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunRow>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn get(&self, id: &str) -> Option<RunRow> {
+        self.rows().get(id).cloned()
+    }
+
+    fn put(&self, row: RunRow) {
+        let mut rows = self.rows();
+        if row.finished_at.is_some() {
+            rows.remove(&row.id);
+            return;
+        }
+        if rows.len() >= CACHED_ROWS
+            && !rows.contains_key(&row.id)
+            && let Some(victim) = rows.keys().next().cloned()
+        {
+            rows.remove(&victim);
+        }
+        rows.insert(row.id.clone(), row);
+    }
+
+    fn remove(&self, id: &str) {
+        self.rows().remove(id);
+    }
+}
+
+/// A transition planned on a row: what it answers, the row it writes, and its statement's arguments.
+struct PlannedTransition {
+    next: RunRecord,
+    changes: RunRow,
+    columns: EventColumns,
+    /// `version`, `last_seq`, `lease_expires_at` of the row planned on.
+    read_as: (i64, i64, Option<i64>),
+}
+
+/// An append planned on a row: the row it leaves (answering its `last_seq`) and its events.
+struct PlannedAppend {
+    after: RunRow,
+    columns: EventColumns,
+    read_as: (i64, i64, Option<i64>),
+}
+
 /// The PostgreSQL [`RunStore`]: a connection pool, one statement per write guarded by a compare-and-set
 /// on the row as read, row locks when that loses a race.
 #[derive(Clone)]
@@ -181,6 +240,8 @@ pub struct PostgresStore {
     keys: Option<Arc<DataKeys>>,
     /// The changes other nodes commit (see [`crate::pg_notify`]).
     feed: Arc<ChangeFeed>,
+    /// The rows writes plan on before reading (see [`RowCache`]).
+    cache: Arc<RowCache>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -234,7 +295,7 @@ impl PostgresStore {
                 Box::pin(async move { Ok(meta.idle_for < PING_IF_IDLE_FOR || connection.ping().await.is_ok()) })
             })
             .connect_lazy_with(options);
-        Ok(PostgresStore { pool, secrets, keys: store_options.data_keys, feed })
+        Ok(PostgresStore { pool, secrets, keys: store_options.data_keys, feed, cache: Arc::default() })
     }
 
     /// The tag this store's writes carry in their change notifications (the session setting
@@ -316,6 +377,7 @@ impl PostgresStore {
         if created == 0 {
             return Err(StoreError::Duplicate(run.id));
         }
+        self.cache.put(row);
         Ok(run)
     }
 
@@ -328,48 +390,62 @@ impl PostgresStore {
         now: Millis,
     ) -> Result<RunRecord, StoreError> {
         let mut connection = self.pool.acquire().await.map_err(self.db_error("cannot reach PostgreSQL"))?;
+        // Planned on the row remembered: one round trip if no one changed it since. A plan refused
+        // there proves nothing (the row may have moved): it is made again on the row read.
+        if let Some(row) = self.cache.get(id) {
+            if let Ok(planned) = self.plan_transition_on(row, &guard, &transition, events.clone(), now)
+                && let Some(next) = self.write_transition(&mut connection, planned).await?
+            {
+                return Ok(next);
+            }
+            self.cache.remove(id);
+        }
         let row = self.read_for_write(&mut connection, SELECT_RUN, id).await?;
-        if let Some(next) =
-            self.write_transition(&mut connection, row, &guard, &transition, events.clone(), now).await?
-        {
+        let planned = self.plan_transition_on(row, &guard, &transition, events.clone(), now)?;
+        if let Some(next) = self.write_transition(&mut connection, planned).await? {
             return Ok(next);
         }
         // The row changed since it was read: plan again on it locked, where no one can change it first.
         let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
         let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
-        let Some(next) = self.write_transition(&mut tx, row, &guard, &transition, events, now).await? else {
+        let planned = self.plan_transition_on(row, &guard, &transition, events, now)?;
+        let Some(next) = self.write_transition(&mut tx, planned).await? else {
             return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
         };
         tx.commit().await.map_err(self.db_error("cannot commit"))?;
         Ok(next)
     }
 
-    /// Run `id`'s row, read with `select` (locking it or not).
+    /// Run `id`'s row, read with `select` (locking it or not); remembered as read.
     async fn read_for_write(
         &self,
         connection: &mut PgConnection,
         select: &'static str,
         id: &str,
     ) -> Result<RunRow, StoreError> {
-        let row = sqlx::query(select)
+        let found = sqlx::query(select)
             .bind(id)
             .fetch_optional(&mut *connection)
             .await
-            .map_err(self.db_error("cannot read a run"))?
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        read_run_row(&row)
+            .map_err(self.db_error("cannot read a run"))?;
+        let Some(row) = found else {
+            self.cache.remove(id);
+            return Err(StoreError::NotFound(id.to_owned()));
+        };
+        let row = read_run_row(&row)?;
+        self.cache.put(row.clone());
+        Ok(row)
     }
 
-    /// Plans a transition on `row` and writes it if the row is still as read; `None` when it is not.
-    async fn write_transition(
+    /// Plans a transition on `row`.
+    fn plan_transition_on(
         &self,
-        connection: &mut PgConnection,
         row: RunRow,
         guard: &Guard,
         transition: &Transition,
         events: Vec<NewEvent>,
         now: Millis,
-    ) -> Result<Option<RunRecord>, StoreError> {
+    ) -> Result<PlannedTransition, StoreError> {
         let read_as = (row.version, row.last_seq, row.lease_expires_at);
         // With keys, the stored row lets unchanged sealed values be kept rather than sealed again.
         let (current, before) = match self.keys() {
@@ -379,14 +455,31 @@ impl PostgresStore {
         let (next, stored) = plan_transition(&current, guard, transition, events, now)?;
         let changes = RunRow::encode(&next, self.keys(), before.as_ref().map(|row| (&current, row)))?;
         let columns = self.event_columns(&current.id, &stored)?;
+        Ok(PlannedTransition { next, changes, columns, read_as })
+    }
+
+    /// Writes a planned transition if the row is still as planned on (and remembers the row written);
+    /// `None` when it is not.
+    async fn write_transition(
+        &self,
+        connection: &mut PgConnection,
+        planned: PlannedTransition,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let PlannedTransition { next, changes, columns, read_as } = planned;
         let query = bind_run_changes!(sqlx::query_scalar(UPDATE_RUN), &changes)
-            .bind(&current.id)
+            .bind(&next.id)
             .bind(read_as.0)
             .bind(read_as.1)
             .bind(read_as.2);
         let updated: i64 =
             columns.bind(query).fetch_one(&mut *connection).await.map_err(self.db_error("cannot update a run"))?;
-        Ok((updated == 1).then_some(next))
+        if updated != 1 {
+            return Ok(None);
+        }
+        // `changes` holds every column; those the statement leaves alone (id, agent, input, created_*,
+        // metadata) never change, and decode as stored.
+        self.cache.put(changes);
+        Ok(Some(next))
     }
 
     async fn append_events(
@@ -397,61 +490,81 @@ impl PostgresStore {
         lease_until: Millis,
     ) -> Result<u64, StoreError> {
         let mut connection = self.pool.acquire().await.map_err(self.db_error("cannot reach PostgreSQL"))?;
-        if let Some(last_seq) =
-            self.write_append(&mut connection, SELECT_CHAIN_HEAD, id, owner, events.clone(), lease_until).await?
-        {
+        // As in a transition: on the row remembered first, then on the row read, then locked.
+        if let Some(row) = self.cache.get(id) {
+            if let Ok(planned) = self.plan_append_on(row, owner, events.clone(), lease_until)
+                && let Some(last_seq) = self.write_append(&mut connection, planned).await?
+            {
+                return Ok(last_seq);
+            }
+            self.cache.remove(id);
+        }
+        let row = self.read_for_write(&mut connection, SELECT_RUN, id).await?;
+        let planned = self.plan_append_on(row, owner, events.clone(), lease_until)?;
+        if let Some(last_seq) = self.write_append(&mut connection, planned).await? {
             return Ok(last_seq);
         }
         // The row changed since it was read: chain again on it locked, where no one can change it first.
         let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
-        let Some(last_seq) =
-            self.write_append(&mut tx, SELECT_CHAIN_HEAD_FOR_UPDATE, id, owner, events, lease_until).await?
-        else {
+        let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
+        let planned = self.plan_append_on(row, owner, events, lease_until)?;
+        let Some(last_seq) = self.write_append(&mut tx, planned).await? else {
             return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
         };
         tx.commit().await.map_err(self.db_error("cannot commit"))?;
         Ok(last_seq)
     }
 
-    /// Reads the chain head with `select`, chains `events` after it and writes them if the row is still
-    /// as read; `None` when it is not.
-    async fn write_append(
+    /// Chains `events` after `row`'s chain head (checking the lease).
+    fn plan_append_on(
         &self,
-        connection: &mut PgConnection,
-        select: &'static str,
-        id: &str,
+        row: RunRow,
         owner: &str,
         events: Vec<NewEvent>,
         lease_until: Millis,
-    ) -> Result<Option<u64>, StoreError> {
-        let row = sqlx::query(select)
-            .bind(id)
-            .fetch_optional(&mut *connection)
-            .await
-            .map_err(self.db_error("cannot read a run"))?
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        let corrupt = |e: sqlx::Error| StoreError::Corrupt { id: id.to_owned(), detail: e.to_string() };
+    ) -> Result<PlannedAppend, StoreError> {
+        let read_as = (row.version, row.last_seq, row.lease_expires_at);
         let head = ChainHead {
-            status: row.try_get(0).map_err(corrupt)?,
-            lease_owner: row.try_get(1).map_err(corrupt)?,
-            last_seq: row.try_get(2).map_err(corrupt)?,
-            last_hash: row.try_get(3).map_err(corrupt)?,
+            status: row.status.clone(),
+            lease_owner: row.lease_owner.clone(),
+            last_seq: row.last_seq,
+            last_hash: row.last_hash.clone(),
         };
-        let read_as: (i64, i64, Option<i64>) =
-            (row.try_get(4).map_err(corrupt)?, head.last_seq, row.try_get(5).map_err(corrupt)?);
-        let (stored, last_seq, last_hash) = plan_append(id, owner, head, events)?;
-        let columns = self.event_columns(id, &stored)?;
+        let (stored, last_seq, last_hash) = plan_append(&row.id, owner, head, events)?;
+        let columns = self.event_columns(&row.id, &stored)?;
+        let after = RunRow {
+            last_seq: i64::try_from(last_seq).unwrap_or(i64::MAX),
+            last_hash,
+            lease_expires_at: Some(lease_until),
+            ..row
+        };
+        Ok(PlannedAppend { after, columns, read_as })
+    }
+
+    /// Writes a planned append if the row is still as planned on (and remembers the row written);
+    /// `None` when it is not.
+    async fn write_append(
+        &self,
+        connection: &mut PgConnection,
+        planned: PlannedAppend,
+    ) -> Result<Option<u64>, StoreError> {
+        let PlannedAppend { after, columns, read_as } = planned;
         let query = sqlx::query_scalar(APPEND_EVENTS)
-            .bind(i64::try_from(last_seq).unwrap_or(i64::MAX))
-            .bind(&last_hash)
-            .bind(lease_until)
-            .bind(id)
+            .bind(after.last_seq)
+            .bind(&after.last_hash)
+            .bind(after.lease_expires_at)
+            .bind(&after.id)
             .bind(read_as.0)
             .bind(read_as.1)
             .bind(read_as.2);
         let updated: i64 =
             columns.bind(query).fetch_one(&mut *connection).await.map_err(self.db_error("cannot update a run"))?;
-        Ok((updated == 1).then_some(last_seq))
+        if updated != 1 {
+            return Ok(None);
+        }
+        let last_seq = u64::try_from(after.last_seq).unwrap_or(0);
+        self.cache.put(after);
+        Ok(Some(last_seq))
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
@@ -460,9 +573,20 @@ impl PostgresStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(self.run_failed("cannot read a run", id))?;
-        match row {
-            Some(row) => decode_run(&row, self.keys()),
-            None => Err(StoreError::NotFound(id.to_owned())),
+        let Some(row) = row else {
+            self.cache.remove(id);
+            return Err(StoreError::NotFound(id.to_owned()));
+        };
+        let decoded = read_run_row(&row).and_then(|row| Ok((row.clone().decode(self.keys())?, row)));
+        match decoded {
+            Ok((run, row)) => {
+                self.cache.put(row);
+                Ok(run)
+            }
+            Err(error) => {
+                self.cache.remove(id);
+                Err(error)
+            }
         }
     }
 
@@ -576,14 +700,17 @@ impl PostgresStore {
     }
 
     async fn purge_runs(&self, terminal_before: Millis, waiting_before: Millis, batch: u32) -> Result<u64, StoreError> {
-        let deleted = sqlx::query(PURGE)
+        let deleted: Vec<String> = sqlx::query_scalar(PURGE)
             .bind(terminal_before)
             .bind(waiting_before)
             .bind(i64::from(batch))
-            .execute(&self.pool)
+            .fetch_all(&self.pool)
             .await
             .map_err(self.db_error("cannot purge runs"))?;
-        Ok(deleted.rows_affected())
+        for id in &deleted {
+            self.cache.remove(id);
+        }
+        Ok(u64::try_from(deleted.len()).unwrap_or(u64::MAX))
     }
 }
 

@@ -184,3 +184,108 @@ async fn a_store_announces_other_nodes_changes_and_recovers_a_lost_listener() ->
     teardown(&harness).await;
     result
 }
+
+/// Two stores (two nodes, each remembering the rows it last read or wrote) take turns writing one
+/// run, so that each plans every write on a row the other has changed since: each such write must
+/// notice, read the row and apply on it — versions, events and the chain as if one node did all.
+/// (Appends and suspends plan on a stale running row and are stopped by their statement; a decide is
+/// refused on the stale row and planned again on the row read.)
+#[tokio::test]
+async fn two_nodes_taking_turns_on_one_run_never_write_on_a_stale_row() -> anyhow::Result<()> {
+    use tollgate_agent_core::event::verify_chain;
+    use tollgate_agent_core::run::{Lease, Transition};
+    use tollgate_agent_core::store::{Conflict, Guard};
+    use tollgate_agent_core::suspension::{Decision, StoredSuspension, TurnDigest};
+    use tollgate_agent_core::transcript::Usage;
+    use tollgate_agent_core::{EventKind, HeldTurn, NewEvent, RecordedDecision};
+    let Some(harness) = setup().await? else { return Ok(()) };
+    let result = async {
+        let a: Arc<dyn RunStore> = Arc::new(PostgresStore::open(&harness.url).await?);
+        let b: Arc<dyn RunStore> = Arc::new(PostgresStore::open(&harness.url).await?);
+        let nodes = [a, b];
+        let owner = "node-a";
+        let event = |kind, round| NewEvent { at: T0, kind, round, data: json!({"round": round}) };
+        let started = event(EventKind::RunStarted, 0);
+        let mut run = nodes[0].create(running_run(1, "demo"), vec![started]).await?;
+        // b remembers the run as created; a's writes below make that stale.
+        assert_eq!(nodes[1].get(&run.id).await?, run);
+        let rounds: u32 = 12;
+        let mut turn = 0usize;
+        let mut next_node = || {
+            turn += 1;
+            &nodes[turn % 2]
+        };
+        for round in 1..=rounds {
+            let lease_until = T0 + 60_000 + i64::from(round);
+            // Three appends in a row: each node plans on the running row it wrote two writes ago.
+            let mut seq = run.last_seq;
+            for step in 0..3 {
+                let events = vec![event(EventKind::ModelRequest, round), event(EventKind::ModelResponse, round)];
+                let appended = next_node().append(&run.id, owner, events, lease_until + step).await?;
+                assert_eq!(appended, seq + 2, "round {round}: append {step}");
+                seq = appended;
+            }
+            let held = HeldTurn {
+                suspension: StoredSuspension::from_stored(
+                    json!({"schema_version": 1, "calls": ["call_1"]}).to_string(),
+                ),
+                turn_digest: TurnDigest(format!("sha256:{}", "ab".repeat(32))),
+                required: vec!["call_1".to_owned()],
+                decisions: Default::default(),
+                expires_at: None,
+            };
+            let suspend =
+                Transition::Suspend { held, iterations: round, usage: Usage { input_tokens: 10, output_tokens: 1 } };
+            let waiting = next_node()
+                .transition(
+                    &run.id,
+                    Guard::Lease(owner.into()),
+                    suspend,
+                    vec![event(EventKind::ApprovalRequested, round)],
+                    T0 + 10,
+                )
+                .await?;
+            assert_eq!((waiting.version, waiting.last_seq), (run.version + 1, seq + 1), "round {round}: suspend");
+            let decision = RecordedDecision { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 };
+            let decide = Transition::Decide {
+                decisions: vec![("call_1".to_owned(), decision)],
+                resume: Some(Lease { owner: owner.to_owned(), expires_at: lease_until }),
+            };
+            run = next_node()
+                .transition(
+                    &run.id,
+                    Guard::Version(waiting.version),
+                    decide,
+                    vec![event(EventKind::Decision, round)],
+                    T0 + 20,
+                )
+                .await?;
+            assert_eq!(
+                (run.version, run.last_seq),
+                (waiting.version + 1, waiting.last_seq + 1),
+                "round {round}: decide"
+            );
+        }
+        assert_eq!(run.version, 1 + 2 * u64::from(rounds));
+        assert_eq!(run.last_seq, 1 + 8 * u64::from(rounds));
+        for node in &nodes {
+            assert_eq!(node.get(&run.id).await?, run, "both nodes read the same run");
+            let events = node.events(&run.id, 0, 1_000).await?;
+            let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+            assert_eq!(seqs, (1..=run.last_seq).collect::<Vec<_>>(), "no event lost or doubled");
+            verify_chain(&events, run.last_seq, &run.last_hash).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        }
+        // A guard that is really stale still conflicts (and changes nothing), whichever node remembers what.
+        let stale =
+            nodes[turn % 2].transition(&run.id, Guard::Version(run.version - 1), Transition::Cancel, vec![], T0).await;
+        assert!(
+            matches!(&stale, Err(StoreError::Conflict { conflict: Conflict::StaleVersion { .. }, .. })),
+            "{stale:?}"
+        );
+        assert_eq!(nodes[(turn + 1) % 2].get(&run.id).await?, run);
+        Ok(())
+    }
+    .await;
+    teardown(&harness).await;
+    result
+}
