@@ -78,6 +78,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "run_notifications",
         sql: include_str!("../migrations/postgres/0004_run_notifications.sql"),
     },
+    Migration {
+        version: 5,
+        name: "notify_only_when_listened",
+        sql: include_str!("../migrations/postgres/0005_notify_only_when_listened.sql"),
+    },
 ];
 
 /// The probe of [`RunStore::probe_write`]: one committed row update.

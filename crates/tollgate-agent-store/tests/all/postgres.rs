@@ -114,7 +114,8 @@ async fn the_change_notification_carries_no_data() -> anyhow::Result<()> {
     use tollgate_agent_core::{EventKind, NewEvent, RunRecord};
     let Some(harness) = setup().await? else { return Ok(()) };
     let result = async {
-        let mut listener = PgListener::connect(&harness.url).await?;
+        // Named as a node's listener: the trigger announces changes only while one listens.
+        let mut listener = PgListener::connect(&format!("{}&application_name=tollgate-listener%20probe", harness.url)).await?;
         listener.listen(tollgate_agent_store::pg_notify::CHANNEL).await?;
         let store = PostgresStore::open(&harness.url).await?;
         let owner = "node-a";
