@@ -158,21 +158,21 @@ impl Cluster {
     }
 
     async fn post(&self, node: &Node, path: &str, body: Value) -> Result<Value> {
-        let response = self.http.post(format!("{}{path}", node.url)).json(&body).send().await?;
-        let status = response.status();
-        let answer: Value = response.json().await?;
-        if !status.is_success() {
-            bail!("POST {path} on {}: {status} {answer:#}", node.url);
-        }
-        Ok(answer)
+        Self::answer(&format!("POST {path} on {}", node.url), self.http.post(format!("{}{path}", node.url)).json(&body))
+            .await
     }
 
     async fn get(&self, node: &Node, path: &str) -> Result<Value> {
-        let response = self.http.get(format!("{}{path}", node.url)).send().await?;
+        Self::answer(&format!("GET {path} on {}", node.url), self.http.get(format!("{}{path}", node.url))).await
+    }
+
+    /// Sends the request; its JSON answer, or an error naming the request, the status and the answer.
+    async fn answer(request_name: &str, request: reqwest::RequestBuilder) -> Result<Value> {
+        let response = request.send().await?;
         let status = response.status();
         let answer: Value = response.json().await?;
         if !status.is_success() {
-            bail!("GET {path} on {}: {status} {answer:#}", node.url);
+            bail!("{request_name}: {status} {answer:#}");
         }
         Ok(answer)
     }
