@@ -5,17 +5,20 @@
 //!
 //! ```rust
 //! use tollgate_agent_playground::{ASSETS_PREFIX, INDEX, asset, paths};
+//! # fn main() -> Result<(), &'static str> {
 //!
 //! // `GET /`: the page.
-//! let (content_type, body) = asset("/").expect("the index is embedded");
+//! let (content_type, body) = asset("/").ok_or("the index is not embedded")?;
 //! assert_eq!(content_type, "text/html; charset=utf-8");
 //! assert!(body.starts_with(b"<!doctype html>"));
 //!
 //! // `GET /assets/{path}`: the files the page loads.
-//! let (content_type, _script) = "/assets/app.js".strip_prefix(ASSETS_PREFIX).and_then(asset).expect("embedded");
+//! let script = "/assets/app.js".strip_prefix(ASSETS_PREFIX).and_then(asset);
+//! let (content_type, _script) = script.ok_or("app.js is not embedded")?;
 //! assert_eq!(content_type, "text/javascript; charset=utf-8");
 //! assert!(paths().any(|path| path == INDEX));
 //! assert!(asset("../Cargo.toml").is_none()); // nothing outside the embedded set
+//! # Ok(()) }
 //! ```
 //!
 //! The page starts a run, watches its steps live over SSE, lists the waiting runs, and per held call shows

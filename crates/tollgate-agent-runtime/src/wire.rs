@@ -23,6 +23,19 @@ pub fn run_status(status: RunStatus) -> wire::RunStatus {
     }
 }
 
+/// A wire run status as the runtime's (a filter a client asked for).
+pub fn run_status_from_wire(status: wire::RunStatus) -> RunStatus {
+    match status {
+        wire::RunStatus::Queued => RunStatus::Queued,
+        wire::RunStatus::Running => RunStatus::Running,
+        wire::RunStatus::WaitingForApproval => RunStatus::WaitingForApproval,
+        wire::RunStatus::Completed => RunStatus::Completed,
+        wire::RunStatus::Failed => RunStatus::Failed,
+        wire::RunStatus::Cancelled => RunStatus::Cancelled,
+        wire::RunStatus::Expired => RunStatus::Expired,
+    }
+}
+
 /// A termination reason on the wire.
 pub fn termination_reason(reason: TerminationReason) -> wire::TerminationReason {
     match reason {

@@ -94,6 +94,12 @@ pub struct StoreOptions {
     pub data_keys: Option<Arc<DataKeys>>,
 }
 
+/// The URL with its password (`user:PASSWORD@`, `password=` parameter, as written or percent-encoded)
+/// replaced by `***`, for messages about the store.
+pub fn redact_url(url: &str) -> String {
+    codec::Secrets::from_url(url).redact(url)
+}
+
 /// Opens the store a URL names: `sqlite://FILE` / `sqlite:///ABS/FILE` / `sqlite::memory:`, or
 /// `postgres://…` / `postgresql://…`, without encryption.
 pub async fn open(url: &str) -> Result<Arc<dyn RunStore>, StoreError> {

@@ -49,16 +49,7 @@ pub struct RunView {
 
 /// The status a command acts on (its exit code, when to stop following).
 fn status(status: tollgate_agent_protocol::RunStatus) -> RunStatus {
-    use tollgate_agent_protocol::RunStatus as Wire;
-    match status {
-        Wire::Queued => RunStatus::Queued,
-        Wire::Running => RunStatus::Running,
-        Wire::WaitingForApproval => RunStatus::WaitingForApproval,
-        Wire::Completed => RunStatus::Completed,
-        Wire::Failed => RunStatus::Failed,
-        Wire::Cancelled => RunStatus::Cancelled,
-        Wire::Expired => RunStatus::Expired,
-    }
+    tollgate_agent_runtime::wire::run_status_from_wire(status)
 }
 
 impl RunView {

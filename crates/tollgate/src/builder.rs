@@ -308,7 +308,7 @@ impl Builder {
         let options = tollgate_agent_store::StoreOptions { data_keys: self.data_keys };
         let store = tollgate_agent_store::open_with(&url, options)
             .await
-            .map_err(|error| BuildError::Store { url: redact_url(&url), error })?;
+            .map_err(|error| BuildError::Store { url: tollgate_agent_store::redact_url(&url), error })?;
         let catalog = agents.iter().flat_map(|a| a.tools.iter().cloned()).collect();
         let defaults = RuntimeOptions::default();
         let options = RuntimeOptions {
@@ -340,23 +340,9 @@ fn settings_from_env(prefix: &str) -> crate::providers::ProviderSettings {
     }
 }
 
-/// A store URL without its password, for errors.
-fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let credentials = &url[scheme_end + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use tollgate_agent_store::redact_url;
 
     #[test]
     fn a_store_url_loses_its_password_in_errors() {

@@ -6,7 +6,6 @@ use futures_util::stream::BoxStream;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tollgate_agent_core::RunStatus;
 use tollgate_agent_runtime::{ReadError, Runtime};
 
 /// How long the stream waits for a change announced in this process before it reads the store again:
@@ -72,6 +71,7 @@ impl EventStream {
             cursor: self.after,
             poll_interval: self.poll_interval,
             buffered: std::collections::VecDeque::new(),
+            ended: false,
             done: false,
         };
         Box::pin(futures_util::stream::unfold(state, |mut state| async move {
@@ -103,6 +103,9 @@ struct Follow {
     cursor: u64,
     poll_interval: Duration,
     buffered: std::collections::VecDeque<Event>,
+    /// The run was seen terminal: once the events read after that are delivered, the stream ends.
+    ended: bool,
+    /// A read failed: the stream has ended.
     done: bool,
 }
 
@@ -116,34 +119,42 @@ impl Follow {
             if self.done {
                 return None;
             }
-            // Read the run's state before its events: when it is terminal, the events read after it are
-            // all there will ever be.
-            let ended = match self.runtime.get(&self.run_id).await {
-                Ok(run) => is_terminal(run.status()),
-                Err(error) => {
-                    self.done = true;
-                    return Some(Err(error));
-                }
+            let page = match self.read_page().await {
+                Ok(page) => page,
+                Err(error) => return Some(Err(error)),
             };
-            match self.runtime.events(&self.run_id, self.cursor, PAGE).await {
-                Ok(page) => {
-                    let full = page.len() == PAGE as usize;
-                    self.buffered.extend(page.iter().map(tollgate_agent_runtime::wire::event));
-                    if !self.buffered.is_empty() {
-                        // A full page may have more behind it; otherwise, a terminal run is complete.
-                        self.done = ended && !full;
-                        continue;
-                    }
-                    if ended {
-                        return None;
-                    }
+            if !page.is_empty() {
+                self.buffered.extend(page);
+                continue;
+            }
+            // Nothing new. A run seen terminal never changes again: the empty read after it was the last.
+            if self.ended {
+                return None;
+            }
+            match self.runtime.get(&self.run_id).await {
+                Ok(run) if run.status().is_terminal() => {
+                    self.ended = true;
+                    continue;
                 }
+                Ok(_) => {}
                 Err(error) => {
                     self.done = true;
                     return Some(Err(error));
                 }
             }
             self.wait_for_change().await;
+        }
+    }
+
+    /// The next events after the cursor (and after those already buffered); an error ends the stream.
+    async fn read_page(&mut self) -> Result<Vec<Event>, ReadError> {
+        let after = self.buffered.back().map_or(self.cursor, |event| event.seq);
+        match self.runtime.events(&self.run_id, after, PAGE).await {
+            Ok(page) => Ok(page.iter().map(tollgate_agent_runtime::wire::event).collect()),
+            Err(error) => {
+                self.done = true;
+                Err(error)
+            }
         }
     }
 
@@ -166,8 +177,4 @@ impl Follow {
             }
         }
     }
-}
-
-fn is_terminal(status: RunStatus) -> bool {
-    !matches!(status, RunStatus::Queued | RunStatus::Running | RunStatus::WaitingForApproval)
 }

@@ -342,7 +342,7 @@ impl Tollgate {
         let page = self
             .runtime
             .list(tollgate_agent_core::RunQuery {
-                status: query.status.map(core_status),
+                status: query.status.map(tollgate_agent_runtime::wire::run_status_from_wire),
                 agent: query.agent,
                 limit: query.limit.clamp(1, 1000),
                 cursor: query.cursor,
@@ -529,29 +529,13 @@ impl<'a> IntoFuture for Decide<'a> {
             let id = self.decisions.run_id.clone();
             let set: DecisionSet = self.decisions.into_set();
             let run = if self.wait {
-                let loaded = runtime.get(&id).await.map_err(|e| match e {
-                    ReadError::NotFound(id) => DecideError::NotFound(id),
-                    ReadError::Store(error) => DecideError::Store(error),
-                })?;
+                let loaded = runtime.get(&id).await.map_err(DecideError::from)?;
                 runtime.decide_and_wait(&loaded, &digest, set, &self.actor).await?
             } else {
                 runtime.decide(&id, &digest, set, &self.actor).await?
             };
             Ok(tollgate_agent_runtime::wire::run(&run))
         })
-    }
-}
-
-fn core_status(status: RunStatus) -> tollgate_agent_core::RunStatus {
-    use tollgate_agent_core::RunStatus as Core;
-    match status {
-        RunStatus::Queued => Core::Queued,
-        RunStatus::Running => Core::Running,
-        RunStatus::WaitingForApproval => Core::WaitingForApproval,
-        RunStatus::Completed => Core::Completed,
-        RunStatus::Failed => Core::Failed,
-        RunStatus::Cancelled => Core::Cancelled,
-        RunStatus::Expired => Core::Expired,
     }
 }
 
