@@ -184,6 +184,10 @@ impl App {
             redactor: redactor(&config),
             ..RuntimeOptions::default()
         };
+        let options = match config.runtime.workers {
+            Some(workers) => RuntimeOptions { workers: usize::try_from(workers).unwrap_or(usize::MAX), ..options },
+            None => options,
+        };
         let runtime = Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
         Ok(App { config, runtime, workspace, mcp })
     }

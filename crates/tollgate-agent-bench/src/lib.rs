@@ -60,6 +60,9 @@ use tollgate_agent_runtime::{
     AgentSpec, DecisionSet, OnExpiry, PrivacyLevel, Runtime, RuntimeOptions, StartRun, UuidV7Ids,
 };
 
+/// The worker pool of the benchmarks' runtimes: more than any workload keeps in flight.
+const BENCH_WORKERS: usize = 1024;
+
 /// One measured phase.
 #[derive(Clone, Debug, Serialize)]
 pub struct PhaseReport {
@@ -345,7 +348,9 @@ fn approval_runtime(store: Arc<dyn RunStore>, notes: Arc<Mutex<Vec<String>>>) ->
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
     };
-    let options = RuntimeOptions { privacy: privacy_from_env()?, ..RuntimeOptions::default() };
+    // Workers enough for every run in flight (workload D fills with 256): the workloads measure the
+    // store and the loop, not the pool's back-pressure.
+    let options = RuntimeOptions { privacy: privacy_from_env()?, workers: BENCH_WORKERS, ..RuntimeOptions::default() };
     Ok(Runtime::new(store, vec![spec], Arc::new(SystemClock), Arc::new(UuidV7Ids), options))
 }
 

@@ -132,21 +132,22 @@ pub async fn approval_cycle_nodes(options: &NodesOptions, note: &dyn Fn(String))
     let (url, schema) = match &options.store {
         None => (format!("sqlite://{}", options.folder.join("bench.db").display()), None),
         Some(base) if postgres => {
-            let (url, schema) = fresh_schema(base, "tollgate_bench").await?;
-            (url, Some((schema, base.clone())))
+            let schema = fresh_schema(base, "tollgate_bench").await?;
+            (schema.url(), Some(schema))
         }
         Some(url) => (url.clone(), None),
     };
     let outcome = on_nodes(options, &url, note).await;
-    let Some((schema, base)) = schema else { return outcome };
+    let Some(schema) = schema else { return outcome };
+    let name = schema.name().to_owned();
     match outcome {
         Ok(report) => {
-            if let Err(e) = drop_schema(&base, &schema).await {
-                note(format!("cannot drop the PostgreSQL schema {schema}: {e}"));
+            if let Err(e) = drop_schema(schema).await {
+                note(format!("cannot drop the PostgreSQL schema {name}: {e}"));
             }
             Ok(report)
         }
-        Err(e) => Err(BenchError(format!("{e} (the PostgreSQL schema {schema} is kept)"))),
+        Err(e) => Err(BenchError(format!("{e} (the PostgreSQL schema {name} is kept)"))),
     }
 }
 

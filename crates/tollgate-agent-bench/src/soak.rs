@@ -65,6 +65,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tollgate_agent_core::{EventKind, RunQuery, RunStatus, verify_chain};
+use tollgate_agent_store::ScratchSchema;
 
 /// The child's `[server] lease`: short, so runs of a killed process are taken over during the soak.
 pub const LEASE: Duration = Duration::from_secs(2);
@@ -313,19 +314,20 @@ pub async fn soak(options: &SoakOptions, note: &dyn Fn(String)) -> Result<SoakRe
     }
     let (url, schema) = prepare_store(options).await?;
     let outcome = soak_on(options, &url, note).await;
-    let Some((schema, base)) = schema else { return outcome };
+    let Some(schema) = schema else { return outcome };
+    let name = schema.name().to_owned();
     match outcome {
         Ok(mut report) if report.failures().is_empty() => {
-            if let Err(e) = drop_schema(&base, &schema).await {
-                report.problems.push(format!("cannot drop the schema {schema}: {e}"));
+            if let Err(e) = drop_schema(schema).await {
+                report.problems.push(format!("cannot drop the schema {name}: {e}"));
             }
             Ok(report)
         }
         Ok(mut report) => {
-            report.kept_schema = Some(schema);
+            report.kept_schema = Some(name);
             Ok(report)
         }
-        Err(e) => Err(BenchError(format!("{e} (the PostgreSQL schema {schema} is kept)"))),
+        Err(e) => Err(BenchError(format!("{e} (the PostgreSQL schema {name} is kept)"))),
     }
 }
 
@@ -442,13 +444,13 @@ async fn load(
     Ok(())
 }
 
-/// The store's URL, and for PostgreSQL the fresh schema and the URL it was created through.
-async fn prepare_store(options: &SoakOptions) -> Result<(String, Option<(String, String)>), BenchError> {
+/// The store's URL, and for PostgreSQL the fresh schema it is in.
+async fn prepare_store(options: &SoakOptions) -> Result<(String, Option<ScratchSchema>), BenchError> {
     match &options.store {
         None => Ok((format!("sqlite://{}", options.folder.join("soak.db").display()), None)),
         Some(base) if is_postgres(base) => {
-            let (url, schema) = fresh_schema(base, "tollgate_soak").await?;
-            Ok((url, Some((schema, base.clone()))))
+            let schema = fresh_schema(base, "tollgate_soak").await?;
+            Ok((schema.url(), Some(schema)))
         }
         Some(url) => Ok((url.clone(), None)),
     }
@@ -459,27 +461,15 @@ pub(crate) fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-/// Creates a fresh schema `PREFIX_PID_NANOS` in the PostgreSQL database at `base`; answers the URL of a
-/// store in it (through `options[search_path]`) and the schema's name.
-pub(crate) async fn fresh_schema(base: &str, prefix: &str) -> Result<(String, String), BenchError> {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let schema = format!("{prefix}_{}_{nanos}", std::process::id());
-    postgres_admin(base, &format!("CREATE SCHEMA {schema}")).await?;
-    let separator = if base.contains('?') { '&' } else { '?' };
-    Ok((format!("{base}{separator}options[search_path]={schema}"), schema))
+/// Creates a fresh schema `PREFIX_…` in the PostgreSQL database at `base` (only the server's message
+/// on failure: the URL may hold a password).
+pub(crate) async fn fresh_schema(base: &str, prefix: &str) -> Result<ScratchSchema, BenchError> {
+    ScratchSchema::create(base, prefix).await.map_err(|e| BenchError(format!("PostgreSQL at --store: {e}")))
 }
 
-pub(crate) async fn drop_schema(base: &str, schema: &str) -> Result<(), BenchError> {
-    postgres_admin(base, &format!("DROP SCHEMA {schema} CASCADE")).await
-}
-
-async fn postgres_admin(base: &str, statement: &str) -> Result<(), BenchError> {
-    use sqlx::{Connection, Executor};
-    // Only sqlx's message: the URL may hold a password.
-    let failed = |e: sqlx::Error| BenchError(format!("PostgreSQL at --store: {e}"));
-    let mut admin = sqlx::PgConnection::connect(base).await.map_err(failed)?;
-    admin.execute(sqlx::AssertSqlSafe(statement.to_owned())).await.map_err(failed)?;
-    admin.close().await.map_err(failed)
+/// Drops a schema made by [`fresh_schema`].
+pub(crate) async fn drop_schema(schema: ScratchSchema) -> Result<(), BenchError> {
+    schema.drop_all().await.map_err(|e| BenchError(format!("PostgreSQL at --store: {e}")))
 }
 
 pub(crate) fn free_port() -> Result<u16, BenchError> {

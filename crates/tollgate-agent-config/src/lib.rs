@@ -65,6 +65,7 @@
 //! | `workspace.root` | `TOLLGATE_WORKSPACE_ROOT` |
 //! | `sandbox.mode` | `TOLLGATE_SANDBOX_MODE` |
 //! | `privacy.level` | `TOLLGATE_PRIVACY_LEVEL` |
+//! | `runtime.workers` | `TOLLGATE_RUNTIME_WORKERS` |
 //!
 //! A variable set to the empty string counts as unset. An override's value is taken literally (no `env:`),
 //! is checked like the key it replaces (errors name the variable), and a relative path in it resolves
@@ -123,8 +124,8 @@ pub use load::{ConfigFile, ConfigLoader, FoundBy, load};
 pub use model::{
     AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, HttpProviderConfig, McpCommand,
     McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind,
-    RetentionConfig, Role, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, StoreBackend, StoreConfig,
-    TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+    RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig,
+    StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
 };
 pub use secret::Secret;
 

@@ -40,6 +40,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// `[privacy]`.
     pub privacy: PrivacyConfig,
+    /// `[runtime]`.
+    pub runtime: RuntimeConfig,
 }
 
 impl Config {
@@ -202,6 +204,14 @@ pub enum SandboxMode {
     Required,
     /// `off`: commands run unconfined (still in their own process group, with a scrubbed environment).
     Off,
+}
+
+/// `[runtime]`: how this process drives runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RuntimeConfig {
+    /// `workers`: how many runs this process drives at once; `None` (unset) means the runtime's default
+    /// for the machine's cores (32 per core).
+    pub workers: Option<u64>,
 }
 
 /// `[privacy]`: what the event log keeps of prompts, arguments and results, and encryption at rest.

@@ -16,8 +16,8 @@ use crate::duration::EXPECTED_DURATION;
 use crate::model::{
     AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, HttpProviderConfig, McpCommand,
     McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind,
-    RetentionConfig, Role, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, StoreBackend, StoreConfig,
-    TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+    RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig,
+    StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
 };
 use crate::{ConfigError, EnvVars, Glob, Secret, defaults, parse_addr, parse_duration};
 
@@ -35,6 +35,7 @@ const TOP_KEYS: &[&str] = &[
     "webhooks",
     "sandbox",
     "privacy",
+    "runtime",
 ];
 const PROVIDER_KEYS: &[&str] = &["name", "kind", "model", "base_url", "api_key", "timeout", "max_retries", "script"];
 const MCP_SERVER_KEYS: &[&str] = &["name", "command", "args", "env", "inherit_env", "call_timeout", "start_timeout"];
@@ -171,6 +172,7 @@ impl Parser<'_> {
         let webhooks = self.webhooks(&root)?;
         let sandbox = self.sandbox(section("sandbox")?.as_ref())?;
         let privacy = self.privacy(section("privacy")?.as_ref())?;
+        let runtime = self.runtime(section("runtime")?.as_ref())?;
         Ok(Config {
             source,
             base_dir: self.base_dir.to_path_buf(),
@@ -185,7 +187,19 @@ impl Parser<'_> {
             webhooks,
             sandbox,
             privacy,
+            runtime,
         })
+    }
+
+    fn runtime(&self, section: Option<&Section<'_>>) -> Result<RuntimeConfig> {
+        if let Some(section) = section {
+            section.check_keys(&["workers"])?;
+        }
+        let workers = match self.scalar(section, "runtime", "workers") {
+            Some((value, at)) => Some(positive_integer(&value, &at)?),
+            None => None,
+        };
+        Ok(RuntimeConfig { workers })
     }
 
     fn sandbox(&self, section: Option<&Section<'_>>) -> Result<SandboxConfig> {

@@ -165,8 +165,13 @@ impl Lease {
 /// held turn, a finished run has neither (and its end).
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunState {
-    /// Created, not yet picked up.
-    Queued,
+    /// Waiting for a worker to pick it up: created and not started yet, or with every decision in and
+    /// not resumed yet, or given back by a node that shut down while it drove it.
+    Queued {
+        /// The held turn the run resumes from when a worker claims it (none for a run not started, or
+        /// given back before it ever held a turn).
+        resuming: Option<HeldTurn>,
+    },
     /// A process holds the lease and drives the loop.
     Running {
         /// Who drives it, until when.
@@ -209,7 +214,7 @@ impl RunState {
     /// The status this state is in.
     pub fn status(&self) -> RunStatus {
         match self {
-            RunState::Queued => RunStatus::Queued,
+            RunState::Queued { .. } => RunStatus::Queued,
             RunState::Running { .. } => RunStatus::Running,
             RunState::Waiting(_) => RunStatus::WaitingForApproval,
             RunState::Completed { .. } => RunStatus::Completed,
@@ -280,7 +285,7 @@ impl RunRecord {
             last_hash: GENESIS_HASH.to_owned(),
             state: match lease {
                 Some(lease) => RunState::Running { lease, resuming: None },
-                None => RunState::Queued,
+                None => RunState::Queued { resuming: None },
             },
         }
     }
@@ -301,10 +306,12 @@ impl RunRecord {
         self.state.status()
     }
 
-    /// The held turn: while waiting, and while running a resume of it.
+    /// The held turn: while waiting, while queued to resume it, and while running a resume of it.
     pub fn held_turn(&self) -> Option<&HeldTurn> {
         match &self.state {
-            RunState::Waiting(held) | RunState::Running { resuming: Some(held), .. } => Some(held),
+            RunState::Waiting(held)
+            | RunState::Queued { resuming: Some(held) }
+            | RunState::Running { resuming: Some(held), .. } => Some(held),
             _ => None,
         }
     }
@@ -340,7 +347,7 @@ impl RunRecord {
             RunState::Failed { .. } => Some(TerminationReason::Error),
             RunState::Cancelled { .. } => Some(TerminationReason::Cancelled),
             RunState::Expired { .. } => Some(TerminationReason::Expired),
-            RunState::Queued | RunState::Running { .. } | RunState::Waiting(_) => None,
+            RunState::Queued { .. } | RunState::Running { .. } | RunState::Waiting(_) => None,
         }
     }
 
@@ -351,7 +358,7 @@ impl RunRecord {
             | RunState::Failed { finished_at, .. }
             | RunState::Cancelled { finished_at }
             | RunState::Expired { finished_at } => Some(*finished_at),
-            RunState::Queued | RunState::Running { .. } | RunState::Waiting(_) => None,
+            RunState::Queued { .. } | RunState::Running { .. } | RunState::Waiting(_) => None,
         }
     }
 
@@ -367,8 +374,11 @@ impl RunRecord {
         next.version += 1;
         next.updated_at = now;
         next.state = match (&self.state, transition) {
-            (RunState::Queued, Transition::Claim { lease }) => {
-                RunState::Running { lease: lease.clone(), resuming: None }
+            (RunState::Queued { resuming }, Transition::Claim { lease }) => {
+                RunState::Running { lease: lease.clone(), resuming: resuming.clone() }
+            }
+            (RunState::Running { resuming, .. }, Transition::Release) => {
+                RunState::Queued { resuming: resuming.clone() }
             }
             (RunState::Waiting(held), Transition::Claim { lease }) if held.complete_for_resume() => {
                 RunState::Running { lease: lease.clone(), resuming: Some(held.clone()) }
@@ -400,6 +410,7 @@ impl RunRecord {
                         RunState::Running { lease: lease.clone(), resuming: Some(held) }
                     }
                     Some(_) => return Err(refuse()),
+                    None if held.complete_for_resume() => RunState::Queued { resuming: Some(held) },
                     None => RunState::Waiting(held),
                 }
             }
@@ -427,8 +438,9 @@ impl HeldTurn {
 /// A change to a run. Which statuses each may follow is decided by [`RunRecord::apply`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Transition {
-    /// queued → running; waiting (every decision in) → running; running → running (takeover, once the
-    /// lease has expired). Takes the lease.
+    /// queued → running (a worker picks the run up, and resumes its held turn if it has one); waiting
+    /// (every decision in) → running; running → running (takeover, once the lease has expired). Takes
+    /// the lease.
     Claim {
         /// The new lease.
         lease: Lease,
@@ -442,9 +454,10 @@ pub enum Transition {
         /// Tokens so far.
         usage: Usage,
     },
-    /// waiting → waiting, recording decisions for calls not yet decided; with `resume`, the decisions
+    /// waiting → waiting, recording decisions for calls not yet decided. With `resume`, the decisions
     /// must complete the set and the run goes on to running under that lease in the same transaction
-    /// (so exactly one request — the one that completed the set — resumes it).
+    /// (so exactly one request — the one that completed the set — resumes it); without, decisions that
+    /// complete the set queue the run for a worker (queued, its held turn kept), which resumes it.
     Decide {
         /// The new decisions, by call id.
         decisions: Vec<(String, RecordedDecision)>,
@@ -462,6 +475,10 @@ pub enum Transition {
         /// Tokens.
         usage: Usage,
     },
+    /// running → queued, keeping the held turn it resumes: the lease's holder gives the run back (a node
+    /// shutting down), so that a worker of any node claims it at once instead of waiting for the lease
+    /// to expire.
+    Release,
     /// any non-terminal → failed.
     Fail {
         /// Why.
@@ -484,6 +501,7 @@ impl Transition {
             Transition::Fail { .. } => "fail",
             Transition::Cancel => "cancel",
             Transition::Expire => "expire",
+            Transition::Release => "release",
         }
     }
 }

@@ -13,7 +13,7 @@
 
 use crate::BoxFuture;
 use crate::event::{NewEvent, StoredEvent};
-use crate::run::{Millis, RunRecord, RunStatus, Transition, TransitionError, rfc3339};
+use crate::run::{Lease, Millis, RunRecord, RunStatus, Transition, TransitionError, rfc3339};
 use futures_util::stream::BoxStream;
 
 /// What a transition or append checks before it writes.
@@ -240,8 +240,23 @@ pub enum StoreChange {
         last_seq: u64,
     },
     /// Changes may have been missed (the store's listening connection was lost and is back, or this
-    /// reader fell behind): whoever follows a run reads it again.
+    /// reader fell behind): whoever follows a run reads it again. From the first `Resync` on, until a
+    /// [`StoreChange::Lost`], every other process's commit is announced.
     Resync,
+    /// The store stopped hearing other processes' commits (its listening connection was lost): until
+    /// the next [`StoreChange::Resync`] nothing is announced, and whoever follows a run reads it again
+    /// now and then polls.
+    Lost,
+}
+
+/// A queued run a worker has claimed ([`RunStore::claim_queued`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Claimed {
+    /// The run as claimed: running under the worker's lease.
+    pub run: RunRecord,
+    /// When it was queued (its last change before the claim): the claim latency is the claim's time
+    /// minus this.
+    pub queued_at: Millis,
 }
 
 /// Runs, their transitions and their event logs.
@@ -279,6 +294,20 @@ pub trait RunStore: Send + Sync {
         events: Vec<NewEvent>,
         lease_until: Millis,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    /// Claims the oldest queued run of one of `agents` (the smallest id: runs are served in the order
+    /// they were created, so a run given back or queued to resume goes before newer ones) for a worker:
+    /// applies [`Transition::Claim`] with `lease` and answers the run as claimed, or `None` when no such
+    /// run is queued. A node claims only runs of agents it has, so a node deployed without an agent
+    /// leaves its runs to the nodes that have it. Several nodes claim at once without waiting on each
+    /// other and without claiming the same run twice (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: its
+    /// one writer).
+    fn claim_queued<'a>(
+        &'a self,
+        agents: &'a [String],
+        lease: Lease,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<Option<Claimed>, StoreError>>;
 
     /// How many runs have each status (statuses without runs are left out).
     fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>>;
@@ -323,6 +352,14 @@ pub trait RunStore: Send + Sync {
     /// them. Each call is a subscription of its own; dropping the stream ends it.
     fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {
         None
+    }
+
+    /// Whether every commit another process makes to this store's database is announced through
+    /// [`RunStore::changes`] now: true from the listener's [`StoreChange::Resync`] until its
+    /// [`StoreChange::Lost`], so followers may wait on announcements alone; false (the default) for a
+    /// store that announces nothing.
+    fn announces_changes(&self) -> bool {
+        false
     }
 }
 

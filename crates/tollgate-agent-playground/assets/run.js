@@ -132,12 +132,21 @@ class RunPage {
   }
 
   goLive() {
+    let opened = false;
     this.stop = follow(this.id, this.lastSeq, {
       onEvent: (event) => {
         if (this.addEvent(event)) this.scheduleRefresh(TERMINAL.has(event.kind) ? 0 : 120);
       },
       onState: (state) => {
         this.setLive(state);
+        // The first load read the run and its events at once, so the run may be older than the events
+        // (a queued run claimed and driven to the gate between the two reads): the stream then brings
+        // nothing new, and the held calls would never show. Once the stream is open, read the run again:
+        // that read comes after the events', so it shows at least what they say.
+        if (state === 'live' && !opened) {
+          opened = true;
+          this.scheduleRefresh(0);
+        }
         // The stream is over (the run ended, maybe before it opened): show the run as it ended.
         if (state === 'ended') this.scheduleRefresh(0);
       },

@@ -199,6 +199,34 @@ describe('the playground', () => {
     await page.waitForFunction((id) => !document.querySelector(`#runs-body tr[data-run-id="${id}"]`), runId);
   });
 
+  test('a run read before its events (claimed and driven to the gate between the two reads) still shows its held calls', async (t) => {
+    const page = await open(t);
+    // A run that waits at the gate, started through the API.
+    const started = await fetch(new URL('v1/runs', BASE_URL), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ input: 'read out of order', agent: 'scribe', wait: true }),
+    });
+    assert.equal(started.status, 201);
+    const run = await started.json();
+    assert.equal(run.status, 'waiting_for_approval');
+
+    // The page's first read of the run answers as the run stood before it was claimed (queued, nothing
+    // held), while its read of the events sees the turn held: the stream then has nothing newer to say.
+    let stale = true;
+    await page.route(`**/v1/runs/${run.id}`, async (route) => {
+      if (!stale || route.request().method() !== 'GET') return route.continue();
+      stale = false;
+      const response = await route.fetch();
+      const body = { ...(await response.json()), status: 'queued', pending: null, version: 1 };
+      await route.fulfill({ response, json: body });
+    });
+    await page.goto(`${BASE_URL}#/runs/${run.id}`);
+    await page.locator('#held article.call').nth(1).waitFor();
+    assert.equal(await page.locator('.run-head .badge').textContent(), 'waiting for approval');
+    assert.equal(stale, false, 'the stale answer was served');
+  });
+
   test('with auth on: a 401 asks for the token, and the run is followed live with it', { skip: !process.env.AUTH_BASE_URL }, async (t) => {
     const page = await open(t);
     await page.goto(process.env.AUTH_BASE_URL);

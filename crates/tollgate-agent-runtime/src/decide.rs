@@ -8,8 +8,9 @@
 //! - a decision names a held call that takes one (asks, or is in doubt; `HeldCall::takes_decision`), and no
 //!   call is decided twice; a call that already ran before a crash is refused as such, and `approve_all` /
 //!   `deny_all` pass over it as they pass over every call that takes no decision;
-//! - the request whose decisions complete the set claims the resume in the same transition, so a run
-//!   resumes exactly once however many people decide at the same moment.
+//! - the request whose decisions complete the set claims the resume in the same transition (or, with no
+//!   worker free, queues the run for one, which claims it), so a run resumes exactly once however many
+//!   people decide at the same moment.
 //!
 //! Checking edited arguments against the live tool is the agent loop's (`AgentLoop::check_decision`,
 //! asynchronous); the runtime does it on the planned decisions before it commits them.
@@ -47,12 +48,13 @@ pub struct DecisionPlan {
     /// the live tool before the commit).
     pub decided: Vec<(String, Decision)>,
     /// The transition to commit on the run's version as read: `Transition::Decide`, with the resume's
-    /// lease when the set is complete.
+    /// lease when the set is complete and a worker is free here (complete without one: the run is
+    /// queued).
     pub transition: Transition,
     /// Its events: one `decision` per call, then `run_resumed` (and the first decided call's
     /// `tool_started`) when it resumes.
     pub events: Vec<NewEvent>,
-    /// The resume this request claims, when its decisions complete the set.
+    /// The resume this request claims, when its decisions complete the set and a lease was given.
     pub resume: Option<PlannedResume>,
 }
 
@@ -104,7 +106,8 @@ pub fn admit<'r>(
 }
 
 /// Plans what `request` does to `run`, whose held turn is `held` (parsed from the run's stored
-/// suspension), at `now`. `resume_lease` is the lease a completing request claims; `first_decided`
+/// suspension), at `now`. `resume_lease` is the lease a completing request claims (none: it queues
+/// the run for a worker instead); `first_decided`
 /// names the call a resume with these decisions runs first when a person decided it
 /// (`AgentLoop::first_decided_call`).
 pub fn plan_decision(
@@ -113,7 +116,7 @@ pub fn plan_decision(
     request: &DecisionRequest<'_>,
     rules: DeciderRules,
     now: Millis,
-    resume_lease: Lease,
+    resume_lease: Option<Lease>,
     first_decided: impl FnOnce(&Suspension, &Decisions) -> Option<StartingCall>,
 ) -> Result<DecisionPlan, DecideError> {
     check_request(request.set)?;
@@ -147,8 +150,10 @@ pub fn plan_decision(
     let mut events: Vec<NewEvent> = recorded.iter().map(|(id, d)| events::decision(now, held.round, id, d)).collect();
     let completes =
         pending.required.iter().all(|c| pending.decisions.contains_key(c) || recorded.iter().any(|(id, _)| id == c));
-    let resume = if completes {
+    if completes {
         events.push(events::run_resumed(now, held.round, request.actor));
+    }
+    let resume = if completes && resume_lease.is_some() {
         let all: Decisions = pending
             .decisions
             .iter()
@@ -173,7 +178,7 @@ pub fn plan_decision(
     } else {
         None
     };
-    let transition = Transition::Decide { decisions: recorded, resume: completes.then_some(resume_lease) };
+    let transition = Transition::Decide { decisions: recorded, resume: resume_lease.filter(|_| completes) };
     Ok(DecisionPlan { decided, transition, events, resume })
 }
 
@@ -238,7 +243,7 @@ mod tests {
 
     fn plan(run: &RunRecord, set: DecisionSet, actor: &str, rules: DeciderRules) -> Result<DecisionPlan, DecideError> {
         let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor };
-        plan_decision(run, &held(), &request, rules, NOW, lease(), |_, _| None)
+        plan_decision(run, &held(), &request, rules, NOW, Some(lease()), |_, _| None)
     }
 
     fn each(list: &[(&str, Decision)]) -> DecisionSet {
@@ -254,7 +259,7 @@ mod tests {
         let set = DecisionSet::ApproveAll;
         let request = DecisionRequest { turn_digest: "sha256:old", set: &set, actor: "bob" };
         let refused =
-            plan_decision(&waiting(&[]), &held(), &request, DeciderRules::default(), NOW, lease(), |_, _| None);
+            plan_decision(&waiting(&[]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |_, _| None);
         assert!(matches!(refused, Err(DecideError::StaleDigest { current }) if current.as_str() == DIGEST));
     }
 
@@ -286,11 +291,18 @@ mod tests {
         };
         let set = each(&[("b", Decision::Deny { reason: "no".into() })]);
         let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "carol" };
-        let planned =
-            plan_decision(&waiting(&["a"]), &held(), &request, DeciderRules::default(), NOW, lease(), |_, all| {
+        let planned = plan_decision(
+            &waiting(&["a"]),
+            &held(),
+            &request,
+            DeciderRules::default(),
+            NOW,
+            Some(lease()),
+            |_, all| {
                 assert_eq!(all.len(), 2, "the resume sees every decision, the recorded one included");
                 Some(started.clone())
-            });
+            },
+        );
         let planned = planned.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(planned.resume, Some(PlannedResume { started: Some(started) }));
         assert_eq!(kinds(&planned), vec![EventKind::Decision, EventKind::RunResumed, EventKind::ToolStarted]);
@@ -352,7 +364,7 @@ mod tests {
         let set = each(&[("a", Decision::Approve)]);
         let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
         let settled =
-            plan_decision(&waiting(&[]), &finished, &request, DeciderRules::default(), NOW, lease(), |_, _| None);
+            plan_decision(&waiting(&[]), &finished, &request, DeciderRules::default(), NOW, Some(lease()), |_, _| None);
         assert!(
             matches!(&settled, Err(DecideError::Invalid(DecisionError::AlreadyRan { call_id })) if call_id == "a"),
             "{settled:?}"
@@ -379,7 +391,7 @@ mod tests {
         }
         let plan_on = |set: DecisionSet| {
             let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
-            plan_decision(&run, &recovered, &request, DeciderRules::default(), NOW, lease(), |_, _| None)
+            plan_decision(&run, &recovered, &request, DeciderRules::default(), NOW, Some(lease()), |_, _| None)
                 .unwrap_or_else(|e| panic!("{e}"))
         };
         let all = plan_on(DecisionSet::ApproveAll);
@@ -403,7 +415,7 @@ mod tests {
         );
         assert!(matches!(twice, Err(DecideError::DecidedTwice { call_id }) if call_id == "a"));
         let mut ended = waiting(&[]);
-        ended.state = RunState::Queued;
+        ended.state = RunState::Queued { resuming: None };
         let refused = plan(&ended, DecisionSet::ApproveAll, "bob", DeciderRules::default());
         assert!(matches!(refused, Err(DecideError::NotWaiting { status: RunStatus::Queued, .. })));
     }

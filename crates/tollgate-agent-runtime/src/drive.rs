@@ -10,6 +10,7 @@
 
 use crate::error::{DriveError, StartError};
 use crate::hooks::PersistHooks;
+use crate::workers::Slot;
 use crate::{AgentSpec, Inner, StartRun, events};
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
@@ -21,22 +22,25 @@ use tollgate_agent_core::{
 /// Where a drive left its run (or why it could not store it), for the one waiting on it.
 pub(crate) type Settled = tokio::sync::oneshot::Sender<Result<RunRecord, DriveError>>;
 
-/// A run this process is driving, from [`InFlight::enter`] until dropped: its lease is renewed, and
-/// [`Runtime::drain`](crate::Runtime::drain) waits for it.
+/// A run this process is driving, from [`InFlight::enter`] until dropped: its lease is renewed,
+/// [`Runtime::drain`](crate::Runtime::drain) waits for it, and it holds one worker of the pool.
 pub(crate) struct InFlight {
     inner: Arc<Inner>,
     id: String,
+    /// Given back first when dropped, so that a drain that returns finds the worker free.
+    slot: Option<Slot>,
 }
 
 impl InFlight {
-    pub(crate) fn enter(inner: &Arc<Inner>, id: &str) -> Self {
+    pub(crate) fn enter(inner: &Arc<Inner>, id: &str, slot: Slot) -> Self {
         inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned());
-        Self { inner: Arc::clone(inner), id: id.to_owned() }
+        Self { inner: Arc::clone(inner), id: id.to_owned(), slot: Some(slot) }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        drop(self.slot.take());
         let mut in_flight = self.inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
         in_flight.remove(&self.id);
         if in_flight.is_empty() {
@@ -86,9 +90,13 @@ pub(crate) fn suspend_transition(
 }
 
 impl Inner {
-    /// A new run of an agent (the default agent when `agent` is `None`), as created (`running` under
-    /// this process's lease), not stored yet.
-    pub(crate) fn new_run(&self, request: StartRun<'_>) -> Result<(RunRecord, Arc<AgentSpec>), StartError> {
+    /// A new run of an agent (the default agent when `agent` is `None`), as created — `running` under
+    /// this process's lease when `leased`, else `queued` — not stored yet.
+    pub(crate) fn new_run(
+        &self,
+        request: StartRun<'_>,
+        leased: bool,
+    ) -> Result<(RunRecord, Arc<AgentSpec>), StartError> {
         let StartRun { agent, input, actor, metadata } = request;
         if input.trim().is_empty() {
             return Err(StartError::EmptyInput);
@@ -105,7 +113,7 @@ impl Inner {
             input.to_owned(),
             actor.to_owned(),
             now,
-            Some(self.lease(now)),
+            leased.then(|| self.lease(now)),
         )
         .with_metadata(metadata);
         Ok((run, spec))
@@ -119,8 +127,9 @@ impl Inner {
         spec: Arc<AgentSpec>,
         work: Work,
         waiter: Option<Settled>,
+        slot: Slot,
     ) {
-        let driving = InFlight::enter(self, &run.id);
+        let driving = InFlight::enter(self, &run.id, slot);
         let inner = Arc::clone(self);
         tokio::spawn(async move {
             let result = inner.drive(run, spec, work).await;
@@ -183,6 +192,22 @@ impl Inner {
                     }
                 }
             }
+            // This process is shutting down: the run is given back, with what the segment did so far,
+            // for any node's worker to continue.
+            Err(LoopError::Hook(_)) if hooks.released() => {
+                let unborn = hooks.take_unborn();
+                return match self.commit_end(&run.id, unborn.as_ref(), Transition::Release, events, now).await {
+                    Ok(next) => {
+                        tracing::info!(run = %run.id, "gave the run back at shutdown");
+                        self.notify_change(&next, unborn.is_some());
+                        Err(DriveError::Released { id: run.id.clone() })
+                    }
+                    Err(error) => {
+                        tracing::warn!(run = %run.id, %error, "could not give the run back; its lease will expire and another process will take it over");
+                        Err(DriveError::Store(error))
+                    }
+                };
+            }
             Err(error) => {
                 let error = match &error {
                     LoopError::Model { source, .. } => {
@@ -198,7 +223,7 @@ impl Inner {
         let unborn = hooks.take_unborn();
         let error = match self.commit_end(&run.id, unborn.as_ref(), transition, events, now).await {
             Ok(next) => {
-                self.notify(&next);
+                self.notify_change(&next, unborn.is_some());
                 return Ok(next);
             }
             Err(StoreError::Conflict { id, conflict }) => {
@@ -214,7 +239,7 @@ impl Inner {
         let event = events::run_failed(now, hooks.round(), &failure);
         match self.commit_end(&run.id, unborn.as_ref(), Transition::Fail { error: failure }, vec![event], now).await {
             Ok(next) => {
-                self.notify(&next);
+                self.notify_change(&next, unborn.is_some());
                 Ok(next)
             }
             Err(e) => {

@@ -277,6 +277,13 @@ pub(crate) enum DriveError {
         /// What the store found.
         conflict: tollgate_agent_core::Conflict,
     },
+    /// This process is shutting down and gave the run back (queued for any node's worker), so the
+    /// waiter reads the stored run.
+    #[error("run {id} was given back at shutdown")]
+    Released {
+        /// The run.
+        id: String,
+    },
     /// Neither the end of the segment nor the run's failure could be stored.
     #[error(transparent)]
     Store(StoreError),

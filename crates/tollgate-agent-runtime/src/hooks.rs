@@ -24,6 +24,8 @@ struct State {
     started_with_claim: Option<StartingCall>,
     /// A run not in the store yet (as created), until its first durable write.
     unborn: Option<RunRecord>,
+    /// The segment stopped at a step boundary because this process is shutting down.
+    released: bool,
 }
 
 impl PersistHooks {
@@ -46,6 +48,11 @@ impl PersistHooks {
         std::mem::take(&mut self.lock().buffer)
     }
 
+    /// Whether the segment stopped because this process is shutting down (the run is to be given back).
+    pub(crate) fn released(&self) -> bool {
+        self.lock().released
+    }
+
     /// The last model call seen.
     pub(crate) fn round(&self) -> u32 {
         self.lock().round
@@ -65,7 +72,7 @@ impl PersistHooks {
             let all = std::iter::once(events::run_started(&run)).chain(events).collect();
             return match self.inner.store.create(created, all).await {
                 Ok(created) => {
-                    self.inner.notify(&created);
+                    self.inner.notify_created(&created);
                     Ok(())
                 }
                 Err(e) => {
@@ -94,6 +101,21 @@ impl LoopHooks for PersistHooks {
         let mut unborn = None;
         {
             let mut state = self.lock();
+            // Shutting down: stop at this step boundary, before the next model call or tool call (a
+            // call whose start was committed with the claim is under way already, and runs).
+            let boundary = match &event {
+                LoopEvent::ModelRequest { .. } => true,
+                LoopEvent::ToolStarted { call_id, .. } => {
+                    state.started_with_claim.as_ref().is_none_or(|c| c.call_id != *call_id)
+                }
+                LoopEvent::ModelResponse { .. } | LoopEvent::ToolFinished { .. } => false,
+            };
+            if boundary && (state.released || !self.inner.pool.accepting()) {
+                state.released = true;
+                return Box::pin(async {
+                    Err(HookError("this node is shutting down; the run is given back to the queue".to_owned()))
+                });
+            }
             match event {
                 LoopEvent::ModelRequest { round, messages, tools } => {
                     // The first model call of a segment rides with the segment's next durable write;

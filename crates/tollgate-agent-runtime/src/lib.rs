@@ -71,6 +71,7 @@
 
 pub use privacy::PrivacyLevel;
 use tollgate_agent_core::Redactor;
+mod changes;
 pub mod decide;
 mod drive;
 pub mod error;
@@ -81,11 +82,15 @@ pub mod privacy;
 mod recovery;
 pub mod view;
 pub mod wire;
+pub mod workers;
 
+pub use changes::{ChangeSet, Changed};
 pub use decide::{DeciderRules, DecisionPlan, DecisionRequest, plan_decision};
 pub use error::{CancelError, DecideError, ReadError, ResolveError, StartError};
 pub use maintenance::{Maintenance, Retention, Schedule};
+pub use workers::{WorkerStats, default_workers};
 
+use changes::ChangeSets;
 pub(crate) use drive::{Settled, Work, decisions_for, suspend_transition};
 use error::{DriveError, SweepError};
 use std::collections::HashSet;
@@ -96,6 +101,7 @@ use tollgate_agent_core::{
     AgentLoop, ChainBreak, Clock, Conflict, Decision, Guard, IdGen, Lease, Millis, RunPage, RunQuery, RunRecord,
     RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent, Transition, verify_chain,
 };
+use workers::Pool;
 
 /// What happens to a waiting run when its approval deadline passes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -168,6 +174,8 @@ pub struct RuntimeOptions {
     pub privacy: PrivacyLevel,
     /// Removes configured secrets from events, run errors and outputs before they are stored.
     pub redactor: Redactor,
+    /// How many runs this process drives at once (`[runtime] workers`; see [`workers`]).
+    pub workers: usize,
 }
 
 impl Default for RuntimeOptions {
@@ -178,6 +186,7 @@ impl Default for RuntimeOptions {
             catalog: Vec::new(),
             privacy: PrivacyLevel::Full,
             redactor: Redactor::default(),
+            workers: default_workers(std::thread::available_parallelism().map_or(1, usize::from)),
         }
     }
 }
@@ -207,8 +216,8 @@ pub enum Origin {
     /// Another node committed it; the store announced it (which run and where it stands, no data).
     Remote,
     /// Not one change: the store may have missed other nodes' changes (its listening connection was
-    /// lost and is back), so whoever follows a run reads it again. `run_id` is empty, `status` is
-    /// `running`, `last_seq` is 0.
+    /// lost, or is back), so whoever follows a run reads it again, and waits anew as
+    /// [`Runtime::recheck_after`] now says. `run_id` is empty, `status` is `running`, `last_seq` is 0.
     Resync,
 }
 
@@ -304,6 +313,9 @@ pub(crate) struct Inner {
     pub(crate) in_flight: Mutex<HashSet<String>>,
     pub(crate) idle: Notify,
     catalog: Vec<ToolInfo>,
+    pub(crate) pool: Pool,
+    /// The change sets open on this runtime ([`Runtime::changes`]).
+    changes: ChangeSets,
 }
 
 impl Runtime {
@@ -331,6 +343,8 @@ impl Runtime {
                 in_flight: Mutex::new(HashSet::new()),
                 idle: Notify::new(),
                 catalog: options.catalog,
+                pool: Pool::new(options.workers),
+                changes: ChangeSets::default(),
             }),
         }
     }
@@ -366,13 +380,85 @@ impl Runtime {
         self.inner.notices.subscribe()
     }
 
-    /// Starts a run and drives it in the background; returns it as created (`running`).
+    /// How long a follower of a run (a live-event stream, a waiter, the claim loop) may wait for
+    /// [notices](Self::subscribe) before it reads the store again: `None` while the store announces every
+    /// other process's commits (PostgreSQL with its listener listening), so notices alone wake it and
+    /// nothing polls; `fallback` otherwise — a store that announces nothing (SQLite, where another
+    /// process such as the `tollgate` CLI may commit to the same file), or a PostgreSQL listener that is
+    /// not listening yet or has lost its connection (a [`Origin::Resync`] notice is sent when this
+    /// changes either way, so followers read again and wait anew).
+    pub fn recheck_after(&self, fallback: Duration) -> Option<Duration> {
+        self.inner.announced_poll(fallback)
+    }
+
+    /// Waits until `woken` completes or, when [`recheck_after`](Self::recheck_after) says so, until
+    /// `fallback` passes.
+    pub async fn wait_or_recheck(&self, fallback: Duration, woken: impl Future<Output = ()>) {
+        match self.recheck_after(fallback) {
+            Some(limit) => {
+                let _ = tokio::time::timeout(limit, woken).await;
+            }
+            None => woken.await,
+        }
+    }
+
+    /// From now on, every run this process changes, for a consumer that must not miss one (see
+    /// [`ChangeSet`]): unlike [`subscribe`](Self::subscribe), nothing is lost to a reader that falls
+    /// behind. Other nodes' changes are not in it.
+    pub fn changes(&self) -> ChangeSet {
+        self.inner.changes.open()
+    }
+
+    /// How a follower of one run waits: until a notice on `notices` says run `id` moved past `seq` (or
+    /// says to resync, or the follower fell behind), or — while the store does not announce other
+    /// processes' commits — until `fallback` passes (see [`recheck_after`](Self::recheck_after)).
+    pub async fn wait_for_run(
+        &self,
+        notices: &mut broadcast::Receiver<RunNotice>,
+        id: &str,
+        seq: u64,
+        fallback: Duration,
+    ) {
+        let woken = async {
+            loop {
+                match notices.recv().await {
+                    Ok(notice) if notice.wakes(id, seq) => return,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    // No more notices: only the fallback ends the wait.
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                }
+            }
+        };
+        self.wait_or_recheck(fallback, woken).await;
+    }
+
+    /// Starts a run: driven in this process, in the background, when one of its workers is free
+    /// (answered as created, `running`), else queued for the first free worker of any node (answered
+    /// `queued`, see [`enqueue`](Self::enqueue)).
     pub async fn start(&self, request: StartRun<'_>) -> Result<RunRecord, StartError> {
-        let (run, spec) = self.inner.new_run(request)?;
+        let Some(slot) = self.inner.pool.try_slot() else {
+            return self.enqueue(request).await;
+        };
+        let (run, spec) = self.inner.new_run(request, true)?;
         let started = events::run_started(&run);
         let run = self.inner.store.create(run, vec![started]).await.map_err(StartError::Store)?;
-        self.inner.notify(&run);
-        self.inner.spawn_drive(run.clone(), spec, Work::Start, None);
+        self.inner.notify_created(&run);
+        self.inner.spawn_drive(run.clone(), spec, Work::Start, None, slot);
+        Ok(run)
+    }
+
+    /// Creates a run `queued` and answers it so: the first free worker of any node sharing the store
+    /// claims it ([`start_workers`](Self::start_workers), which this starts for this process if it
+    /// has not yet), oldest first.
+    pub async fn enqueue(&self, request: StartRun<'_>) -> Result<RunRecord, StartError> {
+        let (run, _) = self.inner.new_run(request, false)?;
+        let started = events::run_started(&run);
+        let run = self.inner.store.create(run, vec![started]).await.map_err(StartError::Store)?;
+        self.inner.notify_created(&run);
+        // A process that queues work claims it too (no-op once its claim loop runs).
+        self.start_workers();
+        self.inner.pool.queued();
         Ok(run)
     }
 
@@ -383,27 +469,39 @@ impl Runtime {
     /// before a second model call), one commit less. Should the process die before that, no run is left
     /// behind and the caller's request fails; nothing was promised to anyone.
     pub async fn start_and_wait(&self, request: StartRun<'_>) -> Result<RunRecord, StartError> {
-        let (run, spec) = self.inner.new_run(request)?;
+        let Some(slot) = self.inner.pool.try_slot() else {
+            // Every worker is busy (or this process is shutting down): queued, and followed in the store.
+            let run = self.enqueue(request).await?;
+            return self.wait_settled(&run.id).await.map_err(|error| match error {
+                ReadError::NotFound(id) => StartError::Vanished(id),
+                ReadError::Store(error) => StartError::Store(error),
+            });
+        };
+        let (run, spec) = self.inner.new_run(request, true)?;
         let id = run.id.clone();
         // Driven in a task of its own (so that many runs started at once from one task still run side by
         // side and commit together), which answers here.
         let (done, driven) = tokio::sync::oneshot::channel();
-        self.inner.spawn_drive(run, spec, Work::Create, Some(done));
+        self.inner.spawn_drive(run, spec, Work::Create, Some(done), slot);
         match driven.await {
             Ok(Ok(run)) => Ok(run),
             Ok(Err(DriveError::Store(error))) => Err(StartError::Store(error)),
-            // Stored, then changed hands (cancelled, or taken over): wait on the stored run.
-            Ok(Err(DriveError::ChangedHands { .. })) | Err(_) => match self.wait_settled(&id).await {
-                Ok(run) => Ok(run),
-                Err(ReadError::NotFound(id)) => Err(StartError::Vanished(id)),
-                Err(ReadError::Store(error)) => Err(StartError::Store(error)),
-            },
+            // Stored, then changed hands (cancelled, taken over, or given back at shutdown): wait on the
+            // stored run.
+            Ok(Err(DriveError::ChangedHands { .. } | DriveError::Released { .. })) | Err(_) => {
+                match self.wait_settled(&id).await {
+                    Ok(run) => Ok(run),
+                    Err(ReadError::NotFound(id)) => Err(StartError::Vanished(id)),
+                    Err(ReadError::Store(error)) => Err(StartError::Store(error)),
+                }
+            }
         }
     }
 
     /// Waits until a run waits for approval or has ended. A notice that carries a settled record newer
-    /// than the last state read answers without another read; any other settled notice, a lag, or a
-    /// quiet half second reads the run again (another process may drive it).
+    /// than the last state read answers without another read; any other settled notice, a lag, a
+    /// resync, or — while the store does not announce other processes' commits — a quiet half second
+    /// reads the run again (another process may drive it).
     pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, ReadError> {
         let mut notices = self.subscribe();
         let mut run = self.get(id).await?;
@@ -425,9 +523,11 @@ impl Runtime {
                     }
                 }
             };
-            run = match tokio::time::timeout(Duration::from_millis(500), wait).await {
-                Ok(Some(committed)) => Arc::unwrap_or_clone(committed),
-                _ => self.get(id).await?,
+            let mut woke = None;
+            self.wait_or_recheck(WAIT_RECHECK, async { woke = wait.await }).await;
+            run = match woke {
+                Some(committed) => Arc::unwrap_or_clone(committed),
+                None => self.get(id).await?,
             };
         }
     }
@@ -542,7 +642,7 @@ impl Runtime {
         let mut waiter = Some(done);
         let request = DecisionRequest { turn_digest, set: &set, actor };
         let decided = self.decide_from(Some(loaded), &loaded.id, &request, &mut waiter).await?;
-        if decided.status() != RunStatus::Running {
+        if !matches!(decided.status(), RunStatus::Running | RunStatus::Queued) {
             return Ok(decided);
         }
         if waiter.is_none() {
@@ -550,10 +650,11 @@ impl Runtime {
             match driven.await {
                 Ok(Ok(settled_run)) => return Ok(settled_run),
                 Ok(Err(DriveError::Store(error))) => return Err(DecideError::Store(error)),
-                Ok(Err(DriveError::ChangedHands { .. })) | Err(_) => {}
+                Ok(Err(DriveError::ChangedHands { .. } | DriveError::Released { .. })) | Err(_) => {}
             }
         }
-        // Resumed by another request, or the drive lost the run to another process: wait on the store.
+        // Resumed by another request, queued for a worker, or the drive lost the run to another process
+        // or gave it back: wait on the store.
         Ok(self.wait_settled(&loaded.id).await?)
     }
 
@@ -604,7 +705,11 @@ impl Runtime {
             }
         };
         let now = self.inner.clock.now();
-        let plan = decide::plan_decision(run, &suspension, request, rules, now, self.inner.lease(now), |s, all| {
+        // A free worker resumes the run in the same transaction as the decisions that complete its set;
+        // without one (all busy, or shutting down) those decisions queue it for any node's worker.
+        let slot = self.inner.pool.try_slot();
+        let lease = slot.as_ref().map(|_| self.inner.lease(now));
+        let plan = decide::plan_decision(run, &suspension, request, rules, now, lease, |s, all| {
             spec.agent_loop.first_decided_call(s, all)
         })?;
         for (call_id, decision) in &plan.decided {
@@ -631,14 +736,21 @@ impl Runtime {
             ) => return Err(DecideError::Store(error)),
         };
         self.inner.notify(&next);
-        if let Some(resume) = plan.resume {
+        if let (Some(resume), Some(slot)) = (plan.resume, slot)
+            && next.status() == RunStatus::Running
+        {
             let decisions = decisions_for(&suspension, next.held_turn());
             self.inner.spawn_drive(
                 next.clone(),
                 spec,
                 Work::Resume { suspension, decisions, started: resume.started },
                 waiter.take(),
+                slot,
             );
+        } else if next.status() == RunStatus::Queued {
+            // A process that queues work claims it too (no-op once its claim loop runs).
+            self.start_workers();
+            self.inner.pool.queued();
         }
         Ok(next)
     }
@@ -695,12 +807,20 @@ impl Runtime {
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.inner
     }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
+        Self { inner }
+    }
 }
 
 /// How often a decision or a cancellation reads the run again after another write committed first.
 const DECIDE_ATTEMPTS: usize = 8;
 /// The length of a run id (a hyphenated UUID).
 const RUN_ID_LEN: usize = 36;
+
+/// How long [`Runtime::wait_settled`] waits for a notice before it reads the run again, while the store
+/// does not announce other processes' commits.
+const WAIT_RECHECK: Duration = Duration::from_millis(500);
 
 fn settled(status: RunStatus) -> bool {
     status == RunStatus::WaitingForApproval || status.is_terminal()
@@ -720,7 +840,7 @@ fn forward_remote_changes(store: &dyn RunStore, notices: &broadcast::Sender<RunN
                 StoreChange::Run { id, status, last_seq, .. } => {
                     RunNotice { run_id: id, status, last_seq, run: None, origin: Origin::Remote }
                 }
-                StoreChange::Resync => RunNotice {
+                StoreChange::Resync | StoreChange::Lost => RunNotice {
                     run_id: String::new(),
                     status: RunStatus::Running,
                     last_seq: 0,
@@ -743,11 +863,28 @@ impl Inner {
         self.agents.iter().find(|a| a.name == name).cloned()
     }
 
+    /// `poll` while the store does not announce other processes' commits, else `None` (see
+    /// [`Runtime::recheck_after`]).
+    pub(crate) fn announced_poll(&self, poll: Duration) -> Option<Duration> {
+        if self.store.announces_changes() { None } else { Some(poll) }
+    }
+
     pub(crate) fn lease(&self, now: Millis) -> Lease {
         Lease { owner: self.node.clone(), expires_at: now + self.lease_ms }
     }
 
     pub(crate) fn notify(&self, run: &RunRecord) {
+        self.notify_change(run, false);
+    }
+
+    /// [`Inner::notify`] for the commit that created `run` (every event of it is new to a follower).
+    pub(crate) fn notify_created(&self, run: &RunRecord) {
+        self.notify_change(run, true);
+    }
+
+    /// The commit of `run`'s change, `created` when that commit created it.
+    pub(crate) fn notify_change(&self, run: &RunRecord, created: bool) {
+        self.changes.record(&run.id, Changed { last_seq: run.last_seq, status: run.status(), created });
         if self.notices.receiver_count() == 0 {
             return;
         }
@@ -761,6 +898,7 @@ impl Inner {
     }
 
     pub(crate) fn notify_seq(&self, run_id: &str, last_seq: u64) {
+        self.changes.record(run_id, Changed { last_seq, status: RunStatus::Running, created: false });
         let _ = self.notices.send(RunNotice {
             run_id: run_id.to_owned(),
             status: RunStatus::Running,

@@ -19,8 +19,8 @@ use futures_util::stream::BoxStream;
 use serde_json::{Map, Value};
 use tollgate_agent_core::redact::Redactor;
 use tollgate_agent_core::{
-    BoxFuture, EventKind, Guard, IntegrityCheck, Millis, NewEvent, RunPage, RunQuery, RunRecord, RunState, RunStatus,
-    RunStore, StoreChange, StoreError, StoredEvent, Transition,
+    BoxFuture, Claimed, EventKind, Guard, IntegrityCheck, Lease, Millis, NewEvent, RunPage, RunQuery, RunRecord,
+    RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent, Transition,
 };
 
 /// How much of the content of runs the event log keeps (`[privacy] level`).
@@ -186,6 +186,15 @@ impl RunStore for FilteredStore {
         self.inner.count_by_status()
     }
 
+    fn claim_queued<'a>(
+        &'a self,
+        agents: &'a [String],
+        lease: Lease,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<Option<Claimed>, StoreError>> {
+        self.inner.claim_queued(agents, lease, now)
+    }
+
     fn events<'a>(
         &'a self,
         id: &'a str,
@@ -218,6 +227,10 @@ impl RunStore for FilteredStore {
 
     fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {
         self.inner.changes()
+    }
+
+    fn announces_changes(&self) -> bool {
+        self.inner.announces_changes()
     }
 }
 

@@ -6,15 +6,19 @@
 //! Calls that finished keep their recorded result; allow-gated calls are safe to repeat and simply run.
 
 use crate::error::SweepError;
+use crate::workers::Slot;
 use crate::{Runtime, Work, decisions_for, events, suspend_transition, wire};
 use std::collections::{BTreeMap, HashSet};
 use tollgate_agent_core::{EventKind, Guard, RunRecord, StoredEvent, ToolResult, Transition};
 use tollgate_agent_protocol::{EventData, EventDataError};
 
+/// Takes over a running run whose lease expired, with one of this process's workers; without a free
+/// worker (or while shutting down) it is left for the next sweep or another node.
 pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), SweepError> {
     let inner = runtime.inner();
+    let Some(slot) = inner.pool.try_slot() else { return Ok(()) };
+    crate::spec_arc(inner, &run.agent)?;
     let now = inner.clock.now();
-    let spec = crate::spec_arc(inner, &run.agent)?;
     let claimed = inner
         .store
         .transition(
@@ -27,10 +31,30 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
         .await?;
     inner.notify(&claimed);
     tracing::info!(run = %run.id, "took over a run whose lease expired");
+    resume_claimed(runtime, claimed, slot).await
+}
 
+/// Drives a queued run this process's worker claimed (see [`crate::workers`]); failures are logged
+/// (the run stays as the failed step left it: queued runs are claimed again, a held lease expires).
+pub(crate) async fn continue_claimed(runtime: &Runtime, claimed: RunRecord, slot: Slot) {
+    let id = claimed.id.clone();
+    if let Err(error) = resume_claimed(runtime, claimed, slot).await {
+        tracing::warn!(run = %id, %error, "could not continue a claimed run");
+    }
+}
+
+/// Continues a run this process has just claimed (running under its lease): from its input when it
+/// never held a turn, else from its held turn with what the log says already ran — a call started and
+/// never finished puts the run back to waiting with that call in doubt.
+async fn resume_claimed(runtime: &Runtime, claimed: RunRecord, slot: Slot) -> Result<(), SweepError> {
+    let inner = runtime.inner();
+    let now = inner.clock.now();
+    let run = &claimed;
+    // Claims are of this node's agents only (`claim_queued`, and a takeover checks first).
+    let spec = crate::spec_arc(inner, &run.agent)?;
     let Some(pending) = claimed.held_turn().cloned() else {
         // Nothing was held yet: every call so far was allow-gated and safe to repeat. Start again.
-        inner.spawn_drive(claimed, spec, Work::Start, None);
+        inner.spawn_drive(claimed, spec, Work::Start, None, slot);
         return Ok(());
     };
     let mut suspension = match pending.suspension.parse() {
@@ -67,7 +91,7 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
     }
     if in_doubt.is_empty() {
         let decisions = decisions_for(&suspension, Some(&pending));
-        inner.spawn_drive(claimed, spec, Work::Resume { suspension, decisions, started: None }, None);
+        inner.spawn_drive(claimed, spec, Work::Resume { suspension, decisions, started: None }, None, slot);
         return Ok(());
     }
     // Keep the decisions of calls that never started; the in-doubt ones need a person again.

@@ -192,7 +192,7 @@ pub fn run(run: &RunRecord) -> wire::Run {
                 calls,
             })
         }
-        RunState::Queued
+        RunState::Queued { .. }
         | RunState::Running { .. }
         | RunState::Completed { .. }
         | RunState::Failed { .. }

@@ -26,7 +26,16 @@ async fn sqlite() -> Arc<dyn RunStore> {
 async fn stores() -> Vec<(&'static str, Arc<dyn RunStore>)> {
     let mut stores = vec![("sqlite", sqlite().await)];
     if let Some(url) = postgres_url() {
-        stores.push(("postgres", tollgate_agent_store::open(&url).await.unwrap_or_else(|e| panic!("{e}"))));
+        // Once per test process: the schemas of earlier runs of these tests (kept by the store
+        // handles the tests leave open) are dropped after a day.
+        tollgate_agent_store::ScratchSchema::sweep_once(&url, "tollgate_test_runtime", Duration::from_secs(86_400))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // A schema of its own: the worker pools of tests running side by side claim only their own runs.
+        let schema = tollgate_agent_store::ScratchSchema::create(&url, "tollgate_test_runtime")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        stores.push(("postgres", tollgate_agent_store::open(&schema.url()).await.unwrap_or_else(|e| panic!("{e}"))));
     }
     stores
 }
@@ -941,4 +950,152 @@ async fn the_maintenance_scheduler_runs_deadlines_and_retention_on_the_runtimes_
     }
     assert!(gone, "retention applied on the runtime's clock");
     maintenance.stop();
+}
+
+/// A runtime of `workers` workers whose claim loop runs, as `serve` starts it.
+fn pooled(setup: &Setup, store: Arc<dyn RunStore>, clock: &ManualClock, node: &str, workers: usize) -> Runtime {
+    let options =
+        RuntimeOptions { node_id: node.into(), lease: Duration::from_secs(30), workers, ..RuntimeOptions::default() };
+    let runtime = Runtime::new(store, vec![setup.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options);
+    runtime.start_workers();
+    runtime
+}
+
+fn slow(name: &str, gate: Gate) -> TestTool {
+    TestTool::new(name).gate(gate).behaviour(tollgate_agent_testkit::Behaviour::Sleep(Duration::from_millis(150)))
+}
+
+/// A pool of one: further runs and resumes are queued, not refused or dropped, and its worker drives
+/// every one of them in turn; each approved call runs once.
+#[tokio::test]
+async fn a_full_pool_queues_starts_and_resumes_and_drives_them_all() {
+    for (backend, store) in stores().await {
+        let script = json!({"turns": [
+            {"tool_calls": [{"name": "list", "arguments": {}}]},
+            {"tool_calls": [{"name": "write", "arguments": {"text": "{{input}}"}}]},
+            {"text": "done"}
+        ]});
+        let setup = Setup::new(script, vec![slow("list", Gate::Allow), slow("write", Gate::Ask)]);
+        let runtime = pooled(&setup, store, &ManualClock::at(T0), "node-a", 1);
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            let run =
+                runtime.start(StartRun::new(&format!("run {n}"), "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+            let expected = if n == 0 { RunStatus::Running } else { RunStatus::Queued };
+            assert_eq!(run.status(), expected, "{backend}: run {n} with one worker");
+            ids.push(run.id);
+        }
+        assert_eq!(runtime.workers().busy, 1, "{backend}");
+        let mut waiting = Vec::new();
+        for id in &ids {
+            let run = runtime.wait_settled(id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+            assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
+            waiting.push(run);
+        }
+        let stats = runtime.workers();
+        assert_eq!((stats.size, stats.claims), (1, 2), "{backend}: the two queued runs were claimed");
+        assert_eq!(stats.claim_latency_buckets.last().map(|(_, n)| *n), Some(2), "{backend}: {stats:?}");
+
+        runtime.drain().await;
+        let mut statuses = Vec::new();
+        for run in &waiting {
+            let decided = runtime
+                .decide(&run.id, &digest(run), DecisionSet::ApproveAll, "bob")
+                .await
+                .unwrap_or_else(|e| panic!("{backend}: {e}"));
+            statuses.push(decided.status());
+        }
+        // One resume at most takes the free worker at once: normally the first, but the claim loop may
+        // hold the worker for a look at the queue just as a decision arrives, which queues that one and
+        // lets the next take the worker. Every other resume finds it busy (the approved tool sleeps for
+        // 150 ms) and queues.
+        let running = statuses.iter().filter(|s| **s == RunStatus::Running).count();
+        assert!(running <= 1, "{backend}: {statuses:?}");
+        assert!(
+            statuses.iter().all(|s| matches!(s, RunStatus::Running | RunStatus::Queued)),
+            "{backend}: {statuses:?}"
+        );
+        let resumes_queued = statuses.iter().filter(|s| **s == RunStatus::Queued).count() as u64;
+        for id in &ids {
+            let done = runtime.wait_settled(id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+            assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+            assert!(runtime.verify(id).await.is_ok_and(|r| r.is_ok()), "{backend}");
+        }
+        assert_eq!(setup.tools[1].call_count(), 3, "{backend}: each approved write ran once");
+        assert_eq!(runtime.workers().claims, 2 + resumes_queued, "{backend}: queued starts and resumes were claimed");
+        runtime.stop_taking_work();
+        runtime.drain().await;
+    }
+}
+
+/// A node that stops taking work gives the run it drives back at the next step boundary (queued, its
+/// held turn and what ran kept, the lease dropped) and queues new work; another node's worker continues
+/// at once, and the approved call never runs twice.
+#[tokio::test]
+async fn stopping_gives_runs_back_and_another_node_continues_at_once() {
+    for (backend, store) in stores().await {
+        let script = json!({"turns": [
+            {"tool_calls": [{"name": "write", "arguments": {"text": "{{input}}"}}]},
+            {"tool_calls": [{"name": "list", "arguments": {}}]},
+            {"text": "done"}
+        ]});
+        let setup = Setup::new(script, vec![slow("list", Gate::Allow), slow("write", Gate::Ask)]);
+        let clock = ManualClock::at(T0);
+        let a = pooled(&setup, store.clone(), &clock, "node-a", 4);
+        let run = a.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
+        let decided =
+            a.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(decided.status(), RunStatus::Running, "{backend}: A resumes it (the write runs)");
+
+        a.stop_taking_work();
+        assert!(!a.workers().accepting, "{backend}");
+        let queued = a.start(StartRun::new("later", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(queued.status(), RunStatus::Queued, "{backend}: a stopping node queues new runs");
+        a.drain().await;
+        let given_back = a.get(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(given_back.status(), RunStatus::Queued, "{backend}: given back after the write");
+        assert!(given_back.lease().is_none() && given_back.held_turn().is_some(), "{backend}");
+        assert_eq!(setup.tools[1].call_count(), 1, "{backend}: the approved write ran on A");
+        assert!(event_kinds(&a, &run.id).await.contains(&EventKind::ToolFinished), "{backend}: its result is kept");
+
+        // The clock does not move: B continues without waiting for A's lease to expire.
+        let b = pooled(&setup, store, &clock, "node-b", 4);
+        let done = b.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        let later = b.wait_settled(&queued.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(later.status(), RunStatus::WaitingForApproval, "{backend}: B claimed the queued start");
+        assert_eq!(setup.tools[1].call_count(), 1, "{backend}: the first run's write never ran twice");
+        let writes = event_fields(&b, &run.id, &[EventKind::ToolStarted], &["tool"]).await;
+        assert_eq!(writes.iter().filter(|row| row[1] == "write").count(), 1, "{backend}: {writes:?}");
+        assert!(b.verify(&run.id).await.is_ok_and(|r| r.is_ok()), "{backend}");
+        b.drain().await;
+    }
+}
+
+/// Followers poll only where the store cannot announce other processes' commits: always on SQLite
+/// (another process may commit to the same file), on PostgreSQL only until its listener listens.
+#[tokio::test]
+async fn followers_poll_only_while_the_store_does_not_announce_other_processes_commits() {
+    let second = Duration::from_secs(1);
+    for (backend, store) in stores().await {
+        let setup = Setup::new(one_write(), vec![write_tool()]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        if backend == "sqlite" {
+            assert_eq!(runtime.recheck_after(second), Some(second), "{backend}");
+            continue;
+        }
+        let started = std::time::Instant::now();
+        while runtime.recheck_after(second).is_some() {
+            assert!(started.elapsed() < Duration::from_secs(10), "{backend}: the listener never listened");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Listening: a run started here is still followed to the gate without any poll.
+        let run = runtime.start(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let waiting = tokio::time::timeout(Duration::from_secs(10), runtime.wait_settled(&run.id))
+            .await
+            .unwrap_or_else(|_| panic!("{backend}: wait_settled never woke"))
+            .unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(waiting.status(), RunStatus::WaitingForApproval, "{backend}");
+    }
 }

@@ -1,12 +1,14 @@
-//! The event feed: follows the runtime's notices, reads the events each change committed, and hands
-//! them to the metrics and the webhook dispatcher. Only this process's own commits
-//! ([`Origin::Local`]): each event's webhooks are delivered, and its metrics counted, by the node that
-//! committed it, so nodes sharing a PostgreSQL database never deliver one event once per node. It never writes and never blocks a run: notices are
-//! a broadcast, and a feed that falls behind loses notices (logged), not runs.
+//! The event feed: follows the runs this process changes ([`Runtime::changes`]), reads the events each
+//! change committed, and hands them to the metrics and the webhook dispatcher. Only this process's own
+//! commits: each event's webhooks are delivered, and its metrics counted, by the node that committed
+//! it, so nodes sharing a PostgreSQL database never deliver one event once per node. It never writes
+//! and never blocks a run; a feed that falls behind loses nothing: the change set holds one entry per
+//! run changed since the feed last looked, and the feed reads each such run's events from its cursor.
 //!
 //! Per run it remembers the last seq it handed on, so each event goes out once. Memory is bounded:
-//! past [`MAX_TRACKED`] runs, the waiting ones are forgotten first. For a run it does not know (decided
-//! here but started by another process or before a restart, or forgotten), it starts after the run's
+//! past [`MAX_TRACKED`] runs, the waiting ones are forgotten first. A run this process created it reads
+//! from its first event. For a run it does not know (decided here but started by another process or
+//! before a restart, or forgotten), it starts after the run's
 //! last `approval_requested` event, which may hand on a decision a second time: webhooks are at least
 //! once.
 
@@ -15,12 +17,11 @@ use crate::webhooks::Webhooks;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_agent_core::{EventKind, RunStatus, StoredEvent};
 use tollgate_agent_protocol::event_data as data;
-use tollgate_agent_runtime::{Origin, RunNotice, Runtime};
+use tollgate_agent_runtime::{Changed, Runtime};
 
 /// How many runs the feed keeps a cursor for.
 const MAX_TRACKED: usize = 100_000;
@@ -50,50 +51,18 @@ pub(crate) fn spawn(
     webhooks: Option<Webhooks>,
     stop: oneshot::Receiver<()>,
 ) -> JoinHandle<()> {
-    let mut notices = runtime.subscribe();
+    let changes = runtime.changes();
     let mut feed = Feed { runtime, metrics, webhooks, runs: HashMap::new() };
     tokio::spawn(async move {
         let mut stop = stop;
-        let mut stopping = false;
         loop {
-            let first = if stopping {
-                None
-            } else {
-                tokio::select! {
-                    received = notices.recv() => match received {
-                        Ok(notice) if notice.origin != Origin::Local => continue,
-                        Ok(notice) => Some(notice),
-                        Err(RecvError::Lagged(n)) => {
-                            tracing::warn!(missed = n, "event feed fell behind; some events were not counted or delivered");
-                            continue;
-                        }
-                        Err(RecvError::Closed) => return,
-                    },
-                    _ = &mut stop => {
-                        stopping = true;
-                        None
-                    }
-                }
+            // Every run changed since the last look, once each: a burst costs one read per run.
+            let (changed, stopping) = tokio::select! {
+                changed = changes.next() => (changed, false),
+                _ = &mut stop => (changes.take(), true),
             };
-            // Take what else is queued, one entry per run: a burst costs one read per run.
-            let mut batch: HashMap<String, RunNotice> = HashMap::new();
-            if let Some(first) = first {
-                batch.insert(first.run_id.clone(), first);
-            }
-            loop {
-                match notices.try_recv() {
-                    Ok(notice) if notice.origin != Origin::Local => {}
-                    Ok(notice) => {
-                        batch.insert(notice.run_id.clone(), notice);
-                    }
-                    Err(TryRecvError::Lagged(n)) => {
-                        tracing::warn!(missed = n, "event feed fell behind; some events were not counted or delivered");
-                    }
-                    Err(TryRecvError::Empty | TryRecvError::Closed) => break,
-                }
-            }
-            for notice in batch.into_values() {
-                feed.process(&notice).await;
+            for (run_id, change) in changed {
+                feed.process(&run_id, change).await;
             }
             if stopping {
                 return;
@@ -103,28 +72,30 @@ pub(crate) fn spawn(
 }
 
 impl Feed {
-    async fn process(&mut self, notice: &RunNotice) {
-        let mut cursor = match self.runs.remove(&notice.run_id) {
+    async fn process(&mut self, run_id: &str, change: Changed) {
+        let mut cursor = match self.runs.remove(run_id) {
             Some(cursor) => cursor,
-            None => Cursor { seq: self.start_for_unknown(notice).await, ..Cursor::default() },
+            // Created here since the feed last looked: every event is new.
+            None if change.created => Cursor::default(),
+            None => Cursor { seq: self.start_for_unknown(run_id, change.last_seq).await, ..Cursor::default() },
         };
-        while cursor.seq < notice.last_seq {
-            let page = match self.runtime.store().events(&notice.run_id, cursor.seq, PAGE).await {
+        while cursor.seq < change.last_seq {
+            let page = match self.runtime.store().events(run_id, cursor.seq, PAGE).await {
                 Ok(page) => page,
                 Err(e) => {
-                    tracing::warn!(run = %notice.run_id, error = %e, "event feed cannot read events");
+                    tracing::warn!(run = %run_id, error = %e, "event feed cannot read events");
                     break;
                 }
             };
             let Some(last) = page.last().map(|e| e.seq) else { break };
             for event in &page {
-                self.observe(&notice.run_id, &mut cursor, event);
+                self.observe(run_id, &mut cursor, event);
             }
             cursor.seq = last;
         }
-        cursor.status = Some(notice.status);
-        if !notice.status.is_terminal() {
-            self.runs.insert(notice.run_id.clone(), cursor);
+        cursor.status = Some(change.status);
+        if !change.status.is_terminal() {
+            self.runs.insert(run_id.to_owned(), cursor);
         }
         if self.runs.len() > MAX_TRACKED {
             self.runs.retain(|_, c| c.status != Some(RunStatus::WaitingForApproval));
@@ -134,17 +105,17 @@ impl Feed {
         }
     }
 
-    /// Where to start for a run first seen at this notice.
-    async fn start_for_unknown(&self, notice: &RunNotice) -> u64 {
-        if notice.last_seq <= 1 {
+    /// Where to start for a run first seen at this change (its last event `last_seq`).
+    async fn start_for_unknown(&self, run_id: &str, last_seq: u64) -> u64 {
+        if last_seq <= 1 {
             return 0;
         }
         let mut anchor = None;
         let mut after = 0;
-        while after < notice.last_seq {
-            let Ok(page) = self.runtime.store().events(&notice.run_id, after, 1000).await else { break };
+        while after < last_seq {
+            let Ok(page) = self.runtime.store().events(run_id, after, 1000).await else { break };
             let Some(last) = page.last().map(|e| e.seq) else { break };
-            for event in page.iter().filter(|e| e.seq <= notice.last_seq) {
+            for event in page.iter().filter(|e| e.seq <= last_seq) {
                 if event.kind == EventKind::ApprovalRequested {
                     anchor = Some(event.seq);
                 }
@@ -153,7 +124,7 @@ impl Feed {
         }
         match anchor {
             // The change that held the turn: hand on its approval_requested.
-            Some(seq) if seq == notice.last_seq => seq - 1,
+            Some(seq) if seq == last_seq => seq - 1,
             Some(seq) => seq,
             None => 0,
         }

@@ -53,8 +53,13 @@
 //!   and the run resumes once (the runtime's compare-and-set does it; the server adds no state).
 //! - **The server never blocks a run**: live events and webhooks read what the runtime committed;
 //!   a slow SSE client or a failing webhook receiver costs the run nothing.
-//! - **Graceful shutdown**: [`serve`] stops accepting, ends live streams, lets in-flight requests and
-//!   the steps they started commit ([`Runtime::drain`]), and returns; every run stays resumable.
+//! - **Graceful shutdown**: [`serve`] stops accepting, stops taking work ([`Runtime::stop_taking_work`]:
+//!   new runs and resumes queue for other nodes' workers, runs driven here are given back at their next
+//!   step boundary), ends live streams, lets in-flight requests and the steps they started commit
+//!   ([`Runtime::drain`]), and returns; every run stays resumable, and a given-back run is claimed by
+//!   another node at once, not after its lease.
+//! - **Queued runs**: `POST /v1/runs` without `wait` answers `queued`; the runtime's worker pool
+//!   ([`Runtime::start_workers`], started by [`router`] and [`serve`]) claims queued runs, oldest first.
 //! - **No unbounded connections** (`connections.rs`): a connection with no request in progress is closed
 //!   after [`ServerOptions::idle_timeout`], a request head must arrive within
 //!   [`ServerOptions::header_read_timeout`] of its first byte, at most [`ServerOptions::max_connections`]
@@ -251,6 +256,8 @@ struct Built {
 }
 
 fn build(runtime: Runtime, options: &ServerOptions) -> Built {
+    // Runs started without `wait` are queued: the worker pool's claim loop drives them.
+    runtime.start_workers();
     let metrics = Arc::new(Metrics::default());
     let (shutdown, shutdown_rx) = watch::channel(false);
     let auth = Arc::new(auth::Auth::new(&options.tokens));
@@ -289,7 +296,8 @@ fn build(runtime: Runtime, options: &ServerOptions) -> Built {
 }
 
 /// The API's router over a runtime, without the background work of [`serve`] (sweeps, retention,
-/// webhooks, event metrics). For tests and for embedding in another server.
+/// webhooks, event metrics), but with the runtime's worker pool started (it needs a Tokio runtime), so
+/// queued runs are driven. For tests and for embedding in another server.
 pub fn router(runtime: Runtime, options: &ServerOptions) -> Router {
     build(runtime, options).router
 }
@@ -338,10 +346,13 @@ pub async fn serve_on(
 
     let stop = built.shutdown;
     let stopping = stop.subscribe();
+    let giving_back = runtime.clone();
     let signal = async move {
         shutdown.await;
-        tracing::info!("shutting down: no new connections; live streams end");
+        tracing::info!("shutting down: no new connections; live streams end; runs driven here are given back");
         let _ = stop.send(true);
+        // New runs and resumes queue for other nodes; runs driven here are released at their next step.
+        giving_back.stop_taking_work();
         // Keep the sender (and so the signal) alive until the connections are done.
         std::future::pending::<()>().await;
     };

@@ -1,7 +1,10 @@
 //! `/metrics` in the Prometheus text format.
 //!
-//! - `tollgate_runs{status}` and `tollgate_waiting_runs`: gauges counted by the store (one
-//!   `GROUP BY status` query) when scraped, cached for a few seconds.
+//! - `tollgate_runs{status}`, `tollgate_waiting_runs` and `tollgate_queue_depth` (queued runs, the
+//!   queue every node shares): gauges counted by the store (one `GROUP BY status` query) when scraped,
+//!   cached for a few seconds.
+//! - `tollgate_workers`, `tollgate_workers_busy`, `tollgate_workers_accepting`, `tollgate_claims_total`
+//!   and the `tollgate_claim_latency_seconds` histogram (queued → claimed): this process's worker pool.
 //! - `tollgate_decisions_total{action}`, `tollgate_events_total{kind}`, and the model-call and
 //!   tool-call latency histograms: counted from the events this process commits, as the event feed
 //!   (`feed.rs`) reads them; they start at zero with the process, as counters do.
@@ -185,6 +188,8 @@ impl Metrics {
         out.push_str("# HELP tollgate_waiting_runs Runs waiting for approval.\n");
         out.push_str("# TYPE tollgate_waiting_runs gauge\n");
         let _ = writeln!(out, "tollgate_waiting_runs {waiting}");
+        let queued = counts.iter().find(|(s, _)| *s == RunStatus::Queued).map_or(0, |(_, n)| *n);
+        render_workers(&mut out, &runtime.workers(), queued);
 
         let observed = self.observed();
         out.push_str("# HELP tollgate_decisions_total Decisions recorded by this process, by action.\n");
@@ -254,6 +259,40 @@ impl Metrics {
         }
         Ok(out)
     }
+}
+
+/// The worker pool: its size and load, the queue all nodes share, and this process's claims.
+fn render_workers(out: &mut String, workers: &tollgate_agent_runtime::WorkerStats, queued: u64) {
+    let busy = u64::try_from(workers.busy).unwrap_or(u64::MAX);
+    let size = u64::try_from(workers.size).unwrap_or(u64::MAX);
+    for (name, kind, help, value) in [
+        (
+            "tollgate_queue_depth",
+            "gauge",
+            "Queued runs waiting for a worker of any node (counted by the store).",
+            queued,
+        ),
+        ("tollgate_workers", "gauge", "Runs this process drives at most at once ([runtime] workers).", size),
+        ("tollgate_workers_busy", "gauge", "Runs this process drives now.", busy),
+        (
+            "tollgate_workers_accepting",
+            "gauge",
+            "1 while this process takes new work, 0 once it is shutting down.",
+            u64::from(workers.accepting),
+        ),
+        ("tollgate_claims_total", "counter", "Queued runs this process's workers claimed.", workers.claims),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    }
+    let name = "tollgate_claim_latency_seconds";
+    let _ =
+        writeln!(out, "# HELP {name} How long a run this process claimed had been queued.\n# TYPE {name} histogram");
+    for (bound, count) in &workers.claim_latency_buckets {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", workers.claims);
+    let _ = writeln!(out, "{name}_sum {}", workers.claim_latency_sum_secs);
+    let _ = writeln!(out, "{name}_count {}", workers.claims);
 }
 
 /// Escapes a label value.

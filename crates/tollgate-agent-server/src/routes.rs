@@ -30,13 +30,19 @@ pub const DEFAULT_DENY_REASON: &str = "no reason given";
 type ApiResult = Result<Response, ApiError>;
 
 impl AppState {
-    /// Waits until the run waits for approval or has ended; at shutdown, answers with the run as it is.
-    async fn settle(&self, id: &str) -> Result<RunRecord, ApiError> {
+    /// Waits until `run` waits for approval or has ended; at shutdown, answers with the run as it is.
+    /// The run is already committed, so a failure to follow it (the store gone for a moment) is no
+    /// failure of the request: it answers with `run` as committed, and the client reads on from there.
+    async fn settle(&self, run: RunRecord) -> RunRecord {
         let mut shutdown = self.shutdown.clone();
-        tokio::select! {
-            settled = self.runtime.wait_settled(id) => Ok(settled?),
-            _ = crate::shutting_down(&mut shutdown) => Ok(self.runtime.get(id).await?),
-        }
+        let settled = tokio::select! {
+            settled = self.runtime.wait_settled(&run.id) => settled,
+            _ = crate::shutting_down(&mut shutdown) => self.runtime.get(&run.id).await,
+        };
+        settled.unwrap_or_else(|error| {
+            tracing::warn!(run = %run.id, %error, "cannot follow a committed run; answering it as committed");
+            run
+        })
     }
 }
 
@@ -44,7 +50,7 @@ impl AppState {
 #[utoipa::path(
     post, path = "/v1/runs", tag = "runs", request_body = StartRunRequest,
     responses(
-        (status = 201, description = "The run as created; with `wait`, once it waits for approval or has ended", body = Run),
+        (status = 201, description = "The run as created: `queued` for a worker of any node; with `wait`, once it waits for approval or has ended", body = Run),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the runner role", body = Problem, content_type = "application/problem+json"),
@@ -60,8 +66,14 @@ pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, Ra
     let StartRunRequest { agent, input, metadata, wait } = parse_json(&body)?;
     let actor = &caller.actor;
     let start = StartRun { agent: agent.as_deref(), input: &input, actor, metadata: metadata.unwrap_or_default() };
-    let run = state.runtime.start(start).await?;
-    let run = if wait == Some(true) { state.settle(&run.id).await? } else { run };
+    // With `wait`, driven here at once when a worker is free; without, queued for the first free worker
+    // of any node (answered `queued`, with no wait for a worker).
+    let run = if wait == Some(true) {
+        let run = state.runtime.start(start).await?;
+        state.settle(run).await
+    } else {
+        state.runtime.enqueue(start).await?
+    };
     let location = HeaderValue::from_str(&format!("/v1/runs/{}", run.id)).ok();
     let mut response = (StatusCode::CREATED, Json(run_view(&run))).into_response();
     if let Some(location) = location {
@@ -262,8 +274,8 @@ pub(crate) async fn decide(
     let request: DecisionRequest = parse_json(&body)?;
     let set = decision_set(&request)?;
     let run = state.runtime.decide(&id, &request.turn_digest, set, &caller.actor).await?;
-    let run = if request.wait == Some(true) && run.status() == RunStatus::Running {
-        state.settle(&run.id).await?
+    let run = if request.wait == Some(true) && matches!(run.status(), RunStatus::Running | RunStatus::Queued) {
+        state.settle(run).await
     } else {
         run
     };

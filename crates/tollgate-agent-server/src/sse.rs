@@ -3,8 +3,10 @@
 //! Each event goes out as `id: SEQ`, `event: KIND`, `data: EVENT_JSON`. The stream starts after
 //! `Last-Event-ID` (or `?after=`; the header wins), reads the store from there, then waits for the
 //! runtime's notices about the run: this process's commits and, on PostgreSQL, other nodes' (announced
-//! by the store, see `RunStore::changes`). It looks at the store again after a resync notice and every
-//! second anyway, the fallback for a node whose store announces nothing or whose listener is down. It ends right after the run's terminal event; a reconnect after that gets `204 No Content`,
+//! by the store, see `RunStore::changes`). It looks at the store again after a resync notice, and polls
+//! (every second) only while the store does not announce other processes' commits
+//! (`Runtime::recheck_after`: SQLite, or a PostgreSQL listener that is down). It ends right after the
+//! run's terminal event; a reconnect after that gets `204 No Content`,
 //! which tells an `EventSource` to stop reconnecting. A comment line goes out as a keep-alive whenever
 //! the stream has been quiet for `ServerOptions::sse_keep_alive` (15 s by default). The stream only
 //! reads: a client that goes away just drops it, costing nothing and changing nothing about the run.
@@ -26,8 +28,8 @@ use tokio::sync::{broadcast, watch};
 use tollgate_agent_core::StoredEvent;
 use tollgate_agent_runtime::{ReadError, RunNotice, Runtime};
 
-/// How often a quiet stream looks at the store again (the fallback when another process's commits
-/// are not announced: SQLite, or a PostgreSQL listener that is reconnecting).
+/// How often a quiet stream looks at the store again while another process's commits are not
+/// announced (SQLite, or a PostgreSQL listener that is reconnecting).
 const RECHECK: Duration = Duration::from_secs(1);
 const PAGE: u32 = 500;
 
@@ -163,22 +165,9 @@ impl Tail {
                 Err(ReadError::NotFound(_)) => return None,
                 Err(e) => tracing::debug!(run = %self.id, error = %e, "event stream cannot read its run"),
             }
-            let id = self.id.clone();
-            let cursor = self.cursor;
-            let notices = &mut self.notices;
-            let woken = async move {
-                loop {
-                    match notices.recv().await {
-                        Ok(notice) if notice.wakes(&id, cursor) => return,
-                        Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(_)) => return,
-                        Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-                    }
-                }
-            };
             let shutdown = crate::shutting_down(&mut self.shutdown);
             tokio::select! {
-                _ = tokio::time::timeout(RECHECK, woken) => {}
+                () = self.runtime.wait_for_run(&mut self.notices, &self.id, self.cursor, RECHECK) => {}
                 _ = shutdown => return None,
             }
         }

@@ -310,7 +310,7 @@ impl RunRow {
             ))),
         };
         let state = match status {
-            RunStatus::Queued => RunState::Queued,
+            RunStatus::Queued => RunState::Queued { resuming: held.take() },
             RunStatus::Running => RunState::Running {
                 lease: lease.take().ok_or_else(|| contradiction("without a lease"))?,
                 resuming: held.take(),

@@ -70,6 +70,8 @@ pub mod encryption;
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 mod migrations;
 #[cfg(feature = "postgres")]
+mod pg_connections;
+#[cfg(feature = "postgres")]
 pub mod pg_notify;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -78,7 +80,7 @@ pub mod sqlite;
 
 pub use encryption::{DataKey, DataKeyError, DataKeys};
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
+pub use postgres::{PostgresStore, ScratchSchema};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 

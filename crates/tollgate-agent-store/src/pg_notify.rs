@@ -1,7 +1,9 @@
 //! How a [`crate::PostgresStore`] learns of the changes other nodes commit: PostgreSQL's LISTEN/NOTIFY.
 //!
 //! Migration 0004 puts a trigger on `runs` that, for each row a transaction inserts, or updates to a
-//! new version or chain head, calls `pg_notify('tollgate_runs', payload)`. PostgreSQL delivers a
+//! new version or chain head, calls `pg_notify('tollgate_runs', payload)` — since migration 6 only
+//! while a listener of another node is recorded in the schema's `listeners` table (each listener
+//! records itself there once it listens, and clears the rows of listeners that are gone). PostgreSQL delivers a
 //! notification when its transaction commits, and only if it commits, so no write path knows of it. The
 //! payload names the run and where it stands, never its data:
 //! `{"schema", "node", "id", "version", "status", "last_seq"}`.
@@ -15,16 +17,26 @@
 //! A lost connection is re-opened with a backoff from [`MIN_BACKOFF`] doubling to [`MAX_BACKOFF`];
 //! notifications sent meanwhile are lost, so once it listens again the feed sends
 //! [`StoreChange::Resync`] (also once after the first LISTEN, for what committed before it): followers
-//! read their runs again, and until then their own polling is the fallback. A connection that has been
-//! quiet for 30 s is pinged (10 s timeout), so a connection dropped silently is noticed within 40 s.
+//! read their runs again, and keep polling for [`SETTLE`] (a write whose trigger looked for listeners
+//! just before this one recorded itself announces nothing); then a second `Resync`, and from there
+//! followers wait on notifications alone (`RunStore::announces_changes`). When a connection that
+//! listened is lost the feed sends [`StoreChange::Lost`]: followers read again and poll until it is
+//! back. A connection that has been quiet for [`QUIET_CHECK`] is pinged ([`PING_TIMEOUT`]), so a
+//! connection dropped silently is noticed within 10 s.
+
+/// Removes the rows of listeners whose backend is gone (a node that crashed or stopped).
+const FORGET_GONE_LISTENERS: &str = "DELETE FROM listeners AS l WHERE l.node = $1 OR NOT EXISTS \
+     (SELECT 1 FROM pg_stat_get_activity(l.pid) AS a WHERE a.application_name = 'tollgate-listener ' || l.node)";
+/// Records this listener (its node tag, its backend) for the other nodes' triggers.
+const RECORD_LISTENER: &str = "INSERT INTO listeners (node, pid) VALUES ($1, pg_backend_pid())";
 
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde::Deserialize;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{Executor, PgPool};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{broadcast, oneshot};
 use tollgate_agent_core::{RunStatus, StoreChange};
@@ -41,11 +53,17 @@ pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between two attempts to re-open it.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// A listening connection quiet this long is pinged.
-const QUIET_CHECK: Duration = Duration::from_secs(30);
+/// A listening connection quiet this long is pinged: followers rely on its notifications alone while
+/// it listens (they poll only while it is lost), so a connection dropped without a word must be noticed
+/// soon.
+pub const QUIET_CHECK: Duration = Duration::from_secs(5);
+
+/// How long after its listener records itself a store still lets followers poll: a write whose
+/// trigger looked for listeners just before the record sends no notification, even if it commits after.
+pub const SETTLE: Duration = Duration::from_secs(2);
 
 /// How long that ping may take before the connection counts as lost.
-const PING_TIMEOUT: Duration = Duration::from_secs(10);
+pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many changes a slow subscriber may fall behind before it is told to resync.
 const BUFFER: usize = 4096;
@@ -74,6 +92,8 @@ pub(crate) struct ChangeFeed {
     node: String,
     options: PgConnectOptions,
     changes: broadcast::Sender<StoreChange>,
+    /// True while the listener listens (from its `Resync` to its `Lost`).
+    listening: Arc<AtomicBool>,
     /// Set once the listener task runs; dropping it (with the store) ends the task.
     stop: Mutex<Option<oneshot::Sender<()>>>,
 }
@@ -83,7 +103,12 @@ impl ChangeFeed {
     /// [`ChangeFeed::subscribe`].
     pub(crate) fn new(node: String, options: PgConnectOptions) -> Self {
         let (changes, _) = broadcast::channel(BUFFER);
-        Self { node, options, changes, stop: Mutex::new(None) }
+        Self { node, options, changes, listening: Arc::new(AtomicBool::new(false)), stop: Mutex::new(None) }
+    }
+
+    /// Whether the listener listens now: every other process's commit is announced.
+    pub(crate) fn listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
     }
 
     /// This store's tag.
@@ -102,6 +127,7 @@ impl ChangeFeed {
                 node: self.node.clone(),
                 options: self.options.clone().application_name(&format!("tollgate-listener {}", self.node)),
                 changes: self.changes.clone(),
+                listening: Arc::clone(&self.listening),
             };
             runtime.spawn(listener.run(stop_rx));
             *stop = Some(stop_tx);
@@ -124,6 +150,7 @@ struct Listener {
     node: String,
     options: PgConnectOptions,
     changes: broadcast::Sender<StoreChange>,
+    listening: Arc<AtomicBool>,
 }
 
 /// Why a listening session ended.
@@ -148,12 +175,15 @@ impl Listener {
                 ended = self.session(&pool) => ended,
                 _ = &mut stop => Ended::Stopped,
             };
+            self.listening.store(false, Ordering::Release);
             pool.close().await;
             match ended {
                 Ended::Stopped => return,
                 Ended::Lost { listened, error } => {
                     if listened {
                         backoff = MIN_BACKOFF;
+                        // Until the next Resync nothing is announced: followers poll meanwhile.
+                        let _ = self.changes.send(StoreChange::Lost);
                     }
                     let error = error.map(|e| e.to_string()).unwrap_or_else(|| "connection closed".to_owned());
                     tracing::warn!(%error, retry_in = ?backoff, "lost the PostgreSQL change listener; reconnecting");
@@ -182,11 +212,23 @@ impl Listener {
             Ok(schema) => schema,
             Err(error) => return lost(false, error),
         };
+        // Other nodes' triggers notify only while a listener of another node is recorded (migration 6).
+        for statement in [FORGET_GONE_LISTENERS, RECORD_LISTENER] {
+            if let Err(error) = sqlx::query(statement).bind(&self.node).execute(&mut listener).await {
+                return lost(false, error);
+            }
+        }
         // Whatever committed before the LISTEN took effect (or while the connection was down) went
-        // unannounced: followers read again.
+        // unannounced: followers read again. A write whose trigger looked at `listeners` before this
+        // row was committed sends nothing even if it commits later, so followers keep polling for
+        // SETTLE more; then every other process's commit is announced, and they read once more.
         let _ = self.changes.send(StoreChange::Resync);
+        let settled_at = tokio::time::Instant::now() + SETTLE;
         loop {
-            match tokio::time::timeout(QUIET_CHECK, listener.try_recv()).await {
+            let announced = self.listening.load(Ordering::Acquire);
+            let quiet =
+                if announced { QUIET_CHECK } else { settled_at.saturating_duration_since(tokio::time::Instant::now()) };
+            match tokio::time::timeout(quiet, listener.try_recv()).await {
                 Ok(Ok(Some(notification))) => {
                     if let Some(change) = self.change(&schema, notification.payload()) {
                         let _ = self.changes.send(change);
@@ -194,6 +236,10 @@ impl Listener {
                 }
                 Ok(Ok(None)) => return Ended::Lost { listened: true, error: None },
                 Ok(Err(error)) => return lost(true, error),
+                Err(_settled) if !announced => {
+                    self.listening.store(true, Ordering::Release);
+                    let _ = self.changes.send(StoreChange::Resync);
+                }
                 Err(_quiet) => match tokio::time::timeout(PING_TIMEOUT, listener.execute("SELECT 1")).await {
                     Ok(Ok(_)) => {}
                     Ok(Err(error)) => return lost(true, error),

@@ -16,6 +16,9 @@
 //! entry is dropped, and the write takes the path above (read, write, locked retry). The cache is a
 //! guess, never a guard: an answer planned on it is returned only once its statement applied, and a
 //! plan refused on it (a guard, a transition rule) is made again on the row read.
+//! Statements take their connections from the store's connection list (`pg_connections.rs`), which
+//! keeps those that finished cleanly for the next statement rather than returning them through sqlx's
+//! ping.
 //! Purge locks its victims with `FOR UPDATE SKIP LOCKED`, so it never waits for, nor deletes from
 //! under, a run that is being changed.
 //!
@@ -30,9 +33,10 @@ use crate::codec::{
 };
 use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
+use crate::pg_connections::{Connections, Held, PING_IF_IDLE_FOR};
 use crate::pg_notify::{self, ChangeFeed};
 use futures_util::stream::BoxStream;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::query::QueryScalar;
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection, Postgres, Row};
 use std::collections::HashMap;
@@ -41,9 +45,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
-use tollgate_agent_core::run::{Millis, RunRecord, RunStatus, Transition};
+use tollgate_agent_core::run::{Lease, Millis, RunRecord, RunStatus, Transition};
 use tollgate_agent_core::store::{
-    Conflict, Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreChange, StoreError,
+    Claimed, Conflict, Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreChange, StoreError,
 };
 
 impl Columns for PgRow {
@@ -83,6 +87,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "notify_only_when_listened",
         sql: include_str!("../migrations/postgres/0005_notify_only_when_listened.sql"),
     },
+    Migration {
+        version: 6,
+        name: "listeners_table",
+        sql: include_str!("../migrations/postgres/0006_listeners_table.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "events_without_foreign_key",
+        sql: include_str!("../migrations/postgres/0007_events_without_foreign_key.sql"),
+    },
 ];
 
 /// The probe of [`RunStore::probe_write`]: one committed row update.
@@ -96,8 +110,8 @@ const TABLES: [&str; 4] = ["runs", "events", "health", "tollgate_migrations"];
 /// Connections per node.
 const POOL_SIZE: u32 = 16;
 
-/// A pooled connection idle for at least this long is pinged before use (and replaced if dead).
-const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+/// How long a statement waits for a connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1");
 const SELECT_RUN_FOR_UPDATE: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1 FOR UPDATE");
@@ -133,6 +147,13 @@ const APPEND_EVENTS: &str = "WITH updated AS (UPDATE runs SET last_seq = $1, las
 const SELECT_EVENTS: &str =
     "SELECT seq, at, kind, round, data, hash FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
+/// The oldest queued runs no other transaction has locked, locked for a claim (a few, so that one
+/// corrupt row does not stop the queue).
+const SELECT_QUEUED_FOR_CLAIM: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE status = 'queued' AND agent = ANY($1) ORDER BY id LIMIT 8 FOR UPDATE SKIP LOCKED"
+);
 const SELECT_DUE: &str = concat!(
     "SELECT * FROM (SELECT ",
     run_columns!(),
@@ -145,17 +166,20 @@ const SELECT_DUE: &str = concat!(
     "ORDER BY due_at, id LIMIT $2"
 );
 /// The conditions are stated again on the DELETE itself so that a row changed between the selection
-/// and the lock (no longer matching) is left alone.
+/// and the lock (no longer matching) is left alone. The runs' events go in the same statement (no
+/// foreign key cascades since migration 7).
 const PURGE: &str = "WITH terminal AS (\
          SELECT id FROM runs WHERE finished_at IS NOT NULL AND finished_at < $1 \
          ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED), \
      waiting AS (\
          SELECT id FROM runs WHERE status = 'waiting_for_approval' AND updated_at < $2 \
          ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED), \
-     victims AS (SELECT id FROM terminal UNION ALL SELECT id FROM waiting LIMIT $3) \
-     DELETE FROM runs WHERE id IN (SELECT id FROM victims) \
+     victims AS (SELECT id FROM terminal UNION ALL SELECT id FROM waiting LIMIT $3), \
+     deleted AS (DELETE FROM runs WHERE id IN (SELECT id FROM victims) \
      AND ((finished_at IS NOT NULL AND finished_at < $1) OR (status = 'waiting_for_approval' AND updated_at < $2)) \
-     RETURNING id";
+     RETURNING id), \
+     their_events AS (DELETE FROM events WHERE run_id IN (SELECT id FROM deleted)) \
+     SELECT id FROM deleted";
 const PREFIX_FIRST: &str = "SELECT id FROM runs WHERE id >= $1 AND id < $2 ORDER BY id LIMIT 2";
 const PREFIX_COUNT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE id >= $1 AND id < $2 LIMIT $3) AS m";
 
@@ -239,7 +263,8 @@ struct PlannedAppend {
 /// on the row as read, row locks when that loses a race.
 #[derive(Clone)]
 pub struct PostgresStore {
-    pool: PgPool,
+    /// The pool, and the connections kept between statements (see [`crate::pg_connections`]).
+    connections: Arc<Connections>,
     secrets: Secrets,
     /// Seals and opens the encrypted columns; `None`: plaintext.
     keys: Option<Arc<DataKeys>>,
@@ -291,7 +316,7 @@ impl PostgresStore {
         migrated?;
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             // sqlx's default pings every connection it hands out: a round trip before each write.
             // Ping only one that has been idle for a while (a server restarted or a firewall that
             // dropped it meanwhile); one that answered moments ago runs the same risk as after a ping.
@@ -300,7 +325,8 @@ impl PostgresStore {
                 Box::pin(async move { Ok(meta.idle_for < PING_IF_IDLE_FOR || connection.ping().await.is_ok()) })
             })
             .connect_lazy_with(options);
-        Ok(PostgresStore { pool, secrets, keys: store_options.data_keys, feed, cache: Arc::default() })
+        let connections = Arc::new(Connections::new(pool, POOL_SIZE as usize, ACQUIRE_TIMEOUT));
+        Ok(PostgresStore { connections, secrets, keys: store_options.data_keys, feed, cache: Arc::default() })
     }
 
     /// The tag this store's writes carry in their change notifications (the session setting
@@ -311,7 +337,12 @@ impl PostgresStore {
 
     /// Closes every connection of the pool.
     pub async fn close(self) {
-        self.pool.close().await;
+        self.connections.close().await;
+    }
+
+    /// A connection for the next statement (see [`crate::pg_connections`]).
+    async fn connection(&self) -> Result<Held<'_>, StoreError> {
+        self.connections.acquire().await.map_err(self.db_error("cannot reach PostgreSQL"))
     }
 
     fn keys(&self) -> Option<&DataKeys> {
@@ -328,11 +359,13 @@ impl PostgresStore {
     }
 
     async fn probe(&self) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
         sqlx::query(PROBE)
             .bind(migrations::now_millis())
-            .execute(&self.pool)
+            .execute(&mut *connection)
             .await
             .map_err(self.db_error("cannot write the probe"))?;
+        connection.finished();
         Ok(())
     }
 
@@ -345,9 +378,11 @@ impl PostgresStore {
                 IntegrityCheck::Quick => format!("SELECT COUNT(*) FROM (SELECT 1 FROM {table} LIMIT 1) AS t"),
                 IntegrityCheck::Full => format!("SELECT COUNT(*) FROM {table}"),
             };
-            let read: Result<i64, sqlx::Error> = sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(&self.pool).await;
+            let mut connection = self.connection().await?;
+            let read: Result<i64, sqlx::Error> =
+                sqlx::query_scalar(AssertSqlSafe(sql)).fetch_one(&mut *connection).await;
             match read.map_err(self.db_error("cannot check the database")) {
-                Ok(_) => {}
+                Ok(_) => connection.finished(),
                 Err(StoreError::CorruptDatabase(detail)) => problems.push(format!("table {table}: {detail}")),
                 Err(error) => return Err(error),
             }
@@ -374,11 +409,13 @@ impl PostgresStore {
         let (run, stored) = plan_create(run, events);
         let row = RunRow::encode(&run, self.keys(), None)?;
         let columns = self.event_columns(&run.id, &stored)?;
+        let mut connection = self.connection().await?;
         let created: i64 = columns
             .bind(bind_run_row!(sqlx::query_scalar(CREATE_RUN), &row))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *connection)
             .await
             .map_err(self.db_error("cannot insert a run"))?;
+        connection.finished();
         if created == 0 {
             return Err(StoreError::Duplicate(run.id));
         }
@@ -386,28 +423,29 @@ impl PostgresStore {
         Ok(run)
     }
 
-    async fn transition_run(
+    /// A transition (see [`RunStore::transition`]) on `connection`.
+    async fn transition_on(
         &self,
+        connection: &mut PgConnection,
         id: &str,
         guard: Guard,
         transition: Transition,
         events: Vec<NewEvent>,
         now: Millis,
     ) -> Result<RunRecord, StoreError> {
-        let mut connection = self.pool.acquire().await.map_err(self.db_error("cannot reach PostgreSQL"))?;
         // Planned on the row remembered: one round trip if no one changed it since. A plan refused
         // there proves nothing (the row may have moved): it is made again on the row read.
         if let Some(row) = self.cache.get(id) {
             if let Ok(planned) = self.plan_transition_on(row, &guard, &transition, events.clone(), now)
-                && let Some(next) = self.write_transition(&mut connection, planned).await?
+                && let Some(next) = self.write_transition(connection, planned).await?
             {
                 return Ok(next);
             }
             self.cache.remove(id);
         }
-        let row = self.read_for_write(&mut connection, SELECT_RUN, id).await?;
+        let row = self.read_for_write(connection, SELECT_RUN, id).await?;
         let planned = self.plan_transition_on(row, &guard, &transition, events.clone(), now)?;
-        if let Some(next) = self.write_transition(&mut connection, planned).await? {
+        if let Some(next) = self.write_transition(connection, planned).await? {
             return Ok(next);
         }
         // The row changed since it was read: plan again on it locked, where no one can change it first.
@@ -487,26 +525,27 @@ impl PostgresStore {
         Ok(Some(next))
     }
 
-    async fn append_events(
+    /// An append (see [`RunStore::append`]) on `connection`; answers the new `last_seq`.
+    async fn append_on(
         &self,
+        connection: &mut PgConnection,
         id: &str,
         owner: &str,
         events: Vec<NewEvent>,
         lease_until: Millis,
     ) -> Result<u64, StoreError> {
-        let mut connection = self.pool.acquire().await.map_err(self.db_error("cannot reach PostgreSQL"))?;
         // As in a transition: on the row remembered first, then on the row read, then locked.
         if let Some(row) = self.cache.get(id) {
             if let Ok(planned) = self.plan_append_on(row, owner, events.clone(), lease_until)
-                && let Some(last_seq) = self.write_append(&mut connection, planned).await?
+                && let Some(last_seq) = self.write_append(connection, planned).await?
             {
                 return Ok(last_seq);
             }
             self.cache.remove(id);
         }
-        let row = self.read_for_write(&mut connection, SELECT_RUN, id).await?;
+        let row = self.read_for_write(connection, SELECT_RUN, id).await?;
         let planned = self.plan_append_on(row, owner, events.clone(), lease_until)?;
-        if let Some(last_seq) = self.write_append(&mut connection, planned).await? {
+        if let Some(last_seq) = self.write_append(connection, planned).await? {
             return Ok(last_seq);
         }
         // The row changed since it was read: chain again on it locked, where no one can change it first.
@@ -573,11 +612,13 @@ impl PostgresStore {
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
+        let mut connection = self.connection().await?;
         let row = sqlx::query(SELECT_RUN)
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *connection)
             .await
             .map_err(self.run_failed("cannot read a run", id))?;
+        connection.finished();
         let Some(row) = row else {
             self.cache.remove(id);
             return Err(StoreError::NotFound(id.to_owned()));
@@ -627,11 +668,13 @@ impl PostgresStore {
         if let Some(cursor) = &query.cursor {
             statement = statement.bind(cursor);
         }
+        let mut connection = self.connection().await?;
         let rows = statement
             .bind(i64::from(query.limit) + 1)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *connection)
             .await
             .map_err(self.db_error("cannot list runs"))?;
+        connection.finished();
         let limit = usize::try_from(query.limit).unwrap_or(usize::MAX);
         let next_cursor = if rows.len() > limit {
             rows.get(limit - 1).and_then(|row| row.try_get::<String, _>(0).ok())
@@ -645,10 +688,11 @@ impl PostgresStore {
 
     async fn resolve(&self, prefix: &str) -> Result<String, StoreError> {
         let upper = prefix_upper_bound(prefix);
+        let mut connection = self.connection().await?;
         let first: Vec<String> = sqlx::query_scalar(PREFIX_FIRST)
             .bind(prefix)
             .bind(&upper)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *connection)
             .await
             .map_err(self.db_error("cannot look up a run id prefix"))?;
         let count = if first.len() > 1 {
@@ -656,62 +700,117 @@ impl PostgresStore {
                 .bind(prefix)
                 .bind(&upper)
                 .bind(PREFIX_COUNT_CAP + 1)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *connection)
                 .await
                 .map_err(self.db_error("cannot count a run id prefix"))?
         } else {
             0
         };
+        connection.finished();
         resolve_prefix_answer(prefix, first, count)
     }
 
     async fn read_events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut connection = self.connection().await?;
         let rows = sqlx::query(SELECT_EVENTS)
             .bind(id)
             .bind(i64::try_from(after).unwrap_or(i64::MAX))
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *connection)
             .await
             .map_err(self.run_failed("cannot read events", id))?;
         if rows.is_empty() {
             let exists = sqlx::query(RUN_EXISTS)
                 .bind(id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *connection)
                 .await
                 .map_err(self.db_error("cannot read a run"))?;
             if exists.is_none() {
+                connection.finished();
                 return Err(StoreError::NotFound(id.to_owned()));
             }
         }
+        connection.finished();
         rows.iter().map(|row| decode_event(id, row, self.keys())).collect()
     }
 
     async fn count_runs(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let mut connection = self.connection().await?;
         let rows: Vec<(String, i64)> = sqlx::query_as("SELECT status, COUNT(*) FROM runs GROUP BY status")
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *connection)
             .await
             .map_err(self.db_error("cannot count runs"))?;
+        connection.finished();
         Ok(status_counts(rows))
     }
 
+    /// Claims the oldest queued run no other node is claiming: in one transaction, the queued rows are
+    /// locked with `FOR UPDATE SKIP LOCKED` (rows another node's claim holds are passed over, never
+    /// waited for), the first readable one is claimed, and the commit lets the others go; on
+    /// `connection`.
+    async fn claim_on(
+        &self,
+        connection: &mut PgConnection,
+        agents: &[String],
+        lease: Lease,
+        now: Millis,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
+        let rows = sqlx::query(SELECT_QUEUED_FOR_CLAIM)
+            .bind(agents)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.db_error("cannot read queued runs"))?;
+        for row in &rows {
+            let row = match read_run_row(row) {
+                Ok(row) => row,
+                Err(error) => {
+                    tracing::warn!(%error, "a queued run cannot be read; passed over");
+                    continue;
+                }
+            };
+            let queued_at = row.updated_at;
+            let guard = Guard::Version(u64::try_from(row.version).unwrap_or_default());
+            let claim = Transition::Claim { lease: lease.clone() };
+            let planned = match self.plan_transition_on(row, &guard, &claim, Vec::new(), now) {
+                Ok(planned) => planned,
+                Err(error) => {
+                    tracing::warn!(%error, "a queued run cannot be claimed; passed over");
+                    continue;
+                }
+            };
+            let Some(run) = self.write_transition(&mut tx, planned).await? else {
+                return Err(StoreError::Database("a locked queued run changed under its claim".to_owned()));
+            };
+            tx.commit().await.map_err(self.db_error("cannot commit"))?;
+            return Ok(Some(Claimed { run, queued_at }));
+        }
+        tx.commit().await.map_err(self.db_error("cannot commit"))?;
+        Ok(None)
+    }
+
     async fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let mut connection = self.connection().await?;
         let rows = sqlx::query(SELECT_DUE)
             .bind(now)
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *connection)
             .await
             .map_err(self.db_error("cannot read due runs"))?;
+        connection.finished();
         Ok(decode_runs_skipping_corrupt(&rows, "due", self.keys()))
     }
 
     async fn purge_runs(&self, terminal_before: Millis, waiting_before: Millis, batch: u32) -> Result<u64, StoreError> {
+        let mut connection = self.connection().await?;
         let deleted: Vec<String> = sqlx::query_scalar(PURGE)
             .bind(terminal_before)
             .bind(waiting_before)
             .bind(i64::from(batch))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *connection)
             .await
             .map_err(self.db_error("cannot purge runs"))?;
+        connection.finished();
         for id in &deleted {
             self.cache.remove(id);
         }
@@ -768,7 +867,12 @@ impl RunStore for PostgresStore {
         events: Vec<NewEvent>,
         now: Millis,
     ) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
-        Box::pin(self.transition_run(id, guard, transition, events, now))
+        Box::pin(async move {
+            let mut connection = self.connection().await?;
+            let next = self.transition_on(&mut connection, id, guard, transition, events, now).await?;
+            connection.finished();
+            Ok(next)
+        })
     }
 
     fn append<'a>(
@@ -778,7 +882,12 @@ impl RunStore for PostgresStore {
         events: Vec<NewEvent>,
         lease_until: Millis,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.append_events(id, owner, events, lease_until))
+        Box::pin(async move {
+            let mut connection = self.connection().await?;
+            let last_seq = self.append_on(&mut connection, id, owner, events, lease_until).await?;
+            connection.finished();
+            Ok(last_seq)
+        })
     }
 
     fn events<'a>(
@@ -792,6 +901,20 @@ impl RunStore for PostgresStore {
 
     fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
         Box::pin(self.due_runs(now, limit))
+    }
+
+    fn claim_queued<'a>(
+        &'a self,
+        agents: &'a [String],
+        lease: Lease,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<Option<Claimed>, StoreError>> {
+        Box::pin(async move {
+            let mut connection = self.connection().await?;
+            let claimed = self.claim_on(&mut connection, agents, lease, now).await?;
+            connection.finished();
+            Ok(claimed)
+        })
     }
 
     fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {
@@ -817,5 +940,133 @@ impl RunStore for PostgresStore {
 
     fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {
         self.feed.subscribe()
+    }
+
+    fn announces_changes(&self) -> bool {
+        self.feed.listening()
+    }
+}
+
+/// A schema of its own on a PostgreSQL server, for tests and benchmarks that share one database: runs
+/// kept in it are seen (and, by a worker pool, claimed) only by stores opened on [`ScratchSchema::url`].
+#[derive(Debug)]
+pub struct ScratchSchema {
+    base: String,
+    name: String,
+}
+
+/// A scratch schema's prefix is lowercase ASCII letters, digits and `_`.
+fn check_prefix(prefix: &str) -> Result<(), StoreError> {
+    if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+        return Err(StoreError::Database(format!("a schema prefix is lowercase letters, digits and _: {prefix:?}")));
+    }
+    Ok(())
+}
+
+/// When scratch schema `name` (`PREFIX_PID_NANOS_N`) was made, in nanoseconds since the Unix epoch;
+/// `None` for a name of another shape.
+fn scratch_schema_time(name: &str, prefix: &str) -> Option<u128> {
+    let rest = name.strip_prefix(prefix)?.strip_prefix('_')?;
+    let parts: Vec<&str> = rest.split('_').collect();
+    let [pid, nanos, n] = parts.as_slice() else { return None };
+    if [pid, nanos, n].iter().any(|part| part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    nanos.parse().ok()
+}
+
+impl ScratchSchema {
+    /// Creates a fresh schema `PREFIX_PID_NANOS_N` on the server of `base` (a `postgres://` URL).
+    ///
+    /// # Errors
+    /// A `prefix` that is not lowercase ASCII letters, digits and `_` is [`StoreError::Database`], as is
+    /// a server that cannot be reached or refuses `CREATE SCHEMA`.
+    pub async fn create(base: &str, prefix: &str) -> Result<ScratchSchema, StoreError> {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        check_prefix(prefix)?;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{prefix}_{}_{nanos}_{n}", std::process::id());
+        let schema = ScratchSchema { base: base.to_owned(), name };
+        schema.admin(&format!("CREATE SCHEMA {}", schema.name)).await?;
+        Ok(schema)
+    }
+
+    /// Drops the schemas of `prefix` that [`ScratchSchema::create`] made more than `older_than` ago
+    /// (by the time in their names): those of processes that ended without dropping theirs, such as
+    /// test binaries. Answers how many it dropped. Other schemas, and names of another shape, are left
+    /// alone.
+    ///
+    /// # Errors
+    /// As [`ScratchSchema::create`] for the prefix and the server.
+    pub async fn sweep(base: &str, prefix: &str, older_than: Duration) -> Result<u64, StoreError> {
+        check_prefix(prefix)?;
+        let secrets = Secrets::from_url(base);
+        let failed = |e: sqlx::Error| database_error(&secrets, "cannot sweep scratch schemas", &e);
+        let mut admin = PgConnection::connect(base).await.map_err(failed)?;
+        // `_` is a LIKE wildcard: escaped, so only this prefix's names match.
+        let pattern = format!("{}\\_%", prefix.replace('_', "\\_"));
+        let names: Vec<String> = sqlx::query_scalar("SELECT nspname::TEXT FROM pg_namespace WHERE nspname LIKE $1")
+            .bind(pattern)
+            .fetch_all(&mut admin)
+            .await
+            .map_err(failed)?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let mut dropped = 0;
+        for name in names {
+            let Some(made) = scratch_schema_time(&name, prefix) else { continue };
+            if now.saturating_sub(made) < older_than.as_nanos() {
+                continue;
+            }
+            // The name is the prefix (checked) and digits: safe to write into the statement.
+            admin.execute(AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {name} CASCADE"))).await.map_err(failed)?;
+            dropped += 1;
+        }
+        admin.close().await.map_err(failed)?;
+        Ok(dropped)
+    }
+
+    /// [`ScratchSchema::sweep`] the first time this process asks for `prefix`; answers 0 after that.
+    /// For test harnesses that open scratch schemas test after test.
+    ///
+    /// # Errors
+    /// As [`ScratchSchema::sweep`].
+    pub async fn sweep_once(base: &str, prefix: &str, older_than: Duration) -> Result<u64, StoreError> {
+        static SWEPT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        {
+            let mut swept = SWEPT.lock().unwrap_or_else(PoisonError::into_inner);
+            if swept.iter().any(|p| p == prefix) {
+                return Ok(0);
+            }
+            swept.push(prefix.to_owned());
+        }
+        ScratchSchema::sweep(base, prefix, older_than).await
+    }
+
+    /// The schema's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The URL of a store in this schema (`options[search_path]`).
+    pub fn url(&self) -> String {
+        let separator = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{separator}options[search_path]={}", self.base, self.name)
+    }
+
+    /// Drops the schema and everything in it.
+    ///
+    /// # Errors
+    /// The server cannot be reached or refuses.
+    pub async fn drop_all(self) -> Result<(), StoreError> {
+        self.admin(&format!("DROP SCHEMA {} CASCADE", self.name)).await
+    }
+
+    async fn admin(&self, statement: &str) -> Result<(), StoreError> {
+        let secrets = Secrets::from_url(&self.base);
+        let failed = |e: sqlx::Error| database_error(&secrets, "cannot manage a scratch schema", &e);
+        let mut admin = PgConnection::connect(&self.base).await.map_err(failed)?;
+        admin.execute(AssertSqlSafe(statement.to_owned())).await.map_err(failed)?;
+        admin.close().await.map_err(failed)
     }
 }

@@ -49,6 +49,8 @@ pub enum Behaviour {
     Panic(String),
     /// Never finishes (a process "crashes" while the call runs).
     Hang,
+    /// Takes this long, then returns `ran NAME` (a call still under way when a test acts).
+    Sleep(std::time::Duration),
     /// Returns the run's metadata as it reached the tool (`ToolContext::metadata`), as compact JSON.
     ShowMetadata,
 }
@@ -167,6 +169,10 @@ impl Tool for TestTool {
                 Behaviour::Fail(message) => Err(ToolError::new(message.clone())),
                 Behaviour::Panic(message) => panic!("{message}"),
                 Behaviour::Hang => std::future::pending().await,
+                Behaviour::Sleep(pause) => {
+                    tokio::time::sleep(*pause).await;
+                    Ok(ToolOutput::text(format!("ran {}", self.name)))
+                }
                 Behaviour::ShowMetadata => {
                     Ok(ToolOutput::text(Value::Object(ctx.metadata.as_map().clone()).to_string()))
                 }
@@ -242,9 +248,17 @@ pub struct FailingStore {
     /// What reads and [`tollgate_agent_core::RunStore::probe_write`] answer (`None`: the inner store's).
     broken: Option<tollgate_agent_core::StoreError>,
     writes: Mutex<Vec<String>>,
+    /// How long each read of events waits first (`None`: not at all).
+    event_read_delay: Option<std::time::Duration>,
 }
 
 impl FailingStore {
+    /// Passes everything through, but each read of events waits `delay` first: a reader of events
+    /// (the server's event feed) that falls behind the writers.
+    pub fn slow_event_reads(inner: Arc<dyn tollgate_agent_core::RunStore>, delay: std::time::Duration) -> Self {
+        Self { event_read_delay: Some(delay), ..Self::new(inner, "") }
+    }
+
     /// Fails nothing: only logs the writes.
     pub fn logging(inner: Arc<dyn tollgate_agent_core::RunStore>) -> Self {
         Self::new(inner, "")
@@ -262,13 +276,13 @@ impl FailingStore {
     /// Fails every transition named `fail` (e.g. `"suspend"`), and the creation of a run in the state such
     /// a transition leads to (a run started and held in one write); passes everything else through.
     pub fn new(inner: Arc<dyn tollgate_agent_core::RunStore>, fail: &'static str) -> Self {
-        Self { inner, fail, broken: None, writes: Mutex::new(Vec::new()) }
+        Self { inner, fail, broken: None, writes: Mutex::new(Vec::new()), event_read_delay: None }
     }
 
     /// A store whose reads of runs (`get`, `list`, `events`) and write probe (`/readyz`) all fail with
     /// `error` (a full disk, a read-only or corrupt database, ...); writes pass through.
     pub fn broken(inner: Arc<dyn tollgate_agent_core::RunStore>, error: tollgate_agent_core::StoreError) -> Self {
-        Self { inner, fail: "", broken: Some(error), writes: Mutex::new(Vec::new()) }
+        Self { inner, fail: "", broken: Some(error), writes: Mutex::new(Vec::new()), event_read_delay: None }
     }
 
     fn broken_with<T: Send + 'static>(&self) -> Option<BoxFuture<'static, Result<T, tollgate_agent_core::StoreError>>> {
@@ -341,12 +355,33 @@ impl tollgate_agent_core::RunStore for FailingStore {
         after: u64,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<tollgate_agent_core::StoredEvent>, tollgate_agent_core::StoreError>> {
-        self.broken_with().unwrap_or_else(|| self.inner.events(id, after, limit))
+        if let Some(broken) = self.broken_with() {
+            return broken;
+        }
+        let delay = self.event_read_delay;
+        Box::pin(async move {
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
+            self.inner.events(id, after, limit).await
+        })
     }
     fn count_by_status(
         &self,
     ) -> BoxFuture<'_, Result<Vec<(tollgate_agent_core::RunStatus, u64)>, tollgate_agent_core::StoreError>> {
         self.inner.count_by_status()
+    }
+    fn claim_queued<'a>(
+        &'a self,
+        agents: &'a [String],
+        lease: tollgate_agent_core::Lease,
+        now: tollgate_agent_core::Millis,
+    ) -> BoxFuture<'a, Result<Option<tollgate_agent_core::Claimed>, tollgate_agent_core::StoreError>> {
+        if self.fail == "claim" {
+            return Box::pin(std::future::ready(Err(tollgate_agent_core::StoreError::Database("disk full".into()))));
+        }
+        self.log("claim".into());
+        self.inner.claim_queued(agents, lease, now)
     }
     fn due(
         &self,

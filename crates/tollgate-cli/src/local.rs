@@ -16,14 +16,15 @@ use tollgate_agent_app::App;
 use tollgate_agent_config::{Config, ConfigLoader};
 use tollgate_agent_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
 use tollgate_agent_runtime::{
-    DecideError as Refused, DecisionSet, Maintenance, Origin, RunNotice, Runtime, Schedule, StartRun,
+    DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule, StartRun,
 };
 
 /// The actor recorded on events for everything done from this command line in local mode (docs/api.md: with
 /// no tokens, every caller is `local`). Through a server, the actor is the name of the token.
 pub const ACTOR: &str = "local";
 
-/// How long to wait for a notice before looking at the store anyway (another process may drive the run).
+/// How long to wait for a notice before looking at the store anyway, where the store does not announce
+/// other processes' commits (another process may drive the run).
 const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
 /// The runtime of this process and what it was built from.
@@ -185,7 +186,7 @@ impl Local {
 
     /// A watch on run `id`'s changes in this process.
     pub fn watch(&self, id: &str) -> LocalWatch {
-        LocalWatch { notices: self.runtime.subscribe(), run_id: id.to_owned() }
+        LocalWatch { notices: self.runtime.subscribe(), run_id: id.to_owned(), runtime: self.runtime.clone() }
     }
 
     /// Whether this command line (the actor [`ACTOR`]) may decide `run`, as the runtime rules it.
@@ -205,28 +206,19 @@ impl Local {
     }
 }
 
-/// Notices of one run's changes committed in this process.
+/// Notices of one run's changes: committed in this process, or announced by other processes where the
+/// store announces them (PostgreSQL with its listener connected).
 pub struct LocalWatch {
     notices: broadcast::Receiver<RunNotice>,
     run_id: String,
+    runtime: Runtime,
 }
 
 impl LocalWatch {
-    /// Waits until the run changes in this process, or a moment passes (another process may drive it).
+    /// Waits until the run changes. Where the store does not announce other processes' commits
+    /// (SQLite, or PostgreSQL while its listener is down), also until a moment passes: another process
+    /// may drive the run. With announcements, a notice alone ends the wait (no polling).
     pub async fn changed(&mut self) {
-        let run_id = self.run_id.as_str();
-        let notices = &mut self.notices;
-        let changed = async {
-            loop {
-                match notices.recv().await {
-                    Ok(notice) if notice.run_id == run_id || notice.origin == Origin::Resync => return,
-                    Ok(_) => continue,
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    // No more notices: only the timeout ends the wait, so the caller polls the store.
-                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-                }
-            }
-        };
-        let _ = tokio::time::timeout(LOOK_AGAIN, changed).await;
+        self.runtime.wait_for_run(&mut self.notices, &self.run_id, 0, LOOK_AGAIN).await;
     }
 }

@@ -223,6 +223,7 @@ pub struct Builder {
     data_keys: Option<Arc<tollgate_agent_store::DataKeys>>,
     agents: Vec<Agent>,
     lease: Option<Duration>,
+    workers: Option<usize>,
     node_id: Option<String>,
     privacy: Option<PrivacyLevel>,
     secrets: Vec<String>,
@@ -255,6 +256,13 @@ impl Builder {
     /// crash, another process takes the run over once it passes.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
+        self
+    }
+
+    /// How many runs this process drives at once (default: 32 per CPU core). More runs than that wait
+    /// `queued` for a free worker; nothing is refused or dropped.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = Some(workers);
         self
     }
 
@@ -317,8 +325,12 @@ impl Builder {
             catalog,
             privacy: self.privacy.unwrap_or(defaults.privacy),
             redactor,
+            workers: self.workers.unwrap_or(defaults.workers),
         };
         let runtime = Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
+        // Queued runs (started while every worker was busy, or given back by a process that shut down)
+        // are claimed by this process's workers.
+        runtime.start_workers();
         let maintenance = (!self.no_maintenance).then(|| {
             let mut schedule = Schedule::server(self.retention.unwrap_or_default());
             if self.retention.is_none() {

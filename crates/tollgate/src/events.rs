@@ -8,8 +8,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tollgate_agent_runtime::{ReadError, Runtime};
 
-/// How long the stream waits for a change announced in this process before it reads the store again:
-/// the bound on how late it sees a change made by another process on the same store.
+/// How long the stream waits for a notice before it reads the store again while the store does not
+/// announce other processes' commits (SQLite, or a PostgreSQL listener that is reconnecting): the
+/// bound on how late it then sees a change made by another process on the same store.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Events read per store query.
@@ -19,9 +20,9 @@ const PAGE: u32 = 500;
 /// commits, until the run has ended and every event is delivered. From [`Tollgate::events`].
 ///
 /// Changes made by this process arrive at once, and so do those of another node on the same PostgreSQL
-/// database (announced by the store through LISTEN/NOTIFY); changes made by another process on a SQLite
-/// store (the `tollgate` CLI), or while the PostgreSQL listener reconnects, within the
-/// [poll interval](Self::poll_interval). A
+/// database (announced by the store through LISTEN/NOTIFY; nothing polls then); changes made by another
+/// process on a SQLite store (the `tollgate` CLI), or while the PostgreSQL listener reconnects, within
+/// the [poll interval](Self::poll_interval). A
 /// read error is yielded once and ends the stream; a new stream may start after the last seq seen.
 ///
 /// [`Tollgate::events`]: crate::Tollgate::events
@@ -56,8 +57,8 @@ impl EventStream {
         self
     }
 
-    /// How often the store is read again when this process announced nothing (default
-    /// [`DEFAULT_POLL_INTERVAL`]; at least 10 ms).
+    /// How often the store is read again while nothing is announced and the store does not announce
+    /// other processes' commits (default [`DEFAULT_POLL_INTERVAL`]; at least 10 ms).
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval.max(Duration::from_millis(10));
         self
@@ -158,23 +159,9 @@ impl Follow {
         }
     }
 
-    /// Until this process announces a change to the run, or the poll interval passes.
+    /// Until a notice wakes the follower of the run or, while the store does not announce other
+    /// processes' commits, the poll interval passes.
     async fn wait_for_change(&mut self) {
-        let deadline = tokio::time::sleep(self.poll_interval);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                _ = &mut deadline => return,
-                notice = self.notices.recv() => match notice {
-                    Ok(notice) if notice.wakes(&self.run_id, self.cursor) => return,
-                    Ok(_) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                        deadline.as_mut().await;
-                        return;
-                    }
-                },
-            }
-        }
+        self.runtime.wait_for_run(&mut self.notices, &self.run_id, self.cursor, self.poll_interval).await;
     }
 }

@@ -312,7 +312,8 @@ impl Tollgate {
     }
 
     /// Starts a run of the default agent on `input`. Configure it with the [`Start`] methods, then
-    /// `.await` it: the answer is the run as created (`running`, driven in the background), or with
+    /// `.await` it: the answer is the run as created (`running`, driven in the background; `queued`
+    /// when all of [`Builder::workers`] are busy, driven as one comes free), or with
     /// [`Start::wait`] the run once it waits for approval or has ended.
     pub fn start(&self, input: impl Into<String>) -> Start<'_> {
         Start {
@@ -421,10 +422,13 @@ impl Tollgate {
         tollgate_agent_server::router(self.runtime.clone(), options)
     }
 
-    /// Stops taking on work and waits for the runs this process is driving to reach their next durable
-    /// point (a wait at the gate or their end); shell commands still running are killed. Runs waiting
-    /// for approval are unaffected: they stay in the store for any process to resume.
+    /// Stops taking on work and gives back the runs this process is driving: each stops at its next
+    /// step boundary (once the model call or tool call under way has returned), keeps what it did, and
+    /// is queued for the next worker of any process on the store (this one after a restart); shell
+    /// commands still running are killed. Runs waiting for approval are unaffected: they stay in the
+    /// store for any process to resume.
     pub async fn shutdown(&self) {
+        self.runtime.stop_taking_work();
         let maintenance = self.maintenance.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(maintenance) = &maintenance {
             maintenance.wind_down();

@@ -331,7 +331,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
             "top level",
             "storage = { url = \"x\" }\n".into(),
             "tollgate.toml: storage: unknown key (known keys here: store, server, retention, workspace, auth, \
-             providers, mcp_servers, agents, webhooks, sandbox, privacy)",
+             providers, mcp_servers, agents, webhooks, sandbox, privacy, runtime)",
         ),
         (
             "in a section",
@@ -456,6 +456,16 @@ fn security_keys() {
             r#"tollgate.toml: privacy.keys[1].id: duplicate key id "k1" (also privacy.keys[0].id)"#,
         ),
         (
+            "no workers",
+            "[runtime]\nworkers = 0\n".to_owned(),
+            "tollgate.toml: runtime.workers: expected a positive integer, got 0",
+        ),
+        (
+            "an unknown runtime key",
+            "[runtime]\nthreads = 4\n".to_owned(),
+            "tollgate.toml: runtime.threads: unknown key (known keys here: workers)",
+        ),
+        (
             "shell_network",
             with_agent("shell_network = \"yes\"", ""),
             r#"tollgate.toml: agents[0].shell_network: expected true or false, got "yes""#,
@@ -475,6 +485,7 @@ fn security_keys_parse_and_secrets_are_listed() {
     assert_eq!(config.sandbox.mode, tollgate_agent_config::SandboxMode::Required);
     assert_eq!(config.privacy.level, tollgate_agent_config::PrivacyLevel::Metadata);
     assert_eq!(config.privacy.keys[0].id, "k2");
+    assert_eq!(config.runtime.workers, None, "unset: the runtime's default for the cores");
     assert!(config.mcp_servers[0].inherit_env);
     let secrets = config.secret_values();
     for secret in [key.as_str(), "sk-provider-key-123", "mcp-token-4567"] {

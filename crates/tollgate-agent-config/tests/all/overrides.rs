@@ -23,7 +23,7 @@ waiting_after = "90d"
 root = "file-workspace"
 "#;
 
-const EVERY_OVERRIDE: [(&str, &str); 11] = [
+const EVERY_OVERRIDE: [(&str, &str); 12] = [
     ("TOLLGATE_STORE_URL", "postgres://tollgate@db:5432/tollgate"),
     ("TOLLGATE_SERVER_ADDR", "0.0.0.0:9000"),
     ("TOLLGATE_SERVER_MAX_BODY_BYTES", "2048"),
@@ -35,6 +35,7 @@ const EVERY_OVERRIDE: [(&str, &str); 11] = [
     ("TOLLGATE_RETENTION_TERMINAL_AFTER", "7d"),
     ("TOLLGATE_RETENTION_WAITING_AFTER", "14d"),
     ("TOLLGATE_WORKSPACE_ROOT", "/data/workspace"),
+    ("TOLLGATE_RUNTIME_WORKERS", "12"),
 ];
 
 #[test]
@@ -52,6 +53,7 @@ fn every_scalar_key_is_overridable_over_the_file() -> anyhow::Result<()> {
     assert_eq!(config.retention.terminal_after, Duration::from_secs(7 * 86_400));
     assert_eq!(config.retention.waiting_after, Duration::from_secs(14 * 86_400));
     assert_eq!(config.workspace.root, PathBuf::from("/data/workspace"));
+    assert_eq!(config.runtime.workers, Some(12));
     Ok(())
 }
 

@@ -67,7 +67,7 @@ async fn create_run_answers_201_at_once_or_when_settled() {
     let reply = server.post("/v1/runs", json!({"input": "no wait"})).await;
     assert_eq!(reply.status, 201, "{}", reply.body);
     assert_eq!(reply.body["agent"], SCRIBE, "the first agent is the default");
-    assert_eq!(reply.body["status"], "running", "without wait the run is answered as created");
+    assert_eq!(reply.body["status"], "queued", "without wait the run is answered as created, queued for a worker");
     let location = reply.headers.get("location").and_then(|v| v.to_str().ok()).unwrap_or_default();
     assert_eq!(location, format!("/v1/runs/{}", id(&reply.body)));
     let settled = server.settled(&id(&reply.body)).await;
@@ -506,5 +506,51 @@ async fn problem_documents_snapshot() {
     insta::assert_json_snapshot!("malformed_json", malformed.body);
     let unknown_field = server.post("/v1/runs", json!({"input": "x", "priority": 1})).await;
     insta::assert_json_snapshot!("unknown_field", unknown_field.body);
+    server.stop().await;
+}
+
+/// A burst of commits far larger than the runtime's broadcast of notices (4096) — 1,500 runs held and
+/// approved at once, some ten notices each — while the event feed reads events slowly (5 ms a read), so
+/// that it falls far behind the writers: it still counts every event, since it follows the runtime's
+/// change set rather than the broadcast.
+#[tokio::test]
+async fn the_event_feed_counts_every_event_of_a_burst_it_falls_behind() {
+    use tollgate_agent_runtime::{DecisionSet, StartRun};
+    const RUNS: usize = 1500;
+    let inner = common::open_store(&common::Backend::Sqlite).await;
+    let store = tollgate_agent_testkit::FailingStore::slow_event_reads(inner, std::time::Duration::from_millis(5));
+    let server = Server::start(Config { store: Some(std::sync::Arc::new(store)), ..Config::default() }).await;
+    let start = |i: usize| {
+        let runtime = server.runtime.clone();
+        tokio::spawn(async move {
+            let input = format!("burst {i}");
+            let request = StartRun { agent: Some(SCRIBE), input: &input, actor: "local", metadata: Default::default() };
+            let run = runtime.start_and_wait(request).await.unwrap_or_else(|e| panic!("{e}"));
+            let digest = run.held_turn().map(|held| held.turn_digest.as_str().to_owned()).unwrap_or_default();
+            runtime
+                .decide_and_wait(&run, &digest, DecisionSet::ApproveAll, "local")
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+    };
+    let runs: Vec<_> = (0..RUNS).map(start).collect();
+    for run in runs {
+        let run = run.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run.status().as_str(), "completed");
+    }
+    let want = format!("tollgate_events_total{{kind=\"run_completed\"}} {RUNS}\n");
+    let mut text = String::new();
+    for _ in 0..600 {
+        text = server.get("/metrics").await.body.as_str().unwrap_or_default().to_owned();
+        if text.contains(&want) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    for kind in ["run_started", "approval_requested", "decision", "run_resumed"] {
+        let line = format!("tollgate_events_total{{kind=\"{kind}\"}} {RUNS}\n");
+        assert!(text.contains(&line), "missing {line:?} in\n{text}");
+    }
     server.stop().await;
 }

@@ -3,46 +3,38 @@
 //! within a second of A's commit (measured), B's listener comes back after its connection is killed,
 //! and B's webhooks never deliver A's events.
 
-use crate::common::{Backend, Config, SLOW, Server, digest, id};
+use crate::common::{Backend, Config, SLOW, Server, digest};
 use crate::sse::Stream;
 use crate::webhooks::{eventually, receiver};
 use axum::http::StatusCode;
 use serde_json::json;
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::{Connection, PgConnection};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tollgate_agent_runtime::StartRun;
 use tollgate_agent_server::WebhookTarget;
-use tollgate_agent_store::PostgresStore;
+use tollgate_agent_store::{PostgresStore, ScratchSchema};
 use tollgate_agent_testkit::postgres_url;
 
 /// The most a follower on node B may lag node A's commit.
 const WAKE_BOUND: Duration = Duration::from_secs(1);
 
-/// A fresh schema on the test server: its URL and name.
-async fn fresh_schema(base: &str) -> (String, String) {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let schema = format!("tollgate_nodes_{}_{nanos}", std::process::id());
-    let mut admin = PgConnection::connect(base).await.unwrap_or_else(|e| panic!("{e}"));
-    admin.execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).await.unwrap_or_else(|e| panic!("{e}"));
-    admin.close().await.unwrap_or_else(|e| panic!("{e}"));
-    let separator = if base.contains('?') { '&' } else { '?' };
-    (format!("{base}{separator}options[search_path]={schema}"), schema)
-}
-
-/// Waits (bounded) until the store tagged `node` listens, and answers its listener's backend pid.
-async fn listening(base: &str, node: &str) -> i32 {
+/// Waits (bounded) until the store tagged `node` listens in `schema` (its listener has recorded itself,
+/// and that backend is alive), and answers its listener's backend pid.
+async fn listening(base: &str, schema: &str, node: &str) -> i32 {
     let mut admin = PgConnection::connect(base).await.unwrap_or_else(|e| panic!("{e}"));
     let deadline = Instant::now() + Duration::from_secs(10);
+    let query = format!(
+        "SELECT l.pid FROM {schema}.listeners AS l JOIN pg_stat_activity AS a ON a.pid = l.pid \
+         WHERE l.node = $1 AND a.application_name = 'tollgate-listener ' || l.node"
+    );
     loop {
-        // The listener asks for its schema right after its LISTEN.
-        let pid: Option<i32> = sqlx::query_scalar(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query = 'SELECT current_schema()'",
-        )
-        .bind(format!("tollgate-listener {node}"))
-        .fetch_optional(&mut admin)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        let pid: Option<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(query.clone()))
+            .bind(node)
+            .fetch_optional(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         if let Some(pid) = pid {
             return pid;
         }
@@ -80,7 +72,8 @@ impl Commits {
 #[tokio::test]
 async fn another_nodes_commits_wake_waiters_and_streams_at_once() {
     let Some(base) = postgres_url() else { return };
-    let (url, schema) = fresh_schema(&base).await;
+    let schema = ScratchSchema::create(&base, "tollgate_nodes").await.unwrap_or_else(|e| panic!("{e}"));
+    let url = schema.url();
     let store_a = PostgresStore::open(&url).await.unwrap_or_else(|e| panic!("{e}"));
     let store_b = PostgresStore::open(&url).await.unwrap_or_else(|e| panic!("{e}"));
     let node_b = store_b.node().to_owned();
@@ -96,12 +89,18 @@ async fn another_nodes_commits_wake_waiters_and_streams_at_once() {
     let a = Server::start(config(store_a, hook(url_a))).await;
     let b = Server::start(config(store_b, hook(url_b))).await;
     let commits = Commits::follow(&a);
-    listening(&base, &node_b).await;
+    listening(&base, schema.name(), &node_b).await;
+    // Once B listens, its followers wait on notices alone: nothing on B polls for A's commits, so the
+    // latencies below are those of the notifications.
+    let polls = |runtime: &tollgate_agent_runtime::Runtime| runtime.recheck_after(Duration::from_secs(1)).is_some();
+    eventually("node B relies on notifications alone", || !polls(&b.runtime)).await;
 
-    // A starts the run and drives it (a pause, then the held turn); B follows it from the start.
-    let started = a.post("/v1/runs", json!({"agent": SLOW, "input": "from node a"})).await;
-    assert_eq!(started.status, 201, "{}", started.body);
-    let run_id = id(&started.body);
+    // A starts the run and drives it (a pause, then the held turn); B follows it from the start. (Started
+    // through A's runtime: over HTTP without `wait` it would be queued, and B's workers might claim it.)
+    let start = StartRun { agent: Some(SLOW), input: "from node a", actor: "local", metadata: Default::default() };
+    let started = a.runtime.start(start).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(started.status().as_str(), "running");
+    let run_id = started.id.clone();
     let path = format!("/v1/runs/{run_id}/events");
     let mut stream = Stream::new(Stream::open(&b, &path, None).await);
     let opened = Instant::now();
@@ -138,7 +137,8 @@ async fn another_nodes_commits_wake_waiters_and_streams_at_once() {
     assert!(wait_latency < WAKE_BOUND, "wait_settled on B woke {wait_latency:?} after A's commit");
 
     // B's listening connection is killed: it comes back, and B still wakes for A's next commits.
-    let pid = listening(&base, &node_b).await;
+    let pid = listening(&base, schema.name(), &node_b).await;
+    let mut b_notices = b.runtime.subscribe();
     let mut admin = PgConnection::connect(&base).await.unwrap_or_else(|e| panic!("{e}"));
     let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
         .bind(pid)
@@ -146,8 +146,20 @@ async fn another_nodes_commits_wake_waiters_and_streams_at_once() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(killed);
-    let again = listening(&base, &node_b).await;
+    let again = listening(&base, schema.name(), &node_b).await;
     assert_ne!(again, pid, "a new listening connection");
+    eventually("node B relies on notifications alone again", || !polls(&b.runtime)).await;
+    // Two resyncs on B: at the loss (followers read again, then poll) and once it listens again.
+    let mut resyncs = 0;
+    while resyncs < 2 {
+        let notice = tokio::time::timeout(Duration::from_secs(10), b_notices.recv())
+            .await
+            .unwrap_or_else(|_| panic!("node B said {resyncs} resync(s) around its lost listener, not 2"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        if notice.origin == tollgate_agent_runtime::Origin::Resync {
+            resyncs += 1;
+        }
+    }
 
     let run = a.get(&format!("/v1/runs/{run_id}")).await.body;
     let deciding = Instant::now();
@@ -175,5 +187,6 @@ async fn another_nodes_commits_wake_waiters_and_streams_at_once() {
 
     a.stop().await;
     b.stop().await;
-    admin.execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).await.unwrap_or_else(|e| panic!("{e}"));
+    admin.close().await.unwrap_or_else(|e| panic!("{e}"));
+    schema.drop_all().await.unwrap_or_else(|e| panic!("{e}"));
 }

@@ -5,6 +5,7 @@ use crate::common;
 
 use crate::common::{Config, SCRIBE, Server, digest, id};
 use serde_json::json;
+use tollgate_agent_core::{EventKind, RunStatus};
 
 #[tokio::test]
 async fn a_waiting_run_survives_a_restart() {
@@ -27,19 +28,36 @@ async fn a_waiting_run_survives_a_restart() {
 }
 
 #[tokio::test]
-async fn shutdown_lets_an_in_flight_step_commit() {
+async fn shutdown_lets_an_in_flight_step_commit_and_gives_the_run_back() {
     let server = Server::start(Config::default()).await;
     let reply = server.post("/v1/runs", json!({"agent": common::SLOW, "input": "mid-step"})).await;
     assert_eq!(reply.status, 201);
-    assert_eq!(reply.body["status"], "running");
+    assert_eq!(reply.body["status"], "queued");
     let run_id = id(&reply.body);
     let store = server.store.clone();
+    // A worker claims it and starts the `pause` call, still running when the server is told to stop.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.get(&run_id).await.map(|run| run.status()).ok() != Some(RunStatus::Running) {
+        assert!(std::time::Instant::now() < deadline, "no worker claimed the run");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(common::PAUSE / 4).await;
     let started = std::time::Instant::now();
-    // The `pause` call is still running when the server is told to stop.
     server.stop().await;
-    assert!(started.elapsed() >= common::PAUSE / 2, "shutdown waited for the step");
+    assert!(started.elapsed() >= common::PAUSE / 4, "shutdown waited for the step");
     let run = store.get(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(run.status(), tollgate_agent_core::RunStatus::WaitingForApproval, "the segment committed before exit");
     let events = store.events(&run_id, 0, 100).await.unwrap_or_default();
-    assert!(events.iter().any(|e| e.kind == tollgate_agent_core::EventKind::ToolFinished), "the pause call finished");
+    assert!(events.iter().any(|e| e.kind == EventKind::ToolFinished), "the pause call finished and committed");
+    // Given back at the step boundary, not left running under a lease: the next server continues at once.
+    assert_eq!(run.status(), RunStatus::Queued, "given back at shutdown");
+    assert!(run.lease().is_none(), "the lease is released, not left to expire");
+    assert_eq!(events.last().map(|e| e.kind), Some(EventKind::ToolFinished), "no model call after the pause");
+
+    let next = Server::start(Config { store: Some(store.clone()), ..Default::default() }).await;
+    let settled = next.settled(&run_id).await;
+    assert_eq!(settled["status"], "waiting_for_approval", "{settled}");
+    // (The run held no turn yet, so the next server starts its segment again: `pause` is allow-gated,
+    // safe to repeat, as after a takeover.)
+    assert!(next.runtime.verify(&run_id).await.is_ok_and(|r| r.is_ok()));
+    next.stop().await;
 }

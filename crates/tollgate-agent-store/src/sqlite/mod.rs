@@ -66,8 +66,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
-use tollgate_agent_core::run::{Millis, RunRecord, RunStatus, Transition};
-use tollgate_agent_core::store::{Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreError};
+use tollgate_agent_core::run::{Lease, Millis, RunRecord, RunStatus, Transition};
+use tollgate_agent_core::store::{Claimed, Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreError};
 use writer::{QUEUE_CAPACITY, Request, WriteOp, Writer};
 
 /// How long a connection waits for another process's write lock before giving up.
@@ -342,6 +342,35 @@ impl RunStore for SqliteStore {
 
     fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {
         Box::pin(async move { self.count_runs() })
+    }
+
+    fn claim_queued<'a>(
+        &'a self,
+        agents: &'a [String],
+        lease: Lease,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<Option<Claimed>, StoreError>> {
+        // The oldest queued run that can be read, claimed on the version read: the one writer commits
+        // claims one at a time, and a run that changed since (cancelled, claimed by another process on
+        // the same file) is passed over for the next.
+        Box::pin(async move {
+            for run in self.queued_runs(agents)? {
+                let queued_at = run.updated_at;
+                let claim = Request::Transition {
+                    id: run.id.clone(),
+                    guard: Guard::Version(run.version),
+                    transition: Transition::Claim { lease: lease.clone() },
+                    events: Vec::new(),
+                    now,
+                };
+                match self.write_record(claim).await {
+                    Ok(run) => return Ok(Some(Claimed { run, queued_at })),
+                    Err(StoreError::Conflict { .. } | StoreError::Transition(_) | StoreError::NotFound(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(None)
+        })
     }
 
     fn purge(

@@ -34,6 +34,14 @@ pub(super) const SELECT_DUE: &str = concat!(
     "ORDER BY due_at, id LIMIT ?2"
 );
 
+/// The oldest queued runs (the `(status, id)` index) of the agents in the JSON array `?1`, for a
+/// worker's claim: a few, so that one corrupt row does not stop the queue.
+pub(super) const SELECT_QUEUED: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE status = 'queued' AND agent IN (SELECT value FROM json_each(?1)) ORDER BY id LIMIT 8"
+);
+
 /// A scan of the small `(status, id)` index, not of the table (for `/metrics`, which caches it).
 pub(super) const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) FROM runs GROUP BY status";
 
@@ -191,6 +199,18 @@ impl SqliteStore {
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })?;
         Ok(status_counts(counts))
+    }
+
+    /// The oldest queued runs of `agents` that can be read (see [`SELECT_QUEUED`]).
+    pub(super) fn queued_runs(&self, agents: &[String]) -> Result<Vec<RunRecord>, StoreError> {
+        let keys = self.keys.as_deref();
+        let agents = serde_json::Value::from(agents.to_vec()).to_string();
+        let runs = self.read("cannot read queued runs", |connection| {
+            let mut statement = connection.prepare_cached(SELECT_QUEUED)?;
+            let runs = statement.query_map([agents], |row| Ok(decode_run(row, keys)))?;
+            Ok(runs.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        Ok(runs.into_iter().filter_map(|run| keep_readable(run, "claim")).collect())
     }
 
     pub(super) fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {

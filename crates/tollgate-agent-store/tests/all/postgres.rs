@@ -114,10 +114,11 @@ async fn the_change_notification_carries_no_data() -> anyhow::Result<()> {
     use tollgate_agent_core::{EventKind, NewEvent, RunRecord};
     let Some(harness) = setup().await? else { return Ok(()) };
     let result = async {
-        // Named as a node's listener: the trigger announces changes only while one listens.
+        // Named and recorded as a node's listener: the trigger announces changes only while one listens.
+        let store = PostgresStore::open(&harness.url).await?;
         let mut listener = PgListener::connect(&format!("{}&application_name=tollgate-listener%20probe", harness.url)).await?;
         listener.listen(tollgate_agent_store::pg_notify::CHANNEL).await?;
-        let store = PostgresStore::open(&harness.url).await?;
+        sqlx::query("INSERT INTO listeners (node, pid) VALUES ('probe', pg_backend_pid())").execute(&mut listener).await?;
         let owner = "node-a";
         let lease = tollgate_agent_core::Lease { owner: owner.into(), expires_at: T0 + 30_000 };
         let run = RunRecord::new(id(1), "demo".into(), "secret input".into(), "alice".into(), T0, Some(lease));
@@ -149,7 +150,7 @@ async fn the_change_notification_carries_no_data() -> anyhow::Result<()> {
 }
 
 /// `changes()` announces what another store (node) commits and leaves out its own; after its listening
-/// connection is killed it reconnects, says `Resync`, and announces the next change.
+/// connection is killed it says `Lost`, reconnects, says `Resync`, and announces the next change.
 #[tokio::test]
 async fn a_store_announces_other_nodes_changes_and_recovers_a_lost_listener() -> anyhow::Result<()> {
     use futures_util::StreamExt;
@@ -158,13 +159,17 @@ async fn a_store_announces_other_nodes_changes_and_recovers_a_lost_listener() ->
     let result = async {
         let a = PostgresStore::open(&harness.url).await?;
         let b = PostgresStore::open(&harness.url).await?;
+        assert!(!b.announces_changes(), "nothing is announced before the listener listens");
         let mut changes = b.changes().ok_or_else(|| anyhow::anyhow!("PostgreSQL announces changes"))?;
         let mut next = async || tokio::time::timeout(Duration::from_secs(5), changes.next()).await.ok().flatten();
         assert_eq!(next().await, Some(StoreChange::Resync), "listening");
+        assert!(!b.announces_changes(), "settling: a write that looked for listeners just before may say nothing");
         b.create(running_run(1, "demo"), vec![]).await?; // b's own: left out
         a.create(running_run(2, "demo"), vec![]).await?;
         let created = StoreChange::Run { id: id(2), version: 1, status: RunStatus::Running, last_seq: 0 };
         assert_eq!(next().await, Some(created));
+        assert_eq!(next().await, Some(StoreChange::Resync), "settled");
+        assert!(b.announces_changes(), "once settled, every commit of another node is announced");
 
         let mut admin = PgConnection::connect(&harness.base_url).await?;
         let killed: Vec<bool> =
@@ -174,6 +179,7 @@ async fn a_store_announces_other_nodes_changes_and_recovers_a_lost_listener() ->
                 .await?;
         admin.close().await?;
         assert_eq!(killed, vec![true]);
+        assert_eq!(next().await, Some(StoreChange::Lost), "the loss is said before anything else");
         assert_eq!(next().await, Some(StoreChange::Resync), "listening again");
         let event = NewEvent { at: T0, kind: EventKind::ModelRequest, round: 1, data: json!({}) };
         a.append(&id(2), "node-a", vec![event], T0 + 60_000).await?;
@@ -289,4 +295,50 @@ async fn two_nodes_taking_turns_on_one_run_never_write_on_a_stale_row() -> anyho
     .await;
     teardown(&harness).await;
     result
+}
+
+/// Sweeping scratch schemas drops this prefix's schemas made longer ago than asked (by the time in
+/// their names), and leaves fresh ones, other prefixes' and names of another shape alone.
+#[tokio::test]
+async fn a_sweep_drops_only_old_scratch_schemas_of_its_prefix() -> anyhow::Result<()> {
+    let Some(base) = base_url()? else { return Ok(()) };
+    let exists = |name: String| {
+        let base = base.clone();
+        async move {
+            let mut admin = PgConnection::connect(&base).await?;
+            let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_namespace WHERE nspname = $1")
+                .bind(name)
+                .fetch_optional(&mut admin)
+                .await?;
+            admin.close().await?;
+            anyhow::Ok(found.is_some())
+        }
+    };
+    // A prefix of this process alone, so that other tests' schemas are never in play.
+    let prefix = format!("tollgate_sweep_{}", std::process::id());
+    let old = format!("{prefix}_1_1000_0"); // made in 1970
+    let odd = format!("{prefix}_not_a_time"); // another shape
+    let other = format!("{prefix}x_1_1000_0"); // another prefix that starts alike
+    let mut admin = PgConnection::connect(&base).await?;
+    for name in [&old, &odd, &other] {
+        admin.execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}"))).await?;
+    }
+    admin.close().await?;
+    let fresh = tollgate_agent_store::ScratchSchema::create(&base, &prefix).await?;
+
+    let dropped = tollgate_agent_store::ScratchSchema::sweep(&base, &prefix, Duration::from_secs(3600)).await?;
+    assert_eq!(dropped, 1);
+    assert!(!exists(old).await?, "the old schema is dropped");
+    assert!(exists(fresh.name().to_owned()).await?, "a fresh one stays");
+    assert!(exists(odd.clone()).await?, "a name of another shape stays");
+    assert!(exists(other.clone()).await?, "another prefix's stays");
+    assert!(tollgate_agent_store::ScratchSchema::sweep(&base, "Bad-Prefix", Duration::ZERO).await.is_err());
+
+    fresh.drop_all().await?;
+    let mut admin = PgConnection::connect(&base).await?;
+    for name in [&odd, &other] {
+        admin.execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {name}"))).await?;
+    }
+    admin.close().await?;
+    Ok(())
 }

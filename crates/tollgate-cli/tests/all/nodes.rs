@@ -1,60 +1,41 @@
 //! Two real `tollgate serve` processes on one PostgreSQL schema (docs/nodes.md): a node killed with
 //! SIGKILL while it drives an approved call (the other takes the run over after the lease and puts the call
 //! back as in doubt, never running it again by itself), a node stopped with SIGTERM mid-call (it finishes
-//! the step, exits 0, and the other node decides the run), and a run started on one node and decided on
-//! the other (resumed once, the deciding node answers the settled run). Every tool call appends a line
+//! the step, gives the run back, exits 0, and the other node's worker continues it at once, well within
+//! the lease), queued runs claimed by the workers of both nodes (each run once), and a run started on
+//! one node and decided on the other (resumed once, the deciding node answers the settled run). Every tool call appends a line
 //! to `ledger.txt` in the workspace both nodes share, which counts executions.
 //!
 //! Needs `TOLLGATE_TEST_POSTGRES_URL` (skipped with a note when unset, a failure under CI).
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tollgate_agent_store::ScratchSchema;
 use tollgate_agent_testkit::{postgres_url, scratch_dir};
 
 /// Each node's `[server] lease`.
 const LEASE: Duration = Duration::from_secs(2);
 const LEDGER: &str = "ledger.txt";
 
-/// A fresh schema in the test database, dropped when the cluster is dropped.
-struct Schema {
-    base: String,
-    name: String,
-}
-
-impl Schema {
-    async fn create(base: &str) -> Result<Schema> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
-        let name = format!("tollgate_nodes_{}_{nanos}", std::process::id());
-        admin(base, &format!("CREATE SCHEMA {name}")).await?;
-        Ok(Schema { base: base.to_owned(), name })
-    }
-
-    /// The store URL of a Tollgate in this schema.
-    fn url(&self) -> String {
-        let separator = if self.base.contains('?') { '&' } else { '?' };
-        format!("{}{separator}options[search_path]={}", self.base, self.name)
-    }
-}
-
-async fn admin(base: &str, statement: &str) -> Result<()> {
-    use sqlx::{Connection as _, Executor as _};
-    let mut connection = sqlx::PgConnection::connect(base).await.context("PostgreSQL")?;
-    connection.execute(sqlx::AssertSqlSafe(statement.to_owned())).await?;
-    connection.close().await?;
-    Ok(())
-}
-
 /// One `tollgate serve` child; SIGKILLed when dropped if still running.
-struct Node {
-    url: String,
+pub(crate) struct Node {
+    pub(crate) url: String,
     log: PathBuf,
     child: Option<Child>,
 }
 
 impl Node {
+    /// Whether the process still runs (it did not crash).
+    pub(crate) fn alive(&mut self) -> Result<bool> {
+        match &mut self.child {
+            Some(child) => Ok(child.try_wait()?.is_none()),
+            None => Ok(false),
+        }
+    }
+
     fn pid(&self) -> Result<u32> {
         self.child.as_ref().map(Child::id).ok_or_else(|| anyhow!("the node is not running"))
     }
@@ -88,7 +69,7 @@ impl Node {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -108,15 +89,20 @@ struct Cluster {
     b: Node,
     workspace: PathBuf,
     http: reqwest::Client,
-    schema: Schema,
+    schema: ScratchSchema,
 }
 
 impl Cluster {
     /// Starts both nodes with an agent `agent` running `script` under `policy` (TOML
     /// `[[agents.policy]]` tables). `None` when no PostgreSQL is configured.
     async fn start(script: Value, policy: &str) -> Result<Option<Cluster>> {
+        Cluster::start_with(script, policy, LEASE, "").await
+    }
+
+    /// [`Cluster::start`] with each node's `lease` and more TOML for the config (e.g. `[runtime]`).
+    async fn start_with(script: Value, policy: &str, lease: Duration, more: &str) -> Result<Option<Cluster>> {
         let Some(base) = postgres_url() else { return Ok(None) };
-        let schema = Schema::create(&base).await?;
+        let schema = ScratchSchema::create(&base, "tollgate_nodes").await?;
         let dir = scratch_dir("nodes");
         let workspace = dir.join("workspace");
         std::fs::create_dir_all(&workspace)?;
@@ -126,9 +112,9 @@ impl Cluster {
         let config = format!(
             "[store]\nurl = {url}\n\n[server]\nlease = \"{lease}s\"\n\n[workspace]\nroot = {workspace}\n\n\
              [[providers]]\nname = \"scripted\"\nkind = \"scripted\"\nscript = {script}\n\n\
-             [[agents]]\nname = \"agent\"\nprovider = \"scripted\"\ntools = [\"shell\", \"fs_write\"]\n\n{policy}\n",
+             [[agents]]\nname = \"agent\"\nprovider = \"scripted\"\ntools = [\"shell\", \"fs_write\"]\n\n{policy}\n\n{more}\n",
             url = string(&schema.url()),
-            lease = LEASE.as_secs(),
+            lease = lease.as_secs(),
             workspace = string(&workspace.display().to_string()),
             script = string(&script_path.display().to_string()),
         );
@@ -211,12 +197,12 @@ impl Cluster {
         // The nodes go first: they hold connections to the schema.
         let _ = a.kill();
         let _ = b.kill();
-        admin(&schema.base, &format!("DROP SCHEMA {} CASCADE", schema.name)).await
+        Ok(schema.drop_all().await?)
     }
 }
 
 /// Starts `tollgate --config CONFIG serve` on a free loopback port and waits for `/healthz`.
-async fn spawn(dir: &Path, config: &Path, name: &str, http: &reqwest::Client) -> Result<Node> {
+pub(crate) async fn spawn(dir: &Path, config: &Path, name: &str, http: &reqwest::Client) -> Result<Node> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let log = dir.join(format!("{name}.log"));
     let out = std::fs::File::create(&log)?;
@@ -325,16 +311,25 @@ async fn sigkill_of_the_driving_node_leaves_an_approved_started_call_in_doubt_on
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn sigterm_mid_call_finishes_the_step_and_the_other_node_decides_the_run() -> Result<()> {
-    // Turn 1: an allowed 3-second call; turn 2: an ask-gated write, held; turn 3: the end.
+async fn sigterm_mid_call_finishes_the_step_and_gives_the_run_to_the_other_node_at_once() -> Result<()> {
+    // Turn 1: an ask-gated 3-second call; turn 2: an ask-gated write; turn 3: the end. The lease is
+    // long: B continues because A gives the run back, not because A's lease expired.
     let write = json!({"name": "fs_write", "arguments": {"path": "note.txt", "content": "{{input}}"}});
     let script =
         json!({"turns": [{"tool_calls": [ledger_call("slow", 3)]}, {"tool_calls": [write]}, {"text": "done"}]});
-    let policy = "[[agents.policy]]\ntool = \"shell\"\ngate = \"allow\"\n\n[[agents.policy]]\ntool = \"fs_write\"\ngate = \"ask\"";
-    let Some(mut cluster) = Cluster::start(script, policy).await? else { return Ok(()) };
-    let run = cluster.post(&cluster.a, "/v1/runs", json!({"input": "t"})).await?;
+    let policy =
+        "[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"\n\n[[agents.policy]]\ntool = \"fs_write\"\ngate = \"ask\"";
+    let lease = Duration::from_secs(30);
+    let Some(mut cluster) = Cluster::start_with(script, policy, lease, "").await? else { return Ok(()) };
+    let run = cluster.post(&cluster.a, "/v1/runs", json!({"input": "t", "wait": true})).await?;
+    assert_eq!(status(&run), "waiting_for_approval", "{run:#}");
     let id = id_of(&run)?;
-    // The call is running on A (its line is written; it sleeps 3 s more).
+    let digest = run["pending"]["turn_digest"].clone();
+    let decided = cluster
+        .post(&cluster.a, &format!("/v1/runs/{id}/decisions"), json!({"turn_digest": digest, "approve_all": true}))
+        .await?;
+    assert_eq!(status(&decided), "running", "A resumes the run: {decided:#}");
+    // The approved call is running on A (its line is written; it sleeps 3 s more).
     cluster.ledger_reaches(1, Duration::from_secs(5)).await?;
     let signalled = Instant::now();
     let code = cluster.a.terminate(Duration::from_secs(15)).await?;
@@ -343,15 +338,22 @@ async fn sigterm_mid_call_finishes_the_step_and_the_other_node_decides_the_run()
     assert_eq!(code, Some(0), "A's log:\n{}", cluster.a.log());
     assert!(exited >= Duration::from_secs(2), "A waited for the call to finish: it exited after {exited:?}");
 
-    // The run reached its next durable point before A exited: held at the write, no takeover needed.
-    let run = cluster.run(&cluster.b, &id).await?;
-    assert_eq!(status(&run), "waiting_for_approval", "{run:#}\nA's log:\n{}", cluster.a.log());
+    // B's worker claims the given-back run at once (well within the 30 s lease) and goes on from the
+    // call's recorded result to the next held turn.
+    let run =
+        cluster.run_until(&cluster.b, &id, Duration::from_secs(5), |run| status(run) == "waiting_for_approval").await?;
+    let continued = signalled.elapsed() - exited;
+    eprintln!("B held the next turn {continued:?} after A exited");
+    assert!(continued < lease / 4, "B continued {continued:?} after A exited: not at once");
     let calls = run["pending"]["calls"].as_array().ok_or_else(|| anyhow!("no held calls: {run:#}"))?;
     assert_eq!(calls.len(), 1, "{run:#}");
     assert_eq!(calls[0]["tool"], "fs_write");
     assert_eq!(calls[0]["state"], "waiting");
     let kinds = cluster.event_kinds(&cluster.b, &id).await?;
+    assert_eq!(kinds.iter().filter(|k| *k == "tool_started").count(), 1, "{kinds:?}");
     assert_eq!(kinds.iter().filter(|k| *k == "tool_finished").count(), 1, "{kinds:?}");
+    let metrics = cluster.http.get(format!("{}/metrics", cluster.b.url)).send().await?.text().await?;
+    assert!(metrics.lines().any(|l| l == "tollgate_claims_total 1"), "B claimed the run:\n{metrics}");
 
     let digest = run["pending"]["turn_digest"].clone();
     let settled = cluster
@@ -363,7 +365,45 @@ async fn sigterm_mid_call_finishes_the_step_and_the_other_node_decides_the_run()
         .await?;
     assert_eq!(status(&settled), "completed", "{settled:#}");
     assert_eq!(std::fs::read_to_string(cluster.workspace.join("note.txt"))?, "t");
-    assert_eq!(cluster.ledger(), ["t slow"], "the slow call ran once");
+    assert_eq!(cluster.ledger(), ["t slow"], "the approved call ran once");
+    cluster.drop_schema().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queued_runs_spread_over_both_nodes_and_each_runs_once() -> Result<()> {
+    // Two workers a node and eight one-second runs queued at once: both nodes' workers claim them.
+    let script = json!({"turns": [{"tool_calls": [ledger_call("queued", 1)]}, {"text": "done"}]});
+    let policy = "[[agents.policy]]\ntool = \"shell\"\ngate = \"allow\"";
+    let workers = "[runtime]\nworkers = 2";
+    let Some(cluster) = Cluster::start_with(script, policy, LEASE, workers).await? else { return Ok(()) };
+    let mut ids = Vec::new();
+    for n in 0..8 {
+        let node = if n % 2 == 0 { &cluster.a } else { &cluster.b };
+        let run = cluster.post(node, "/v1/runs", json!({"input": format!("q{n}")})).await?;
+        assert_eq!(status(&run), "queued", "answered at once, queued for a worker: {run:#}");
+        ids.push(id_of(&run)?);
+    }
+    for id in &ids {
+        cluster.run_until(&cluster.a, id, Duration::from_secs(20), |run| status(run) == "completed").await?;
+    }
+    let mut ledger = cluster.ledger();
+    ledger.sort();
+    let expected: Vec<String> = (0..8).map(|n| format!("q{n} queued")).collect();
+    assert_eq!(ledger, expected, "each run's call ran once");
+    let mut claims = Vec::new();
+    for node in [&cluster.a, &cluster.b] {
+        let metrics = cluster.http.get(format!("{}/metrics", node.url)).send().await?.text().await?;
+        let value = |name: &str| {
+            metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok()).unwrap_or(-1.0)
+        };
+        assert_eq!(value("tollgate_workers"), 2.0, "{metrics}");
+        assert_eq!(value("tollgate_queue_depth"), 0.0, "{metrics}");
+        assert!(value("tollgate_claim_latency_seconds_count") >= 1.0, "{metrics}");
+        claims.push(value("tollgate_claims_total"));
+    }
+    eprintln!("claims on A and B: {claims:?}");
+    assert!(claims.iter().all(|n| *n >= 1.0), "both nodes claimed queued runs: {claims:?}");
+    assert_eq!(claims.iter().sum::<f64>(), 8.0, "every run was claimed once: {claims:?}");
     cluster.drop_schema().await
 }
 

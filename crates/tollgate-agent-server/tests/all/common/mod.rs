@@ -20,7 +20,7 @@ pub enum Backend {
     /// A fresh SQLite file.
     #[default]
     Sqlite,
-    /// The shared test PostgreSQL database.
+    /// The test PostgreSQL database (each store in a fresh schema of it, unless the URL names one).
     Postgres(String),
 }
 
@@ -209,7 +209,18 @@ fn agents(tools: &Tools) -> Vec<AgentSpec> {
 pub async fn open_store(backend: &Backend) -> Arc<dyn RunStore> {
     let url = match backend {
         Backend::Sqlite => format!("sqlite://{}", scratch_dir("server").join("tollgate.db").display()),
-        Backend::Postgres(url) => url.clone(),
+        // A schema of its own: the worker pools of tests running side by side claim only their own runs.
+        Backend::Postgres(url) => {
+            // Once per test process: the schemas of earlier runs of these tests (kept by the store
+            // handles the tests leave open) are dropped after a day.
+            tollgate_agent_store::ScratchSchema::sweep_once(url, "tollgate_test_server", Duration::from_secs(86_400))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            tollgate_agent_store::ScratchSchema::create(url, "tollgate_test_server")
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+                .url()
+        }
     };
     tollgate_agent_store::open(&url).await.unwrap_or_else(|e| panic!("{e}"))
 }

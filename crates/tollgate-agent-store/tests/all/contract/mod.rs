@@ -88,6 +88,11 @@ fn decide(call: &str, decision: Decision) -> Transition {
     }
 }
 
+/// The agents of the nodes claiming queued runs in these cases.
+fn agents() -> Vec<String> {
+    vec!["demo".to_owned()]
+}
+
 fn claim(owner: &str) -> Transition {
     Transition::Claim { lease: lease(owner, T0 + 60_000) }
 }
@@ -115,6 +120,7 @@ fn all_transitions() -> Vec<Transition> {
         fail(),
         Transition::Cancel,
         Transition::Expire,
+        Transition::Release,
     ]
 }
 
@@ -381,7 +387,8 @@ pub async fn legal_transitions_walk_the_cycle<H: Harness>(h: &H) -> anyhow::Resu
     let decided = store
         .transition(&run.id, Guard::Version(2), decide("call_1", Decision::Approve), vec![decision], T0 + 20)
         .await?;
-    ensure!(decided.status() == RunStatus::WaitingForApproval && decided.version == 3);
+    ensure!(decided.status() == RunStatus::Queued && decided.version == 3, "the last decision queues the run");
+    ensure!(decided.held_turn().is_some() && decided.lease().is_none(), "queued with its held turn, unleased");
 
     let resumed = event(EventKind::RunResumed, 1, json!({"actor": "alice"}));
     let claimed = store.transition(&run.id, Guard::Version(3), claim("node-b"), vec![resumed], T0 + 30).await?;
@@ -1113,6 +1120,113 @@ pub async fn exactly_one_of_32_racing_claims_wins<H: Harness>(h: &H) -> anyhow::
     Ok(())
 }
 
+/// A queued run (new, or queued with its held turn) is claimed by the oldest-first queue with the
+/// lease asked for; cancelled or running runs are never claimed; a released run is queued again with
+/// its held turn and claimed again; an empty queue answers `None`.
+pub async fn queued_runs_are_claimed_oldest_first_and_released_back<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    ensure!(store.claim_queued(&agents(), lease("node-a", T0 + 60_000), T0).await?.is_none(), "nothing queued yet");
+    // A queued run of an agent this node does not have is left to the nodes that have it.
+    store.create(RunRecord::new(id(9), "other".into(), "q".into(), "local".into(), T0, None), vec![]).await?;
+    let queued = |n: u64, at: Millis| RunRecord::new(id(n), "demo".into(), format!("q{n}"), "local".into(), at, None);
+    // Created out of id order: the queue goes by id (creation order of UUIDv7 ids).
+    store.create(queued(3, T0 + 3), vec![]).await?;
+    store.create(queued(2, T0 + 2), vec![]).await?;
+    let cancelled = store.create(queued(1, T0 + 1), vec![]).await?;
+    store.transition(&cancelled.id, Guard::Version(1), Transition::Cancel, vec![], T0 + 4).await?;
+    create_running(&*store, 4, "demo").await?;
+    // Every decision in, no resume: queued with the held turn.
+    let waiting = create_waiting(&*store, 5, &["call_1"], None).await?;
+    let decided = store
+        .transition(&waiting.id, Guard::Version(waiting.version), decide("call_1", Decision::Approve), vec![], T0 + 20)
+        .await?;
+    ensure!(decided.status() == RunStatus::Queued && decided.held_turn().is_some());
+
+    let first =
+        store.claim_queued(&agents(), lease("node-a", T0 + 60_000), T0 + 100).await?.context("run 2 is queued")?;
+    ensure!(
+        first.run.id == id(2) && first.queued_at == T0 + 2,
+        "oldest id first: {} at {}",
+        first.run.id,
+        first.queued_at
+    );
+    ensure!(first.run.status() == RunStatus::Running && first.run.version == 2);
+    ensure!(first.run.lease() == Some(&lease("node-a", T0 + 60_000)) && first.run.held_turn().is_none());
+    ensure!(store.get(&first.run.id).await? == first.run, "the claim is stored");
+    let second =
+        store.claim_queued(&agents(), lease("node-b", T0 + 60_000), T0 + 101).await?.context("run 3 is queued")?;
+    ensure!(second.run.id == id(3) && second.run.lease().map(|l| l.owner.as_str()) == Some("node-b"));
+    let third =
+        store.claim_queued(&agents(), lease("node-b", T0 + 60_000), T0 + 102).await?.context("run 5 is queued")?;
+    ensure!(third.run.id == decided.id && third.queued_at == T0 + 20);
+    ensure!(third.run.held_turn() == decided.held_turn(), "the claim resumes the held turn");
+    ensure!(
+        store.claim_queued(&agents(), lease("node-a", T0 + 60_000), T0 + 103).await?.is_none(),
+        "no run is claimed twice"
+    );
+    let other = store.claim_queued(&["other".to_owned()], lease("node-o", T0 + 60_000), T0 + 103).await?;
+    ensure!(other.map(|c| c.run.id) == Some(id(9)), "the run of `other` goes to a node that has it");
+
+    // Given back by its holder (a node shutting down): queued with its held turn, the lease gone.
+    let stale =
+        store.transition(&third.run.id, Guard::Lease("node-a".into()), Transition::Release, vec![], T0 + 104).await;
+    ensure!(
+        conflict_of(&stale) == Some(&Conflict::LeaseLost { holder: Some("node-b".into()) }),
+        "only the lease's holder gives a run back: {stale:?}"
+    );
+    let appended = event(EventKind::ToolStarted, 1, json!({"call_id": "call_1"}));
+    let released = store
+        .transition(&third.run.id, Guard::Lease("node-b".into()), Transition::Release, vec![appended], T0 + 105)
+        .await?;
+    ensure!(released.status() == RunStatus::Queued && released.lease().is_none());
+    ensure!(released.held_turn() == decided.held_turn(), "released with the held turn it resumes");
+    let again = store
+        .claim_queued(&agents(), lease("node-c", T0 + 90_000), T0 + 106)
+        .await?
+        .context("released runs are queued")?;
+    ensure!(again.run.id == released.id && again.queued_at == T0 + 105 && again.run.held_turn() == decided.held_turn());
+    let events = store.events(&again.run.id, 0, 100).await?;
+    verify_chain(&events, again.run.last_seq, &again.run.last_hash)?;
+    ensure!(events.iter().any(|e| e.kind == EventKind::ToolStarted), "the release's events are kept");
+    Ok(())
+}
+
+/// Two stores on one database (two nodes), eight workers each, claim a queue of 40 runs at once: every
+/// run is claimed exactly once, none is left, and no claim fails for having raced another.
+pub async fn racing_workers_of_two_nodes_never_claim_a_run_twice<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let nodes = [h.store(), h.open_again().await?];
+    for n in 1..=40 {
+        nodes[0].create(RunRecord::new(id(n), "demo".into(), "q".into(), "local".into(), T0, None), vec![]).await?;
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(16));
+    let mut workers = Vec::new();
+    for (node, store) in nodes.iter().enumerate() {
+        for worker in 0..8 {
+            let (store, start) = (store.clone(), start.clone());
+            workers.push(tokio::spawn(async move {
+                start.wait().await;
+                let owner = format!("node-{node}-{worker}");
+                let mut claimed = Vec::new();
+                while let Some(claim) = store.claim_queued(&agents(), lease(&owner, T0 + 60_000), T0 + 1).await? {
+                    anyhow::ensure!(claim.run.lease().map(|l| l.owner.as_str()) == Some(owner.as_str()));
+                    claimed.push(claim.run.id);
+                }
+                anyhow::Ok(claimed)
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for worker in workers {
+        all.extend(worker.await??);
+    }
+    all.sort();
+    let expected: Vec<String> = (1..=40).map(id).collect();
+    ensure!(all == expected, "each run claimed once: {} claims", all.len());
+    let counts = nodes[1].count_by_status().await?;
+    ensure!(counts == vec![(RunStatus::Running, 40)], "{counts:?}");
+    Ok(())
+}
+
 /// The owner's appends race each other and a lease-guarded suspend of the same run: writers to one run
 /// queue up, none is lost or fails for having raced. Each append lands (before the suspend) or is told
 /// the run no longer runs (after it); the landed ones and the suspend's event make one gapless chain.
@@ -1396,6 +1510,8 @@ macro_rules! all_contract_tests {
             concurrent_writes_fail_alone,
             a_write_failing_midway_leaves_no_trace,
             exactly_one_of_32_racing_claims_wins,
+            queued_runs_are_claimed_oldest_first_and_released_back,
+            racing_workers_of_two_nodes_never_claim_a_run_twice,
             racing_appends_and_a_transition_make_one_chain,
             a_renewal_before_a_takeover_wins,
             encrypted_values_round_trip,

@@ -1,0 +1,261 @@
+//! The worker pool: how many runs this process drives at once, and the loop that claims queued runs.
+//!
+//! Every drive holds a worker (a slot) of the pool from its start to its next durable state, so a process
+//! never drives more than `workers` runs at once, whatever starts them: a run started here, a
+//! decision that completes a held turn, a takeover, or a claim of a queued run. When no slot is free,
+//! work is not refused and not dropped: a run is created `queued`, completing decisions queue the run
+//! (with its held turn), a takeover waits for the next sweep, and the claim loop waits for a slot.
+//! Queued runs are claimed by the loop of whichever node has a free slot first
+//! ([`RunStore::claim_queued`](tollgate_agent_core::RunStore::claim_queued): `FOR UPDATE SKIP LOCKED`
+//! on PostgreSQL), oldest first.
+//!
+//! At shutdown ([`Runtime::stop_taking_work`]) the pool takes nothing new: the claim loop ends, starts
+//! and decisions queue their runs for other nodes, and every run driven here is given back — released
+//! to `queued` at its next step boundary, with what the segment did so far — so another node's worker
+//! continues it at once instead of waiting for the lease to expire.
+
+use crate::{Inner, Runtime, recovery};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast};
+use tollgate_agent_core::{Millis, RunStatus};
+
+/// How long the claim loop waits for a notice before it looks at the queue again while no notice of
+/// other processes' commits can reach this node (a store that announces nothing, a lost listening
+/// connection): the bound on how long a queued run then waits for a free worker. While the store
+/// announces them, the loop waits on notices, looking at the queue every [`QUEUE_SWEEP`] anyway.
+pub const QUEUE_POLL: Duration = Duration::from_secs(1);
+/// How often the claim loop looks at the queue while every commit is announced: for the one run no
+/// notice names again — queued, then locked by another node's claim that failed (its node crashed
+/// mid-claim), so the row is queued still.
+pub const QUEUE_SWEEP: Duration = Duration::from_secs(10);
+/// How long the claim loop waits after the store failed before it tries again.
+const CLAIM_RETRY: Duration = Duration::from_secs(1);
+/// Upper bounds (seconds) of the claim-latency histogram's buckets.
+pub const CLAIM_LATENCY_BUCKETS: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 30.0];
+
+/// The default pool size for `cores` CPU cores: a drive mostly waits (on the model, on tools), so
+/// many more runs than cores are driven at once.
+pub fn default_workers(cores: usize) -> usize {
+    cores.max(1).saturating_mul(32)
+}
+
+/// One worker of the pool, held by a drive until it ends.
+pub(crate) struct Slot {
+    _permit: OwnedSemaphorePermit,
+}
+
+/// The pool of one runtime.
+pub(crate) struct Pool {
+    size: usize,
+    permits: Arc<Semaphore>,
+    /// False once the process stops taking work.
+    accepting: AtomicBool,
+    /// Wakes the claim loop: a run was queued here, or the process stops taking work.
+    wake: Arc<Notify>,
+    started: AtomicBool,
+    claims: AtomicU64,
+    latency: Mutex<LatencyHistogram>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct LatencyHistogram {
+    buckets: [u64; CLAIM_LATENCY_BUCKETS.len()],
+    count: u64,
+    sum_secs: f64,
+}
+
+/// The pool as `/metrics` shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerStats {
+    /// How many runs this process drives at most at once (`[runtime] workers`).
+    pub size: usize,
+    /// How many it drives now.
+    pub busy: usize,
+    /// Whether it still takes work (false once it is shutting down).
+    pub accepting: bool,
+    /// Queued runs this process's workers claimed.
+    pub claims: u64,
+    /// Claim latency (from queued to claimed), cumulative counts per bound of [`CLAIM_LATENCY_BUCKETS`].
+    pub claim_latency_buckets: Vec<(f64, u64)>,
+    /// The sum of the claim latencies, seconds.
+    pub claim_latency_sum_secs: f64,
+}
+
+impl Pool {
+    pub(crate) fn new(size: usize) -> Self {
+        let size = size.clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            size,
+            permits: Arc::new(Semaphore::new(size)),
+            accepting: AtomicBool::new(true),
+            wake: Arc::new(Notify::new()),
+            started: AtomicBool::new(false),
+            claims: AtomicU64::new(0),
+            latency: Mutex::new(LatencyHistogram::default()),
+        }
+    }
+
+    /// A free worker, if there is one and the process still takes work.
+    pub(crate) fn try_slot(&self) -> Option<Slot> {
+        if !self.accepting() {
+            return None;
+        }
+        Arc::clone(&self.permits).try_acquire_owned().ok().map(|permit| Slot { _permit: permit })
+    }
+
+    /// The next free worker; `None` once the process stops taking work.
+    async fn slot(&self) -> Option<Slot> {
+        loop {
+            // Created before the check, so that a stop between the two still wakes it.
+            let woken = self.wake.notified();
+            if !self.accepting() {
+                return None;
+            }
+            tokio::select! {
+                permit = Arc::clone(&self.permits).acquire_owned() => {
+                    return permit.ok().map(|permit| Slot { _permit: permit });
+                }
+                // A run queued meanwhile needs no other wake-up: the loop claims once it has a worker.
+                () = woken => {}
+            }
+        }
+    }
+
+    pub(crate) fn accepting(&self) -> bool {
+        self.accepting.load(Ordering::Acquire)
+    }
+
+    /// A run was queued here: the claim loop looks at the queue.
+    pub(crate) fn queued(&self) {
+        self.wake.notify_one();
+    }
+
+    fn stop(&self) {
+        self.accepting.store(false, Ordering::Release);
+        self.wake.notify_waiters();
+        self.wake.notify_one();
+    }
+
+    fn claimed(&self, latency_ms: Millis) {
+        self.claims.fetch_add(1, Ordering::Relaxed);
+        let secs = latency_ms.max(0) as f64 / 1000.0;
+        let mut histogram = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
+        for (bound, count) in CLAIM_LATENCY_BUCKETS.iter().zip(histogram.buckets.iter_mut()) {
+            if secs <= *bound {
+                *count += 1;
+            }
+        }
+        histogram.count += 1;
+        histogram.sum_secs += secs;
+    }
+
+    fn stats(&self) -> WorkerStats {
+        let histogram = self.latency.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        WorkerStats {
+            size: self.size,
+            busy: self.size.saturating_sub(self.permits.available_permits()),
+            accepting: self.accepting(),
+            claims: self.claims.load(Ordering::Relaxed),
+            claim_latency_buckets: CLAIM_LATENCY_BUCKETS.iter().copied().zip(histogram.buckets).collect(),
+            claim_latency_sum_secs: histogram.sum_secs,
+        }
+    }
+}
+
+impl Runtime {
+    /// Starts this process's claim loop (once; later calls do nothing): while the process takes work,
+    /// each free worker claims the oldest queued run of the store, as notices of queued runs arrive
+    /// (this process's, and other nodes' on a store that announces them) and, while the store does not
+    /// announce other processes' commits, at least every [`QUEUE_POLL`] (else every [`QUEUE_SWEEP`]).
+    /// `tollgate serve` and the library's runtime run it, and a process that queues a run starts it
+    /// then (its pool was full); a one-shot CLI command, which never queues, does not (it would take on
+    /// others' runs it cannot see through). Needs a tokio runtime.
+    pub fn start_workers(&self) {
+        if self.inner().pool.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.inner().pool.started.store(false, Ordering::Release);
+            return;
+        };
+        let notices = self.subscribe();
+        handle.spawn(claim_loop(Arc::downgrade(self.inner()), notices));
+    }
+
+    /// From now on this process takes no new work: the claim loop ends, runs started here and
+    /// decisions that complete a held turn are queued for other nodes' workers, and every run this
+    /// process drives is given back (released to `queued`, lease dropped) at its next step boundary,
+    /// once the model call or tool call under way has returned. [`Runtime::drain`] then waits for
+    /// those releases. For a graceful shutdown.
+    pub fn stop_taking_work(&self) {
+        self.inner().pool.stop();
+    }
+
+    /// The worker pool as `/metrics` shows it.
+    pub fn workers(&self) -> WorkerStats {
+        self.inner().pool.stats()
+    }
+}
+
+/// Claims queued runs while the process takes work; ends with the runtime or at shutdown.
+async fn claim_loop(inner: Weak<Inner>, mut notices: broadcast::Receiver<crate::RunNotice>) {
+    let agents: Vec<String> = match inner.upgrade() {
+        Some(strong) => strong.agents.iter().map(|agent| agent.name.clone()).collect(),
+        None => return,
+    };
+    loop {
+        let Some(strong) = inner.upgrade() else { return };
+        let Some(slot) = strong.pool.slot().await else { return };
+        let now = strong.clock.now();
+        match strong.store.claim_queued(&agents, strong.lease(now), now).await {
+            Ok(Some(claimed)) => {
+                strong.pool.claimed(now.saturating_sub(claimed.queued_at));
+                strong.notify(&claimed.run);
+                let runtime = Runtime::from_inner(Arc::clone(&strong));
+                tokio::spawn(async move { recovery::continue_claimed(&runtime, claimed.run, slot).await });
+            }
+            Ok(None) => {
+                drop(slot);
+                let wake = Arc::clone(&strong.pool.wake);
+                let poll = strong.announced_poll(QUEUE_POLL).unwrap_or(QUEUE_SWEEP);
+                drop(strong);
+                wait_for_work(wake.notified(), &mut notices, poll).await;
+            }
+            Err(error) => {
+                drop(slot);
+                tracing::warn!(%error, "could not claim a queued run; trying again shortly");
+                let wake = Arc::clone(&strong.pool.wake);
+                drop(strong);
+                tokio::select! {
+                    () = tokio::time::sleep(CLAIM_RETRY) => {}
+                    () = wake.notified() => {}
+                }
+            }
+        }
+    }
+}
+
+/// Waits until a run may be queued: a notice of a queued run (or a resync), a wake-up, or `poll`.
+async fn wait_for_work(
+    wake: impl Future<Output = ()>,
+    notices: &mut broadcast::Receiver<crate::RunNotice>,
+    poll: Duration,
+) {
+    let noticed = async {
+        loop {
+            match notices.recv().await {
+                Ok(notice) if notice.status == RunStatus::Queued || notice.origin == crate::Origin::Resync => return,
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
+            }
+        }
+    };
+    tokio::select! {
+        () = wake => {}
+        () = noticed => {}
+        () = tokio::time::sleep(poll) => {}
+    }
+}
