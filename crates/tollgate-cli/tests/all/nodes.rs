@@ -104,22 +104,14 @@ impl Cluster {
         let Some(base) = postgres_url() else { return Ok(None) };
         let schema = ScratchSchema::create(&base, "tollgate_nodes").await?;
         let dir = scratch_dir("nodes");
-        let workspace = dir.join("workspace");
-        std::fs::create_dir_all(&workspace)?;
-        let script_path = dir.join("script.json");
-        std::fs::write(&script_path, script.to_string())?;
-        let string = |text: &str| serde_json::to_string(text).unwrap_or_default();
-        let config = format!(
-            "[store]\nurl = {url}\n\n[server]\nlease = \"{lease}s\"\n\n[workspace]\nroot = {workspace}\n\n\
-             [[providers]]\nname = \"scripted\"\nkind = \"scripted\"\nscript = {script}\n\n\
-             [[agents]]\nname = \"agent\"\nprovider = \"scripted\"\ntools = [\"shell\", \"fs_write\"]\n\n{policy}\n\n{more}\n",
-            url = string(&schema.url()),
-            lease = lease.as_secs(),
-            workspace = string(&workspace.display().to_string()),
-            script = string(&script_path.display().to_string()),
-        );
-        let config_path = dir.join("tollgate.toml");
-        std::fs::write(&config_path, config)?;
+        let (workspace, config_path) = write_config(
+            &dir,
+            &schema.url(),
+            lease,
+            &script,
+            "[\"shell\", \"fs_write\"]",
+            &format!("{policy}\n\n{more}"),
+        )?;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build()?;
         // A first, alone: it applies the migrations to the fresh schema.
         let a = spawn(&dir, &config_path, "a", &http).await?;
@@ -199,6 +191,36 @@ impl Cluster {
         let _ = b.kill();
         Ok(schema.drop_all().await?)
     }
+}
+
+/// Writes the config of a two-node test into `dir`: the store at `url`, `lease`, a workspace, the scripted
+/// provider with `script`, and the agent `agent` with `tools` (a TOML array) followed by `rest` (its
+/// policy and any more tables). Answers the workspace and the config's path.
+pub(crate) fn write_config(
+    dir: &Path,
+    url: &str,
+    lease: Duration,
+    script: &Value,
+    tools: &str,
+    rest: &str,
+) -> Result<(PathBuf, PathBuf)> {
+    let workspace = dir.join("workspace");
+    std::fs::create_dir_all(&workspace)?;
+    let script_path = dir.join("script.json");
+    std::fs::write(&script_path, script.to_string())?;
+    let string = |text: &str| serde_json::to_string(text).unwrap_or_default();
+    let config = format!(
+        "[store]\nurl = {url}\n\n[server]\nlease = \"{lease}s\"\n\n[workspace]\nroot = {workspace}\n\n\
+         [[providers]]\nname = \"scripted\"\nkind = \"scripted\"\nscript = {script}\n\n\
+         [[agents]]\nname = \"agent\"\nprovider = \"scripted\"\ntools = {tools}\n\n{rest}\n",
+        url = string(url),
+        lease = lease.as_secs(),
+        workspace = string(&workspace.display().to_string()),
+        script = string(&script_path.display().to_string()),
+    );
+    let config_path = dir.join("tollgate.toml");
+    std::fs::write(&config_path, config)?;
+    Ok((workspace, config_path))
 }
 
 /// Starts `tollgate --config CONFIG serve` on a free loopback port and waits for `/healthz`.

@@ -24,7 +24,7 @@
 //! and the right to use them: skipped with a note when `pg_createcluster` is not on `PATH`, a failure
 //! under CI (env `CI` set).
 
-use crate::nodes::{Node, spawn};
+use crate::nodes::{Node, spawn, write_config};
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -424,24 +424,9 @@ async fn a_postgres_restart_under_traffic_is_answered_503_and_recovered_without_
     eprintln!("cluster {:?} ready after {:?}", cluster.0, began.elapsed());
 
     let dir = scratch_dir("pg-restart");
-    let workspace = dir.join("workspace");
-    std::fs::create_dir_all(&workspace)?;
     let script = json!({"turns": [{"tool_calls": [ledger_call()]}, {"text": "done"}]});
-    let script_path = dir.join("script.json");
-    std::fs::write(&script_path, script.to_string())?;
-    let string = |text: &str| serde_json::to_string(text).unwrap_or_default();
-    let config = format!(
-        "[store]\nurl = {url}\n\n[server]\nlease = \"{lease}s\"\n\n[workspace]\nroot = {workspace}\n\n\
-         [[providers]]\nname = \"scripted\"\nkind = \"scripted\"\nscript = {script}\n\n\
-         [[agents]]\nname = \"agent\"\nprovider = \"scripted\"\ntools = [\"shell\"]\n\n\
-         [[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"\n",
-        url = string(&cluster.0.url()),
-        lease = LEASE.as_secs(),
-        workspace = string(&workspace.display().to_string()),
-        script = string(&script_path.display().to_string()),
-    );
-    let config_path = dir.join("tollgate.toml");
-    std::fs::write(&config_path, config)?;
+    let policy = "[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"";
+    let (workspace, config_path) = write_config(&dir, &cluster.0.url(), LEASE, &script, "[\"shell\"]", policy)?;
     let http = reqwest::Client::builder().timeout(CLIENT_TIMEOUT).build()?;
     // A first, alone: it applies the migrations.
     let mut a = spawn(&dir, &config_path, "a", &http).await?;
