@@ -330,6 +330,22 @@ pub async fn list_filters_and_pages<H: Harness>(h: &H) -> anyhow::Result<()> {
     ensure!(ids(&waiting) == vec![id(10), id(9), id(8)], "{:?}", ids(&waiting));
     let writers = store.list(RunQuery { agent: Some("writer".into()), limit: 50, ..Default::default() }).await?;
     ensure!(ids(&writers) == vec![id(6), id(4), id(2)], "{:?}", ids(&writers));
+    // One agent's runs of several statuses, paged: newest first across the statuses.
+    let mut demo = Vec::new();
+    let mut cursor = None;
+    for _ in 0..5 {
+        let page = store.list(RunQuery { agent: Some("demo".into()), limit: 2, cursor, ..Default::default() }).await?;
+        demo.push(ids(&page));
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let expected: Vec<Vec<String>> = [vec![10, 9], vec![8, 7], vec![5, 3], vec![1]]
+        .into_iter()
+        .map(|page| page.into_iter().map(id).collect())
+        .collect();
+    ensure!(demo == expected, "demo's runs in pages of 2: {demo:?}");
     let both = store
         .list(RunQuery { agent: Some("demo".into()), status: Some(RunStatus::Running), limit: 2, ..Default::default() })
         .await?;
