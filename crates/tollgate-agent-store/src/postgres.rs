@@ -102,6 +102,7 @@ const MIGRATIONS: &[Migration] = &[
         name: "fewer_run_indexes",
         sql: include_str!("../migrations/postgres/0008_fewer_run_indexes.sql"),
     },
+    Migration { version: 9, name: "event_batches", sql: include_str!("../migrations/postgres/0009_event_batches.sql") },
 ];
 
 /// The probe of [`RunStore::probe_write`]: one committed row update.
@@ -110,7 +111,7 @@ const PROBE: &str = "INSERT INTO health (id, probed_at) VALUES (1, $1) \
 
 /// Tables `check_integrity` reads: every row with `Full` (PostgreSQL then reads every page, checking
 /// its checksum when the cluster has them), one row with `Quick`.
-const TABLES: [&str; 4] = ["runs", "events", "health", "tollgate_migrations"];
+const TABLES: [&str; 4] = ["runs", "event_batches", "health", "tollgate_migrations"];
 
 /// Connections per node.
 const POOL_SIZE: u32 = 16;
@@ -120,37 +121,45 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1");
 const SELECT_RUN_FOR_UPDATE: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1 FOR UPDATE");
-/// A create: the run and its first events, in one statement. Answers 0 when the id is taken (no row
-/// is written then).
+/// A create: the run and its first events (one batch row, see migration 9), in one statement. Answers 0
+/// when the id is taken (no row is written then).
 const CREATE_RUN: &str = concat!(
     "WITH created AS (INSERT INTO runs (",
     run_columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, ",
     "$22, $23, $24, $25) ON CONFLICT (id) DO NOTHING RETURNING id), ",
-    "chained AS (INSERT INTO events (run_id, seq, at, kind, round, data, hash) SELECT created.id, e.* ",
-    "FROM created, UNNEST($26::BIGINT[], $27::TEXT[], $28::TEXT[], $29::BIGINT[], $30::TEXT[], $31::TEXT[]) AS e) ",
+    "chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) ",
+    "SELECT created.id, ($26::BIGINT[])[cardinality($26::BIGINT[])], $26, $27::TEXT[], $28::TEXT[], ",
+    "$29::BIGINT[], $30::TEXT[], $31::TEXT[] FROM created WHERE cardinality($26::BIGINT[]) > 0) ",
     "SELECT COUNT(*) FROM created"
 );
-/// A transition: the new row and its events, in one statement, if the row is as it was read (`$21`
-/// version, `$22` last_seq, `$23` lease_expires_at). Answers 1, or 0 (nothing written) when it changed.
+/// A transition: the new row and its events (one batch row, none without events), in one statement, if
+/// the row is as it was read (`$21` version, `$22` last_seq, `$23` lease_expires_at). Answers 1, or 0
+/// (nothing written) when it changed.
 const UPDATE_RUN: &str = "WITH updated AS (UPDATE runs SET status = $1, version = $2, output = $3, \
      termination_reason = $4, iterations = $5, input_tokens = $6, output_tokens = $7, updated_at = $8, \
      finished_at = $9, error = $10, suspension = $11, turn_digest = $12, required_calls = $13, decisions = $14, \
      expires_at = $15, lease_owner = $16, lease_expires_at = $17, last_seq = $18, last_hash = $19 \
      WHERE id = $20 AND version = $21 AND last_seq = $22 AND lease_expires_at IS NOT DISTINCT FROM $23 \
      RETURNING id), \
-     chained AS (INSERT INTO events (run_id, seq, at, kind, round, data, hash) SELECT updated.id, e.* \
-     FROM updated, UNNEST($24::BIGINT[], $25::TEXT[], $26::TEXT[], $27::BIGINT[], $28::TEXT[], $29::TEXT[]) AS e) \
+     chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) \
+     SELECT updated.id, ($24::BIGINT[])[cardinality($24::BIGINT[])], $24, $25::TEXT[], $26::TEXT[], \
+     $27::BIGINT[], $28::TEXT[], $29::TEXT[] FROM updated WHERE cardinality($24::BIGINT[]) > 0) \
      SELECT COUNT(*) FROM updated";
-/// An append: the new chain head and lease and the events, in one statement, if the row is as it was
-/// read (`$5` version, `$6` last_seq, `$7` lease_expires_at). Answers 1, or 0 when it changed.
+/// An append: the new chain head and lease and the events (one batch row), in one statement, if the row
+/// is as it was read (`$5` version, `$6` last_seq, `$7` lease_expires_at). Answers 1, or 0 when it changed.
 const APPEND_EVENTS: &str = "WITH updated AS (UPDATE runs SET last_seq = $1, last_hash = $2, lease_expires_at = $3 \
      WHERE id = $4 AND version = $5 AND last_seq = $6 AND lease_expires_at IS NOT DISTINCT FROM $7 RETURNING id), \
-     chained AS (INSERT INTO events (run_id, seq, at, kind, round, data, hash) SELECT updated.id, e.* \
-     FROM updated, UNNEST($8::BIGINT[], $9::TEXT[], $10::TEXT[], $11::BIGINT[], $12::TEXT[], $13::TEXT[]) AS e) \
+     chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) \
+     SELECT updated.id, ($8::BIGINT[])[cardinality($8::BIGINT[])], $8, $9::TEXT[], $10::TEXT[], \
+     $11::BIGINT[], $12::TEXT[], $13::TEXT[] FROM updated WHERE cardinality($8::BIGINT[]) > 0) \
      SELECT COUNT(*) FROM updated";
-const SELECT_EVENTS: &str =
-    "SELECT seq, at, kind, round, data, hash FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+/// The events after seq `$2`, at most `$3`: from the first `$3` batches whose last seq is above `$2`
+/// (each holds at least one event, and only the first can hold seqs at or below `$2`).
+const SELECT_EVENTS: &str = "SELECT e.seq, e.at, e.kind, e.round, e.data, e.hash \
+     FROM (SELECT * FROM event_batches WHERE run_id = $1 AND last_seq > $2 ORDER BY last_seq LIMIT $3) AS b, \
+     UNNEST(b.seqs, b.ats, b.kinds, b.rounds, b.datas, b.hashes) AS e (seq, at, kind, round, data, hash) \
+     WHERE e.seq > $2 ORDER BY e.seq LIMIT $3";
 const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
 /// The oldest queued runs no other transaction has locked, locked for a claim (a few, so that one
 /// corrupt row does not stop the queue).
@@ -183,7 +192,7 @@ const PURGE: &str = "WITH terminal AS (\
      deleted AS (DELETE FROM runs WHERE id IN (SELECT id FROM victims) \
      AND ((finished_at IS NOT NULL AND finished_at < $1) OR (status = 'waiting_for_approval' AND updated_at < $2)) \
      RETURNING id), \
-     their_events AS (DELETE FROM events WHERE run_id IN (SELECT id FROM deleted)) \
+     their_events AS (DELETE FROM event_batches WHERE run_id IN (SELECT id FROM deleted)) \
      SELECT id FROM deleted";
 const PREFIX_FIRST: &str = "SELECT id FROM runs WHERE id >= $1 AND id < $2 ORDER BY id LIMIT 2";
 const PREFIX_COUNT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE id >= $1 AND id < $2 LIMIT $3) AS m";

@@ -342,3 +342,60 @@ async fn a_sweep_drops_only_old_scratch_schemas_of_its_prefix() -> anyhow::Resul
     admin.close().await?;
     Ok(())
 }
+
+/// Migration 9 turns a log of one row per event into batches: a store written before it reads back
+/// the same events in order, their chain verifies, and the log goes on growing (reads that start inside a
+/// batch or page through several see each event once).
+#[tokio::test]
+async fn events_stored_one_row_each_become_batches_that_read_and_grow_as_before() -> anyhow::Result<()> {
+    use tollgate_agent_core::event::verify_chain;
+    use tollgate_agent_core::{EventKind, NewEvent};
+    let Some(harness) = setup().await? else { return Ok(()) };
+    let result = async {
+        let store = harness.store();
+        let event = |kind, round| NewEvent { at: T0, kind, round, data: json!({"round": round}) };
+        let run = store.create(running_run(1, "demo"), vec![event(EventKind::RunStarted, 0)]).await?;
+        for round in 1..=3 {
+            let events = vec![event(EventKind::ModelRequest, round), event(EventKind::ModelResponse, round)];
+            store.append(&run.id, "node-a", events, T0 + 60_000).await?;
+        }
+        let before = store.events(&run.id, 0, 100).await?;
+        assert_eq!(before.len(), 7);
+        // The layout before migration 9: one row per event, as the view shows them.
+        harness
+            .execute(
+                "CREATE TABLE old_events AS SELECT * FROM events; \
+                 DROP VIEW events; DROP FUNCTION tollgate_events_edit(); DROP TABLE event_batches; \
+                 ALTER TABLE old_events RENAME TO events; ALTER TABLE events ADD PRIMARY KEY (run_id, seq); \
+                 DELETE FROM tollgate_migrations WHERE version = 9"
+                    .into(),
+            )
+            .await?;
+        let migrated = harness.open_again().await?;
+        assert_eq!(harness.query_i64("SELECT COUNT(*) FROM event_batches".into()).await?, 7, "batches of one");
+        assert_eq!(migrated.events(&run.id, 0, 100).await?, before);
+        let run = migrated.get(&run.id).await?;
+        verify_chain(&before, run.last_seq, &run.last_hash)?;
+
+        let events = vec![event(EventKind::ModelRequest, 4), event(EventKind::ModelResponse, 4)];
+        let last = migrated.append(&run.id, "node-a", events, T0 + 60_000).await?;
+        assert_eq!(last, 9);
+        let all = migrated.events(&run.id, 0, 100).await?;
+        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=9).collect::<Vec<_>>());
+        assert_eq!(harness.query_i64("SELECT COUNT(*) FROM event_batches".into()).await?, 8, "one more batch");
+        let run = migrated.get(&run.id).await?;
+        verify_chain(&all, run.last_seq, &run.last_hash)?;
+        // Pages of every size, starting anywhere, inside a batch or not.
+        for after in 0..9 {
+            for limit in 1..=4 {
+                let page = migrated.events(&run.id, after, limit).await?;
+                let expected: Vec<u64> = (after + 1..=9).take(limit as usize).collect();
+                assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), expected, "after {after}, limit {limit}");
+            }
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    teardown(&harness).await;
+    result
+}
