@@ -57,7 +57,7 @@
 //! - [`RunStore::probe_write`] commits a write to the one-row `health` table (for `/readyz`);
 //!   [`RunStore::check_integrity`] is SQLite's `quick_check` / `integrity_check`, or a read of every
 //!   table on PostgreSQL.
-//! - [`RunStore::changes`] on PostgreSQL: the changes other nodes commit, announced by a trigger through
+//! - [`RunStore::changes`] on PostgreSQL: the changes other nodes commit, announced by each write through
 //!   LISTEN/NOTIFY on one dedicated connection per store (see [`pg_notify`]); SQLite announces none.
 //! - Optional encryption at rest ([`StoreOptions::data_keys`], see [`encryption`]): the run's
 //!   suspension and decisions and each event's data are stored sealed with AES-256-GCM, below the

@@ -1,7 +1,8 @@
 //! How a [`crate::PostgresStore`] learns of the changes other nodes commit: PostgreSQL's LISTEN/NOTIFY.
 //!
-//! Migration 0004 puts a trigger on `runs` that, for each row a transaction inserts, or updates to a
-//! new version or chain head, calls `pg_notify('tollgate_runs', payload)` — since migration 6 only
+//! Every statement that writes a run (`postgres.rs`: create, transition, append; a trigger on `runs` did
+//! this until migration 10) ends, for the row it inserted or updated to a new version or chain head, with
+//! `pg_notify('tollgate_runs', payload)` — since migration 6 only
 //! while a listener of another node is recorded in the schema's `listeners` table (each listener
 //! records itself there once it listens, and clears the rows of listeners that are gone). PostgreSQL delivers a
 //! notification when its transaction commits, and only if it commits, so no write path knows of it. The
@@ -9,7 +10,7 @@
 //! `{"schema", "node", "id", "version", "status", "last_seq"}`.
 //!
 //! Every connection of a store carries its tag in the session setting `tollgate.node` (see `PostgresStore::node`),
-//! which the trigger copies into `node`. One change feed per store holds one dedicated connection
+//! which the statement copies into `node`. One change feed per store holds one dedicated connection
 //! (a [`PgListener`]), started when the first subscriber comes, that turns each notification of the
 //! store's own schema and of another node into a [`StoreChange::Run`] on a broadcast; a notification
 //! that does not parse is logged and dropped.
@@ -17,7 +18,7 @@
 //! A lost connection is re-opened with a backoff from [`MIN_BACKOFF`] doubling to [`MAX_BACKOFF`];
 //! notifications sent meanwhile are lost, so once it listens again the feed sends
 //! [`StoreChange::Resync`] (also once after the first LISTEN, for what committed before it): followers
-//! read their runs again, and keep polling for [`SETTLE`] (a write whose trigger looked for listeners
+//! read their runs again, and keep polling for [`SETTLE`] (a write that looked for listeners
 //! just before this one recorded itself announces nothing); then a second `Resync`, and from there
 //! followers wait on notifications alone (`RunStore::announces_changes`). When a connection that
 //! listened is lost the feed sends [`StoreChange::Lost`]: followers read again and poll until it is
@@ -27,7 +28,7 @@
 /// Removes the rows of listeners whose backend is gone (a node that crashed or stopped).
 const FORGET_GONE_LISTENERS: &str = "DELETE FROM listeners AS l WHERE l.node = $1 OR NOT EXISTS \
      (SELECT 1 FROM pg_stat_get_activity(l.pid) AS a WHERE a.application_name = 'tollgate-listener ' || l.node)";
-/// Records this listener (its node tag, its backend) for the other nodes' triggers.
+/// Records this listener (its node tag, its backend) for the other nodes' writes.
 const RECORD_LISTENER: &str = "INSERT INTO listeners (node, pid) VALUES ($1, pg_backend_pid())";
 
 use futures_util::StreamExt;
@@ -41,10 +42,10 @@ use std::time::Duration;
 use tokio::sync::{broadcast, oneshot};
 use tollgate_agent_core::{RunStatus, StoreChange};
 
-/// The channel the trigger notifies on.
+/// The channel a write notifies on.
 pub const CHANNEL: &str = "tollgate_runs";
 
-/// The session setting that carries a store's tag into the trigger.
+/// The session setting that carries a store's tag into its writes' notifications.
 pub const NODE_SETTING: &str = "tollgate.node";
 
 /// The first wait before re-opening a lost connection.
@@ -58,8 +59,8 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// soon.
 pub const QUIET_CHECK: Duration = Duration::from_secs(5);
 
-/// How long after its listener records itself a store still lets followers poll: a write whose
-/// trigger looked for listeners just before the record sends no notification, even if it commits after.
+/// How long after its listener records itself a store still lets followers poll: a write that looked
+/// for listeners just before the record sends no notification, even if it commits after.
 pub const SETTLE: Duration = Duration::from_secs(2);
 
 /// How long that ping may take before the connection counts as lost.
@@ -76,7 +77,7 @@ pub(crate) fn node_tag() -> String {
     format!("{:x}-{nanos:x}-{:x}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// The notification's payload, as the trigger builds it.
+/// The notification's payload, as a write builds it.
 #[derive(Deserialize)]
 struct Payload {
     schema: String,
@@ -212,14 +213,14 @@ impl Listener {
             Ok(schema) => schema,
             Err(error) => return lost(false, error),
         };
-        // Other nodes' triggers notify only while a listener of another node is recorded (migration 6).
+        // Other nodes' writes notify only while a listener of another node is recorded (migration 6).
         for statement in [FORGET_GONE_LISTENERS, RECORD_LISTENER] {
             if let Err(error) = sqlx::query(statement).bind(&self.node).execute(&mut listener).await {
                 return lost(false, error);
             }
         }
         // Whatever committed before the LISTEN took effect (or while the connection was down) went
-        // unannounced: followers read again. A write whose trigger looked at `listeners` before this
+        // unannounced: followers read again. A write that looked at `listeners` before this
         // row was committed sends nothing even if it commits later, so followers keep polling for
         // SETTLE more; then every other process's commit is announced, and they read once more.
         let _ = self.changes.send(StoreChange::Resync);

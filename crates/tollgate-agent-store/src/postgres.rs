@@ -103,6 +103,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/postgres/0008_fewer_run_indexes.sql"),
     },
     Migration { version: 9, name: "event_batches", sql: include_str!("../migrations/postgres/0009_event_batches.sql") },
+    Migration {
+        version: 10,
+        name: "announce_in_the_write",
+        sql: include_str!("../migrations/postgres/0010_announce_in_the_write.sql"),
+    },
 ];
 
 /// The probe of [`RunStore::probe_write`]: one committed row update.
@@ -121,39 +126,69 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1");
 const SELECT_RUN_FOR_UPDATE: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1 FOR UPDATE");
-/// A create: the run and its first events (one batch row, see migration 9), in one statement. Answers 0
-/// when the id is taken (no row is written then).
+/// The announcement of a write, the last part of its statement (migration 10; it was a trigger): a
+/// `pg_notify` on [`CHANNEL`](crate::pg_notify::CHANNEL) for each row of `$rows` where `$changed` holds,
+/// while a listener of another node is recorded in `listeners` — checked once per statement. The
+/// statement then answers the number of rows `$rows` wrote (the announcement is read, so it runs).
+macro_rules! announced {
+    ($rows:literal, $changed:literal) => {
+        concat!(
+            "announced AS (SELECT pg_notify('tollgate_runs', json_build_object('schema', current_schema(), ",
+            "'node', current_setting('tollgate.node', true), 'id', w.id, 'version', w.version, ",
+            "'status', w.status, 'last_seq', w.last_seq)::text) FROM ",
+            $rows,
+            " AS w WHERE (",
+            $changed,
+            ") AND EXISTS (SELECT 1 FROM listeners AS l ",
+            "WHERE l.node <> coalesce(current_setting('tollgate.node', true), '') ",
+            "AND EXISTS (SELECT 1 FROM pg_stat_get_activity(l.pid) AS a ",
+            "WHERE a.application_name = 'tollgate-listener ' || l.node))) ",
+            "SELECT COUNT(*) FROM ",
+            $rows,
+            " WHERE (SELECT COUNT(*) FROM announced) >= 0"
+        )
+    };
+}
+
+/// A create: the run and its first events (one batch row, see migration 9), announced, in one
+/// statement. Answers 0 when the id is taken (no row is written then).
 const CREATE_RUN: &str = concat!(
     "WITH created AS (INSERT INTO runs (",
     run_columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, ",
-    "$22, $23, $24, $25) ON CONFLICT (id) DO NOTHING RETURNING id), ",
+    "$22, $23, $24, $25) ON CONFLICT (id) DO NOTHING RETURNING id, version, status, last_seq), ",
     "chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) ",
     "SELECT created.id, ($26::BIGINT[])[cardinality($26::BIGINT[])], $26, $27::TEXT[], $28::TEXT[], ",
-    "$29::BIGINT[], $30::TEXT[], $31::TEXT[] FROM created WHERE cardinality($26::BIGINT[]) > 0) ",
-    "SELECT COUNT(*) FROM created"
+    "$29::BIGINT[], $30::TEXT[], $31::TEXT[] FROM created WHERE cardinality($26::BIGINT[]) > 0), ",
+    announced!("created", "TRUE")
 );
-/// A transition: the new row and its events (one batch row, none without events), in one statement, if
-/// the row is as it was read (`$21` version, `$22` last_seq, `$23` lease_expires_at). Answers 1, or 0
-/// (nothing written) when it changed.
-const UPDATE_RUN: &str = "WITH updated AS (UPDATE runs SET status = $1, version = $2, output = $3, \
-     termination_reason = $4, iterations = $5, input_tokens = $6, output_tokens = $7, updated_at = $8, \
-     finished_at = $9, error = $10, suspension = $11, turn_digest = $12, required_calls = $13, decisions = $14, \
-     expires_at = $15, lease_owner = $16, lease_expires_at = $17, last_seq = $18, last_hash = $19 \
-     WHERE id = $20 AND version = $21 AND last_seq = $22 AND lease_expires_at IS NOT DISTINCT FROM $23 \
-     RETURNING id), \
-     chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) \
-     SELECT updated.id, ($24::BIGINT[])[cardinality($24::BIGINT[])], $24, $25::TEXT[], $26::TEXT[], \
-     $27::BIGINT[], $28::TEXT[], $29::TEXT[] FROM updated WHERE cardinality($24::BIGINT[]) > 0) \
-     SELECT COUNT(*) FROM updated";
-/// An append: the new chain head and lease and the events (one batch row), in one statement, if the row
-/// is as it was read (`$5` version, `$6` last_seq, `$7` lease_expires_at). Answers 1, or 0 when it changed.
-const APPEND_EVENTS: &str = "WITH updated AS (UPDATE runs SET last_seq = $1, last_hash = $2, lease_expires_at = $3 \
-     WHERE id = $4 AND version = $5 AND last_seq = $6 AND lease_expires_at IS NOT DISTINCT FROM $7 RETURNING id), \
-     chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) \
-     SELECT updated.id, ($8::BIGINT[])[cardinality($8::BIGINT[])], $8, $9::TEXT[], $10::TEXT[], \
-     $11::BIGINT[], $12::TEXT[], $13::TEXT[] FROM updated WHERE cardinality($8::BIGINT[]) > 0) \
-     SELECT COUNT(*) FROM updated";
+/// A transition: the new row and its events (one batch row, none without events), announced when the
+/// version or the chain head moved, in one statement, if the row is as it was read (`$21` version, `$22`
+/// last_seq, `$23` lease_expires_at). Answers 1, or 0 (nothing written) when it changed.
+const UPDATE_RUN: &str = concat!(
+    "WITH updated AS (UPDATE runs SET status = $1, version = $2, output = $3, ",
+    "termination_reason = $4, iterations = $5, input_tokens = $6, output_tokens = $7, updated_at = $8, ",
+    "finished_at = $9, error = $10, suspension = $11, turn_digest = $12, required_calls = $13, decisions = $14, ",
+    "expires_at = $15, lease_owner = $16, lease_expires_at = $17, last_seq = $18, last_hash = $19 ",
+    "WHERE id = $20 AND version = $21 AND last_seq = $22 AND lease_expires_at IS NOT DISTINCT FROM $23 ",
+    "RETURNING id, version, status, last_seq), ",
+    "chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) ",
+    "SELECT updated.id, ($24::BIGINT[])[cardinality($24::BIGINT[])], $24, $25::TEXT[], $26::TEXT[], ",
+    "$27::BIGINT[], $28::TEXT[], $29::TEXT[] FROM updated WHERE cardinality($24::BIGINT[]) > 0), ",
+    announced!("updated", "w.version <> $21 OR w.last_seq <> $22")
+);
+/// An append: the new chain head and lease and the events (one batch row), announced when there are
+/// events (a lease renewal alone says nothing), in one statement, if the row is as it was read (`$5`
+/// version, `$6` last_seq, `$7` lease_expires_at). Answers 1, or 0 when it changed.
+const APPEND_EVENTS: &str = concat!(
+    "WITH updated AS (UPDATE runs SET last_seq = $1, last_hash = $2, lease_expires_at = $3 ",
+    "WHERE id = $4 AND version = $5 AND last_seq = $6 AND lease_expires_at IS NOT DISTINCT FROM $7 ",
+    "RETURNING id, version, status, last_seq), ",
+    "chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) ",
+    "SELECT updated.id, ($8::BIGINT[])[cardinality($8::BIGINT[])], $8, $9::TEXT[], $10::TEXT[], ",
+    "$11::BIGINT[], $12::TEXT[], $13::TEXT[] FROM updated WHERE cardinality($8::BIGINT[]) > 0), ",
+    announced!("updated", "w.last_seq <> $6")
+);
 /// The events after seq `$2`, at most `$3`: from the first `$3` batches whose last seq is above `$2`
 /// (each holds at least one event, and only the first can hold seqs at or below `$2`).
 const SELECT_EVENTS: &str = "SELECT e.seq, e.at, e.kind, e.round, e.data, e.hash \
@@ -316,7 +351,7 @@ impl PostgresStore {
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| database_error(&secrets, "invalid PostgreSQL URL", &e))?
             .application_name("tollgate")
-            // The tag the change trigger copies into its notifications, so this store skips its own.
+            // The tag each write copies into its notification, so this store skips its own.
             .options([(pg_notify::NODE_SETTING, node.as_str())]);
         let feed = Arc::new(ChangeFeed::new(node, options.clone()));
         // One direct connection first: an unreachable server or a bad password is reported at once

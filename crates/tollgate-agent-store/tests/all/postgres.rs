@@ -106,7 +106,7 @@ async fn a_password_never_appears_in_errors() {
     assert!(!text.contains("Sup3r") && !text.contains("Secret"), "{text}");
 }
 
-/// A change notification (migration 0004's trigger) names the run and where it stands, never its data;
+/// A change notification (sent by the write itself since migration 10) names the run and where it stands, never its data;
 /// a lease renewal alone announces nothing.
 #[tokio::test]
 async fn the_change_notification_carries_no_data() -> anyhow::Result<()> {
@@ -114,7 +114,7 @@ async fn the_change_notification_carries_no_data() -> anyhow::Result<()> {
     use tollgate_agent_core::{EventKind, NewEvent, RunRecord};
     let Some(harness) = setup().await? else { return Ok(()) };
     let result = async {
-        // Named and recorded as a node's listener: the trigger announces changes only while one listens.
+        // Named and recorded as a node's listener: a write announces itself only while one listens.
         let store = PostgresStore::open(&harness.url).await?;
         let mut listener = PgListener::connect(&format!("{}&application_name=tollgate-listener%20probe", harness.url)).await?;
         listener.listen(tollgate_agent_store::pg_notify::CHANNEL).await?;
@@ -367,7 +367,7 @@ async fn events_stored_one_row_each_become_batches_that_read_and_grow_as_before(
                 "CREATE TABLE old_events AS SELECT * FROM events; \
                  DROP VIEW events; DROP FUNCTION tollgate_events_edit(); DROP TABLE event_batches; \
                  ALTER TABLE old_events RENAME TO events; ALTER TABLE events ADD PRIMARY KEY (run_id, seq); \
-                 DELETE FROM tollgate_migrations WHERE version = 9"
+                 DELETE FROM tollgate_migrations WHERE version >= 9"
                     .into(),
             )
             .await?;
