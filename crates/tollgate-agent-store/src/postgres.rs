@@ -990,14 +990,6 @@ impl RunStore for PostgresStore {
     }
 }
 
-/// A schema of its own on a PostgreSQL server, for tests and benchmarks that share one database: runs
-/// kept in it are seen (and, by a worker pool, claimed) only by stores opened on [`ScratchSchema::url`].
-#[derive(Debug)]
-pub struct ScratchSchema {
-    base: String,
-    name: String,
-}
-
 /// The statement of a page of runs, with the parameter named for each filter given (`$1`, ...): newest
 /// first, `limit` rows. One agent's runs of every status are read as one id-ordered scan of
 /// `runs_agent_status_id` per status, merged (migration 8 dropped the index on agent alone).
@@ -1023,6 +1015,14 @@ fn list_statement(status: Option<&str>, agent: Option<&str>, cursor: Option<&str
             format!("{select} TRUE{status}{agent}{before} ORDER BY id DESC LIMIT {limit}")
         }
     }
+}
+
+/// A schema of its own on a PostgreSQL server, for tests and benchmarks that share one database: runs
+/// kept in it are seen (and, by a worker pool, claimed) only by stores opened on [`ScratchSchema::url`].
+#[derive(Debug)]
+pub struct ScratchSchema {
+    base: String,
+    name: String,
 }
 
 /// A scratch schema's prefix is lowercase ASCII letters, digits and `_`.

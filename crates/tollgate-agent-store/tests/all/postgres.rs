@@ -6,11 +6,10 @@ use crate::contract::{Harness, T0, id, running_run};
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tollgate_agent_core::RunStatus;
 use tollgate_agent_core::store::{RunStore, StoreError};
-use tollgate_agent_store::{PostgresStore, StoreOptions};
+use tollgate_agent_store::{PostgresStore, ScratchSchema, StoreOptions};
 
 struct Postgres {
     base_url: String,
@@ -69,15 +68,11 @@ fn base_url() -> anyhow::Result<Option<String>> {
 }
 
 async fn setup() -> anyhow::Result<Option<Postgres>> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
     let Some(base_url) = base_url()? else { return Ok(None) };
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
-    let schema = format!("tollgate_test_{}_{nanos}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-    let mut admin = PgConnection::connect(&base_url).await?;
-    admin.execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).await?;
-    admin.close().await?;
-    let separator = if base_url.contains('?') { '&' } else { '?' };
-    let url = format!("{base_url}{separator}options[search_path]={schema}");
+    // Once per test process: schemas left by earlier runs (a test binary killed mid-case) go after a day.
+    ScratchSchema::sweep_once(&base_url, "tollgate_test", Duration::from_secs(86_400)).await?;
+    let scratch = ScratchSchema::create(&base_url, "tollgate_test").await?;
+    let (url, schema) = (scratch.url(), scratch.name().to_owned());
     let store = Arc::new(PostgresStore::open(&url).await?);
     Ok(Some(Postgres { base_url, url, schema, store }))
 }
