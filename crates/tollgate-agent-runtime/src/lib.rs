@@ -440,10 +440,7 @@ impl Runtime {
         let Some(slot) = self.inner.pool.try_slot() else {
             return self.enqueue(request).await;
         };
-        let (run, spec) = self.inner.new_run(request, true)?;
-        let started = events::run_started(&run);
-        let run = self.inner.store.create(run, vec![started]).await.map_err(StartError::Store)?;
-        self.inner.notify_created(&run);
+        let (run, spec) = self.create_run(request, true).await?;
         self.inner.spawn_drive(run.clone(), spec, Work::Start, None, slot);
         Ok(run)
     }
@@ -452,14 +449,30 @@ impl Runtime {
     /// claims it ([`start_workers`](Self::start_workers), which this starts for this process if it
     /// has not yet), oldest first.
     pub async fn enqueue(&self, request: StartRun<'_>) -> Result<RunRecord, StartError> {
-        let (run, _) = self.inner.new_run(request, false)?;
-        let started = events::run_started(&run);
-        let run = self.inner.store.create(run, vec![started]).await.map_err(StartError::Store)?;
-        self.inner.notify_created(&run);
+        let (run, _) = self.create_run(request, false).await?;
         // A process that queues work claims it too (no-op once its claim loop runs).
         self.start_workers();
         self.inner.pool.queued();
         Ok(run)
+    }
+
+    /// Creates and stores a run with its `run_started` event: leased to this process (`running`) or
+    /// `queued`.
+    async fn create_run(&self, request: StartRun<'_>, leased: bool) -> Result<(RunRecord, Arc<AgentSpec>), StartError> {
+        let (run, spec) = self.inner.new_run(request, leased)?;
+        let started = events::run_started(&run);
+        let run = self.inner.store.create(run, vec![started]).await.map_err(StartError::Store)?;
+        self.inner.notify_created(&run);
+        Ok((run, spec))
+    }
+
+    /// [`wait_settled`](Self::wait_settled) for a run this request started: gone meanwhile is
+    /// [`StartError::Vanished`].
+    async fn wait_started(&self, id: &str) -> Result<RunRecord, StartError> {
+        self.wait_settled(id).await.map_err(|error| match error {
+            ReadError::NotFound(id) => StartError::Vanished(id),
+            ReadError::Store(error) => StartError::Store(error),
+        })
     }
 
     /// Starts a run and answers once it waits for approval or has ended.
@@ -472,10 +485,7 @@ impl Runtime {
         let Some(slot) = self.inner.pool.try_slot() else {
             // Every worker is busy (or this process is shutting down): queued, and followed in the store.
             let run = self.enqueue(request).await?;
-            return self.wait_settled(&run.id).await.map_err(|error| match error {
-                ReadError::NotFound(id) => StartError::Vanished(id),
-                ReadError::Store(error) => StartError::Store(error),
-            });
+            return self.wait_started(&run.id).await;
         };
         let (run, spec) = self.inner.new_run(request, true)?;
         let id = run.id.clone();
@@ -489,11 +499,7 @@ impl Runtime {
             // Stored, then changed hands (cancelled, taken over, or given back at shutdown): wait on the
             // stored run.
             Ok(Err(DriveError::ChangedHands { .. } | DriveError::Released { .. })) | Err(_) => {
-                match self.wait_settled(&id).await {
-                    Ok(run) => Ok(run),
-                    Err(ReadError::NotFound(id)) => Err(StartError::Vanished(id)),
-                    Err(ReadError::Store(error)) => Err(StartError::Store(error)),
-                }
+                self.wait_started(&id).await
             }
         }
     }
