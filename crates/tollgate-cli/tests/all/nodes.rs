@@ -3,8 +3,11 @@
 //! back as in doubt, never running it again by itself), a node stopped with SIGTERM mid-call (it finishes
 //! the step, gives the run back, exits 0, and the other node's worker continues it at once, well within
 //! the lease), queued runs claimed by the workers of both nodes (each run once), and a run started on
-//! one node and decided on the other (resumed once, the deciding node answers the settled run). Every tool call appends a line
-//! to `ledger.txt` in the workspace both nodes share, which counts executions.
+//! one node and decided on the other (resumed once, the deciding node answers the settled run), and an SSE
+//! stream on one node that sees every step the other node commits, in order with no gap, each within a
+//! second of its commit (the commit's time taken from the test's own LISTEN, kept by neither node).
+//! Every tool call appends a line to `ledger.txt` in the workspace both nodes share, which counts
+//! executions.
 //!
 //! Needs `TOLLGATE_TEST_POSTGRES_URL` (skipped with a note when unset, a failure under CI).
 
@@ -465,5 +468,200 @@ async fn a_run_started_on_one_node_and_decided_on_the_other_resumes_once() -> Re
         .await?;
     assert_eq!(again.status().as_u16(), 409);
     assert_eq!(cluster.ledger(), ["d once"]);
+    cluster.drop_schema().await
+}
+
+/// The most a stream on one node may lag the other node's commit (the issue's bound).
+const WAKE_BOUND: Duration = Duration::from_secs(1);
+
+/// When each commit in `schema` was announced, as the test's own LISTEN heard it: `(run, last_seq, when)`
+/// in the order PostgreSQL delivered them. PostgreSQL delivers a notification at its transaction's
+/// commit, so this clock is the commit's, kept by neither node.
+#[derive(Clone, Default)]
+struct Announcements(std::sync::Arc<std::sync::Mutex<Vec<(String, u64, Instant)>>>);
+
+impl Announcements {
+    /// Listens on the channel the nodes' writes announce themselves on, from now until the test ends.
+    async fn listen(base: &str, schema: &str) -> Result<Announcements> {
+        let mut listener = sqlx::postgres::PgListener::connect(base).await?;
+        listener.listen(tollgate_agent_store::pg_notify::CHANNEL).await?;
+        let heard = Announcements::default();
+        let recorded = heard.clone();
+        let schema = schema.to_owned();
+        tokio::spawn(async move {
+            while let Ok(notification) = listener.recv().await {
+                let when = Instant::now();
+                let Ok(payload) = serde_json::from_str::<Value>(notification.payload()) else { continue };
+                if payload["schema"] != schema.as_str() {
+                    continue;
+                }
+                let id = payload["id"].as_str().unwrap_or_default().to_owned();
+                let seq = payload["last_seq"].as_u64().unwrap_or_default();
+                recorded.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((id, seq, when));
+            }
+        });
+        Ok(heard)
+    }
+
+    /// When the commit that wrote event `seq` of run `id` was announced.
+    fn commit_of(&self, id: &str, seq: u64) -> Option<Instant> {
+        let heard = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        heard.iter().find(|(run, last, _)| run == id && *last >= seq).map(|(_, _, when)| *when)
+    }
+}
+
+/// An open SSE response, read event by event (the `data:` of each frame; comments are skipped).
+struct Sse {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl Sse {
+    async fn open(url: &str) -> Result<Sse> {
+        let response = reqwest::Client::new().get(url).header("accept", "text/event-stream").send().await?;
+        if !response.status().is_success() {
+            bail!("GET {url} (SSE): {}", response.status());
+        }
+        Ok(Sse { response, buffer: Vec::new() })
+    }
+
+    /// The next event's JSON, `None` once the stream has ended; fails after `limit` without one.
+    async fn next(&mut self, limit: Duration) -> Result<Option<Value>> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let frame: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let frame = String::from_utf8(frame)?;
+                let data: Vec<&str> =
+                    frame.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+                if data.is_empty() {
+                    continue;
+                }
+                return Ok(Some(serde_json::from_str(&data.join("\n"))?));
+            }
+            match tokio::time::timeout_at(deadline, self.response.chunk()).await {
+                Ok(chunk) => match chunk? {
+                    Some(bytes) => self.buffer.extend_from_slice(&bytes),
+                    None => return Ok(None),
+                },
+                Err(_) => bail!("no SSE event within {limit:?}"),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sse_stream_on_one_node_sees_the_other_nodes_steps_in_order_within_a_second_of_each_commit() -> Result<()> {
+    // Two allow-gated pauses (each turn's results committed before the next model call), then an
+    // ask-gated call held at the gate; approved on A, it runs and the run completes: five commits by A.
+    let pause = json!({"name": "shell", "arguments": {"argv": ["sh", "-c", "sleep 0.3"]}});
+    let script = json!({"turns": [
+        {"tool_calls": [pause]}, {"tool_calls": [pause]}, {"tool_calls": [ledger_call("streamed", 0)]}, {"text": "done"}
+    ]});
+    let policy = "[[agents.policy]]\ntool = \"shell\"\nwhen = { \"/argv/2\" = \"sleep *\" }\ngate = \"allow\"\n\n\
+                  [[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"";
+    let Some(cluster) = Cluster::start(script, policy).await? else { return Ok(()) };
+    let base = postgres_url().ok_or_else(|| anyhow!("no PostgreSQL"))?;
+    let announced = Announcements::listen(&base, cluster.schema.name()).await?;
+    // Both nodes listen (each records its listener), and long enough ago that neither polls any more:
+    // from here a stream on B learns of A's commits from notifications alone.
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&base).await?;
+    let live = format!(
+        "SELECT COUNT(*) FROM {}.listeners AS l JOIN pg_stat_activity AS a ON a.pid = l.pid",
+        cluster.schema.name()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(live.clone())).fetch_one(&mut admin).await? < 2 {
+        if Instant::now() > deadline {
+            bail!("both nodes do not listen within 10 s\nA's log:\n{}\nB's log:\n{}", cluster.a.log(), cluster.b.log());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(tollgate_agent_store::pg_notify::SETTLE + Duration::from_millis(500)).await;
+
+    // A drives the run (a waiting start is driven by the node it was sent to); B finds it once its first
+    // step is committed and follows it from the start.
+    let start = tokio::spawn({
+        let (http, url) = (cluster.http.clone(), cluster.a.url.clone());
+        async move {
+            Cluster::answer(
+                "POST /v1/runs on A",
+                http.post(format!("{url}/v1/runs")).json(&json!({"input": "s", "wait": true})),
+            )
+            .await
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let page = cluster.get(&cluster.b, "/v1/runs").await?;
+        if let Some(run) = page["runs"].as_array().and_then(|runs| runs.first()) {
+            break id_of(run)?;
+        }
+        if Instant::now() > deadline {
+            bail!("B lists no run within 10 s\nA's log:\n{}", cluster.a.log());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut stream = Sse::open(&format!("{}/v1/runs/{id}/events", cluster.b.url)).await?;
+    let opened = Instant::now();
+    let mut seen: Vec<(Value, Instant)> = Vec::new();
+    let mut follow = async |stream: &mut Sse, until: &str| -> Result<()> {
+        loop {
+            let event = stream.next(Duration::from_secs(20)).await?.ok_or_else(|| anyhow!("the stream ended early"))?;
+            let kind = event["kind"].as_str().unwrap_or_default().to_owned();
+            seen.push((event, Instant::now()));
+            if kind == until {
+                return Ok(());
+            }
+        }
+    };
+    follow(&mut stream, "approval_requested").await?;
+    let waiting = start.await??;
+    assert_eq!(status(&waiting), "waiting_for_approval", "{waiting:#}");
+    let decided = cluster
+        .post(
+            &cluster.a,
+            &format!("/v1/runs/{id}/decisions"),
+            json!({"turn_digest": waiting["pending"]["turn_digest"], "approve_all": true}),
+        )
+        .await?;
+    assert_eq!(status(&decided), "running", "A resumes the run it decided: {decided:#}");
+    follow(&mut stream, "run_completed").await?;
+    assert!(stream.next(Duration::from_secs(5)).await?.is_none(), "the stream ends after the terminal event");
+
+    // Every event once, in order, with no gap: what A stored, as B streamed it.
+    let stored = cluster.get(&cluster.a, &format!("/v1/runs/{id}/events")).await?["events"].clone();
+    let streamed: Vec<Value> = seen.iter().map(|(event, _)| event.clone()).collect();
+    assert_eq!(Value::Array(streamed), stored, "B streamed every event A stored, once each, in order");
+    // Each event committed after the stream opened reached B within the bound of its commit.
+    let mut measured = Vec::new();
+    for (event, arrived) in &seen {
+        let seq = event["seq"].as_u64().unwrap_or_default();
+        let kind = event["kind"].as_str().unwrap_or_default();
+        let Some(committed) = announced.commit_of(&id, seq) else {
+            bail!("the commit of event {seq} ({kind}) was never announced, though B listens");
+        };
+        if committed > opened {
+            measured.push((seq, kind.to_owned(), arrived.saturating_duration_since(committed)));
+        }
+    }
+    eprintln!("B's SSE latencies after A's commits: {measured:?}");
+    for kind in ["tool_finished", "approval_requested", "decision", "run_completed"] {
+        assert!(
+            measured.iter().any(|(_, k, _)| k == kind),
+            "no {kind} committed after the stream opened: {measured:?}"
+        );
+    }
+    for (seq, kind, latency) in &measured {
+        assert!(*latency < WAKE_BOUND, "event {seq} ({kind}) reached B {latency:?} after A's commit");
+    }
+    // And no poll delay: a stream that learnt of A's commits by reading again every second (SSE's
+    // fallback) would lag them by half a second in the middle, not a few milliseconds.
+    let mut lags: Vec<Duration> = measured.iter().map(|(_, _, latency)| *latency).collect();
+    lags.sort();
+    let median = lags[lags.len() / 2];
+    assert!(median < WAKE_BOUND / 4, "B's median lag is {median:?}: it polls instead of waking on notifications");
+    assert_eq!(cluster.ledger(), ["s streamed"]);
+    sqlx::Connection::close(admin).await?;
     cluster.drop_schema().await
 }
