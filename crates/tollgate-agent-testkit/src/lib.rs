@@ -1,7 +1,8 @@
 //! # tollgate-agent-testkit
 //!
 //! Test doubles for Tollgate's ports, in one place so no test file grows its own: a configurable
-//! [`TestTool`] that records every invocation, and [`RecordingHooks`] that keep the loop's events.
+//! [`TestTool`] that records every invocation, [`RecordingHooks`] that keep the loop's events, and
+//! [`SseFrames`], which reads an SSE stream's frames as a client receives them.
 //!
 //! ```rust
 //! use serde_json::json;
@@ -29,6 +30,9 @@
 //! assert!(hooks.lines().contains(&"tool_started 1 call_1 write ask".to_owned()));
 //! # Ok(()) }
 //! ```
+
+mod sse;
+pub use sse::{SseFrame, SseFrames};
 
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};

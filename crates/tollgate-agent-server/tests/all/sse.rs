@@ -5,6 +5,7 @@
 use crate::common::{Config, SCRIBE, Server, digest, id};
 use serde_json::{Value, json};
 use std::time::Duration;
+use tollgate_agent_testkit::SseFrames;
 
 /// One parsed SSE event.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +18,7 @@ pub(crate) struct SseEvent {
 /// An open SSE response, read frame by frame.
 pub(crate) struct Stream {
     response: reqwest::Response,
-    buffer: String,
+    frames: SseFrames,
 }
 
 impl Stream {
@@ -33,40 +34,22 @@ impl Stream {
         assert_eq!(response.status().as_u16(), 200);
         let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
         assert!(content_type.starts_with("text/event-stream"), "{content_type}");
-        Self { response, buffer: String::new() }
+        Self { response, frames: SseFrames::default() }
     }
 
     /// The next event, `None` when the stream ended. Comments (keep-alives) are skipped.
     pub(crate) async fn next(&mut self) -> Option<SseEvent> {
         loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let frame: String = self.buffer.drain(..end + 2).collect();
-                let mut event = SseEvent { id: None, event: None, data: Value::Null };
-                let mut data = String::new();
-                for line in frame.lines() {
-                    if line.starts_with(':') || line.is_empty() {
-                        continue;
-                    }
-                    let (field, value) = line.split_once(':').unwrap_or((line, ""));
-                    let value = value.strip_prefix(' ').unwrap_or(value);
-                    match field {
-                        "id" => event.id = Some(value.to_owned()),
-                        "event" => event.event = Some(value.to_owned()),
-                        "data" => data.push_str(value),
-                        _ => {}
-                    }
-                }
-                if data.is_empty() && event.id.is_none() {
-                    continue;
-                }
-                event.data = serde_json::from_str(&data).unwrap_or_else(|e| panic!("data is not JSON ({e}): {data}"));
-                return Some(event);
+            if let Some(frame) = self.frames.next_frame() {
+                let data = serde_json::from_str(&frame.data)
+                    .unwrap_or_else(|e| panic!("data is not JSON ({e}): {}", frame.data));
+                return Some(SseEvent { id: frame.id, event: frame.event, data });
             }
             let chunk = tokio::time::timeout(Duration::from_secs(20), self.response.chunk())
                 .await
                 .unwrap_or_else(|_| panic!("no SSE frame within 20 s"))
                 .unwrap_or_else(|e| panic!("{e}"))?;
-            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+            self.frames.push(&chunk);
         }
     }
 }

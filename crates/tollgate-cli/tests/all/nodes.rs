@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tollgate_agent_store::ScratchSchema;
-use tollgate_agent_testkit::{postgres_url, scratch_dir};
+use tollgate_agent_testkit::{SseFrames, postgres_url, scratch_dir};
 
 /// Each node's `[server] lease`.
 const LEASE: Duration = Duration::from_secs(2);
@@ -510,10 +510,10 @@ impl Announcements {
     }
 }
 
-/// An open SSE response, read event by event (the `data:` of each frame; comments are skipped).
+/// An open SSE response, read event by event (the `data:` of each frame).
 struct Sse {
     response: reqwest::Response,
-    buffer: Vec<u8>,
+    frames: SseFrames,
 }
 
 impl Sse {
@@ -522,26 +522,19 @@ impl Sse {
         if !response.status().is_success() {
             bail!("GET {url} (SSE): {}", response.status());
         }
-        Ok(Sse { response, buffer: Vec::new() })
+        Ok(Sse { response, frames: SseFrames::default() })
     }
 
     /// The next event's JSON, `None` once the stream has ended; fails after `limit` without one.
     async fn next(&mut self, limit: Duration) -> Result<Option<Value>> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
-                let frame: Vec<u8> = self.buffer.drain(..end + 2).collect();
-                let frame = String::from_utf8(frame)?;
-                let data: Vec<&str> =
-                    frame.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
-                if data.is_empty() {
-                    continue;
-                }
-                return Ok(Some(serde_json::from_str(&data.join("\n"))?));
+            if let Some(frame) = self.frames.next_frame() {
+                return Ok(Some(serde_json::from_str(&frame.data)?));
             }
             match tokio::time::timeout_at(deadline, self.response.chunk()).await {
                 Ok(chunk) => match chunk? {
-                    Some(bytes) => self.buffer.extend_from_slice(&bytes),
+                    Some(bytes) => self.frames.push(&bytes),
                     None => return Ok(None),
                 },
                 Err(_) => bail!("no SSE event within {limit:?}"),
