@@ -34,6 +34,7 @@ use crate::codec::{
 use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
 use crate::pg_connections::{Connections, Held, PING_IF_IDLE_FOR};
+use crate::pg_nodelay;
 use crate::pg_notify::{self, ChangeFeed};
 use futures_util::stream::BoxStream;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
@@ -363,7 +364,17 @@ impl PostgresStore {
             tracing::debug!(%error, "cannot close the migration connection cleanly");
         }
         migrated?;
+        // TCP_NODELAY on each new connection (see `pg_nodelay`); a Unix socket has no Nagle delay.
+        let tcp_port = options.get_socket().is_none().then(|| options.get_port());
         let pool = PgPoolOptions::new()
+            .after_connect(move |_, _| {
+                Box::pin(async move {
+                    if let Some(port) = tcp_port {
+                        pg_nodelay::set_nodelay_to(port).await;
+                    }
+                    Ok(())
+                })
+            })
             .max_connections(POOL_SIZE)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             // sqlx's default pings every connection it hands out: a round trip before each write.
@@ -392,6 +403,18 @@ impl PostgresStore {
     /// A connection for the next statement (see [`crate::pg_connections`]).
     async fn connection(&self) -> Result<Held<'_>, StoreError> {
         self.connections.acquire().await.map_err(self.db_error("cannot reach PostgreSQL"))
+    }
+
+    /// The port the server sees this store's next statement come from (`inet_client_port()`).
+    #[cfg(test)]
+    pub(crate) async fn client_port(&self) -> Result<i32, StoreError> {
+        let mut connection = self.connection().await?;
+        let port = sqlx::query_scalar("SELECT inet_client_port()")
+            .fetch_one(&mut *connection)
+            .await
+            .map_err(self.db_error("cannot read the client port"))?;
+        connection.finished();
+        Ok(port)
     }
 
     fn keys(&self) -> Option<&DataKeys> {
