@@ -72,6 +72,8 @@ mod migrations;
 #[cfg(feature = "postgres")]
 mod pg_connections;
 #[cfg(feature = "postgres")]
+mod pg_groups;
+#[cfg(feature = "postgres")]
 mod pg_nodelay;
 #[cfg(feature = "postgres")]
 pub mod pg_notify;

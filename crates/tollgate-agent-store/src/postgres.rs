@@ -16,6 +16,8 @@
 //! entry is dropped, and the write takes the path above (read, write, locked retry). The cache is a
 //! guess, never a guard: an answer planned on it is returned only once its statement applied, and a
 //! plan refused on it (a guard, a transition rule) is made again on the row read.
+//! Under load, the reads, creates and transitions of different runs share one statement per kind, each
+//! answered as if alone (`pg_groups.rs`); a lone operation keeps the statement described here.
 //! Statements take their connections from the store's connection list (`pg_connections.rs`), which
 //! keeps those that finished cleanly for the next statement rather than returning them through sqlx's
 //! ping.
@@ -34,13 +36,14 @@ use crate::codec::{
 use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
 use crate::pg_connections::{Connections, Held, PING_IF_IDLE_FOR};
+use crate::pg_groups::{Answer, Grouped, Groups, Runner, each_alone_after};
 use crate::pg_nodelay;
 use crate::pg_notify::{self, ChangeFeed};
 use futures_util::stream::BoxStream;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::query::QueryScalar;
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection, Postgres, Row};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -122,16 +125,33 @@ const TABLES: [&str; 4] = ["runs", "event_batches", "health", "tollgate_migratio
 /// Connections per node.
 const POOL_SIZE: u32 = 16;
 
+/// Statements of one kind (reads of a run, creates, transitions) under way at once; operations beyond
+/// wait and go together in the next (see [`crate::pg_groups`]).
+const GROUPS_AT_ONCE: usize = 4;
+
 /// How long a statement waits for a connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1");
+/// [`SELECT_RUN`] for a group of runs (see `pg_groups`).
+const SELECT_RUNS: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ANY($1)");
 const SELECT_RUN_FOR_UPDATE: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1 FOR UPDATE");
 /// The announcement of a write, the last part of its statement (migration 10; it was a trigger): a
 /// `pg_notify` on [`CHANNEL`](crate::pg_notify::CHANNEL) for each row of `$rows` where `$changed` holds,
 /// while a listener of another node is recorded in `listeners` — checked once per statement. The
 /// statement then answers the number of rows `$rows` wrote (the announcement is read, so it runs).
 macro_rules! announced {
+    ($rows:literal, $changed:literal) => {
+        concat!(
+            announcement!($rows, $changed),
+            "SELECT COUNT(*) FROM ",
+            $rows,
+            " WHERE (SELECT COUNT(*) FROM announced) >= 0"
+        )
+    };
+}
+/// The `announced` part of [`announced!`] alone, for a statement that answers otherwise.
+macro_rules! announcement {
     ($rows:literal, $changed:literal) => {
         concat!(
             "announced AS (SELECT pg_notify('tollgate_runs', json_build_object('schema', current_schema(), ",
@@ -143,10 +163,36 @@ macro_rules! announced {
             ") AND EXISTS (SELECT 1 FROM listeners AS l ",
             "WHERE l.node <> coalesce(current_setting('tollgate.node', true), '') ",
             "AND EXISTS (SELECT 1 FROM pg_stat_get_activity(l.pid) AS a ",
-            "WHERE a.application_name = 'tollgate-listener ' || l.node))) ",
-            "SELECT COUNT(*) FROM ",
+            "WHERE a.application_name = 'tollgate-listener ' || l.node))) "
+        )
+    };
+}
+/// The events of a group of writes (see `pg_groups`), one batch row per run among `$rows`, from the
+/// flat arrays `$1`..`$7` after the group's run parameters: run id, seq, at, kind, round, data, hash.
+macro_rules! grouped_events {
+    ($rows:literal, $run:literal, $seq:literal, $at:literal, $kind:literal, $round:literal, $data:literal, $hash:literal) => {
+        concat!(
+            "chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) ",
+            "SELECT e.run_id, MAX(e.seq), ARRAY_AGG(e.seq ORDER BY e.seq), ARRAY_AGG(e.at ORDER BY e.seq), ",
+            "ARRAY_AGG(e.kind ORDER BY e.seq), ARRAY_AGG(e.round ORDER BY e.seq), ARRAY_AGG(e.data ORDER BY e.seq), ",
+            "ARRAY_AGG(e.hash ORDER BY e.seq) FROM UNNEST(",
+            $run,
+            "::TEXT[], ",
+            $seq,
+            "::BIGINT[], ",
+            $at,
+            "::TEXT[], ",
+            $kind,
+            "::TEXT[], ",
+            $round,
+            "::BIGINT[], ",
+            $data,
+            "::TEXT[], ",
+            $hash,
+            "::TEXT[]) AS e (run_id, seq, at, kind, round, data, hash) ",
+            "WHERE e.run_id IN (SELECT id FROM ",
             $rows,
-            " WHERE (SELECT COUNT(*) FROM announced) >= 0"
+            ") GROUP BY e.run_id), "
         )
     };
 }
@@ -177,6 +223,47 @@ const UPDATE_RUN: &str = concat!(
     "SELECT updated.id, ($24::BIGINT[])[cardinality($24::BIGINT[])], $24, $25::TEXT[], $26::TEXT[], ",
     "$27::BIGINT[], $28::TEXT[], $29::TEXT[] FROM updated WHERE cardinality($24::BIGINT[]) > 0), ",
     announced!("updated", "w.version <> $21 OR w.last_seq <> $22")
+);
+/// [`CREATE_RUN`] for a group of runs (see `pg_groups`): one array per column of [`run_columns!`],
+/// then the events' flat arrays. Answers the ids it created (an id taken is not among them).
+const CREATE_RUNS: &str = concat!(
+    "WITH input AS (SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], ",
+    "$6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::BIGINT[], $10::BIGINT[], $11::TEXT[], $12::BIGINT[], ",
+    "$13::BIGINT[], $14::BIGINT[], $15::TEXT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::TEXT[], ",
+    "$20::BIGINT[], $21::TEXT[], $22::BIGINT[], $23::BIGINT[], $24::TEXT[], $25::TEXT[]) AS i (",
+    run_columns!(),
+    ")), created AS (INSERT INTO runs (",
+    run_columns!(),
+    ") SELECT ",
+    run_columns!(),
+    " FROM input ON CONFLICT (id) DO NOTHING RETURNING id, version, status, last_seq), ",
+    grouped_events!("created", "$26", "$27", "$28", "$29", "$30", "$31", "$32"),
+    announcement!("created", "TRUE"),
+    "SELECT id FROM created WHERE (SELECT COUNT(*) FROM announced) >= 0"
+);
+/// [`UPDATE_RUN`] for a group of runs (see `pg_groups`): the id, the columns a transition sets and the
+/// row as read (`version`, `last_seq`, `lease_expires_at`), one array each, then the events' flat
+/// arrays. Answers the ids it wrote (a row changed since it was read is not among them).
+const UPDATE_RUNS: &str = concat!(
+    "WITH input AS (SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], ",
+    "$6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[], $10::BIGINT[], $11::TEXT[], $12::TEXT[], ",
+    "$13::TEXT[], $14::TEXT[], $15::TEXT[], $16::BIGINT[], $17::TEXT[], $18::BIGINT[], $19::BIGINT[], ",
+    "$20::TEXT[], $21::BIGINT[], $22::BIGINT[], $23::BIGINT[]) AS i (id, status, version, output, ",
+    "termination_reason, iterations, input_tokens, output_tokens, updated_at, finished_at, error, suspension, ",
+    "turn_digest, required_calls, decisions, expires_at, lease_owner, lease_expires_at, last_seq, last_hash, ",
+    "read_version, read_last_seq, read_lease)), ",
+    "updated AS (UPDATE runs AS r SET status = i.status, version = i.version, output = i.output, ",
+    "termination_reason = i.termination_reason, iterations = i.iterations, input_tokens = i.input_tokens, ",
+    "output_tokens = i.output_tokens, updated_at = i.updated_at, finished_at = i.finished_at, error = i.error, ",
+    "suspension = i.suspension, turn_digest = i.turn_digest, required_calls = i.required_calls, ",
+    "decisions = i.decisions, expires_at = i.expires_at, lease_owner = i.lease_owner, ",
+    "lease_expires_at = i.lease_expires_at, last_seq = i.last_seq, last_hash = i.last_hash FROM input AS i ",
+    "WHERE r.id = i.id AND r.version = i.read_version AND r.last_seq = i.read_last_seq ",
+    "AND r.lease_expires_at IS NOT DISTINCT FROM i.read_lease ",
+    "RETURNING r.id, r.version, r.status, r.last_seq, i.read_version, i.read_last_seq), ",
+    grouped_events!("updated", "$24", "$25", "$26", "$27", "$28", "$29", "$30"),
+    announcement!("updated", "w.version <> w.read_version OR w.last_seq <> w.read_last_seq"),
+    "SELECT id FROM updated WHERE (SELECT COUNT(*) FROM announced) >= 0"
 );
 /// An append: the new chain head and lease and the events (one batch row), announced when there are
 /// events (a lease renewal alone says nothing), in one statement, if the row is as it was read (`$5`
@@ -302,6 +389,329 @@ struct PlannedTransition {
     read_as: (i64, i64, Option<i64>),
 }
 
+/// A kind of grouped operation (see [`PostgresStore::run_group`]).
+trait GroupKind: Grouped + Sized {
+    /// For the logs.
+    const KIND: &'static str;
+    type Output;
+    /// What the grouped statement says of its runs.
+    type Together;
+    /// The grouped statement of `group`; `None` when its answer cannot be told apart run by run.
+    fn together<'a>(
+        store: &'a PostgresStore,
+        connection: &'a mut PgConnection,
+        group: &'a [Self],
+    ) -> BoxFuture<'a, Result<Option<Self::Together>, StoreError>>;
+    /// This operation's answer in what its group's statement said.
+    fn answer(self, store: &PostgresStore, together: &Self::Together) -> Answer<Self::Output>;
+    /// This operation with its own statement.
+    fn alone<'a>(
+        self,
+        store: &'a PostgresStore,
+        connection: &'a mut PgConnection,
+    ) -> BoxFuture<'a, Answer<Self::Output>>;
+}
+
+impl GroupKind for PlannedCreate {
+    const KIND: &'static str = "create";
+    type Output = Option<RunRecord>;
+    type Together = HashSet<String>;
+
+    fn together<'a>(
+        store: &'a PostgresStore,
+        connection: &'a mut PgConnection,
+        group: &'a [Self],
+    ) -> BoxFuture<'a, Result<Option<HashSet<String>>, StoreError>> {
+        Box::pin(
+            async move { store.write_grouped(connection, CREATE_RUNS, GroupColumns::creates(group)).await.map(Some) },
+        )
+    }
+
+    fn answer(self, store: &PostgresStore, created: &HashSet<String>) -> Answer<Option<RunRecord>> {
+        if !created.contains(&self.run.id) {
+            return Ok(None);
+        }
+        store.cache.put(self.row);
+        Ok(Some(self.run))
+    }
+
+    fn alone<'a>(
+        self,
+        store: &'a PostgresStore,
+        connection: &'a mut PgConnection,
+    ) -> BoxFuture<'a, Answer<Option<RunRecord>>> {
+        Box::pin(async move {
+            let created: i64 = self
+                .columns
+                .bind(bind_run_row!(sqlx::query_scalar(CREATE_RUN), &self.row))
+                .fetch_one(&mut *connection)
+                .await
+                .map_err(store.db_error("cannot insert a run"))?;
+            Ok((created == 1).then(|| {
+                store.cache.put(self.row);
+                self.run
+            }))
+        })
+    }
+}
+
+impl GroupKind for PlannedTransition {
+    const KIND: &'static str = "transition";
+    type Output = Option<RunRecord>;
+    type Together = HashSet<String>;
+
+    fn together<'a>(
+        store: &'a PostgresStore,
+        connection: &'a mut PgConnection,
+        group: &'a [Self],
+    ) -> BoxFuture<'a, Result<Option<HashSet<String>>, StoreError>> {
+        Box::pin(async move {
+            store.write_grouped(connection, UPDATE_RUNS, GroupColumns::transitions(group)).await.map(Some)
+        })
+    }
+
+    fn answer(self, store: &PostgresStore, written: &HashSet<String>) -> Answer<Option<RunRecord>> {
+        if !written.contains(&self.next.id) {
+            return Ok(None);
+        }
+        store.cache.put(self.changes);
+        Ok(Some(self.next))
+    }
+
+    fn alone<'a>(
+        self,
+        store: &'a PostgresStore,
+        connection: &'a mut PgConnection,
+    ) -> BoxFuture<'a, Answer<Option<RunRecord>>> {
+        Box::pin(store.write_transition(connection, self))
+    }
+}
+
+impl GroupKind for ReadRun {
+    const KIND: &'static str = "read";
+    type Output = Option<RunRow>;
+    type Together = HashMap<String, Result<RunRow, StoreError>>;
+
+    fn together<'a>(
+        store: &'a PostgresStore,
+        connection: &'a mut PgConnection,
+        group: &'a [Self],
+    ) -> BoxFuture<'a, Result<Option<Self::Together>, StoreError>> {
+        Box::pin(async move {
+            let ids: Vec<&str> = group.iter().map(|read| read.0.as_str()).collect();
+            let rows = sqlx::query(SELECT_RUNS)
+                .bind(ids)
+                .fetch_all(&mut *connection)
+                .await
+                .map_err(|e| database_error(&store.secrets, "cannot read runs", &e))?;
+            let mut by_id = HashMap::new();
+            for row in &rows {
+                // A row whose id cannot be read belongs to no one in particular: each alone.
+                let Ok(id) = row.text(0) else { return Ok(None) };
+                by_id.insert(id, read_run_row(row));
+            }
+            Ok(Some(by_id))
+        })
+    }
+
+    fn answer(self, _: &PostgresStore, by_id: &Self::Together) -> Answer<Option<RunRow>> {
+        by_id.get(&self.0).cloned().transpose()
+    }
+
+    fn alone<'a>(
+        self,
+        store: &'a PostgresStore,
+        connection: &'a mut PgConnection,
+    ) -> BoxFuture<'a, Answer<Option<RunRow>>> {
+        Box::pin(async move {
+            let found = sqlx::query(SELECT_RUN)
+                .bind(&self.0)
+                .fetch_optional(&mut *connection)
+                .await
+                .map_err(store.run_failed("cannot read a run", &self.0))?;
+            found.as_ref().map(read_run_row).transpose()
+        })
+    }
+}
+
+/// A read of run `.0` (see [`PostgresStore::get_run`]).
+struct ReadRun(String);
+
+impl Grouped for ReadRun {
+    fn run_id(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A create planned: what it answers, its row and its events.
+struct PlannedCreate {
+    run: RunRecord,
+    row: RunRow,
+    columns: EventColumns,
+}
+
+impl Grouped for PlannedCreate {
+    fn run_id(&self) -> &str {
+        &self.run.id
+    }
+}
+
+impl Grouped for PlannedTransition {
+    fn run_id(&self) -> &str {
+        &self.next.id
+    }
+}
+
+/// A group's parameters: one array per column of its runs, then the flat arrays of all their events
+/// (see [`grouped_events!`]).
+#[derive(Default)]
+struct GroupColumns {
+    texts: Vec<Vec<Option<String>>>,
+    ints: Vec<Vec<Option<i64>>>,
+    /// Which array is each parameter, in order: `Ok(i)` texts\[i\], `Err(i)` ints\[i\].
+    order: Vec<Result<usize, usize>>,
+    events: EventColumns,
+    event_runs: Vec<String>,
+}
+
+/// One value of a row, for [`GroupColumns`].
+enum Value<'a> {
+    Text(Option<&'a str>),
+    Int(Option<i64>),
+}
+
+impl GroupColumns {
+    /// The arrays of `rows`, each row given as its values in parameter order.
+    fn of<'a>(rows: impl Iterator<Item = (Vec<Value<'a>>, &'a str, &'a EventColumns)>) -> GroupColumns {
+        let mut columns = GroupColumns::default();
+        for (values, run_id, events) in rows {
+            if columns.order.is_empty() {
+                for value in &values {
+                    columns.order.push(match value {
+                        Value::Text(_) => {
+                            columns.texts.push(Vec::new());
+                            Ok(columns.texts.len() - 1)
+                        }
+                        Value::Int(_) => {
+                            columns.ints.push(Vec::new());
+                            Err(columns.ints.len() - 1)
+                        }
+                    });
+                }
+            }
+            for (value, at) in values.into_iter().zip(&columns.order) {
+                match (value, at) {
+                    (Value::Text(text), Ok(i)) => columns.texts[*i].push(text.map(str::to_owned)),
+                    (Value::Int(int), Err(i)) => columns.ints[*i].push(int),
+                    // Every row gives the same kinds in the same order.
+                    _ => unreachable!("a group's rows differ in shape"),
+                }
+            }
+            columns.event_runs.extend(std::iter::repeat_n(run_id.to_owned(), events.seq.len()));
+            columns.events.seq.extend_from_slice(&events.seq);
+            columns.events.at.extend_from_slice(&events.at);
+            columns.events.kind.extend_from_slice(&events.kind);
+            columns.events.round.extend_from_slice(&events.round);
+            columns.events.data.extend_from_slice(&events.data);
+            columns.events.hash.extend_from_slice(&events.hash);
+        }
+        columns
+    }
+
+    /// The arrays of a group of creates: every column of [`run_columns!`].
+    fn creates(group: &[PlannedCreate]) -> GroupColumns {
+        use Value::{Int, Text};
+        GroupColumns::of(group.iter().map(|planned| {
+            let r = &planned.row;
+            let values = vec![
+                Text(Some(&r.id)),
+                Text(Some(&r.agent)),
+                Text(Some(&r.status)),
+                Int(Some(r.version)),
+                Text(Some(&r.input)),
+                Text(r.output.as_deref()),
+                Text(r.termination_reason.as_deref()),
+                Int(Some(r.iterations)),
+                Int(Some(r.input_tokens)),
+                Int(Some(r.output_tokens)),
+                Text(Some(&r.created_by)),
+                Int(Some(r.created_at)),
+                Int(Some(r.updated_at)),
+                Int(r.finished_at),
+                Text(r.error.as_deref()),
+                Text(r.suspension.as_deref()),
+                Text(r.turn_digest.as_deref()),
+                Text(r.required_calls.as_deref()),
+                Text(r.decisions.as_deref()),
+                Int(r.expires_at),
+                Text(r.lease_owner.as_deref()),
+                Int(r.lease_expires_at),
+                Int(Some(r.last_seq)),
+                Text(Some(&r.last_hash)),
+                Text(r.metadata.as_deref()),
+            ];
+            (values, r.id.as_str(), &planned.columns)
+        }))
+    }
+
+    /// The arrays of a group of transitions: the id, the columns a transition sets, the row as read.
+    fn transitions(group: &[PlannedTransition]) -> GroupColumns {
+        use Value::{Int, Text};
+        GroupColumns::of(group.iter().map(|planned| {
+            let r = &planned.changes;
+            let values = vec![
+                Text(Some(&planned.next.id)),
+                Text(Some(&r.status)),
+                Int(Some(r.version)),
+                Text(r.output.as_deref()),
+                Text(r.termination_reason.as_deref()),
+                Int(Some(r.iterations)),
+                Int(Some(r.input_tokens)),
+                Int(Some(r.output_tokens)),
+                Int(Some(r.updated_at)),
+                Int(r.finished_at),
+                Text(r.error.as_deref()),
+                Text(r.suspension.as_deref()),
+                Text(r.turn_digest.as_deref()),
+                Text(r.required_calls.as_deref()),
+                Text(r.decisions.as_deref()),
+                Int(r.expires_at),
+                Text(r.lease_owner.as_deref()),
+                Int(r.lease_expires_at),
+                Int(Some(r.last_seq)),
+                Text(Some(&r.last_hash)),
+                Int(Some(planned.read_as.0)),
+                Int(Some(planned.read_as.1)),
+                Int(planned.read_as.2),
+            ];
+            (values, planned.next.id.as_str(), &planned.columns)
+        }))
+    }
+
+    /// Binds the arrays in parameter order, then the events' (run id first).
+    fn bind(self, query: IdsQuery<'_>) -> IdsQuery<'_> {
+        let GroupColumns { mut texts, mut ints, order, events, event_runs } = self;
+        let mut query = query;
+        for at in order {
+            query = match at {
+                Ok(i) => query.bind(std::mem::take(&mut texts[i])),
+                Err(i) => query.bind(std::mem::take(&mut ints[i])),
+            };
+        }
+        query
+            .bind(event_runs)
+            .bind(events.seq)
+            .bind(events.at)
+            .bind(events.kind)
+            .bind(events.round)
+            .bind(events.data)
+            .bind(events.hash)
+    }
+}
+
+/// A grouped write statement, answering the ids of the runs it wrote.
+type IdsQuery<'q> = QueryScalar<'q, Postgres, String, PgArguments>;
+
 /// An append planned on a row: the row it leaves (answering its `last_seq`) and its events.
 struct PlannedAppend {
     after: RunRow,
@@ -322,6 +732,10 @@ pub struct PostgresStore {
     feed: Arc<ChangeFeed>,
     /// The rows writes plan on before reading (see [`RowCache`]).
     cache: Arc<RowCache>,
+    /// Creates and transitions waiting for a statement of their kind (see [`crate::pg_groups`]).
+    reads: Arc<Groups<ReadRun, Option<RunRow>>>,
+    creates: Arc<Groups<PlannedCreate, Option<RunRecord>>>,
+    transitions: Arc<Groups<PlannedTransition, Option<RunRecord>>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -386,7 +800,16 @@ impl PostgresStore {
             })
             .connect_lazy_with(options);
         let connections = Arc::new(Connections::new(pool, POOL_SIZE as usize, ACQUIRE_TIMEOUT));
-        Ok(PostgresStore { connections, secrets, keys: store_options.data_keys, feed, cache: Arc::default() })
+        Ok(PostgresStore {
+            connections,
+            secrets,
+            keys: store_options.data_keys,
+            feed,
+            cache: Arc::default(),
+            reads: Arc::new(Groups::new(GROUPS_AT_ONCE)),
+            creates: Arc::new(Groups::new(GROUPS_AT_ONCE)),
+            transitions: Arc::new(Groups::new(GROUPS_AT_ONCE)),
+        })
     }
 
     /// The tag this store's writes carry in their change notifications (the session setting
@@ -481,21 +904,98 @@ impl PostgresStore {
         let (run, stored) = plan_create(run, events);
         let row = RunRow::encode(&run, self.keys(), None)?;
         let columns = self.event_columns(&run.id, &stored)?;
-        let mut connection = self.connection().await?;
-        let created: i64 = columns
-            .bind(bind_run_row!(sqlx::query_scalar(CREATE_RUN), &row))
-            .fetch_one(&mut *connection)
-            .await
-            .map_err(self.db_error("cannot insert a run"))?;
-        connection.finished();
-        if created == 0 {
-            return Err(StoreError::Duplicate(run.id));
-        }
-        self.cache.put(row);
-        Ok(run)
+        let id = run.id.clone();
+        self.creates.run(PlannedCreate { run, row, columns }, self.runner()).await?.ok_or(StoreError::Duplicate(id))
     }
 
-    /// A transition (see [`RunStore::transition`]) on `connection`.
+    /// What makes the statements of `W`'s groups (see [`crate::pg_groups`]).
+    fn runner<W: GroupKind>(&self) -> Runner<W, W::Output>
+    where
+        W::Output: Send + 'static,
+        W::Together: Send,
+    {
+        let store = self.clone();
+        Arc::new(move |group| {
+            let store = store.clone();
+            Box::pin(async move { store.run_group(group).await })
+        })
+    }
+
+    /// The statement of a group, on one connection: for several operations the grouped one
+    /// ([`GroupKind::together`]), else — or when it failed for a reason of the data, or could not tell
+    /// its runs apart — each alone ([`GroupKind::alone`]). See [`crate::pg_groups`].
+    async fn run_group<W: GroupKind>(&self, group: Vec<W>) -> Vec<Answer<W::Output>> {
+        let mut connection = match self.connection().await {
+            Ok(connection) => connection,
+            Err(error) => return group.iter().map(|_| Err(error.clone())).collect(),
+        };
+        if group.len() > 1 {
+            match W::together(self, &mut connection, &group).await {
+                Ok(Some(result)) => {
+                    connection.finished();
+                    return group.into_iter().map(|operation| operation.answer(self, &result)).collect();
+                }
+                Ok(None) => tracing::debug!(kind = W::KIND, "a grouped statement answered for no run in particular"),
+                Err(error) if each_alone_after(&error) => {
+                    tracing::debug!(kind = W::KIND, %error, "a grouped statement failed; its operations are made alone");
+                }
+                Err(error) => return group.iter().map(|_| Err(error.clone())).collect(),
+            }
+        }
+        let mut answers = Vec::with_capacity(group.len());
+        let mut clean = true;
+        for operation in group {
+            let answer = operation.alone(self, &mut connection).await;
+            clean &= answer.is_ok();
+            answers.push(answer);
+        }
+        if clean {
+            connection.finished();
+        }
+        answers
+    }
+
+    /// Runs a grouped statement; answers the ids it wrote.
+    async fn write_grouped(
+        &self,
+        connection: &mut PgConnection,
+        statement: &'static str,
+        columns: GroupColumns,
+    ) -> Result<HashSet<String>, StoreError> {
+        let ids: Vec<String> = columns
+            .bind(sqlx::query_scalar(statement))
+            .fetch_all(&mut *connection)
+            .await
+            .map_err(self.db_error("cannot write a group of runs"))?;
+        Ok(ids.into_iter().collect())
+    }
+
+    /// A transition (see [`RunStore::transition`]) planned on the row remembered, if any: one statement
+    /// (alone or grouped) if no one changed the row since. A plan refused there proves nothing (the row
+    /// may have moved), nor does a row changed since: then it is made again on the row read.
+    async fn transition_run(
+        &self,
+        id: &str,
+        guard: Guard,
+        transition: Transition,
+        events: Vec<NewEvent>,
+        now: Millis,
+    ) -> Result<RunRecord, StoreError> {
+        if let Some(row) = self.cache.get(id) {
+            if let Ok(planned) = self.plan_transition_on(row, &guard, &transition, events.clone(), now)
+                && let Some(next) = self.transitions.run(planned, self.runner()).await?
+            {
+                return Ok(next);
+            }
+            self.cache.remove(id);
+        }
+        let mut connection = self.connection().await?;
+        let next = self.transition_on(&mut connection, id, guard, transition, events, now).await?;
+        connection.finished();
+        Ok(next)
+    }
+
+    /// A transition (see [`RunStore::transition`]) on `connection`, planned on the row read.
     async fn transition_on(
         &self,
         connection: &mut PgConnection,
@@ -505,16 +1005,6 @@ impl PostgresStore {
         events: Vec<NewEvent>,
         now: Millis,
     ) -> Result<RunRecord, StoreError> {
-        // Planned on the row remembered: one round trip if no one changed it since. A plan refused
-        // there proves nothing (the row may have moved): it is made again on the row read.
-        if let Some(row) = self.cache.get(id) {
-            if let Ok(planned) = self.plan_transition_on(row, &guard, &transition, events.clone(), now)
-                && let Some(next) = self.write_transition(connection, planned).await?
-            {
-                return Ok(next);
-            }
-            self.cache.remove(id);
-        }
         let row = self.read_for_write(connection, SELECT_RUN, id).await?;
         let planned = self.plan_transition_on(row, &guard, &transition, events.clone(), now)?;
         if let Some(next) = self.write_transition(connection, planned).await? {
@@ -684,18 +1174,11 @@ impl PostgresStore {
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
-        let mut connection = self.connection().await?;
-        let row = sqlx::query(SELECT_RUN)
-            .bind(id)
-            .fetch_optional(&mut *connection)
-            .await
-            .map_err(self.run_failed("cannot read a run", id))?;
-        connection.finished();
-        let Some(row) = row else {
-            self.cache.remove(id);
-            return Err(StoreError::NotFound(id.to_owned()));
-        };
-        let decoded = read_run_row(&row).and_then(|row| Ok((row.clone().decode(self.keys())?, row)));
+        let found = self.reads.run(ReadRun(id.to_owned()), self.runner()).await;
+        let decoded = found.and_then(|row| {
+            let row = row.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+            Ok((row.clone().decode(self.keys())?, row))
+        });
         match decoded {
             Ok((run, row)) => {
                 self.cache.put(row);
@@ -933,12 +1416,7 @@ impl RunStore for PostgresStore {
         events: Vec<NewEvent>,
         now: Millis,
     ) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
-        Box::pin(async move {
-            let mut connection = self.connection().await?;
-            let next = self.transition_on(&mut connection, id, guard, transition, events, now).await?;
-            connection.finished();
-            Ok(next)
-        })
+        Box::pin(self.transition_run(id, guard, transition, events, now))
     }
 
     fn append<'a>(

@@ -292,6 +292,106 @@ async fn two_nodes_taking_turns_on_one_run_never_write_on_a_stale_row() -> anyho
     result
 }
 
+/// Many creates, transitions and reads of different runs at once go to PostgreSQL in groups — rows
+/// written by one statement share its transaction id (`xmin`), and there are fewer of those than runs —
+/// yet each gets exactly the answer it would have got alone: of two creates of one id one wins and one
+/// is a duplicate; a transition planned on a row another node has changed meanwhile is not written on
+/// the stale row but planned again; a read of an id that does not exist is "not found" among reads that
+/// find theirs; every hash chain verifies and no event is lost or doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_writes_of_many_runs_each_get_the_answer_they_would_get_alone() -> anyhow::Result<()> {
+    use futures_util::future::join_all;
+    use tollgate_agent_core::event::verify_chain;
+    use tollgate_agent_core::run::Transition;
+    use tollgate_agent_core::store::Guard;
+    use tollgate_agent_core::suspension::{StoredSuspension, TurnDigest};
+    use tollgate_agent_core::transcript::Usage;
+    use tollgate_agent_core::{EventKind, HeldTurn, NewEvent};
+    let Some(harness) = setup().await? else { return Ok(()) };
+    let result = async {
+        let a: Arc<dyn RunStore> = Arc::new(PostgresStore::open(&harness.url).await?);
+        let b: Arc<dyn RunStore> = Arc::new(PostgresStore::open(&harness.url).await?);
+        let runs: u64 = 240;
+        let event = |kind, round| NewEvent { at: T0, kind, round, data: json!({"round": round}) };
+        // Every fourth run is created twice at once.
+        let creates = (1..=runs).chain((1..=runs).step_by(4)).map(|n| {
+            let a = Arc::clone(&a);
+            tokio::spawn(
+                async move { (n, a.create(running_run(n, "demo"), vec![event(EventKind::RunStarted, 0)]).await) },
+            )
+        });
+        let mut created = std::collections::BTreeMap::new();
+        for joined in join_all(creates).await {
+            let (n, answer) = joined?;
+            match answer {
+                Ok(run) => assert!(created.insert(n, run).is_none(), "run {n} created twice"),
+                Err(StoreError::Duplicate(dup)) => assert_eq!(dup, id(n)),
+                Err(other) => anyhow::bail!("create {n}: {other}"),
+            }
+        }
+        assert_eq!(created.len() as u64, runs, "each run created exactly once");
+        let creating_statements =
+            harness.query_i64("SELECT COUNT(DISTINCT xmin::TEXT) FROM event_batches WHERE seqs[1] = 1".into()).await?;
+        assert!(creating_statements < i64::try_from(runs)?, "creates went in groups: {creating_statements} statements");
+        // b moves every third run's chain on: a remembers those rows as they were.
+        for n in (1..=runs).step_by(3) {
+            b.append(&id(n), "node-a", vec![event(EventKind::ModelRequest, 1)], T0 + 60_000).await?;
+        }
+        let suspends = (1..=runs).map(|n| {
+            let a = Arc::clone(&a);
+            tokio::spawn(async move {
+                let held = HeldTurn {
+                    suspension: StoredSuspension::from_stored(json!({"schema_version": 1, "calls": ["c"]}).to_string()),
+                    turn_digest: TurnDigest(format!("sha256:{}", "ab".repeat(32))),
+                    required: vec!["c".to_owned()],
+                    decisions: Default::default(),
+                    expires_at: None,
+                };
+                let suspend = Transition::Suspend { held, iterations: 1, usage: Usage::default() };
+                let events = vec![event(EventKind::ApprovalRequested, 1)];
+                (n, a.transition(&id(n), Guard::Lease("node-a".into()), suspend, events, T0 + 10).await)
+            })
+        });
+        for joined in join_all(suspends).await {
+            let (n, answer) = joined?;
+            let run = answer.map_err(|e| anyhow::anyhow!("suspend {n}: {e}"))?;
+            let moved_by_b = u64::from((n - 1) % 3 == 0);
+            assert_eq!(run.status(), RunStatus::WaitingForApproval, "run {n}");
+            assert_eq!((run.version, run.last_seq), (created[&n].version + 1, 2 + moved_by_b), "run {n}");
+            assert_eq!(b.get(&run.id).await?, run, "run {n} as stored");
+            let events = b.events(&run.id, 0, 100).await?;
+            let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+            assert_eq!(seqs, (1..=run.last_seq).collect::<Vec<_>>(), "run {n}: no event lost or doubled");
+            verify_chain(&events, run.last_seq, &run.last_hash).map_err(|e| anyhow::anyhow!("run {n}: {e:?}"))?;
+        }
+        // Reads at once, of runs that exist and of ids that do not: each its own answer.
+        let reads = (1..=runs + 40).map(|n| {
+            let a = Arc::clone(&a);
+            tokio::spawn(async move { (n, a.get(&id(n)).await) })
+        });
+        for joined in join_all(reads).await {
+            match joined? {
+                (n, Ok(run)) if n <= runs => assert_eq!(b.get(&run.id).await?, run, "run {n} read alike"),
+                (n, Err(StoreError::NotFound(missing))) if n > runs => assert_eq!(missing, id(n)),
+                (n, other) => anyhow::bail!("read {n}: {other:?}"),
+            }
+        }
+        let suspending_statements = harness
+            .query_i64(
+                "SELECT COUNT(DISTINCT xmin::TEXT) FROM event_batches WHERE kinds[1] = 'approval_requested'".into(),
+            )
+            .await?;
+        assert!(
+            suspending_statements < i64::try_from(runs)?,
+            "transitions went in groups: {suspending_statements} statements"
+        );
+        Ok(())
+    }
+    .await;
+    teardown(&harness).await;
+    result
+}
+
 /// Sweeping scratch schemas drops this prefix's schemas made longer ago than asked (by the time in
 /// their names), and leaves fresh ones, other prefixes' and names of another shape alone.
 #[tokio::test]
