@@ -581,9 +581,13 @@ enum Value<'a> {
 }
 
 impl GroupColumns {
-    /// The arrays of `rows`, each row given as its values in parameter order.
+    /// The arrays of `rows`, each row given as its values in parameter order, put in the order of
+    /// their ids: two grouped statements that share runs then lock their rows in the same order, and
+    /// never wait for each other in a circle (a deadlock PostgreSQL would break only after a second).
     fn of<'a>(rows: impl Iterator<Item = (Vec<Value<'a>>, &'a str, &'a EventColumns)>) -> GroupColumns {
         let mut columns = GroupColumns::default();
+        let mut rows: Vec<_> = rows.collect();
+        rows.sort_by(|a, b| a.1.cmp(b.1));
         for (values, run_id, events) in rows {
             if columns.order.is_empty() {
                 for value in &values {
