@@ -62,7 +62,18 @@ impl Connections {
     /// A connection for a statement: a kept one used less than [`PING_IF_IDLE_FOR`] ago, or one from
     /// the pool (kept ones idle for longer go back to it first).
     pub(crate) async fn acquire(&self) -> Result<Held<'_>, sqlx::Error> {
-        let permit = match tokio::time::timeout(self.wait, self.permits.acquire()).await {
+        self.acquire_by(Instant::now() + self.wait).await
+    }
+
+    /// [`Connections::acquire`] for a statement that has waited since `since` already (in a queue of
+    /// grouped statements): the wait for its connection ends where a wait begun then would have.
+    pub(crate) async fn acquire_since(&self, since: Instant) -> Result<Held<'_>, sqlx::Error> {
+        self.acquire_by(since + self.wait).await
+    }
+
+    async fn acquire_by(&self, deadline: Instant) -> Result<Held<'_>, sqlx::Error> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let permit = match tokio::time::timeout_at(deadline, self.permits.acquire()).await {
             Ok(Ok(permit)) => permit,
             Ok(Err(_closed)) => return Err(sqlx::Error::PoolClosed),
             Err(_elapsed) => return Err(sqlx::Error::PoolTimedOut),
@@ -88,7 +99,10 @@ impl Connections {
         }
         // With a permit held, fewer than the pool's size of connections are in use or kept: the pool
         // has one, or is getting one back.
-        let connection = self.pool.acquire().await?;
+        let connection = match tokio::time::timeout_at(deadline, self.pool.acquire()).await {
+            Ok(connection) => connection?,
+            Err(_elapsed) => return Err(sqlx::Error::PoolTimedOut),
+        };
         Ok(Held { connection, taken: Instant::now(), home: self, _permit: permit })
     }
 

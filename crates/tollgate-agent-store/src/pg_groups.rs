@@ -19,6 +19,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 use tokio::sync::oneshot;
 use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::store::StoreError;
@@ -35,12 +36,14 @@ pub(crate) trait Grouped: Send + 'static {
 }
 
 /// Makes the statement of a group (of one or more, never two of one run) and answers each operation,
-/// in order. Given with each operation (it holds the store, which holds the queue: kept in the queue
-/// it would keep the store alive for ever).
-pub(crate) type Runner<W, O> = Arc<dyn Fn(Vec<W>) -> BoxFuture<'static, Vec<Answer<O>>> + Send + Sync>;
+/// in order; the instant is when the group's oldest operation began (its waits for a place and for a
+/// connection together are bounded as one wait for a connection alone would be). Given with each
+/// operation (it holds the store, which holds the queue: kept in the queue it would keep the store
+/// alive for ever).
+pub(crate) type Runner<W, O> = Arc<dyn Fn(Vec<W>, Instant) -> BoxFuture<'static, Vec<Answer<O>>> + Send + Sync>;
 
-/// An operation waiting in the queue, and where its answer goes.
-type Waiting<W, O> = (W, oneshot::Sender<Answer<O>>);
+/// An operation waiting in the queue, where its answer goes, and when it began.
+type Waiting<W, O> = (W, oneshot::Sender<Answer<O>>, Instant);
 
 /// The queue of one kind of operation (see the module's documentation).
 pub(crate) struct Groups<W, O> {
@@ -80,7 +83,7 @@ impl<W: Grouped, O: Send + 'static> Groups<W, O> {
                 Turn::Alone(operation)
             } else {
                 let (sender, receiver) = oneshot::channel();
-                state.queue.push_back((operation, sender));
+                state.queue.push_back((operation, sender, Instant::now()));
                 // A place may be free with operations waiting only for a moment (between a statement's
                 // end and its next group): start that group here.
                 let group = (state.running < self.limit).then(|| {
@@ -94,7 +97,7 @@ impl<W: Grouped, O: Send + 'static> Groups<W, O> {
             Turn::Alone(operation) => {
                 // On this caller's task: its place is given on however the operation ends.
                 let place = Place(Arc::clone(self), Arc::clone(&runner));
-                let answer = runner(vec![operation]).await.pop().unwrap_or_else(|| Err(dropped()));
+                let answer = runner(vec![operation], Instant::now()).await.pop().unwrap_or_else(|| Err(dropped()));
                 drop(place);
                 answer
             }
@@ -118,8 +121,9 @@ impl<W: Grouped, O: Send + 'static> Groups<W, O> {
         };
         runtime.spawn(async move {
             let place = Place(Arc::clone(&groups), Arc::clone(&runner));
-            let (operations, senders): (Vec<W>, Vec<_>) = group.into_iter().unzip();
-            let answers = runner(operations).await;
+            let since = group.iter().map(|(_, _, since)| *since).min().unwrap_or_else(Instant::now);
+            let (operations, senders): (Vec<W>, Vec<_>) = group.into_iter().map(|(o, s, _)| (o, s)).unzip();
+            let answers = runner(operations, since).await;
             let mut answers = answers.into_iter();
             for sender in senders {
                 let _ = sender.send(answers.next().unwrap_or_else(|| Err(dropped())));
@@ -202,7 +206,7 @@ mod tests {
         gate: Arc<Notify>,
         running: Arc<AtomicUsize>,
     ) -> Runner<Write, bool> {
-        Arc::new(move |writes: Vec<Write>| {
+        Arc::new(move |writes: Vec<Write>, _| {
             let groups = Arc::clone(&groups);
             let gate = Arc::clone(&gate);
             let running = Arc::clone(&running);

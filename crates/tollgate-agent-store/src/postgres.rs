@@ -46,7 +46,7 @@ use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection, Po
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
 use tollgate_agent_core::run::{Lease, Millis, RunRecord, RunStatus, Transition};
@@ -919,17 +919,18 @@ impl PostgresStore {
         W::Together: Send,
     {
         let store = self.clone();
-        Arc::new(move |group| {
+        Arc::new(move |group, since| {
             let store = store.clone();
-            Box::pin(async move { store.run_group(group).await })
+            Box::pin(async move { store.run_group(group, since).await })
         })
     }
 
     /// The statement of a group, on one connection: for several operations the grouped one
     /// ([`GroupKind::together`]), else — or when it failed for a reason of the data, or could not tell
     /// its runs apart — each alone ([`GroupKind::alone`]). See [`crate::pg_groups`].
-    async fn run_group<W: GroupKind>(&self, group: Vec<W>) -> Vec<Answer<W::Output>> {
-        let mut connection = match self.connection().await {
+    async fn run_group<W: GroupKind>(&self, group: Vec<W>, since: Instant) -> Vec<Answer<W::Output>> {
+        let connection = self.connections.acquire_since(since).await.map_err(self.db_error("cannot reach PostgreSQL"));
+        let mut connection = match connection {
             Ok(connection) => connection,
             Err(error) => return group.iter().map(|_| Err(error.clone())).collect(),
         };
