@@ -262,6 +262,30 @@ mod tests {
         connections.close().await;
     }
 
+    /// A statement that has already waited (queued for a place among grouped statements) waits for a
+    /// connection only for what is left of the common wait: with every connection taken, one that
+    /// began longer ago than the wait fails at once, and one that began just now gets a connection
+    /// when one comes back.
+    #[tokio::test]
+    async fn a_statement_that_waited_already_waits_only_for_the_rest() {
+        let Some(pool) = pool() else { return };
+        let connections = Arc::new(Connections::new(pool, 1, Duration::from_secs(10)));
+        let held = connections.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+        let began = Instant::now();
+        let late = connections.acquire_since(Instant::now() - Duration::from_secs(11)).await;
+        assert!(matches!(late, Err(sqlx::Error::PoolTimedOut)), "{:?}", late.err());
+        assert!(began.elapsed() < Duration::from_secs(5), "it did not wait for a connection");
+        let waiting = tokio::spawn({
+            let connections = Arc::clone(&connections);
+            async move { connections.acquire_since(Instant::now()).await.map(|held| held.finished()) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "it waits while the one connection is taken");
+        held.finished();
+        waiting.await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|e| panic!("{e}"));
+        connections.close().await;
+    }
+
     /// Dropped after its runtime is gone, the list closes its connections without a runtime (sqlx's
     /// way back to the pool needs one and would panic).
     #[test]
