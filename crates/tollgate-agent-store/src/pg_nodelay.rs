@@ -30,35 +30,51 @@ mod linux {
 
     /// This process's connected TCP sockets whose peer's port is `port`, as duplicates of their
     /// descriptors. Blocks on `/proc`: call it off the async workers.
+    #[cfg(test)]
     pub(crate) fn tcp_sockets_to(port: u16) -> io::Result<Vec<OwnedFd>> {
-        let pidfd = pidfd_open(getpid(), PidfdFlags::empty())?;
         let mut found = Vec::new();
+        each_tcp_socket_to(port, |fd| {
+            found.push(fd);
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
+    /// Calls `each` with a duplicate of every connected TCP socket of this process whose peer's port
+    /// is `port`. The descriptors are listed first: the duplicates are descriptors too, and a listing
+    /// read while they are made would show them, to be duplicated again without end.
+    fn each_tcp_socket_to(port: u16, mut each: impl FnMut(OwnedFd) -> io::Result<()>) -> io::Result<()> {
+        let pidfd = pidfd_open(getpid(), PidfdFlags::empty())?;
+        let mut numbers = Vec::new();
         for entry in std::fs::read_dir("/proc/self/fd")? {
-            let Some(number) = entry?.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else {
-                continue;
-            };
+            if let Some(number) = entry?.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) {
+                numbers.push(number);
+            }
+        }
+        for number in numbers {
             // A descriptor closed since the listing, or not a socket: not one of ours to look at.
             let Ok(fd) = pidfd_getfd(&pidfd, number, PidfdGetfdFlags::empty()) else { continue };
             let Some(peer) = rustix::net::getpeername(&fd).ok().and_then(inet) else { continue };
             if peer.port() == port
                 && rustix::net::sockopt::socket_type(&fd).ok() == Some(rustix::net::SocketType::STREAM)
             {
-                found.push(fd);
+                each(fd)?;
             }
         }
-        Ok(found)
+        Ok(())
     }
 
     /// Sets `TCP_NODELAY` on every TCP socket of this process connected to port `port`; answers how
     /// many did not have it.
     pub(crate) fn set_nodelay_to(port: u16) -> io::Result<usize> {
         let mut set = 0;
-        for socket in tcp_sockets_to(port)? {
+        each_tcp_socket_to(port, |socket| {
             if !rustix::net::sockopt::tcp_nodelay(&socket)? {
                 rustix::net::sockopt::set_tcp_nodelay(&socket, true)?;
                 set += 1;
             }
-        }
+            Ok(())
+        })?;
         Ok(set)
     }
 }
@@ -94,6 +110,9 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|e| panic!("cannot list this process's sockets: {e}"));
+        // Only the sockets that were there: holding the duplicates, the listing does not find them too.
+        let descriptors = std::fs::read_dir("/proc/self/fd").map(Iterator::count).unwrap_or_else(|e| panic!("{e}"));
+        assert!(sockets.len() < descriptors, "{} sockets among {descriptors} descriptors", sockets.len());
         let local_port =
             |fd: &rustix::fd::OwnedFd| inet(rustix::net::getsockname(fd).ok()).map(|address| i32::from(address.port()));
         let ours: Vec<_> = sockets.iter().filter(|fd| local_port(fd) == Some(port)).collect();
