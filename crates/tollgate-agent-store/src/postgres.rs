@@ -402,8 +402,9 @@ trait GroupKind: Grouped + Sized {
         connection: &'a mut PgConnection,
         group: &'a [Self],
     ) -> BoxFuture<'a, Result<Option<Self::Together>, StoreError>>;
-    /// This operation's answer in what its group's statement said.
-    fn answer(self, store: &PostgresStore, together: &Self::Together) -> Answer<Self::Output>;
+    /// This operation's answer in what its group's statement said (taken out of it: each run is
+    /// answered once).
+    fn answer(self, store: &PostgresStore, together: &mut Self::Together) -> Answer<Self::Output>;
     /// This operation with its own statement.
     fn alone<'a>(
         self,
@@ -427,7 +428,7 @@ impl GroupKind for PlannedCreate {
         )
     }
 
-    fn answer(self, store: &PostgresStore, created: &HashSet<String>) -> Answer<Option<RunRecord>> {
+    fn answer(self, store: &PostgresStore, created: &mut HashSet<String>) -> Answer<Option<RunRecord>> {
         if !created.contains(&self.run.id) {
             return Ok(None);
         }
@@ -470,7 +471,7 @@ impl GroupKind for PlannedTransition {
         })
     }
 
-    fn answer(self, store: &PostgresStore, written: &HashSet<String>) -> Answer<Option<RunRecord>> {
+    fn answer(self, store: &PostgresStore, written: &mut HashSet<String>) -> Answer<Option<RunRecord>> {
         if !written.contains(&self.next.id) {
             return Ok(None);
         }
@@ -514,8 +515,8 @@ impl GroupKind for ReadRun {
         })
     }
 
-    fn answer(self, _: &PostgresStore, by_id: &Self::Together) -> Answer<Option<RunRow>> {
-        by_id.get(&self.0).cloned().transpose()
+    fn answer(self, _: &PostgresStore, by_id: &mut Self::Together) -> Answer<Option<RunRow>> {
+        by_id.remove(&self.0).transpose()
     }
 
     fn alone<'a>(
@@ -936,9 +937,9 @@ impl PostgresStore {
         };
         if group.len() > 1 {
             match W::together(self, &mut connection, &group).await {
-                Ok(Some(result)) => {
+                Ok(Some(mut result)) => {
                     connection.finished();
-                    return group.into_iter().map(|operation| operation.answer(self, &result)).collect();
+                    return group.into_iter().map(|operation| operation.answer(self, &mut result)).collect();
                 }
                 Ok(None) => tracing::debug!(kind = W::KIND, "a grouped statement answered for no run in particular"),
                 Err(error) if each_alone_after(&error) => {
