@@ -20,6 +20,7 @@ mod linux {
     use rustix::fd::OwnedFd;
     use rustix::net::SocketAddrAny;
     use rustix::process::{PidfdFlags, PidfdGetfdFlags, getpid, pidfd_getfd, pidfd_open};
+    use std::collections::HashSet;
     use std::io;
     use std::net::SocketAddr;
 
@@ -40,9 +41,11 @@ mod linux {
         Ok(found)
     }
 
-    /// Calls `each` with a duplicate of every connected TCP socket of this process whose peer's port
-    /// is `port`. The descriptors are listed first: the duplicates are descriptors too, and a listing
-    /// read while they are made would show them, to be duplicated again without end.
+    /// Calls `each` once per connected TCP socket of this process whose peer's port is `port`, with a
+    /// duplicate of its descriptor. The descriptors are listed first: the duplicates are descriptors
+    /// too, and a listing read while they are made would show them, to be duplicated again without
+    /// end. A socket is known by its inode, not its descriptor: another thread's scan holds duplicates
+    /// of the same sockets for a moment, and those are not sockets of their own.
     fn each_tcp_socket_to(port: u16, mut each: impl FnMut(OwnedFd) -> io::Result<()>) -> io::Result<()> {
         let pidfd = pidfd_open(getpid(), PidfdFlags::empty())?;
         let mut numbers = Vec::new();
@@ -51,13 +54,18 @@ mod linux {
                 numbers.push(number);
             }
         }
+        let mut seen = HashSet::new();
         for number in numbers {
             // A descriptor closed since the listing, or not a socket: not one of ours to look at.
             let Ok(fd) = pidfd_getfd(&pidfd, number, PidfdGetfdFlags::empty()) else { continue };
             let Some(peer) = rustix::net::getpeername(&fd).ok().and_then(inet) else { continue };
-            if peer.port() == port
-                && rustix::net::sockopt::socket_type(&fd).ok() == Some(rustix::net::SocketType::STREAM)
+            if peer.port() != port
+                || rustix::net::sockopt::socket_type(&fd).ok() != Some(rustix::net::SocketType::STREAM)
             {
+                continue;
+            }
+            let Ok(stat) = rustix::fs::fstat(&fd) else { continue };
+            if seen.insert((stat.st_dev, stat.st_ino)) {
                 each(fd)?;
             }
         }
@@ -110,9 +118,15 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|e| panic!("cannot list this process's sockets: {e}"));
-        // Only the sockets that were there: holding the duplicates, the listing does not find them too.
+        // Only the sockets that were there, each once: holding the duplicates, the listing does not
+        // find them too, nor a socket twice through another test's scan (its duplicates for a moment).
         let descriptors = std::fs::read_dir("/proc/self/fd").map(Iterator::count).unwrap_or_else(|e| panic!("{e}"));
         assert!(sockets.len() < descriptors, "{} sockets among {descriptors} descriptors", sockets.len());
+        let inodes: std::collections::HashSet<_> = sockets
+            .iter()
+            .map(|fd| rustix::fs::fstat(fd).map(|stat| stat.st_ino).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        assert_eq!(inodes.len(), sockets.len(), "a socket was found twice");
         let local_port =
             |fd: &rustix::fd::OwnedFd| inet(rustix::net::getsockname(fd).ok()).map(|address| i32::from(address.port()));
         let ours: Vec<_> = sockets.iter().filter(|fd| local_port(fd) == Some(port)).collect();
