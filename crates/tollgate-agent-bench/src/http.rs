@@ -10,7 +10,6 @@
 //! whole run gives up with an error after `time_limit`.
 
 use crate::{BenchError, PhaseReport, approval_runtime, cpu_time, err, report};
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -83,25 +82,22 @@ async fn phases(
     // Phase 1: start N runs; each answers once its suspension is committed.
     let cpu0 = cpu_time();
     let started = Instant::now();
-    let results: Vec<Result<(String, String, Duration), BenchError>> = futures_util::stream::iter(0..n)
-        .map(|i| {
-            let url = format!("{base}/v1/runs");
-            async move {
-                before_deadline(deadline)?;
-                let t = Instant::now();
-                let body = json!({"input": format!("Save a note saying hello {i}"), "wait": true});
-                let run = send(client.post(url).json(&body), 201).await?;
-                if run["status"] != RunStatus::WaitingForApproval.as_str() {
-                    return Err(BenchError(format!("run {} answered {} instead of waiting", run["id"], run["status"])));
-                }
-                let id = run["id"].as_str().unwrap_or_default().to_owned();
-                let digest = run["pending"]["turn_digest"].as_str().unwrap_or_default().to_owned();
-                Ok((id, digest, t.elapsed()))
+    let results: Vec<Result<(String, String, Duration), BenchError>> = crate::in_flight(0..n, clients, |i| {
+        let url = format!("{base}/v1/runs");
+        async move {
+            before_deadline(deadline)?;
+            let t = Instant::now();
+            let body = json!({"input": format!("Save a note saying hello {i}"), "wait": true});
+            let run = send(client.post(url).json(&body), 201).await?;
+            if run["status"] != RunStatus::WaitingForApproval.as_str() {
+                return Err(BenchError(format!("run {} answered {} instead of waiting", run["id"], run["status"])));
             }
-        })
-        .buffer_unordered(clients)
-        .collect()
-        .await;
+            let id = run["id"].as_str().unwrap_or_default().to_owned();
+            let digest = run["pending"]["turn_digest"].as_str().unwrap_or_default().to_owned();
+            Ok((id, digest, t.elapsed()))
+        }
+    })
+    .await;
     let mut held = Vec::with_capacity(results.len());
     let mut latencies = Vec::with_capacity(results.len());
     for result in results {
@@ -123,23 +119,21 @@ async fn phases(
     // Phase 2: approve each run's call; the answer comes once the run completed.
     let cpu0 = cpu_time();
     let started = Instant::now();
-    let results: Vec<Result<Duration, BenchError>> = futures_util::stream::iter(held)
-        .map(|(id, digest)| {
-            let url = format!("{base}/v1/runs/{id}/decisions");
-            async move {
-                before_deadline(deadline)?;
-                let t = Instant::now();
-                let body = json!({"turn_digest": digest, "decisions": [{"call_id": "call_1", "action": "approve"}], "wait": true});
-                let run = send(client.post(url).json(&body), 200).await?;
-                if run["status"] != RunStatus::Completed.as_str() {
-                    return Err(BenchError(format!("run {id} answered {} instead of completed", run["status"])));
-                }
-                Ok(t.elapsed())
+    let results: Vec<Result<Duration, BenchError>> = crate::in_flight(held, clients, |(id, digest)| {
+        let url = format!("{base}/v1/runs/{id}/decisions");
+        async move {
+            before_deadline(deadline)?;
+            let t = Instant::now();
+            let body =
+                json!({"turn_digest": digest, "decisions": [{"call_id": "call_1", "action": "approve"}], "wait": true});
+            let run = send(client.post(url).json(&body), 200).await?;
+            if run["status"] != RunStatus::Completed.as_str() {
+                return Err(BenchError(format!("run {id} answered {} instead of completed", run["status"])));
             }
-        })
-        .buffer_unordered(clients)
-        .collect()
-        .await;
+            Ok(t.elapsed())
+        }
+    })
+    .await;
     let latencies = results.into_iter().collect::<Result<Vec<_>, _>>()?;
     let phase2 = report(
         &format!("A/HTTP phase 2: POST decisions → completed (c={clients})"),

@@ -203,14 +203,11 @@ async fn approval_cycle_here(
     // Phase 1: start N runs; each suspends at write_note and is committed waiting.
     let cpu0 = cpu_time();
     let started = Instant::now();
-    let results: Vec<Result<(String, Duration), BenchError>> = futures_util::stream::iter(0..n)
-        .map(|i| {
-            let runtime = runtime.clone();
-            async move { start_waiting(&runtime, i).await }
-        })
-        .buffer_unordered(concurrency.max(1))
-        .collect()
-        .await;
+    let results: Vec<Result<(String, Duration), BenchError>> = crate::in_flight(0..n, concurrency.max(1), |i| {
+        let runtime = runtime.clone();
+        async move { start_waiting(&runtime, i).await }
+    })
+    .await;
     let (ids, latencies): (Vec<String>, Vec<Duration>) =
         results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
     let phase1 = report(&format!("{label} phase 1: start → waiting (c={concurrency})"), started, cpu0, latencies, None);
@@ -218,27 +215,23 @@ async fn approval_cycle_here(
     // Phase 2: load each run fresh, decide, let it complete.
     let cpu0 = cpu_time();
     let started = Instant::now();
-    let results: Vec<Result<(Duration, usize), BenchError>> = futures_util::stream::iter(ids)
-        .map(|id| {
-            let runtime = runtime.clone();
-            async move {
-                let t = Instant::now();
-                let run = runtime.get(&id).await.map_err(err)?;
-                let pending = run.held_turn().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
-                let bytes = pending.suspension.as_str().len();
-                let set =
-                    if deny { DecisionSet::DenyAll { reason: "not allowed".into() } } else { DecisionSet::ApproveAll };
-                let done =
-                    runtime.decide_and_wait(&run, pending.turn_digest.as_str(), set, "bench").await.map_err(err)?;
-                if done.status() != RunStatus::Completed {
-                    return Err(BenchError(format!("run {id} ended {}", done.status())));
-                }
-                Ok((t.elapsed(), bytes))
+    let results: Vec<Result<(Duration, usize), BenchError>> = crate::in_flight(ids, concurrency.max(1), |id| {
+        let runtime = runtime.clone();
+        async move {
+            let t = Instant::now();
+            let run = runtime.get(&id).await.map_err(err)?;
+            let pending = run.held_turn().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
+            let bytes = pending.suspension.as_str().len();
+            let set =
+                if deny { DecisionSet::DenyAll { reason: "not allowed".into() } } else { DecisionSet::ApproveAll };
+            let done = runtime.decide_and_wait(&run, pending.turn_digest.as_str(), set, "bench").await.map_err(err)?;
+            if done.status() != RunStatus::Completed {
+                return Err(BenchError(format!("run {id} ended {}", done.status())));
             }
-        })
-        .buffer_unordered(concurrency.max(1))
-        .collect()
-        .await;
+            Ok((t.elapsed(), bytes))
+        }
+    })
+    .await;
     let (latencies, sizes): (Vec<Duration>, Vec<usize>) =
         results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
     let mean_bytes = sizes.iter().sum::<usize>() as f64 / sizes.len().max(1) as f64;
@@ -315,6 +308,35 @@ pub fn sqlite_commit_floor(store_url: &str, n: u64) -> Result<Option<PhaseReport
         let _ = std::fs::remove_file(format!("{path}{suffix}"));
     }
     Ok(Some(floor))
+}
+
+/// Calls `each` on every item with `at_once` calls in flight and answers every result, in no
+/// particular order. One at a time it is a plain loop that stops at the first error: `buffer_unordered`
+/// would wake its task again each time its one call waits (`FuturesUnordered` yields once it has polled
+/// every future it holds), a trip through the scheduler that woke the runtime's other worker thread at
+/// every step and cost the harness about as much CPU as the run itself.
+pub(crate) async fn in_flight<I, T, F, Fut>(
+    items: impl IntoIterator<Item = I>,
+    at_once: usize,
+    mut each: F,
+) -> Vec<Result<T, BenchError>>
+where
+    F: FnMut(I) -> Fut,
+    Fut: std::future::Future<Output = Result<T, BenchError>>,
+{
+    if at_once > 1 {
+        return futures_util::stream::iter(items).map(each).buffer_unordered(at_once).collect().await;
+    }
+    let mut results = Vec::new();
+    for item in items {
+        let result = each(item).await;
+        let failed = result.is_err();
+        results.push(result);
+        if failed {
+            break;
+        }
+    }
+    results
 }
 
 /// Phase 1 of workload A for run `i`: start it and wait until it is committed waiting at the gate.
@@ -504,4 +526,63 @@ fn peak_rss_mib() -> f64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BenchError, in_flight};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// Counts the calls under way and the most at once.
+    #[derive(Default)]
+    struct Gauge {
+        now: AtomicUsize,
+        most: AtomicUsize,
+        calls: AtomicUsize,
+    }
+
+    impl Gauge {
+        async fn call(&self, i: u32) -> Result<u32, BenchError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.most.fetch_max(self.now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            if i == 10 { Err(BenchError(format!("item {i} failed"))) } else { Ok(i) }
+        }
+    }
+
+    /// Every item is called once, with as many at once as asked and never more.
+    #[tokio::test]
+    async fn each_item_once_with_at_most_the_asked_in_flight() {
+        for at_once in [1, 4] {
+            let gauge = Arc::new(Gauge::default());
+            let results = in_flight(20..60u32, at_once, |i| {
+                let gauge = Arc::clone(&gauge);
+                async move { gauge.call(i).await }
+            })
+            .await;
+            let mut answered: Vec<u32> = results.into_iter().map(|r| r.unwrap_or_else(|e| panic!("{e}"))).collect();
+            answered.sort_unstable();
+            assert_eq!(answered, (20..60).collect::<Vec<_>>());
+            assert_eq!(gauge.most.load(Ordering::SeqCst), at_once, "calls at once");
+        }
+    }
+
+    /// One at a time, the first failure is the last call; its error is among the results.
+    #[tokio::test]
+    async fn one_at_a_time_stops_at_the_first_error() {
+        let gauge = Arc::new(Gauge::default());
+        let results = in_flight(0..100u32, 1, |i| {
+            let gauge = Arc::clone(&gauge);
+            async move { gauge.call(i).await }
+        })
+        .await;
+        assert_eq!(gauge.calls.load(Ordering::SeqCst), 11);
+        assert_eq!(
+            results.last().and_then(|r| r.as_ref().err()).map(ToString::to_string).as_deref(),
+            Some("item 10 failed")
+        );
+    }
 }

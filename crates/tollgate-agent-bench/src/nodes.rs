@@ -33,7 +33,6 @@
 use crate::http::{REQUEST_TIMEOUT, before_deadline, send};
 use crate::soak::{ServeChild, drop_schema, free_port, fresh_schema, is_postgres, proc_status_kib, toml_string};
 use crate::{BenchError, CpuTime, PhaseReport, cpu_time, cpu_time_of, err, report};
-use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::json;
 use std::net::SocketAddr;
@@ -267,25 +266,22 @@ async fn phases(
     // Phase 1: run i starts on node i % N; each answers once its suspension is committed.
     let (cpu0, nodes0) = (cpu_time(), nodes_cpu(pids));
     let started = Instant::now();
-    let results: Vec<Result<(u64, String, String, Duration), BenchError>> = futures_util::stream::iter(0..n)
-        .map(|i| {
-            let url = format!("{}/v1/runs", bases[node(i)]);
-            async move {
-                before_deadline(deadline)?;
-                let t = Instant::now();
-                let body = json!({"agent": AGENT, "input": input(i), "wait": true});
-                let run = send(http.post(url).json(&body), 201).await?;
-                if run["status"] != RunStatus::WaitingForApproval.as_str() {
-                    return Err(BenchError(format!("run {} answered {} instead of waiting", run["id"], run["status"])));
-                }
-                let id = run["id"].as_str().unwrap_or_default().to_owned();
-                let digest = run["pending"]["turn_digest"].as_str().unwrap_or_default().to_owned();
-                Ok((i, id, digest, t.elapsed()))
+    let results: Vec<Result<(u64, String, String, Duration), BenchError>> = crate::in_flight(0..n, clients, |i| {
+        let url = format!("{}/v1/runs", bases[node(i)]);
+        async move {
+            before_deadline(deadline)?;
+            let t = Instant::now();
+            let body = json!({"agent": AGENT, "input": input(i), "wait": true});
+            let run = send(http.post(url).json(&body), 201).await?;
+            if run["status"] != RunStatus::WaitingForApproval.as_str() {
+                return Err(BenchError(format!("run {} answered {} instead of waiting", run["id"], run["status"])));
             }
-        })
-        .buffer_unordered(clients)
-        .collect()
-        .await;
+            let id = run["id"].as_str().unwrap_or_default().to_owned();
+            let digest = run["pending"]["turn_digest"].as_str().unwrap_or_default().to_owned();
+            Ok((i, id, digest, t.elapsed()))
+        }
+    })
+    .await;
     let mut held = Vec::with_capacity(results.len());
     let mut latencies = Vec::with_capacity(results.len());
     let mut started_on = vec![0u64; bases.len()];
@@ -312,23 +308,21 @@ async fn phases(
     // Phase 2: run i's decision goes to node (i + 1) % N; the answer comes once the run completed.
     let (cpu0, nodes0) = (cpu_time(), nodes_cpu(pids));
     let started = Instant::now();
-    let results: Vec<Result<(u64, Duration), BenchError>> = futures_util::stream::iter(held)
-        .map(|(i, id, digest)| {
-            let url = format!("{}/v1/runs/{id}/decisions", bases[node(i + 1)]);
-            async move {
-                before_deadline(deadline)?;
-                let t = Instant::now();
-                let body = json!({"turn_digest": digest, "decisions": [{"call_id": "call_1", "action": "approve"}], "wait": true});
-                let run = send(http.post(url).json(&body), 200).await?;
-                if run["status"] != RunStatus::Completed.as_str() {
-                    return Err(BenchError(format!("run {id} answered {} instead of completed", run["status"])));
-                }
-                Ok((i, t.elapsed()))
+    let results: Vec<Result<(u64, Duration), BenchError>> = crate::in_flight(held, clients, |(i, id, digest)| {
+        let url = format!("{}/v1/runs/{id}/decisions", bases[node(i + 1)]);
+        async move {
+            before_deadline(deadline)?;
+            let t = Instant::now();
+            let body =
+                json!({"turn_digest": digest, "decisions": [{"call_id": "call_1", "action": "approve"}], "wait": true});
+            let run = send(http.post(url).json(&body), 200).await?;
+            if run["status"] != RunStatus::Completed.as_str() {
+                return Err(BenchError(format!("run {id} answered {} instead of completed", run["status"])));
             }
-        })
-        .buffer_unordered(clients)
-        .collect()
-        .await;
+            Ok((i, t.elapsed()))
+        }
+    })
+    .await;
     let mut latencies = Vec::with_capacity(results.len());
     let mut decided_on = vec![0u64; bases.len()];
     for result in results {
