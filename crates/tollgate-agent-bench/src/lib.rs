@@ -310,6 +310,77 @@ pub fn sqlite_commit_floor(store_url: &str, n: u64) -> Result<Option<PhaseReport
     Ok(Some(floor))
 }
 
+/// The PostgreSQL floor beside workloads A and C on a `postgres://` store (`None` for another): `n`
+/// single-row inserts of 1 KiB, each its own transaction (autocommit, a prepared statement), from
+/// `clients` connections that each insert one row at a time — what `pgbench -M prepared` measures with
+/// a one-line script, here through the store's own driver and TLS settings, in a scratch schema of the
+/// store's database dropped afterwards. It is what one durable commit costs on that server before
+/// Tollgate does anything: read A's rates at the same `clients` as ratios to it.
+///
+/// # Errors
+/// The server cannot be reached, or refuses the schema, the table or an insert.
+pub async fn postgres_commit_floor(store_url: &str, n: u64, clients: usize) -> Result<Option<PhaseReport>, BenchError> {
+    if !soak::is_postgres(store_url) {
+        return Ok(None);
+    }
+    let schema = soak::fresh_schema(store_url, "tollgate_bench_floor").await?;
+    let measured = measure_postgres_floor(&schema.url(), n, clients.max(1)).await;
+    let dropped = soak::drop_schema(schema).await;
+    let floor = measured?;
+    dropped?;
+    Ok(Some(floor))
+}
+
+async fn measure_postgres_floor(url: &str, n: u64, clients: usize) -> Result<PhaseReport, BenchError> {
+    use sqlx::Connection as _;
+    let mut connections = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        connections.push(sqlx::PgConnection::connect(url).await.map_err(err)?);
+    }
+    if let Some(first) = connections.first_mut() {
+        sqlx::query("CREATE TABLE floor (id BIGSERIAL PRIMARY KEY, data TEXT NOT NULL)")
+            .execute(first)
+            .await
+            .map_err(err)?;
+    }
+    let row = Arc::new("x".repeat(1024));
+    let taken = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let tasks: Vec<_> = connections
+        .into_iter()
+        .map(|mut connection| {
+            let (row, taken) = (Arc::clone(&row), Arc::clone(&taken));
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < n {
+                    let t = Instant::now();
+                    sqlx::query("INSERT INTO floor (data) VALUES ($1)")
+                        .bind(row.as_str())
+                        .execute(&mut connection)
+                        .await
+                        .map_err(err)?;
+                    latencies.push(t.elapsed());
+                }
+                let _ = connection.close().await;
+                Ok::<_, BenchError>(latencies)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+    let mut failed = None;
+    for task in tasks {
+        match task.await.map_err(err).and_then(|measured| measured) {
+            Ok(measured) => latencies.extend(measured),
+            Err(error) => failed = failed.or(Some(error)),
+        }
+    }
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    Ok(report(&format!("PostgreSQL floor: insert 1 KiB, autocommit (c={clients})"), started, cpu0, latencies, None))
+}
+
 /// Calls `each` on every item with `at_once` calls in flight and answers every result, in no
 /// particular order. One at a time it is a plain loop that stops at the first error: `buffer_unordered`
 /// would wake its task again each time its one call waits (`FuturesUnordered` yields once it has polled
@@ -584,5 +655,32 @@ mod tests {
             results.last().and_then(|r| r.as_ref().err()).map(ToString::to_string).as_deref(),
             Some("item 10 failed")
         );
+    }
+}
+
+#[cfg(test)]
+mod floor_tests {
+    use super::postgres_commit_floor;
+
+    /// The floor makes its inserts from as many connections as asked, in a schema it drops after.
+    #[tokio::test]
+    async fn the_postgres_floor_inserts_n_rows_and_leaves_no_schema() {
+        assert!(postgres_commit_floor("sqlite::memory:", 10, 1).await.unwrap_or_else(|e| panic!("{e}")).is_none());
+        let Some(base) = tollgate_agent_testkit::postgres_url() else { return };
+        let floor = postgres_commit_floor(&base, 60, 4)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("no floor on PostgreSQL"));
+        assert_eq!(floor.count, 60);
+        assert_eq!(floor.name, "PostgreSQL floor: insert 1 KiB, autocommit (c=4)");
+        assert!(floor.per_sec > 0.0 && floor.p50_us > 0.0, "{floor:?}");
+        use sqlx::Connection as _;
+        let mut admin = sqlx::PgConnection::connect(&base).await.unwrap_or_else(|e| panic!("{e}"));
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1")
+            .bind(format!("tollgate\\_bench\\_floor\\_{}\\_%", std::process::id()))
+            .fetch_one(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(left, 0, "the floor's schema is left behind");
     }
 }

@@ -157,7 +157,7 @@ async fn on_nodes(args: &BenchArgs, nodes: u64, json: bool, quiet: bool) -> Resu
          loopback; {store_said}; in {}",
         folder.path().display()
     ));
-    let report = match tollgate_agent_bench::nodes::approval_cycle_nodes(&options, &note).await {
+    let mut report = match tollgate_agent_bench::nodes::approval_cycle_nodes(&options, &note).await {
         Ok(report) => report,
         Err(error) => {
             let kept = folder.keep();
@@ -167,6 +167,14 @@ async fn on_nodes(args: &BenchArgs, nodes: u64, json: bool, quiet: bool) -> Resu
             )));
         }
     };
+    // The reference the rates are read against, measured on the same server minutes later.
+    if let Some(url) = args.store.as_deref().filter(|_| postgres) {
+        note(format!("PostgreSQL floor: {runs} single-row inserts from {clients} connections"));
+        let floor = tollgate_agent_bench::postgres_commit_floor(url, runs, clients)
+            .await
+            .map_err(|e| CliError::failed(format!("bench failed: {e}")))?;
+        report.phases.extend(floor);
+    }
     if json {
         let value = json!({"store": store_said, "reports": report.phases, "nodes": report.nodes});
         let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string());
@@ -261,6 +269,7 @@ async fn run_workload(
                 if concurrency == 1 {
                     reports.extend(tollgate_agent_bench::sqlite_commit_floor(&url, runs)?);
                 }
+                reports.extend(tollgate_agent_bench::postgres_commit_floor(&url, runs, concurrency).await?);
             }
             if workload == Workload::A {
                 note(format!("A: {runs} runs through the HTTP API, {concurrency} clients on loopback"));

@@ -135,7 +135,11 @@ fn workload_a_on_two_nodes_resumes_every_run_on_the_node_that_did_not_start_it()
         json["reports"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
     assert_eq!(
         names,
-        ["A/HTTP×2 phase 1: POST /v1/runs → waiting (c=4)", "A/HTTP×2 phase 2: POST decisions → completed (c=4)"]
+        [
+            "A/HTTP×2 phase 1: POST /v1/runs → waiting (c=4)",
+            "A/HTTP×2 phase 2: POST decisions → completed (c=4)",
+            "PostgreSQL floor: insert 1 KiB, autocommit (c=4)",
+        ]
     );
     for report in json["reports"].as_array().into_iter().flatten() {
         assert_eq!(report["count"], 20, "every run started, then completed: {report:#}");
@@ -158,6 +162,30 @@ fn workload_a_on_two_nodes_resumes_every_run_on_the_node_that_did_not_start_it()
         let pid = node["pid"].as_u64().unwrap_or_default();
         assert!(pid > 0 && !std::path::Path::new(&format!("/proc/{pid}")).exists(), "node reaped: {node:#}");
     }
+    Ok(())
+}
+
+/// On PostgreSQL each concurrency level's phases are followed by the floor measured at that level.
+#[test]
+fn workload_c_on_postgres_prints_the_floor_of_each_concurrency() -> Result<()> {
+    let Some(base) = tollgate_agent_testkit::postgres_url() else { return Ok(()) };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let schema = runtime.block_on(tollgate_agent_store::ScratchSchema::create(&base, "tollgate_test_bench"))?;
+    let table = bench(&["bench", "C", "--n", "5", "--concurrency", "3", "--store", &schema.url()]);
+    runtime.block_on(schema.drop_all())?;
+    let table = table?;
+    assert_eq!(
+        phases(&table),
+        [
+            "C phase 1: start → waiting (c=1)",
+            "C phase 2: load → deny → completed (c=1)",
+            "PostgreSQL floor: insert 1 KiB, autocommit (c=1)",
+            "C phase 1: start → waiting (c=3)",
+            "C phase 2: load → deny → completed (c=3)",
+            "PostgreSQL floor: insert 1 KiB, autocommit (c=3)",
+        ],
+        "{table}"
+    );
     Ok(())
 }
 
