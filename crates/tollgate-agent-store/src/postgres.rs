@@ -126,8 +126,9 @@ const TABLES: [&str; 4] = ["runs", "event_batches", "health", "tollgate_migratio
 const POOL_SIZE: u32 = 16;
 
 /// Statements of one kind (reads of a run, creates, transitions) under way at once; operations beyond
-/// wait and go together in the next (see [`crate::pg_groups`]).
-const GROUPS_AT_ONCE: usize = 4;
+/// wait and go together in the next (see [`crate::pg_groups`]). Two rather than four: larger groups,
+/// fewer statements and commits per run, and more of workload A with 32 in flight (docs/nodes.md).
+const GROUPS_AT_ONCE: usize = 2;
 
 /// How long a statement waits for a connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
