@@ -124,12 +124,7 @@ async fn phases(
         async move {
             before_deadline(deadline)?;
             let t = Instant::now();
-            let body =
-                json!({"turn_digest": digest, "decisions": [{"call_id": "call_1", "action": "approve"}], "wait": true});
-            let run = send(client.post(url).json(&body), 200).await?;
-            if run["status"] != RunStatus::Completed.as_str() {
-                return Err(BenchError(format!("run {id} answered {} instead of completed", run["status"])));
-            }
+            approve_until_completed(client.post(url), &id, &digest).await?;
             Ok(t.elapsed())
         }
     })
@@ -148,6 +143,21 @@ async fn phases(
 pub(crate) fn before_deadline(deadline: Instant) -> Result<(), BenchError> {
     if Instant::now() > deadline {
         return Err(BenchError("workload A over HTTP ran past its time limit; stopped".into()));
+    }
+    Ok(())
+}
+
+/// Workload A's decision over HTTP: `request` (a POST to the run's decisions) approves the held call
+/// of the turn `digest` with `wait: true`; the answer must be 200 with run `id` completed.
+pub(crate) async fn approve_until_completed(
+    request: reqwest::RequestBuilder,
+    id: &str,
+    digest: &str,
+) -> Result<(), BenchError> {
+    let body = json!({"turn_digest": digest, "decisions": [{"call_id": "call_1", "action": "approve"}], "wait": true});
+    let run = send(request.json(&body), 200).await?;
+    if run["status"] != RunStatus::Completed.as_str() {
+        return Err(BenchError(format!("run {id} answered {} instead of completed", run["status"])));
     }
     Ok(())
 }

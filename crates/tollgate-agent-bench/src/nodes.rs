@@ -30,7 +30,7 @@
 //! **The checks.** N completed runs, each with exactly one `tool_started` event (the tool ran once),
 //! and run i's note, holding its input, in the workspace of node `(i + 1) % N` and nowhere else.
 
-use crate::http::{REQUEST_TIMEOUT, before_deadline, send};
+use crate::http::{REQUEST_TIMEOUT, approve_until_completed, before_deadline, send};
 use crate::soak::{ServeChild, drop_schema, free_port, fresh_schema, is_postgres, proc_status_kib, toml_string};
 use crate::{BenchError, CpuTime, PhaseReport, cpu_time, cpu_time_of, err, report};
 use serde::Serialize;
@@ -313,12 +313,7 @@ async fn phases(
         async move {
             before_deadline(deadline)?;
             let t = Instant::now();
-            let body =
-                json!({"turn_digest": digest, "decisions": [{"call_id": "call_1", "action": "approve"}], "wait": true});
-            let run = send(http.post(url).json(&body), 200).await?;
-            if run["status"] != RunStatus::Completed.as_str() {
-                return Err(BenchError(format!("run {id} answered {} instead of completed", run["status"])));
-            }
+            approve_until_completed(http.post(url), &id, &digest).await?;
             Ok((i, t.elapsed()))
         }
     })
