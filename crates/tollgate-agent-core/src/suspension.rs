@@ -263,6 +263,15 @@ impl Suspension {
 
     /// Reads a stored suspension, refusing unknown versions.
     pub fn from_json(text: &str) -> Result<Self, SuspensionError> {
+        // What this build writes reads straight into the struct, without a tree of values first (a
+        // resume parses the suspension on every decision). Anything else — another version, text that
+        // is not a suspension — takes the general path, which says what is wrong with it.
+        if text.trim_start().starts_with('{')
+            && let Ok(suspension) = serde_json::from_str::<Suspension>(text)
+            && suspension.schema_version == SCHEMA_VERSION
+        {
+            return suspension.verified();
+        }
         let value: Value = serde_json::from_str(text).map_err(|e| SuspensionError::Invalid(e.to_string()))?;
         Self::from_value(value)
     }
@@ -278,10 +287,15 @@ impl Suspension {
         }
         let suspension: Suspension =
             serde_json::from_value(value).map_err(|e| SuspensionError::Invalid(e.to_string()))?;
-        if suspension.turn_digest != compute_digest(&suspension.calls, &suspension.tools) {
+        suspension.verified()
+    }
+
+    /// The suspension read, if its digest matches its held calls and their schemas.
+    fn verified(self) -> Result<Self, SuspensionError> {
+        if self.turn_digest != compute_digest(&self.calls, &self.tools) {
             return Err(SuspensionError::Invalid("turn_digest does not match the held calls".into()));
         }
-        Ok(suspension)
+        Ok(self)
     }
 
     /// The suspension as a store keeps it.
@@ -494,6 +508,44 @@ mod tests {
                 "{flags}: {read:?}"
             );
         }
+    }
+
+    /// Text this build wrote reads straight into the struct; it answers what the general path (a tree of
+    /// values first) answers, and every refusal is the general path's: another version, a changed
+    /// digest, something that is not an object, a field of the wrong type, a repeated key.
+    #[test]
+    fn a_stored_suspension_reads_as_the_general_path_reads_it() -> Result<(), SuspensionError> {
+        let transcript = vec![Message::user("hello \u{e9} \"quoted\"\n")];
+        let tools = vec![ToolPin { name: "write".into(), schema_hash: "sha256:abc".into() }];
+        let held = Suspension::new(2, transcript, vec![call(CallState::Asks)], Counters::default(), Vec::new(), tools);
+        let text = held.to_json()?;
+        let general =
+            Suspension::from_value(serde_json::from_str(&text).map_err(|e| SuspensionError::Invalid(e.to_string()))?)?;
+        assert_eq!(Suspension::from_json(&text)?, general);
+        assert_eq!(Suspension::from_json(&format!("  \n{text}"))?, held, "leading white space");
+
+        let newer = text.replacen(&format!("\"schema_version\":{SCHEMA_VERSION}"), "\"schema_version\":99", 1);
+        assert!(matches!(
+            Suspension::from_json(&newer),
+            Err(SuspensionError::UnsupportedVersion { found: 99, supported: SCHEMA_VERSION })
+        ));
+        let changed = text.replacen("\"a\":1", "\"a\":2", 1);
+        assert!(
+            matches!(Suspension::from_json(&changed), Err(SuspensionError::Invalid(e)) if e.contains("turn_digest"))
+        );
+        for (broken, says) in [
+            (format!("[{text}]"), "schema_version is missing"),
+            ("{\"round\":1}".to_owned(), "schema_version is missing"),
+            (text.replacen("\"round\":2", "\"round\":\"two\"", 1), "invalid type"),
+            ("{".to_owned(), "EOF"),
+        ] {
+            let read = Suspension::from_json(&broken);
+            assert!(matches!(&read, Err(SuspensionError::Invalid(e)) if e.contains(says)), "{broken}: {read:?}");
+        }
+        // A key written twice is read as the general path reads it (the last one counts).
+        let twice = text.replacen("\"round\":2", "\"round\":7,\"round\":2", 1);
+        assert_eq!(Suspension::from_json(&twice)?, general);
+        Ok(())
     }
 
     #[test]
