@@ -4,7 +4,9 @@
 //! this until migration 10) ends, for the row it inserted or updated to a new version or chain head, with
 //! `pg_notify('tollgate_runs', payload)` — since migration 6 only
 //! while a listener of another node is recorded in the schema's `listeners` table (each listener
-//! records itself there once it listens, and clears the rows of listeners that are gone). PostgreSQL delivers a
+//! records itself there once it listens, clears the rows of listeners that are gone, and sweeps them
+//! again every [`SWEEP`]: a row left by a node that crashed makes writes announce to nobody for at most
+//! that long). PostgreSQL delivers a
 //! notification when its transaction commits, and only if it commits, so no write path knows of it. The
 //! payload names the run and where it stands, never its data:
 //! `{"schema", "node", "id", "version", "status", "last_seq"}`.
@@ -25,8 +27,13 @@
 //! back. A connection that has been quiet for [`QUIET_CHECK`] is pinged ([`PING_TIMEOUT`]), so a
 //! connection dropped silently is noticed within 10 s.
 
-/// Removes the rows of listeners whose backend is gone (a node that crashed or stopped).
+/// Removes the rows of listeners whose backend is gone (a node that crashed or stopped), and this
+/// node's own earlier rows (it records itself again).
 const FORGET_GONE_LISTENERS: &str = "DELETE FROM listeners AS l WHERE l.node = $1 OR NOT EXISTS \
+     (SELECT 1 FROM pg_stat_get_activity(l.pid) AS a WHERE a.application_name = 'tollgate-listener ' || l.node)";
+/// Removes the rows of other nodes' listeners whose backend is gone: the writes check only that rows
+/// exist, so a crashed node's row would otherwise keep them announcing to nobody.
+const SWEEP_GONE_LISTENERS: &str = "DELETE FROM listeners AS l WHERE l.node <> $1 AND NOT EXISTS \
      (SELECT 1 FROM pg_stat_get_activity(l.pid) AS a WHERE a.application_name = 'tollgate-listener ' || l.node)";
 /// Records this listener (its node tag, its backend) for the other nodes' writes.
 const RECORD_LISTENER: &str = "INSERT INTO listeners (node, pid) VALUES ($1, pg_backend_pid())";
@@ -62,6 +69,11 @@ pub const QUIET_CHECK: Duration = Duration::from_secs(5);
 /// How long after its listener records itself a store still lets followers poll: a write that looked
 /// for listeners just before the record sends no notification, even if it commits after.
 pub const SETTLE: Duration = Duration::from_secs(2);
+
+/// How often a listening connection sweeps the rows of listeners that are gone (see
+/// [`SWEEP_GONE_LISTENERS`]), whatever the traffic: the longest a crashed node's row makes other
+/// nodes' writes announce to nobody while another node listens.
+pub const SWEEP: Duration = Duration::from_secs(10);
 
 /// How long that ping may take before the connection counts as lost.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -225,10 +237,22 @@ impl Listener {
         // SETTLE more; then every other process's commit is announced, and they read once more.
         let _ = self.changes.send(StoreChange::Resync);
         let settled_at = tokio::time::Instant::now() + SETTLE;
+        let mut sweep_at = tokio::time::Instant::now() + SWEEP;
         loop {
+            // Due whether or not notifications keep coming; the statement pings the connection too.
+            if tokio::time::Instant::now() >= sweep_at {
+                let sweep = sqlx::query(SWEEP_GONE_LISTENERS).bind(&self.node).execute(&mut listener);
+                match tokio::time::timeout(PING_TIMEOUT, sweep).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => return lost(true, error),
+                    Err(_) => return Ended::Lost { listened: true, error: None },
+                }
+                sweep_at = tokio::time::Instant::now() + SWEEP;
+            }
             let announced = self.listening.load(Ordering::Acquire);
             let quiet =
                 if announced { QUIET_CHECK } else { settled_at.saturating_duration_since(tokio::time::Instant::now()) };
+            let quiet = quiet.min(sweep_at.saturating_duration_since(tokio::time::Instant::now()));
             match tokio::time::timeout(quiet, listener.try_recv()).await {
                 Ok(Ok(Some(notification))) => {
                     if let Some(change) = self.change(&schema, notification.payload()) {
@@ -237,6 +261,7 @@ impl Listener {
                 }
                 Ok(Ok(None)) => return Ended::Lost { listened: true, error: None },
                 Ok(Err(error)) => return lost(true, error),
+                Err(_sweep) if tokio::time::Instant::now() >= sweep_at => {} // at the top of the loop
                 Err(_settled) if !announced => {
                     self.listening.store(true, Ordering::Release);
                     let _ = self.changes.send(StoreChange::Resync);

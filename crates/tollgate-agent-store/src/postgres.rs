@@ -139,8 +139,11 @@ const SELECT_RUNS: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE i
 const SELECT_RUN_FOR_UPDATE: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1 FOR UPDATE");
 /// The announcement of a write, the last part of its statement (migration 10; it was a trigger): a
 /// `pg_notify` on [`CHANNEL`](crate::pg_notify::CHANNEL) for each row of `$rows` where `$changed` holds,
-/// while a listener of another node is recorded in `listeners` — checked once per statement. The
-/// statement then answers the number of rows `$rows` wrote (the announcement is read, so it runs).
+/// while a listener of another node is recorded in `listeners` — checked once per statement, on that
+/// small table alone: whether the listener's backend is alive is the listeners' sweep's business
+/// (`pg_notify`), since reading the server's backends costs each statement more the more connections
+/// the server has. The statement then answers the number of rows `$rows` wrote (the announcement is
+/// read, so it runs).
 macro_rules! announced {
     ($rows:literal, $changed:literal) => {
         concat!(
@@ -162,9 +165,7 @@ macro_rules! announcement {
             " AS w WHERE (",
             $changed,
             ") AND EXISTS (SELECT 1 FROM listeners AS l ",
-            "WHERE l.node <> coalesce(current_setting('tollgate.node', true), '') ",
-            "AND EXISTS (SELECT 1 FROM pg_stat_get_activity(l.pid) AS a ",
-            "WHERE a.application_name = 'tollgate-listener ' || l.node))) "
+            "WHERE l.node <> coalesce(current_setting('tollgate.node', true), ''))) "
         )
     };
 }

@@ -187,6 +187,50 @@ async fn a_store_announces_other_nodes_changes_and_recovers_a_lost_listener() ->
     result
 }
 
+/// A write announces itself while a row of another node's listener exists, without asking the server
+/// whether that listener's backend lives (which cost each write more the more connections the server
+/// had); a listening store sweeps the rows of listeners that are gone every `SWEEP` instead, and leaves
+/// live ones, its own included.
+#[tokio::test]
+async fn a_listening_store_sweeps_the_rows_of_listeners_that_are_gone() -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+    use std::time::Instant;
+    use tollgate_agent_core::StoreChange;
+    use tollgate_agent_store::pg_notify::SWEEP;
+    let Some(harness) = setup().await? else { return Ok(()) };
+    let result = async {
+        let store = PostgresStore::open(&harness.url).await?;
+        let mut changes = store.changes().ok_or_else(|| anyhow::anyhow!("PostgreSQL announces changes"))?;
+        let first = tokio::time::timeout(Duration::from_secs(5), changes.next()).await?;
+        assert_eq!(first, Some(StoreChange::Resync), "listening");
+        // A live listener of another node (its backend named as listeners are), and a row whose backend
+        // is no listener: what a crashed node leaves once its pid is reused.
+        let mut alive =
+            PgConnection::connect(&format!("{}&application_name=tollgate-listener%20alive", harness.url)).await?;
+        sqlx::query("INSERT INTO listeners (node, pid) VALUES ('alive', pg_backend_pid())").execute(&mut alive).await?;
+        let mut admin = PgConnection::connect(&harness.url).await?;
+        sqlx::query("INSERT INTO listeners (node, pid) VALUES ('gone', pg_backend_pid())").execute(&mut admin).await?;
+        let nodes = async |admin: &mut PgConnection| {
+            sqlx::query_scalar::<_, String>("SELECT node FROM listeners ORDER BY node").fetch_all(admin).await
+        };
+        let mut expected = vec!["alive".to_owned(), store.node().to_owned()];
+        expected.sort();
+        let deadline = Instant::now() + SWEEP + Duration::from_secs(5);
+        let mut left = nodes(&mut admin).await?;
+        while left != expected {
+            assert!(Instant::now() < deadline, "the rows left after a sweep: {left:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            left = nodes(&mut admin).await?;
+        }
+        alive.close().await?;
+        admin.close().await?;
+        Ok(())
+    }
+    .await;
+    teardown(&harness).await;
+    result
+}
+
 /// Two stores (two nodes, each remembering the rows it last read or wrote) take turns writing one
 /// run, so that each plans every write on a row the other has changed since: each such write must
 /// notice, read the row and apply on it — versions, events and the chain as if one node did all.
