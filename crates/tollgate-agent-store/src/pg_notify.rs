@@ -70,9 +70,9 @@ pub const QUIET_CHECK: Duration = Duration::from_secs(5);
 /// for listeners just before the record sends no notification, even if it commits after.
 pub const SETTLE: Duration = Duration::from_secs(2);
 
-/// How often a listening connection sweeps the rows of listeners that are gone (see
-/// [`SWEEP_GONE_LISTENERS`]), whatever the traffic: the longest a crashed node's row makes other
-/// nodes' writes announce to nobody while another node listens.
+/// How often a listening connection deletes the rows of other nodes' listeners whose backend is gone,
+/// whatever the traffic: the longest a crashed node's row makes other nodes' writes announce to
+/// nobody while another node listens.
 pub const SWEEP: Duration = Duration::from_secs(10);
 
 /// How long that ping may take before the connection counts as lost.
