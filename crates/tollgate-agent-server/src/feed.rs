@@ -10,7 +10,8 @@
 //! from its first event. For a run it does not know (decided here but started by another process or
 //! before a restart, or forgotten), it starts after the run's
 //! last `approval_requested` event, which may hand on a decision a second time: webhooks are at least
-//! once.
+//! once. The events it reads to find that start are handed on from there, so a run decided on another
+//! node than the one that started it costs the feed one read of its events, not two.
 
 use crate::metrics::Metrics;
 use crate::webhooks::Webhooks;
@@ -26,6 +27,8 @@ use tollgate_agent_runtime::{Changed, Runtime};
 /// How many runs the feed keeps a cursor for.
 const MAX_TRACKED: usize = 100_000;
 const PAGE: u32 = 500;
+/// The most events a first look at a run keeps from the reads that find where to start.
+const KEPT: usize = 2_000;
 
 #[derive(Default)]
 struct Cursor {
@@ -77,7 +80,18 @@ impl Feed {
             Some(cursor) => cursor,
             // Created here since the feed last looked: every event is new.
             None if change.created => Cursor::default(),
-            None => Cursor { seq: self.start_for_unknown(run_id, change.last_seq).await, ..Cursor::default() },
+            None => {
+                // The events read to find where to start are handed on from there, not read again.
+                let (start, read) = self.start_for_unknown(run_id, change.last_seq).await;
+                let mut cursor = Cursor { seq: start, ..Cursor::default() };
+                if let Some(last) = read.last().map(|e| e.seq) {
+                    for event in &read {
+                        self.observe(run_id, &mut cursor, event);
+                    }
+                    cursor.seq = cursor.seq.max(last);
+                }
+                cursor
+            }
         };
         while cursor.seq < change.last_seq {
             let page = match self.runtime.store().events(run_id, cursor.seq, PAGE).await {
@@ -105,29 +119,44 @@ impl Feed {
         }
     }
 
-    /// Where to start for a run first seen at this change (its last event `last_seq`).
-    async fn start_for_unknown(&self, run_id: &str, last_seq: u64) -> u64 {
+    /// Where to start for a run first seen at this change (its last event `last_seq`), and the events
+    /// read to find it from the last `approval_requested` on (those after the start are handed on);
+    /// none kept when there were more than [`KEPT`] of them (the caller reads them again instead).
+    async fn start_for_unknown(&self, run_id: &str, last_seq: u64) -> (u64, Vec<StoredEvent>) {
         if last_seq <= 1 {
-            return 0;
+            return (0, Vec::new());
         }
         let mut anchor = None;
         let mut after = 0;
+        let mut kept = Vec::new();
+        let mut overflowed = false;
         while after < last_seq {
             let Ok(page) = self.runtime.store().events(run_id, after, 1000).await else { break };
             let Some(last) = page.last().map(|e| e.seq) else { break };
-            for event in page.iter().filter(|e| e.seq <= last_seq) {
-                if event.kind == EventKind::ApprovalRequested {
+            for event in page {
+                if event.seq <= last_seq && event.kind == EventKind::ApprovalRequested {
                     anchor = Some(event.seq);
+                    kept.clear();
+                    overflowed = false;
+                }
+                if kept.len() < KEPT {
+                    kept.push(event);
+                } else {
+                    overflowed = true;
                 }
             }
             after = last;
         }
-        match anchor {
+        if overflowed {
+            kept.clear();
+        }
+        let start = match anchor {
             // The change that held the turn: hand on its approval_requested.
             Some(seq) if seq == last_seq => seq - 1,
             Some(seq) => seq,
             None => 0,
-        }
+        };
+        (start, kept)
     }
 
     fn observe(&self, run_id: &str, cursor: &mut Cursor, event: &StoredEvent) {

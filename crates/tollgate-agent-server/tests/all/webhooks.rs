@@ -168,3 +168,44 @@ async fn shutdown_flushes_queued_deliveries() {
         .collect();
     assert_eq!(kinds, vec![json!("run_cancelled")], "delivered before the server returned");
 }
+
+/// A run this server did not start (another node's, or one from before a restart) is first seen at its
+/// decision: its webhooks carry every event after the held turn's `approval_requested`, each once, and
+/// none from before it (the feed reads the run's events once to find that start and hands them on from
+/// there).
+#[tokio::test]
+async fn a_run_started_elsewhere_delivers_from_its_held_turn_on_each_event_once() {
+    let first = Server::start(Config::default()).await;
+    let run = first.waiting_run(SCRIBE, "started elsewhere").await;
+    let store = first.store.clone();
+    first.stop().await;
+
+    let (url, hooks) = receiver(StatusCode::OK).await;
+    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["*".into()] }];
+    let second = Server::start(Config { store: Some(store), webhooks, ..Default::default() }).await;
+    let done = second
+        .post(
+            &format!("/v1/runs/{}/decisions", id(&run)),
+            json!({"turn_digest": digest(&run), "approve_all": true, "wait": true}),
+        )
+        .await;
+    assert_eq!(done.body["status"], "completed", "{}", done.body);
+    let kinds = second.event_kinds(&id(&run)).await;
+    let held = kinds.iter().rposition(|k| k == "approval_requested").unwrap_or_else(|| panic!("{kinds:?}"));
+    let expected: Vec<(u64, String)> =
+        kinds.iter().enumerate().skip(held + 1).map(|(i, kind)| (i as u64 + 1, kind.clone())).collect();
+    eventually("the run's last event delivered", || hooks.all().len() >= expected.len()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut delivered: Vec<(u64, String)> = hooks
+        .all()
+        .iter()
+        .map(|(_, body)| {
+            let payload: Value = serde_json::from_slice(body).unwrap_or_else(|e| panic!("{e}"));
+            let kind = payload["event"]["kind"].as_str().unwrap_or_default().to_owned();
+            (payload["event"]["seq"].as_u64().unwrap_or_default(), kind)
+        })
+        .collect();
+    delivered.sort();
+    assert_eq!(delivered, expected, "every event after the held turn, once each");
+    second.stop().await;
+}
