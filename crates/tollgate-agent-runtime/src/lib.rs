@@ -509,8 +509,22 @@ impl Runtime {
     /// resync, or — while the store does not announce other processes' commits — a quiet half second
     /// reads the run again (another process may drive it).
     pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, ReadError> {
-        let mut notices = self.subscribe();
-        let mut run = self.get(id).await?;
+        let notices = self.subscribe();
+        let run = self.get(id).await?;
+        self.wait_settled_from(run, notices).await
+    }
+
+    /// [`Runtime::wait_settled`] from `run` as a call of this runtime committed it (a start, a
+    /// decision), with `notices` [subscribed](Runtime::subscribe) before that call: every later
+    /// commit is among them, so the wait begins without reading the run again.
+    pub async fn wait_settled_from(
+        &self,
+        run: RunRecord,
+        mut notices: broadcast::Receiver<RunNotice>,
+    ) -> Result<RunRecord, ReadError> {
+        let id = run.id.clone();
+        let id = id.as_str();
+        let mut run = run;
         loop {
             if settled(run.status()) {
                 return Ok(run);

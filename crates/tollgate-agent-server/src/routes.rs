@@ -11,13 +11,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use tokio::sync::broadcast;
 use tollgate_agent_core::{Decision, RunQuery, RunRecord, RunStatus};
 use tollgate_agent_protocol::{
     AgentList, CallDecision, CancelRequest, DecisionRequest, EventPage, Health, Problem, PurgeRequest, PurgeResult,
     Run, RunPage, StartRunRequest, ToolList,
 };
 use tollgate_agent_runtime::view::run_view;
-use tollgate_agent_runtime::{DecisionSet, StartRun, wire};
+use tollgate_agent_runtime::{DecisionSet, RunNotice, StartRun, wire};
 use utoipa::IntoParams;
 
 /// `limit` when none is given.
@@ -33,10 +34,12 @@ impl AppState {
     /// Waits until `run` waits for approval or has ended; at shutdown, answers with the run as it is.
     /// The run is already committed, so a failure to follow it (the store gone for a moment) is no
     /// failure of the request: it answers with `run` as committed, and the client reads on from there.
-    async fn settle(&self, run: RunRecord) -> RunRecord {
+    /// `run`, as the request's own call committed it, once it waits for approval or has ended (or as
+    /// stored when the server begins to shut down); `notices` were subscribed before that call.
+    async fn settle(&self, run: RunRecord, notices: broadcast::Receiver<RunNotice>) -> RunRecord {
         let mut shutdown = self.shutdown.clone();
         let settled = tokio::select! {
-            settled = self.runtime.wait_settled(&run.id) => settled,
+            settled = self.runtime.wait_settled_from(run.clone(), notices) => settled,
             _ = crate::shutting_down(&mut shutdown) => self.runtime.get(&run.id).await,
         };
         settled.unwrap_or_else(|error| {
@@ -69,8 +72,9 @@ pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, Ra
     // With `wait`, driven here at once when a worker is free; without, queued for the first free worker
     // of any node (answered `queued`, with no wait for a worker).
     let run = if wait == Some(true) {
+        let notices = state.runtime.subscribe();
         let run = state.runtime.start(start).await?;
-        state.settle(run).await
+        state.settle(run, notices).await
     } else {
         state.runtime.enqueue(start).await?
     };
@@ -273,9 +277,13 @@ pub(crate) async fn decide(
     caller.require(Role::Approver, "decide held calls")?;
     let request: DecisionRequest = parse_json(&body)?;
     let set = decision_set(&request)?;
+    // Subscribed first, so that the wait sees every commit after the decision's without reading it.
+    let notices = (request.wait == Some(true)).then(|| state.runtime.subscribe());
     let run = state.runtime.decide(&id, &request.turn_digest, set, &caller.actor).await?;
-    let run = if request.wait == Some(true) && matches!(run.status(), RunStatus::Running | RunStatus::Queued) {
-        state.settle(run).await
+    let run = if let Some(notices) = notices
+        && matches!(run.status(), RunStatus::Running | RunStatus::Queued)
+    {
+        state.settle(run, notices).await
     } else {
         run
     };

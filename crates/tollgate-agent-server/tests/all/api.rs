@@ -98,12 +98,7 @@ async fn metadata_given_at_start_is_shown_on_the_run_and_reaches_its_tools() {
         let listed = server.get("/v1/runs?status=waiting_for_approval").await;
         assert_eq!(listed.body["runs"][0]["metadata"], metadata, "{backend:?}: and in the list");
 
-        let decided = server
-            .post(
-                &format!("/v1/runs/{}/decisions", id(&run)),
-                json!({"turn_digest": digest(&run), "approve_all": true, "wait": true}),
-            )
-            .await;
+        let decided = server.approve_and_wait(&run).await;
         assert_eq!(decided.body["status"], "completed", "{backend:?}: {}", decided.body);
         assert_eq!(decided.body["metadata"], metadata);
         // The held call and the allow-gated one both ran after the resume, each seeing the metadata.
@@ -446,12 +441,7 @@ async fn health_metrics_and_unknown_routes() {
 
     let run = server.waiting_run(SCRIBE, "metrics").await;
     server.waiting_run(SCRIBE, "still waiting").await;
-    server
-        .post(
-            &format!("/v1/runs/{}/decisions", id(&run)),
-            json!({"turn_digest": digest(&run), "approve_all": true, "wait": true}),
-        )
-        .await;
+    server.approve_and_wait(&run).await;
     // The event feed reads what was committed in the background; give it a moment (bounded).
     let mut text = String::new();
     for _ in 0..100 {

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use crate::common::{Config, SCRIBE, Server, digest, id};
+use crate::common::{Config, SCRIBE, Server, id};
 use serde_json::json;
 use tollgate_agent_core::{EventKind, RunStatus};
 
@@ -15,12 +15,7 @@ async fn a_waiting_run_survives_a_restart() {
     first.stop().await;
 
     let second = Server::start(Config { store: Some(store), ..Default::default() }).await;
-    let reply = second
-        .post(
-            &format!("/v1/runs/{}/decisions", id(&run)),
-            json!({"turn_digest": digest(&run), "approve_all": true, "wait": true}),
-        )
-        .await;
+    let reply = second.approve_and_wait(&run).await;
     assert_eq!(reply.body["status"], "completed", "{}", reply.body);
     assert_eq!(second.tools.write.call_count(), 1);
     assert!(second.runtime.verify(&id(&run)).await.is_ok_and(|r| r.is_ok()));

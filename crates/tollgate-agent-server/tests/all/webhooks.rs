@@ -1,7 +1,7 @@
 //! Webhooks against receivers on loopback: one verifies the signature of every delivery, one always
 //! fails (and is retried) while runs go on completing.
 
-use crate::common::{Config, SCRIBE, Server, digest, id};
+use crate::common::{Config, SCRIBE, Server, id};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -77,12 +77,7 @@ async fn signed_deliveries_and_a_failing_receiver_that_blocks_nothing() {
     let mut ids = Vec::new();
     for i in 0..3 {
         let run = server.waiting_run(SCRIBE, &format!("hook {i}")).await;
-        let done = server
-            .post(
-                &format!("/v1/runs/{}/decisions", id(&run)),
-                json!({"turn_digest": digest(&run), "approve_all": true, "wait": true}),
-            )
-            .await;
+        let done = server.approve_and_wait(&run).await;
         assert_eq!(done.body["status"], "completed", "a failing receiver does not hold up a run: {}", done.body);
         ids.push(id(&run));
     }
@@ -183,12 +178,7 @@ async fn a_run_started_elsewhere_delivers_from_its_held_turn_on_each_event_once(
     let (url, hooks) = receiver(StatusCode::OK).await;
     let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["*".into()] }];
     let second = Server::start(Config { store: Some(store), webhooks, ..Default::default() }).await;
-    let done = second
-        .post(
-            &format!("/v1/runs/{}/decisions", id(&run)),
-            json!({"turn_digest": digest(&run), "approve_all": true, "wait": true}),
-        )
-        .await;
+    let done = second.approve_and_wait(&run).await;
     assert_eq!(done.body["status"], "completed", "{}", done.body);
     let kinds = second.event_kinds(&id(&run)).await;
     let held = kinds.iter().rposition(|k| k == "approval_requested").unwrap_or_else(|| panic!("{kinds:?}"));

@@ -337,6 +337,15 @@ impl Server {
     }
 
     /// Starts a run of `agent` with `wait: true` and returns it (it is waiting for approval).
+    /// `POST /v1/runs/{id}/decisions` approving every held call of `run` (as read), with `wait`.
+    pub async fn approve_and_wait(&self, run: &Value) -> Reply {
+        self.post(
+            &format!("/v1/runs/{}/decisions", id(run)),
+            json!({"turn_digest": digest(run), "approve_all": true, "wait": true}),
+        )
+        .await
+    }
+
     pub async fn waiting_run(&self, agent: &str, input: &str) -> Value {
         let reply = self.post("/v1/runs", json!({"agent": agent, "input": input, "wait": true})).await;
         assert_eq!(reply.status, 201, "{}", reply.body);
