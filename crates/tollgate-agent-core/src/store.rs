@@ -9,12 +9,15 @@
 //! - a run that is not found, a stale guard, or a transition that does not apply is an error, never a
 //!   silent success;
 //! - a store shared by several nodes may announce the changes the others commit ([`RunStore::changes`]):
-//!   which run and where it stands, never its data.
+//!   which run and where it stands, never its data;
+//! - a store may hand the events of its own commits to a [`CommitTap`] ([`RunStore::tap_commits`]),
+//!   after the commit and before the write returns, so that its process need not read them back.
 
 use crate::BoxFuture;
 use crate::event::{NewEvent, StoredEvent};
 use crate::run::{Lease, Millis, RunRecord, RunStatus, Transition, TransitionError, rfc3339};
 use futures_util::stream::BoxStream;
+use std::sync::Arc;
 
 /// What a transition or append checks before it writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -259,6 +262,12 @@ pub struct Claimed {
     pub queued_at: Millis,
 }
 
+/// Receives the events of each commit made through a store ([`RunStore::tap_commits`]): the run's id and
+/// the events the commit appended, in seq order, exactly as [`RunStore::events`] serves them. It is
+/// called on the committing thread after the commit and before the write that made it returns (a
+/// commit without events calls nothing), so it must be quick and must never block or wait.
+pub type CommitTap = Arc<dyn Fn(&str, &[StoredEvent]) + Send + Sync>;
+
 /// Runs, their transitions and their event logs.
 pub trait RunStore: Send + Sync {
     /// Inserts a new run with its first events.
@@ -359,6 +368,17 @@ pub trait RunStore: Send + Sync {
     /// [`StoreChange::Lost`], so followers may wait on announcements alone; false (the default) for a
     /// store that announces nothing.
     fn announces_changes(&self) -> bool {
+        false
+    }
+
+    /// Hands `tap` the events of every later commit made through this store (never another process's:
+    /// [`RunStore::changes`] announces those), so that a follower of this process's own commits has
+    /// them without reading them back. The store holds the tap only as long as its caller holds the
+    /// `Arc`. Answers whether it will: false (the default) for a store that cannot, whose followers
+    /// read the events instead. A commit whose answer is lost (the connection broke after it) is not
+    /// tapped; a follower that finds a gap in what it was handed reads the events it lacks.
+    fn tap_commits(&self, tap: &CommitTap) -> bool {
+        let _ = tap;
         false
     }
 }

@@ -19,8 +19,8 @@ use futures_util::stream::BoxStream;
 use serde_json::{Map, Value};
 use tollgate_agent_core::redact::Redactor;
 use tollgate_agent_core::{
-    BoxFuture, Claimed, EventKind, Guard, IntegrityCheck, Lease, Millis, NewEvent, RunPage, RunQuery, RunRecord,
-    RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent, Transition,
+    BoxFuture, Claimed, CommitTap, EventKind, Guard, IntegrityCheck, Lease, Millis, NewEvent, RunPage, RunQuery,
+    RunRecord, RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent, Transition,
 };
 
 /// How much of the content of runs the event log keeps (`[privacy] level`).
@@ -231,6 +231,11 @@ impl RunStore for FilteredStore {
 
     fn announces_changes(&self) -> bool {
         self.inner.announces_changes()
+    }
+
+    // The inner store chains and taps what this layer already filtered: a tap sees the events as stored.
+    fn tap_commits(&self, tap: &CommitTap) -> bool {
+        self.inner.tap_commits(tap)
     }
 }
 

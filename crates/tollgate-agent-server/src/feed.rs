@@ -5,22 +5,28 @@
 //! and never blocks a run; a feed that falls behind loses nothing: the change set holds one entry per
 //! run changed since the feed last looked, and the feed reads each such run's events from its cursor.
 //!
+//! The events come from the commits themselves: the store hands each commit's events to the feed's
+//! commit tap ([`RunStore::tap_commits`](tollgate_agent_core::RunStore::tap_commits)) before the write
+//! returns, so the feed reads nothing back while it keeps up. It reads from the store only what it was
+//! not handed: when the store does not tap, when more than [`MAX_HELD`] events wait for it (the tap
+//! then drops a run's events until the feed has caught up with it), or when a commit's answer was lost.
+//!
 //! Per run it remembers the last seq it handed on, so each event goes out once. Memory is bounded:
-//! past [`MAX_TRACKED`] runs, the waiting ones are forgotten first. A run this process created it reads
-//! from its first event. For a run it does not know (decided here but started by another process or
-//! before a restart, or forgotten), it starts after the run's
-//! last `approval_requested` event, which may hand on a decision a second time: webhooks are at least
-//! once. The events it reads to find that start are handed on from there, so a run decided on another
-//! node than the one that started it costs the feed one read of its events, not two.
+//! past [`MAX_TRACKED`] runs, the waiting ones are forgotten first. A run this process created it hands
+//! on from its first event; any other run from the first event this process committed to it, as
+//! tapped. Only where it holds none of them (a change without events, such as a claim, or events it
+//! has to read) does it look for a start in the store: after the run's last `approval_requested`
+//! event, which may hand on a decision a second time (webhooks are at least once); the events it reads
+//! to find that start are handed on from there, not read again.
 
 use crate::metrics::Metrics;
 use crate::webhooks::Webhooks;
 use serde::Deserialize;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tollgate_agent_core::{EventKind, RunStatus, StoredEvent};
+use tollgate_agent_core::{CommitTap, EventKind, RunStatus, StoredEvent};
 use tollgate_agent_protocol::event_data as data;
 use tollgate_agent_runtime::{Changed, Runtime};
 
@@ -29,6 +35,66 @@ const MAX_TRACKED: usize = 100_000;
 const PAGE: u32 = 500;
 /// The most events a first look at a run keeps from the reads that find where to start.
 const KEPT: usize = 2_000;
+/// The most events the commit tap holds for the feed; past it, a run's events are dropped (and read
+/// from the store later) until the feed has caught up with that run.
+const MAX_HELD: usize = 20_000;
+
+/// The events this process committed, as the commit tap handed them, waiting for the feed.
+#[derive(Default)]
+struct Held {
+    runs: HashMap<String, HeldRun>,
+    /// Events held, all runs together.
+    events: usize,
+}
+
+#[derive(Default)]
+struct HeldRun {
+    events: Vec<StoredEvent>,
+    /// The last seq dropped for want of room (0: none): until the feed has looked at the run up to
+    /// there, nothing more is held for it, so what is held never has a hole.
+    dropped_through: u64,
+}
+
+impl Held {
+    fn hold(&mut self, run_id: &str, events: &[StoredEvent]) {
+        let Some(last) = events.last().map(|e| e.seq) else { return };
+        if !self.runs.contains_key(run_id) {
+            self.runs.insert(run_id.to_owned(), HeldRun::default());
+        }
+        let Some(run) = self.runs.get_mut(run_id) else { return };
+        if run.dropped_through > 0 || self.events + events.len() > MAX_HELD {
+            self.events -= run.events.len();
+            run.events = Vec::new();
+            run.dropped_through = run.dropped_through.max(last);
+            return;
+        }
+        run.events.extend_from_slice(events);
+        self.events += events.len();
+    }
+
+    /// The events held of run `run_id` up to `last_seq`, in seq order (later ones stay held); `None`
+    /// when none are or some were dropped, so the caller reads.
+    fn take(&mut self, run_id: &str, last_seq: u64) -> Option<Vec<StoredEvent>> {
+        let run = self.runs.get_mut(run_id)?;
+        let taken = if run.dropped_through > 0 {
+            if last_seq < run.dropped_through {
+                return None;
+            }
+            None
+        } else {
+            // Two commits of one run may reach the tap in either order.
+            run.events.sort_by_key(|e| e.seq);
+            let later = run.events.split_off(run.events.partition_point(|e| e.seq <= last_seq));
+            Some(std::mem::replace(&mut run.events, later))
+        };
+        self.events -= taken.as_ref().map_or(0, Vec::len);
+        if run.dropped_through > 0 || run.events.is_empty() {
+            self.events -= run.events.len();
+            self.runs.remove(run_id);
+        }
+        taken
+    }
+}
 
 #[derive(Default)]
 struct Cursor {
@@ -43,6 +109,9 @@ struct Feed {
     metrics: Arc<Metrics>,
     webhooks: Option<Webhooks>,
     runs: HashMap<String, Cursor>,
+    held: Arc<Mutex<Held>>,
+    /// The store holds the tap only while this does.
+    _tap: CommitTap,
 }
 
 /// Starts the feed. Subscribes before returning, so nothing committed after this call is missed. When
@@ -54,8 +123,17 @@ pub(crate) fn spawn(
     webhooks: Option<Webhooks>,
     stop: oneshot::Receiver<()>,
 ) -> JoinHandle<()> {
+    // The tap first: a commit between the two is held and handed on with the run's next change.
+    let held = Arc::new(Mutex::new(Held::default()));
+    let holder = held.clone();
+    let tap: CommitTap = Arc::new(move |run_id: &str, events: &[StoredEvent]| {
+        holder.lock().unwrap_or_else(PoisonError::into_inner).hold(run_id, events);
+    });
+    if !runtime.store().tap_commits(&tap) {
+        tracing::debug!("the store does not tap its commits: the event feed reads them");
+    }
     let changes = runtime.changes();
-    let mut feed = Feed { runtime, metrics, webhooks, runs: HashMap::new() };
+    let mut feed = Feed { runtime, metrics, webhooks, runs: HashMap::new(), held, _tap: tap };
     tokio::spawn(async move {
         let mut stop = stop;
         loop {
@@ -76,10 +154,15 @@ pub(crate) fn spawn(
 
 impl Feed {
     async fn process(&mut self, run_id: &str, change: Changed) {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner).take(run_id, change.last_seq);
         let mut cursor = match self.runs.remove(run_id) {
             Some(cursor) => cursor,
             // Created here since the feed last looked: every event is new.
             None if change.created => Cursor::default(),
+            // What this process committed to it, from its first commit on.
+            None if let Some(first) = held.as_ref().and_then(|events| events.first()) => {
+                Cursor { seq: first.seq.saturating_sub(1), ..Cursor::default() }
+            }
             None => {
                 // The events read to find where to start are handed on from there, not read again.
                 let (start, read) = self.start_for_unknown(run_id, change.last_seq).await;
@@ -93,6 +176,14 @@ impl Feed {
                 cursor
             }
         };
+        // The events held, as far as they follow on without a hole; the store fills in the rest.
+        for event in held.iter().flatten() {
+            if event.seq > cursor.seq + 1 {
+                break;
+            }
+            self.observe(run_id, &mut cursor, event);
+            cursor.seq = cursor.seq.max(event.seq);
+        }
         while cursor.seq < change.last_seq {
             let page = match self.runtime.store().events(run_id, cursor.seq, PAGE).await {
                 Ok(page) => page,
@@ -207,4 +298,57 @@ fn millis(at: &str) -> Option<i64> {
 
 fn seconds(ms: i64) -> f64 {
     ms.max(0) as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(seqs: std::ops::RangeInclusive<u64>) -> Vec<StoredEvent> {
+        seqs.map(|seq| StoredEvent {
+            seq,
+            at: "2026-01-01T00:00:00.000Z".to_owned(),
+            kind: EventKind::ModelRequest,
+            round: 1,
+            data: serde_json::Value::Null,
+            hash: String::new(),
+        })
+        .collect()
+    }
+
+    fn seqs(taken: Option<Vec<StoredEvent>>) -> Option<Vec<u64>> {
+        taken.map(|events| events.iter().map(|e| e.seq).collect())
+    }
+
+    #[test]
+    fn held_events_come_out_in_order_up_to_the_change_and_the_rest_stay() {
+        let mut held = Held::default();
+        assert_eq!(seqs(held.take("r", 9)), None, "nothing held: the caller reads");
+        // Two commits that reached the tap out of order.
+        held.hold("r", &events(5..=6));
+        held.hold("r", &events(3..=4));
+        held.hold("r", &[]);
+        assert_eq!(seqs(held.take("r", 4)), Some(vec![3, 4]));
+        assert_eq!(held.events, 2, "5 and 6 stay for the next change");
+        assert_eq!(seqs(held.take("r", 6)), Some(vec![5, 6]));
+        assert!(held.runs.is_empty() && held.events == 0, "taken whole: forgotten");
+    }
+
+    #[test]
+    fn past_the_limit_a_run_is_read_until_the_feed_has_looked_past_what_was_dropped() {
+        let mut held = Held::default();
+        held.hold("big", &events(1..=MAX_HELD as u64));
+        held.hold("r", &events(1..=2));
+        assert_eq!(held.events, MAX_HELD, "no room for r");
+        held.hold("r", &events(3..=3));
+        assert_eq!(seqs(held.take("r", 2)), None, "dropped: read");
+        assert_eq!(seqs(held.take("big", MAX_HELD as u64)).map(|s| s.len()), Some(MAX_HELD));
+        // Room again, but r dropped up to 3: what comes now is not held until the feed is past 3.
+        held.hold("r", &events(4..=4));
+        assert_eq!(seqs(held.take("r", 3)), None, "still behind what was dropped");
+        assert_eq!(seqs(held.take("r", 4)), None, "4 was dropped too: read");
+        held.hold("r", &events(5..=5));
+        assert_eq!(seqs(held.take("r", 5)), Some(vec![5]), "past the drop: held again");
+        assert!(held.runs.is_empty() && held.events == 0);
+    }
 }

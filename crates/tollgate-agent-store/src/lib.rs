@@ -81,6 +81,8 @@ pub mod pg_notify;
 pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+mod taps;
 
 pub use encryption::{DataKey, DataKeyError, DataKeys};
 #[cfg(feature = "postgres")]

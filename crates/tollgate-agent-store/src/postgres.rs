@@ -39,6 +39,7 @@ use crate::pg_connections::{Connections, Held, PING_IF_IDLE_FOR};
 use crate::pg_groups::{Answer, Grouped, Groups, Runner, each_alone_after};
 use crate::pg_nodelay;
 use crate::pg_notify::{self, ChangeFeed};
+use crate::taps::Taps;
 use futures_util::stream::BoxStream;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::query::QueryScalar;
@@ -387,6 +388,8 @@ struct PlannedTransition {
     next: RunRecord,
     changes: RunRow,
     columns: EventColumns,
+    /// The events as served, for the taps once written.
+    stored: Vec<StoredEvent>,
     /// `version`, `last_seq`, `lease_expires_at` of the row planned on.
     read_as: (i64, i64, Option<i64>),
 }
@@ -435,6 +438,7 @@ impl GroupKind for PlannedCreate {
             return Ok(None);
         }
         store.cache.put(self.row);
+        store.taps.fire(&self.run.id, &self.stored);
         Ok(Some(self.run))
     }
 
@@ -452,6 +456,7 @@ impl GroupKind for PlannedCreate {
                 .map_err(store.db_error("cannot insert a run"))?;
             Ok((created == 1).then(|| {
                 store.cache.put(self.row);
+                store.taps.fire(&self.run.id, &self.stored);
                 self.run
             }))
         })
@@ -478,6 +483,7 @@ impl GroupKind for PlannedTransition {
             return Ok(None);
         }
         store.cache.put(self.changes);
+        store.taps.fire(&self.next.id, &self.stored);
         Ok(Some(self.next))
     }
 
@@ -486,7 +492,13 @@ impl GroupKind for PlannedTransition {
         store: &'a PostgresStore,
         connection: &'a mut PgConnection,
     ) -> BoxFuture<'a, Answer<Option<RunRecord>>> {
-        Box::pin(store.write_transition(connection, self))
+        Box::pin(async move {
+            let written = store.write_transition(connection, self).await?;
+            Ok(written.map(|(next, stored)| {
+                store.taps.fire(&next.id, &stored);
+                next
+            }))
+        })
     }
 }
 
@@ -551,6 +563,8 @@ struct PlannedCreate {
     run: RunRecord,
     row: RunRow,
     columns: EventColumns,
+    /// The events as served, for the taps once written.
+    stored: Vec<StoredEvent>,
 }
 
 impl Grouped for PlannedCreate {
@@ -723,6 +737,8 @@ type IdsQuery<'q> = QueryScalar<'q, Postgres, String, PgArguments>;
 struct PlannedAppend {
     after: RunRow,
     columns: EventColumns,
+    /// The events as served, for the taps once committed.
+    stored: Vec<StoredEvent>,
     read_as: (i64, i64, Option<i64>),
 }
 
@@ -739,6 +755,8 @@ pub struct PostgresStore {
     feed: Arc<ChangeFeed>,
     /// The rows writes plan on before reading (see [`RowCache`]).
     cache: Arc<RowCache>,
+    /// Handed each commit's events (see [`RunStore::tap_commits`]).
+    taps: Arc<Taps>,
     /// Creates and transitions waiting for a statement of their kind (see [`crate::pg_groups`]).
     reads: Arc<Groups<ReadRun, Option<RunRow>>>,
     creates: Arc<Groups<PlannedCreate, Option<RunRecord>>>,
@@ -813,6 +831,7 @@ impl PostgresStore {
             keys: store_options.data_keys,
             feed,
             cache: Arc::default(),
+            taps: Arc::default(),
             reads: Arc::new(Groups::new(GROUPS_AT_ONCE)),
             creates: Arc::new(Groups::new(GROUPS_AT_ONCE)),
             transitions: Arc::new(Groups::new(GROUPS_AT_ONCE)),
@@ -912,7 +931,10 @@ impl PostgresStore {
         let row = RunRow::encode(&run, self.keys(), None)?;
         let columns = self.event_columns(&run.id, &stored)?;
         let id = run.id.clone();
-        self.creates.run(PlannedCreate { run, row, columns }, self.runner()).await?.ok_or(StoreError::Duplicate(id))
+        self.creates
+            .run(PlannedCreate { run, row, columns, stored }, self.runner())
+            .await?
+            .ok_or(StoreError::Duplicate(id))
     }
 
     /// What makes the statements of `W`'s groups (see [`crate::pg_groups`]).
@@ -1015,17 +1037,19 @@ impl PostgresStore {
     ) -> Result<RunRecord, StoreError> {
         let row = self.read_for_write(connection, SELECT_RUN, id).await?;
         let planned = self.plan_transition_on(row, &guard, &transition, events.clone(), now)?;
-        if let Some(next) = self.write_transition(connection, planned).await? {
+        if let Some((next, stored)) = self.write_transition(connection, planned).await? {
+            self.taps.fire(id, &stored);
             return Ok(next);
         }
         // The row changed since it was read: plan again on it locked, where no one can change it first.
         let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
         let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
         let planned = self.plan_transition_on(row, &guard, &transition, events, now)?;
-        let Some(next) = self.write_transition(&mut tx, planned).await? else {
+        let Some((next, stored)) = self.write_transition(&mut tx, planned).await? else {
             return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
         };
         tx.commit().await.map_err(self.db_error("cannot commit"))?;
+        self.taps.fire(id, &stored);
         Ok(next)
     }
 
@@ -1068,17 +1092,18 @@ impl PostgresStore {
         let (next, stored) = plan_transition(&current, guard, transition, events, now)?;
         let changes = RunRow::encode(&next, self.keys(), before.as_ref().map(|row| (&current, row)))?;
         let columns = self.event_columns(&current.id, &stored)?;
-        Ok(PlannedTransition { next, changes, columns, read_as })
+        Ok(PlannedTransition { next, changes, columns, stored, read_as })
     }
 
     /// Writes a planned transition if the row is still as planned on (and remembers the row written);
-    /// `None` when it is not.
+    /// `None` when it is not. With the new record, its events for the taps, which the caller fires
+    /// once the write is committed.
     async fn write_transition(
         &self,
         connection: &mut PgConnection,
         planned: PlannedTransition,
-    ) -> Result<Option<RunRecord>, StoreError> {
-        let PlannedTransition { next, changes, columns, read_as } = planned;
+    ) -> Result<Option<(RunRecord, Vec<StoredEvent>)>, StoreError> {
+        let PlannedTransition { next, changes, columns, stored, read_as } = planned;
         let query = bind_run_changes!(sqlx::query_scalar(UPDATE_RUN), &changes)
             .bind(&next.id)
             .bind(read_as.0)
@@ -1092,7 +1117,7 @@ impl PostgresStore {
         // `changes` holds every column; those the statement leaves alone (id, agent, input, created_*,
         // metadata) never change, and decode as stored.
         self.cache.put(changes);
-        Ok(Some(next))
+        Ok(Some((next, stored)))
     }
 
     /// An append (see [`RunStore::append`]) on `connection`; answers the new `last_seq`.
@@ -1107,25 +1132,28 @@ impl PostgresStore {
         // As in a transition: on the row remembered first, then on the row read, then locked.
         if let Some(row) = self.cache.get(id) {
             if let Ok(planned) = self.plan_append_on(row, owner, events.clone(), lease_until)
-                && let Some(last_seq) = self.write_append(connection, planned).await?
+                && let Some((last_seq, stored)) = self.write_append(connection, planned).await?
             {
+                self.taps.fire(id, &stored);
                 return Ok(last_seq);
             }
             self.cache.remove(id);
         }
         let row = self.read_for_write(connection, SELECT_RUN, id).await?;
         let planned = self.plan_append_on(row, owner, events.clone(), lease_until)?;
-        if let Some(last_seq) = self.write_append(connection, planned).await? {
+        if let Some((last_seq, stored)) = self.write_append(connection, planned).await? {
+            self.taps.fire(id, &stored);
             return Ok(last_seq);
         }
         // The row changed since it was read: chain again on it locked, where no one can change it first.
         let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
         let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
         let planned = self.plan_append_on(row, owner, events, lease_until)?;
-        let Some(last_seq) = self.write_append(&mut tx, planned).await? else {
+        let Some((last_seq, stored)) = self.write_append(&mut tx, planned).await? else {
             return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
         };
         tx.commit().await.map_err(self.db_error("cannot commit"))?;
+        self.taps.fire(id, &stored);
         Ok(last_seq)
     }
 
@@ -1152,17 +1180,18 @@ impl PostgresStore {
             lease_expires_at: Some(lease_until),
             ..row
         };
-        Ok(PlannedAppend { after, columns, read_as })
+        Ok(PlannedAppend { after, columns, stored, read_as })
     }
 
     /// Writes a planned append if the row is still as planned on (and remembers the row written);
-    /// `None` when it is not.
+    /// `None` when it is not. With the new `last_seq`, its events for the taps, which the caller
+    /// fires once the write is committed.
     async fn write_append(
         &self,
         connection: &mut PgConnection,
         planned: PlannedAppend,
-    ) -> Result<Option<u64>, StoreError> {
-        let PlannedAppend { after, columns, read_as } = planned;
+    ) -> Result<Option<(u64, Vec<StoredEvent>)>, StoreError> {
+        let PlannedAppend { after, columns, stored, read_as } = planned;
         let query = sqlx::query_scalar(APPEND_EVENTS)
             .bind(after.last_seq)
             .bind(&after.last_hash)
@@ -1178,7 +1207,7 @@ impl PostgresStore {
         }
         let last_seq = u64::try_from(after.last_seq).unwrap_or(0);
         self.cache.put(after);
-        Ok(Some(last_seq))
+        Ok(Some((last_seq, stored)))
     }
 
     async fn get_run(&self, id: &str) -> Result<RunRecord, StoreError> {
@@ -1336,7 +1365,8 @@ impl PostgresStore {
                     continue;
                 }
             };
-            let Some(run) = self.write_transition(&mut tx, planned).await? else {
+            // A claim appends no events: nothing for the taps.
+            let Some((run, _)) = self.write_transition(&mut tx, planned).await? else {
                 return Err(StoreError::Database("a locked queued run changed under its claim".to_owned()));
             };
             tx.commit().await.map_err(self.db_error("cannot commit"))?;
@@ -1496,6 +1526,11 @@ impl RunStore for PostgresStore {
 
     fn announces_changes(&self) -> bool {
         self.feed.listening()
+    }
+
+    fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
+        self.taps.add(tap);
+        true
     }
 }
 

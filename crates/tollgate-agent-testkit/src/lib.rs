@@ -254,6 +254,11 @@ pub struct FailingStore {
     writes: Mutex<Vec<String>>,
     /// How long each read of events waits first (`None`: not at all).
     event_read_delay: Option<std::time::Duration>,
+    /// Reads of events so far.
+    event_reads: std::sync::atomic::AtomicUsize,
+    /// Whether commit taps are passed to the inner store (else this store taps nothing, and a
+    /// follower reads what it commits).
+    taps: bool,
 }
 
 impl FailingStore {
@@ -280,13 +285,31 @@ impl FailingStore {
     /// Fails every transition named `fail` (e.g. `"suspend"`), and the creation of a run in the state such
     /// a transition leads to (a run started and held in one write); passes everything else through.
     pub fn new(inner: Arc<dyn tollgate_agent_core::RunStore>, fail: &'static str) -> Self {
-        Self { inner, fail, broken: None, writes: Mutex::new(Vec::new()), event_read_delay: None }
+        Self {
+            inner,
+            fail,
+            broken: None,
+            writes: Mutex::new(Vec::new()),
+            event_read_delay: None,
+            event_reads: Default::default(),
+            taps: false,
+        }
     }
 
     /// A store whose reads of runs (`get`, `list`, `events`) and write probe (`/readyz`) all fail with
     /// `error` (a full disk, a read-only or corrupt database, ...); writes pass through.
     pub fn broken(inner: Arc<dyn tollgate_agent_core::RunStore>, error: tollgate_agent_core::StoreError) -> Self {
-        Self { inner, fail: "", broken: Some(error), writes: Mutex::new(Vec::new()), event_read_delay: None }
+        Self { broken: Some(error), ..Self::new(inner, "") }
+    }
+
+    /// Passes commit taps ([`tollgate_agent_core::RunStore::tap_commits`]) to the inner store.
+    pub fn tapping(self) -> Self {
+        Self { taps: true, ..self }
+    }
+
+    /// How many reads of events were made through this store so far.
+    pub fn event_reads(&self) -> usize {
+        self.event_reads.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn broken_with<T: Send + 'static>(&self) -> Option<BoxFuture<'static, Result<T, tollgate_agent_core::StoreError>>> {
@@ -363,6 +386,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
             return broken;
         }
         let delay = self.event_read_delay;
+        self.event_reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Box::pin(async move {
             if let Some(delay) = delay {
                 tokio::time::sleep(delay).await;
@@ -374,6 +398,9 @@ impl tollgate_agent_core::RunStore for FailingStore {
         &self,
     ) -> BoxFuture<'_, Result<Vec<(tollgate_agent_core::RunStatus, u64)>, tollgate_agent_core::StoreError>> {
         self.inner.count_by_status()
+    }
+    fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
+        self.taps && self.inner.tap_commits(tap)
     }
     fn claim_queued<'a>(
         &'a self,

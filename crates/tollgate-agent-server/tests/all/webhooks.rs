@@ -199,3 +199,44 @@ async fn a_run_started_elsewhere_delivers_from_its_held_turn_on_each_event_once(
     assert_eq!(delivered, expected, "every event after the held turn, once each");
     second.stop().await;
 }
+
+/// The feed hands on what this server commits from the commits themselves (the store's commit tap):
+/// a run driven here from its start to its end costs the feed no read of events, and each of its
+/// events is delivered once. Behind a store that does not tap, the feed reads them instead and
+/// delivers the same.
+#[tokio::test]
+async fn the_feed_hands_on_this_servers_commits_without_reading_them_back() {
+    for tapping in [true, false] {
+        let inner = crate::common::open_store(&crate::common::Backend::Sqlite).await;
+        let store = tollgate_agent_testkit::FailingStore::logging(inner);
+        let store = Arc::new(if tapping { store.tapping() } else { store });
+        let (url, hooks) = receiver(StatusCode::OK).await;
+        let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["*".into()] }];
+        let server = Server::start(Config { store: Some(store.clone()), webhooks, ..Default::default() }).await;
+        let run = server.waiting_run(SCRIBE, "tapped").await;
+        let done = server.approve_and_wait(&run).await;
+        assert_eq!(done.body["status"], "completed", "{}", done.body);
+        let completed = || {
+            hooks.all().iter().any(|(headers, _)| headers.get("x-tollgate-event").is_some_and(|k| k == "run_completed"))
+        };
+        eventually("run_completed delivered", completed).await;
+        let feed_reads = store.event_reads();
+        let kinds = server.event_kinds(&id(&run)).await;
+        let mut delivered: Vec<u64> = hooks
+            .all()
+            .iter()
+            .map(|(_, body)| {
+                let payload: Value = serde_json::from_slice(body).unwrap_or_else(|e| panic!("{e}"));
+                payload["event"]["seq"].as_u64().unwrap_or_default()
+            })
+            .collect();
+        delivered.sort_unstable();
+        assert_eq!(delivered, (1..=kinds.len() as u64).collect::<Vec<_>>(), "every event once ({kinds:?})");
+        if tapping {
+            assert_eq!(feed_reads, 0, "the feed read events back");
+        } else {
+            assert!(feed_reads > 0, "without a tap the feed reads");
+        }
+        server.stop().await;
+    }
+}

@@ -242,6 +242,7 @@ impl SqliteStore {
             checkpoints: checkpoints.clone(),
             operations: std::sync::atomic::AtomicU64::new(0),
             keys: options.data_keys.clone(),
+            taps: crate::taps::Taps::default(),
         });
         let thread = committer.clone();
         std::thread::Builder::new()
@@ -371,6 +372,11 @@ impl RunStore for SqliteStore {
             }
             Ok(None)
         })
+    }
+
+    fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
+        self.committer.taps.add(tap);
+        true
     }
 
     fn purge(

@@ -5,7 +5,7 @@
 //! thread commits whatever is queued (up to [`MAX_BATCH`]) as one transaction with one sync. Inside a
 //! transaction each operation reads its run as the batch left it, is checked and applied in Rust, and
 //! writes in its own `SAVEPOINT`, so a failed write undoes only itself. Every caller is answered after
-//! the COMMIT has returned; a transaction that fails as a whole answers every operation with its
+//! the COMMIT has returned and the commit taps were handed what each operation wrote; a transaction that fails as a whole answers every operation with its
 //! error, named by SQLite's code (a full disk is [`StoreError::DiskFull`] for each of them).
 
 use super::checkpoint::CHECKPOINT_EVERY;
@@ -15,6 +15,7 @@ use crate::codec::{
     run_columns, run_error,
 };
 use crate::encryption::DataKeys;
+use crate::taps::Taps;
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -184,7 +185,12 @@ struct Planned {
     run_id: String,
     row: RowWrite,
     events: Vec<EventRow>,
+    /// The events as served, for the taps once the batch has committed.
+    stored: Vec<StoredEvent>,
 }
+
+/// A written operation's run and events, handed to the taps once its batch has committed.
+type Written = Option<(String, Vec<StoredEvent>)>;
 
 #[expect(clippy::large_enum_variant, reason = "lives only while one operation is written")]
 enum RowWrite {
@@ -206,6 +212,8 @@ pub(super) struct Writer {
     pub(super) operations: std::sync::atomic::AtomicU64,
     /// Seals the encrypted columns (and opens them when a run is read to be changed).
     pub(super) keys: Option<Arc<DataKeys>>,
+    /// Handed each committed operation's events, after the COMMIT and before its caller is answered.
+    pub(super) taps: Taps,
 }
 
 impl Writer {
@@ -268,8 +276,15 @@ impl Writer {
                 )))
             });
         match committed {
-            Ok(outcomes) => {
+            Ok(written) => {
                 self.committed(count as u64);
+                let mut outcomes = Vec::with_capacity(written.len());
+                for (outcome, written) in written {
+                    if let Some((run_id, events)) = written {
+                        self.taps.fire(&run_id, &events);
+                    }
+                    outcomes.push(outcome);
+                }
                 Ok(outcomes)
             }
             Err(BatchFailure(error)) => {
@@ -309,7 +324,11 @@ impl Writer {
     }
 
     /// One transaction for the whole batch: each operation is applied in order, in its own savepoint.
-    fn commit_batch(&self, connection: &Connection, requests: Vec<Request>) -> Result<Vec<Outcome>, BatchFailure> {
+    fn commit_batch(
+        &self,
+        connection: &Connection,
+        requests: Vec<Request>,
+    ) -> Result<Vec<(Outcome, Written)>, BatchFailure> {
         execute(connection, "BEGIN IMMEDIATE").map_err(self.fail("cannot begin a write transaction"))?;
         let mut outcomes = Vec::with_capacity(requests.len());
         for request in requests {
@@ -320,8 +339,9 @@ impl Writer {
     }
 
     /// Checks and writes one operation. Its own failure (a refused transition, a failed write) is its
-    /// outcome; a failure that ends the transaction is the batch's.
-    fn apply(&self, connection: &Connection, request: Request) -> Result<Outcome, BatchFailure> {
+    /// outcome; a failure that ends the transaction is the batch's. With the outcome, what it wrote
+    /// for the taps.
+    fn apply(&self, connection: &Connection, request: Request) -> Result<(Outcome, Written), BatchFailure> {
         if let Request::Purge { terminal_before, waiting_before, batch } = request {
             return self
                 .in_savepoint(connection, |connection| {
@@ -331,7 +351,7 @@ impl Writer {
                         .map_err(self.error("cannot purge runs"))?;
                     Ok(Outcome::Count(Ok(u64::try_from(deleted).unwrap_or(u64::MAX))))
                 })
-                .map(|outcome| outcome.unwrap_or_else(|error| Outcome::Count(Err(error))));
+                .map(|outcome| (outcome.unwrap_or_else(|error| Outcome::Count(Err(error))), None));
         }
         if let Request::Probe { at } = request {
             return self
@@ -342,14 +362,14 @@ impl Writer {
                     execute(connection, PROBE_CLEAR).map_err(self.error("cannot write the probe"))?;
                     Ok(Outcome::Count(Ok(1)))
                 })
-                .map(|outcome| outcome.unwrap_or_else(|error| Outcome::Count(Err(error))));
+                .map(|outcome| (outcome.unwrap_or_else(|error| Outcome::Count(Err(error))), None));
         }
         let record = request.answers_record();
         let planned = match self.plan(connection, request) {
             Ok(planned) => planned,
-            Err(error) => return Ok(Outcome::error(record, error)),
+            Err(error) => return Ok((Outcome::error(record, error), None)),
         };
-        let Planned { outcome, run_id, row, events } = planned;
+        let Planned { outcome, run_id, row, events, stored } = planned;
         let written = self.in_savepoint(connection, |connection| {
             write_run(connection, &row).map_err(self.run_failed("cannot write a run", &run_id))?;
             if let RowWrite::Update { .. } = row
@@ -366,8 +386,8 @@ impl Writer {
             Ok(())
         })?;
         Ok(match written {
-            Ok(()) => outcome,
-            Err(error) => Outcome::error(record, error),
+            Ok(()) => (outcome, Some((run_id, stored))),
+            Err(error) => (Outcome::error(record, error), None),
         })
     }
 
@@ -417,6 +437,7 @@ impl Writer {
                     row: RowWrite::Insert(RunRow::encode(&run, keys, None)?),
                     run_id: run.id.clone(),
                     outcome: Outcome::Record(Ok(run)),
+                    stored,
                 })
             }
             Request::Transition { id, guard, transition, events, now } => {
@@ -427,6 +448,7 @@ impl Writer {
                     row: RowWrite::Update { new: RunRow::encode(&next, keys, Some((&current, &old)))?, old },
                     run_id: id,
                     outcome: Outcome::Record(Ok(next)),
+                    stored,
                 })
             }
             Request::Append { id, owner, events, lease_until } => {
@@ -450,6 +472,7 @@ impl Writer {
                     row: RowWrite::Update { new: RunRow::encode(&next, keys, Some((&next, &old)))?, old },
                     run_id: id,
                     outcome: Outcome::Count(Ok(last_seq)),
+                    stored,
                 })
             }
             Request::Purge { .. } | Request::Probe { .. } => {

@@ -1295,6 +1295,73 @@ pub async fn racing_appends_and_a_transition_make_one_chain<H: Harness>(h: &H) -
     Ok(())
 }
 
+/// What a commit tap (`RunStore::tap_commits`) is handed, run by run and in order.
+type Tapped = Arc<std::sync::Mutex<Vec<(String, Vec<tollgate_agent_core::StoredEvent>)>>>;
+
+fn tap_into(tapped: &Tapped) -> tollgate_agent_core::CommitTap {
+    let tapped = tapped.clone();
+    Arc::new(move |run: &str, events: &[tollgate_agent_core::StoredEvent]| {
+        tapped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((run.to_owned(), events.to_vec()));
+    })
+}
+
+/// A commit tap is handed each commit made through its store — creates, transitions and appends,
+/// alone and many at once (grouped), sealed or not — with its events exactly as `events` serves them
+/// afterwards: every event once, in order, nothing of a refused write, nothing another store of the
+/// same database committed, nothing once the tap is dropped.
+pub async fn a_commit_tap_sees_each_commit_as_stored<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let tapped = Tapped::default();
+    let tap = tap_into(&tapped);
+    ensure!(store.tap_commits(&tap), "every backend of this crate taps its commits");
+
+    // One at a time: a create, appends, a suspend, a refused transition, a decision, the end.
+    let run = create_running(&*store, 1, "demo").await?;
+    store.append(&run.id, OWNER, vec![event(EventKind::ModelRequest, 1, json!({"messages": 2}))], T0 + 60_000).await?;
+    store.append(&run.id, OWNER, vec![], T0 + 61_000).await?;
+    let requested = event(EventKind::ApprovalRequested, 1, json!({"calls": ["call_1"], "secret": "s3"}));
+    let waiting =
+        store.transition(&run.id, Guard::Lease(OWNER.into()), suspend(&["call_1"], None), vec![requested], T0).await?;
+    let stale = event(EventKind::RunCancelled, 1, json!({}));
+    let refused = store.transition(&run.id, Guard::Version(waiting.version + 7), Transition::Cancel, vec![stale], T0);
+    ensure!(refused.await.is_err(), "a stale guard is refused");
+    let resumed = event(EventKind::RunResumed, 1, json!({"actor": "alice"}));
+    store
+        .transition(&run.id, Guard::Version(waiting.version), decide("call_1", Decision::Approve), vec![resumed], T0)
+        .await?;
+
+    // Many at once (PostgreSQL groups them): 24 creates, then a suspend of each.
+    let mut tasks = Vec::new();
+    for n in 10..34 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move { create_waiting(&*store, n, &["call_1"], None).await }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    // Another store on the same database: its commits are not this tap's.
+    let other = h.open_with(keyring(&[("k1", 1)])?).await?;
+    create_running(&*other, 40, "demo").await?;
+
+    let mut by_run: std::collections::BTreeMap<String, Vec<tollgate_agent_core::StoredEvent>> = Default::default();
+    for (run, events) in tapped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
+        ensure!(!events.is_empty(), "a commit without events taps nothing");
+        by_run.entry(run).or_default().extend(events);
+    }
+    ensure!(!by_run.contains_key(&id(40)), "another store's commit was tapped");
+    ensure!(by_run.len() == 25, "{} runs tapped", by_run.len());
+    for (run, events) in &by_run {
+        let stored = store.events(run, 0, 1000).await?;
+        ensure!(*events == stored, "run {run}: tapped {events:?}\nstored {stored:?}");
+    }
+    ensure!(by_run[&run.id].len() == 4, "the refused write's event was not tapped: {:?}", by_run[&run.id]);
+
+    drop(tap);
+    create_running(&*store, 50, "demo").await?;
+    ensure!(tapped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty(), "a dropped tap is forgotten");
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Encryption at rest.
 
@@ -1529,6 +1596,7 @@ macro_rules! all_contract_tests {
             queued_runs_are_claimed_oldest_first_and_released_back,
             racing_workers_of_two_nodes_never_claim_a_run_twice,
             racing_appends_and_a_transition_make_one_chain,
+            a_commit_tap_sees_each_commit_as_stored,
             a_renewal_before_a_takeover_wins,
             encrypted_values_round_trip,
             a_missing_or_wrong_key_fails_clearly,
