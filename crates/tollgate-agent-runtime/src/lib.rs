@@ -66,6 +66,7 @@
 //!   persisting the loop's steps as they happen;
 //! - [`maintenance`]: the one scheduler of deadlines, lease takeovers (`recovery`), lease renewal and
 //!   retention, on the runtime's clock, for `serve` and the CLI alike;
+//! - [`follow`]: following a run's events as they commit ([`Follower`]), for live streams;
 //! - [`privacy`]: the privacy level and the secrets redactor as a layer over the store; `events`,
 //!   [`view`] and [`wire`]: the event data and the run as the API shows them.
 
@@ -76,6 +77,7 @@ pub mod decide;
 mod drive;
 pub mod error;
 mod events;
+pub mod follow;
 mod hooks;
 pub mod maintenance;
 pub mod privacy;
@@ -87,6 +89,7 @@ pub mod workers;
 pub use changes::{ChangeSet, Changed};
 pub use decide::{DeciderRules, DecisionPlan, DecisionRequest, plan_decision};
 pub use error::{CancelError, DecideError, ReadError, ResolveError, StartError};
+pub use follow::Follower;
 pub use maintenance::{Maintenance, Retention, Schedule};
 pub use workers::{WorkerStats, default_workers};
 

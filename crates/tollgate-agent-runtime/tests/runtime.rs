@@ -171,15 +171,25 @@ async fn approve_runs_the_tool_once_and_the_log_verifies() {
     }
 }
 
+/// A runtime with one write tool over `inner` behind a store that logs its writes and counts its reads,
+/// and a run of it held at the gate by `start_and_wait`.
+async fn logged_waiting_run(
+    inner: Arc<dyn RunStore>,
+    backend: &str,
+) -> (Arc<tollgate_agent_testkit::FailingStore>, Setup, Runtime, RunRecord) {
+    let store = Arc::new(tollgate_agent_testkit::FailingStore::logging(inner));
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
+    let run =
+        runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+    (store, setup, runtime, run)
+}
+
 #[tokio::test]
 async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
     for (backend, inner) in stores().await {
-        let store = Arc::new(tollgate_agent_testkit::FailingStore::logging(inner));
-        let setup = Setup::new(one_write(), vec![write_tool()]);
-        let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
         // The waiting starter's run is created already held: one write.
-        let run =
-            runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let (store, setup, runtime, run) = logged_waiting_run(inner, backend).await;
         assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         assert_eq!(store.writes(), vec!["create waiting_for_approval"], "{backend}");
         assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.last_seq), Some(run.last_seq), "{backend}");
@@ -1097,5 +1107,47 @@ async fn followers_poll_only_while_the_store_does_not_announce_other_processes_c
             .unwrap_or_else(|_| panic!("{backend}: wait_settled never woke"))
             .unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(waiting.status(), RunStatus::WaitingForApproval, "{backend}");
+    }
+}
+
+/// A follower reads the store only for what it knows is there: one read of events for the change that
+/// wakes it and none of the run (the notice says where the run stands), and it ends after the terminal
+/// event without another read. Started after the end, it reads the run once and ends.
+#[tokio::test]
+async fn a_follower_reads_one_page_per_change_and_ends_with_the_run() {
+    for (backend, inner) in stores().await {
+        let (store, _setup, runtime, run) = logged_waiting_run(inner, backend).await;
+        // A long poll interval: on SQLite (which announces nothing) only notices wake it in this test.
+        let mut follower = runtime.follow(&run.id, 0, Duration::from_secs(60));
+        follower.seen(&run);
+        let reads = |store: &tollgate_agent_testkit::FailingStore| (store.event_reads(), store.run_reads());
+        let before = reads(&store);
+        let first = follower.next().await.unwrap_or_else(|e| panic!("{backend}: {e}")).unwrap_or_default();
+        assert_eq!(first.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=run.last_seq).collect::<Vec<_>>());
+        assert_eq!(reads(&store), (before.0 + 1, before.1), "{backend}: one read of events, none of the run");
+
+        runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        let before = reads(&store);
+        let rest = follower.next().await.unwrap_or_else(|e| panic!("{backend}: {e}")).unwrap_or_default();
+        assert_eq!(
+            rest.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (run.last_seq + 1..=done.last_seq).collect::<Vec<_>>()
+        );
+        assert!(rest.last().is_some_and(|e| e.kind == EventKind::RunCompleted), "{backend}: {rest:?}");
+        let end = follower.next().await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert!(end.is_none(), "{backend}: the run ended: {end:?}");
+        assert_eq!(reads(&store), (before.0 + 1, before.1), "{backend}: one read of events for both changes");
+        assert_eq!(follower.cursor(), done.last_seq, "{backend}");
+
+        let before = reads(&store);
+        let mut late = runtime.follow(&run.id, done.last_seq, Duration::from_secs(60));
+        let end = late.next().await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert!(end.is_none(), "{backend}: {end:?}");
+        assert_eq!(reads(&store), (before.0, before.1 + 1), "{backend}: one read of the run");
+        let mut missing = runtime.follow("0198f000-0000-7000-8000-000000000000", 0, Duration::from_secs(60));
+        let gone = missing.next().await;
+        assert!(matches!(gone, Err(ReadError::NotFound(_))), "{backend}: {gone:?}");
     }
 }

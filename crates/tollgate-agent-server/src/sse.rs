@@ -3,7 +3,8 @@
 //! Each event goes out as `id: SEQ`, `event: KIND`, `data: EVENT_JSON`. The stream starts after
 //! `Last-Event-ID` (or `?after=`; the header wins), reads the store from there, then waits for the
 //! runtime's notices about the run: this process's commits and, on PostgreSQL, other nodes' (announced
-//! by the store, see `RunStore::changes`). It looks at the store again after a resync notice, and polls
+//! by the store, see `RunStore::changes`). It follows the run with a [`Follower`]: one read of events
+//! per change it is woken for, a read of the run only after a resync notice or a lag, and polling
 //! (every second) only while the store does not announce other processes' commits
 //! (`Runtime::recheck_after`: SQLite, or a PostgreSQL listener that is down). It ends right after the
 //! run's terminal event; a reconnect after that gets `204 No Content`,
@@ -24,14 +25,13 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tollgate_agent_core::StoredEvent;
-use tollgate_agent_runtime::{ReadError, RunNotice, Runtime};
+use tollgate_agent_runtime::{Follower, ReadError, Runtime};
 
 /// How often a quiet stream looks at the store again while another process's commits are not
 /// announced (SQLite, or a PostgreSQL listener that is reconnecting).
 const RECHECK: Duration = Duration::from_secs(1);
-const PAGE: u32 = 500;
 
 /// What a refused stream is told to wait before trying again, in seconds.
 const RETRY_AFTER_SECS: &str = "5";
@@ -101,8 +101,9 @@ pub(crate) async fn respond(
     client: StreamClient,
 ) -> Result<Response, ApiError> {
     // Subscribe before the first read, so a change committed in between still wakes the stream.
-    let notices = runtime.subscribe();
+    let mut follower = runtime.follow(&id, after, RECHECK);
     let run = runtime.get(&id).await?;
+    follower.seen(&run);
     if run.status().is_terminal() && run.last_seq <= after {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
@@ -115,8 +116,7 @@ pub(crate) async fn respond(
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         return Ok(response);
     };
-    let tail =
-        Tail { runtime, id, cursor: after, notices, buffer: VecDeque::new(), done: false, shutdown, _slot: slot };
+    let tail = Tail { id, follower, buffer: VecDeque::new(), done: false, shutdown, _slot: slot };
     let stream = futures_util::stream::unfold(tail, |mut tail| async move {
         tail.next().await.map(|e| (Ok::<_, Infallible>(e), tail))
     });
@@ -124,10 +124,8 @@ pub(crate) async fn respond(
 }
 
 struct Tail {
-    runtime: Runtime,
     id: String,
-    cursor: u64,
-    notices: broadcast::Receiver<RunNotice>,
+    follower: Follower,
     buffer: VecDeque<StoredEvent>,
     done: bool,
     shutdown: watch::Receiver<bool>,
@@ -142,33 +140,22 @@ impl Tail {
                 return None;
             }
             if let Some(event) = self.buffer.pop_front() {
-                self.cursor = event.seq;
                 self.done = event.kind.is_terminal();
                 return Some(sse_event(&event));
             }
-            match self.runtime.store().events(&self.id, self.cursor, PAGE).await {
-                Ok(page) if !page.is_empty() => {
-                    self.buffer.extend(page);
-                    continue;
-                }
-                Ok(_) => {}
+            let shutdown = crate::shutting_down(&mut self.shutdown);
+            let next = tokio::select! {
+                next = self.follower.next() => next,
+                _ = shutdown => return None,
+            };
+            match next {
+                Ok(Some(page)) => self.buffer.extend(page),
+                // The run ended (its terminal event already sent or skipped), or vanished.
+                Ok(None) | Err(ReadError::NotFound(_)) => return None,
                 Err(e) => {
                     tracing::warn!(run = %self.id, error = %e, "event stream cannot read events; ending it");
                     return None;
                 }
-            }
-            // Nothing new. A run that ended (its terminal event already sent or skipped) or vanished ends
-            // the stream.
-            match self.runtime.get(&self.id).await {
-                Ok(run) if run.status().is_terminal() && run.last_seq <= self.cursor => return None,
-                Ok(_) => {}
-                Err(ReadError::NotFound(_)) => return None,
-                Err(e) => tracing::debug!(run = %self.id, error = %e, "event stream cannot read its run"),
-            }
-            let shutdown = crate::shutting_down(&mut self.shutdown);
-            tokio::select! {
-                () = self.runtime.wait_for_run(&mut self.notices, &self.id, self.cursor, RECHECK) => {}
-                _ = shutdown => return None,
             }
         }
     }

@@ -256,6 +256,8 @@ pub struct FailingStore {
     event_read_delay: Option<std::time::Duration>,
     /// Reads of events so far.
     event_reads: std::sync::atomic::AtomicUsize,
+    /// Reads of a run (`get`) so far.
+    run_reads: std::sync::atomic::AtomicUsize,
     /// Whether commit taps are passed to the inner store (else this store taps nothing, and a
     /// follower reads what it commits).
     taps: bool,
@@ -292,6 +294,7 @@ impl FailingStore {
             writes: Mutex::new(Vec::new()),
             event_read_delay: None,
             event_reads: Default::default(),
+            run_reads: Default::default(),
             taps: false,
         }
     }
@@ -310,6 +313,11 @@ impl FailingStore {
     /// How many reads of events were made through this store so far.
     pub fn event_reads(&self) -> usize {
         self.event_reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many reads of a run (`get`) were made through this store so far.
+    pub fn run_reads(&self) -> usize {
+        self.run_reads.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn broken_with<T: Send + 'static>(&self) -> Option<BoxFuture<'static, Result<T, tollgate_agent_core::StoreError>>> {
@@ -341,6 +349,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
         &'a self,
         id: &'a str,
     ) -> BoxFuture<'a, Result<tollgate_agent_core::RunRecord, tollgate_agent_core::StoreError>> {
+        self.run_reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.broken_with().unwrap_or_else(|| self.inner.get(id))
     }
     fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, tollgate_agent_core::StoreError>> {

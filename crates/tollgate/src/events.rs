@@ -6,15 +6,12 @@ use futures_util::stream::BoxStream;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tollgate_agent_runtime::{ReadError, Runtime};
+use tollgate_agent_runtime::{Follower, ReadError, Runtime};
 
 /// How long the stream waits for a notice before it reads the store again while the store does not
 /// announce other processes' commits (SQLite, or a PostgreSQL listener that is reconnecting): the
 /// bound on how late it then sees a change made by another process on the same store.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Events read per store query.
-const PAGE: u32 = 500;
 
 /// A run's events in order, live: those already stored after the start point, then each new one as it
 /// commits, until the run has ended and every event is delivered. From [`Tollgate::events`].
@@ -66,13 +63,8 @@ impl EventStream {
 
     fn start(&mut self) -> BoxStream<'static, Result<Event, ReadError>> {
         let state = Follow {
-            runtime: self.runtime.clone(),
-            notices: self.runtime.subscribe(),
-            run_id: self.run_id.clone(),
-            cursor: self.after,
-            poll_interval: self.poll_interval,
+            follower: self.runtime.follow(&self.run_id, self.after, self.poll_interval),
             buffered: std::collections::VecDeque::new(),
-            ended: false,
             done: false,
         };
         Box::pin(futures_util::stream::unfold(state, |mut state| async move {
@@ -98,15 +90,9 @@ impl Stream for EventStream {
 }
 
 struct Follow {
-    runtime: Runtime,
-    notices: tokio::sync::broadcast::Receiver<tollgate_agent_runtime::RunNotice>,
-    run_id: String,
-    cursor: u64,
-    poll_interval: Duration,
+    follower: Follower,
     buffered: std::collections::VecDeque<Event>,
-    /// The run was seen terminal: once the events read after that are delivered, the stream ends.
-    ended: bool,
-    /// A read failed: the stream has ended.
+    /// The run ended or a read failed: the stream has ended.
     done: bool,
 }
 
@@ -114,54 +100,19 @@ impl Follow {
     async fn next(&mut self) -> Option<Result<Event, ReadError>> {
         loop {
             if let Some(event) = self.buffered.pop_front() {
-                self.cursor = event.seq;
                 return Some(Ok(event));
             }
             if self.done {
                 return None;
             }
-            let page = match self.read_page().await {
-                Ok(page) => page,
-                Err(error) => return Some(Err(error)),
-            };
-            if !page.is_empty() {
-                self.buffered.extend(page);
-                continue;
-            }
-            // Nothing new. A run seen terminal never changes again: the empty read after it was the last.
-            if self.ended {
-                return None;
-            }
-            match self.runtime.get(&self.run_id).await {
-                Ok(run) if run.status().is_terminal() => {
-                    self.ended = true;
-                    continue;
-                }
-                Ok(_) => {}
+            match self.follower.next().await {
+                Ok(Some(page)) => self.buffered.extend(page.iter().map(tollgate_agent_runtime::wire::event)),
+                Ok(None) => self.done = true,
                 Err(error) => {
                     self.done = true;
                     return Some(Err(error));
                 }
             }
-            self.wait_for_change().await;
         }
-    }
-
-    /// The next events after the cursor (and after those already buffered); an error ends the stream.
-    async fn read_page(&mut self) -> Result<Vec<Event>, ReadError> {
-        let after = self.buffered.back().map_or(self.cursor, |event| event.seq);
-        match self.runtime.events(&self.run_id, after, PAGE).await {
-            Ok(page) => Ok(page.iter().map(tollgate_agent_runtime::wire::event).collect()),
-            Err(error) => {
-                self.done = true;
-                Err(error)
-            }
-        }
-    }
-
-    /// Until a notice wakes the follower of the run or, while the store does not announce other
-    /// processes' commits, the poll interval passes.
-    async fn wait_for_change(&mut self) {
-        self.runtime.wait_for_run(&mut self.notices, &self.run_id, self.cursor, self.poll_interval).await;
     }
 }
