@@ -319,6 +319,10 @@ pub(crate) struct Inner {
     pub(crate) pool: Pool,
     /// The change sets open on this runtime ([`Runtime::changes`]).
     changes: ChangeSets,
+    /// This process's commits to followed runs ([`follow`]), when the store taps its commits.
+    pub(crate) recent: Option<Arc<follow::Recent>>,
+    /// The store holds the tap feeding `recent` only while this does.
+    _tap: Option<tollgate_agent_core::CommitTap>,
 }
 
 impl Runtime {
@@ -334,6 +338,7 @@ impl Runtime {
         let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX).max(1000);
         let store = privacy::filtered(store, options.privacy, options.redactor);
         forward_remote_changes(store.as_ref(), &notices);
+        let (recent, tap) = follow::Recent::tapping(store.as_ref()).unzip();
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -348,6 +353,8 @@ impl Runtime {
                 catalog: options.catalog,
                 pool: Pool::new(options.workers),
                 changes: ChangeSets::default(),
+                recent,
+                _tap: tap,
             }),
         }
     }

@@ -171,13 +171,15 @@ async fn approve_runs_the_tool_once_and_the_log_verifies() {
     }
 }
 
-/// A runtime with one write tool over `inner` behind a store that logs its writes and counts its reads,
-/// and a run of it held at the gate by `start_and_wait`.
+/// A runtime with one write tool over `inner` behind a store that logs its writes and counts its reads
+/// (and passes commit taps on when `tapping`), and a run of it held at the gate by `start_and_wait`.
 async fn logged_waiting_run(
     inner: Arc<dyn RunStore>,
     backend: &str,
+    tapping: bool,
 ) -> (Arc<tollgate_agent_testkit::FailingStore>, Setup, Runtime, RunRecord) {
-    let store = Arc::new(tollgate_agent_testkit::FailingStore::logging(inner));
+    let store = tollgate_agent_testkit::FailingStore::logging(inner);
+    let store = Arc::new(if tapping { store.tapping() } else { store });
     let setup = Setup::new(one_write(), vec![write_tool()]);
     let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
     let run =
@@ -189,7 +191,7 @@ async fn logged_waiting_run(
 async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
     for (backend, inner) in stores().await {
         // The waiting starter's run is created already held: one write.
-        let (store, setup, runtime, run) = logged_waiting_run(inner, backend).await;
+        let (store, setup, runtime, run) = logged_waiting_run(inner, backend, false).await;
         assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         assert_eq!(store.writes(), vec!["create waiting_for_approval"], "{backend}");
         assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.last_seq), Some(run.last_seq), "{backend}");
@@ -1111,12 +1113,13 @@ async fn followers_poll_only_while_the_store_does_not_announce_other_processes_c
 }
 
 /// A follower reads the store only for what it knows is there: one read of events for the change that
-/// wakes it and none of the run (the notice says where the run stands), and it ends after the terminal
-/// event without another read. Started after the end, it reads the run once and ends.
+/// wakes it — none when the store taps its commits, whose events the runtime keeps for followed runs —
+/// and none of the run (the notice says where the run stands), and it ends after the terminal event
+/// without another read. Started after the end, it reads the run once and ends.
 #[tokio::test]
 async fn a_follower_reads_one_page_per_change_and_ends_with_the_run() {
-    for (backend, inner) in stores().await {
-        let (store, _setup, runtime, run) = logged_waiting_run(inner, backend).await;
+    for ((backend, inner), tapping) in stores().await.into_iter().flat_map(|s| [(s.clone(), false), (s, true)]) {
+        let (store, _setup, runtime, run) = logged_waiting_run(inner, backend, tapping).await;
         // A long poll interval: on SQLite (which announces nothing) only notices wake it in this test.
         let mut follower = runtime.follow(&run.id, 0, Duration::from_secs(60));
         follower.seen(&run);
@@ -1130,15 +1133,23 @@ async fn a_follower_reads_one_page_per_change_and_ends_with_the_run() {
         let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(done.status(), RunStatus::Completed, "{backend}");
         let before = reads(&store);
-        let rest = follower.next().await.unwrap_or_else(|e| panic!("{backend}: {e}")).unwrap_or_default();
+        // From the store, one page to the end; from what the runtime kept, one page per commit.
+        let mut rest = Vec::new();
+        while let Some(page) = follower.next().await.unwrap_or_else(|e| panic!("{backend}: {e}")) {
+            assert!(!page.is_empty(), "{backend}: an empty page");
+            rest.extend(page);
+        }
         assert_eq!(
             rest.iter().map(|e| e.seq).collect::<Vec<_>>(),
-            (run.last_seq + 1..=done.last_seq).collect::<Vec<_>>()
+            (run.last_seq + 1..=done.last_seq).collect::<Vec<_>>(),
+            "{backend}, tapping {tapping}"
         );
         assert!(rest.last().is_some_and(|e| e.kind == EventKind::RunCompleted), "{backend}: {rest:?}");
-        let end = follower.next().await.unwrap_or_else(|e| panic!("{backend}: {e}"));
-        assert!(end.is_none(), "{backend}: the run ended: {end:?}");
-        assert_eq!(reads(&store), (before.0 + 1, before.1), "{backend}: one read of events for both changes");
+        let stored = runtime.events(&run.id, run.last_seq, 1000).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(rest, stored, "{backend}, tapping {tapping}: as stored");
+        let before = (before.0 + 1, before.1 + 1); // that read
+        let read = usize::from(!tapping);
+        assert_eq!(reads(&store), (before.0 + read, before.1), "{backend}, tapping {tapping}: events of both changes");
         assert_eq!(follower.cursor(), done.last_seq, "{backend}");
 
         let before = reads(&store);

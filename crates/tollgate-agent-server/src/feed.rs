@@ -303,22 +303,7 @@ fn seconds(ms: i64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn events(seqs: std::ops::RangeInclusive<u64>) -> Vec<StoredEvent> {
-        seqs.map(|seq| StoredEvent {
-            seq,
-            at: "2026-01-01T00:00:00.000Z".to_owned(),
-            kind: EventKind::ModelRequest,
-            round: 1,
-            data: serde_json::Value::Null,
-            hash: String::new(),
-        })
-        .collect()
-    }
-
-    fn seqs(taken: Option<Vec<StoredEvent>>) -> Option<Vec<u64>> {
-        taken.map(|events| events.iter().map(|e| e.seq).collect())
-    }
+    use tollgate_agent_testkit::{seqs_of as seqs, stored_events as events};
 
     #[test]
     fn held_events_come_out_in_order_up_to_the_change_and_the_rest_stay() {

@@ -473,3 +473,22 @@ pub fn postgres_url() -> Option<String> {
         }
     }
 }
+
+/// Stored events with these seqs (kind `model_request`, no data, no hash), for tests of code that keeps
+/// or hands on events in seq order.
+pub fn stored_events(seqs: std::ops::RangeInclusive<u64>) -> Vec<tollgate_agent_core::StoredEvent> {
+    seqs.map(|seq| tollgate_agent_core::StoredEvent {
+        seq,
+        at: "2026-01-01T00:00:00.000Z".to_owned(),
+        kind: tollgate_agent_core::EventKind::ModelRequest,
+        round: 1,
+        data: Value::Null,
+        hash: String::new(),
+    })
+    .collect()
+}
+
+/// The seqs of a page of events, if there is one.
+pub fn seqs_of(page: Option<Vec<tollgate_agent_core::StoredEvent>>) -> Option<Vec<u64>> {
+    page.map(|events| events.iter().map(|e| e.seq).collect())
+}
