@@ -599,15 +599,15 @@ impl Runtime {
             .collect())
     }
 
-    /// A run's events after `after`.
+    /// A run's events after `after` (at most `limit`). A run that does not exist is
+    /// [`ReadError::NotFound`] (the store says so: its run is not read first). The events of a run
+    /// whose own row is damaged stay readable.
     pub async fn events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, ReadError> {
-        self.inner.store.get(id).await?;
         Ok(self.inner.store.events(id, after, limit).await?)
     }
 
-    /// Every event of a run after `after`, however many pages that takes.
+    /// Every event of a run after `after`, however many pages that takes (see [`Runtime::events`]).
     pub async fn all_events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, ReadError> {
-        self.inner.store.get(id).await?;
         Ok(tollgate_agent_core::store::events_after(&*self.inner.store, id, after).await?)
     }
 
