@@ -927,6 +927,10 @@ pub async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyhow::Res
     ensure!(matches!(&read, Err(StoreError::Corrupt { id, .. }) if *id == bad.id), "{read:?}");
     let moved = store.transition(&bad.id, Guard::Version(bad.version), Transition::Cancel, vec![], T0).await;
     ensure!(matches!(&moved, Err(StoreError::Corrupt { .. })), "{moved:?}");
+    // Its events are rows of their own: they stay readable, as the record of what happened.
+    let events = store.events(&bad.id, 0, 100).await?;
+    ensure!(u64::try_from(events.len())? == bad.last_seq, "{events:?}");
+    verify_chain(&events, bad.last_seq, &bad.last_hash)?;
 
     ensure!(store.get(&good.id).await? == good);
     let listed: Vec<String> =
