@@ -185,6 +185,7 @@ impl Feed {
             cursor.seq = cursor.seq.max(event.seq);
         }
         while cursor.seq < change.last_seq {
+            self.metrics.feed_read();
             let page = match self.runtime.store().events(run_id, cursor.seq, PAGE).await {
                 Ok(page) => page,
                 Err(e) => {
@@ -222,6 +223,7 @@ impl Feed {
         let mut kept = Vec::new();
         let mut overflowed = false;
         while after < last_seq {
+            self.metrics.feed_read();
             let Ok(page) = self.runtime.store().events(run_id, after, 1000).await else { break };
             let Some(last) = page.last().map(|e| e.seq) else { break };
             for event in page {

@@ -10,6 +10,8 @@
 //!   (`feed.rs`) reads them; they start at zero with the process, as counters do.
 //! - `tollgate_webhook_deliveries_total{outcome}`: webhook deliveries that succeeded, failed after every
 //!   retry, or were dropped because the queue was full.
+//! - `tollgate_event_feed_store_reads_total`: reads of events the feed made from the store, for commits
+//!   it was not handed by the store's commit tap (zero while it keeps up with a store that taps).
 //! - `tollgate_connections_open`, `tollgate_connections_refused_total`,
 //!   `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
 //!   `tollgate_sse_streams_open` and `tollgate_sse_streams_refused_total`: the limits of `connections.rs`
@@ -83,6 +85,7 @@ pub(crate) struct Metrics {
     delivered: AtomicU64,
     failed: AtomicU64,
     dropped: AtomicU64,
+    feed_reads: AtomicU64,
     counts: tokio::sync::Mutex<Option<(Instant, StatusCounts)>>,
     connections_open: AtomicU64,
     connections_refused: AtomicU64,
@@ -124,6 +127,11 @@ impl Metrics {
             Delivery::Dropped => &self.dropped,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The event feed read events from the store.
+    pub(crate) fn feed_read(&self) {
+        self.feed_reads.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn connection_opened(&self) {
@@ -217,6 +225,11 @@ impl Metrics {
             histogram.render(&mut out, "tollgate_tool_call_duration_seconds", &format!("tool=\"{}\"", escape(tool)));
         }
         drop(observed);
+        out.push_str(
+            "# HELP tollgate_event_feed_store_reads_total Reads of events the event feed made from the store, for commits the store's commit tap did not hand it.\n",
+        );
+        out.push_str("# TYPE tollgate_event_feed_store_reads_total counter\n");
+        let _ = writeln!(out, "tollgate_event_feed_store_reads_total {}", self.feed_reads.load(Ordering::Relaxed));
         out.push_str("# HELP tollgate_webhook_deliveries_total Webhook deliveries by outcome.\n");
         out.push_str("# TYPE tollgate_webhook_deliveries_total counter\n");
         for (outcome, counter) in [("delivered", &self.delivered), ("failed", &self.failed), ("dropped", &self.dropped)]

@@ -11,6 +11,7 @@ mod malformed;
 mod nodes;
 mod openapi;
 mod openapi_tools;
+mod promtool;
 mod shutdown;
 mod sse;
 mod store_failures;

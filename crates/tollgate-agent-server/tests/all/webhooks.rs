@@ -232,11 +232,16 @@ async fn the_feed_hands_on_this_servers_commits_without_reading_them_back() {
             .collect();
         delivered.sort_unstable();
         assert_eq!(delivered, (1..=kinds.len() as u64).collect::<Vec<_>>(), "every event once ({kinds:?})");
+        let metrics = server.get("/metrics").await;
+        let counted = metrics.body.as_str().unwrap_or_default().lines().find_map(|line| {
+            line.strip_prefix("tollgate_event_feed_store_reads_total ").and_then(|n| n.parse::<usize>().ok())
+        });
         if tapping {
             assert_eq!(feed_reads, 0, "the feed read events back");
         } else {
             assert!(feed_reads > 0, "without a tap the feed reads");
         }
+        assert_eq!(counted, Some(feed_reads), "/metrics counts the feed's reads");
         server.stop().await;
     }
 }

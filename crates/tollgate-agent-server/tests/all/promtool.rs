@@ -1,0 +1,73 @@
+//! `/metrics` as Prometheus itself reads it: `promtool check metrics` (from Debian's `prometheus`
+//! package; `TOLLGATE_TEST_PROMTOOL` names another binary) finds no problem in what a server exposes
+//! once it has runs, decisions, tool and model calls, webhook deliveries and a live-event stream.
+
+use crate::common::{Config, SCRIBE, Server, id};
+use crate::webhooks::{eventually, receiver};
+use axum::http::StatusCode;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use tollgate_agent_server::WebhookTarget;
+
+/// promtool: `TOLLGATE_TEST_PROMTOOL`, else `promtool` on PATH. Missing, the test skips with a note, or
+/// fails under CI (`.ci/run` installs it).
+fn promtool() -> Option<PathBuf> {
+    let promtool = std::env::var_os("TOLLGATE_TEST_PROMTOOL").map_or_else(|| PathBuf::from("promtool"), PathBuf::from);
+    let runs = Command::new(&promtool).arg("--version").output().is_ok_and(|out| out.status.success());
+    if runs {
+        return Some(promtool);
+    }
+    let note = format!(
+        "no promtool at {} (Debian: sudo apt-get install prometheus; or set TOLLGATE_TEST_PROMTOOL)",
+        promtool.display()
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{note}; CI runs this test");
+    }
+    eprintln!("skipped: {note}");
+    None
+}
+
+#[tokio::test]
+async fn promtool_finds_no_problem_in_the_metrics() {
+    let Some(promtool) = promtool() else { return };
+    let (url, hooks) = receiver(StatusCode::OK).await;
+    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["run_completed".into()] }];
+    let server = Server::start(Config { webhooks, ..Default::default() }).await;
+    let run = server.waiting_run(SCRIBE, "metrics").await;
+    let stream = server
+        .client
+        .get(server.url(&format!("/v1/runs/{}/events", id(&run))))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let done = server.approve_and_wait(&run).await;
+    assert_eq!(done.body["status"], "completed", "{}", done.body);
+    eventually("the run's webhook delivered", || !hooks.all().is_empty()).await;
+    let metrics = server.get("/metrics").await;
+    assert_eq!(metrics.status, 200);
+    let text = metrics.body.as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("tollgate_webhook_deliveries_total{outcome=\"delivered\"} 1"), "{text}");
+    drop(stream);
+
+    let checked = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("promtool: {e}"));
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        }
+        child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let said = format!("{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
+    assert!(checked.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+    server.stop().await;
+}
