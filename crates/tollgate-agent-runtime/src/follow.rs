@@ -221,26 +221,8 @@ impl Follower {
     /// Waits for a notice that the run moved past the cursor (answering where it stands then), or
     /// for a reason to look at it again (a resync, a lag, a quiet poll interval): `None`.
     async fn wait(&mut self) -> Option<Head> {
-        let (id, cursor) = (self.id.as_str(), self.cursor);
-        let notices = &mut self.notices;
-        let woken = async {
-            loop {
-                match notices.recv().await {
-                    Ok(notice) if notice.wakes(id, cursor) => {
-                        return (notice.run_id == id)
-                            .then_some(Head { last_seq: notice.last_seq, status: notice.status });
-                    }
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => return None,
-                    // No more notices: only the poll interval ends the wait.
-                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-                }
-            }
-        };
-        match self.runtime.recheck_after(self.poll) {
-            Some(limit) => tokio::time::timeout(limit, woken).await.ok().flatten(),
-            None => woken.await,
-        }
+        let notice = self.runtime.wait_for_run(&mut self.notices, &self.id, self.cursor, self.poll).await?;
+        (notice.run_id == self.id).then_some(Head { last_seq: notice.last_seq, status: notice.status })
     }
 }
 

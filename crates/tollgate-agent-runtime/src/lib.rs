@@ -422,17 +422,22 @@ impl Runtime {
     /// How a follower of one run waits: until a notice on `notices` says run `id` moved past `seq` (or
     /// says to resync, or the follower fell behind), or — while the store does not announce other
     /// processes' commits — until `fallback` passes (see [`recheck_after`](Self::recheck_after)).
+    /// Answers the notice that woke it, if one did (a resync's among them).
     pub async fn wait_for_run(
         &self,
         notices: &mut broadcast::Receiver<RunNotice>,
         id: &str,
         seq: u64,
         fallback: Duration,
-    ) {
+    ) -> Option<RunNotice> {
+        let mut woke = None;
         let woken = async {
             loop {
                 match notices.recv().await {
-                    Ok(notice) if notice.wakes(id, seq) => return,
+                    Ok(notice) if notice.wakes(id, seq) => {
+                        woke = Some(notice);
+                        return;
+                    }
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => return,
                     // No more notices: only the fallback ends the wait.
@@ -441,6 +446,7 @@ impl Runtime {
             }
         };
         self.wait_or_recheck(fallback, woken).await;
+        woke
     }
 
     /// Starts a run: driven in this process, in the background, when one of its workers is free

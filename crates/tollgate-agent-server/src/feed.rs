@@ -76,23 +76,22 @@ impl Held {
     /// when none are or some were dropped, so the caller reads.
     fn take(&mut self, run_id: &str, last_seq: u64) -> Option<Vec<StoredEvent>> {
         let run = self.runs.get_mut(run_id)?;
-        let taken = if run.dropped_through > 0 {
-            if last_seq < run.dropped_through {
-                return None;
+        if run.dropped_through > 0 {
+            // A run dropped holds nothing; it is held again once the feed has looked past the drop.
+            if last_seq >= run.dropped_through {
+                self.runs.remove(run_id);
             }
-            None
-        } else {
-            // Two commits of one run may reach the tap in either order.
-            run.events.sort_by_key(|e| e.seq);
-            let later = run.events.split_off(run.events.partition_point(|e| e.seq <= last_seq));
-            Some(std::mem::replace(&mut run.events, later))
-        };
-        self.events -= taken.as_ref().map_or(0, Vec::len);
-        if run.dropped_through > 0 || run.events.is_empty() {
-            self.events -= run.events.len();
+            return None;
+        }
+        // Two commits of one run may reach the tap in either order.
+        run.events.sort_by_key(|e| e.seq);
+        let later = run.events.split_off(run.events.partition_point(|e| e.seq <= last_seq));
+        let taken = std::mem::replace(&mut run.events, later);
+        if run.events.is_empty() {
             self.runs.remove(run_id);
         }
-        taken
+        self.events -= taken.len();
+        Some(taken)
     }
 }
 

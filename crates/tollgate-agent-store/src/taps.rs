@@ -57,18 +57,28 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let kept = seen.clone();
         let tap: CommitTap = Arc::new(move |run: &str, events: &[StoredEvent]| {
-            kept.lock().unwrap().push((run.to_owned(), events.iter().map(|e| e.seq).collect::<Vec<_>>()));
+            kept.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((run.to_owned(), events.iter().map(|e| e.seq).collect::<Vec<_>>()));
         });
         let panicking: CommitTap = Arc::new(|_: &str, _: &[StoredEvent]| panic!("a broken follower"));
         taps.add(&panicking);
         taps.add(&tap);
         taps.fire("r", &[event(1), event(2)]);
         taps.fire("r", &[]);
-        assert_eq!(*seen.lock().unwrap(), vec![("r".to_owned(), vec![1, 2])], "once, and nothing for no events");
+        assert_eq!(
+            *seen.lock().unwrap_or_else(PoisonError::into_inner),
+            vec![("r".to_owned(), vec![1, 2])],
+            "once, and nothing for no events"
+        );
         drop(tap);
         taps.fire("r", &[event(3)]);
-        assert_eq!(seen.lock().unwrap().len(), 1, "a dropped tap is forgotten");
+        assert_eq!(seen.lock().unwrap_or_else(PoisonError::into_inner).len(), 1, "a dropped tap is forgotten");
         taps.add(&panicking);
-        assert_eq!(taps.0.read().unwrap().len(), 2, "the dropped one went at the next add");
+        assert_eq!(
+            taps.0.read().unwrap_or_else(PoisonError::into_inner).len(),
+            2,
+            "the dropped one went at the next add"
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! thread commits whatever is queued (up to [`MAX_BATCH`]) as one transaction with one sync. Inside a
 //! transaction each operation reads its run as the batch left it, is checked and applied in Rust, and
 //! writes in its own `SAVEPOINT`, so a failed write undoes only itself. Every caller is answered after
-//! the COMMIT has returned and the commit taps were handed what each operation wrote; a transaction that fails as a whole answers every operation with its
+//! the COMMIT has returned and the commit taps were handed what each operation wrote (once the write
+//! connection is free again); a transaction that fails as a whole answers every operation with its
 //! error, named by SQLite's code (a full disk is [`StoreError::DiskFull`] for each of them).
 
 use super::checkpoint::CHECKPOINT_EVERY;
@@ -71,7 +72,7 @@ impl SqliteStore {
             && self.writer.capacity() == self.writer.max_capacity()
             && let Some(connection) = self.committer.try_connection()
         {
-            return self.committer.commit_alone(&connection, request);
+            return self.committer.commit_alone(connection, request);
         }
         let record = request.answers_record();
         let (reply, answer) = oneshot::channel();
@@ -232,6 +233,7 @@ impl Writer {
                 batch.drain(..).map(|op| (op.request, op.reply)).unzip();
             let records: Vec<bool> = requests.iter().map(Request::answers_record).collect();
             let committed = self.commit(&lock(&self.connection), requests);
+            let committed = committed.map(|written| self.hand_over(written));
             // A caller that stopped waiting has nobody to tell.
             match committed {
                 Ok(outcomes) => {
@@ -255,19 +257,35 @@ impl Writer {
         }
     }
 
-    /// Commits one request on its own, on the caller's thread.
-    fn commit_alone(&self, connection: &Connection, request: Request) -> Outcome {
+    /// Commits one request on its own, on the caller's thread, through `connection` (given back before
+    /// the taps are handed what it wrote).
+    fn commit_alone(&self, connection: MutexGuard<'_, Connection>, request: Request) -> Outcome {
         let record = request.answers_record();
-        match self.commit(connection, vec![request]).map(|mut outcomes| outcomes.pop()) {
+        let committed = self.commit(&connection, vec![request]);
+        drop(connection);
+        match committed.map(|written| self.hand_over(written).pop()) {
             Ok(Some(outcome)) => outcome,
             Ok(None) => Outcome::error(record, mismatched_outcome()),
             Err(error) => Outcome::error(record, error),
         }
     }
 
-    /// One batch, one transaction: every operation's outcome, or the error that undid them all. A
-    /// panic inside is caught and undoes the batch too.
-    fn commit(&self, connection: &Connection, requests: Vec<Request>) -> Result<Vec<Outcome>, StoreError> {
+    /// Hands the taps what a committed batch wrote; answers the operations' outcomes.
+    fn hand_over(&self, written: Vec<(Outcome, Written)>) -> Vec<Outcome> {
+        written
+            .into_iter()
+            .map(|(outcome, written)| {
+                if let Some((run_id, events)) = written {
+                    self.taps.fire(&run_id, &events);
+                }
+                outcome
+            })
+            .collect()
+    }
+
+    /// One batch, one transaction: every operation's outcome with what it wrote, or the error that
+    /// undid them all. A panic inside is caught and undoes the batch too.
+    fn commit(&self, connection: &Connection, requests: Vec<Request>) -> Result<Vec<(Outcome, Written)>, StoreError> {
         let count = requests.len();
         let committed = std::panic::catch_unwind(AssertUnwindSafe(|| self.commit_batch(connection, requests)))
             .unwrap_or_else(|_| {
@@ -278,14 +296,7 @@ impl Writer {
         match committed {
             Ok(written) => {
                 self.committed(count as u64);
-                let mut outcomes = Vec::with_capacity(written.len());
-                for (outcome, written) in written {
-                    if let Some((run_id, events)) = written {
-                        self.taps.fire(&run_id, &events);
-                    }
-                    outcomes.push(outcome);
-                }
-                Ok(outcomes)
+                Ok(written)
             }
             Err(BatchFailure(error)) => {
                 tracing::warn!(%error, ops = count, "a SQLite write batch was rolled back");
