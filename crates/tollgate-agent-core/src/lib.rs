@@ -69,8 +69,8 @@ pub use run::{
     rfc3339,
 };
 pub use store::{
-    Claimed, Clock, CommitTap, Conflict, Guard, IdGen, IntegrityCheck, RunPage, RunQuery, RunStore, StoreChange,
-    StoreError, SystemClock,
+    Claimed, Clock, CommitTap, CommittedPage, Conflict, Guard, IdGen, IntegrityCheck, ReaderHold, RunPage, RunQuery,
+    RunStore, StoreChange, StoreError, SystemClock,
 };
 pub use suspension::{
     CallState, Decision, DecisionError, Decisions, HeldCall, SCHEMA_VERSION, StoredSuspension, Suspension,

@@ -11,7 +11,11 @@
 //! - a store shared by several nodes may announce the changes the others commit ([`RunStore::changes`]):
 //!   which run and where it stands, never its data;
 //! - a store may hand the events of its own commits to a [`CommitTap`] ([`RunStore::tap_commits`]),
-//!   after the commit and before the write returns, so that its process need not read them back.
+//!   after the commit and before the write returns, so that its process need not read them back;
+//! - every commit, by any process, is in the store's commit log ([`RunStore::committed`]) in an order
+//!   whose positions never skip a commit, and a named reader of that log is held by one holder at a
+//!   time ([`RunStore::hold_reader`]) with its position stored, so that a durable consumer (webhook
+//!   deliveries) continues after a crash where it was, on any node.
 
 use crate::BoxFuture;
 use crate::event::{NewEvent, StoredEvent};
@@ -268,6 +272,40 @@ pub struct Claimed {
 /// commit without events calls nothing), so it must be quick and must never block or wait.
 pub type CommitTap = Arc<dyn Fn(&str, &[StoredEvent]) + Send + Sync>;
 
+/// One page of a store's commit log ([`RunStore::committed`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CommittedPage {
+    /// Events committed after the position read from, each with its run's id: commits in the order of
+    /// the log, a commit's events together and in seq order.
+    pub events: Vec<(String, StoredEvent)>,
+    /// Where the next read continues: after these events or, when the page is not full, after every
+    /// commit the log holds so far. Text only the store that gave it reads.
+    pub next: String,
+    /// Events that could not be read (damaged, or sealed with a key this process lacks), passed over:
+    /// the run's id and why.
+    pub skipped: Vec<(String, StoreError)>,
+    /// The page is full: more can be read at once.
+    pub more: bool,
+}
+
+/// Who holds a named reader of the commit log ([`RunStore::hold_reader`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReaderHold {
+    /// The caller holds it, until the time it asked for. `position` is the reader's stored position
+    /// (the caller's own when it gave one), `None` while none has been stored.
+    Held {
+        /// The stored position.
+        position: Option<String>,
+    },
+    /// Another holder has it.
+    Elsewhere {
+        /// Who.
+        holder: String,
+        /// Until when (the caller may take it over after that, if it is not renewed).
+        until: Millis,
+    },
+}
+
 /// Runs, their transitions and their event logs.
 pub trait RunStore: Send + Sync {
     /// Inserts a new run with its first events.
@@ -354,6 +392,34 @@ pub trait RunStore: Send + Sync {
         waiting_before: Millis,
         batch: u32,
     ) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// The commit log: the events every process commits to this store's database, in commits, from
+    /// after position `after` (a [`CommittedPage::next`] of this store), about `limit` at a time (a
+    /// commit's events are never split). `after = None` starts at the end: nothing committed before
+    /// the call is read. The log never skips a commit: one that becomes visible after a later one
+    /// (PostgreSQL, where concurrent transactions commit in any order) is read before any position
+    /// moves past it, so a commit may wait to be read until every transaction older than it has ended.
+    ///
+    /// # Errors
+    /// The store's; [`StoreError::Corrupt`] for a position this store did not give. Events that
+    /// cannot be read are not an error: they are [`CommittedPage::skipped`].
+    fn committed<'a>(&'a self, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Result<CommittedPage, StoreError>>;
+
+    /// Takes, renews or keeps the reader of the commit log named `name` for `holder` until `until`: if
+    /// no one holds it, `holder` does, or its hold ended at or before `now`. A `position` given is stored
+    /// with the hold (only by its holder). Answers the hold as it is after the call.
+    fn hold_reader<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        position: Option<&'a str>,
+        until: Millis,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<ReaderHold, StoreError>>;
+
+    /// Ends `holder`'s hold of the reader `name` at once (its position stays), so that another holder
+    /// may take it without waiting; nothing when `holder` does not hold it.
+    fn release_reader<'a>(&'a self, name: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The changes other nodes commit to this store's database, as they commit, for a store that
     /// several nodes share (PostgreSQL); `None` (the default) for a store only this process writes

@@ -379,6 +379,16 @@ impl Runtime {
         &self.inner.clock
     }
 
+    /// This process's id among the nodes sharing the store (its runs' lease owner).
+    pub fn node_id(&self) -> &str {
+        &self.inner.node
+    }
+
+    /// How long a lease this process takes lasts unless renewed (`[runtime] lease`).
+    pub fn lease_length(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.inner.lease_ms).unwrap_or(1000))
+    }
+
     /// Every tool this process knows, with its own default gate.
     pub fn catalog(&self) -> &[ToolInfo] {
         &self.inner.catalog

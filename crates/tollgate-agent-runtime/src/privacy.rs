@@ -19,8 +19,9 @@ use futures_util::stream::BoxStream;
 use serde_json::{Map, Value};
 use tollgate_agent_core::redact::Redactor;
 use tollgate_agent_core::{
-    BoxFuture, Claimed, CommitTap, EventKind, Guard, IntegrityCheck, Lease, Millis, NewEvent, RunPage, RunQuery,
-    RunRecord, RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent, Transition,
+    BoxFuture, Claimed, CommitTap, CommittedPage, EventKind, Guard, IntegrityCheck, Lease, Millis, NewEvent,
+    ReaderHold, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent,
+    Transition,
 };
 
 /// How much of the content of runs the event log keeps (`[privacy] level`).
@@ -223,6 +224,25 @@ impl RunStore for FilteredStore {
 
     fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
         self.inner.check_integrity(depth)
+    }
+
+    fn committed<'a>(&'a self, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Result<CommittedPage, StoreError>> {
+        self.inner.committed(after, limit)
+    }
+
+    fn hold_reader<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        position: Option<&'a str>,
+        until: Millis,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<ReaderHold, StoreError>> {
+        self.inner.hold_reader(name, holder, position, until, now)
+    }
+
+    fn release_reader<'a>(&'a self, name: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.release_reader(name, holder)
     }
 
     fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {

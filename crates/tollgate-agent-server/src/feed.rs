@@ -1,7 +1,7 @@
 //! The event feed: follows the runs this process changes ([`Runtime::changes`]), reads the events each
-//! change committed, and hands them to the metrics and the webhook dispatcher. Only this process's own
-//! commits: each event's webhooks are delivered, and its metrics counted, by the node that committed
-//! it, so nodes sharing a PostgreSQL database never deliver one event once per node. It never writes
+//! change committed, and counts them in the metrics. Only this process's own commits: each event is
+//! counted by the node that committed it, so nodes sharing a PostgreSQL database never count one event
+//! once per node. (Webhooks read the store's commit log instead: `webhooks.rs`.) It never writes
 //! and never blocks a run; a feed that falls behind loses nothing: the change set holds one entry per
 //! run changed since the feed last looked, and the feed reads each such run's events from its cursor.
 //!
@@ -16,11 +16,10 @@
 //! on from its first event; any other run from the first event this process committed to it, as
 //! tapped. Only where it holds none of them (a change without events, such as a claim, or events it
 //! has to read) does it look for a start in the store: after the run's last `approval_requested`
-//! event, which may hand on a decision a second time (webhooks are at least once); the events it reads
+//! event, which may count a decision a second time; the events it reads
 //! to find that start are handed on from there, not read again.
 
 use crate::metrics::Metrics;
-use crate::webhooks::Webhooks;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -106,7 +105,6 @@ struct Cursor {
 struct Feed {
     runtime: Runtime,
     metrics: Arc<Metrics>,
-    webhooks: Option<Webhooks>,
     runs: HashMap<String, Cursor>,
     held: Arc<Mutex<Held>>,
     /// The store holds the tap only while this does.
@@ -114,14 +112,8 @@ struct Feed {
 }
 
 /// Starts the feed. Subscribes before returning, so nothing committed after this call is missed. When
-/// `stop` completes, the feed hands on what is already queued and ends (dropping its webhook queue, so
-/// the dispatcher can finish).
-pub(crate) fn spawn(
-    runtime: Runtime,
-    metrics: Arc<Metrics>,
-    webhooks: Option<Webhooks>,
-    stop: oneshot::Receiver<()>,
-) -> JoinHandle<()> {
+/// `stop` completes, the feed counts what is already queued and ends.
+pub(crate) fn spawn(runtime: Runtime, metrics: Arc<Metrics>, stop: oneshot::Receiver<()>) -> JoinHandle<()> {
     // The tap first: a commit between the two is held and handed on with the run's next change.
     let held = Arc::new(Mutex::new(Held::default()));
     let holder = held.clone();
@@ -132,7 +124,7 @@ pub(crate) fn spawn(
         tracing::debug!("the store does not tap its commits: the event feed reads them");
     }
     let changes = runtime.changes();
-    let mut feed = Feed { runtime, metrics, webhooks, runs: HashMap::new(), held, _tap: tap };
+    let mut feed = Feed { runtime, metrics, runs: HashMap::new(), held, _tap: tap };
     tokio::spawn(async move {
         let mut stop = stop;
         loop {
@@ -168,7 +160,7 @@ impl Feed {
                 let mut cursor = Cursor { seq: start, ..Cursor::default() };
                 if let Some(last) = read.last().map(|e| e.seq) {
                     for event in &read {
-                        self.observe(run_id, &mut cursor, event);
+                        self.observe(&mut cursor, event);
                     }
                     cursor.seq = cursor.seq.max(last);
                 }
@@ -180,7 +172,7 @@ impl Feed {
             if event.seq > cursor.seq + 1 {
                 break;
             }
-            self.observe(run_id, &mut cursor, event);
+            self.observe(&mut cursor, event);
             cursor.seq = cursor.seq.max(event.seq);
         }
         while cursor.seq < change.last_seq {
@@ -194,7 +186,7 @@ impl Feed {
             };
             let Some(last) = page.last().map(|e| e.seq) else { break };
             for event in &page {
-                self.observe(run_id, &mut cursor, event);
+                self.observe(&mut cursor, event);
             }
             cursor.seq = last;
         }
@@ -251,7 +243,7 @@ impl Feed {
         (start, kept)
     }
 
-    fn observe(&self, run_id: &str, cursor: &mut Cursor, event: &StoredEvent) {
+    fn observe(&self, cursor: &mut Cursor, event: &StoredEvent) {
         if event.seq <= cursor.seq {
             return;
         }
@@ -286,9 +278,6 @@ impl Feed {
                 }
             }
             _ => {}
-        }
-        if let Some(webhooks) = &self.webhooks {
-            webhooks.offer(run_id, event);
         }
     }
 }

@@ -100,7 +100,11 @@
 //! At least once and unordered: a non-2xx answer or a network error is retried with exponential
 //! backoff ([`WebhookRetry`]); receivers dedupe by `X-Tollgate-Delivery` and order by `event.seq`.
 //! Deliveries run in the background from a bounded queue: a slow or failing receiver never blocks or
-//! fails a run (a full queue drops and counts). Only events committed by this process are delivered.
+//! fails a run (a full queue drops and counts). The events come from the store's commit log
+//! ([`RunStore::committed`](tollgate_agent_core::RunStore::committed)), through its `webhooks` reader,
+//! which one node at a time holds: every process's commits are delivered, once by whichever node holds
+//! it, and a crash or a restart leaves the stored position behind the deliveries not yet ended, so the
+//! next holder makes them.
 //!
 //! ## Metrics (`GET /metrics`, admin)
 //! `tollgate_runs{status}` and `tollgate_waiting_runs` (counted by the store with one `GROUP BY status`
@@ -108,7 +112,7 @@
 //! `tollgate_decisions_total{action}`, `tollgate_events_total{kind}`,
 //! `tollgate_model_call_duration_seconds` and `tollgate_tool_call_duration_seconds{tool}` histograms
 //! (from the events this process commits, measured between their `at` times);
-//! `tollgate_webhook_deliveries_total{outcome}` (`delivered`, `failed`, `dropped`);
+//! `tollgate_webhook_deliveries_total{outcome}` (`delivered`, `failed`, `dropped`, `expired`);
 //! `tollgate_connections_open`, `tollgate_connections_refused_total`,
 //! `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
 //! `tollgate_sse_streams_open`, `tollgate_sse_streams_refused_total`.
@@ -330,15 +334,16 @@ pub async fn serve_on(
     refuse_public_without_auth(local, &options)?;
     let limits = limits(&options)?;
     let built = build(runtime.clone(), &options);
-    let (webhooks, mut dispatcher) =
-        match webhooks::spawn(options.webhooks.clone(), options.webhook_retry, built.metrics.clone())
-            .map_err(ServerError::Options)?
-        {
-            Some((webhooks, handle)) => (Some(webhooks), Some(handle)),
-            None => (None, None),
-        };
+    let dispatcher = webhooks::spawn(
+        runtime.clone(),
+        options.webhooks.clone(),
+        options.webhook_retry,
+        built.metrics.clone(),
+        WEBHOOK_FLUSH,
+    )
+    .map_err(ServerError::Options)?;
     let (stop_feed, feed_stopped) = tokio::sync::oneshot::channel();
-    let mut feed = feed::spawn(runtime.clone(), built.metrics.clone(), webhooks, feed_stopped);
+    let mut feed = feed::spawn(runtime.clone(), built.metrics.clone(), feed_stopped);
     // Deadlines and takeovers every second, lease renewal, retention hourly: the runtime's one
     // maintenance scheduler, as every CLI command runs it (with its own schedule).
     let maintenance = runtime.spawn_maintenance(Schedule::server(options.retention));
@@ -371,20 +376,14 @@ pub async fn serve_on(
         );
     }
     maintenance.stop();
-    // Hand on the last commits' events, then let queued webhook deliveries finish, for a bounded time.
+    // Count the last commits' events; let webhook deliveries under way finish, for a bounded time,
+    // then store how far they got and release the webhook reader for another node.
     let _ = stop_feed.send(());
-    let flush = async {
-        let _ = (&mut feed).await;
-        if let Some(dispatcher) = &mut dispatcher {
-            let _ = dispatcher.await;
-        }
-    };
-    if tokio::time::timeout(WEBHOOK_FLUSH, flush).await.is_err() {
-        tracing::warn!("webhook deliveries still pending at shutdown were dropped");
+    if tokio::time::timeout(WEBHOOK_FLUSH, &mut feed).await.is_err() {
+        feed.abort();
     }
-    feed.abort();
     if let Some(dispatcher) = dispatcher {
-        dispatcher.abort();
+        dispatcher.stop(WEBHOOK_FLUSH).await;
     }
     Ok(())
 }
@@ -457,5 +456,6 @@ pub(crate) async fn apply_retention(
     runtime.apply_retention(terminal_after, waiting_after).await
 }
 
-/// How long shutdown waits for queued webhook deliveries.
+/// How long shutdown waits for webhook deliveries under way (what is left is delivered by the next
+/// holder of the webhook reader, from the position stored).
 const WEBHOOK_FLUSH: Duration = Duration::from_secs(5);

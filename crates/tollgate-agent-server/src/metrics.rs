@@ -9,7 +9,8 @@
 //!   tool-call latency histograms: counted from the events this process commits, as the event feed
 //!   (`feed.rs`) reads them; they start at zero with the process, as counters do.
 //! - `tollgate_webhook_deliveries_total{outcome}`: webhook deliveries that succeeded, failed after every
-//!   retry, or were dropped because the queue was full.
+//!   retry, were dropped because the queue was full, or
+//!   expired (read more than a day after their commit).
 //! - `tollgate_event_feed_store_reads_total`: reads of events the feed made from the store, for commits
 //!   it was not handed by the store's commit tap (zero while it keeps up with a store that taps).
 //! - `tollgate_connections_open`, `tollgate_connections_refused_total`,
@@ -76,6 +77,8 @@ pub(crate) enum Delivery {
     Delivered,
     Failed,
     Dropped,
+    /// Not tried: the event was committed more than a day before the dispatcher read it.
+    Expired,
 }
 
 /// The server's counters.
@@ -85,6 +88,7 @@ pub(crate) struct Metrics {
     delivered: AtomicU64,
     failed: AtomicU64,
     dropped: AtomicU64,
+    expired: AtomicU64,
     feed_reads: AtomicU64,
     counts: tokio::sync::Mutex<Option<(Instant, StatusCounts)>>,
     connections_open: AtomicU64,
@@ -125,6 +129,7 @@ impl Metrics {
             Delivery::Delivered => &self.delivered,
             Delivery::Failed => &self.failed,
             Delivery::Dropped => &self.dropped,
+            Delivery::Expired => &self.expired,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -232,8 +237,12 @@ impl Metrics {
         let _ = writeln!(out, "tollgate_event_feed_store_reads_total {}", self.feed_reads.load(Ordering::Relaxed));
         out.push_str("# HELP tollgate_webhook_deliveries_total Webhook deliveries by outcome.\n");
         out.push_str("# TYPE tollgate_webhook_deliveries_total counter\n");
-        for (outcome, counter) in [("delivered", &self.delivered), ("failed", &self.failed), ("dropped", &self.dropped)]
-        {
+        for (outcome, counter) in [
+            ("delivered", &self.delivered),
+            ("failed", &self.failed),
+            ("dropped", &self.dropped),
+            ("expired", &self.expired),
+        ] {
             let _ = writeln!(
                 out,
                 "tollgate_webhook_deliveries_total{{outcome=\"{outcome}\"}} {}",

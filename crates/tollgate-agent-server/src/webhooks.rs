@@ -8,18 +8,35 @@
 //!
 //! Delivery is at least once and unordered: a non-2xx answer or a network error is retried with
 //! exponential backoff; receivers dedupe by `X-Tollgate-Delivery` and order by `event.seq`. It never
-//! blocks or fails a run: events are queued (bounded; when the queue is full the delivery is dropped
-//! and counted), and deliveries run in background tasks. At shutdown the queue is flushed for a few
-//! seconds at most; what is still undelivered then is lost.
+//! blocks or fails a run.
+//!
+//! The events come from the store's commit log ([`RunStore::committed`]), which holds every commit of
+//! every process sharing the database, through its reader named `webhooks`, which one node at a time
+//! holds ([`RunStore::hold_reader`]) for the length of a run's lease, renewed while it runs. The
+//! holder reads the log as commits are announced (and every second regardless), queues the
+//! deliveries (bounded; when the queue is full a delivery is dropped and counted), and stores its
+//! position in the log as far as every delivery before it has ended (delivered, or failed after its
+//! last retry). So a node that crashes, or whose hold lapses, leaves its position behind, and the
+//! next holder delivers again from there: nothing committed is left undelivered, some deliveries may
+//! be made twice. At shutdown the holder lets deliveries in flight finish for a few seconds, stores
+//! its position and releases the reader, so another node continues at once. An event read more than a
+//! day after its commit (a log that no node read for that long) is not delivered, and is counted as
+//! expired.
+//!
+//! [`RunStore::committed`]: tollgate_agent_core::RunStore::committed
+//! [`RunStore::hold_reader`]: tollgate_agent_core::RunStore::hold_reader
 
 use crate::metrics::{Delivery, Metrics};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
-use tollgate_agent_core::StoredEvent;
+use tollgate_agent_core::{Millis, ReaderHold, StoreError, StoredEvent};
+use tollgate_agent_runtime::{RunNotice, Runtime};
 
 /// One webhook receiver.
 #[derive(Clone, PartialEq, Eq)]
@@ -75,53 +92,56 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
 
 const QUEUE: usize = 10_000;
 const PARALLEL: usize = 16;
+/// The reader of the commit log that webhook deliveries hold.
+pub(crate) const READER: &str = "webhooks";
+/// How many commits one read of the log takes at most.
+const PAGE: u32 = 500;
+/// How often the holder reads the log when no commit was announced, and how often a node that does
+/// not hold the reader tries to take it.
+const POLL: Duration = Duration::from_secs(1);
+/// How often, at most, the holder stores a position that moved (it renews its hold more often only
+/// when its lease is shorter).
+const STORE_EVERY: Duration = Duration::from_secs(1);
+/// An event read later than this after its commit is not delivered.
+const MAX_AGE_MS: i64 = 24 * 60 * 60 * 1000;
 
 struct Job {
     target: usize,
     body: Arc<Vec<u8>>,
     kind: &'static str,
     delivery: String,
+    /// The deliveries of its page of the log still under way.
+    page: Arc<AtomicUsize>,
 }
 
-/// The queue into the dispatcher.
-#[derive(Clone)]
-pub(crate) struct Webhooks {
-    targets: Arc<Vec<WebhookTarget>>,
-    queue: mpsc::Sender<Job>,
-    metrics: Arc<Metrics>,
+/// The running dispatcher: stop it with [`Dispatcher::stop`].
+pub(crate) struct Dispatcher {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
 }
 
-impl Webhooks {
-    /// Queues an event for every target that lists its kind. Never waits.
-    pub(crate) fn offer(&self, run_id: &str, event: &StoredEvent) {
-        let kind = event.kind.as_str();
-        let mut body = None;
-        for (i, target) in self.targets.iter().enumerate() {
-            if !target.events.iter().any(|e| e == kind || e == "*") {
-                continue;
-            }
-            let body = body
-                .get_or_insert_with(|| {
-                    Arc::new(
-                        serde_json::to_vec(&serde_json::json!({"run_id": run_id, "event": event})).unwrap_or_default(),
-                    )
-                })
-                .clone();
-            let job = Job { target: i, body, kind, delivery: format!("{run_id}:{}", event.seq) };
-            if self.queue.try_send(job).is_err() {
-                tracing::warn!(run = %run_id, seq = event.seq, url = %target.url, "webhook queue full; delivery dropped");
-                self.metrics.webhook(Delivery::Dropped);
-            }
+impl Dispatcher {
+    /// Stops reading the log, lets deliveries in flight finish for at most `flush`, stores the
+    /// position and releases the reader.
+    pub(crate) async fn stop(self, flush: Duration) {
+        let _ = self.stop.send(());
+        let mut task = self.task;
+        // The reader bounds its own wait by `flush`; this bounds a store that does not answer.
+        if tokio::time::timeout(flush + Duration::from_secs(2), &mut task).await.is_err() {
+            tracing::warn!("the webhook dispatcher did not stop in time; undelivered events stay in the log");
+            task.abort();
         }
     }
 }
 
 /// Starts the dispatcher; `None` when there is nothing to deliver to.
 pub(crate) fn spawn(
+    runtime: Runtime,
     targets: Vec<WebhookTarget>,
     retry: WebhookRetry,
     metrics: Arc<Metrics>,
-) -> Result<Option<(Webhooks, JoinHandle<()>)>, String> {
+    flush: Duration,
+) -> Result<Option<Dispatcher>, String> {
     if targets.is_empty() {
         return Ok(None);
     }
@@ -135,8 +155,293 @@ pub(crate) fn spawn(
         .map_err(|e| format!("cannot build the webhook HTTP client: {e}"))?;
     let targets = Arc::new(targets);
     let (queue, jobs) = mpsc::channel(QUEUE);
-    let handle = tokio::spawn(dispatch(jobs, targets.clone(), client, retry, metrics.clone()));
-    Ok(Some((Webhooks { targets, queue, metrics }, handle)))
+    let deliveries = tokio::spawn(dispatch(jobs, targets.clone(), client, retry, metrics.clone()));
+    let (stop, stopped) = oneshot::channel();
+    let reader = Reader {
+        notices: runtime.subscribe(),
+        runtime,
+        targets,
+        metrics,
+        queue: Some(queue),
+        pages: VecDeque::new(),
+        read_to: String::new(),
+        done_to: String::new(),
+        stored: None,
+        last_store: None,
+        warned: false,
+    };
+    let task = tokio::spawn(reader.run(stopped, deliveries, flush));
+    Ok(Some(Dispatcher { stop, task }))
+}
+
+/// The holder's side: reads the log, queues deliveries, stores its position.
+struct Reader {
+    runtime: Runtime,
+    notices: broadcast::Receiver<RunNotice>,
+    targets: Arc<Vec<WebhookTarget>>,
+    metrics: Arc<Metrics>,
+    queue: Option<mpsc::Sender<Job>>,
+    /// Pages read whose deliveries are under way, oldest first: where the log continues after each,
+    /// and how many of its deliveries have not ended.
+    pages: VecDeque<(String, Arc<AtomicUsize>)>,
+    /// Where the next read continues.
+    read_to: String,
+    /// How far every delivery has ended: the position to store.
+    done_to: String,
+    /// The position last stored, and when.
+    stored: Option<String>,
+    last_store: Option<Instant>,
+    /// A read failure was logged (once until a read succeeds).
+    warned: bool,
+}
+
+/// Why the holder stopped reading.
+enum Stopped {
+    /// Shutdown.
+    Stop,
+    /// Another node holds the reader now.
+    Lost,
+}
+
+impl Reader {
+    async fn run(mut self, mut stop: oneshot::Receiver<()>, deliveries: JoinHandle<()>, flush: Duration) {
+        let mut holding = false;
+        loop {
+            match self.take(&mut stop).await {
+                Some(true) => {}
+                Some(false) => continue,
+                None => break,
+            }
+            holding = true;
+            match self.deliver(&mut stop).await {
+                Stopped::Stop => break,
+                Stopped::Lost => {
+                    holding = false;
+                    tracing::info!(
+                        "another node holds the webhook reader of the commit log now; it delivers from here"
+                    );
+                }
+            }
+        }
+        // No more reads: let the deliveries in flight end, then store how far they got and let go.
+        self.queue = None;
+        let mut deliveries = deliveries;
+        if tokio::time::timeout(flush, &mut deliveries).await.is_err() {
+            tracing::warn!("webhook deliveries still under way at shutdown were stopped; the next holder makes them");
+            deliveries.abort();
+        }
+        if holding {
+            self.advance();
+            let _ = self.store(true).await;
+            let node = self.runtime.node_id().to_owned();
+            if let Err(error) = self.runtime.store().release_reader(READER, &node).await {
+                tracing::warn!(%error, "cannot release the webhook reader; another node takes it when its hold ends");
+            }
+        }
+    }
+
+    /// Takes the reader: `Some(true)` once held (positioned where its last holder left it), `Some(false)`
+    /// after waiting for another holder, `None` on shutdown.
+    async fn take(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<bool> {
+        let now = self.runtime.clock().now();
+        let until = now + millis(self.runtime.lease_length());
+        let node = self.runtime.node_id().to_owned();
+        let wait = match self.runtime.store().hold_reader(READER, &node, None, until, now).await {
+            Ok(ReaderHold::Held { position }) => match self.start(position).await {
+                Ok(()) => return Some(true),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the commit log for webhooks; retrying");
+                    POLL
+                }
+            },
+            Ok(ReaderHold::Elsewhere { until, .. }) => {
+                let left = Duration::from_millis(u64::try_from(until - now).unwrap_or_default());
+                left.clamp(Duration::from_millis(50), POLL)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot take the webhook reader of the commit log; retrying");
+                POLL
+            }
+        };
+        tokio::select! {
+            _ = stop => None,
+            () = tokio::time::sleep(wait) => Some(false),
+        }
+    }
+
+    /// Starts reading at the reader's stored `position`, or at the end of the log when it has none (or
+    /// one this store cannot read).
+    async fn start(&mut self, position: Option<String>) -> Result<(), StoreError> {
+        let store = self.runtime.store().clone();
+        let at = match position {
+            Some(position) => match store.committed(Some(&position), 1).await {
+                Ok(_) => position,
+                Err(error @ StoreError::Corrupt { .. }) => {
+                    tracing::warn!(%error, "the webhook reader's position is unreadable; delivering from now on");
+                    store.committed(None, 1).await?.next
+                }
+                Err(error) => return Err(error),
+            },
+            None => store.committed(None, 1).await?.next,
+        };
+        self.pages.clear();
+        self.read_to = at.clone();
+        self.done_to = at;
+        self.stored = None;
+        // Another node taking the reader meanwhile is found at the next store.
+        let _ = self.store(true).await;
+        Ok(())
+    }
+
+    /// Holds the reader: reads, queues, stores, until shutdown or until another node holds it.
+    async fn deliver(&mut self, stop: &mut oneshot::Receiver<()>) -> Stopped {
+        let renew_every = (self.runtime.lease_length() / 3).min(Duration::from_secs(10));
+        let mut renewed = Instant::now();
+        loop {
+            self.read().await;
+            self.advance();
+            let renew = renewed.elapsed() >= renew_every;
+            match self.store(renew).await {
+                Ok(true) => renewed = Instant::now(),
+                Ok(false) => {}
+                Err(Lost) => return Stopped::Lost,
+            }
+            tokio::select! {
+                _ = &mut *stop => return Stopped::Stop,
+                () = self.woken() => {}
+                () = tokio::time::sleep(POLL) => {}
+            }
+        }
+    }
+
+    /// Waits for an announced commit, then takes every notice waiting, so a burst wakes one read.
+    async fn woken(&mut self) {
+        match self.notices.recv().await {
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+        }
+        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.notices.try_recv() {}
+    }
+
+    /// Reads the log from where it continues until a page is not full, queueing each event's deliveries.
+    async fn read(&mut self) {
+        let store = self.runtime.store().clone();
+        loop {
+            let page = match store.committed(Some(&self.read_to), PAGE).await {
+                Ok(page) => {
+                    self.warned = false;
+                    page
+                }
+                Err(error) => {
+                    if !std::mem::replace(&mut self.warned, true) {
+                        tracing::warn!(%error, "cannot read the commit log for webhooks; retrying");
+                    }
+                    return;
+                }
+            };
+            for (run_id, error) in &page.skipped {
+                tracing::warn!(run = %run_id, %error, "an event in the commit log cannot be read; it is not delivered");
+            }
+            let under_way = Arc::new(AtomicUsize::new(0));
+            let now = self.runtime.clock().now();
+            for (run_id, event) in &page.events {
+                self.offer(run_id, event, now, &under_way);
+            }
+            self.read_to = page.next.clone();
+            match self.pages.back_mut() {
+                // Nothing of this page under way: it ends where the page before it ends.
+                Some((next, _)) if under_way.load(Ordering::Acquire) == 0 => *next = page.next,
+                _ => self.pages.push_back((page.next, under_way)),
+            }
+            if !page.more {
+                return;
+            }
+        }
+    }
+
+    /// Queues an event for every target that lists its kind. Never waits.
+    fn offer(&self, run_id: &str, event: &StoredEvent, now: Millis, under_way: &Arc<AtomicUsize>) {
+        let Some(queue) = &self.queue else { return };
+        let kind = event.kind.as_str();
+        let expired = too_old(&event.at, now);
+        let mut body = None;
+        for (i, target) in self.targets.iter().enumerate() {
+            if !target.events.iter().any(|e| e == kind || e == "*") {
+                continue;
+            }
+            if expired {
+                self.metrics.webhook(Delivery::Expired);
+                continue;
+            }
+            let body = body
+                .get_or_insert_with(|| {
+                    Arc::new(
+                        serde_json::to_vec(&serde_json::json!({"run_id": run_id, "event": event})).unwrap_or_default(),
+                    )
+                })
+                .clone();
+            under_way.fetch_add(1, Ordering::AcqRel);
+            let job =
+                Job { target: i, body, kind, delivery: format!("{run_id}:{}", event.seq), page: under_way.clone() };
+            if queue.try_send(job).is_err() {
+                under_way.fetch_sub(1, Ordering::AcqRel);
+                tracing::warn!(run = %run_id, seq = event.seq, url = %target.url, "webhook queue full; delivery dropped");
+                self.metrics.webhook(Delivery::Dropped);
+            }
+        }
+    }
+
+    /// Moves `done_to` past every page whose deliveries have all ended.
+    fn advance(&mut self) {
+        while let Some((next, under_way)) = self.pages.front() {
+            if under_way.load(Ordering::Acquire) > 0 {
+                break;
+            }
+            self.done_to = next.clone();
+            self.pages.pop_front();
+        }
+        if self.pages.is_empty() {
+            self.done_to = self.read_to.clone();
+        }
+    }
+
+    /// Stores `done_to` with the hold (renewing it) when it moved and [`STORE_EVERY`] has passed, or
+    /// when `renew`. `Ok(true)` when it wrote, `Err(Lost)` when another node holds the reader now.
+    async fn store(&mut self, renew: bool) -> Result<bool, Lost> {
+        let moved = self.stored.as_ref() != Some(&self.done_to);
+        let due = self.last_store.is_none_or(|at| at.elapsed() >= STORE_EVERY);
+        if !(renew || (moved && due)) {
+            return Ok(false);
+        }
+        let now = self.runtime.clock().now();
+        let until = now + millis(self.runtime.lease_length());
+        let node = self.runtime.node_id().to_owned();
+        let position = self.done_to.clone();
+        match self.runtime.store().hold_reader(READER, &node, Some(&position), until, now).await {
+            Ok(ReaderHold::Held { .. }) => {
+                self.stored = Some(position);
+                self.last_store = Some(Instant::now());
+                Ok(true)
+            }
+            Ok(ReaderHold::Elsewhere { .. }) => Err(Lost),
+            Err(error) => {
+                tracing::warn!(%error, "cannot store the webhook reader's position; retrying");
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// Another node holds the reader.
+struct Lost;
+
+/// Whether an event committed at `at` (RFC 3339, as stored) is too old to deliver at `now`.
+fn too_old(at: &str, now: Millis) -> bool {
+    chrono::DateTime::parse_from_rfc3339(at).is_ok_and(|at| now.saturating_sub(at.timestamp_millis()) > MAX_AGE_MS)
+}
+
+fn millis(duration: Duration) -> Millis {
+    Millis::try_from(duration.as_millis()).unwrap_or(Millis::MAX / 2)
 }
 
 async fn dispatch(
@@ -147,7 +452,8 @@ async fn dispatch(
     metrics: Arc<Metrics>,
 ) {
     let slots = Arc::new(Semaphore::new(PARALLEL));
-    // Dropping the set (when this task is aborted at shutdown) aborts the deliveries in flight.
+    // Dropping the set (when this task is aborted at shutdown) aborts the deliveries in flight, whose
+    // pages then never count as done.
     let mut deliveries = JoinSet::new();
     while let Some(job) = jobs.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else { break };
@@ -155,6 +461,7 @@ async fn dispatch(
         deliveries.spawn(async move {
             let outcome = deliver(&client, &targets[job.target], &job, retry).await;
             metrics.webhook(outcome);
+            job.page.fetch_sub(1, Ordering::AcqRel);
             drop(slot);
         });
         while deliveries.try_join_next().is_some() {}
@@ -203,6 +510,16 @@ mod tests {
             signature("Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn an_event_read_more_than_a_day_after_its_commit_is_too_old() {
+        let at = "2025-11-29T10:00:00.000Z";
+        let committed = 1_764_410_400_000;
+        assert!(!too_old(at, committed));
+        assert!(!too_old(at, committed + MAX_AGE_MS));
+        assert!(too_old(at, committed + MAX_AGE_MS + 1));
+        assert!(!too_old("not a time", committed + 10 * MAX_AGE_MS), "a time that cannot be read is delivered");
     }
 
     #[test]

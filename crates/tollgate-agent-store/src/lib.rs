@@ -64,8 +64,9 @@
 //!   hash chain; a value this store cannot decrypt is [`StoreError::Undecryptable`] for that run.
 
 // A build without either backend (Cargo features `sqlite`, `postgres`) keeps the shared code unused.
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code, unused_imports, unused_macros))]
 mod codec;
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code, unused_imports, unused_macros))]
+mod commit_log;
 pub mod encryption;
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 mod migrations;

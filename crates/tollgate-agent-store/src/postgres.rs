@@ -33,6 +33,7 @@ use crate::codec::{
     decode_event, decode_run, decode_runs_skipping_corrupt, plan_append, plan_create, plan_transition,
     prefix_upper_bound, read_run_row, resolve_prefix_answer, run_columns, run_error, split_readable, status_counts,
 };
+use crate::commit_log::{parse_pg_position, pg_position};
 use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
 use crate::pg_connections::{Connections, Held, PING_IF_IDLE_FOR};
@@ -52,7 +53,8 @@ use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
 use tollgate_agent_core::run::{Lease, Millis, RunRecord, RunStatus, Transition};
 use tollgate_agent_core::store::{
-    Claimed, Conflict, Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreChange, StoreError,
+    Claimed, CommittedPage, Conflict, Guard, IntegrityCheck, ReaderHold, RunPage, RunQuery, RunStore, StoreChange,
+    StoreError,
 };
 
 impl Columns for PgRow {
@@ -113,6 +115,7 @@ const MIGRATIONS: &[Migration] = &[
         name: "announce_in_the_write",
         sql: include_str!("../migrations/postgres/0010_announce_in_the_write.sql"),
     },
+    Migration { version: 11, name: "commit_log", sql: include_str!("../migrations/postgres/0011_commit_log.sql") },
 ];
 
 /// The probe of [`RunStore::probe_write`]: one committed row update.
@@ -121,7 +124,7 @@ const PROBE: &str = "INSERT INTO health (id, probed_at) VALUES (1, $1) \
 
 /// Tables `check_integrity` reads: every row with `Full` (PostgreSQL then reads every page, checking
 /// its checksum when the cluster has them), one row with `Quick`.
-const TABLES: [&str; 4] = ["runs", "event_batches", "health", "tollgate_migrations"];
+const TABLES: [&str; 5] = ["runs", "event_batches", "log_readers", "health", "tollgate_migrations"];
 
 /// Connections per node.
 const POOL_SIZE: u32 = 16;
@@ -287,6 +290,27 @@ const SELECT_EVENTS: &str = "SELECT e.seq, e.at, e.kind, e.round, e.data, e.hash
      UNNEST(b.seqs, b.ats, b.kinds, b.rounds, b.datas, b.hashes) AS e (seq, at, kind, round, data, hash) \
      WHERE e.seq > $2 ORDER BY e.seq LIMIT $3";
 const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
+/// The commit log after position (`$1` transaction, `$2` run, `$3` last seq): the events of at most `$4`
+/// batches, those of transactions older than every transaction still running (the horizon, column 9,
+/// on every row, and on a row of its own with no event when there is none), in the log's order.
+const SELECT_COMMITTED: &str = "SELECT e.seq, e.at, e.kind, e.round, e.data, e.hash, b.run_id, b.tx, b.last_seq, h.x \
+     FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS x) AS h \
+     LEFT JOIN LATERAL (SELECT run_id, tx, last_seq, seqs, ats, kinds, rounds, datas, hashes FROM event_batches \
+         WHERE tx >= $1 AND (tx, run_id, last_seq) > ($1, $2, $3) AND tx < h.x \
+         ORDER BY tx, run_id, last_seq LIMIT $4) AS b ON true \
+     LEFT JOIN LATERAL UNNEST(b.seqs, b.ats, b.kinds, b.rounds, b.datas, b.hashes) \
+         AS e (seq, at, kind, round, data, hash) ON true \
+     ORDER BY b.tx, b.run_id, b.last_seq, e.seq";
+/// The end of the commit log: the horizon (see [`SELECT_COMMITTED`]).
+const COMMITTED_END: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+/// Takes, renews or keeps a reader's hold (see [`RunStore::hold_reader`]); no row when another holds it.
+const HOLD_READER: &str = "INSERT INTO log_readers AS r (name, holder, held_until, position, updated_at) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+     held_until = excluded.held_until, position = COALESCE(excluded.position, r.position), \
+     updated_at = excluded.updated_at WHERE r.holder = excluded.holder OR r.held_until <= excluded.updated_at \
+     RETURNING position";
+const READER_HOLDER: &str = "SELECT holder, held_until FROM log_readers WHERE name = $1";
+const RELEASE_READER: &str = "UPDATE log_readers SET held_until = 0 WHERE name = $1 AND holder = $2";
 /// The oldest queued runs no other transaction has locked, locked for a claim (a few, so that one
 /// corrupt row does not stop the queue).
 const SELECT_QUEUED_FOR_CLAIM: &str = concat!(
@@ -1388,6 +1412,101 @@ impl PostgresStore {
         Ok(decode_runs_skipping_corrupt(&rows, "due", self.keys()))
     }
 
+    async fn read_committed(&self, after: Option<&str>, limit: u32) -> Result<CommittedPage, StoreError> {
+        let mut connection = self.connection().await?;
+        let Some(after) = after else {
+            let end: i64 = sqlx::query_scalar(COMMITTED_END)
+                .fetch_one(&mut *connection)
+                .await
+                .map_err(self.db_error("cannot read the commit log"))?;
+            connection.finished();
+            return Ok(CommittedPage { next: pg_position(end, "", 0), ..CommittedPage::default() });
+        };
+        let (tx, run_id, last_seq) = parse_pg_position(after)?;
+        let rows = sqlx::query(SELECT_COMMITTED)
+            .bind(tx)
+            .bind(run_id)
+            .bind(last_seq)
+            .bind(i64::from(limit.max(1)))
+            .fetch_all(&mut *connection)
+            .await
+            .map_err(self.db_error("cannot read the commit log"))?;
+        connection.finished();
+        let mut page = CommittedPage::default();
+        let (mut horizon, mut last, mut batches) = (0, None, 0_u32);
+        for row in &rows {
+            horizon = row.try_get::<i64, _>(9).map_err(self.db_error("cannot read the commit log"))?;
+            let batch: (Option<String>, Option<i64>, Option<i64>) = (
+                row.try_get(6).map_err(self.db_error("cannot read the commit log"))?,
+                row.try_get(7).map_err(self.db_error("cannot read the commit log"))?,
+                row.try_get(8).map_err(self.db_error("cannot read the commit log"))?,
+            );
+            let (Some(run_id), Some(tx), Some(last_seq)) = batch else { continue };
+            if last.as_ref() != Some(&(tx, run_id.clone(), last_seq)) {
+                batches += 1;
+                last = Some((tx, run_id.clone(), last_seq));
+            }
+            match decode_event(&run_id, row, self.keys()) {
+                Ok(event) => page.events.push((run_id, event)),
+                Err(error) => page.skipped.push((run_id, error)),
+            }
+        }
+        page.more = batches >= limit.max(1);
+        page.next = match last {
+            Some((tx, run_id, last_seq)) if page.more => pg_position(tx, &run_id, last_seq),
+            // Everything older than the horizon has been read: the next read starts there.
+            _ if horizon > tx => pg_position(horizon, "", 0),
+            _ => after.to_owned(),
+        };
+        Ok(page)
+    }
+
+    async fn hold(
+        &self,
+        name: &str,
+        holder: &str,
+        position: Option<&str>,
+        until: Millis,
+        now: Millis,
+    ) -> Result<ReaderHold, StoreError> {
+        let mut connection = self.connection().await?;
+        let held: Option<Option<String>> = sqlx::query_scalar(HOLD_READER)
+            .bind(name)
+            .bind(holder)
+            .bind(until)
+            .bind(position)
+            .bind(now)
+            .fetch_optional(&mut *connection)
+            .await
+            .map_err(self.db_error("cannot hold a reader of the commit log"))?;
+        let answer = match held {
+            Some(position) => ReaderHold::Held { position },
+            None => {
+                let other: Option<(String, i64)> = sqlx::query_as(READER_HOLDER)
+                    .bind(name)
+                    .fetch_optional(&mut *connection)
+                    .await
+                    .map_err(self.db_error("cannot read a reader of the commit log"))?;
+                let (holder, until) = other.unwrap_or_default();
+                ReaderHold::Elsewhere { holder, until }
+            }
+        };
+        connection.finished();
+        Ok(answer)
+    }
+
+    async fn release(&self, name: &str, holder: &str) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        sqlx::query(RELEASE_READER)
+            .bind(name)
+            .bind(holder)
+            .execute(&mut *connection)
+            .await
+            .map_err(self.db_error("cannot release a reader of the commit log"))?;
+        connection.finished();
+        Ok(())
+    }
+
     async fn purge_runs(&self, terminal_before: Millis, waiting_before: Millis, batch: u32) -> Result<u64, StoreError> {
         let mut connection = self.connection().await?;
         let deleted: Vec<String> = sqlx::query_scalar(PURGE)
@@ -1518,6 +1637,25 @@ impl RunStore for PostgresStore {
 
     fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
         Box::pin(self.check_tables(depth))
+    }
+
+    fn committed<'a>(&'a self, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Result<CommittedPage, StoreError>> {
+        Box::pin(self.read_committed(after, limit))
+    }
+
+    fn hold_reader<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        position: Option<&'a str>,
+        until: Millis,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<ReaderHold, StoreError>> {
+        Box::pin(self.hold(name, holder, position, until, now))
+    }
+
+    fn release_reader<'a>(&'a self, name: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.release(name, holder))
     }
 
     fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {

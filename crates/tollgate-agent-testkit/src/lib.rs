@@ -447,6 +447,30 @@ impl tollgate_agent_core::RunStore for FailingStore {
     ) -> BoxFuture<'_, Result<Vec<String>, tollgate_agent_core::StoreError>> {
         self.inner.check_integrity(depth)
     }
+    fn committed<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<tollgate_agent_core::CommittedPage, tollgate_agent_core::StoreError>> {
+        self.broken_with().unwrap_or_else(|| self.inner.committed(after, limit))
+    }
+    fn hold_reader<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        position: Option<&'a str>,
+        until: tollgate_agent_core::Millis,
+        now: tollgate_agent_core::Millis,
+    ) -> BoxFuture<'a, Result<tollgate_agent_core::ReaderHold, tollgate_agent_core::StoreError>> {
+        self.broken_with().unwrap_or_else(|| self.inner.hold_reader(name, holder, position, until, now))
+    }
+    fn release_reader<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<(), tollgate_agent_core::StoreError>> {
+        self.inner.release_reader(name, holder)
+    }
 }
 
 /// A fresh, unique scratch folder under the system's temp dir (removed by the OS, not by the test).

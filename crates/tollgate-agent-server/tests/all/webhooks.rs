@@ -27,12 +27,24 @@ impl Received {
 
 /// Starts a receiver answering `status` to every POST; returns its URL and what it received.
 pub(crate) async fn receiver(status: StatusCode) -> (String, Received) {
+    start_receiver(status, None).await
+}
+
+/// Starts a receiver that takes every POST and never answers; returns its URL and what it received.
+async fn hanging_receiver() -> (String, Received) {
+    start_receiver(StatusCode::OK, Some(Duration::from_secs(3600))).await
+}
+
+async fn start_receiver(status: StatusCode, hang: Option<Duration>) -> (String, Received) {
     let received = Received::default();
     let app = Router::new()
         .route(
             "/hook",
             post(move |State(received): State<Received>, headers: HeaderMap, body: Bytes| async move {
                 received.deliveries.lock().unwrap_or_else(PoisonError::into_inner).push((headers, body));
+                if let Some(hang) = hang {
+                    tokio::time::sleep(hang).await;
+                }
                 status
             }),
         )
@@ -244,4 +256,33 @@ async fn the_feed_hands_on_this_servers_commits_without_reading_them_back() {
         assert_eq!(counted, Some(feed_reads), "/metrics counts the feed's reads");
         server.stop().await;
     }
+}
+
+/// A delivery still under way when its server stops is not lost: the position the server stores in
+/// the commit log's `webhooks` reader stays before it, and the next server on the same store (here a
+/// restart; another node alike) delivers it, once the first has released the reader.
+#[tokio::test]
+async fn a_delivery_under_way_at_shutdown_is_made_by_the_next_server() {
+    let (stuck_url, stuck) = hanging_receiver().await;
+    let hook = |url| vec![WebhookTarget { url, secret: "s".into(), events: vec!["run_completed".into()] }];
+    let first = Server::start(Config { webhooks: hook(stuck_url), ..Default::default() }).await;
+    let run = first.waiting_run(SCRIBE, "under way").await;
+    let done = first.approve_and_wait(&run).await;
+    assert_eq!(done.body["status"], "completed", "{}", done.body);
+    eventually("the delivery reached the receiver that never answers", || !stuck.all().is_empty()).await;
+    let store = first.store.clone();
+    // Stopping waits 5 s for the delivery (which would take three 2-second attempts), then gives up.
+    first.stop().await;
+
+    let (url, hooks) = receiver(StatusCode::OK).await;
+    let second = Server::start(Config { store: Some(store), webhooks: hook(url), ..Default::default() }).await;
+    eventually("the next server delivers it", || !hooks.all().is_empty()).await;
+    let delivered: Vec<String> = hooks
+        .all()
+        .iter()
+        .filter_map(|(headers, _)| headers.get("x-tollgate-delivery")?.to_str().ok().map(str::to_owned))
+        .collect();
+    let kinds = second.event_kinds(&id(&run)).await;
+    assert_eq!(delivered, vec![format!("{}:{}", id(&run), kinds.len())], "the run's run_completed, once");
+    second.stop().await;
 }

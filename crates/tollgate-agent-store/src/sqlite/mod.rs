@@ -67,7 +67,9 @@ use tokio::sync::{mpsc, oneshot};
 use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
 use tollgate_agent_core::run::{Lease, Millis, RunRecord, RunStatus, Transition};
-use tollgate_agent_core::store::{Claimed, Guard, IntegrityCheck, RunPage, RunQuery, RunStore, StoreError};
+use tollgate_agent_core::store::{
+    Claimed, CommittedPage, Guard, IntegrityCheck, ReaderHold, RunPage, RunQuery, RunStore, StoreError,
+};
 use writer::{QUEUE_CAPACITY, Request, WriteOp, Writer};
 
 /// How long a connection waits for another process's write lock before giving up.
@@ -85,6 +87,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 2, name: "health", sql: include_str!("../../migrations/sqlite/0002_health.sql") },
     Migration { version: 3, name: "run_metadata", sql: include_str!("../../migrations/sqlite/0003_run_metadata.sql") },
+    Migration { version: 4, name: "commit_log", sql: include_str!("../../migrations/sqlite/0004_commit_log.sql") },
 ];
 
 // Shared by the readers and the writer (which reads a run as its batch left it).
@@ -396,6 +399,42 @@ impl RunStore for SqliteStore {
 
     fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
         Box::pin(async move { self.check_file(depth) })
+    }
+
+    fn committed<'a>(&'a self, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Result<CommittedPage, StoreError>> {
+        Box::pin(async move { self.read_committed(after, limit) })
+    }
+
+    fn hold_reader<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        position: Option<&'a str>,
+        until: Millis,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<ReaderHold, StoreError>> {
+        let request = Request::Hold {
+            name: name.to_owned(),
+            holder: holder.to_owned(),
+            position: position.map(str::to_owned),
+            until,
+            now,
+        };
+        Box::pin(async move {
+            let held = self.write_count(request).await? == 1;
+            // Nobody else writes the row while this holder holds it; when another does, its hold as read.
+            let (stored_holder, stored_until, stored_position) = self.reader(name)?.unwrap_or_default();
+            Ok(if held {
+                ReaderHold::Held { position: stored_position }
+            } else {
+                ReaderHold::Elsewhere { holder: stored_holder, until: stored_until }
+            })
+        })
+    }
+
+    fn release_reader<'a>(&'a self, name: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        let request = Request::Release { name: name.to_owned(), holder: holder.to_owned() };
+        Box::pin(async move { self.write_count(request).await.map(drop) })
     }
 }
 

@@ -10,17 +10,25 @@ use crate::codec::{
     PREFIX_COUNT_CAP, database_error, decode_event, decode_run, keep_readable, prefix_upper_bound,
     resolve_prefix_answer, run_columns, run_error, split_readable, status_counts,
 };
+use crate::commit_log::parse_sqlite_position;
 use rusqlite::{Connection, OptionalExtension, ToSql, params, params_from_iter};
 use std::sync::{Arc, Mutex};
 use tollgate_agent_core::event::StoredEvent;
 use tollgate_agent_core::run::{Millis, RunRecord, RunStatus};
-use tollgate_agent_core::store::{IntegrityCheck, RunPage, RunQuery, StoreError};
+use tollgate_agent_core::store::{CommittedPage, IntegrityCheck, RunPage, RunQuery, StoreError};
 
 /// Read connections kept open between reads.
 const IDLE_READERS: usize = 8;
 
 pub(super) const SELECT_EVENTS: &str =
     "SELECT seq, at, kind, round, data, hash FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+
+/// The commit log after event id `?1`, at most `?2` events, in id order (see `RunStore::committed`).
+const SELECT_COMMITTED: &str =
+    "SELECT seq, at, kind, round, data, hash, run_id, id FROM events WHERE id > ?1 ORDER BY id LIMIT ?2";
+/// The end of the commit log: the last event id ever given (AUTOINCREMENT's, which deletions keep).
+const COMMITTED_END: &str = "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)";
+const READER: &str = "SELECT holder, held_until, position FROM log_readers WHERE name = ?1";
 
 pub(super) const SELECT_DUE: &str = concat!(
     "SELECT * FROM (SELECT ",
@@ -189,6 +197,46 @@ impl SqliteStore {
                 return Err(ReadError::Store(StoreError::NotFound(id.to_owned())));
             }
             Ok(events.into_iter().collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    pub(super) fn read_committed(&self, after: Option<&str>, limit: u32) -> Result<CommittedPage, StoreError> {
+        let Some(after) = after else {
+            let end: i64 = self.read("cannot read the commit log", |connection| {
+                Ok(connection.prepare_cached(COMMITTED_END)?.query_row([], |row| row.get(0))?)
+            })?;
+            return Ok(CommittedPage { next: end.to_string(), ..CommittedPage::default() });
+        };
+        let from = parse_sqlite_position(after)?;
+        let keys = self.keys.as_deref();
+        let limit = limit.max(1);
+        let rows = self.read("cannot read the commit log", |connection| {
+            let mut statement = connection.prepare_cached(SELECT_COMMITTED)?;
+            let rows = statement.query_map(params![from, i64::from(limit)], |row| {
+                let (run_id, id): (String, i64) = (row.get(6)?, row.get(7)?);
+                Ok((id, decode_event(&run_id, row, keys), run_id))
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        let mut page = CommittedPage {
+            more: rows.len() >= limit as usize,
+            next: rows.last().map_or(from, |(id, _, _)| *id).to_string(),
+            ..CommittedPage::default()
+        };
+        for (_, event, run_id) in rows {
+            match event {
+                Ok(event) => page.events.push((run_id, event)),
+                Err(error) => page.skipped.push((run_id, error)),
+            }
+        }
+        Ok(page)
+    }
+
+    /// The hold of reader `name` as stored: holder, until and position.
+    pub(super) fn reader(&self, name: &str) -> Result<Option<(String, Millis, Option<String>)>, StoreError> {
+        self.read("cannot read a reader of the commit log", |connection| {
+            let mut statement = connection.prepare_cached(READER)?;
+            Ok(statement.query_row([name], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?))).optional()?)
         })
     }
 

@@ -58,6 +58,13 @@ pub(super) const PROBE: &str = "INSERT INTO health (probed_at, padding) \
 
 /// Leaves only the row the probe just wrote.
 const PROBE_CLEAR: &str = "DELETE FROM health WHERE id < last_insert_rowid()";
+/// Takes, renews or keeps a reader's hold (see `RunStore::hold_reader`); changes no row when another
+/// holds it.
+const HOLD_READER: &str = "INSERT INTO log_readers AS r (name, holder, held_until, position, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+     held_until = excluded.held_until, position = COALESCE(excluded.position, r.position), \
+     updated_at = excluded.updated_at WHERE r.holder = excluded.holder OR r.held_until <= excluded.updated_at";
+const RELEASE_READER: &str = "UPDATE log_readers SET held_until = 0 WHERE name = ?1 AND holder = ?2";
 
 impl SqliteStore {
     /// Commits a write. When no other write is under way (none submitted and unanswered, none queued)
@@ -150,6 +157,19 @@ pub(super) enum Request {
     /// The write probe (answered with a count of 1).
     Probe {
         at: Millis,
+    },
+    /// Takes, renews or keeps a reader's hold (answered with 1 when the holder holds it, else 0).
+    Hold {
+        name: String,
+        holder: String,
+        position: Option<String>,
+        until: Millis,
+        now: Millis,
+    },
+    /// Ends a reader's hold (answered with the rows changed).
+    Release {
+        name: String,
+        holder: String,
     },
 }
 
@@ -364,6 +384,29 @@ impl Writer {
                 })
                 .map(|outcome| (outcome.unwrap_or_else(|error| Outcome::Count(Err(error))), None));
         }
+        if let Request::Hold { name, holder, position, until, now } = request {
+            return self
+                .in_savepoint(connection, |connection| {
+                    let mut statement = connection
+                        .prepare_cached(HOLD_READER)
+                        .map_err(self.error("cannot hold a reader of the commit log"))?;
+                    let held = statement
+                        .execute(params![name, holder, until, position, now])
+                        .map_err(self.error("cannot hold a reader of the commit log"))?;
+                    Ok(Outcome::Count(Ok(u64::try_from(held).unwrap_or_default())))
+                })
+                .map(|outcome| (outcome.unwrap_or_else(|error| Outcome::Count(Err(error))), None));
+        }
+        if let Request::Release { name, holder } = request {
+            return self
+                .in_savepoint(connection, |connection| {
+                    let released = connection
+                        .execute(RELEASE_READER, params![name, holder])
+                        .map_err(self.error("cannot release a reader of the commit log"))?;
+                    Ok(Outcome::Count(Ok(u64::try_from(released).unwrap_or_default())))
+                })
+                .map(|outcome| (outcome.unwrap_or_else(|error| Outcome::Count(Err(error))), None));
+        }
         if let Request::Probe { at } = request {
             return self
                 .in_savepoint(connection, |connection| {
@@ -486,8 +529,8 @@ impl Writer {
                     stored,
                 })
             }
-            Request::Purge { .. } | Request::Probe { .. } => {
-                Err(StoreError::Database("internal error: a purge or a probe cannot be planned".to_owned()))
+            Request::Purge { .. } | Request::Probe { .. } | Request::Hold { .. } | Request::Release { .. } => {
+                Err(StoreError::Database("internal error: only a run's write is planned".to_owned()))
             }
         }
     }

@@ -545,3 +545,33 @@ async fn events_stored_one_row_each_become_batches_that_read_and_grow_as_before(
     teardown(&harness).await;
     result
 }
+
+/// The commit log never skips a commit that becomes visible after a later one: while a transaction
+/// that began first is open, a later commit is not read (the log waits at the older transaction), and
+/// once it commits both are read, the older first.
+#[tokio::test]
+async fn the_commit_log_waits_for_an_older_transaction_and_skips_nothing() -> anyhow::Result<()> {
+    let Some(h) = setup().await? else { return Ok(()) };
+    let store = h.store();
+    let start = store.committed(None, 100).await?.next;
+    let mut slow = PgConnection::connect(&h.url).await?;
+    slow.execute("BEGIN").await?;
+    slow.execute(
+        "INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) VALUES \
+         ('slow', 1, ARRAY[1], ARRAY['2025-11-29T10:00:00Z'], ARRAY['run_started'], ARRAY[0], ARRAY['{}'], ARRAY['h'])",
+    )
+    .await?;
+    let run = running_run(1, "demo");
+    store.create(run.clone(), vec![crate::contract::started(&run)]).await?;
+    let early = store.committed(Some(&start), 100).await?;
+    anyhow::ensure!(early.events.is_empty(), "read past an open older transaction: {:?}", early.events);
+    let early_again = store.committed(Some(&early.next), 100).await?;
+    anyhow::ensure!(early_again.events.is_empty(), "{:?}", early_again.events);
+    slow.execute("COMMIT").await?;
+    slow.close().await?;
+    let (events, _, _) = crate::contract::read_log(&*store, &early_again.next, 100, 2).await?;
+    let runs: Vec<&str> = events.iter().map(|(run, _)| run.as_str()).collect();
+    anyhow::ensure!(runs == ["slow", run.id.as_str()], "{runs:?}");
+    teardown(&h).await;
+    Ok(())
+}

@@ -124,9 +124,14 @@ fn all_transitions() -> Vec<Transition> {
     ]
 }
 
+/// The `run_started` event of a new run.
+pub fn started(run: &RunRecord) -> NewEvent {
+    event(EventKind::RunStarted, 0, json!({"agent": run.agent, "input": run.input, "actor": "local"}))
+}
+
 async fn create_running(store: &dyn RunStore, n: u64, agent: &str) -> anyhow::Result<RunRecord> {
     let run = running_run(n, agent);
-    let started = event(EventKind::RunStarted, 0, json!({"agent": agent, "input": run.input, "actor": "local"}));
+    let started = started(&run);
     Ok(store.create(run, vec![started]).await?)
 }
 
@@ -1366,6 +1371,152 @@ pub async fn a_commit_tap_sees_each_commit_as_stored<H: Harness>(h: &H) -> anyho
     Ok(())
 }
 
+/// Reads the commit log from `from` in pages of `limit` until `expected` events (read or passed over)
+/// are in, or 10 s pass: the events, the runs of those passed over, and where the log ends. (A
+/// PostgreSQL log waits for every older transaction of the cluster, other tests' included, to end.)
+pub async fn read_log(
+    store: &dyn RunStore,
+    from: &str,
+    limit: u32,
+    expected: usize,
+) -> anyhow::Result<(Vec<(String, tollgate_agent_core::StoredEvent)>, Vec<String>, String)> {
+    let (mut events, mut skipped, mut at) = (Vec::new(), Vec::new(), from.to_owned());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let page = store.committed(Some(&at), limit).await?;
+        events.extend(page.events);
+        skipped.extend(page.skipped.into_iter().map(|(run, _)| run));
+        at = page.next;
+        if !page.more && events.len() + skipped.len() >= expected {
+            return Ok((events, skipped, at));
+        }
+        ensure!(std::time::Instant::now() < deadline, "{} of {expected} events in the log", events.len());
+        if !page.more {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The commit log holds every commit made after its start, by this store and by another on the same
+/// database, one at a time and many at once: each event once, a run's in seq order, exactly as
+/// `events` serves them (sealed data opened), and nothing from before the start or from a refused
+/// write. Read again from its end it is empty; a damaged event is passed over and named; a position
+/// the store did not give is refused.
+pub async fn the_commit_log_holds_every_commit_once<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let before = create_running(&*store, 1, "demo").await?;
+    let start = store.committed(None, 100).await?;
+    ensure!(start.events.is_empty() && !start.more, "a log read from its end starts empty: {start:?}");
+
+    store
+        .append(&before.id, OWNER, vec![event(EventKind::ModelRequest, 1, json!({"messages": 2}))], T0 + 60_000)
+        .await?;
+    store.append(&before.id, OWNER, vec![], T0 + 61_000).await?;
+    let waiting = create_waiting(&*store, 2, &["call_1"], None).await?;
+    let stale = event(EventKind::RunCancelled, 1, json!({}));
+    let refused =
+        store.transition(&waiting.id, Guard::Version(waiting.version + 7), Transition::Cancel, vec![stale], T0);
+    ensure!(refused.await.is_err(), "a stale guard is refused");
+    let resumed = event(EventKind::RunResumed, 1, json!({"actor": "alice", "secret": "s3"}));
+    store
+        .transition(
+            &waiting.id,
+            Guard::Version(waiting.version),
+            decide("call_1", Decision::Approve),
+            vec![resumed],
+            T0,
+        )
+        .await?;
+    let mut tasks = Vec::new();
+    for n in 10..34 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move { create_waiting(&*store, n, &["call_1"], None).await }));
+    }
+    let other = h.open_with(keyring(&[("k1", 1)])?).await?;
+    tasks.push(tokio::spawn(async move { create_waiting(&*other, 40, &["call_1"], None).await }));
+    for task in tasks {
+        task.await??;
+    }
+
+    let mut expected = store.events(&before.id, 0, 1000).await?.len() - 1;
+    for n in [2, 40].into_iter().chain(10..34) {
+        expected += store.events(&id(n), 0, 1000).await?.len();
+    }
+    for limit in [1, 7, 1000] {
+        let (events, skipped, end) = read_log(&*store, &start.next, limit, expected).await?;
+        ensure!(events.len() == expected, "limit {limit}: {} events, not {expected}", events.len());
+        ensure!(skipped.is_empty(), "nothing is damaged yet: {skipped:?}");
+        let mut by_run: std::collections::BTreeMap<String, Vec<tollgate_agent_core::StoredEvent>> = Default::default();
+        for (run, event) in events {
+            by_run.entry(run).or_default().push(event);
+        }
+        ensure!(by_run.len() == 27, "limit {limit}: {} runs in the log", by_run.len());
+        for (run, events) in &by_run {
+            let stored = store.events(run, 0, 1000).await?;
+            let expected: Vec<_> = if *run == before.id { stored[1..].to_vec() } else { stored };
+            ensure!(*events == expected, "limit {limit}, run {run}: logged {events:?}\nstored {expected:?}");
+        }
+        let again = store.committed(Some(&end), limit).await?;
+        ensure!(again.events.is_empty() && !again.more, "read again from its end: {again:?}");
+    }
+
+    // A damaged event is passed over, named by its run; the events around it are read.
+    h.execute(format!("UPDATE events SET data = 'not json' WHERE run_id = '{}' AND seq = 1", id(11))).await?;
+    let (events, skipped, _) = read_log(&*store, &start.next, 1000, expected).await?;
+    ensure!(skipped == vec![id(11)], "{skipped:?}");
+    ensure!(events.iter().any(|(run, e)| *run == id(11) && e.seq == 2), "the run's other event is read");
+
+    for nonsense in ["", "x", "1:2", "-5", "abc:def:ghi"] {
+        let refused = store.committed(Some(nonsense), 10).await;
+        ensure!(matches!(refused, Err(StoreError::Corrupt { .. })), "position `{nonsense}`: {refused:?}");
+    }
+    Ok(())
+}
+
+/// A named reader of the log is held by one holder at a time, until its hold ends or is released; its
+/// position is stored only by its holder and outlives every hold; 16 racing holders get one hold.
+pub async fn a_log_reader_has_one_holder_at_a_time<H: Harness>(h: &H) -> anyhow::Result<()> {
+    use tollgate_agent_core::ReaderHold;
+    let store = h.store();
+    let held = |position: Option<&str>| ReaderHold::Held { position: position.map(str::to_owned) };
+    let elsewhere = |holder: &str, until| ReaderHold::Elsewhere { holder: holder.to_owned(), until };
+    ensure!(store.hold_reader("hooks", "a", None, T0 + 10_000, T0).await? == held(None));
+    ensure!(store.hold_reader("hooks", "b", Some("x"), T0 + 20_000, T0 + 1).await? == elsewhere("a", T0 + 10_000));
+    ensure!(store.hold_reader("hooks", "a", Some("p1"), T0 + 11_000, T0 + 2).await? == held(Some("p1")));
+    ensure!(store.hold_reader("hooks", "a", None, T0 + 11_000, T0 + 3).await? == held(Some("p1")), "kept");
+    ensure!(store.hold_reader("other", "b", None, T0 + 11_000, T0 + 3).await? == held(None), "names are apart");
+    // Once the hold ends, another takes it, with the position as it was.
+    ensure!(store.hold_reader("hooks", "b", None, T0 + 30_000, T0 + 11_000).await? == held(Some("p1")));
+    ensure!(
+        store.hold_reader("hooks", "a", Some("p2"), T0 + 40_000, T0 + 11_001).await? == elsewhere("b", T0 + 30_000)
+    );
+    ensure!(
+        store.hold_reader("hooks", "b", None, T0 + 30_000, T0 + 11_002).await? == held(Some("p1")),
+        "a wrote nothing"
+    );
+    // Only the holder releases.
+    store.release_reader("hooks", "a").await?;
+    ensure!(store.hold_reader("hooks", "a", None, T0 + 40_000, T0 + 11_003).await? == elsewhere("b", T0 + 30_000));
+    store.release_reader("hooks", "b").await?;
+    ensure!(store.hold_reader("hooks", "a", None, T0 + 40_000, T0 + 11_004).await? == held(Some("p1")), "released");
+
+    let mut racers = Vec::new();
+    for n in 0..16 {
+        let store = store.clone();
+        racers.push(tokio::spawn(async move {
+            store.hold_reader("race", &format!("node-{n}"), Some("p"), T0 + 10_000, T0).await
+        }));
+    }
+    let mut winners = 0;
+    for racer in racers {
+        if let ReaderHold::Held { .. } = racer.await?? {
+            winners += 1;
+        }
+    }
+    ensure!(winners == 1, "{winners} racers hold the reader");
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Encryption at rest.
 
@@ -1601,6 +1752,8 @@ macro_rules! all_contract_tests {
             racing_workers_of_two_nodes_never_claim_a_run_twice,
             racing_appends_and_a_transition_make_one_chain,
             a_commit_tap_sees_each_commit_as_stored,
+            the_commit_log_holds_every_commit_once,
+            a_log_reader_has_one_holder_at_a_time,
             a_renewal_before_a_takeover_wins,
             encrypted_values_round_trip,
             a_missing_or_wrong_key_fails_clearly,
