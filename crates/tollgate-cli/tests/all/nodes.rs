@@ -5,7 +5,8 @@
 //! the lease), queued runs claimed by the workers of both nodes (each run once), and a run started on
 //! one node and decided on the other (resumed once, the deciding node answers the settled run), and an SSE
 //! stream on one node that sees every step the other node commits, in order with no gap, each within a
-//! second of its commit (the commit's time taken from the test's own LISTEN, kept by neither node).
+//! second of its commit (the commit's time taken from the test's own LISTEN, kept by neither node), and
+//! the node holding the webhook reader killed with its deliveries unanswered (the other delivers them).
 //! Every tool call appends a line to `ledger.txt` in the workspace both nodes share, which counts
 //! executions.
 //!
@@ -656,5 +657,135 @@ async fn an_sse_stream_on_one_node_sees_the_other_nodes_steps_in_order_within_a_
     assert!(median < WAKE_BOUND / 4, "B's median lag is {median:?}: it polls instead of waking on notifications");
     assert_eq!(cluster.ledger(), ["s streamed"]);
     sqlx::Connection::close(admin).await?;
+    cluster.drop_schema().await
+}
+
+/// A webhook receiver on loopback: it records the `X-Tollgate-Delivery` of every request, and answers
+/// 200 once `answering` is set; until then it holds each request open without an answer.
+struct Hooks {
+    url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Hooks {
+    async fn start() -> Result<Hooks> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/hook", listener.local_addr()?);
+        let hooks = Hooks { url, seen: Default::default(), answering: Default::default() };
+        let (seen, answering) = (hooks.seen.clone(), hooks.answering.clone());
+        tokio::spawn(async move {
+            while let Ok((connection, _)) = listener.accept().await {
+                let (seen, answering) = (seen.clone(), answering.clone());
+                tokio::spawn(async move {
+                    let mut connection = BufReader::new(connection);
+                    loop {
+                        let (mut length, mut delivery, mut line) = (0, String::new(), String::new());
+                        loop {
+                            line.clear();
+                            if connection.read_line(&mut line).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            let header = line.trim_end().to_ascii_lowercase();
+                            if header.is_empty() {
+                                break;
+                            }
+                            if let Some(value) = header.strip_prefix("content-length:") {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
+                            if let Some(value) = header.strip_prefix("x-tollgate-delivery:") {
+                                delivery = value.trim().to_owned();
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        if connection.read_exact(&mut body).await.is_err() {
+                            return;
+                        }
+                        seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(delivery);
+                        while !answering.load(std::sync::atomic::Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                        if connection.get_mut().write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Ok(hooks)
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+/// The node holding the webhook reader is killed while its deliveries are under way (the receiver
+/// holds them unanswered): once its hold lapses, the other node takes the reader and delivers every
+/// event from the position the first left behind, so nothing committed goes undelivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_of_the_webhook_holder_leaves_its_deliveries_to_the_other_node() -> Result<()> {
+    let Some(base) = postgres_url() else { return Ok(()) };
+    let hooks = Hooks::start().await?;
+    let schema = ScratchSchema::create(&base, "tollgate_nodes").await?;
+    let dir = scratch_dir("nodes-hooks");
+    let script = json!({"turns": [{"tool_calls": [ledger_call("hooked", 0)]}, {"text": "done"}]});
+    let rest = format!("[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"\n\n[[webhooks]]\nurl = \"{}\"", hooks.url);
+    let (workspace, config) = write_config(&dir, &schema.url(), LEASE, &script, "[\"shell\"]", &rest)?;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build()?;
+    // A first, alone, until it holds the reader; then B.
+    let a = spawn(&dir, &config, "a", &http).await?;
+    let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&schema.url()).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let held: Option<String> = sqlx::query_scalar("SELECT holder FROM log_readers WHERE name = 'webhooks'")
+            .fetch_optional(&mut db)
+            .await?;
+        if held.is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("node A never took the webhook reader:\n{}", a.log());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = spawn(&dir, &config, "b", &http).await?;
+    let mut cluster = Cluster { a, b, workspace, http, schema };
+
+    let run = cluster.post(&cluster.b, "/v1/runs", json!({"input": "r", "wait": true})).await?;
+    assert_eq!(status(&run), "waiting_for_approval", "{run:#}");
+    let id = id_of(&run)?;
+    let kinds = cluster.event_kinds(&cluster.b, &id).await?;
+    let expected: Vec<String> = (1..=kinds.len()).map(|seq| format!("{id}:{seq}")).collect();
+    // A (the holder) has sent them, and the receiver holds them unanswered.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hooks.seen().len() < expected.len() {
+        if Instant::now() > deadline {
+            bail!("A sent {:?} of {expected:?}:\n{}", hooks.seen(), cluster.a.log());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.a.kill()?;
+    let killed = Instant::now();
+    let sent_by_a = hooks.seen().len();
+    hooks.answering.store(true, std::sync::atomic::Ordering::SeqCst);
+
+    // B takes the reader once A's hold lapses and sends every event again.
+    let deadline = killed + LEASE + Duration::from_secs(8);
+    loop {
+        let mut again: Vec<String> = hooks.seen()[sent_by_a..].to_vec();
+        again.sort();
+        again.dedup();
+        if expected.iter().all(|delivery| again.contains(delivery)) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("B delivered {again:?} of {expected:?} after A was killed:\n{}", cluster.b.log());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("B delivered A's unanswered deliveries {:?} after the SIGKILL", killed.elapsed());
     cluster.drop_schema().await
 }
