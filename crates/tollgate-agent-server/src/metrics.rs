@@ -9,7 +9,7 @@
 //!   tool-call latency histograms: counted from the events this process commits, as the event feed
 //!   (`feed.rs`) reads them; they start at zero with the process, as counters do.
 //! - `tollgate_webhook_deliveries_total{outcome}`: webhook deliveries that succeeded, failed after every
-//!   retry, were dropped because the queue was full, or
+//!   retry, were dropped (one page of the commit log held more than the queue had room for), or
 //!   expired (read more than a day after their commit).
 //! - `tollgate_event_feed_store_reads_total`: reads of events the feed made from the store, for commits
 //!   it was not handed by the store's commit tap (zero while it keeps up with a store that taps).

@@ -14,7 +14,9 @@
 //! every process sharing the database, through its reader named `webhooks`, which one node at a time
 //! holds ([`RunStore::hold_reader`]) for the length of a run's lease, renewed while it runs. The
 //! holder reads the log as commits are announced (and every second regardless), queues the
-//! deliveries (bounded; when the queue is full a delivery is dropped and counted), and stores its
+//! deliveries (bounded: it reads on only while the queue is at most half full, so the events wait in
+//! the log instead; a delivery is dropped, and counted, only when one page of the log alone holds more
+//! deliveries than the queue has room for), and stores its
 //! position in the log as far as every delivery before it has ended (delivered, or failed after its
 //! last retry). So a node that crashes, or whose hold lapses, leaves its position behind, and the
 //! next holder delivers again from there: nothing committed is left undelivered, some deliveries may
@@ -94,8 +96,12 @@ const QUEUE: usize = 10_000;
 const PARALLEL: usize = 16;
 /// The reader of the commit log that webhook deliveries hold.
 pub(crate) const READER: &str = "webhooks";
-/// How many commits one read of the log takes at most.
-const PAGE: u32 = 500;
+/// How many commits one page of the log holds at most.
+const PAGE: u32 = 100;
+/// How many pages one read takes before the holder renews its hold (when due) and reads on.
+const PAGES_PER_READ: usize = 10;
+/// How long the holder waits when its queue is more than half full before it reads on.
+const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(50);
 /// How often the holder reads the log when no commit was announced, and how often a node that does
 /// not hold the reader tries to take it.
 const POLL: Duration = Duration::from_secs(1);
@@ -193,6 +199,17 @@ struct Reader {
     last_store: Option<Instant>,
     /// A read failure was logged (once until a read succeeds).
     warned: bool,
+}
+
+/// How a read of the log ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// At the end of the log (or the store failed): wait for a commit.
+    CaughtUp,
+    /// More can be read at once.
+    More,
+    /// The queue has too little room: wait for deliveries to end.
+    QueueFull,
 }
 
 /// Why the holder stopped reading.
@@ -298,7 +315,7 @@ impl Reader {
         let renew_every = (self.runtime.lease_length() / 3).min(Duration::from_secs(10));
         let mut renewed = Instant::now();
         loop {
-            self.read().await;
+            let read = self.read().await;
             self.advance();
             let renew = renewed.elapsed() >= renew_every;
             match self.store(renew).await {
@@ -306,10 +323,15 @@ impl Reader {
                 Ok(false) => {}
                 Err(Lost) => return Stopped::Lost,
             }
+            let wait = match read {
+                Read::CaughtUp => POLL,
+                Read::More => Duration::ZERO,
+                Read::QueueFull => QUEUE_FULL_PAUSE,
+            };
             tokio::select! {
                 _ = &mut *stop => return Stopped::Stop,
-                () = self.woken() => {}
-                () = tokio::time::sleep(POLL) => {}
+                () = self.woken(), if read == Read::CaughtUp => {}
+                () = tokio::time::sleep(wait) => {}
             }
         }
     }
@@ -323,10 +345,15 @@ impl Reader {
         while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.notices.try_recv() {}
     }
 
-    /// Reads the log from where it continues until a page is not full, queueing each event's deliveries.
-    async fn read(&mut self) {
+    /// Reads the log from where it continues, queueing each event's deliveries: until a page is not
+    /// full, [`PAGES_PER_READ`] pages (so the hold is renewed between them), or the queue has too little
+    /// room for another page (the events wait in the log meanwhile, rather than be dropped).
+    async fn read(&mut self) -> Read {
         let store = self.runtime.store().clone();
-        loop {
+        for _ in 0..PAGES_PER_READ {
+            if self.queue.as_ref().is_none_or(|queue| queue.capacity() < QUEUE / 2) {
+                return Read::QueueFull;
+            }
             let page = match store.committed(Some(&self.read_to), PAGE).await {
                 Ok(page) => {
                     self.warned = false;
@@ -336,7 +363,7 @@ impl Reader {
                     if !std::mem::replace(&mut self.warned, true) {
                         tracing::warn!(%error, "cannot read the commit log for webhooks; retrying");
                     }
-                    return;
+                    return Read::CaughtUp;
                 }
             };
             for (run_id, error) in &page.skipped {
@@ -354,9 +381,10 @@ impl Reader {
                 _ => self.pages.push_back((page.next, under_way)),
             }
             if !page.more {
-                return;
+                return Read::CaughtUp;
             }
         }
+        Read::More
     }
 
     /// Queues an event for every target that lists its kind. Never waits.

@@ -180,24 +180,15 @@ async fn another_nodes_commits_wake_waiters_and_streams_at_once() {
 
     // One node at a time holds the webhook reader of the commit log: each event is delivered once,
     // whichever node committed it.
-    let delivered = || {
-        let mut ids: Vec<String> = hooks
-            .all()
-            .iter()
-            .filter_map(|(headers, _)| headers.get("x-tollgate-delivery")?.to_str().ok().map(str::to_owned))
-            .collect();
-        ids.sort();
-        ids
-    };
     let expected: Vec<String> = {
         let mut ids: Vec<String> =
             (1..=all.as_array().map_or(0, Vec::len)).map(|seq| format!("{run_id}:{seq}")).collect();
         ids.sort();
         ids
     };
-    eventually("every event delivered", || delivered().len() >= expected.len()).await;
+    eventually("every event delivered", || hooks.delivery_ids().len() >= expected.len()).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(delivered(), expected, "each event once, by one node");
+    assert_eq!(hooks.delivery_ids(), expected, "each event once, by one node");
 
     a.stop().await;
     b.stop().await;

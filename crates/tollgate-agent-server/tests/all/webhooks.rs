@@ -23,6 +23,17 @@ impl Received {
     pub(crate) fn all(&self) -> Vec<(HeaderMap, Bytes)> {
         self.deliveries.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
+
+    /// The `X-Tollgate-Delivery` of every request received, sorted (duplicates kept).
+    pub(crate) fn delivery_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .all()
+            .iter()
+            .filter_map(|(headers, _)| headers.get("x-tollgate-delivery")?.to_str().ok().map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids
+    }
 }
 
 /// Starts a receiver answering `status` to every POST; returns its URL and what it received.
@@ -277,12 +288,46 @@ async fn a_delivery_under_way_at_shutdown_is_made_by_the_next_server() {
     let (url, hooks) = receiver(StatusCode::OK).await;
     let second = Server::start(Config { store: Some(store), webhooks: hook(url), ..Default::default() }).await;
     eventually("the next server delivers it", || !hooks.all().is_empty()).await;
-    let delivered: Vec<String> = hooks
-        .all()
-        .iter()
-        .filter_map(|(headers, _)| headers.get("x-tollgate-delivery")?.to_str().ok().map(str::to_owned))
-        .collect();
     let kinds = second.event_kinds(&id(&run)).await;
-    assert_eq!(delivered, vec![format!("{}:{}", id(&run), kinds.len())], "the run's run_completed, once");
+    assert_eq!(hooks.delivery_ids(), vec![format!("{}:{}", id(&run), kinds.len())], "the run's run_completed, once");
+    second.stop().await;
+}
+
+/// A backlog larger than the delivery queue — events committed while no server delivered, read by the
+/// next one from the stored position — is delivered whole: the holder reads on only while its queue
+/// has room, so nothing is dropped.
+#[tokio::test]
+async fn a_backlog_larger_than_the_queue_is_delivered_without_a_drop() {
+    let (url_1, hooks_1) = receiver(StatusCode::OK).await;
+    let (url_2, hooks_2) = receiver(StatusCode::OK).await;
+    let all = |url: &String| WebhookTarget { url: url.clone(), secret: "s".into(), events: vec!["*".into()] };
+    let targets = vec![all(&url_1), all(&url_2)];
+    // The reader gets its position from a first server, which then stops.
+    let first = Server::start(Config { webhooks: targets.clone(), ..Default::default() }).await;
+    let store = first.store.clone();
+    first.stop().await;
+    // 1,600 waiting runs (four events each) committed with no webhooks configured: 12,800 deliveries.
+    let quiet = Server::start(Config { store: Some(store.clone()), ..Default::default() }).await;
+    let inputs: Vec<String> = (0..1_600).map(|i| format!("backlog {i}")).collect();
+    for chunk in inputs.chunks(32) {
+        futures_util::future::join_all(chunk.iter().map(|input| quiet.waiting_run(SCRIBE, input))).await;
+    }
+    let events = 1_600 * quiet.event_kinds(&id(&quiet.waiting_run(SCRIBE, "one more").await)).await.len();
+    quiet.stop().await;
+
+    let second = Server::start(Config { store: Some(store), webhooks: targets, ..Default::default() }).await;
+    for _ in 0..600 {
+        if hooks_1.all().len() >= events && hooks_2.all().len() >= events {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = second.get("/metrics").await.body.as_str().unwrap_or_default().to_owned();
+    assert!(metrics.contains("tollgate_webhook_deliveries_total{outcome=\"dropped\"} 0\n"), "{metrics}");
+    for hooks in [&hooks_1, &hooks_2] {
+        let mut delivered = hooks.delivery_ids();
+        delivered.dedup();
+        assert!(delivered.len() >= events, "{} of {events} events delivered", delivered.len());
+    }
     second.stop().await;
 }
