@@ -301,9 +301,47 @@ fn build(runtime: Runtime, options: &ServerOptions) -> Built {
 
 /// The API's router over a runtime, without the background work of [`serve`] (sweeps, retention,
 /// webhooks, event metrics), but with the runtime's worker pool started (it needs a Tokio runtime), so
-/// queued runs are driven. For tests and for embedding in another server.
+/// queued runs are driven. For tests and for embedding in another server; [`router_with_webhooks`]
+/// delivers `options.webhooks` as well.
 pub fn router(runtime: Runtime, options: &ServerOptions) -> Router {
     build(runtime, options).router
+}
+
+/// [`router`], plus the deliveries of `options.webhooks` (`None` when there are none), counted in the
+/// router's `/metrics`: as `serve` delivers them, from the store's commit log, by the one process on the
+/// store holding its `webhooks` reader. They run until [`WebhookDelivery::stop`] or until the
+/// [`WebhookDelivery`] is dropped.
+///
+/// # Errors
+/// [`ServerError::Options`] for a webhook URL that is not a URL.
+pub fn router_with_webhooks(
+    runtime: Runtime,
+    options: &ServerOptions,
+) -> Result<(Router, Option<WebhookDelivery>), ServerError> {
+    let built = build(runtime.clone(), options);
+    let dispatcher =
+        webhooks::spawn(runtime, options.webhooks.clone(), options.webhook_retry, built.metrics.clone(), WEBHOOK_FLUSH)
+            .map_err(ServerError::Options)?;
+    Ok((built.router, dispatcher.map(WebhookDelivery)))
+}
+
+/// Webhook deliveries running beside a router served by another server ([`router_with_webhooks`]).
+/// Dropping it stops them as [`WebhookDelivery::stop`] does, in the background.
+pub struct WebhookDelivery(webhooks::Dispatcher);
+
+impl std::fmt::Debug for WebhookDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookDelivery").finish_non_exhaustive()
+    }
+}
+
+impl WebhookDelivery {
+    /// Stops reading the commit log, lets the deliveries under way finish for up to 5 s, stores how far
+    /// they got and releases the `webhooks` reader, so another process on the store continues from there
+    /// at once (including the deliveries that did not finish).
+    pub async fn stop(self) {
+        self.0.stop(WEBHOOK_FLUSH).await;
+    }
 }
 
 /// Binds [`ServerOptions::addr`] and serves until `shutdown` completes. See [`serve_on`].

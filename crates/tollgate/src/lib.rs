@@ -160,7 +160,8 @@ pub mod mcp {
 #[cfg(feature = "server")]
 pub mod server {
     pub use tollgate_agent_server::{
-        ApiToken, LOCAL_ACTOR, Role, Router, SIGNATURE_HEADER, ServerOptions, WebhookRetry, WebhookTarget,
+        ApiToken, LOCAL_ACTOR, Role, Router, SIGNATURE_HEADER, ServerError, ServerOptions, WebhookRetry, WebhookTarget,
+        signature,
     };
 }
 
@@ -288,6 +289,9 @@ impl ListQuery {
 pub struct Tollgate {
     runtime: Runtime,
     maintenance: Arc<Mutex<Option<Maintenance>>>,
+    /// The webhook deliveries of the routers made with webhooks ([`Tollgate::router_with`]).
+    #[cfg(feature = "server")]
+    webhooks: Arc<Mutex<Vec<tollgate_agent_server::WebhookDelivery>>>,
 }
 
 impl std::fmt::Debug for Tollgate {
@@ -303,7 +307,12 @@ impl Tollgate {
     }
 
     pub(crate) fn assemble(runtime: Runtime, maintenance: Option<Maintenance>) -> Self {
-        Self { runtime, maintenance: Arc::new(Mutex::new(maintenance)) }
+        Self {
+            runtime,
+            maintenance: Arc::new(Mutex::new(maintenance)),
+            #[cfg(feature = "server")]
+            webhooks: Arc::default(),
+        }
     }
 
     /// The agents' names, the default first.
@@ -410,23 +419,32 @@ impl Tollgate {
     /// yours, or use the `tollgate serve` binary with `[[auth.tokens]]`.
     #[cfg(feature = "server")]
     pub fn router(&self) -> server::Router {
-        self.router_with(&server::ServerOptions::default())
+        tollgate_agent_server::router(self.runtime.clone(), &server::ServerOptions::default())
     }
 
     /// [`router`](Self::router) with options: API tokens and their roles (with tokens, every request but
     /// `/healthz` needs `Authorization: Bearer TOKEN`, and each role may do only its part), webhooks, the
     /// body limit, the live streams per client. Fields about listening (`addr`, timeouts, connection caps)
-    /// do not apply: your server listens.
+    /// do not apply: your server listens. Webhooks are delivered as `tollgate serve` delivers them (from
+    /// the store's commit log, by one process on the store at a time) until [`shutdown`](Self::shutdown).
+    ///
+    /// # Errors
+    /// [`server::ServerError::Options`] for a webhook URL that is not a URL.
     #[cfg(feature = "server")]
-    pub fn router_with(&self, options: &server::ServerOptions) -> server::Router {
-        tollgate_agent_server::router(self.runtime.clone(), options)
+    pub fn router_with(&self, options: &server::ServerOptions) -> Result<server::Router, server::ServerError> {
+        let (router, delivery) = tollgate_agent_server::router_with_webhooks(self.runtime.clone(), options)?;
+        if let Some(delivery) = delivery {
+            self.webhooks.lock().unwrap_or_else(PoisonError::into_inner).push(delivery);
+        }
+        Ok(router)
     }
 
     /// Stops taking on work and gives back the runs this process is driving: each stops at its next
     /// step boundary (once the model call or tool call under way has returned), keeps what it did, and
     /// is queued for the next worker of any process on the store (this one after a restart); shell
     /// commands still running are killed. Runs waiting for approval are unaffected: they stay in the
-    /// store for any process to resume.
+    /// store for any process to resume. The webhook deliveries of [`router_with`](Self::router_with) get
+    /// up to 5 s to finish; where they got is stored, and another process on the store continues.
     pub async fn shutdown(&self) {
         self.runtime.stop_taking_work();
         let maintenance = self.maintenance.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -436,6 +454,13 @@ impl Tollgate {
         self.runtime.drain().await;
         if let Some(maintenance) = maintenance {
             maintenance.stop();
+        }
+        #[cfg(feature = "server")]
+        {
+            let deliveries = std::mem::take(&mut *self.webhooks.lock().unwrap_or_else(PoisonError::into_inner));
+            for delivery in deliveries {
+                delivery.stop().await;
+            }
         }
         #[cfg(feature = "tools")]
         tollgate_agent_tools::kill_running_commands();
