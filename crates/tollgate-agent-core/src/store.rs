@@ -286,6 +286,11 @@ pub struct CommittedPage {
     pub skipped: Vec<(String, StoreError)>,
     /// The page is full: more can be read at once.
     pub more: bool,
+    /// Commits may still enter the log before `next` without being announced to this reader: transactions
+    /// were under way when it read (PostgreSQL; a commit waits in the log for every older transaction of
+    /// the database cluster, Tollgate's or not, and one that is not Tollgate's announces nothing when it
+    /// ends). A reader that waits for announcements ([`RunStore::changes`]) reads again after a while.
+    pub pending: bool,
 }
 
 /// Who holds a named reader of the commit log ([`RunStore::hold_reader`]).

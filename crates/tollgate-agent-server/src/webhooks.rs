@@ -13,7 +13,9 @@
 //! The events come from the store's commit log ([`RunStore::committed`]), which holds every commit of
 //! every process sharing the database, through its reader named `webhooks`, which one node at a time
 //! holds ([`RunStore::hold_reader`]) for the length of a run's lease, renewed while it runs. The
-//! holder reads the log as commits are announced (and every second regardless), queues the
+//! holder reads the log as commits are announced (and every second while some commit may go
+//! unannounced: on SQLite, where another process such as the CLI announces nothing, while the
+//! PostgreSQL listener is not listening, or while the last read found transactions under way), queues the
 //! deliveries (bounded: it reads on only while the queue is at most half full, so the events wait in
 //! the log instead; a delivery is dropped, and counted, only when one page of the log alone holds more
 //! deliveries than the queue has room for), and stores its
@@ -102,8 +104,9 @@ const PAGE: u32 = 100;
 const PAGES_PER_READ: usize = 10;
 /// How long the holder waits when its queue is more than half full before it reads on.
 const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(50);
-/// How often the holder reads the log when no commit was announced, and how often a node that does
-/// not hold the reader tries to take it.
+/// How often the holder reads the log when no commit was announced while some may go unannounced (a
+/// store that announces nothing, a lost listener, transactions under way; see [`Reader::deliver`]), and
+/// how often a node that does not hold the reader tries to take it.
 const POLL: Duration = Duration::from_secs(1);
 /// How often, at most, the holder stores a position that moved (it renews its hold more often only
 /// when its lease is shorter).
@@ -175,6 +178,7 @@ pub(crate) fn spawn(
         stored: None,
         last_store: None,
         warned: false,
+        pending: false,
     };
     let task = tokio::spawn(reader.run(stopped, deliveries, flush));
     Ok(Some(Dispatcher { stop, task }))
@@ -199,6 +203,9 @@ struct Reader {
     last_store: Option<Instant>,
     /// A read failure was logged (once until a read succeeds).
     warned: bool,
+    /// The last read may have left commits that no announcement will name (see
+    /// [`CommittedPage::pending`](tollgate_agent_core::CommittedPage::pending)), or failed.
+    pending: bool,
 }
 
 /// How a read of the log ended.
@@ -324,7 +331,9 @@ impl Reader {
                 Err(Lost) => return Stopped::Lost,
             }
             let wait = match read {
-                Read::CaughtUp => POLL,
+                // Announcements wake it; only what they may miss is polled for.
+                Read::CaughtUp if self.pending || self.runtime.recheck_after(POLL).is_some() => POLL,
+                Read::CaughtUp => renew_every,
                 Read::More => Duration::ZERO,
                 Read::QueueFull => QUEUE_FULL_PAUSE,
             };
@@ -357,9 +366,11 @@ impl Reader {
             let page = match store.committed(Some(&self.read_to), PAGE).await {
                 Ok(page) => {
                     self.warned = false;
+                    self.pending = page.pending;
                     page
                 }
                 Err(error) => {
+                    self.pending = true;
                     if !std::mem::replace(&mut self.warned, true) {
                         tracing::warn!(%error, "cannot read the commit log for webhooks; retrying");
                     }

@@ -292,9 +292,11 @@ const SELECT_EVENTS: &str = "SELECT e.seq, e.at, e.kind, e.round, e.data, e.hash
 const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = $1";
 /// The commit log after position (`$1` transaction, `$2` run, `$3` last seq): the events of at most `$4`
 /// batches, those of transactions older than every transaction still running (the horizon, column 9,
-/// on every row, and on a row of its own with no event when there is none), in the log's order.
-const SELECT_COMMITTED: &str = "SELECT e.seq, e.at, e.kind, e.round, e.data, e.hash, b.run_id, b.tx, b.last_seq, h.x \
-     FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS x) AS h \
+/// on every row, and on a row of its own with no event when there is none; column 10, the next
+/// transaction id: above the horizon while transactions are under way), in the log's order.
+const SELECT_COMMITTED: &str = "SELECT e.seq, e.at, e.kind, e.round, e.data, e.hash, b.run_id, b.tx, b.last_seq, h.x, h.y \
+     FROM (SELECT pg_snapshot_xmin(s)::text::bigint AS x, pg_snapshot_xmax(s)::text::bigint AS y \
+         FROM pg_current_snapshot() AS s) AS h \
      LEFT JOIN LATERAL (SELECT run_id, tx, last_seq, seqs, ats, kinds, rounds, datas, hashes FROM event_batches \
          WHERE tx >= $1 AND (tx, run_id, last_seq) > ($1, $2, $3) AND tx < h.x \
          ORDER BY tx, run_id, last_seq LIMIT $4) AS b ON true \
@@ -1436,6 +1438,8 @@ impl PostgresStore {
         let (mut horizon, mut last, mut batches) = (0, None, 0_u32);
         for row in &rows {
             horizon = row.try_get::<i64, _>(9).map_err(self.db_error("cannot read the commit log"))?;
+            let next_xid: i64 = row.try_get(10).map_err(self.db_error("cannot read the commit log"))?;
+            page.pending = next_xid > horizon;
             let batch: (Option<String>, Option<i64>, Option<i64>) = (
                 row.try_get(6).map_err(self.db_error("cannot read the commit log"))?,
                 row.try_get(7).map_err(self.db_error("cannot read the commit log"))?,

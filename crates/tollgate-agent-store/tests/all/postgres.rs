@@ -547,8 +547,8 @@ async fn events_stored_one_row_each_become_batches_that_read_and_grow_as_before(
 }
 
 /// The commit log never skips a commit that becomes visible after a later one: while a transaction
-/// that began first is open, a later commit is not read (the log waits at the older transaction), and
-/// once it commits both are read, the older first.
+/// that began first is open, a later commit is not read (the log waits at the older transaction, and
+/// says so: `pending`), and once it commits both are read, the older first.
 #[tokio::test]
 async fn the_commit_log_waits_for_an_older_transaction_and_skips_nothing() -> anyhow::Result<()> {
     let Some(h) = setup().await? else { return Ok(()) };
@@ -565,6 +565,7 @@ async fn the_commit_log_waits_for_an_older_transaction_and_skips_nothing() -> an
     store.create(run.clone(), vec![crate::contract::started(&run)]).await?;
     let early = store.committed(Some(&start), 100).await?;
     anyhow::ensure!(early.events.is_empty(), "read past an open older transaction: {:?}", early.events);
+    anyhow::ensure!(early.pending, "a read behind an open transaction says commits may still enter the log");
     let early_again = store.committed(Some(&early.next), 100).await?;
     anyhow::ensure!(early_again.events.is_empty(), "{:?}", early_again.events);
     slow.execute("COMMIT").await?;
