@@ -276,7 +276,7 @@ pub type CommitTap = Arc<dyn Fn(&str, &[StoredEvent]) + Send + Sync>;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CommittedPage {
     /// Events committed after the position read from, each with its run's id: commits in the order of
-    /// the log, a commit's events together and in seq order.
+    /// the log, a commit's events one after another in seq order (a page may end inside a commit).
     pub events: Vec<(String, StoredEvent)>,
     /// Where the next read continues: after these events or, when the page is not full, after every
     /// commit the log holds so far. Text only the store that gave it reads.
@@ -399,8 +399,9 @@ pub trait RunStore: Send + Sync {
     ) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// The commit log: the events every process commits to this store's database, in commits, from
-    /// after position `after` (a [`CommittedPage::next`] of this store), about `limit` at a time (a
-    /// commit's events are never split). `after = None` starts at the end: nothing committed before
+    /// after position `after` (a [`CommittedPage::next`] of this store), about `limit` at a time (the
+    /// PostgreSQL store counts a run's events of one commit as one, SQLite each event). `after = None`
+    /// starts at the end: nothing committed before
     /// the call is read. The log never skips a commit: one that becomes visible after a later one
     /// (PostgreSQL, where concurrent transactions commit in any order) is read before any position
     /// moves past it, so a commit may wait to be read until every transaction older than it has ended.
