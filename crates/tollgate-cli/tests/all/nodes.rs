@@ -662,14 +662,14 @@ async fn an_sse_stream_on_one_node_sees_the_other_nodes_steps_in_order_within_a_
 
 /// A webhook receiver on loopback: it records the `X-Tollgate-Delivery` of every request, and answers
 /// 200 once `answering` is set; until then it holds each request open without an answer.
-struct Hooks {
-    url: String,
+pub(crate) struct Hooks {
+    pub(crate) url: String,
     seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Hooks {
-    async fn start() -> Result<Hooks> {
+    pub(crate) async fn start() -> Result<Hooks> {
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/hook", listener.local_addr()?);
@@ -717,7 +717,8 @@ impl Hooks {
         Ok(hooks)
     }
 
-    fn seen(&self) -> Vec<String> {
+    /// The `X-Tollgate-Delivery` of every request received, in arrival order.
+    pub(crate) fn seen(&self) -> Vec<String> {
         self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }

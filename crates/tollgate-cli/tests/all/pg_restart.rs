@@ -18,13 +18,14 @@
 //!   hash chain intact, and the ledger written by the tool holds at most one line per run, never one
 //!   without a `tool_started` event, exactly one for a completed run. A call whose result could not be
 //!   stored is put back in doubt once the lease expires (docs/nodes.md); settling denies it, since it
-//!   ran. And a start answered 503 created no run (else a client's retry starts the work twice).
+//!   ran. And a start answered 503 created no run (else a client's retry starts the work twice). Every
+//!   event of every run reaches the nodes' webhook receiver (delivered from the store's commit log).
 //!
 //! Needs PostgreSQL's server tools (`pg_createcluster`, `pg_ctlcluster`, `pg_isready`, `pg_dropcluster`)
 //! and the right to use them: skipped with a note when `pg_createcluster` is not on `PATH`, a failure
 //! under CI (env `CI` set).
 
-use crate::nodes::{Node, spawn, write_config};
+use crate::nodes::{Hooks, Node, spawn, write_config};
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -425,8 +426,12 @@ async fn a_postgres_restart_under_traffic_is_answered_503_and_recovered_without_
 
     let dir = scratch_dir("pg-restart");
     let script = json!({"turns": [{"tool_calls": [ledger_call()]}, {"text": "done"}]});
-    let policy = "[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"";
-    let (workspace, config_path) = write_config(&dir, &cluster.0.url(), LEASE, &script, "[\"shell\"]", policy)?;
+    // Both nodes deliver every event to one webhook receiver.
+    let hooks = Hooks::start().await?;
+    hooks.answering.store(true, Ordering::SeqCst);
+    let policy =
+        format!("[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"\n\n[[webhooks]]\nurl = \"{}\"", hooks.url);
+    let (workspace, config_path) = write_config(&dir, &cluster.0.url(), LEASE, &script, "[\"shell\"]", &policy)?;
     let http = reqwest::Client::builder().timeout(CLIENT_TIMEOUT).build()?;
     // A first, alone: it applies the migrations.
     let mut a = spawn(&dir, &config_path, "a", &http).await?;
@@ -638,6 +643,27 @@ async fn a_postgres_restart_under_traffic_is_answered_503_and_recovered_without_
         .map(|(id, run)| format!("{id} ({})", run["input"]))
         .collect();
     assert!(orphans.is_empty(), "{} run(s) exist whose start was not answered 201: {orphans:?}", orphans.len());
+
+    // Every event of every run reaches the webhook receiver, the outage notwithstanding (at least once).
+    let mut expected = BTreeSet::new();
+    for id in settled.keys() {
+        for event in events(&http, &a.url, id).await? {
+            expected.insert(format!("{id}:{}", event["seq"]));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let seen: BTreeSet<String> = hooks.seen().into_iter().collect();
+        let missing: Vec<&String> = expected.difference(&seen).collect();
+        if missing.is_empty() {
+            eprintln!("every one of {} events delivered ({} deliveries)", expected.len(), hooks.seen().len());
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("{} of {} events were never delivered: {missing:?}\n{}", missing.len(), expected.len(), logs(&a, &b));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     drop((a, b));
     drop(cluster);
     Ok(())
