@@ -407,7 +407,8 @@ pub trait RunStore: Send + Sync {
     /// moves past it, so a commit may wait to be read until every transaction older than it has ended.
     ///
     /// # Errors
-    /// The store's; [`StoreError::Corrupt`] for a position this store did not give. Events that
+    /// The store's; [`StoreError::Corrupt`] for a position this store did not give, or one ahead of
+    /// every commit its database holds (the database was restored or moved since). Events that
     /// cannot be read are not an error: they are [`CommittedPage::skipped`].
     fn committed<'a>(&'a self, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Result<CommittedPage, StoreError>>;
 

@@ -308,13 +308,19 @@ impl Reader {
             },
             None => store.committed(None, 1).await?.next,
         };
+        self.restart_at(at);
+        // Another node taking the reader meanwhile is found at the next store.
+        let _ = self.store(true).await;
+        Ok(())
+    }
+
+    /// Reads on from `at`, forgetting the pages under way (their deliveries go on; they no longer hold
+    /// the position back), and stores `at` at the next store.
+    fn restart_at(&mut self, at: String) {
         self.pages.clear();
         self.read_to = at.clone();
         self.done_to = at;
         self.stored = None;
-        // Another node taking the reader meanwhile is found at the next store.
-        let _ = self.store(true).await;
-        Ok(())
     }
 
     /// Holds the reader: reads, queues, stores, until shutdown or until another node holds it.
@@ -368,6 +374,16 @@ impl Reader {
                     self.warned = false;
                     self.pending = page.pending;
                     page
+                }
+                Err(error @ StoreError::Corrupt { .. }) => {
+                    // A position the log can no longer read (the database was replaced): from the end.
+                    tracing::warn!(%error, "the webhook reader's position is unreadable; delivering from now on");
+                    self.pending = true;
+                    match store.committed(None, 1).await {
+                        Ok(end) => self.restart_at(end.next),
+                        Err(error) => tracing::warn!(%error, "cannot read the commit log for webhooks; retrying"),
+                    }
+                    return Read::CaughtUp;
                 }
                 Err(error) => {
                     self.pending = true;

@@ -15,6 +15,19 @@ pub(crate) fn bad_position(position: &str) -> StoreError {
     }
 }
 
+/// A position beyond anything this database has given: the database was replaced (restored from a
+/// backup, or dumped into another cluster, whose numbering starts lower), so reading on from it would
+/// pass over every commit until the numbering catches up.
+pub(crate) fn position_ahead(position: &str) -> StoreError {
+    StoreError::Corrupt {
+        id: "commit log".to_owned(),
+        detail: format!(
+            "position `{position}` is ahead of this database's commits (a database restored or moved since it was \
+             stored?)"
+        ),
+    }
+}
+
 #[cfg(feature = "postgres")]
 /// A PostgreSQL position: the batch last read, as (transaction, run id, last seq); positions are
 /// ordered as these triples are. `TX:LAST_SEQ:RUN_ID`.

@@ -33,7 +33,7 @@ use crate::codec::{
     decode_event, decode_run, decode_runs_skipping_corrupt, plan_append, plan_create, plan_transition,
     prefix_upper_bound, read_run_row, resolve_prefix_answer, run_columns, run_error, split_readable, status_counts,
 };
-use crate::commit_log::{parse_pg_position, pg_position};
+use crate::commit_log::{parse_pg_position, pg_position, position_ahead};
 use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
 use crate::pg_connections::{Connections, Held, PING_IF_IDLE_FOR};
@@ -1439,6 +1439,9 @@ impl PostgresStore {
         for row in &rows {
             horizon = row.try_get::<i64, _>(9).map_err(self.db_error("cannot read the commit log"))?;
             let next_xid: i64 = row.try_get(10).map_err(self.db_error("cannot read the commit log"))?;
+            if tx > next_xid {
+                return Err(position_ahead(after));
+            }
             page.pending = next_xid > horizon;
             let batch: (Option<String>, Option<i64>, Option<i64>) = (
                 row.try_get(6).map_err(self.db_error("cannot read the commit log"))?,

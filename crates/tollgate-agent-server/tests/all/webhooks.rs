@@ -331,3 +331,24 @@ async fn a_backlog_larger_than_the_queue_is_delivered_without_a_drop() {
     }
     second.stop().await;
 }
+
+/// A stored position ahead of everything the database has given (the database was restored from a
+/// backup since it was stored) would pass over every new commit: the server notices and delivers from
+/// the end of the log instead.
+#[tokio::test]
+async fn a_position_ahead_of_the_database_is_dropped_for_the_end_of_the_log() {
+    let store = crate::common::open_store(&crate::common::Backend::Sqlite).await;
+    let now = tollgate_agent_core::Clock::now(&tollgate_agent_core::SystemClock);
+    let planted = store.hold_reader("webhooks", "a node before the restore", Some("9000000000"), now - 1, now).await;
+    assert!(matches!(planted, Ok(tollgate_agent_core::ReaderHold::Held { .. })), "{planted:?}");
+    let (url, hooks) = receiver(StatusCode::OK).await;
+    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["run_completed".into()] }];
+    let server = Server::start(Config { store: Some(store), webhooks, ..Default::default() }).await;
+    let run = server.waiting_run(SCRIBE, "after a restore").await;
+    let done = server.approve_and_wait(&run).await;
+    assert_eq!(done.body["status"], "completed", "{}", done.body);
+    eventually("run_completed delivered", || !hooks.all().is_empty()).await;
+    let kinds = server.event_kinds(&id(&run)).await;
+    assert_eq!(hooks.delivery_ids(), vec![format!("{}:{}", id(&run), kinds.len())]);
+    server.stop().await;
+}

@@ -10,7 +10,7 @@ use crate::codec::{
     PREFIX_COUNT_CAP, database_error, decode_event, decode_run, keep_readable, prefix_upper_bound,
     resolve_prefix_answer, run_columns, run_error, split_readable, status_counts,
 };
-use crate::commit_log::parse_sqlite_position;
+use crate::commit_log::{parse_sqlite_position, position_ahead};
 use rusqlite::{Connection, OptionalExtension, ToSql, params, params_from_iter};
 use std::sync::{Arc, Mutex};
 use tollgate_agent_core::event::StoredEvent;
@@ -211,6 +211,10 @@ impl SqliteStore {
         let keys = self.keys.as_deref();
         let limit = limit.max(1);
         let rows = self.read("cannot read the commit log", |connection| {
+            let end: i64 = connection.prepare_cached(COMMITTED_END)?.query_row([], |row| row.get(0))?;
+            if from > end {
+                return Err(ReadError::Store(position_ahead(after)));
+            }
             let mut statement = connection.prepare_cached(SELECT_COMMITTED)?;
             let rows = statement.query_map(params![from, i64::from(limit)], |row| {
                 let (run_id, id): (String, i64) = (row.get(6)?, row.get(7)?);
