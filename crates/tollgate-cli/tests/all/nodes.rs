@@ -6,7 +6,8 @@
 //! one node and decided on the other (resumed once, the deciding node answers the settled run), and an SSE
 //! stream on one node that sees every step the other node commits, in order with no gap, each within a
 //! second of its commit (the commit's time taken from the test's own LISTEN, kept by neither node), and
-//! the node holding the webhook reader killed with its deliveries unanswered (the other delivers them).
+//! the node holding the webhook reader killed with its deliveries unanswered (the other delivers them)
+//! or stopped with SIGTERM (it releases the reader: the other delivers at once, within the lease).
 //! Every tool call appends a line to `ledger.txt` in the workspace both nodes share, which counts
 //! executions.
 //!
@@ -723,20 +724,16 @@ impl Hooks {
     }
 }
 
-/// The node holding the webhook reader is killed while its deliveries are under way (the receiver
-/// holds them unanswered): once its hold lapses, the other node takes the reader and delivers every
-/// event from the position the first left behind, so nothing committed goes undelivered.
-#[tokio::test(flavor = "multi_thread")]
-async fn sigkill_of_the_webhook_holder_leaves_its_deliveries_to_the_other_node() -> Result<()> {
-    let Some(base) = postgres_url() else { return Ok(()) };
-    let hooks = Hooks::start().await?;
+/// Two nodes delivering webhooks to `hooks`, each with `lease`: A started alone until it holds the
+/// `webhooks` reader, then B. `None` when no PostgreSQL is configured.
+async fn webhook_cluster(hooks: &Hooks, lease: Duration) -> Result<Option<Cluster>> {
+    let Some(base) = postgres_url() else { return Ok(None) };
     let schema = ScratchSchema::create(&base, "tollgate_nodes").await?;
     let dir = scratch_dir("nodes-hooks");
     let script = json!({"turns": [{"tool_calls": [ledger_call("hooked", 0)]}, {"text": "done"}]});
     let rest = format!("[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"\n\n[[webhooks]]\nurl = \"{}\"", hooks.url);
-    let (workspace, config) = write_config(&dir, &schema.url(), LEASE, &script, "[\"shell\"]", &rest)?;
+    let (workspace, config) = write_config(&dir, &schema.url(), lease, &script, "[\"shell\"]", &rest)?;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build()?;
-    // A first, alone, until it holds the reader; then B.
     let a = spawn(&dir, &config, "a", &http).await?;
     let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&schema.url()).await?;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -753,40 +750,72 @@ async fn sigkill_of_the_webhook_holder_leaves_its_deliveries_to_the_other_node()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let b = spawn(&dir, &config, "b", &http).await?;
-    let mut cluster = Cluster { a, b, workspace, http, schema };
+    Ok(Some(Cluster { a, b, workspace, http, schema }))
+}
 
+/// Waits until `hooks` has seen every delivery of `expected` among those after the first `skip`.
+async fn delivered(
+    hooks: &Hooks,
+    skip: usize,
+    expected: &[String],
+    limit: Duration,
+    log: impl Fn() -> String,
+) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let seen: Vec<String> = hooks.seen().get(skip..).map(<[String]>::to_vec).unwrap_or_default();
+        if expected.iter().all(|delivery| seen.contains(delivery)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{seen:?} of {expected:?} delivered within {limit:?}:\n{}", log());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The node holding the webhook reader is killed while its deliveries are under way (the receiver
+/// holds them unanswered): once its hold lapses, the other node takes the reader and delivers every
+/// event from the position the first left behind, so nothing committed goes undelivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_of_the_webhook_holder_leaves_its_deliveries_to_the_other_node() -> Result<()> {
+    let hooks = Hooks::start().await?;
+    let Some(mut cluster) = webhook_cluster(&hooks, LEASE).await? else { return Ok(()) };
     let run = cluster.post(&cluster.b, "/v1/runs", json!({"input": "r", "wait": true})).await?;
     assert_eq!(status(&run), "waiting_for_approval", "{run:#}");
     let id = id_of(&run)?;
     let kinds = cluster.event_kinds(&cluster.b, &id).await?;
     let expected: Vec<String> = (1..=kinds.len()).map(|seq| format!("{id}:{seq}")).collect();
     // A (the holder) has sent them, and the receiver holds them unanswered.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while hooks.seen().len() < expected.len() {
-        if Instant::now() > deadline {
-            bail!("A sent {:?} of {expected:?}:\n{}", hooks.seen(), cluster.a.log());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    delivered(&hooks, 0, &expected, Duration::from_secs(10), || cluster.a.log()).await?;
     cluster.a.kill()?;
     let killed = Instant::now();
     let sent_by_a = hooks.seen().len();
     hooks.answering.store(true, std::sync::atomic::Ordering::SeqCst);
 
     // B takes the reader once A's hold lapses and sends every event again.
-    let deadline = killed + LEASE + Duration::from_secs(8);
-    loop {
-        let mut again: Vec<String> = hooks.seen()[sent_by_a..].to_vec();
-        again.sort();
-        again.dedup();
-        if expected.iter().all(|delivery| again.contains(delivery)) {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("B delivered {again:?} of {expected:?} after A was killed:\n{}", cluster.b.log());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    delivered(&hooks, sent_by_a, &expected, LEASE + Duration::from_secs(8), || cluster.b.log()).await?;
     eprintln!("B delivered A's unanswered deliveries {:?} after the SIGKILL", killed.elapsed());
+    cluster.drop_schema().await
+}
+
+/// SIGTERM of the node holding the webhook reader (a rolling deploy): it releases the reader as it
+/// exits, so the other node delivers what is committed next at once — well within the 30 s lease the
+/// reader is held for, which a lapse would wait out.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_of_the_webhook_holder_hands_the_reader_over_at_once() -> Result<()> {
+    let hooks = Hooks::start().await?;
+    hooks.answering.store(true, std::sync::atomic::Ordering::SeqCst);
+    let lease = Duration::from_secs(30);
+    let Some(mut cluster) = webhook_cluster(&hooks, lease).await? else { return Ok(()) };
+    assert_eq!(cluster.a.terminate(Duration::from_secs(15)).await?, Some(0), "{}", cluster.a.log());
+    let exited = Instant::now();
+    let run = cluster.post(&cluster.b, "/v1/runs", json!({"input": "r", "wait": true})).await?;
+    assert_eq!(status(&run), "waiting_for_approval", "{run:#}");
+    let id = id_of(&run)?;
+    let kinds = cluster.event_kinds(&cluster.b, &id).await?;
+    let expected: Vec<String> = (1..=kinds.len()).map(|seq| format!("{id}:{seq}")).collect();
+    delivered(&hooks, 0, &expected, lease / 4, || cluster.b.log()).await?;
+    eprintln!("B delivered {:?} after A exited", exited.elapsed());
     cluster.drop_schema().await
 }
