@@ -11,6 +11,8 @@
 //! - `tollgate_webhook_deliveries_total{outcome}`: webhook deliveries that succeeded, failed after every
 //!   retry, were dropped (one page of the commit log held more than the queue had room for), or
 //!   expired (read more than a day after their commit).
+//! - `tollgate_webhook_reader_held` (1 while this process holds the commit log's `webhooks` reader and
+//!   so delivers every node's webhooks) and `tollgate_webhook_queue_depth` (deliveries queued or under way).
 //! - `tollgate_event_feed_store_reads_total`: reads of events the feed made from the store, for commits
 //!   it was not handed by the store's commit tap (zero while it keeps up with a store that taps).
 //! - `tollgate_connections_open`, `tollgate_connections_refused_total`,
@@ -89,6 +91,10 @@ pub(crate) struct Metrics {
     failed: AtomicU64,
     dropped: AtomicU64,
     expired: AtomicU64,
+    /// 1 while this process holds the commit log's `webhooks` reader (it delivers every node's webhooks).
+    webhook_reader_held: AtomicU64,
+    /// Webhook deliveries queued or under way.
+    webhook_queue: AtomicU64,
     feed_reads: AtomicU64,
     counts: tokio::sync::Mutex<Option<(Instant, StatusCounts)>>,
     connections_open: AtomicU64,
@@ -132,6 +138,20 @@ impl Metrics {
             Delivery::Expired => &self.expired,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether this process holds the webhook reader now.
+    pub(crate) fn webhook_reader_held(&self, held: bool) {
+        self.webhook_reader_held.store(u64::from(held), Ordering::Relaxed);
+    }
+
+    /// A webhook delivery was queued (`true`) or has ended (`false`).
+    pub(crate) fn webhook_queued(&self, queued: bool) {
+        if queued {
+            self.webhook_queue.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.webhook_queue.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// The event feed read events from the store.
@@ -251,6 +271,18 @@ impl Metrics {
         }
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         for (name, kind, help, value) in [
+            (
+                "tollgate_webhook_reader_held",
+                "gauge",
+                "1 while this process holds the commit log's webhooks reader (it delivers the webhooks of every node).",
+                load(&self.webhook_reader_held),
+            ),
+            (
+                "tollgate_webhook_queue_depth",
+                "gauge",
+                "Webhook deliveries queued or under way in this process.",
+                load(&self.webhook_queue),
+            ),
             ("tollgate_connections_open", "gauge", "HTTP connections open.", load(&self.connections_open)),
             (
                 "tollgate_connections_refused_total",

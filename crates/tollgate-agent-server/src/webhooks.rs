@@ -237,10 +237,12 @@ impl Reader {
                 None => break,
             }
             holding = true;
+            self.metrics.webhook_reader_held(true);
             match self.deliver(&mut stop).await {
                 Stopped::Stop => break,
                 Stopped::Lost => {
                     holding = false;
+                    self.metrics.webhook_reader_held(false);
                     tracing::info!(
                         "another node holds the webhook reader of the commit log now; it delivers from here"
                     );
@@ -261,6 +263,7 @@ impl Reader {
             if let Err(error) = self.runtime.store().release_reader(READER, &node).await {
                 tracing::warn!(%error, "cannot release the webhook reader; another node takes it when its hold ends");
             }
+            self.metrics.webhook_reader_held(false);
         }
     }
 
@@ -438,7 +441,9 @@ impl Reader {
             under_way.fetch_add(1, Ordering::AcqRel);
             let job =
                 Job { target: i, body, kind, delivery: format!("{run_id}:{}", event.seq), page: under_way.clone() };
+            self.metrics.webhook_queued(true);
             if queue.try_send(job).is_err() {
+                self.metrics.webhook_queued(false);
                 under_way.fetch_sub(1, Ordering::AcqRel);
                 tracing::warn!(run = %run_id, seq = event.seq, url = %target.url, "webhook queue full; delivery dropped");
                 self.metrics.webhook(Delivery::Dropped);
@@ -516,6 +521,7 @@ async fn dispatch(
         deliveries.spawn(async move {
             let outcome = deliver(&client, &targets[job.target], &job, retry).await;
             metrics.webhook(outcome);
+            metrics.webhook_queued(false);
             job.page.fetch_sub(1, Ordering::AcqRel);
             drop(slot);
         });

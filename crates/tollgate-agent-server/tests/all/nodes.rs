@@ -189,6 +189,12 @@ async fn another_nodes_commits_wake_waiters_and_streams_at_once() {
     eventually("every event delivered", || hooks.delivery_ids().len() >= expected.len()).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(hooks.delivery_ids(), expected, "each event once, by one node");
+    let mut holders = 0;
+    for node in [&a, &b] {
+        let metrics = node.get("/metrics").await.body.as_str().unwrap_or_default().to_owned();
+        holders += usize::from(metrics.contains("tollgate_webhook_reader_held 1\n"));
+    }
+    assert_eq!(holders, 1, "one node says it holds the webhook reader");
 
     a.stop().await;
     b.stop().await;

@@ -324,6 +324,17 @@ async fn a_backlog_larger_than_the_queue_is_delivered_without_a_drop() {
     }
     let metrics = second.get("/metrics").await.body.as_str().unwrap_or_default().to_owned();
     assert!(metrics.contains("tollgate_webhook_deliveries_total{outcome=\"dropped\"} 0\n"), "{metrics}");
+    assert!(metrics.contains("tollgate_webhook_reader_held 1\n"), "the only server holds the reader: {metrics}");
+    let mut drained = false;
+    for _ in 0..100 {
+        let metrics = second.get("/metrics").await.body.as_str().unwrap_or_default().to_owned();
+        if metrics.contains("tollgate_webhook_queue_depth 0\n") {
+            drained = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(drained, "every delivery ended, the queue is empty");
     for hooks in [&hooks_1, &hooks_2] {
         let mut delivered = hooks.delivery_ids();
         delivered.dedup();
