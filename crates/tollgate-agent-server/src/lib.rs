@@ -113,6 +113,7 @@
 //! `tollgate_model_call_duration_seconds` and `tollgate_tool_call_duration_seconds{tool}` histograms
 //! (from the events this process commits, measured between their `at` times);
 //! `tollgate_webhook_deliveries_total{outcome}` (`delivered`, `failed`, `dropped`, `expired`);
+//! `tollgate_webhook_reader_held` and `tollgate_webhook_queue_depth` (gauges);
 //! `tollgate_connections_open`, `tollgate_connections_refused_total`,
 //! `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
 //! `tollgate_sse_streams_open`, `tollgate_sse_streams_refused_total`.
