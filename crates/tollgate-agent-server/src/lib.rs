@@ -320,10 +320,18 @@ pub fn router_with_webhooks(
     options: &ServerOptions,
 ) -> Result<(Router, Option<WebhookDelivery>), ServerError> {
     let built = build(runtime.clone(), options);
-    let dispatcher =
-        webhooks::spawn(runtime, options.webhooks.clone(), options.webhook_retry, built.metrics.clone(), WEBHOOK_FLUSH)
-            .map_err(ServerError::Options)?;
+    let dispatcher = start_webhooks(runtime, options, &built)?;
     Ok((built.router, dispatcher.map(WebhookDelivery)))
+}
+
+/// The dispatcher of `options.webhooks`, counting in `built`'s metrics; `None` when there are none.
+fn start_webhooks(
+    runtime: Runtime,
+    options: &ServerOptions,
+    built: &Built,
+) -> Result<Option<webhooks::Dispatcher>, ServerError> {
+    webhooks::spawn(runtime, options.webhooks.clone(), options.webhook_retry, built.metrics.clone(), WEBHOOK_FLUSH)
+        .map_err(ServerError::Options)
 }
 
 /// Webhook deliveries running beside a router served by another server ([`router_with_webhooks`]).
@@ -373,14 +381,7 @@ pub async fn serve_on(
     refuse_public_without_auth(local, &options)?;
     let limits = limits(&options)?;
     let built = build(runtime.clone(), &options);
-    let dispatcher = webhooks::spawn(
-        runtime.clone(),
-        options.webhooks.clone(),
-        options.webhook_retry,
-        built.metrics.clone(),
-        WEBHOOK_FLUSH,
-    )
-    .map_err(ServerError::Options)?;
+    let dispatcher = start_webhooks(runtime.clone(), &options, &built)?;
     let (stop_feed, feed_stopped) = tokio::sync::oneshot::channel();
     let mut feed = feed::spawn(runtime.clone(), built.metrics.clone(), feed_stopped);
     // Deadlines and takeovers every second, lease renewal, retention hourly: the runtime's one

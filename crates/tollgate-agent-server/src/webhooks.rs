@@ -259,8 +259,7 @@ impl Reader {
         if holding {
             self.advance();
             let _ = self.store(true).await;
-            let node = self.runtime.node_id().to_owned();
-            if let Err(error) = self.runtime.store().release_reader(READER, &node).await {
+            if let Err(error) = self.runtime.store().release_reader(READER, self.runtime.node_id()).await {
                 tracing::warn!(%error, "cannot release the webhook reader; another node takes it when its hold ends");
             }
             self.metrics.webhook_reader_held(false);
@@ -272,8 +271,7 @@ impl Reader {
     async fn take(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<bool> {
         let now = self.runtime.clock().now();
         let until = now + millis(self.runtime.lease_length());
-        let node = self.runtime.node_id().to_owned();
-        let wait = match self.runtime.store().hold_reader(READER, &node, None, until, now).await {
+        let wait = match self.runtime.store().hold_reader(READER, self.runtime.node_id(), None, until, now).await {
             Ok(ReaderHold::Held { position }) => match self.start(position).await {
                 Ok(()) => return Some(true),
                 Err(error) => {
@@ -296,20 +294,12 @@ impl Reader {
         }
     }
 
-    /// Starts reading at the reader's stored `position`, or at the end of the log when it has none (or
-    /// one this store cannot read).
+    /// Starts reading at the reader's stored `position`, or at the end of the log when it has none (a
+    /// position the log cannot read is found by the first read, which then starts at the end).
     async fn start(&mut self, position: Option<String>) -> Result<(), StoreError> {
-        let store = self.runtime.store().clone();
         let at = match position {
-            Some(position) => match store.committed(Some(&position), 1).await {
-                Ok(_) => position,
-                Err(error @ StoreError::Corrupt { .. }) => {
-                    tracing::warn!(%error, "the webhook reader's position is unreadable; delivering from now on");
-                    store.committed(None, 1).await?.next
-                }
-                Err(error) => return Err(error),
-            },
-            None => store.committed(None, 1).await?.next,
+            Some(position) => position,
+            None => self.runtime.store().committed(None, 1).await?.next,
         };
         self.restart_at(at);
         // Another node taking the reader meanwhile is found at the next store.
@@ -475,9 +465,8 @@ impl Reader {
         }
         let now = self.runtime.clock().now();
         let until = now + millis(self.runtime.lease_length());
-        let node = self.runtime.node_id().to_owned();
         let position = self.done_to.clone();
-        match self.runtime.store().hold_reader(READER, &node, Some(&position), until, now).await {
+        match self.runtime.store().hold_reader(READER, self.runtime.node_id(), Some(&position), until, now).await {
             Ok(ReaderHold::Held { .. }) => {
                 self.stored = Some(position);
                 self.last_store = Some(Instant::now());
