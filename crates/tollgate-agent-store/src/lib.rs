@@ -79,6 +79,8 @@ mod pg_nodelay;
 #[cfg(feature = "postgres")]
 pub mod pg_notify;
 #[cfg(feature = "postgres")]
+mod pg_targets;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

@@ -18,11 +18,22 @@
 //! its statement, so that the pool sees it again (its maximum lifetime). Every connection kept here
 //! counts against the pool's size, so the store never opens more than it did.
 
+//!
+//! When the store's URL names several hosts ([`crate::pg_targets`]), the pool is that of the host in
+//! use. A statement that does not finish cleanly, or a connection that takes over
+//! [`SLOW_CONNECTION`] to come, has the store check (at most once per [`CHECK_AT_MOST_EVERY`], one
+//! check at a time) which host it should use; when that is another host, a new pool for it replaces the
+//! old one, which closes once its connections in use come back, and no connection of the old host is
+//! kept or handed out again. A statement waiting on the old pool then takes its connection from the
+//! new one.
+
+use crate::pg_targets::Targets;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::PgPool;
-use sqlx::{PgConnection, Postgres};
+use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::{Connection, PgConnection, Postgres};
 use std::ops::{Deref, DerefMut};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -32,21 +43,39 @@ pub(crate) const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 /// A connection taken from the pool this long ago goes back to it after its statement.
 pub(crate) const BACK_TO_THE_POOL_AFTER: Duration = Duration::from_secs(60);
 
+/// With several hosts: a connection that takes this long to come has the store check its host.
+pub(crate) const SLOW_CONNECTION: Duration = Duration::from_secs(1);
+
+/// With several hosts: checks of which host to use are this far apart at least.
+pub(crate) const CHECK_AT_MOST_EVERY: Duration = Duration::from_secs(1);
+
+/// Makes the pool of one host.
+pub(crate) type MakePool = Box<dyn Fn(PgConnectOptions) -> PgPool + Send + Sync>;
+
 /// The pool, and the connections the store keeps between statements.
 ///
 /// Every statement of the store takes its connection here, holding one of as many permits as the pool
 /// has connections: a statement waiting for the pool itself could otherwise wait for ever while
 /// the connections it waits for are kept here, idle, by statements that finished.
 pub(crate) struct Connections {
-    pool: PgPool,
+    /// The pool of the host in use, and its generation (one more at each change of host).
+    pool: Mutex<(u64, PgPool)>,
+    make_pool: MakePool,
+    targets: Arc<Targets>,
     permits: Semaphore,
     /// How long a statement waits for a permit (then: [`sqlx::Error::PoolTimedOut`]).
     wait: Duration,
     kept: Mutex<Vec<Kept>>,
+    /// A check of the host is under way.
+    checking: AtomicBool,
+    /// When the last check began.
+    checked: Mutex<Option<Instant>>,
 }
 
 struct Kept {
     connection: PoolConnection<Postgres>,
+    /// The generation of the pool it came from.
+    generation: u64,
     /// When it was taken from the pool.
     taken: Instant,
     /// When its last statement finished.
@@ -54,24 +83,40 @@ struct Kept {
 }
 
 impl Connections {
-    /// `pool` holds at most `size` connections; a statement waits at most `wait` for one.
-    pub(crate) fn new(pool: PgPool, size: usize, wait: Duration) -> Connections {
-        Connections { pool, permits: Semaphore::new(size), wait, kept: Mutex::default() }
+    /// The pool of `targets`' host in use, made by `make_pool`, holds at most `size` connections; a
+    /// statement waits at most `wait` for one.
+    pub(crate) fn new(targets: Arc<Targets>, make_pool: MakePool, size: usize, wait: Duration) -> Connections {
+        let pool = make_pool(targets.current());
+        Connections {
+            pool: Mutex::new((0, pool)),
+            make_pool,
+            targets,
+            permits: Semaphore::new(size),
+            wait,
+            kept: Mutex::default(),
+            checking: AtomicBool::new(false),
+            checked: Mutex::new(None),
+        }
+    }
+
+    /// The pool in use and its generation.
+    fn pool(&self) -> (u64, PgPool) {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// A connection for a statement: a kept one used less than [`PING_IF_IDLE_FOR`] ago, or one from
     /// the pool (kept ones idle for longer go back to it first).
-    pub(crate) async fn acquire(&self) -> Result<Held<'_>, sqlx::Error> {
+    pub(crate) async fn acquire(self: &Arc<Self>) -> Result<Held<'_>, sqlx::Error> {
         self.acquire_by(Instant::now() + self.wait).await
     }
 
     /// [`Connections::acquire`] for a statement that has waited since `since` already (in a queue of
     /// grouped statements): the wait for its connection ends where a wait begun then would have.
-    pub(crate) async fn acquire_since(&self, since: Instant) -> Result<Held<'_>, sqlx::Error> {
+    pub(crate) async fn acquire_since(self: &Arc<Self>, since: Instant) -> Result<Held<'_>, sqlx::Error> {
         self.acquire_by(since + self.wait).await
     }
 
-    async fn acquire_by(&self, deadline: Instant) -> Result<Held<'_>, sqlx::Error> {
+    async fn acquire_by(self: &Arc<Self>, deadline: Instant) -> Result<Held<'_>, sqlx::Error> {
         let deadline = tokio::time::Instant::from_std(deadline);
         let permit = match tokio::time::timeout_at(deadline, self.permits.acquire()).await {
             Ok(Ok(permit)) => permit,
@@ -79,31 +124,118 @@ impl Connections {
             Err(_elapsed) => return Err(sqlx::Error::PoolTimedOut),
         };
         let now = Instant::now();
+        let (generation, pool) = self.pool();
         let (fresh, stale) = {
             let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            // Those of a host no longer in use go (back to their closing pool).
+            let mut stale: Vec<Kept> = Vec::new();
+            if kept.iter().any(|k| k.generation != generation) {
+                let (current, old): (Vec<Kept>, Vec<Kept>) =
+                    std::mem::take(&mut *kept).into_iter().partition(|k| k.generation == generation);
+                *kept = current;
+                stale = old;
+            }
             // The most recently used is last: if it is stale, so are all the others.
             match kept.pop() {
-                Some(top) if now.duration_since(top.used) < PING_IF_IDLE_FOR => (Some(top), Vec::new()),
+                Some(top) if now.duration_since(top.used) < PING_IF_IDLE_FOR => (Some(top), stale),
                 Some(top) => {
-                    let mut stale = std::mem::take(&mut *kept);
+                    stale.extend(std::mem::take(&mut *kept));
                     stale.push(top);
                     (None, stale)
                 }
-                None => (None, Vec::new()),
+                None => (None, stale),
             }
         };
         // Dropped outside the lock: back to the pool, which pings each before its next use.
         drop(stale);
-        if let Some(Kept { connection, taken, .. }) = fresh {
-            return Ok(Held { connection, taken, home: self, _permit: permit });
+        if let Some(Kept { connection, taken, generation, .. }) = fresh {
+            return Ok(Held::new(connection, generation, taken, self, permit));
         }
         // With a permit held, fewer than the pool's size of connections are in use or kept: the pool
         // has one, or is getting one back.
-        let connection = match tokio::time::timeout_at(deadline, self.pool.acquire()).await {
-            Ok(connection) => connection?,
-            Err(_elapsed) => return Err(sqlx::Error::PoolTimedOut),
+        let (mut generation, mut pool) = (generation, pool);
+        loop {
+            let acquired = if self.targets.several() {
+                match tokio::time::timeout(SLOW_CONNECTION, pool.acquire()).await {
+                    Ok(acquired) => Ok(acquired),
+                    Err(_slow) => {
+                        self.suspect();
+                        tokio::time::timeout_at(deadline, pool.acquire()).await
+                    }
+                }
+            } else {
+                tokio::time::timeout_at(deadline, pool.acquire()).await
+            };
+            match acquired {
+                Ok(Ok(connection)) => {
+                    return Ok(Held::new(connection, generation, Instant::now(), self, permit));
+                }
+                // The pool was replaced (another host) while this waited: wait on the new one.
+                Ok(Err(sqlx::Error::PoolClosed)) if self.pool().0 != generation => {
+                    (generation, pool) = self.pool();
+                }
+                Ok(Err(error)) => return Err(error),
+                Err(_elapsed) => return Err(sqlx::Error::PoolTimedOut),
+            }
+        }
+    }
+
+    /// With several hosts: checks, in a task of its own, which host the store should use, and moves to
+    /// it when it is another (see the module's documentation). Does nothing with one host, while a
+    /// check is under way, or within [`CHECK_AT_MOST_EVERY`] of the last.
+    pub(crate) fn suspect(self: &Arc<Self>) {
+        if !self.targets.several() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        {
+            let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+            if checked.is_some_and(|at| at.elapsed() < CHECK_AT_MOST_EVERY) {
+                return;
+            }
+            if self.checking.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            *checked = Some(Instant::now());
+        }
+        let connections = Arc::clone(self);
+        runtime.spawn(async move {
+            connections.check().await;
+            connections.checking.store(false, Ordering::Release);
+        });
+    }
+
+    /// Finds the host to use and moves there if it is another.
+    async fn check(&self) {
+        let (index, connection) = match self.targets.select().await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(%error, "no PostgreSQL host will do for now; the store keeps looking");
+                return;
+            }
         };
-        Ok(Held { connection, taken: Instant::now(), home: self, _permit: permit })
+        if let Err(error) = connection.close().await {
+            tracing::debug!(%error, "cannot close a PostgreSQL connection cleanly");
+        }
+        let was = self.targets.current_index();
+        if index == was {
+            return;
+        }
+        self.targets.choose(index);
+        let new_pool = (self.make_pool)(self.targets.current());
+        let old_pool = {
+            let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+            let generation = pool.0 + 1;
+            std::mem::replace(&mut *pool, (generation, new_pool)).1
+        };
+        drop(std::mem::take(&mut *self.kept.lock().unwrap_or_else(PoisonError::into_inner)));
+        tracing::warn!(
+            from = self.targets.name(was),
+            to = self.targets.name(index),
+            "the PostgreSQL host the store needs has moved; its connections follow"
+        );
+        // Waits for the old host's connections in use to come back, then closes them.
+        old_pool.close().await;
     }
 
     /// Gives every kept connection back to the pool, then closes the pool (waiting for connections in
@@ -111,7 +243,7 @@ impl Connections {
     pub(crate) async fn close(&self) {
         self.permits.close();
         drop(std::mem::take(&mut *self.kept.lock().unwrap_or_else(PoisonError::into_inner)));
-        self.pool.close().await;
+        self.pool().1.close().await;
     }
 
     /// How many connections are kept between statements now.
@@ -135,24 +267,49 @@ impl Drop for Connections {
 }
 
 /// A connection in use by one statement (or one transaction). Dropped, it goes back to the pool
-/// through sqlx's test; [`Held::finished`] keeps it for the next statement instead.
+/// through sqlx's test (and, with several hosts, has the store check its host);
+/// [`Held::finished`] keeps it for the next statement instead.
 pub(crate) struct Held<'a> {
     connection: PoolConnection<Postgres>,
+    generation: u64,
     taken: Instant,
-    home: &'a Connections,
+    home: &'a Arc<Connections>,
     _permit: SemaphorePermit<'a>,
+    unclean: Unclean<'a>,
 }
 
-impl Held<'_> {
+/// Dropped armed (its statement did not finish cleanly), has the store check its host.
+struct Unclean<'a>(Option<&'a Arc<Connections>>);
+
+impl Drop for Unclean<'_> {
+    fn drop(&mut self) {
+        if let Some(home) = self.0 {
+            home.suspect();
+        }
+    }
+}
+
+impl<'a> Held<'a> {
+    fn new(
+        connection: PoolConnection<Postgres>,
+        generation: u64,
+        taken: Instant,
+        home: &'a Arc<Connections>,
+        permit: SemaphorePermit<'a>,
+    ) -> Held<'a> {
+        Held { connection, generation, taken, home, _permit: permit, unclean: Unclean(Some(home)) }
+    }
+
     /// The statement (or transaction) finished cleanly: its answer was read to the end and no
     /// transaction is open, so the connection is kept for the next statement.
     pub(crate) fn finished(self) {
-        let Held { connection, taken, home, _permit } = self;
+        let Held { connection, generation, taken, home, _permit, mut unclean } = self;
+        unclean.0 = None;
         let used = Instant::now();
-        if used.duration_since(taken) >= BACK_TO_THE_POOL_AFTER {
-            return; // dropped: back to the pool
+        if used.duration_since(taken) >= BACK_TO_THE_POOL_AFTER || home.pool().0 != generation {
+            return; // dropped: back to its pool
         }
-        home.kept.lock().unwrap_or_else(PoisonError::into_inner).push(Kept { connection, taken, used });
+        home.kept.lock().unwrap_or_else(PoisonError::into_inner).push(Kept { connection, generation, taken, used });
     }
 }
 
@@ -182,6 +339,14 @@ mod tests {
         Some(PgPoolOptions::new().max_connections(4).connect_lazy(&url).unwrap_or_else(|e| panic!("{e}")))
     }
 
+    /// Connections over `pool` (the test database's one host).
+    fn connections_on(pool: &PgPool, size: usize) -> Arc<Connections> {
+        let url = tollgate_agent_testkit::postgres_url().unwrap_or_else(|| panic!("a test database"));
+        let targets = Arc::new(Targets::parse(&url).unwrap_or_else(|e| panic!("{e}")));
+        let pool = pool.clone();
+        Arc::new(Connections::new(targets, Box::new(move |_| pool.clone()), size, Duration::from_secs(10)))
+    }
+
     async fn backend(connection: &mut PgConnection) -> Result<i32, sqlx::Error> {
         sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(connection).await
     }
@@ -192,7 +357,7 @@ mod tests {
     #[tokio::test]
     async fn finished_connections_are_kept_and_others_go_back_to_the_pool() {
         let Some(pool) = pool() else { return };
-        let connections = Connections::new(pool.clone(), 4, Duration::from_secs(10));
+        let connections = connections_on(&pool, 4);
         let mut first = connections.acquire().await.unwrap_or_else(|e| panic!("{e}"));
         let pid = backend(&mut first).await.unwrap_or_else(|e| panic!("{e}"));
         first.finished();
@@ -242,7 +407,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn more_statements_than_connections_all_get_one() {
         let Some(pool) = pool() else { return };
-        let connections = Arc::new(Connections::new(pool.clone(), 4, Duration::from_secs(10)));
+        let connections = connections_on(&pool, 4);
         let mut tasks = Vec::new();
         for _ in 0..16 {
             let connections = connections.clone();
@@ -269,7 +434,7 @@ mod tests {
     #[tokio::test]
     async fn a_statement_that_waited_already_waits_only_for_the_rest() {
         let Some(pool) = pool() else { return };
-        let connections = Arc::new(Connections::new(pool, 1, Duration::from_secs(10)));
+        let connections = connections_on(&pool, 1);
         let held = connections.acquire().await.unwrap_or_else(|e| panic!("{e}"));
         let began = Instant::now();
         let late = connections.acquire_since(Instant::now() - Duration::from_secs(11)).await;
@@ -295,7 +460,7 @@ mod tests {
         };
         let connections = runtime.block_on(async {
             let pool = pool()?;
-            let connections = Connections::new(pool, 4, Duration::from_secs(10));
+            let connections = connections_on(&pool, 4);
             let mut held = connections.acquire().await.unwrap_or_else(|e| panic!("{e}"));
             backend(&mut held).await.unwrap_or_else(|e| panic!("{e}"));
             held.finished();

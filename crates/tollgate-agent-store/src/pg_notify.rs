@@ -38,10 +38,11 @@ const SWEEP_GONE_LISTENERS: &str = "DELETE FROM listeners AS l WHERE l.node <> $
 /// Records this listener (its node tag, its backend) for the other nodes' writes.
 const RECORD_LISTENER: &str = "INSERT INTO listeners (node, pid) VALUES ($1, pg_backend_pid())";
 
+use crate::pg_targets::Targets;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde::Deserialize;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::{Executor, PgPool};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -103,7 +104,8 @@ struct Payload {
 /// One store's listener and the broadcast it feeds.
 pub(crate) struct ChangeFeed {
     node: String,
-    options: PgConnectOptions,
+    /// The store's hosts: the listener connects to the one in use.
+    targets: Arc<Targets>,
     changes: broadcast::Sender<StoreChange>,
     /// True while the listener listens (from its `Resync` to its `Lost`).
     listening: Arc<AtomicBool>,
@@ -112,11 +114,11 @@ pub(crate) struct ChangeFeed {
 }
 
 impl ChangeFeed {
-    /// A feed for the store tagged `node`, connecting with `options`; nothing connects until
-    /// [`ChangeFeed::subscribe`].
-    pub(crate) fn new(node: String, options: PgConnectOptions) -> Self {
+    /// A feed for the store tagged `node`, connecting to the host of `targets` in use each time it
+    /// connects; nothing connects until [`ChangeFeed::subscribe`].
+    pub(crate) fn new(node: String, targets: Arc<Targets>) -> Self {
         let (changes, _) = broadcast::channel(BUFFER);
-        Self { node, options, changes, listening: Arc::new(AtomicBool::new(false)), stop: Mutex::new(None) }
+        Self { node, targets, changes, listening: Arc::new(AtomicBool::new(false)), stop: Mutex::new(None) }
     }
 
     /// Whether the listener listens now: every other process's commit is announced.
@@ -138,7 +140,7 @@ impl ChangeFeed {
             let (stop_tx, stop_rx) = oneshot::channel();
             let listener = Listener {
                 node: self.node.clone(),
-                options: self.options.clone().application_name(&format!("tollgate-listener {}", self.node)),
+                targets: Arc::clone(&self.targets),
                 changes: self.changes.clone(),
                 listening: Arc::clone(&self.listening),
             };
@@ -161,7 +163,7 @@ impl ChangeFeed {
 /// The task behind a [`ChangeFeed`].
 struct Listener {
     node: String,
-    options: PgConnectOptions,
+    targets: Arc<Targets>,
     changes: broadcast::Sender<StoreChange>,
     listening: Arc<AtomicBool>,
 }
@@ -183,7 +185,9 @@ impl Listener {
                 .min_connections(0)
                 .max_lifetime(None)
                 .idle_timeout(None)
-                .connect_lazy_with(self.options.clone());
+                .connect_lazy_with(
+                    self.targets.current().application_name(&format!("tollgate-listener {}", self.node)),
+                );
             let ended = tokio::select! {
                 ended = self.session(&pool) => ended,
                 _ = &mut stop => Ended::Stopped,

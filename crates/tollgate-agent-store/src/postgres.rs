@@ -40,13 +40,13 @@ use crate::pg_connections::{Connections, Held, PING_IF_IDLE_FOR};
 use crate::pg_groups::{Answer, Grouped, Groups, Runner, each_alone_after};
 use crate::pg_nodelay;
 use crate::pg_notify::{self, ChangeFeed};
+use crate::pg_targets::Targets;
 use crate::taps::Taps;
 use futures_util::stream::BoxStream;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::query::QueryScalar;
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection, Postgres, Row};
+use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, Postgres, Row};
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tollgate_agent_core::BoxFuture;
@@ -795,6 +795,37 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
+/// The pool of one host: `TCP_NODELAY` on each new connection, and with several hosts a check that the
+/// server is still what the store needs (after a failover a host may answer as a standby: such a
+/// connection is refused, and the pool tries again while the store looks for the new primary).
+fn pool_of(options: PgConnectOptions, targets: Arc<Targets>) -> sqlx::PgPool {
+    // A Unix socket has no Nagle delay (see `pg_nodelay`).
+    let tcp_port = options.get_socket().is_none().then(|| options.get_port());
+    PgPoolOptions::new()
+        .after_connect(move |connection, _| {
+            let targets = Arc::clone(&targets);
+            Box::pin(async move {
+                if let Some(port) = tcp_port {
+                    pg_nodelay::set_nodelay_to(port).await;
+                }
+                if targets.several() && !targets.accepts(connection).await? {
+                    return Err(sqlx::Error::Protocol("this PostgreSQL host is no longer what the store needs".into()));
+                }
+                Ok(())
+            })
+        })
+        .max_connections(POOL_SIZE)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        // sqlx's default pings every connection it hands out: a round trip before each write.
+        // Ping only one that has been idle for a while (a server restarted or a firewall that
+        // dropped it meanwhile); one that answered moments ago runs the same risk as after a ping.
+        .test_before_acquire(false)
+        .before_acquire(|connection, meta| {
+            Box::pin(async move { Ok(meta.idle_for < PING_IF_IDLE_FOR || connection.ping().await.is_ok()) })
+        })
+        .connect_lazy_with(options)
+}
+
 impl PostgresStore {
     /// Connects to `postgres://USER[:PASSWORD]@HOST:PORT/DB[?…]` and applies the embedded migrations
     /// (under an advisory lock, so nodes starting together migrate once).
@@ -814,43 +845,31 @@ impl PostgresStore {
     pub async fn open_with(url: &str, store_options: StoreOptions) -> Result<PostgresStore, StoreError> {
         let secrets = Secrets::from_url(url);
         let node = pg_notify::node_tag();
-        let options = PgConnectOptions::from_str(url)
-            .map_err(|e| database_error(&secrets, "invalid PostgreSQL URL", &e))?
-            .application_name("tollgate")
-            // The tag each write copies into its notification, so this store skips its own.
-            .options([(pg_notify::NODE_SETTING, node.as_str())]);
-        let feed = Arc::new(ChangeFeed::new(node, options.clone()));
+        let targets =
+            Targets::parse(url).map_err(|e| database_error(&secrets, "invalid PostgreSQL URL", &e))?.map(|options| {
+                options
+                    .application_name("tollgate")
+                    // The tag each write copies into its notification, so this store skips its own.
+                    .options([(pg_notify::NODE_SETTING, node.as_str())])
+            });
+        let targets = Arc::new(targets);
         // One direct connection first: an unreachable server or a bad password is reported at once
-        // (a pool would retry until its acquire timeout), and it applies the migrations.
-        let mut connection =
-            options.connect().await.map_err(|e| database_error(&secrets, "cannot connect to PostgreSQL", &e))?;
+        // (a pool would retry until its acquire timeout), and it applies the migrations. With several
+        // hosts, it is to the first that will do, which the store then uses.
+        let (index, mut connection) =
+            targets.select().await.map_err(|e| database_error(&secrets, "cannot connect to PostgreSQL", &e))?;
+        targets.choose(index);
         let migrated = migrate(&mut connection, &secrets).await;
         if let Err(error) = connection.close().await {
             tracing::debug!(%error, "cannot close the migration connection cleanly");
         }
         migrated?;
-        // TCP_NODELAY on each new connection (see `pg_nodelay`); a Unix socket has no Nagle delay.
-        let tcp_port = options.get_socket().is_none().then(|| options.get_port());
-        let pool = PgPoolOptions::new()
-            .after_connect(move |_, _| {
-                Box::pin(async move {
-                    if let Some(port) = tcp_port {
-                        pg_nodelay::set_nodelay_to(port).await;
-                    }
-                    Ok(())
-                })
-            })
-            .max_connections(POOL_SIZE)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            // sqlx's default pings every connection it hands out: a round trip before each write.
-            // Ping only one that has been idle for a while (a server restarted or a firewall that
-            // dropped it meanwhile); one that answered moments ago runs the same risk as after a ping.
-            .test_before_acquire(false)
-            .before_acquire(|connection, meta| {
-                Box::pin(async move { Ok(meta.idle_for < PING_IF_IDLE_FOR || connection.ping().await.is_ok()) })
-            })
-            .connect_lazy_with(options);
-        let connections = Arc::new(Connections::new(pool, POOL_SIZE as usize, ACQUIRE_TIMEOUT));
+        let feed = Arc::new(ChangeFeed::new(node, Arc::clone(&targets)));
+        let make_pool = {
+            let targets = Arc::clone(&targets);
+            Box::new(move |options: PgConnectOptions| pool_of(options, Arc::clone(&targets)))
+        };
+        let connections = Arc::new(Connections::new(targets, make_pool, POOL_SIZE as usize, ACQUIRE_TIMEOUT));
         Ok(PostgresStore {
             connections,
             secrets,

@@ -7,6 +7,7 @@ mod doctor;
 mod frozen_v1;
 mod nodes;
 mod outputs;
+mod pg_failover;
 mod pg_restart;
 mod prompt;
 mod readme;

@@ -51,19 +51,19 @@ const UNAVAILABLE: &str = "https://tollgate.dev/problems/unavailable";
 
 /// Which cluster: what `pg_ctlcluster` needs.
 #[derive(Debug, Clone)]
-struct ClusterName {
-    version: String,
-    name: String,
-    port: u16,
+pub(crate) struct ClusterName {
+    pub(crate) version: String,
+    pub(crate) name: String,
+    pub(crate) port: u16,
 }
 
 impl ClusterName {
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
     /// `pg_ctlcluster start`, then waits until `pg_isready` says it accepts connections.
-    fn start(&self) -> Result<()> {
+    pub(crate) fn start(&self) -> Result<()> {
         run_tool("pg_ctlcluster", &[&self.version, &self.name, "start"])?;
         let deadline = Instant::now() + Duration::from_secs(20);
         let port = self.port.to_string();
@@ -83,18 +83,18 @@ impl ClusterName {
     }
 
     /// `pg_ctlcluster stop -m fast`: sessions are cut, the server is down when it returns.
-    fn stop(&self) -> Result<()> {
+    pub(crate) fn stop(&self) -> Result<()> {
         run_tool("pg_ctlcluster", &[&self.version, &self.name, "stop", "-m", "fast"])
     }
 }
 
 /// A private PostgreSQL cluster (Debian's postgresql-common), dropped with `pg_dropcluster --stop`
 /// when this is dropped, also when the test fails.
-struct PgCluster(ClusterName);
+pub(crate) struct PgCluster(pub(crate) ClusterName);
 
 impl PgCluster {
     /// Creates and starts a cluster on a free port; `None` when the tools are missing outside CI.
-    fn create() -> Result<Option<PgCluster>> {
+    pub(crate) fn create() -> Result<Option<PgCluster>> {
         if !on_path("pg_createcluster") {
             if std::env::var_os("CI").is_some() {
                 bail!("pg_createcluster is not on PATH: CI must have PostgreSQL's server tools for this test");
@@ -134,12 +134,12 @@ impl Drop for PgCluster {
     }
 }
 
-fn on_path(program: &str) -> bool {
+pub(crate) fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 /// The newest PostgreSQL major version installed (`/etc/postgresql/NN`).
-fn newest_major() -> Result<String> {
+pub(crate) fn newest_major() -> Result<String> {
     let mut versions: Vec<u32> = std::fs::read_dir("/etc/postgresql")
         .context("cannot list /etc/postgresql")?
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
@@ -149,7 +149,7 @@ fn newest_major() -> Result<String> {
 }
 
 /// Runs a PostgreSQL tool, failing with its output when it fails.
-fn run_tool(program: &str, args: &[&str]) -> Result<()> {
+pub(crate) fn run_tool(program: &str, args: &[&str]) -> Result<()> {
     let output = Command::new(program).args(args).output().with_context(|| format!("cannot run {program}"))?;
     if !output.status.success() {
         bail!(
@@ -341,7 +341,7 @@ fn ledger_call() -> Value {
 }
 
 /// Sends a request that must succeed; its JSON answer.
-async fn must(request_name: &str, request: reqwest::RequestBuilder) -> Result<Value> {
+pub(crate) async fn must(request_name: &str, request: reqwest::RequestBuilder) -> Result<Value> {
     let response = request.send().await.with_context(|| request_name.to_owned())?;
     let status = response.status();
     let answer: Value = response.json().await.with_context(|| request_name.to_owned())?;
