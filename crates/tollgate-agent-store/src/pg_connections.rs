@@ -17,7 +17,6 @@
 //! (which pings it before its next use), and one kept for [`BACK_TO_THE_POOL_AFTER`] goes back after
 //! its statement, so that the pool sees it again (its maximum lifetime). Every connection kept here
 //! counts against the pool's size, so the store never opens more than it did.
-
 //!
 //! When the store's URL names several hosts ([`crate::pg_targets`]), the pool is that of the host in
 //! use. A statement that does not finish cleanly, or a connection that takes over
@@ -200,18 +199,22 @@ impl Connections {
         }
         let connections = Arc::clone(self);
         runtime.spawn(async move {
-            connections.check().await;
+            let old_pool = connections.check().await;
             connections.checking.store(false, Ordering::Release);
+            // Waits for the old host's connections in use to come back, then closes them.
+            if let Some(old_pool) = old_pool {
+                old_pool.close().await;
+            }
         });
     }
 
-    /// Finds the host to use and moves there if it is another.
-    async fn check(&self) {
+    /// Finds the host to use and moves there if it is another: answers the pool it replaced.
+    async fn check(&self) -> Option<PgPool> {
         let (index, connection) = match self.targets.select().await {
             Ok(found) => found,
             Err(error) => {
                 tracing::warn!(%error, "no PostgreSQL host will do for now; the store keeps looking");
-                return;
+                return None;
             }
         };
         if let Err(error) = connection.close().await {
@@ -219,7 +222,7 @@ impl Connections {
         }
         let was = self.targets.current_index();
         if index == was {
-            return;
+            return None;
         }
         self.targets.choose(index);
         let new_pool = (self.make_pool)(self.targets.current());
@@ -234,8 +237,7 @@ impl Connections {
             to = self.targets.name(index),
             "the PostgreSQL host the store needs has moved; its connections follow"
         );
-        // Waits for the old host's connections in use to come back, then closes them.
-        old_pool.close().await;
+        Some(old_pool)
     }
 
     /// Gives every kept connection back to the pool, then closes the pool (waiting for connections in
