@@ -351,6 +351,14 @@ mod tests {
     }
 
     #[test]
+    fn a_socket_directory_in_the_parameters_is_one_host() {
+        let targets = Targets::parse("postgres://app@localhost/tollgate?host=/run/postgresql").unwrap();
+        assert!(!targets.several());
+        assert_eq!(targets.wanted, Wanted::Any);
+        assert_eq!(targets.current().get_socket().map(|p| p.display().to_string()), Some("/run/postgresql".into()));
+    }
+
+    #[test]
     fn commas_inside_an_ipv6_address_do_not_split_it() {
         assert_eq!(split_hosts("[::1]:5432,h"), ["[::1]:5432", "h"]);
         assert_eq!(split_hosts("h"), ["h"]);

@@ -828,7 +828,9 @@ fn pool_of(options: PgConnectOptions, targets: Arc<Targets>) -> sqlx::PgPool {
 
 impl PostgresStore {
     /// Connects to `postgres://USER[:PASSWORD]@HOST:PORT/DB[?…]` and applies the embedded migrations
-    /// (under an advisory lock, so nodes starting together migrate once).
+    /// (under an advisory lock, so nodes starting together migrate once). The URL may name several
+    /// hosts, libpq's way (`HOST1:PORT,HOST2:PORT`, with `target_session_attrs`): the store uses the
+    /// first it can write to and follows a failover (see `pg_targets`).
     ///
     /// # Errors
     /// [`StoreError::NewerSchema`] when the database was written by a newer Tollgate;
