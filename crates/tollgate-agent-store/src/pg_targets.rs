@@ -16,8 +16,9 @@
 //! The choice is made when the store opens, and again (at most once a second, one check at a time)
 //! whenever a statement does not finish cleanly or a connection is slow to come: after a failover the
 //! old primary is down or has become a standby, so the next statements fail, the store looks for the
-//! primary again, and moves its connections there ([`crate::pg_connections`]). With one host nothing
-//! of this runs: the store connects to it as it always did.
+//! primary again, and moves its connections there ([`crate::pg_connections`]). With one host and
+//! `any` nothing of this runs: the store connects to it as it always did (one host with `read-write` or
+//! `primary` is checked when the store opens).
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
@@ -44,7 +45,6 @@ pub(crate) enum Wanted {
 }
 
 /// The hosts of a store's URL, in order, and the one in use.
-#[derive(Debug)]
 pub(crate) struct Targets {
     /// One set of connect options per host, equal in everything but the host and port.
     hosts: Vec<PgConnectOptions>,
@@ -53,6 +53,17 @@ pub(crate) struct Targets {
     wanted: Wanted,
     /// The index of the host in use.
     current: Mutex<usize>,
+}
+
+/// Names the hosts only: the options hold the password.
+impl std::fmt::Debug for Targets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Targets")
+            .field("hosts", &self.names)
+            .field("wanted", &self.wanted)
+            .field("current", &self.current_index())
+            .finish()
+    }
 }
 
 impl Targets {
@@ -315,6 +326,8 @@ mod tests {
         }
         targets.choose(7);
         assert_eq!(targets.current_index(), 2, "an index past the end is the last host");
+        let shown = format!("{targets:?}");
+        assert!(shown.contains("pg1:5433") && !shown.contains("s3cr"), "{shown}");
     }
 
     #[test]
