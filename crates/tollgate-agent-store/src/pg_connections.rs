@@ -23,8 +23,9 @@
 //! [`SLOW_CONNECTION`] to come, has the store check (at most once per [`CHECK_AT_MOST_EVERY`], one
 //! check at a time) which host it should use; when that is another host, a new pool for it replaces the
 //! old one, which closes once its connections in use come back, and no connection of the old host is
-//! kept or handed out again. A statement waiting on the old pool then takes its connection from the
-//! new one.
+//! kept or handed out again. A statement waiting for a connection asks again each
+//! [`SLOW_CONNECTION`], of the pool in use then, so it moves to the new host as soon as the store
+//! does (not after its whole wait on the old one).
 
 use crate::pg_targets::Targets;
 use sqlx::pool::PoolConnection;
@@ -155,12 +156,16 @@ impl Connections {
         let (mut generation, mut pool) = (generation, pool);
         loop {
             let acquired = if self.targets.several() {
-                match tokio::time::timeout(SLOW_CONNECTION, pool.acquire()).await {
-                    Ok(acquired) => Ok(acquired),
-                    Err(_slow) => {
+                let slow_at = (tokio::time::Instant::now() + SLOW_CONNECTION).min(deadline);
+                match tokio::time::timeout_at(slow_at, pool.acquire()).await {
+                    Err(_slow) if slow_at < deadline => {
+                        // Slow (with a permit held, the pool is connecting, not full): the store looks
+                        // for its host, and this waits again, each second, on whichever pool is in use.
                         self.suspect();
-                        tokio::time::timeout_at(deadline, pool.acquire()).await
+                        (generation, pool) = self.pool();
+                        continue;
                     }
+                    acquired => acquired,
                 }
             } else {
                 tokio::time::timeout_at(deadline, pool.acquire()).await
