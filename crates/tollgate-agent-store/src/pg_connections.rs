@@ -104,6 +104,11 @@ impl Connections {
         self.pool.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// The generation of the pool in use (without a copy of the pool).
+    fn generation(&self) -> u64 {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner).0
+    }
+
     /// A connection for a statement: a kept one used less than [`PING_IF_IDLE_FOR`] ago, or one from
     /// the pool (kept ones idle for longer go back to it first).
     pub(crate) async fn acquire(self: &Arc<Self>) -> Result<Held<'_>, sqlx::Error> {
@@ -175,7 +180,7 @@ impl Connections {
                     return Ok(Held::new(connection, generation, Instant::now(), self, permit));
                 }
                 // The pool was replaced (another host) while this waited: wait on the new one.
-                Ok(Err(sqlx::Error::PoolClosed)) if self.pool().0 != generation => {
+                Ok(Err(sqlx::Error::PoolClosed)) if self.generation() != generation => {
                     (generation, pool) = self.pool();
                 }
                 Ok(Err(error)) => return Err(error),
@@ -313,7 +318,7 @@ impl<'a> Held<'a> {
         let Held { connection, generation, taken, home, _permit, mut unclean } = self;
         unclean.0 = None;
         let used = Instant::now();
-        if used.duration_since(taken) >= BACK_TO_THE_POOL_AFTER || home.pool().0 != generation {
+        if used.duration_since(taken) >= BACK_TO_THE_POOL_AFTER || home.generation() != generation {
             return; // dropped: back to its pool
         }
         home.kept.lock().unwrap_or_else(PoisonError::into_inner).push(Kept { connection, generation, taken, used });

@@ -10,7 +10,7 @@
 //! missing, a failure under CI (env `CI` set).
 
 use crate::nodes::{Node, spawn, write_config};
-use crate::pg_restart::{ClusterName, PgCluster, must, on_path, run_tool};
+use crate::pg_restart::{ClusterName, LEDGER, PgCluster, ledger_call, must, on_path, run_tool};
 use anyhow::{Context as _, Result, bail};
 use serde_json::{Value, json};
 use std::process::Command;
@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use tollgate_agent_testkit::scratch_dir;
 
 const LEASE: Duration = Duration::from_secs(2);
-const LEDGER: &str = "ledger.txt";
 /// How long after the promotion B must have decided the earlier run: a node looks for its host at
 /// least once a second while statements fail or wait, and a waiting statement asks the pool in use
 /// again each second, so it moves within about two; under the 10 s a statement may wait for a
@@ -79,12 +78,6 @@ fn psql(port: u16, sql: &str) -> Result<String> {
         bail!("psql on port {port}: {sql}: {}", String::from_utf8_lossy(&output.stderr));
     }
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
-}
-
-/// A `shell` call appending the run's input (as `$0`) to the ledger.
-fn ledger_call() -> Value {
-    let command = format!("echo \"$0\" >> {LEDGER}");
-    json!({"name": "shell", "arguments": {"argv": ["sh", "-c", command, "{{input}}"]}})
 }
 
 /// Starts a run that waits at the gate; its id and turn digest.

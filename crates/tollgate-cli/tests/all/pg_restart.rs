@@ -37,7 +37,7 @@ use tollgate_agent_testkit::scratch_dir;
 
 /// Each node's `[server] lease`: a run whose driver lost the store is taken over this long after.
 const LEASE: Duration = Duration::from_secs(2);
-const LEDGER: &str = "ledger.txt";
+pub(crate) const LEDGER: &str = "ledger.txt";
 /// No answer may take longer: a request past it is a hang.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the cluster stays stopped while the clients go on.
@@ -335,7 +335,7 @@ async fn prober(node: String, http: reqwest::Client, stop: Arc<AtomicBool>, traf
 }
 
 /// A `shell` call appending the run's input (as `$0`) to the ledger.
-fn ledger_call() -> Value {
+pub(crate) fn ledger_call() -> Value {
     let command = format!("echo \"$0\" >> {LEDGER}");
     json!({"name": "shell", "arguments": {"argv": ["sh", "-c", command, "{{input}}"]}})
 }
