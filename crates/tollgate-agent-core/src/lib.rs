@@ -70,7 +70,7 @@ pub use run::{
 };
 pub use store::{
     Claimed, Clock, CommitTap, CommittedPage, Conflict, Guard, IdGen, IntegrityCheck, ReaderHold, RunPage, RunQuery,
-    RunStore, StoreChange, StoreError, SystemClock,
+    RunStore, StoreChange, StoreError, StoreHosts, SystemClock,
 };
 pub use suspension::{
     CallState, Decision, DecisionError, Decisions, HeldCall, SCHEMA_VERSION, StoredSuspension, Suspension,

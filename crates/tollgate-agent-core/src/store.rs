@@ -231,6 +231,22 @@ pub struct RunPage {
     pub skipped: Vec<String>,
 }
 
+/// The hosts a store may reach its database on, and where it stands among them ([`RunStore::hosts`]): a
+/// PostgreSQL store's URL may name every member of a highly available cluster, and the store follows
+/// the one that will do (the writable primary) across a failover.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreHosts {
+    /// Each host as `host:port` (a socket folder as the folder and port), in the URL's order. Never a
+    /// password.
+    pub hosts: Vec<String>,
+    /// The index in `hosts` of the one in use.
+    pub current: usize,
+    /// How many times the store moved to another host since it opened.
+    pub moves: u64,
+    /// How many looks for the host to use found that none would do (each is also logged).
+    pub none_would_do: u64,
+}
+
 /// A change to a run committed by another node sharing the store's database, as [`RunStore::changes`]
 /// announces it: which run and where it now stands, never its data (no input, no arguments, no events).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -433,6 +449,12 @@ pub trait RunStore: Send + Sync {
     /// (SQLite). Changes committed through this store itself are left out: its caller already knows
     /// them. Each call is a subscription of its own; dropping the stream ends it.
     fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {
+        None
+    }
+
+    /// The hosts of a store reached over the network and where it stands among them, for `/metrics`;
+    /// `None` (the default) for a store in a local file (SQLite).
+    fn hosts(&self) -> Option<StoreHosts> {
         None
     }
 

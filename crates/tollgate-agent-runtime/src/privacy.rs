@@ -20,8 +20,8 @@ use serde_json::{Map, Value};
 use tollgate_agent_core::redact::Redactor;
 use tollgate_agent_core::{
     BoxFuture, Claimed, CommitTap, CommittedPage, EventKind, Guard, IntegrityCheck, Lease, Millis, NewEvent,
-    ReaderHold, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent,
-    Transition,
+    ReaderHold, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunStore, StoreChange, StoreError, StoreHosts,
+    StoredEvent, Transition,
 };
 
 /// How much of the content of runs the event log keeps (`[privacy] level`).
@@ -251,6 +251,10 @@ impl RunStore for FilteredStore {
 
     fn announces_changes(&self) -> bool {
         self.inner.announces_changes()
+    }
+
+    fn hosts(&self) -> Option<StoreHosts> {
+        self.inner.hosts()
     }
 
     // The inner store chains and taps what this layer already filtered: a tap sees the events as stored.

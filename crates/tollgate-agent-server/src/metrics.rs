@@ -19,6 +19,9 @@
 //!   `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
 //!   `tollgate_sse_streams_open` and `tollgate_sse_streams_refused_total`: the limits of `connections.rs`
 //!   and the live-event streams, counted as they happen.
+//! - On PostgreSQL: `tollgate_store_host{host}` (1 for the host of `[store] url` in use, 0 for the
+//!   others), `tollgate_store_host_moves_total` (moves to another host: failovers this process followed)
+//!   and `tollgate_store_host_none_would_do_total` (looks for the host to use that found none would do).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -223,6 +226,9 @@ impl Metrics {
         let _ = writeln!(out, "tollgate_waiting_runs {waiting}");
         let queued = counts.iter().find(|(s, _)| *s == RunStatus::Queued).map_or(0, |(_, n)| *n);
         render_workers(&mut out, &runtime.workers(), queued);
+        if let Some(hosts) = runtime.store().hosts() {
+            render_store_hosts(&mut out, &hosts);
+        }
 
         let observed = self.observed();
         out.push_str("# HELP tollgate_decisions_total Decisions recorded by this process, by action.\n");
@@ -315,6 +321,31 @@ impl Metrics {
     }
 }
 
+/// A PostgreSQL store's hosts: which one it uses, its moves and its failed looks.
+fn render_store_hosts(out: &mut String, hosts: &tollgate_agent_core::StoreHosts) {
+    out.push_str(
+        "# HELP tollgate_store_host The PostgreSQL hosts of [store] url: 1 for the one in use, 0 for the others.\n",
+    );
+    out.push_str("# TYPE tollgate_store_host gauge\n");
+    for (index, host) in hosts.hosts.iter().enumerate() {
+        let _ = writeln!(out, "tollgate_store_host{{host=\"{}\"}} {}", escape(host), u8::from(index == hosts.current));
+    }
+    for (name, help, value) in [
+        (
+            "tollgate_store_host_moves_total",
+            "Times this process's store moved to another PostgreSQL host (a failover).",
+            hosts.moves,
+        ),
+        (
+            "tollgate_store_host_none_would_do_total",
+            "Looks for the PostgreSQL host to use that found none would do (none reachable and writable).",
+            hosts.none_would_do,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+    }
+}
+
 /// The worker pool: its size and load, the queue all nodes share, and this process's claims.
 fn render_workers(out: &mut String, workers: &tollgate_agent_runtime::WorkerStats, queued: u64) {
     let busy = u64::try_from(workers.busy).unwrap_or(u64::MAX);
@@ -372,5 +403,25 @@ mod tests {
         assert!(out.contains("x_bucket{tool=\"t\",le=\"+Inf\"} 3\n"));
         assert!(out.contains("x_count{tool=\"t\"} 3\n"));
         assert_eq!(escape("a\"b"), "a\\\"b");
+    }
+
+    #[test]
+    fn store_hosts_name_the_one_in_use_and_count_moves() {
+        let hosts = tollgate_agent_core::StoreHosts {
+            hosts: vec!["pg1:5432".into(), "pg2:5433".into()],
+            current: 1,
+            moves: 2,
+            none_would_do: 3,
+        };
+        let mut out = String::new();
+        render_store_hosts(&mut out, &hosts);
+        assert!(out.contains("# TYPE tollgate_store_host gauge\n"), "{out}");
+        assert!(out.contains("tollgate_store_host{host=\"pg1:5432\"} 0\n"), "{out}");
+        assert!(out.contains("tollgate_store_host{host=\"pg2:5433\"} 1\n"), "{out}");
+        assert!(
+            out.contains("# TYPE tollgate_store_host_moves_total counter\ntollgate_store_host_moves_total 2\n"),
+            "{out}"
+        );
+        assert!(out.contains("tollgate_store_host_none_would_do_total 3\n"), "{out}");
     }
 }

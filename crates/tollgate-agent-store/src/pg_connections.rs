@@ -25,17 +25,19 @@
 //! old one, which closes once its connections in use come back, and no connection of the old host is
 //! kept or handed out again. A statement waiting for a connection asks again each
 //! [`SLOW_CONNECTION`], of the pool in use then, so it moves to the new host as soon as the store
-//! does (not after its whole wait on the old one).
+//! does (not after its whole wait on the old one). It counts its moves, and the checks that found no host would do, for
+//! `/metrics` ([`Connections::hosts`]).
 
 use crate::pg_targets::Targets;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{Connection, PgConnection, Postgres};
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, SemaphorePermit};
+use tollgate_agent_core::StoreHosts;
 
 /// A connection idle for at least this long is pinged before use (and replaced if dead).
 pub(crate) const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
@@ -70,6 +72,10 @@ pub(crate) struct Connections {
     checking: AtomicBool,
     /// When the last check began.
     checked: Mutex<Option<Instant>>,
+    /// Moves to another host since the store opened.
+    moves: AtomicU64,
+    /// Checks that found no host would do.
+    none_would_do: AtomicU64,
 }
 
 struct Kept {
@@ -96,6 +102,8 @@ impl Connections {
             kept: Mutex::default(),
             checking: AtomicBool::new(false),
             checked: Mutex::new(None),
+            moves: AtomicU64::new(0),
+            none_would_do: AtomicU64::new(0),
         }
     }
 
@@ -223,6 +231,7 @@ impl Connections {
         let (index, connection) = match self.targets.select().await {
             Ok(found) => found,
             Err(error) => {
+                self.none_would_do.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, "no PostgreSQL host will do for now; the store keeps looking");
                 return None;
             }
@@ -242,12 +251,23 @@ impl Connections {
             std::mem::replace(&mut *pool, (generation, new_pool)).1
         };
         drop(std::mem::take(&mut *self.kept.lock().unwrap_or_else(PoisonError::into_inner)));
+        self.moves.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             from = self.targets.name(was),
             to = self.targets.name(index),
             "the PostgreSQL host the store needs has moved; its connections follow"
         );
         Some(old_pool)
+    }
+
+    /// The hosts, the one in use, and the moves and failed looks so far (for `/metrics`).
+    pub(crate) fn hosts(&self) -> StoreHosts {
+        StoreHosts {
+            hosts: self.targets.names().to_vec(),
+            current: self.targets.current_index(),
+            moves: self.moves.load(Ordering::Relaxed),
+            none_would_do: self.none_would_do.load(Ordering::Relaxed),
+        }
     }
 
     /// Gives every kept connection back to the pool, then closes the pool (waiting for connections in
@@ -461,6 +481,42 @@ mod tests {
         held.finished();
         waiting.await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|e| panic!("{e}"));
         connections.close().await;
+    }
+
+    /// A check that finds another host to use moves the pool there and counts the move; one that
+    /// finds no host will do counts that and stays. `hosts` says so (it is what `/metrics` shows).
+    #[tokio::test]
+    async fn a_move_and_a_look_that_found_no_host_are_counted() {
+        use sqlx::postgres::PgPoolOptions;
+        let Some(url) = crate::pg_targets::tests::test_url("127.0.0.1:1,{db}", "") else { return };
+        let targets = Arc::new(Targets::parse(&url).unwrap_or_else(|e| panic!("{e}")));
+        let make_pool: MakePool =
+            Box::new(|options| PgPoolOptions::new().max_connections(2).connect_lazy_with(options));
+        let connections = Arc::new(Connections::new(targets, make_pool, 2, Duration::from_secs(10)));
+        let before = connections.hosts();
+        assert_eq!((before.current, before.moves, before.none_would_do), (0, 0, 0));
+        assert_eq!(before.hosts.first().map(String::as_str), Some("127.0.0.1:1"));
+        assert_eq!(before.hosts.len(), 2);
+
+        let old = connections.check().await.unwrap_or_else(|| panic!("the refused host is left"));
+        old.close().await;
+        let moved = connections.hosts();
+        assert_eq!((moved.current, moved.moves, moved.none_would_do), (1, 1, 0));
+        let mut held = connections.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+        backend(&mut held).await.unwrap_or_else(|e| panic!("{e}"));
+        held.finished();
+        assert!(connections.check().await.is_none(), "the host in use will do: no move");
+        assert_eq!(connections.hosts().moves, 1);
+        connections.close().await;
+
+        let Some(url) = crate::pg_targets::tests::test_url("127.0.0.1:1,127.0.0.1:2", "") else { return };
+        let targets = Arc::new(Targets::parse(&url).unwrap_or_else(|e| panic!("{e}")));
+        let make_pool: MakePool =
+            Box::new(|options| PgPoolOptions::new().max_connections(2).connect_lazy_with(options));
+        let connections = Arc::new(Connections::new(targets, make_pool, 2, Duration::from_secs(10)));
+        assert!(connections.check().await.is_none());
+        let none = connections.hosts();
+        assert_eq!((none.current, none.moves, none.none_would_do), (0, 0, 1));
     }
 
     /// Dropped after its runtime is gone, the list closes its connections without a runtime (sqlx's

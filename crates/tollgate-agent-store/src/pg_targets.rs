@@ -138,6 +138,11 @@ impl Targets {
         &self.names[index]
     }
 
+    /// Every host's `host:port`, in the URL's order.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
     /// Makes host `index` the one in use.
     pub(crate) fn choose(&self, index: usize) {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = index.min(self.hosts.len() - 1);
@@ -293,7 +298,7 @@ fn take_parameter(tail: &str, name: &str) -> (String, Option<String>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn hosts(targets: &Targets) -> Vec<String> {
@@ -386,7 +391,7 @@ mod tests {
 
     /// The test database's URL with its host list replaced by `hosts` (`{db}` stands for its own
     /// host:port), and `query` added; `None` (skip) without a test database.
-    fn test_url(hosts: &str, query: &str) -> Option<String> {
+    pub(crate) fn test_url(hosts: &str, query: &str) -> Option<String> {
         let url = tollgate_agent_testkit::postgres_url()?;
         let (scheme, rest) = url.split_once("://")?;
         let end = rest.find(['/', '?']).unwrap_or(rest.len());

@@ -1694,6 +1694,10 @@ impl RunStore for PostgresStore {
         self.feed.listening()
     }
 
+    fn hosts(&self) -> Option<tollgate_agent_core::StoreHosts> {
+        Some(self.connections.hosts())
+    }
+
     fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
         self.taps.add(tap);
         true

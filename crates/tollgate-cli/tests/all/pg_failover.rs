@@ -203,6 +203,12 @@ async fn two_nodes_follow_a_failover_to_the_promoted_standby() -> Result<()> {
             bail!("node {name} died:\n{}", node.log());
         }
         assert!(node.log().contains("has moved"), "node {name} says it moved to the new primary:\n{}", node.log());
+        // /metrics names the promoted standby as the host in use and counts the move.
+        let metrics = http.get(format!("{}/metrics", node.url)).send().await?.text().await?;
+        let in_use = format!("tollgate_store_host{{host=\"127.0.0.1:{}\"}} 1\n", standby.0.port);
+        let left = format!("tollgate_store_host{{host=\"127.0.0.1:{}\"}} 0\n", primary.0.port);
+        assert!(metrics.contains(&in_use) && metrics.contains(&left), "node {name}'s hosts:\n{metrics}");
+        assert!(metrics.contains("tollgate_store_host_moves_total 1\n"), "node {name} moved once:\n{metrics}");
     }
     drop(standby);
     drop(primary);
