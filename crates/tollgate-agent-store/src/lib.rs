@@ -89,7 +89,7 @@ mod taps;
 
 pub use encryption::{DataKey, DataKeyError, DataKeys};
 #[cfg(feature = "postgres")]
-pub use postgres::{PostgresStore, ScratchSchema};
+pub use postgres::{PostgresStore, ScratchSchema, host_url};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 

@@ -50,6 +50,9 @@ pub(crate) struct Targets {
     hosts: Vec<PgConnectOptions>,
     /// How each host is named in messages (`host:port`).
     names: Vec<String>,
+    /// Each host alone as a URL (the given URL with only that host and without
+    /// `target_session_attrs`; with its password, so never shown).
+    urls: Vec<String>,
     wanted: Wanted,
     /// The index of the host in use.
     current: Mutex<usize>,
@@ -103,6 +106,7 @@ impl Targets {
         };
         let mut options = Vec::with_capacity(list.len());
         let mut names = Vec::with_capacity(list.len());
+        let mut urls = Vec::with_capacity(list.len());
         for host in list {
             if host.is_empty() && several {
                 return Err(refuse("an empty host in the URL's list of hosts".into()));
@@ -114,8 +118,9 @@ impl Targets {
             let parsed = PgConnectOptions::from_str(&single)?;
             names.push(format!("{}:{}", parsed.get_host(), parsed.get_port()));
             options.push(parsed);
+            urls.push(single);
         }
-        Ok(Targets { hosts: options, names, wanted, current: Mutex::new(0) })
+        Ok(Targets { hosts: options, names, urls, wanted, current: Mutex::new(0) })
     }
 
     /// Whether the URL names more than one host (the choice of [`Targets::select`] can change).
@@ -143,6 +148,12 @@ impl Targets {
         &self.names
     }
 
+    /// Host `index` alone as a URL: the given one with only that host and without
+    /// `target_session_attrs` (it holds the password, if the given one did).
+    pub(crate) fn url(&self, index: usize) -> &str {
+        &self.urls[index]
+    }
+
     /// Makes host `index` the one in use.
     pub(crate) fn choose(&self, index: usize) {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = index.min(self.hosts.len() - 1);
@@ -154,6 +165,7 @@ impl Targets {
         Targets {
             hosts: self.hosts.into_iter().map(change).collect(),
             names: self.names,
+            urls: self.urls,
             wanted: self.wanted,
             current: Mutex::new(current),
         }
@@ -423,6 +435,19 @@ pub(crate) mod tests {
         let secrets = crate::codec::Secrets::from_url(&url);
         let reported = crate::codec::database_error(&secrets, "cannot connect to PostgreSQL", &error);
         assert!(matches!(reported, tollgate_agent_core::store::StoreError::Unreachable(_)), "{reported:?}");
+    }
+
+    /// `host_url` answers the URL of the one host that will do, without the others and without
+    /// `target_session_attrs`; with none, the store's unreachable error.
+    #[tokio::test]
+    async fn host_url_names_the_host_that_will_do_alone() {
+        let Some(url) = test_url("127.0.0.1:1,{db}", &format!("{SESSION_ATTRS}=read-write")) else { return };
+        let Some(alone) = test_url("{db}", "") else { return };
+        assert_eq!(crate::postgres::host_url(&url).await.unwrap_or_else(|e| panic!("{e}")), alone);
+        assert_eq!(crate::postgres::host_url(&alone).await.unwrap_or_else(|e| panic!("{e}")), alone);
+        let Some(url) = test_url("127.0.0.1:1,127.0.0.1:2", "") else { return };
+        let error = crate::postgres::host_url(&url).await.err();
+        assert!(matches!(error, Some(tollgate_agent_core::store::StoreError::Unreachable(_))), "{error:?}");
     }
 
     /// A server whose sessions are read only does not do for `read-write` (a standby, or one set

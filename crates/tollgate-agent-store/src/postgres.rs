@@ -826,6 +826,26 @@ fn pool_of(options: PgConnectOptions, targets: Arc<Targets>) -> sqlx::PgPool {
         .connect_lazy_with(options)
 }
 
+/// The URL of the one host of `url` a store would use now: with several hosts (libpq's
+/// `HOST1:PORT,HOST2:PORT`), the first in order that is what `target_session_attrs` asks (by default,
+/// writable), as a URL naming that host alone (and without `target_session_attrs`); with one host, that
+/// host's URL, once it answered (and, with `target_session_attrs`, will do). For tools that need a single server, such as `tollgate bench --store` making
+/// its scratch schemas; a store itself takes the whole list and follows a failover.
+///
+/// # Errors
+/// A URL that cannot be read ([`StoreError::Database`]); no host that will do ([`StoreError::Unreachable`],
+/// with several hosts naming each and why; never the password).
+pub async fn host_url(url: &str) -> Result<String, StoreError> {
+    let secrets = Secrets::from_url(url);
+    let targets = Targets::parse(url).map_err(|e| database_error(&secrets, "cannot read the PostgreSQL URL", &e))?;
+    let (index, connection) =
+        targets.select().await.map_err(|e| database_error(&secrets, "cannot connect to PostgreSQL", &e))?;
+    if let Err(error) = connection.close().await {
+        tracing::debug!(%error, "cannot close a PostgreSQL connection cleanly");
+    }
+    Ok(targets.url(index).to_owned())
+}
+
 impl PostgresStore {
     /// Connects to `postgres://USER[:PASSWORD]@HOST:PORT/DB[?…]` and applies the embedded migrations
     /// (under an advisory lock, so nodes starting together migrate once). The URL may name several

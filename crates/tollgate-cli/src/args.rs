@@ -296,7 +296,8 @@ D  scale: fills the store with N waiting runs (default 1,000; many in flight), t
 Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS of the process
 and the mean bytes of persisted suspension. The default store is a fresh SQLite file per workload in a
 temporary folder (WAL, synchronous=FULL: the production settings), removed afterwards; --store measures
-another one (e.g. PostgreSQL; every workload then shares it). Exit 1 when a workload's end check fails.
+another one (e.g. PostgreSQL; every workload then shares it; a URL naming several hosts is measured on the
+one that will do now). Exit 1 when a workload's end check fails.
 
 --concurrency N (default 32) sets the runs in flight of the concurrent phases and the HTTP clients. --nodes N
 runs only A over HTTP, on N `tollgate serve` processes started from this binary on loopback ports, sharing

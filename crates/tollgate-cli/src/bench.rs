@@ -43,19 +43,19 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
     if let Some(BenchCommand::Soak(soak_args)) = &args.command {
         return soak(soak_args, json, quiet).await;
     }
-    check_store_url(args.store.as_deref())?;
+    let store_url = one_host(args.store.as_deref(), quiet).await?;
     if let Some(nodes) = args.nodes {
-        return on_nodes(args, nodes, json, quiet).await;
+        return on_nodes(args, store_url, nodes, json, quiet).await;
     }
     let folder = tempfile::Builder::new()
         .prefix("tollgate-agent-bench-")
         .tempdir()
         .map_err(|e| CliError::failed(format!("cannot create a temporary folder for the bench store: {e}")))?;
-    let store = |label: &str| match &args.store {
+    let store = |label: &str| match &store_url {
         Some(url) => url.clone(),
         None => format!("sqlite://{}", folder.path().join(format!("{label}.db")).display()),
     };
-    let store_said = match &args.store {
+    let store_said = match &store_url {
         // Only the scheme: the rest of a URL may hold a password.
         Some(url) => format!("the store at --store ({})", url.split(':').next().unwrap_or_default()),
         None => format!("a fresh SQLite file per workload in {} (WAL, synchronous=FULL)", folder.path().display()),
@@ -108,12 +108,36 @@ fn check_store_url(url: Option<&str>) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `--store` checked, and a PostgreSQL URL that names several hosts (libpq's `HOST1:PORT,HOST2:PORT`)
+/// narrowed to the one a store would use now (the first that will do for `target_session_attrs`):
+/// the bench makes scratch schemas and measures the floor on one server, and its nodes share it.
+async fn one_host(url: Option<&str>, quiet: bool) -> Result<Option<String>, CliError> {
+    check_store_url(url)?;
+    let Some(url) = url else { return Ok(None) };
+    if !url.starts_with("postgres") {
+        return Ok(Some(url.to_owned()));
+    }
+    let host = tollgate_agent_store::host_url(url)
+        .await
+        .map_err(|e| CliError::failed(format!("bench: cannot reach the PostgreSQL of --store: {e}")))?;
+    if host != url && !quiet {
+        eprintln!("bench: --store names several hosts; measuring on {}", tollgate_agent_store::redact_url(&host));
+    }
+    Ok(Some(host))
+}
+
 /// `tollgate bench --nodes N`: workload A over HTTP on N `tollgate serve` children of this binary.
-async fn on_nodes(args: &BenchArgs, nodes: u64, json: bool, quiet: bool) -> Result<Exit, CliError> {
+async fn on_nodes(
+    args: &BenchArgs,
+    store_url: Option<String>,
+    nodes: u64,
+    json: bool,
+    quiet: bool,
+) -> Result<Exit, CliError> {
     if args.workload.is_some_and(|w| w != Workload::A) {
         return Err(CliError::usage("--nodes runs workload A (over HTTP) only"));
     }
-    let postgres = args.store.as_deref().is_some_and(|url| url.starts_with("postgres"));
+    let postgres = store_url.as_deref().is_some_and(|url| url.starts_with("postgres"));
     if nodes >= 2 && !postgres {
         return Err(CliError::usage(format!(
             "--nodes {nodes} needs a postgres://USER@HOST:PORT/DB --store: the nodes share one database \
@@ -133,7 +157,7 @@ async fn on_nodes(args: &BenchArgs, nodes: u64, json: bool, quiet: bool) -> Resu
     let options = tollgate_agent_bench::nodes::NodesOptions {
         program,
         folder: folder.path().to_owned(),
-        store: args.store.clone(),
+        store: store_url.clone(),
         nodes: usize::try_from(nodes).unwrap_or(usize::MAX),
         n: runs,
         clients,
@@ -141,7 +165,7 @@ async fn on_nodes(args: &BenchArgs, nodes: u64, json: bool, quiet: bool) -> Resu
     };
     let store_said = if postgres {
         "PostgreSQL at --store, in a fresh schema".to_owned()
-    } else if let Some(url) = &args.store {
+    } else if let Some(url) = &store_url {
         // Only the scheme: the rest of a URL may hold a password.
         format!("the store at --store ({})", url.split(':').next().unwrap_or_default())
     } else {
@@ -168,7 +192,7 @@ async fn on_nodes(args: &BenchArgs, nodes: u64, json: bool, quiet: bool) -> Resu
         }
     };
     // The reference the rates are read against, measured on the same server minutes later.
-    if let Some(url) = args.store.as_deref().filter(|_| postgres) {
+    if let Some(url) = store_url.as_deref().filter(|_| postgres) {
         note(format!("PostgreSQL floor: {runs} single-row inserts from {clients} connections"));
         match tollgate_agent_bench::postgres_commit_floor(url, runs, clients).await {
             Ok(floor) => report.phases.extend(floor),
@@ -187,7 +211,7 @@ async fn on_nodes(args: &BenchArgs, nodes: u64, json: bool, quiet: bool) -> Resu
 
 /// `tollgate bench soak`: runs the soak with this binary as its server and prints the report.
 async fn soak(args: &SoakArgs, json: bool, quiet: bool) -> Result<Exit, CliError> {
-    check_store_url(args.store.as_deref())?;
+    let store_url = one_host(args.store.as_deref(), quiet).await?;
     let program = std::env::current_exe()
         .map_err(|e| CliError::failed(format!("cannot find this binary to start it as the server: {e}")))?;
     let folder = tempfile::Builder::new()
@@ -197,7 +221,7 @@ async fn soak(args: &SoakArgs, json: bool, quiet: bool) -> Result<Exit, CliError
     let options = tollgate_agent_bench::soak::SoakOptions {
         program,
         folder: folder.path().to_owned(),
-        store: args.store.clone(),
+        store: store_url.clone(),
         duration: Duration::from_secs(args.secs),
         clients: usize::try_from(args.clients).unwrap_or(CONCURRENCY),
         kill_every: Duration::from_secs(args.kill_every),
@@ -207,7 +231,7 @@ async fn soak(args: &SoakArgs, json: bool, quiet: bool) -> Result<Exit, CliError
             eprintln!("{text}");
         }
     };
-    let store_said = match &args.store {
+    let store_said = match &store_url {
         Some(url) if url.starts_with("postgres") => "PostgreSQL at --store, in a fresh schema".to_owned(),
         // Only the scheme: the rest of a URL may hold a password.
         Some(url) => format!("the store at --store ({})", url.split(':').next().unwrap_or_default()),
