@@ -65,6 +65,9 @@ pub async fn approval_cycle_http(
             distinct.len()
         )));
     }
+    if let Some(stray) = notes.iter().find(|text| !crate::is_note_text(text, n)) {
+        return Err(BenchError(format!("workload A over HTTP: the tool wrote {stray:?}, not a text \"hello {{i}}\"")));
+    }
     if let Some(last) = reports.last_mut() {
         last.check = Some(format!("A/HTTP (c={clients}): {n} runs completed, {}", crate::tool_ran_once_each(n)));
     }

@@ -260,10 +260,21 @@ async fn approval_cycle_here(
                 sorted.len()
             )));
         }
+        if let Some(stray) = notes.iter().find(|text| !is_note_text(text, n)) {
+            return Err(BenchError(format!("workload A: the tool wrote {stray:?}, not a text \"hello {{i}}\"")));
+        }
     }
     let checked = if deny { "the tool never ran".to_owned() } else { tool_ran_once_each(n) };
     phase2.check = Some(format!("{label} (c={concurrency}): {n} runs completed, {checked}"));
     Ok(vec![phase1, phase2])
+}
+
+/// Whether `text` is the note of one of runs 0..`n`: `hello {i}` (run i's input is `Save a note saying
+/// hello {i}`; the script's call takes the part after `saying `).
+pub(crate) fn is_note_text(text: &str, n: u64) -> bool {
+    text.strip_prefix("hello ")
+        .and_then(|i| i.parse::<u64>().ok())
+        .is_some_and(|i| i < n && text == format!("hello {i}"))
 }
 
 /// The end check of an approval cycle that ran the tool for `n` runs, as the check line says it.
@@ -426,7 +437,7 @@ fn approval_runtime(store: Arc<dyn RunStore>, notes: Arc<Mutex<Vec<String>>>) ->
     let schema = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}});
     let registry = ToolRegistry::new().with(Arc::new(WriteNote { schema, notes })).map_err(err)?;
     let script = Script::from_value(json!({"turns": [
-        {"tool_calls": [{"name": "write_note", "arguments": {"text": "{{input}}"}}]},
+        {"tool_calls": [{"name": "write_note", "arguments": {"text": "{{input_after:saying }}"}}]},
         {"text": "done"}
     ]}))
     .map_err(err)?;

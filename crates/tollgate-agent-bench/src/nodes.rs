@@ -28,7 +28,7 @@
 //! (the notes in its workspace: the tool runs where the run resumed), its peak RSS and exit code.
 //!
 //! **The checks.** N completed runs, each with exactly one `tool_started` event (the tool ran once),
-//! and run i's note, holding its input, in the workspace of node `(i + 1) % N` and nowhere else.
+//! and run i's note, holding `hello {i}`, in the workspace of node `(i + 1) % N` and nowhere else.
 
 use crate::http::{REQUEST_TIMEOUT, approve_until_completed, before_deadline, send};
 use crate::soak::{ServeChild, drop_schema, free_port, fresh_schema, is_postgres, proc_status_kib, toml_string};
@@ -155,8 +155,9 @@ async fn on_nodes(options: &NodesOptions, url: &str, note: &dyn Fn(String)) -> R
     let deadline = Instant::now() + options.time_limit;
     let folder = &options.folder;
     let script = folder.join("script.json");
-    let path = format!("{NOTES}/{{{{input}}}}.txt");
-    let call = json!({"name": "fs_write", "arguments": {"path": path, "content": "{{input}}"}});
+    // Run i's note holds `hello {i}`, the part of its input after `saying ` (BENCH.md's write_note text).
+    let path = format!("{NOTES}/{{{{input_after:saying }}}}.txt");
+    let call = json!({"name": "fs_write", "arguments": {"path": path, "content": "{{input_after:saying }}"}});
     let turns = json!({"turns": [{"tool_calls": [call]}, {"text": "done"}]});
     std::fs::write(&script, turns.to_string()).map_err(err)?;
     let http =
@@ -215,15 +216,15 @@ async fn on_nodes(options: &NodesOptions, url: &str, note: &dyn Fn(String)) -> R
         phase.peak_rss_mib = reports.iter().map(|r| r.peak_rss_mib).fold(0.0, f64::max);
     }
 
-    // Run i's note is in the workspace of node (i + 1) % N, holding its input; with exactly N notes in all,
+    // Run i's note is in the workspace of node (i + 1) % N, holding `hello {i}`; with exactly N notes in all,
     // none is anywhere else.
     for i in 0..n {
-        let input = input(i);
+        let text = format!("hello {i}");
         let path =
-            workspaces[usize::try_from((i + 1) % nodes as u64).map_err(err)?].join(NOTES).join(format!("{input}.txt"));
+            workspaces[usize::try_from((i + 1) % nodes as u64).map_err(err)?].join(NOTES).join(format!("{text}.txt"));
         match std::fs::read_to_string(&path) {
-            Ok(text) if text == input => {}
-            Ok(text) => return Err(BenchError(format!("{} holds {text:?}, not {input:?}", path.display()))),
+            Ok(held) if held == text => {}
+            Ok(held) => return Err(BenchError(format!("{} holds {held:?}, not {text:?}", path.display()))),
             Err(e) => return Err(BenchError(format!("run {i}'s note {}: {e}", path.display()))),
         }
     }

@@ -166,7 +166,7 @@ impl ScriptedModel {
             _ => None,
         });
         let fill = |text: &str| match input {
-            Some(input) if text.contains("{{input}}") => text.replace("{{input}}", input),
+            Some(input) if text.contains("{{input") => fill_input(text, input),
             _ => text.to_owned(),
         };
         let offered = !request.tools.is_empty();
@@ -222,6 +222,30 @@ fn calls_so_far(messages: &[Message]) -> usize {
         .sum()
 }
 
+/// `text` with `{{input}}` replaced by `input`, and `{{input_after:MARK}}` by the part of `input` after
+/// its first `MARK` (all of it when `MARK` is not in it). Anything else is left as written.
+fn fill_input(text: &str, input: &str) -> String {
+    const AFTER: &str = "{{input_after:";
+    let mut filled = String::with_capacity(text.len() + input.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("{{input") {
+        filled.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        if let Some(after) = tail.strip_prefix("{{input}}") {
+            filled.push_str(input);
+            rest = after;
+        } else if let Some((mark, after)) = tail.strip_prefix(AFTER).and_then(|spec| spec.split_once("}}")) {
+            filled.push_str(input.split_once(mark).map_or(input, |(_, part)| part));
+            rest = after;
+        } else {
+            filled.push_str("{{input");
+            rest = &tail["{{input".len()..];
+        }
+    }
+    filled.push_str(rest);
+    filled
+}
+
 fn fill_value(value: &Value, fill: &impl Fn(&str) -> String) -> Value {
     match value {
         Value::String(s) => Value::String(fill(s)),
@@ -267,6 +291,22 @@ mod tests {
         assert_eq!(response.tool_calls[0].call_id, "call_1");
         assert_eq!(response.tool_calls[1].call_id, "call_2");
         assert_eq!(response.tool_calls[1].arguments, json!({"path": "note.txt", "content": "hello"}));
+    }
+
+    #[test]
+    fn input_and_the_input_after_a_mark_are_filled_in() {
+        let input = "Save a note saying hello 7";
+        assert_eq!(fill_input("{{input}}", input), input);
+        assert_eq!(fill_input("{{input_after:saying }}", input), "hello 7");
+        assert_eq!(
+            fill_input("<{{input_after:note }}|{{input}}>", input),
+            "<saying hello 7|Save a note saying hello 7>"
+        );
+        assert_eq!(fill_input("{{input_after:absent}}", input), input, "a mark not in the input: all of it");
+        assert_eq!(fill_input("{{input_after:hello 7}}", input), "");
+        for kept in ["{{inputs}}", "{{input_after:unclosed", "{{input", "no template"] {
+            assert_eq!(fill_input(kept, input), kept);
+        }
     }
 
     #[test]
