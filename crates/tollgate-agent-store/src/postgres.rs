@@ -829,8 +829,9 @@ fn pool_of(options: PgConnectOptions, targets: Arc<Targets>) -> sqlx::PgPool {
 /// The URL of the one host of `url` a store would use now: with several hosts (libpq's
 /// `HOST1:PORT,HOST2:PORT`), the first in order that is what `target_session_attrs` asks (by default,
 /// writable), as a URL naming that host alone (and without `target_session_attrs`); with one host, that
-/// host's URL, once it answered (and, with `target_session_attrs`, will do). For tools that need a single server, such as `tollgate bench --store` making
-/// its scratch schemas; a store itself takes the whole list and follows a failover.
+/// host's URL, once it answered (and, with `target_session_attrs`, will do). For tools that need a
+/// single server, such as `tollgate bench --store` making its scratch schemas; a store itself takes the
+/// whole list and follows a failover.
 ///
 /// # Errors
 /// A URL that cannot be read ([`StoreError::Database`]); no host that will do ([`StoreError::Unreachable`],

@@ -121,7 +121,7 @@ async fn one_host(url: Option<&str>, quiet: bool) -> Result<Option<String>, CliE
         .await
         .map_err(|e| CliError::failed(format!("bench: cannot reach the PostgreSQL of --store: {e}")))?;
     if host != url && !quiet {
-        eprintln!("bench: --store names several hosts; measuring on {}", tollgate_agent_store::redact_url(&host));
+        eprintln!("bench: measuring on {}, the host of --store that will do", tollgate_agent_store::redact_url(&host));
     }
     Ok(Some(host))
 }
