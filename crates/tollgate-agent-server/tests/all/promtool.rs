@@ -89,6 +89,7 @@ async fn promtool_finds_no_problem_in_the_metrics_of_a_node_on_postgresql() {
     assert!(text.contains("tollgate_store_host_none_would_do_total 0\n"), "{text}");
     check(promtool, text).await;
     server.stop().await;
+    schema.drop_all().await.unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// `promtool check metrics` on `text` says nothing and succeeds.
