@@ -310,7 +310,7 @@ impl Metrics {
                 load(&self.streams_refused),
             ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            render_one(&mut out, name, kind, help, value);
         }
         out.push_str("# HELP tollgate_connections_timed_out_total Connections closed by a deadline, by timeout.\n");
         out.push_str("# TYPE tollgate_connections_timed_out_total counter\n");
@@ -330,20 +330,20 @@ fn render_store_hosts(out: &mut String, hosts: &tollgate_agent_core::StoreHosts)
     for (index, host) in hosts.hosts.iter().enumerate() {
         let _ = writeln!(out, "tollgate_store_host{{host=\"{}\"}} {}", escape(host), u8::from(index == hosts.current));
     }
-    for (name, help, value) in [
-        (
-            "tollgate_store_host_moves_total",
-            "Times this process's store moved to another PostgreSQL host (a failover).",
-            hosts.moves,
-        ),
-        (
-            "tollgate_store_host_none_would_do_total",
-            "Looks for the PostgreSQL host to use that found none would do (none reachable and writable).",
-            hosts.none_would_do,
-        ),
-    ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
-    }
+    render_one(
+        out,
+        "tollgate_store_host_moves_total",
+        "counter",
+        "Times this process's store moved to another PostgreSQL host (a failover).",
+        hosts.moves,
+    );
+    render_one(
+        out,
+        "tollgate_store_host_none_would_do_total",
+        "counter",
+        "Looks for the PostgreSQL host to use that found none would do (none reachable and writable).",
+        hosts.none_would_do,
+    );
 }
 
 /// The worker pool: its size and load, the queue all nodes share, and this process's claims.
@@ -367,7 +367,7 @@ fn render_workers(out: &mut String, workers: &tollgate_agent_runtime::WorkerStat
         ),
         ("tollgate_claims_total", "counter", "Queued runs this process's workers claimed.", workers.claims),
     ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        render_one(out, name, kind, help, value);
     }
     let name = "tollgate_claim_latency_seconds";
     let _ =
@@ -378,6 +378,11 @@ fn render_workers(out: &mut String, workers: &tollgate_agent_runtime::WorkerStat
     let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", workers.claims);
     let _ = writeln!(out, "{name}_sum {}", workers.claim_latency_sum_secs);
     let _ = writeln!(out, "{name}_count {}", workers.claims);
+}
+
+/// One metric without labels: its help, its type and its value.
+fn render_one(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
 }
 
 /// Escapes a label value.

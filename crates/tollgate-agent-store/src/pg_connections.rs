@@ -25,13 +25,13 @@
 //! old one, which closes once its connections in use come back, and no connection of the old host is
 //! kept or handed out again. A statement waiting for a connection asks again each
 //! [`SLOW_CONNECTION`], of the pool in use then, so it moves to the new host as soon as the store
-//! does (not after its whole wait on the old one). It counts its moves, and the checks that found no host would do, for
-//! `/metrics` ([`Connections::hosts`]).
+//! does (not after its whole wait on the old one). It counts its moves, and the checks that found no
+//! host would do, for `/metrics` ([`Connections::hosts`]).
 
-use crate::pg_targets::Targets;
+use crate::pg_targets::{Targets, close_quietly};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool};
-use sqlx::{Connection, PgConnection, Postgres};
+use sqlx::{PgConnection, Postgres};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -137,7 +137,7 @@ impl Connections {
             Err(_elapsed) => return Err(sqlx::Error::PoolTimedOut),
         };
         let now = Instant::now();
-        let (generation, pool) = self.pool();
+        let generation = self.generation();
         let (fresh, stale) = {
             let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
             // Those of a host no longer in use go (back to their closing pool).
@@ -166,7 +166,7 @@ impl Connections {
         }
         // With a permit held, fewer than the pool's size of connections are in use or kept: the pool
         // has one, or is getting one back.
-        let (mut generation, mut pool) = (generation, pool);
+        let (mut generation, mut pool) = self.pool();
         loop {
             let acquired = if self.targets.several() {
                 let slow_at = (tokio::time::Instant::now() + SLOW_CONNECTION).min(deadline);
@@ -236,9 +236,7 @@ impl Connections {
                 return None;
             }
         };
-        if let Err(error) = connection.close().await {
-            tracing::debug!(%error, "cannot close a PostgreSQL connection cleanly");
-        }
+        close_quietly(connection).await;
         let was = self.targets.current_index();
         if index == was {
             return None;
@@ -379,6 +377,14 @@ mod tests {
         Arc::new(Connections::new(targets, Box::new(move |_| pool.clone()), size, Duration::from_secs(10)))
     }
 
+    /// Connections over every host of `url`, a pool of 2 per host.
+    fn connections_over(url: &str) -> Arc<Connections> {
+        let targets = Arc::new(Targets::parse(url).unwrap_or_else(|e| panic!("{e}")));
+        let make_pool: MakePool =
+            Box::new(|options| PgPoolOptions::new().max_connections(2).connect_lazy_with(options));
+        Arc::new(Connections::new(targets, make_pool, 2, Duration::from_secs(10)))
+    }
+
     async fn backend(connection: &mut PgConnection) -> Result<i32, sqlx::Error> {
         sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(connection).await
     }
@@ -487,12 +493,8 @@ mod tests {
     /// finds no host will do counts that and stays. `hosts` says so (it is what `/metrics` shows).
     #[tokio::test]
     async fn a_move_and_a_look_that_found_no_host_are_counted() {
-        use sqlx::postgres::PgPoolOptions;
         let Some(url) = crate::pg_targets::tests::test_url("127.0.0.1:1,{db}", "") else { return };
-        let targets = Arc::new(Targets::parse(&url).unwrap_or_else(|e| panic!("{e}")));
-        let make_pool: MakePool =
-            Box::new(|options| PgPoolOptions::new().max_connections(2).connect_lazy_with(options));
-        let connections = Arc::new(Connections::new(targets, make_pool, 2, Duration::from_secs(10)));
+        let connections = connections_over(&url);
         let before = connections.hosts();
         assert_eq!((before.current, before.moves, before.none_would_do), (0, 0, 0));
         assert_eq!(before.hosts.first().map(String::as_str), Some("127.0.0.1:1"));
@@ -510,10 +512,7 @@ mod tests {
         connections.close().await;
 
         let Some(url) = crate::pg_targets::tests::test_url("127.0.0.1:1,127.0.0.1:2", "") else { return };
-        let targets = Arc::new(Targets::parse(&url).unwrap_or_else(|e| panic!("{e}")));
-        let make_pool: MakePool =
-            Box::new(|options| PgPoolOptions::new().max_connections(2).connect_lazy_with(options));
-        let connections = Arc::new(Connections::new(targets, make_pool, 2, Duration::from_secs(10)));
+        let connections = connections_over(&url);
         assert!(connections.check().await.is_none());
         let none = connections.hosts();
         assert_eq!((none.current, none.moves, none.none_would_do), (0, 0, 1));

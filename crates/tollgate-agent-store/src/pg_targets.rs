@@ -253,7 +253,7 @@ impl Wanted {
 }
 
 /// Closes a connection that is not needed, logging (not failing) when that cannot be done cleanly.
-async fn close_quietly(connection: PgConnection) {
+pub(crate) async fn close_quietly(connection: PgConnection) {
     if let Err(error) = connection.close().await {
         tracing::debug!(%error, "cannot close a PostgreSQL connection cleanly");
     }

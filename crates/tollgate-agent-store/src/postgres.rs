@@ -841,9 +841,7 @@ pub async fn host_url(url: &str) -> Result<String, StoreError> {
     let targets = Targets::parse(url).map_err(|e| database_error(&secrets, "cannot read the PostgreSQL URL", &e))?;
     let (index, connection) =
         targets.select().await.map_err(|e| database_error(&secrets, "cannot connect to PostgreSQL", &e))?;
-    if let Err(error) = connection.close().await {
-        tracing::debug!(%error, "cannot close a PostgreSQL connection cleanly");
-    }
+    crate::pg_targets::close_quietly(connection).await;
     Ok(targets.url(index).to_owned())
 }
 
