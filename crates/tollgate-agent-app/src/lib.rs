@@ -324,6 +324,7 @@ fn model_client(provider: &tollgate_agent_config::ProviderConfig) -> Result<Arc<
         api_key: c.api_key.as_ref().map(|k| ApiKey::new(k.expose())),
         timeout: c.timeout,
         max_retries: c.max_retries,
+        stream: c.stream,
         ..ProviderSettings::default()
     };
     Ok(match &provider.kind {

@@ -167,6 +167,8 @@ pub mod defaults {
     pub const PROVIDER_TIMEOUT: Duration = Duration::from_secs(120);
     /// `providers[].max_retries`.
     pub const MAX_RETRIES: u32 = 3;
+    /// `providers[].stream` of an `openai` or `anthropic` provider.
+    pub const STREAM: bool = true;
     /// `mcp_servers[].call_timeout`: how long one MCP tool call may take.
     pub const MCP_CALL_TIMEOUT: Duration = Duration::from_secs(60);
     /// `mcp_servers[].start_timeout`: spawning, handshake and tool listing together (generous: `npx -y` may

@@ -345,6 +345,8 @@ pub struct HttpProviderConfig {
     pub timeout: Duration,
     /// `max_retries` on 429 / 5xx / connection errors (default 3).
     pub max_retries: u32,
+    /// `stream`: ask for streamed answers, whose text live viewers see as it arrives (default true).
+    pub stream: bool,
 }
 
 /// Settings of the `scripted` provider.

@@ -37,9 +37,10 @@ const TOP_KEYS: &[&str] = &[
     "privacy",
     "runtime",
 ];
-const PROVIDER_KEYS: &[&str] = &["name", "kind", "model", "base_url", "api_key", "timeout", "max_retries", "script"];
+const PROVIDER_KEYS: &[&str] =
+    &["name", "kind", "model", "base_url", "api_key", "timeout", "max_retries", "stream", "script"];
 const MCP_SERVER_KEYS: &[&str] = &["name", "command", "args", "env", "inherit_env", "call_timeout", "start_timeout"];
-const HTTP_PROVIDER_KEYS: &[&str] = &["base_url", "api_key", "timeout", "max_retries"];
+const HTTP_PROVIDER_KEYS: &[&str] = &["base_url", "api_key", "timeout", "max_retries", "stream"];
 const SCRIPTED_PROVIDER_KEYS: &[&str] = &["script"];
 const AGENT_KEYS: &[&str] = &[
     "name",
@@ -425,11 +426,13 @@ impl Parser<'_> {
             }
             None => defaults::MAX_RETRIES,
         };
+        let stream = entry.get("stream").map(|(value, at)| boolean(value, &at)).transpose()?;
         Ok(HttpProviderConfig {
             base_url,
             api_key,
             timeout: timeout.unwrap_or(defaults::PROVIDER_TIMEOUT),
             max_retries,
+            stream: stream.unwrap_or(defaults::STREAM),
         })
     }
 

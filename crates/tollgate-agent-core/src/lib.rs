@@ -62,7 +62,9 @@ pub mod typed;
 
 pub use event::{ChainBreak, EventKind, NewEvent, StoredEvent, verify_chain};
 pub use metadata::{Metadata, MetadataError, MetadataValueError};
-pub use model::{FinishReason, ModelClient, ModelError, ModelRequest, ModelResponse};
+pub use model::{
+    FinishReason, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse, NoDeltas,
+};
 pub use redact::Redactor;
 pub use run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,

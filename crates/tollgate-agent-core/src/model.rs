@@ -132,8 +132,44 @@ impl ModelError {
     }
 }
 
+/// What a streaming model call sends while its answer arrives. Live only: never stored, never chained,
+/// never replayed; the [`ModelResponse`] the call returns is the whole turn, as without streaming.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelDelta<'a> {
+    /// More of the answer's text, in order.
+    Text(&'a str),
+    /// The call is being tried again (its stream was cut): the text sent so far for it is void.
+    Reset,
+}
+
+/// Where a streaming model call sends its [`ModelDelta`]s, as they arrive.
+pub trait ModelDeltas: Send + Sync {
+    /// Takes one delta. Called on the model call's task: it must not block.
+    fn delta(&self, delta: ModelDelta<'_>);
+}
+
+/// Deltas nobody reads.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoDeltas;
+
+impl ModelDeltas for NoDeltas {
+    fn delta(&self, _delta: ModelDelta<'_>) {}
+}
+
 /// A model the loop can call.
 pub trait ModelClient: Send + Sync {
     /// Makes one model call.
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>>;
+
+    /// Makes one model call, sending its text to `deltas` as it arrives when this client streams. The
+    /// answer is the same as [`complete`](Self::complete)'s; a client that does not stream (the default)
+    /// sends nothing.
+    fn complete_streaming<'a>(
+        &'a self,
+        request: ModelRequest<'a>,
+        deltas: &'a dyn ModelDeltas,
+    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        let _ = deltas;
+        self.complete(request)
+    }
 }

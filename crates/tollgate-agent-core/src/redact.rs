@@ -53,6 +53,11 @@ impl Redactor {
         self.secrets.is_empty()
     }
 
+    /// The length of the longest secret, in characters (0 with none).
+    pub fn longest_secret(&self) -> usize {
+        self.secrets.iter().map(|s| s.chars().count()).max().unwrap_or(0)
+    }
+
     /// `text` with every secret and masked fragment of one replaced; borrowed when nothing was found.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         if self.secrets.is_empty() {

@@ -7,7 +7,10 @@
 //! in the transcript it is sent, so a run suspended in one process resumes correctly in another. Call ids
 //! are `call_1`, `call_2`, … per run, numbered from the calls already in the transcript.
 
-use crate::{BoxFuture, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, Usage};
+use crate::{
+    BoxFuture, FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse,
+    ToolCall, Usage,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -47,6 +50,11 @@ struct Turn {
     when_denied: Option<Box<Turn>>,
     #[serde(default)]
     when_approved: Option<Box<Turn>>,
+    /// Streams the turn's text in this many deltas (of near equal length, split between characters)
+    /// before answering; 0 or 1 sends it as one delta, absent sends none (as a provider that does not
+    /// stream).
+    #[serde(default)]
+    stream_chunks: Option<u32>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -150,7 +158,8 @@ impl ScriptedModel {
         Self { script }
     }
 
-    fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+    /// The turn's response, and the deltas its text streams in (`None`: it does not stream).
+    fn respond(&self, request: &ModelRequest<'_>) -> Result<(ModelResponse, Option<u32>), ModelError> {
         let messages = request.messages;
         let done_turns = messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count();
         let turn = self.script.turns.get(done_turns).ok_or_else(|| {
@@ -188,14 +197,45 @@ impl ScriptedModel {
             None => estimate_usage(messages, text.as_deref(), &tool_calls),
         };
         let finish_reason = if tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
-        Ok(ModelResponse { text, tool_calls, usage, finish_reason })
+        Ok((ModelResponse { text, tool_calls, usage, finish_reason }, turn.stream_chunks))
     }
 }
 
 impl ModelClient for ScriptedModel {
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
-        Box::pin(std::future::ready(self.respond(&request)))
+        Box::pin(std::future::ready(self.respond(&request).map(|(response, _)| response)))
     }
+
+    fn complete_streaming<'a>(
+        &'a self,
+        request: ModelRequest<'a>,
+        deltas: &'a dyn ModelDeltas,
+    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        let answered = self.respond(&request).map(|(response, chunks)| {
+            if let (Some(chunks), Some(text)) = (chunks, response.text.as_deref().filter(|t| !t.is_empty())) {
+                for piece in split_in(text, chunks) {
+                    deltas.delta(ModelDelta::Text(piece));
+                }
+            }
+            response
+        });
+        Box::pin(std::future::ready(answered))
+    }
+}
+
+/// `text` in `chunks` pieces of near equal length (at least one, none empty unless `text` is), split
+/// between characters.
+fn split_in(text: &str, chunks: u32) -> Vec<&str> {
+    let chars: Vec<usize> = text.char_indices().map(|(at, _)| at).collect();
+    let count = usize::try_from(chunks).unwrap_or(usize::MAX).clamp(1, chars.len().max(1));
+    let mut pieces = Vec::with_capacity(count);
+    let mut from = 0;
+    for i in 1..=count {
+        let to = if i == count { text.len() } else { chars[i * chars.len() / count] };
+        pieces.push(&text[from..to]);
+        from = to;
+    }
+    pieces
 }
 
 fn choose_variant(turn: &Turn, denied: bool) -> &Turn {
@@ -281,6 +321,7 @@ mod tests {
         let tools = [crate::ToolSpec { name: "t".into(), description: String::new(), parameters: json!({}) }];
         ScriptedModel::new(demo_script())
             .respond(&ModelRequest { model: "", messages, tools: &tools })
+            .map(|(response, _)| response)
             .unwrap_or_default()
     }
 
@@ -340,5 +381,51 @@ mod tests {
         assert!(Script::from_json(r#"{"turns": [{"txt": "typo"}]}"#).is_err());
         assert!(Script::from_json(r#"{"turns": [{"tool_calls": [{"name": "a", "arguments": 3}]}]}"#).is_err());
         assert!(Script::from_json(r#"{"steps": []}"#).is_err());
+    }
+    /// Deltas that remember what they were sent.
+    #[derive(Default)]
+    struct Kept(std::sync::Mutex<Vec<String>>);
+
+    impl ModelDeltas for Kept {
+        fn delta(&self, delta: ModelDelta<'_>) {
+            let kept = match delta {
+                ModelDelta::Text(text) => text.to_owned(),
+                ModelDelta::Reset => "<reset>".to_owned(),
+            };
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(kept);
+        }
+    }
+
+    fn streamed(script: Value) -> (Option<String>, Vec<String>) {
+        let model = ScriptedModel::new(Script::from_value(script).unwrap_or_else(|e| panic!("{e}")));
+        let messages = [Message::User { content: "héllo wörld".into() }];
+        let kept = Kept::default();
+        let request = ModelRequest { model: "", messages: &messages, tools: &[] };
+        let response = futures_util::FutureExt::now_or_never(model.complete_streaming(request, &kept))
+            .unwrap_or_else(|| panic!("the scripted model answers at once"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let pieces = kept.0.into_inner().unwrap_or_else(|e| e.into_inner());
+        (response.text, pieces)
+    }
+
+    #[test]
+    fn stream_chunks_streams_the_text_in_that_many_pieces() {
+        let (text, pieces) = streamed(json!({"turns": [{"text": "said: {{input}}", "stream_chunks": 4}]}));
+        assert_eq!(text.as_deref(), Some("said: héllo wörld"));
+        assert_eq!(pieces.len(), 4, "{pieces:?}");
+        assert!(pieces.iter().all(|p| !p.is_empty()), "{pieces:?}");
+        assert_eq!(pieces.concat(), "said: héllo wörld");
+
+        // More chunks than characters: one per character. Zero: one piece.
+        let (_, pieces) = streamed(json!({"turns": [{"text": "abc", "stream_chunks": 10}]}));
+        assert_eq!(pieces, ["a", "b", "c"]);
+        let (_, pieces) = streamed(json!({"turns": [{"text": "abc", "stream_chunks": 0}]}));
+        assert_eq!(pieces, ["abc"]);
+
+        // Without it, or without text, nothing streams; the answer is the same.
+        let (text, pieces) = streamed(json!({"turns": [{"text": "abc"}]}));
+        assert_eq!((text.as_deref(), pieces.len()), (Some("abc"), 0));
+        let (text, pieces) = streamed(json!({"turns": [{"text": "", "stream_chunks": 3}]}));
+        assert_eq!((text.as_deref(), pieces.len()), (Some(""), 0));
     }
 }

@@ -9,7 +9,7 @@
 //!   result for the model, and the tool's internal error text goes to the log only.
 
 use crate::BoxFuture;
-use crate::model::{ModelClient, ModelError, ModelRequest, ModelResponse};
+use crate::model::{ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse};
 use crate::redact::Redactor;
 use crate::suspension::{CallState, Decision, DecisionError, Decisions, HeldCall, Suspension};
 use crate::tool::{Gate, RegisteredTool, RunScope, ToolPin, ToolRegistry, ToolSpec};
@@ -167,6 +167,25 @@ pub struct HookError(pub String);
 pub trait LoopHooks: Send + Sync {
     /// Called for each event, in order. An `Err` stops the loop with [`LoopError::Hook`].
     fn on_event<'a>(&'a self, event: LoopEvent<'a>) -> BoxFuture<'a, Result<(), HookError>>;
+
+    /// Called for each delta of model call `round` while a streaming model answers (between its
+    /// [`LoopEvent::ModelRequest`] and [`LoopEvent::ModelResponse`]). Live only: nothing of it is part of
+    /// the run's record. Must not block; does nothing by default.
+    fn on_delta(&self, round: u32, delta: ModelDelta<'_>) {
+        let _ = (round, delta);
+    }
+}
+
+/// A model call's deltas, handed to the hooks with the call's round.
+struct RoundDeltas<'a> {
+    hooks: &'a dyn LoopHooks,
+    round: u32,
+}
+
+impl ModelDeltas for RoundDeltas<'_> {
+    fn delta(&self, delta: ModelDelta<'_>) {
+        self.hooks.on_delta(self.round, delta);
+    }
 }
 
 /// Hooks that do nothing.
@@ -443,7 +462,12 @@ impl ToolLoop {
     ) -> Result<ModelResponse, LoopError> {
         hooks.on_event(LoopEvent::ModelRequest { round, messages: transcript.len(), tools }).await?;
         let request = ModelRequest { model: &self.config.model, messages: transcript, tools };
-        let response = self.model.complete(request).await.map_err(|source| LoopError::Model { round, source })?;
+        let deltas = RoundDeltas { hooks, round };
+        let response = self
+            .model
+            .complete_streaming(request, &deltas)
+            .await
+            .map_err(|source| LoopError::Model { round, source })?;
         hooks.on_event(LoopEvent::ModelResponse { round, response: &response }).await?;
         Ok(response)
     }

@@ -8,11 +8,13 @@
 
 use crate::answer::{RawArguments, assign_call_ids, empty_answer, tool_call};
 use crate::http::{Endpoint, FixedHeader, ProviderError, ProviderFailure, ProviderSettings};
+use crate::stream::{Assembler, Flow, event_json};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::fmt;
 use tollgate_agent_core::{
-    BoxFuture, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolSpec, Usage,
+    BoxFuture, FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse,
+    NoDeltas, ToolSpec, Usage,
 };
 
 /// Anthropic's own endpoint, used when the settings name no `base_url`.
@@ -25,6 +27,7 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub struct AnthropicModel {
     endpoint: Endpoint,
     max_output_tokens: u32,
+    stream: bool,
 }
 
 impl fmt::Debug for AnthropicModel {
@@ -32,6 +35,7 @@ impl fmt::Debug for AnthropicModel {
         f.debug_struct("AnthropicModel")
             .field("endpoint", &self.endpoint)
             .field("max_output_tokens", &self.max_output_tokens)
+            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -52,7 +56,7 @@ impl AnthropicModel {
             headers,
             is_context_length,
         )?;
-        Ok(Self { endpoint, max_output_tokens: settings.max_output_tokens })
+        Ok(Self { endpoint, max_output_tokens: settings.max_output_tokens, stream: settings.stream })
     }
 
     /// The address requests go to.
@@ -60,15 +64,35 @@ impl AnthropicModel {
         self.endpoint.url()
     }
 
-    async fn call(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let body = request_body(&request, self.max_output_tokens);
-        let answer = self.endpoint.post(request.model, &body).await?;
+    async fn call(&self, request: ModelRequest<'_>, deltas: &dyn ModelDeltas) -> Result<ModelResponse, ModelError> {
+        let mut body = request_body(&request, self.max_output_tokens);
+        let answer = if self.stream {
+            if let Value::Object(body) = &mut body {
+                body.insert("stream".into(), Value::Bool(true));
+            }
+            self.endpoint.post_streaming::<StreamedMessage>(request.model, &body, deltas).await?
+        } else {
+            self.endpoint.post(request.model, &body).await?
+        };
         self.response(answer, request.messages)
     }
 
     /// Our response from the provider's JSON answer; anything an error quotes from it is redacted.
     fn response(&self, answer: Value, transcript: &[Message]) -> Result<ModelResponse, ModelError> {
         parse_response(answer, transcript).map_err(|e| self.endpoint.redact_error(e))
+    }
+
+    /// What a streamed call makes of a whole event-stream body (the entry point of the stream fuzz
+    /// target, [`crate::fuzzing`]).
+    pub(crate) fn read_stream(
+        &self,
+        body: &[u8],
+        transcript: &[Message],
+        deltas: &dyn ModelDeltas,
+    ) -> Result<ModelResponse, ModelError> {
+        let answer =
+            crate::stream::assemble::<StreamedMessage>(body, deltas).map_err(|e| self.endpoint.redact_error(e))?;
+        self.response(answer, transcript)
     }
 
     /// What [`ModelClient::complete`] makes of one HTTP answer, its status and body as received (the
@@ -86,7 +110,157 @@ impl AnthropicModel {
 
 impl ModelClient for AnthropicModel {
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
-        Box::pin(self.call(request))
+        Box::pin(self.call(request, &NoDeltas))
+    }
+
+    fn complete_streaming<'a>(
+        &'a self,
+        request: ModelRequest<'a>,
+        deltas: &'a dyn ModelDeltas,
+    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        Box::pin(self.call(request, deltas))
+    }
+}
+
+/// The most content blocks one streamed message may have.
+const MAX_STREAMED_BLOCKS: usize = 256;
+
+/// A streamed message (`stream: true`), built back into the plain answer: `message_start` (its usage),
+/// each `content_block_start` with its `content_block_delta`s (`text_delta` text, `input_json_delta`
+/// pieces of a `tool_use` input, parsed when the message ends), `message_delta` (`stop_reason`, output
+/// usage), up to `message_stop`. An `error` event ends the call with its error; `ping` and unknown
+/// events are ignored.
+#[derive(Default)]
+struct StreamedMessage {
+    started: bool,
+    usage: Map<String, Value>,
+    blocks: Vec<StreamedBlock>,
+    stop_reason: Option<String>,
+}
+
+enum StreamedBlock {
+    Text(String),
+    ToolUse { id: Option<String>, name: String, input: String },
+    Other(Value),
+}
+
+impl Assembler for StreamedMessage {
+    fn event(&mut self, name: Option<&str>, data: &str, deltas: &dyn ModelDeltas) -> Result<Flow, ModelError> {
+        let event = event_json(data)?;
+        let kind = name.or_else(|| event.get("type").and_then(Value::as_str)).unwrap_or_default();
+        match kind {
+            "message_start" => {
+                self.started = true;
+                if let Some(Value::Object(usage)) = event.get("message").and_then(|m| m.get("usage")) {
+                    self.usage.extend(usage.clone());
+                }
+            }
+            "content_block_start" => {
+                let index = event.get("index").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
+                if index != Some(self.blocks.len()) || self.blocks.len() >= MAX_STREAMED_BLOCKS {
+                    return Err(ModelError::InvalidResponse(format!(
+                        "a streamed content block starts at index {index:?}, after {} blocks",
+                        self.blocks.len()
+                    )));
+                }
+                let block = event.get("content_block").cloned().unwrap_or(Value::Null);
+                let text_of = |key: &str| block.get(key).and_then(Value::as_str).map(str::to_owned);
+                self.blocks.push(match block.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        // The plain answer's text blocks are joined by a line break: so is the live text.
+                        if self.blocks.iter().any(|b| matches!(b, StreamedBlock::Text(_))) {
+                            deltas.delta(ModelDelta::Text("\n"));
+                        }
+                        let text = text_of("text").unwrap_or_default();
+                        deltas.delta(ModelDelta::Text(&text));
+                        StreamedBlock::Text(text)
+                    }
+                    Some("tool_use") => StreamedBlock::ToolUse {
+                        id: text_of("id"),
+                        name: text_of("name").unwrap_or_default(),
+                        input: String::new(),
+                    },
+                    _ => StreamedBlock::Other(block),
+                });
+            }
+            "content_block_delta" => {
+                let index = event.get("index").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
+                let delta = event.get("delta").cloned().unwrap_or(Value::Null);
+                let piece = |key: &str| delta.get(key).and_then(Value::as_str).unwrap_or_default();
+                match (index.and_then(|i| self.blocks.get_mut(i)), delta.get("type").and_then(Value::as_str)) {
+                    (Some(StreamedBlock::Text(text)), Some("text_delta")) => {
+                        deltas.delta(ModelDelta::Text(piece("text")));
+                        text.push_str(piece("text"));
+                    }
+                    (Some(StreamedBlock::ToolUse { input, .. }), Some("input_json_delta")) => {
+                        input.push_str(piece("partial_json"));
+                    }
+                    (Some(_), _) => {}
+                    (None, _) => {
+                        return Err(ModelError::InvalidResponse(format!(
+                            "a streamed delta names content block {index:?}, which has not started"
+                        )));
+                    }
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = event.get("delta").and_then(|d| d.get("stop_reason")).and_then(Value::as_str) {
+                    self.stop_reason = Some(reason.to_owned());
+                }
+                if let Some(Value::Object(usage)) = event.get("usage") {
+                    self.usage.extend(usage.clone());
+                }
+            }
+            "message_stop" => return Ok(Flow::Done),
+            "error" => return Err(stream_error(event.get("error").unwrap_or(&event))),
+            // `ping`, `content_block_stop` and events added later.
+            _ => {}
+        }
+        Ok(Flow::More)
+    }
+
+    fn finish(self) -> Result<Value, ModelError> {
+        if !self.started {
+            return Err(ModelError::InvalidResponse("the stream has no message_start".into()));
+        }
+        let mut content = Vec::with_capacity(self.blocks.len());
+        for (index, block) in self.blocks.into_iter().enumerate() {
+            content.push(match block {
+                StreamedBlock::Text(text) => json!({"type": "text", "text": text}),
+                StreamedBlock::ToolUse { id, name, input } => {
+                    let input: Value = if input.trim().is_empty() {
+                        json!({})
+                    } else {
+                        serde_json::from_str(&input).map_err(|_| {
+                            ModelError::InvalidResponse(format!(
+                                "the streamed input of content block {} is not JSON",
+                                index + 1
+                            ))
+                        })?
+                    };
+                    json!({"type": "tool_use", "id": id, "name": name, "input": input})
+                }
+                StreamedBlock::Other(block) => block,
+            });
+        }
+        Ok(json!({
+            "type": "message",
+            "content": content,
+            "stop_reason": self.stop_reason,
+            "usage": self.usage,
+        }))
+    }
+}
+
+/// An `error` event of a stream: overloaded and internal errors are server failures (retried), rate
+/// limits are rate limits, anything else an invalid response naming the provider's message.
+fn stream_error(error: &Value) -> ModelError {
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("no message").to_owned();
+    match error.get("type").and_then(Value::as_str) {
+        Some("overloaded_error") => ModelError::Server { status: 529, message },
+        Some("api_error") => ModelError::Server { status: 500, message },
+        Some("rate_limit_error") => ModelError::RateLimited { message, retry_after: None },
+        _ => ModelError::InvalidResponse(format!("the provider answered with an error: {message}")),
     }
 }
 

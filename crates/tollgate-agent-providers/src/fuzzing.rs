@@ -1,12 +1,14 @@
-//! The fuzz targets' entry points (`fuzz/`, targets `openai_response` and `anthropic_response`), shared
-//! with the tests that replay their corpora (`tests/all/fuzz_corpus.rs`). Not part of the API.
+//! The fuzz targets' entry points (`fuzz/`, targets `openai_response`, `anthropic_response`,
+//! `openai_stream` and `anthropic_stream`), shared with the tests that replay their corpora
+//! (`tests/all/fuzz_corpus.rs`). Not part of the API.
 //!
 //! Each check feeds a body, byte for byte as it could come off the wire, to the adapter's real reading
 //! path — [`crate::OpenAiModel`] / [`crate::AnthropicModel`] with an API key, as a 2xx answer and as each
 //! kind of failure status — and checks the promises made on what comes out: a value or a typed error,
 //! never a panic; an answer with text or calls, never an empty success; call ids non-empty and unique in
 //! the whole transcript; arguments an object unless marked malformed; and no error that quotes the key or
-//! runs on without bound. The adapters do not parse streams (they never ask for one), so a body is whole.
+//! runs on without bound. A streamed body (an event stream, `stream = true`) is read the same way by the
+//! stream checks, which also check that the live text sent to the deltas is the response's text.
 
 #[cfg(feature = "anthropic")]
 use crate::AnthropicModel;
@@ -16,7 +18,7 @@ use crate::{ApiKey, ProviderSettings};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::OnceLock;
-use tollgate_agent_core::{Message, ModelError, ModelResponse, ToolCall};
+use tollgate_agent_core::{Message, ModelDelta, ModelDeltas, ModelError, ModelResponse, ToolCall};
 
 /// The API key the checks' adapters hold; an error that contains it breaks the redaction promise.
 pub const FUZZ_API_KEY: &str = "sk-fuzz-0123456789abcdef";
@@ -44,6 +46,57 @@ pub fn check_anthropic_response(body: &[u8]) -> Result<(), String> {
     let model = MODEL.get_or_init(|| AnthropicModel::new(settings("http://127.0.0.1:9")).map_err(|e| e.to_string()));
     let model = model.as_ref().map_err(Clone::clone)?;
     check_answers(body, |status, body, transcript| model.read_answer(status, body, transcript))
+}
+
+/// Reads `body` as the OpenAI-compatible adapter reads a streamed answer and checks the promises.
+#[cfg(feature = "openai")]
+pub fn check_openai_stream(body: &[u8]) -> Result<(), String> {
+    static MODEL: OnceLock<Result<OpenAiModel, String>> = OnceLock::new();
+    let model = MODEL.get_or_init(|| OpenAiModel::new(settings("http://127.0.0.1:9/v1")).map_err(|e| e.to_string()));
+    let model = model.as_ref().map_err(Clone::clone)?;
+    check_stream(body, |body, transcript, deltas| model.read_stream(body, transcript, deltas))
+}
+
+/// Reads `body` as the Anthropic adapter reads a streamed answer and checks the promises.
+#[cfg(feature = "anthropic")]
+pub fn check_anthropic_stream(body: &[u8]) -> Result<(), String> {
+    static MODEL: OnceLock<Result<AnthropicModel, String>> = OnceLock::new();
+    let model = MODEL.get_or_init(|| AnthropicModel::new(settings("http://127.0.0.1:9")).map_err(|e| e.to_string()));
+    let model = model.as_ref().map_err(Clone::clone)?;
+    check_stream(body, |body, transcript, deltas| model.read_stream(body, transcript, deltas))
+}
+
+/// The live text a stream sent.
+#[derive(Default)]
+struct LiveText(std::sync::Mutex<String>);
+
+impl ModelDeltas for LiveText {
+    fn delta(&self, delta: ModelDelta<'_>) {
+        let mut text = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match delta {
+            ModelDelta::Text(piece) => text.push_str(piece),
+            ModelDelta::Reset => text.clear(),
+        }
+    }
+}
+
+fn check_stream(
+    body: &[u8],
+    read: impl Fn(&[u8], &[Message], &dyn ModelDeltas) -> Result<ModelResponse, ModelError>,
+) -> Result<(), String> {
+    let transcript = transcript();
+    let live = LiveText::default();
+    match read(body, &transcript, &live) {
+        Ok(response) => {
+            check_response(&response, &transcript)?;
+            let live = live.0.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if live != response.text.clone().unwrap_or_default() {
+                return Err(format!("the live text {live:?} is not the response's text {:?}", response.text));
+            }
+            Ok(())
+        }
+        Err(error) => check_error(&error, 200),
+    }
 }
 
 fn settings(base_url: &str) -> ProviderSettings {

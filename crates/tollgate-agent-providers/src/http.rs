@@ -8,12 +8,13 @@
 //!   `Retry-After`, up to `max_retries` times; every other failure is returned at once;
 //! - redirects are not followed, so a key sent in a custom header never reaches another host.
 
+use crate::stream::{Assembler, Counted, Flow, SseReader};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
-use tollgate_agent_core::ModelError;
+use tollgate_agent_core::{ModelDeltas, ModelError};
 
 /// What replaces the API key wherever a provider's answer echoes it.
 const REDACTED: &str = "[redacted]";
@@ -49,7 +50,7 @@ impl fmt::Debug for ApiKey {
 /// How to reach one provider: the plain settings a `[[providers]]` entry of `tollgate.toml` maps into.
 ///
 /// `Default` gives the vendor's own endpoint, no key, a 60 s timeout, 3 retries starting at 500 ms and
-/// capped at 60 s, and 4096 output tokens.
+/// capped at 60 s, 4096 output tokens, and streamed answers.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProviderSettings {
     /// The API's base address, following each vendor SDK's convention: OpenAI-compatible includes `/v1`
@@ -70,6 +71,9 @@ pub struct ProviderSettings {
     /// The most tokens a response may have. Anthropic requires it on every request; the OpenAI-compatible
     /// adapter leaves the choice to the server and does not send it.
     pub max_output_tokens: u32,
+    /// Ask for a streamed answer and send its text to the loop's deltas as it arrives (see
+    /// [`crate::stream`]); the response and the stored events are the same either way.
+    pub stream: bool,
 }
 
 impl Default for ProviderSettings {
@@ -82,6 +86,7 @@ impl Default for ProviderSettings {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(60),
             max_output_tokens: 4096,
+            stream: true,
         }
     }
 }
@@ -96,6 +101,7 @@ impl fmt::Debug for ProviderSettings {
             .field("initial_backoff", &self.initial_backoff)
             .field("max_backoff", &self.max_backoff)
             .field("max_output_tokens", &self.max_output_tokens)
+            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -216,10 +222,36 @@ impl Endpoint {
 
     /// Sends `body`, retrying retryable failures, and returns the provider's JSON answer.
     pub(crate) async fn post(&self, model: &str, body: &Value) -> Result<Value, ModelError> {
+        self.with_retries(model, || self.attempt(body)).await
+    }
+
+    /// Sends `body` (which asks for a stream), retrying retryable failures, and returns the answer the
+    /// provider would have sent without streaming, as `A` builds it from the events, the text going to
+    /// `deltas` as it arrives ([`crate::stream`]).
+    pub(crate) async fn post_streaming<A: Assembler>(
+        &self,
+        model: &str,
+        body: &Value,
+        deltas: &dyn ModelDeltas,
+    ) -> Result<Value, ModelError> {
+        let counted = Counted::new(deltas);
+        self.with_retries(model, || {
+            counted.reset();
+            self.attempt_streaming::<A>(body, &counted)
+        })
+        .await
+    }
+
+    /// Makes `attempt` until it answers, a failure is not retryable, or `max_retries` retries were made.
+    async fn with_retries<F, Fut>(&self, model: &str, mut attempt: F) -> Result<Value, ModelError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Value, ModelError>>,
+    {
         let mut retries = 0;
         loop {
             let started = Instant::now();
-            let error = match self.attempt(body).await {
+            let error = match attempt().await {
                 Ok(answer) => {
                     tracing::debug!(
                         provider = self.provider,
@@ -290,6 +322,43 @@ impl Endpoint {
         self.read_answer(status, &bytes, retry_after)
     }
 
+    /// One streamed attempt: the events of a 2xx `text/event-stream` answer through `A`; any other answer
+    /// as [`read_answer`](Self::read_answer) reads it (a server that ignores `stream: true` answers JSON).
+    async fn attempt_streaming<A: Assembler>(
+        &self,
+        body: &Value,
+        deltas: &dyn ModelDeltas,
+    ) -> Result<Value, ModelError> {
+        let mut response = self.client.post(&self.url).json(body).send().await.map_err(|e| self.transport_error(&e))?;
+        let status = response.status().as_u16();
+        let event_stream = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+        if !(200..300).contains(&status) || !event_stream {
+            let retry_after = retry_after(response.headers());
+            let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+            return self.read_answer(status, &bytes, retry_after);
+        }
+        let mut reader = SseReader::default();
+        let mut assembler = A::default();
+        loop {
+            let Some(chunk) = response.chunk().await.map_err(|e| self.transport_error(&e))? else {
+                return Err(ModelError::InvalidResponse(
+                    "the stream ended before its final event; it may have been cut off".into(),
+                ));
+            };
+            for event in reader.push(&chunk)? {
+                let flow =
+                    assembler.event(event.name.as_deref(), &event.data, deltas).map_err(|e| self.redact_error(e))?;
+                if flow == Flow::Done {
+                    return assembler.finish().map_err(|e| self.redact_error(e));
+                }
+            }
+        }
+    }
+
     /// An answer as received: the JSON of a 2xx body, or the typed error its status and body stand for.
     pub(crate) fn read_answer(
         &self,
@@ -354,12 +423,17 @@ impl Endpoint {
         }
     }
 
-    /// Applies [`Endpoint::redact`] to an error built from an answer's body, which may quote it.
+    /// Applies [`Endpoint::redact`] to an error built from an answer's body, which may quote it (a
+    /// streamed answer's error event can be any kind).
     pub(crate) fn redact_error(&self, error: ModelError) -> ModelError {
         match error {
             ModelError::InvalidResponse(m) => ModelError::InvalidResponse(self.redact(m)),
             ModelError::Refusal(m) => ModelError::Refusal(self.redact(m)),
             ModelError::ContextLength(m) => ModelError::ContextLength(self.redact(m)),
+            ModelError::Server { status, message } => ModelError::Server { status, message: self.redact(message) },
+            ModelError::RateLimited { message, retry_after } => {
+                ModelError::RateLimited { message: self.redact(message), retry_after }
+            }
             other => other,
         }
     }

@@ -49,6 +49,8 @@ pub mod http;
 #[cfg(feature = "openai")]
 pub mod openai;
 pub mod scripted;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod stream;
 
 #[cfg(feature = "anthropic")]
 pub use anthropic::{ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_VERSION, AnthropicModel};

@@ -9,11 +9,13 @@
 
 use crate::answer::{RawArguments, assign_call_ids, empty_answer, tool_call};
 use crate::http::{Endpoint, FixedHeader, ProviderError, ProviderFailure, ProviderSettings};
+use crate::stream::{Assembler, Flow, event_json};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::fmt;
 use tollgate_agent_core::{
-    BoxFuture, FinishReason, Message, ModelClient, ModelError, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage,
+    BoxFuture, FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse,
+    NoDeltas, ToolCall, ToolSpec, Usage,
 };
 
 /// OpenAI's own endpoint, used when the settings name no `base_url`.
@@ -22,11 +24,12 @@ pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 /// A model behind an OpenAI-compatible Chat Completions API.
 pub struct OpenAiModel {
     endpoint: Endpoint,
+    stream: bool,
 }
 
 impl fmt::Debug for OpenAiModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiModel").field("endpoint", &self.endpoint).finish()
+        f.debug_struct("OpenAiModel").field("endpoint", &self.endpoint).field("stream", &self.stream).finish()
     }
 }
 
@@ -46,7 +49,7 @@ impl OpenAiModel {
             headers,
             is_context_length,
         )?;
-        Ok(Self { endpoint })
+        Ok(Self { endpoint, stream: settings.stream })
     }
 
     /// The address requests go to.
@@ -54,15 +57,36 @@ impl OpenAiModel {
         self.endpoint.url()
     }
 
-    async fn call(&self, request: ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let body = request_body(&request);
-        let answer = self.endpoint.post(request.model, &body).await?;
+    async fn call(&self, request: ModelRequest<'_>, deltas: &dyn ModelDeltas) -> Result<ModelResponse, ModelError> {
+        let mut body = request_body(&request);
+        let answer = if self.stream {
+            if let Value::Object(body) = &mut body {
+                body.insert("stream".into(), Value::Bool(true));
+                body.insert("stream_options".into(), json!({"include_usage": true}));
+            }
+            self.endpoint.post_streaming::<StreamedCompletion>(request.model, &body, deltas).await?
+        } else {
+            self.endpoint.post(request.model, &body).await?
+        };
         self.response(answer, request.messages)
     }
 
     /// Our response from the provider's JSON answer; anything an error quotes from it is redacted.
     fn response(&self, answer: Value, transcript: &[Message]) -> Result<ModelResponse, ModelError> {
         parse_response(answer, transcript).map_err(|e| self.endpoint.redact_error(e))
+    }
+
+    /// What a streamed call makes of a whole event-stream body (the entry point of the stream fuzz
+    /// target, [`crate::fuzzing`]).
+    pub(crate) fn read_stream(
+        &self,
+        body: &[u8],
+        transcript: &[Message],
+        deltas: &dyn ModelDeltas,
+    ) -> Result<ModelResponse, ModelError> {
+        let answer =
+            crate::stream::assemble::<StreamedCompletion>(body, deltas).map_err(|e| self.endpoint.redact_error(e))?;
+        self.response(answer, transcript)
     }
 
     /// What [`ModelClient::complete`] makes of one HTTP answer, its status and body as received (the
@@ -80,7 +104,128 @@ impl OpenAiModel {
 
 impl ModelClient for OpenAiModel {
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
-        Box::pin(self.call(request))
+        Box::pin(self.call(request, &NoDeltas))
+    }
+
+    fn complete_streaming<'a>(
+        &'a self,
+        request: ModelRequest<'a>,
+        deltas: &'a dyn ModelDeltas,
+    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        Box::pin(self.call(request, deltas))
+    }
+}
+
+/// The most tool calls one streamed turn may name (by `index`).
+const MAX_STREAMED_CALLS: usize = 256;
+
+/// A streamed chat completion (`stream: true`, usage included), built back into the plain answer:
+/// `choices[0].delta` pieces concatenated (`content`, `refusal`, each tool call's `id`, `function.name`
+/// and `function.arguments` by its `index`), the last `finish_reason`, and the final chunk's `usage`.
+/// The stream ends with `data: [DONE]`.
+#[derive(Default)]
+struct StreamedCompletion {
+    /// A choice chunk arrived.
+    choice: bool,
+    content: Option<String>,
+    refusal: Option<String>,
+    calls: Vec<StreamedCall>,
+    finish_reason: Option<String>,
+    usage: Option<Value>,
+}
+
+#[derive(Default)]
+struct StreamedCall {
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+impl Assembler for StreamedCompletion {
+    fn event(&mut self, _name: Option<&str>, data: &str, deltas: &dyn ModelDeltas) -> Result<Flow, ModelError> {
+        if data.trim() == "[DONE]" {
+            return Ok(Flow::Done);
+        }
+        let chunk = event_json(data)?;
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(error_in_body(error));
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
+            self.usage = Some(usage.clone());
+        }
+        let Some(choice) = chunk.get("choices").and_then(Value::as_array).and_then(|c| c.first()) else {
+            return Ok(Flow::More);
+        };
+        self.choice = true;
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        let Some(delta) = choice.get("delta") else { return Ok(Flow::More) };
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            deltas.delta(ModelDelta::Text(text));
+            self.content.get_or_insert_with(String::new).push_str(text);
+        }
+        if let Some(refusal) = delta.get("refusal").and_then(Value::as_str) {
+            self.refusal.get_or_insert_with(String::new).push_str(refusal);
+        }
+        for (position, call) in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let index = match call.get("index").and_then(Value::as_u64) {
+                Some(index) => usize::try_from(index).unwrap_or(usize::MAX),
+                None => position,
+            };
+            if index >= MAX_STREAMED_CALLS {
+                return Err(ModelError::InvalidResponse(format!(
+                    "a streamed tool call has index {index}; at most {MAX_STREAMED_CALLS} calls are read"
+                )));
+            }
+            if self.calls.len() <= index {
+                self.calls.resize_with(index + 1, StreamedCall::default);
+            }
+            let streamed = &mut self.calls[index];
+            if let Some(id) = call.get("id").and_then(Value::as_str).filter(|id| !id.is_empty()) {
+                streamed.id = Some(id.to_owned());
+            }
+            let function = call.get("function");
+            if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+                streamed.name.push_str(name);
+            }
+            if let Some(arguments) = function.and_then(|f| f.get("arguments")).and_then(Value::as_str) {
+                streamed.arguments.push_str(arguments);
+            }
+        }
+        Ok(Flow::More)
+    }
+
+    fn finish(self) -> Result<Value, ModelError> {
+        if !self.choice {
+            return Err(ModelError::InvalidResponse("the stream has no choices".into()));
+        }
+        let mut tool_calls = Vec::with_capacity(self.calls.len());
+        for (index, call) in self.calls.into_iter().enumerate() {
+            // Streamed arguments must be whole JSON: a gap means pieces were lost.
+            if !call.arguments.trim().is_empty() && serde_json::from_str::<Value>(&call.arguments).is_err() {
+                return Err(ModelError::InvalidResponse(format!(
+                    "the streamed arguments of tool call {} are not JSON",
+                    index + 1
+                )));
+            }
+            tool_calls.push(json!({
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }));
+        }
+        let mut message = Map::new();
+        message.insert("role".into(), json!("assistant"));
+        message.insert("content".into(), json!(self.content));
+        message.insert("refusal".into(), json!(self.refusal));
+        if !tool_calls.is_empty() {
+            message.insert("tool_calls".into(), Value::Array(tool_calls));
+        }
+        Ok(json!({
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+            "usage": self.usage,
+        }))
     }
 }
 

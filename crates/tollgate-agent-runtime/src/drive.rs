@@ -15,9 +15,13 @@ use crate::{AgentSpec, Inner, StartRun, events};
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
 use tollgate_agent_core::{
-    Decisions, Guard, HeldTurn, LoopError, Metadata, Millis, NewEvent, Outcome, RecordedDecision, RunError, RunRecord,
-    StartingCall, StoreError, Suspension, SuspensionError, Transition, TurnDigest,
+    Conflict, Decisions, Guard, HeldTurn, LoopError, Metadata, Millis, NewEvent, Outcome, RecordedDecision, RunError,
+    RunRecord, RunStatus, StartingCall, StoreError, Suspension, SuspensionError, Transition, TurnDigest,
 };
+
+/// How often a model call under way looks whether its run ended elsewhere, while the store does not
+/// announce other processes' commits (SQLite: the CLI may cancel a run a server drives).
+const ENDED_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where a drive left its run (or why it could not store it), for the one waiting on it.
 pub(crate) type Settled = tokio::sync::oneshot::Sender<Result<RunRecord, DriveError>>;
@@ -140,6 +144,72 @@ impl Inner {
         });
     }
 
+    /// Runs `segment`, unless the run ends elsewhere (cancelled, expired: a notice, or while the store
+    /// announces nothing a read each [`ENDED_RECHECK`]) while a model call is under way: then the segment
+    /// is dropped, which aborts the call's request (a streamed answer stops at once), and the answer is
+    /// the status the run ended with. Notices are listened to only during model calls. A tool under way
+    /// is never cut: its segment goes on to its next write, which finds the run changed hands, as any
+    /// segment does.
+    async fn unless_ended_elsewhere<F>(
+        &self,
+        id: &str,
+        hooks: &PersistHooks,
+        segment: F,
+    ) -> Result<Result<Outcome, LoopError>, RunStatus>
+    where
+        F: std::future::Future<Output = Result<Outcome, LoopError>>,
+    {
+        let mut model_call = hooks.model_call();
+        let poll = self.announced_poll(ENDED_RECHECK);
+        tokio::pin!(segment);
+        loop {
+            let ended = async {
+                let started = model_call.wait_for(|under_way| *under_way).await.is_ok();
+                if !started {
+                    return std::future::pending().await;
+                }
+                let mut notices = self.notices.subscribe();
+                loop {
+                    let recheck = async {
+                        match poll {
+                            Some(every) => tokio::time::sleep(every).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    let status = tokio::select! {
+                        notice = notices.recv() => match notice {
+                            Ok(notice) if notice.run_id == id => Some(notice.status),
+                            Ok(notice) if notice.origin != crate::Origin::Resync => None,
+                            // A resync or a lag: whether this run ended is unknown; look.
+                            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => self.status(id).await,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+                        },
+                        () = recheck => self.status(id).await,
+                        // The call answered: wait for the next one.
+                        _ = async { model_call.wait_for(|under_way| !*under_way).await.is_ok() } => return None,
+                    };
+                    if let Some(status) = status.filter(|s| s.is_terminal()) {
+                        return Some(status);
+                    }
+                }
+            };
+            tokio::select! {
+                outcome = &mut segment => return Ok(outcome),
+                ended = ended => {
+                    let under_way = *model_call.borrow();
+                    if let Some(status) = ended.filter(|_| under_way) {
+                        return Err(status);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The status run `id` is stored with (a read that fails says nothing: the segment goes on).
+    async fn status(&self, id: &str) -> Option<RunStatus> {
+        self.store.get(id).await.ok().map(|run| run.status())
+    }
+
     /// Runs the loop for one segment and commits where it ended; answers the run as committed.
     async fn drive(
         self: &Arc<Self>,
@@ -155,10 +225,19 @@ impl Inner {
         let hooks = PersistHooks::new(Arc::clone(self), run.id.clone(), started, unborn);
         // The run's id and metadata as stored: a resume in another process has them as the start did.
         let scope = run.scope();
-        let outcome = match work {
-            Work::Start | Work::Create => spec.agent_loop.start(&scope, &run.input, &hooks).await,
-            Work::Resume { suspension, decisions, .. } => {
-                spec.agent_loop.resume(&scope, suspension, &decisions, &hooks).await
+        let segment = async {
+            match work {
+                Work::Start | Work::Create => spec.agent_loop.start(&scope, &run.input, &hooks).await,
+                Work::Resume { suspension, decisions, .. } => {
+                    spec.agent_loop.resume(&scope, suspension, &decisions, &hooks).await
+                }
+            }
+        };
+        let outcome = match self.unless_ended_elsewhere(&run.id, &hooks, segment).await {
+            Ok(outcome) => outcome,
+            Err(status) => {
+                tracing::info!(run = %run.id, %status, "the run ended elsewhere during a model call; the call was aborted");
+                return Err(DriveError::ChangedHands { id: run.id.clone(), conflict: Conflict::NotRunning { status } });
             }
         };
         let now = self.clock.now();

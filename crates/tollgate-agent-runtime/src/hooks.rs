@@ -4,15 +4,20 @@
 
 use crate::Inner;
 use crate::events;
+use crate::live::RoundText;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::{
-    BoxFuture, Gate, HookError, LoopEvent, LoopHooks, NewEvent, RunRecord, RunState, StartingCall,
+    BoxFuture, Gate, HookError, LoopEvent, LoopHooks, ModelDelta, NewEvent, RunRecord, RunState, StartingCall,
 };
 
 pub(crate) struct PersistHooks {
     inner: Arc<Inner>,
     run_id: String,
     state: Mutex<State>,
+    /// The live text of the current model call ([`crate::live`]).
+    round_text: Mutex<RoundText>,
+    /// A model call is under way.
+    in_model_call: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -35,7 +40,13 @@ impl PersistHooks {
         started_with_claim: Option<StartingCall>,
         unborn: Option<RunRecord>,
     ) -> Self {
-        Self { inner, run_id, state: Mutex::new(State { started_with_claim, unborn, ..State::default() }) }
+        Self {
+            inner,
+            run_id,
+            state: Mutex::new(State { started_with_claim, unborn, ..State::default() }),
+            round_text: Mutex::new(RoundText::default()),
+            in_model_call: tokio::sync::watch::Sender::new(false),
+        }
     }
 
     /// The run as created, when no durable write has stored it yet.
@@ -54,6 +65,12 @@ impl PersistHooks {
     }
 
     /// The last model call seen.
+    /// Whether a model call is under way (between its request and its response), as it changes: the
+    /// one step a segment may be cut in (see `Inner::unless_ended_elsewhere`).
+    pub(crate) fn model_call(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.in_model_call.subscribe()
+    }
+
     pub(crate) fn round(&self) -> u32 {
         self.lock().round
     }
@@ -95,6 +112,11 @@ impl PersistHooks {
 }
 
 impl LoopHooks for PersistHooks {
+    fn on_delta(&self, round: u32, delta: ModelDelta<'_>) {
+        let mut round_text = self.round_text.lock().unwrap_or_else(PoisonError::into_inner);
+        self.inner.deltas.send(&self.run_id, round, delta, &mut round_text);
+    }
+
     fn on_event<'a>(&'a self, event: LoopEvent<'a>) -> BoxFuture<'a, Result<(), HookError>> {
         let now = self.inner.clock.now();
         let mut flush = None;
@@ -125,9 +147,11 @@ impl LoopHooks for PersistHooks {
                     }
                     state.model_calls += 1;
                     state.round = round;
+                    self.in_model_call.send_replace(true);
                     state.buffer.push(events::model_request(now, round, messages, tools));
                 }
                 LoopEvent::ModelResponse { round, response } => {
+                    self.in_model_call.send_replace(false);
                     state.buffer.push(events::model_response(now, round, response));
                 }
                 LoopEvent::ToolStarted { round, call_id, tool, arguments, gate } => {

@@ -67,9 +67,12 @@
 //! - [`maintenance`]: the one scheduler of deadlines, lease takeovers (`recovery`), lease renewal and
 //!   retention, on the runtime's clock, for `serve` and the CLI alike;
 //! - [`follow`]: following a run's events as they commit ([`Follower`]), for live streams;
+//! - [`live`]: the live text of this process's model calls as streaming providers send it
+//!   ([`Runtime::deltas`]), never stored;
 //! - [`privacy`]: the privacy level and the secrets redactor as a layer over the store; `events`,
 //!   [`view`] and [`wire`]: the event data and the run as the API shows them.
 
+pub use live::{LiveDelta, LiveText};
 pub use privacy::PrivacyLevel;
 use tollgate_agent_core::Redactor;
 mod changes;
@@ -79,6 +82,7 @@ pub mod error;
 mod events;
 pub mod follow;
 mod hooks;
+pub mod live;
 pub mod maintenance;
 pub mod privacy;
 mod recovery;
@@ -312,7 +316,7 @@ pub(crate) struct Inner {
     pub(crate) ids: Arc<dyn IdGen>,
     pub(crate) node: String,
     pub(crate) lease_ms: i64,
-    notices: broadcast::Sender<RunNotice>,
+    pub(crate) notices: broadcast::Sender<RunNotice>,
     pub(crate) in_flight: Mutex<HashSet<String>>,
     pub(crate) idle: Notify,
     catalog: Vec<ToolInfo>,
@@ -323,6 +327,8 @@ pub(crate) struct Inner {
     pub(crate) recent: Option<Arc<follow::Recent>>,
     /// The store holds the tap feeding `recent` only while this does.
     _tap: Option<tollgate_agent_core::CommitTap>,
+    /// The live text of this process's model calls ([`live`]).
+    pub(crate) deltas: live::Deltas,
 }
 
 impl Runtime {
@@ -336,6 +342,7 @@ impl Runtime {
     ) -> Self {
         let (notices, _) = broadcast::channel(4096);
         let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX).max(1000);
+        let deltas = live::Deltas::new(options.privacy, options.redactor.clone());
         let store = privacy::filtered(store, options.privacy, options.redactor);
         forward_remote_changes(store.as_ref(), &notices);
         let (recent, tap) = follow::Recent::tapping(store.as_ref()).unzip();
@@ -355,6 +362,7 @@ impl Runtime {
                 changes: ChangeSets::default(),
                 recent,
                 _tap: tap,
+                deltas,
             }),
         }
     }
@@ -398,6 +406,12 @@ impl Runtime {
     /// them ([`RunStore::changes`]: PostgreSQL), those committed by other nodes ([`Origin::Remote`]).
     pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
         self.inner.notices.subscribe()
+    }
+
+    /// The live text of the model calls this process makes, as streaming providers send it (all runs;
+    /// a receiver filters by [`LiveDelta::run_id`]). Live only and best effort: see [`live`].
+    pub fn deltas(&self) -> broadcast::Receiver<Arc<LiveDelta>> {
+        self.inner.deltas.subscribe()
     }
 
     /// How long a follower of a run (a live-event stream, a waiter, the claim loop) may wait for

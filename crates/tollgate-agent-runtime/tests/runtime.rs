@@ -1162,3 +1162,87 @@ async fn a_follower_reads_one_page_per_change_and_ends_with_the_run() {
         assert!(matches!(gone, Err(ReadError::NotFound(_))), "{backend}: {gone:?}");
     }
 }
+
+/// A model that streams one delta, then waits for ever (until its call is dropped, which it records).
+struct Endless {
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct OnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl tollgate_agent_core::ModelClient for Endless {
+    fn complete<'a>(
+        &'a self,
+        request: tollgate_agent_core::ModelRequest<'a>,
+    ) -> tollgate_agent_core::BoxFuture<'a, Result<tollgate_agent_core::ModelResponse, tollgate_agent_core::ModelError>>
+    {
+        self.complete_streaming(request, &tollgate_agent_core::NoDeltas)
+    }
+
+    fn complete_streaming<'a>(
+        &'a self,
+        _request: tollgate_agent_core::ModelRequest<'a>,
+        deltas: &'a dyn tollgate_agent_core::ModelDeltas,
+    ) -> tollgate_agent_core::BoxFuture<'a, Result<tollgate_agent_core::ModelResponse, tollgate_agent_core::ModelError>>
+    {
+        let guard = OnDrop(Arc::clone(&self.dropped));
+        Box::pin(async move {
+            let _guard = guard;
+            deltas.delta(tollgate_agent_core::ModelDelta::Text("thinking"));
+            std::future::pending().await
+        })
+    }
+}
+
+/// The live text of a model call reaches `Runtime::deltas` (never the log); cancelling the run while
+/// the call streams drops the call at once (its request aborted) and nothing after the cancel is
+/// stored for it.
+#[tokio::test]
+async fn cancel_during_a_streamed_model_call_aborts_the_call() {
+    for (backend, store) in stores().await {
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let model = Endless { dropped: Arc::clone(&dropped) };
+        let agent_loop = ToolLoop::new(Arc::new(model), Arc::new(ToolRegistry::new()), LoopConfig::default());
+        let spec = AgentSpec {
+            name: "writer".into(),
+            model: "endless".into(),
+            agent_loop: Arc::new(agent_loop),
+            tools: Vec::new(),
+            approval_ttl: None,
+            on_expiry: OnExpiry::Deny,
+            forbid_self_approval: false,
+        };
+        let options = RuntimeOptions { node_id: "node-a".into(), ..RuntimeOptions::default() };
+        let runtime =
+            Runtime::new(store, vec![spec], Arc::new(tollgate_agent_core::SystemClock), Arc::new(UuidV7Ids), options);
+        let mut deltas = runtime.deltas();
+        let run = runtime.start(StartRun::new("think", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let delta = tokio::time::timeout(Duration::from_secs(10), deltas.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{backend}: no delta within 10 s"))
+            .unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(delta.run_id, run.id, "{backend}");
+        assert_eq!(delta.text, tollgate_agent_runtime::LiveText::Text("thinking".into()), "{backend}");
+        assert!(!dropped.load(std::sync::atomic::Ordering::SeqCst), "{backend}: the call is under way");
+
+        runtime.cancel(&run.id, "bob", Some("too slow")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let cancelled_at = std::time::Instant::now();
+        while !dropped.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(cancelled_at.elapsed() < Duration::from_secs(5), "{backend}: the call was not dropped");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        runtime.drain().await;
+        let kinds = event_kinds(&runtime, &run.id).await;
+        assert_eq!(kinds.last(), Some(&EventKind::RunCancelled), "{backend}: {kinds:?}");
+        assert!(!kinds.contains(&EventKind::ModelResponse), "{backend}: {kinds:?}");
+        let stored = runtime.events(&run.id, 0, 1000).await.unwrap_or_default();
+        assert!(stored.iter().all(|e| !e.data.to_string().contains("thinking")), "{backend}: a delta is never stored");
+        assert_eq!(runtime.get(&run.id).await.map(|r| r.status()).ok(), Some(RunStatus::Cancelled), "{backend}");
+    }
+}

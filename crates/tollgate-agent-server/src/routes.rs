@@ -161,6 +161,9 @@ pub struct EventsQuery {
     /// Only events with a greater seq (for SSE, like `Last-Event-ID`, which wins when both are given).
     #[param(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
     after: Option<u64>,
+    /// SSE: also send the model's text as it arrives, as `model_delta` events without an `id:` line
+    /// (live only, never stored; see docs/api.md). Ignored by the JSON form.
+    deltas: Option<bool>,
 }
 
 /// The largest event seq a client may name (`after`, `Last-Event-ID`): seqs are stored as signed 64-bit
@@ -184,7 +187,7 @@ fn seq_in_range(seq: u64, what: &str) -> Result<u64, ApiError> {
         ("Last-Event-ID" = Option<u64>, Header, description = "SSE: resume after this seq", nullable = false, minimum = 0, maximum = 9_223_372_036_854_775_807_i64),
     ),
     responses(
-        (status = 200, description = "The events after `after`; or an SSE stream (`id:` seq, `event:` kind, `data:` the event JSON) ending after the terminal event",
+        (status = 200, description = "The events after `after`; or an SSE stream (`id:` seq, `event:` kind, `data:` the event JSON) ending after the terminal event, with `deltas=true` also `model_delta` events (no `id:`, `data:` `{\"round\", \"text\"}` or `{\"round\", \"reset\": true}`)",
             content((EventPage = "application/json"), (String = "text/event-stream"))),
         (status = 204, description = "SSE: the run has ended and every event was already sent"),
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
@@ -218,15 +221,13 @@ pub(crate) async fn run_events(
             None => format!("local:{}", caller.actor),
         };
         let client = crate::sse::StreamClient { counts: state.streams.clone(), client };
-        return crate::sse::respond(
-            state.runtime.clone(),
-            id,
+        let stream = crate::sse::Stream {
             after,
-            state.shutdown.clone(),
-            state.sse_keep_alive,
-            client,
-        )
-        .await;
+            deltas: query.deltas.unwrap_or(false),
+            shutdown: state.shutdown.clone(),
+            keep_alive: state.sse_keep_alive,
+        };
+        return crate::sse::respond(state.runtime.clone(), id, stream, client).await;
     }
     let events = state.runtime.all_events(&id, after.unwrap_or(0)).await?;
     Ok(Json(EventPage { events: events.iter().map(wire::event).collect() }).into_response())

@@ -12,6 +12,11 @@
 //! the stream has been quiet for `ServerOptions::sse_keep_alive` (15 s by default). The stream only
 //! reads: a client that goes away just drops it, costing nothing and changing nothing about the run.
 //!
+//! With `deltas=true` it also sends, between stored events, the model's text as this process's
+//! streaming model calls receive it: `event: model_delta`, `data: {"round": N, "text": "..."}` (or
+//! `{"round": N, "reset": true}` when a call is tried again), and no `id:` line
+//! ([`tollgate_agent_runtime::live`]).
+//!
 //! One client — the token's name with auth on, else the peer's IP address — holds at most
 //! `ServerOptions::max_streams_per_client` streams at once ([`StreamCounts`]); the next is refused with
 //! `429 too-many-requests` and `Retry-After`, and the client's other streams go on.
@@ -25,9 +30,9 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tollgate_agent_core::StoredEvent;
-use tollgate_agent_runtime::{Follower, ReadError, Runtime};
+use tollgate_agent_runtime::{Follower, LiveDelta, LiveText, ReadError, Runtime};
 
 /// How often a quiet stream looks at the store again while another process's commits are not
 /// announced (SQLite, or a PostgreSQL listener that is reconnecting).
@@ -91,17 +96,26 @@ pub(crate) struct StreamClient {
     pub(crate) client: String,
 }
 
+/// What a stream sends: the events after `after`, and the model's live text when `deltas`.
+pub(crate) struct Stream {
+    pub(crate) after: u64,
+    pub(crate) deltas: bool,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) keep_alive: Duration,
+}
+
 /// Answers the SSE form of the events endpoint.
 pub(crate) async fn respond(
     runtime: Runtime,
     id: String,
-    after: u64,
-    shutdown: watch::Receiver<bool>,
-    keep_alive: Duration,
+    stream: Stream,
     client: StreamClient,
 ) -> Result<Response, ApiError> {
-    // Subscribe before the first read, so a change committed in between still wakes the stream.
+    let Stream { after, deltas, shutdown, keep_alive } = stream;
+    // Subscribe before the first read, so a change committed in between still wakes the stream (and
+    // no delta sent after it is missed).
     let mut follower = runtime.follow(&id, after, RECHECK);
+    let deltas = deltas.then(|| runtime.deltas());
     let run = runtime.get(&id).await?;
     follower.seen(&run);
     if run.status().is_terminal() && run.last_seq <= after {
@@ -116,7 +130,7 @@ pub(crate) async fn respond(
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         return Ok(response);
     };
-    let tail = Tail { id, follower, buffer: VecDeque::new(), done: false, shutdown, _slot: slot };
+    let tail = Tail { id, follower, deltas, buffer: VecDeque::new(), done: false, shutdown, _slot: slot };
     let stream = futures_util::stream::unfold(tail, |mut tail| async move {
         tail.next().await.map(|e| (Ok::<_, Infallible>(e), tail))
     });
@@ -126,6 +140,8 @@ pub(crate) async fn respond(
 struct Tail {
     id: String,
     follower: Follower,
+    /// The live text of every run's model calls, when asked for (`deltas=true`).
+    deltas: Option<broadcast::Receiver<Arc<LiveDelta>>>,
     buffer: VecDeque<StoredEvent>,
     done: bool,
     shutdown: watch::Receiver<bool>,
@@ -139,6 +155,11 @@ impl Tail {
             if self.done {
                 return None;
             }
+            // Deltas already received go first: each was sent before the commit of its round's
+            // `model_response`, which may be in the buffer.
+            if let Some(delta) = pending_delta(&mut self.deltas, &self.id) {
+                return Some(delta);
+            }
             if let Some(event) = self.buffer.pop_front() {
                 self.done = event.kind.is_terminal();
                 return Some(sse_event(&event));
@@ -146,6 +167,7 @@ impl Tail {
             let shutdown = crate::shutting_down(&mut self.shutdown);
             let next = tokio::select! {
                 next = self.follower.next() => next,
+                delta = next_delta(&mut self.deltas, &self.id) => return Some(delta),
                 _ = shutdown => return None,
             };
             match next {
@@ -159,6 +181,42 @@ impl Tail {
             }
         }
     }
+}
+
+/// The next delta of run `id`'s model calls as an SSE event (pending for ever without deltas). A
+/// receiver that fell behind skips what it lost: deltas are live only, and the stored
+/// `model_response` holds the whole text.
+async fn next_delta(deltas: &mut Option<broadcast::Receiver<Arc<LiveDelta>>>, id: &str) -> Event {
+    let Some(receiver) = deltas else { return std::future::pending().await };
+    loop {
+        match receiver.recv().await {
+            Ok(delta) if delta.run_id == id => return delta_event(&delta),
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
+        }
+    }
+}
+
+/// A delta of run `id` already received, if any (others' are skipped).
+fn pending_delta(deltas: &mut Option<broadcast::Receiver<Arc<LiveDelta>>>, id: &str) -> Option<Event> {
+    let receiver = deltas.as_mut()?;
+    loop {
+        match receiver.try_recv() {
+            Ok(delta) if delta.run_id == id => return Some(delta_event(&delta)),
+            Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => return None,
+        }
+    }
+}
+
+/// `event: model_delta` with `data: {"round": N, "text": "..."}` or `{"round": N, "reset": true}`, and
+/// no `id:` line, so `Last-Event-ID` stays the last stored event's seq.
+fn delta_event(delta: &LiveDelta) -> Event {
+    let data = match &delta.text {
+        LiveText::Text(text) => serde_json::json!({"round": delta.round, "text": text}),
+        LiveText::Reset => serde_json::json!({"round": delta.round, "reset": true}),
+    };
+    Event::default().event("model_delta").data(data.to_string())
 }
 
 fn sse_event(event: &StoredEvent) -> Event {

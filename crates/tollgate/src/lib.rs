@@ -126,7 +126,8 @@ pub use tollgate_agent_core::{ChainBreak, StoreError};
 pub use tollgate_agent_core::{Decision, Gate, Tool, ToolContext, ToolError, ToolOutput};
 pub use tollgate_agent_core::{FnTool, IntoTool, Metadata, Typed, TypedTool, tool_fn};
 pub use tollgate_agent_runtime::{
-    CancelError, DecideError, OnExpiry, PrivacyLevel, ReadError, ResolveError, Retention, StartError,
+    CancelError, DecideError, LiveDelta, LiveText, OnExpiry, PrivacyLevel, ReadError, ResolveError, Retention,
+    StartError,
 };
 pub use tollgate_agent_store::{DataKey, DataKeys};
 
@@ -406,6 +407,13 @@ impl Tollgate {
     /// A run's events, live (see [`EventStream`]); `.after(seq)` to start later.
     pub fn events(&self, id: &str) -> EventStream {
         EventStream::new(self.runtime.clone(), id.to_owned())
+    }
+
+    /// The model's live text, as this process's streaming model calls receive it: every run's deltas
+    /// (filter by [`LiveDelta::run_id`]). Live only: never stored, never replayed, and a receiver that
+    /// falls behind loses some; each round's `model_response` event holds the whole text.
+    pub fn deltas(&self) -> tokio::sync::broadcast::Receiver<Arc<LiveDelta>> {
+        self.runtime.deltas()
     }
 
     /// Checks a run's hash-chained event log from the first event to the run's recorded head; the answer

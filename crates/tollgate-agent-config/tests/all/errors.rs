@@ -188,6 +188,16 @@ fn values_out_of_range_or_of_the_wrong_type() {
             "tollgate.toml: providers[0].max_retries: expected a whole number of retries (0 or more), got -1",
         ),
         (
+            "stream not a boolean",
+            "[[providers]]\nname = \"p\"\nkind = \"anthropic\"\nstream = \"yes\"\n".into(),
+            r#"tollgate.toml: providers[0].stream: expected true or false, got "yes""#,
+        ),
+        (
+            "stream on a scripted provider",
+            "[[providers]]\nname = \"p\"\nkind = \"scripted\"\nscript = \"s.json\"\nstream = false\n".into(),
+            "tollgate.toml: providers[0].stream: not used by kind \"scripted\" (its keys: name, kind, model, script)",
+        ),
+        (
             "max_iterations zero",
             with_agent("max_iterations = 0", ""),
             "tollgate.toml: agents[0].max_iterations: expected a positive integer, got 0",
@@ -342,7 +352,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
             "in a provider (max_tokens is not in the contract)",
             "[[providers]]\nname = \"p\"\nkind = \"openai\"\nmax_tokens = 5\n".into(),
             "tollgate.toml: providers[0].max_tokens: unknown key (known keys here: name, kind, model, base_url, \
-             api_key, timeout, max_retries, script)",
+             api_key, timeout, max_retries, stream, script)",
         ),
         (
             "in an agent",
@@ -370,7 +380,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
             "a key of another provider kind",
             "[[providers]]\nname = \"p\"\nkind = \"openai\"\nscript = \"s.json\"\n".into(),
             "tollgate.toml: providers[0].script: not used by kind \"openai\" (its keys: name, kind, model, base_url, \
-             api_key, timeout, max_retries)",
+             api_key, timeout, max_retries, stream)",
         ),
         (
             "an http key on a scripted provider",

@@ -63,6 +63,7 @@ fn providers() -> anyhow::Result<()> {
                     api_key: Some(Secret::new("sk-local")),
                     timeout: Duration::from_secs(60),
                     max_retries: 3,
+                    stream: true,
                 }),
             },
             ProviderConfig {
@@ -149,5 +150,23 @@ fn debug_output_hides_every_secret() -> anyhow::Result<()> {
         assert!(!debug.contains(secret), "{secret} leaked into {debug}");
     }
     assert!(debug.contains("***"));
+    Ok(())
+}
+
+/// `stream` defaults to true for the HTTP kinds and can be turned off per provider.
+#[test]
+fn stream_is_on_unless_a_provider_turns_it_off() -> anyhow::Result<()> {
+    let config = crate::support::parse(
+        "[[providers]]\nname = \"a\"\nkind = \"openai\"\n\n[[providers]]\nname = \"b\"\nkind = \"anthropic\"\nstream = false\n",
+    )?;
+    let streams: Vec<bool> = config
+        .providers
+        .iter()
+        .filter_map(|p| match &p.kind {
+            ProviderKind::OpenAi(http) | ProviderKind::Anthropic(http) => Some(http.stream),
+            ProviderKind::Scripted(_) => None,
+        })
+        .collect();
+    assert_eq!(streams, [true, false]);
     Ok(())
 }

@@ -1,9 +1,12 @@
-//! Replays the corpora of the fuzz targets `openai_response` and `anthropic_response`
+//! Replays the corpora of the fuzz targets `openai_response`, `anthropic_response`, `openai_stream` and
+//! `anthropic_stream`
 //! (`fuzz/corpus/<target>/`, seeds and what fuzzing found) through the targets' own checks, so a
 //! regression fails `cargo test` without cargo-fuzz.
 
 use std::path::Path;
-use tollgate_agent_providers::fuzzing::{check_anthropic_response, check_openai_response};
+use tollgate_agent_providers::fuzzing::{
+    check_anthropic_response, check_anthropic_stream, check_openai_response, check_openai_stream,
+};
 
 fn replay(target: &str, check: fn(&[u8]) -> Result<(), String>) -> std::io::Result<()> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
@@ -29,4 +32,14 @@ fn the_openai_response_corpus_gives_responses_or_typed_errors() -> std::io::Resu
 #[test]
 fn the_anthropic_response_corpus_gives_responses_or_typed_errors() -> std::io::Result<()> {
     replay("anthropic_response", check_anthropic_response)
+}
+
+#[test]
+fn the_openai_stream_corpus_gives_responses_or_typed_errors() -> std::io::Result<()> {
+    replay("openai_stream", check_openai_stream)
+}
+
+#[test]
+fn the_anthropic_stream_corpus_gives_responses_or_typed_errors() -> std::io::Result<()> {
+    replay("anthropic_stream", check_anthropic_stream)
 }

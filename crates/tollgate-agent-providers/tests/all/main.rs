@@ -6,4 +6,5 @@ mod fuzz_corpus;
 mod openai_wire;
 mod resume_snapshots;
 mod secrets;
+mod streaming;
 mod support;

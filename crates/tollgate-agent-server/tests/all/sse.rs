@@ -113,6 +113,51 @@ async fn follow_a_run_live_and_reconnect_with_last_event_id() {
     server.stop().await;
 }
 
+/// With `deltas=true` the stream also carries the model's text as it streams: `model_delta` events with
+/// no `id:` line, `{"round", "text"}`, between the stored events, which are all there, in order, as
+/// without it. Without `deltas=true` no delta is sent.
+#[tokio::test]
+async fn deltas_true_adds_the_models_live_text_without_ids() {
+    let server = Server::start(Config::default()).await;
+    for with_deltas in [true, false] {
+        let run = server.waiting_run(SCRIBE, "live text").await;
+        let path = format!("/v1/runs/{}/events", id(&run));
+        let query = if with_deltas { "?deltas=true" } else { "?deltas=false" };
+        let mut stream = Stream::new(Stream::open(&server, &format!("{path}{query}"), Some("4")).await);
+        let decided = server
+            .post(
+                &format!("/v1/runs/{}/decisions", id(&run)),
+                json!({"turn_digest": digest(&run), "approve_all": true}),
+            )
+            .await;
+        assert_eq!(decided.status, 200);
+        let mut stored = Vec::new();
+        let mut deltas = Vec::new();
+        while let Some(event) = stream.next().await {
+            if event.event.as_deref() == Some("model_delta") {
+                assert_eq!(event.id, None, "a delta has no id: Last-Event-ID stays the last stored seq");
+                deltas.push(event.data);
+            } else {
+                stored.push(event.data);
+            }
+        }
+        let all = server.get(&path).await.body["events"].clone();
+        let after_four: Vec<Value> = all.as_array().map(|a| a[4..].to_vec()).unwrap_or_default();
+        assert_eq!(stored, after_four, "the stored events, each once, in order");
+        if with_deltas {
+            assert_eq!(deltas, vec![json!({"round": 2, "text": "do"}), json!({"round": 2, "text": "ne"})]);
+            let response = stored.iter().find(|e| e["kind"] == "model_response" && e["round"] == 2);
+            assert_eq!(response.map(|e| e["data"]["text"].clone()), Some(json!("done")), "the stored turn is whole");
+        } else {
+            assert!(deltas.is_empty(), "{deltas:?}");
+        }
+    }
+    let run = server.waiting_run(SCRIBE, "bad query").await;
+    let refused = server.call("GET", &format!("/v1/runs/{}/events?deltas=maybe", id(&run)), None, None).await;
+    assert_eq!(refused.status, 422, "{:?}", refused.body);
+    server.stop().await;
+}
+
 async fn all_count(server: &Server, path: &str) -> u64 {
     server.get(path).await.body["events"].as_array().map_or(0, |e| e.len() as u64)
 }

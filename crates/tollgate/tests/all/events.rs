@@ -65,3 +65,31 @@ async fn the_stream_of_an_unknown_run_is_one_error() {
     assert_eq!(items.len(), 1);
     assert!(matches!(items[0], Err(tollgate::ReadError::NotFound(_))));
 }
+
+/// `Tollgate::deltas` carries the model's live text of each run, in order; the run's output is the
+/// whole text and no event holds the pieces.
+#[tokio::test]
+async fn deltas_carry_the_live_text_of_a_streaming_model() {
+    let tollgate =
+        tollgate::Tollgate::builder()
+            .store("sqlite::memory:")
+            .agent(tollgate::Agent::new("chat").model(tollgate::Model::scripted_json(
+                r#"{"turns": [{"text": "streamed hello", "stream_chunks": 3}]}"#,
+            )))
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    let mut deltas = tollgate.deltas();
+    let run = tollgate.start("hello").wait().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.output.as_deref(), Some("streamed hello"));
+    let mut pieces = Vec::new();
+    while let Ok(delta) = deltas.try_recv() {
+        assert_eq!((delta.run_id.as_str(), delta.round), (run.id.as_str(), 1));
+        match &delta.text {
+            tollgate::LiveText::Text(text) => pieces.push(text.clone()),
+            tollgate::LiveText::Reset => panic!("nothing was retried"),
+        }
+    }
+    assert_eq!(pieces.len(), 3, "{pieces:?}");
+    assert_eq!(pieces.concat(), "streamed hello");
+}

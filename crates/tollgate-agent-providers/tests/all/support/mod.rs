@@ -15,7 +15,8 @@ use wiremock::{Request, ResponseTemplate};
 /// The key the tests configure; no log line, error or event may contain it.
 pub const API_KEY: &str = "sk-tollgate-test-7f3a9c1e5b2d4086";
 
-/// Settings that keep tests fast: short backoff, a short timeout, two retries.
+/// Settings that keep tests fast: short backoff, a short timeout, two retries; plain (not streamed)
+/// answers, as the wire-format tests expect (`streaming.rs` turns streaming on).
 pub fn settings(base_url: &str) -> ProviderSettings {
     ProviderSettings {
         base_url: Some(base_url.to_owned()),
@@ -25,6 +26,7 @@ pub fn settings(base_url: &str) -> ProviderSettings {
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(20),
         max_output_tokens: 1024,
+        stream: false,
     }
 }
 

@@ -95,7 +95,8 @@ impl Tools {
 }
 
 /// `scribe` (the default): turn 1 holds `write` (ask) of the input, `list` (allow) and `nuke` (forbid);
-/// turn 2 answers `done`, or `Not written.` when the write was denied.
+/// turn 2 answers `done` (streamed in two deltas, `do` and `ne`), or `Not written.` when the write was
+/// denied.
 pub const SCRIBE: &str = "scribe";
 /// `scribe-pair`: turn 1 holds two `write` calls (`a`, `b`); turn 2 answers `done`.
 pub const PAIR: &str = "scribe-pair";
@@ -164,7 +165,7 @@ fn agents(tools: &Tools) -> Vec<AgentSpec> {
             {"name": "list", "arguments": {}},
             {"name": "nuke", "arguments": {}}
         ]},
-        {"when_denied": {"text": "Not written."}, "when_approved": {"text": "done"}}
+        {"when_denied": {"text": "Not written."}, "when_approved": {"text": "done", "stream_chunks": 2}}
     ]});
     let pair = json!({"turns": [
         {"tool_calls": [

@@ -1,0 +1,183 @@
+//! Live model text ([`Runtime::deltas`](crate::Runtime::deltas)): the deltas of the model calls this
+//! process makes, as a streaming provider sends them, for viewers that want the text as it arrives (the
+//! HTTP API's events stream with `deltas=true`, the CLI's `run` on a terminal).
+//!
+//! What it promises:
+//! - live only: a delta is never stored, never chained, never replayed; the round's `model_response`
+//!   event holds the whole turn;
+//! - nothing the event log would not keep: deltas are sent only at privacy level `full`, and through
+//!   the redactor. With secrets configured, a round's last characters (as many as the longest secret,
+//!   plus [`HOLD_MARGIN`]) are held back until more text arrives, so a secret split over deltas never
+//!   goes out; what is still held when the call ends is not sent (the `model_response` event has it);
+//! - a broadcast: a receiver that falls behind loses deltas (and learns it), never events;
+//! - this process's own calls: a viewer connected to another node gets the stored events only.
+
+use std::sync::Arc;
+use tokio::sync::broadcast;
+use tollgate_agent_core::{ModelDelta, Redactor};
+
+use crate::PrivacyLevel;
+
+/// Characters held back beyond the longest secret when secrets are configured (room for a masked echo
+/// of one, `sk-…3456`).
+pub const HOLD_MARGIN: usize = 16;
+
+/// Deltas kept for receivers that fall behind (all runs together).
+const CAPACITY: usize = 4096;
+
+/// One delta of one run's model call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveDelta {
+    /// The run whose model call it is.
+    pub run_id: String,
+    /// The model call (the `round` of its `model_request` and `model_response` events).
+    pub round: u32,
+    /// What it says.
+    pub text: LiveText,
+}
+
+/// What a [`LiveDelta`] says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LiveText {
+    /// More of the round's text.
+    Text(String),
+    /// The call is being tried again: the round's text so far is void.
+    Reset,
+}
+
+/// The deltas of one runtime.
+pub(crate) struct Deltas {
+    sender: broadcast::Sender<Arc<LiveDelta>>,
+    /// `None` when the log does not keep model text: nothing is sent.
+    redactor: Option<Redactor>,
+}
+
+impl Deltas {
+    pub(crate) fn new(privacy: PrivacyLevel, redactor: Redactor) -> Self {
+        let (sender, _) = broadcast::channel(CAPACITY);
+        Self { sender, redactor: (privacy == PrivacyLevel::Full).then_some(redactor) }
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<LiveDelta>> {
+        self.sender.subscribe()
+    }
+
+    /// Sends one delta of `run_id`'s round, through `round_text` (the run's state of its current round).
+    pub(crate) fn send(&self, run_id: &str, round: u32, delta: ModelDelta<'_>, round_text: &mut RoundText) {
+        let Some(redactor) = &self.redactor else { return };
+        if round_text.round != round {
+            *round_text = RoundText { round, ..RoundText::default() };
+        }
+        let text = match delta {
+            ModelDelta::Reset => {
+                *round_text = RoundText { round, ..RoundText::default() };
+                LiveText::Reset
+            }
+            ModelDelta::Text(text) => match round_text.clean(redactor, text) {
+                Some(clean) => LiveText::Text(clean),
+                None => return,
+            },
+        };
+        if self.sender.receiver_count() > 0 {
+            let _ = self.sender.send(Arc::new(LiveDelta { run_id: run_id.to_owned(), round, text }));
+        }
+    }
+}
+
+/// A run's text of its current round, as far as it has been sent (only kept with secrets configured).
+#[derive(Debug, Default)]
+pub(crate) struct RoundText {
+    round: u32,
+    /// The round's text as received.
+    raw: String,
+    /// How many bytes of the redacted text went out.
+    sent: usize,
+}
+
+impl RoundText {
+    /// What of `text` may go out now: all of it without secrets; else what the redacted text of the
+    /// round gained beyond the held-back tail (`None` when that is nothing).
+    fn clean(&mut self, redactor: &Redactor, text: &str) -> Option<String> {
+        if redactor.is_empty() {
+            return (!text.is_empty()).then(|| text.to_owned());
+        }
+        self.raw.push_str(text);
+        let clean = redactor.redact(&self.raw);
+        let hold = redactor.longest_secret() + HOLD_MARGIN;
+        let keep = clean.chars().count().saturating_sub(hold);
+        let end = clean.char_indices().nth(keep).map_or(clean.len(), |(at, _)| at);
+        if end <= self.sent || !clean.is_char_boundary(self.sent) {
+            return None;
+        }
+        let out = clean[self.sent..end].to_owned();
+        self.sent = end;
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn received(receiver: &mut broadcast::Receiver<Arc<LiveDelta>>) -> Vec<LiveText> {
+        std::iter::from_fn(|| receiver.try_recv().ok()).map(|d| d.text.clone()).collect()
+    }
+
+    fn text(t: &str) -> LiveText {
+        LiveText::Text(t.to_owned())
+    }
+
+    #[test]
+    fn without_secrets_every_delta_goes_out_as_it_is() {
+        let deltas = Deltas::new(PrivacyLevel::Full, Redactor::default());
+        let mut receiver = deltas.subscribe();
+        let mut round = RoundText::default();
+        deltas.send("r", 1, ModelDelta::Text("hel"), &mut round);
+        deltas.send("r", 1, ModelDelta::Text("lo"), &mut round);
+        deltas.send("r", 1, ModelDelta::Reset, &mut round);
+        deltas.send("r", 2, ModelDelta::Text("again"), &mut round);
+        assert_eq!(received(&mut receiver), [text("hel"), text("lo"), LiveText::Reset, text("again")]);
+    }
+
+    #[test]
+    fn a_log_that_keeps_no_model_text_sends_no_delta() {
+        for level in [PrivacyLevel::Redacted, PrivacyLevel::Metadata] {
+            let deltas = Deltas::new(level, Redactor::default());
+            let mut receiver = deltas.subscribe();
+            deltas.send("r", 1, ModelDelta::Text("hello"), &mut RoundText::default());
+            assert!(received(&mut receiver).is_empty(), "{level:?}");
+        }
+    }
+
+    /// A secret split over deltas never goes out, not even in part: the tail is held back until the
+    /// secret is whole and redacted.
+    #[test]
+    fn a_secret_split_over_deltas_never_goes_out() {
+        let secret = "sk-live-0123456789abcdef";
+        let deltas = Deltas::new(PrivacyLevel::Full, Redactor::new([secret]));
+        let mut receiver = deltas.subscribe();
+        let mut round = RoundText::default();
+        let said = format!("{}the key is {secret} and that is all, said the model at length today", "x".repeat(50));
+        let chars: Vec<char> = said.chars().collect();
+        for piece in chars.chunks(3) {
+            deltas.send("r", 1, ModelDelta::Text(&piece.iter().collect::<String>()), &mut round);
+        }
+        let out: String = received(&mut receiver)
+            .into_iter()
+            .map(|t| match t {
+                LiveText::Text(t) => t,
+                LiveText::Reset => panic!("no reset was sent"),
+            })
+            .collect();
+        for n in 6..=secret.len() {
+            for start in 0..=secret.len() - n {
+                assert!(!out.contains(&secret[start..start + n]), "{out:?} holds part of the secret");
+            }
+        }
+        assert!(out.starts_with(&format!("{}the key is [redacted] and", "x".repeat(50))), "{out:?}");
+        // The tail (longest secret + margin) is held back: the model_response event has it.
+        let hold = secret.len() + HOLD_MARGIN;
+        let whole = said.replace(secret, "[redacted]");
+        assert_eq!(out, whole[..whole.len() - hold]);
+    }
+}
