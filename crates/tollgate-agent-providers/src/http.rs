@@ -71,8 +71,9 @@ pub struct ProviderSettings {
     /// The most tokens a response may have. Anthropic requires it on every request; the OpenAI-compatible
     /// adapter leaves the choice to the server and does not send it.
     pub max_output_tokens: u32,
-    /// Ask for a streamed answer and send its text to the loop's deltas as it arrives (see
-    /// [`crate::stream`]); the response and the stored events are the same either way.
+    /// Ask for a streamed answer and send its text to the loop's deltas as it arrives
+    /// ([`ModelClient::complete_streaming`](tollgate_agent_core::ModelClient::complete_streaming)); the
+    /// response and the stored events are the same either way.
     pub stream: bool,
 }
 
