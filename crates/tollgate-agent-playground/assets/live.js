@@ -6,9 +6,13 @@
 // event (the server closes it, and answers 204 to a reconnect). Callers get each event once per
 // connection; they drop what they already have by seq (a reconnect may repeat nothing, but a caller
 // that also loaded events by GET may overlap).
+//
+// The stream asks for the model's live text too (`deltas=true`): `model_delta` events without an id,
+// `{round, text}` or `{round, reset: true}`, handed to `onDelta`. They are never stored; the round's
+// `model_response` event holds the whole text.
 
 import { apiUrl, authEvents, authHeaders, hasToken, ApiError } from './api.js';
-import { SseParser } from './sse.js';
+import { parseDelta, SseParser } from './sse.js';
 
 /** Every event kind of docs/api.md; EventSource only delivers named events that have a listener. */
 export const KINDS = [
@@ -33,7 +37,8 @@ export const TERMINAL = new Set(['run_completed', 'run_failed', 'run_cancelled',
  * Follows the run's events after `after`.
  * @param {string} runId
  * @param {number} after the last seq already shown
- * @param {{onEvent: (event: object) => void, onState: (state: 'live'|'reconnecting'|'ended') => void}} handlers
+ * @param {{onEvent: (event: object) => void, onState: (state: 'live'|'reconnecting'|'ended') => void,
+ *          onDelta?: (delta: {round: number, text?: string, reset?: boolean}) => void}} handlers
  * @returns {() => void} stops following
  */
 export function follow(runId, after, handlers) {
@@ -41,10 +46,10 @@ export function follow(runId, after, handlers) {
 }
 
 function eventsUrl(runId, after) {
-  return apiUrl(`v1/runs/${encodeURIComponent(runId)}/events?after=${after}`);
+  return apiUrl(`v1/runs/${encodeURIComponent(runId)}/events?after=${after}&deltas=true`);
 }
 
-function followWithEventSource(runId, after, { onEvent, onState }) {
+function followWithEventSource(runId, after, { onEvent, onState, onDelta }) {
   const source = new EventSource(eventsUrl(runId, after));
   let ended = false;
   const end = () => {
@@ -64,6 +69,10 @@ function followWithEventSource(runId, after, { onEvent, onState }) {
     if (TERMINAL.has(event.kind)) end();
   };
   for (const kind of KINDS) source.addEventListener(kind, receive);
+  source.addEventListener('model_delta', (message) => {
+    const delta = parseDelta(message.data);
+    if (delta && !ended) onDelta?.(delta);
+  });
   source.addEventListener('message', receive);
   source.addEventListener('open', () => onState('live'));
   source.addEventListener('error', () => {
@@ -77,7 +86,7 @@ function followWithEventSource(runId, after, { onEvent, onState }) {
   };
 }
 
-function followWithFetch(runId, after, { onEvent, onState }) {
+function followWithFetch(runId, after, { onEvent, onState, onDelta }) {
   const controller = new AbortController();
   let last = after;
   let stopped = false;
@@ -106,6 +115,11 @@ function followWithFetch(runId, after, { onEvent, onState }) {
           onState('live');
           failures = 0;
           const parser = new SseParser((message) => {
+            if (message.event === 'model_delta') {
+              const delta = parseDelta(message.data);
+              if (delta && !stopped) onDelta?.(delta);
+              return;
+            }
             let event;
             try {
               event = JSON.parse(message.data);

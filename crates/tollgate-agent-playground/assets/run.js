@@ -31,6 +31,8 @@ class RunPage {
     this.id = id;
     this.lastSeq = 0;
     this.lastRound = 0;
+    this.answeredRound = 0; // the last round whose stored turn is shown
+    this.liveStep = null; // {round, el, text}: the model's text of the round under way
     this.calls = new Map(); // call_id -> {tool, arguments}, from model responses
     this.toolSteps = new Map(); // call_id -> the step of its execution
     this.schemas = new Map();
@@ -137,6 +139,7 @@ class RunPage {
       onEvent: (event) => {
         if (this.addEvent(event)) this.scheduleRefresh(TERMINAL.has(event.kind) ? 0 : 120);
       },
+      onDelta: (delta) => this.addDelta(delta),
       onState: (state) => {
         this.setLive(state);
         // The first load read the run and its events at once, so the run may be older than the events
@@ -291,9 +294,43 @@ class RunPage {
   }
 
   /** Adds one event to the step list; false when it was already shown. */
+  /**
+   * The model's text of the round under way, as it streams: one step at the end of the list, growing,
+   * until the round's stored turn replaces it (a reset clears it: the call is tried again).
+   */
+  addDelta(delta) {
+    if (delta.round <= this.answeredRound) return;
+    if (!this.liveStep || this.liveStep.round !== delta.round) {
+      this.liveStep?.el.remove();
+      const text = h('p.model-text.live-text');
+      const el = h(
+        'li.step.step-model.step-live',
+        { dataset: { kind: 'model_delta', round: delta.round } },
+        h('div.step-head', null, h('span.step-title', null, 'Model writing…'), h('span.step-meta', { text: `round ${delta.round}` })),
+        h('div.step-body', null, text),
+      );
+      this.liveStep = { round: delta.round, el, text };
+      this.steps.append(el);
+    }
+    if (delta.reset) this.liveStep.text.textContent = '';
+    else this.liveStep.text.textContent += delta.text;
+  }
+
   addEvent(event) {
     if (typeof event.seq !== 'number' || event.seq <= this.lastSeq) return false;
     this.lastSeq = event.seq;
+    if (event.kind === 'model_response' || TERMINAL.has(event.kind)) {
+      // The stored turn (or the end) replaces the live text of its round.
+      this.answeredRound = Math.max(this.answeredRound ?? 0, event.round ?? 0);
+      if (this.liveStep && this.liveStep.round <= this.answeredRound) {
+        this.liveStep.el.remove();
+        this.liveStep = null;
+      }
+      if (TERMINAL.has(event.kind)) {
+        this.liveStep?.el.remove();
+        this.liveStep = null;
+      }
+    }
     if (event.round > 0 && event.round !== this.lastRound) {
       this.lastRound = event.round;
       this.steps.append(h('li.round', null, h('span', { text: `Round ${event.round}` })));

@@ -75,3 +75,20 @@ export class SseParser {
     this.id = null;
   }
 }
+
+/**
+ * A `model_delta` event's data (`deltas=true`: the model's live text, never stored) as
+ * `{round, text}` or `{round, reset: true}`, or null when it is not one.
+ * @param {string} data
+ */
+export function parseDelta(data) {
+  let delta;
+  try {
+    delta = JSON.parse(data);
+  } catch {
+    return null;
+  }
+  if (!delta || typeof delta !== 'object' || !Number.isInteger(delta.round)) return null;
+  if (delta.reset === true) return { round: delta.round, reset: true };
+  return typeof delta.text === 'string' ? { round: delta.round, text: delta.text } : null;
+}

@@ -1,7 +1,8 @@
 // The playground in a real headless Chromium, driven by playwright-core, against a running
 // `tollgate serve` (started by tests/browser.rs, which sets the environment below).
 //
-//   BASE_URL       the server without auth, whose agent `scribe` writes a.txt and b.txt in one turn
+//   BASE_URL       the server without auth, whose agent `scribe` writes a.txt and b.txt in one turn, and
+//                  whose agent `talker` streams "Streaming words one by one." slowly (a mock model)
 //   WORKSPACE      that server's workspace folder (to check the files on disk)
 //   AUTH_BASE_URL  optional: a second server with auth on, and AUTH_TOKEN a token of it (actor alice)
 //   SCREENSHOT     where to write the run page's PNG (default target/playground-run.png)
@@ -197,6 +198,32 @@ describe('the playground', () => {
     await page.locator(`#runs-body tr[data-run-id="${runId}"]`).waitFor();
     await page.getByLabel('Status').selectOption('waiting_for_approval');
     await page.waitForFunction((id) => !document.querySelector(`#runs-body tr[data-run-id="${id}"]`), runId);
+  });
+
+  test('the model\'s text grows live on the run page, then the stored turn replaces it', async (t) => {
+    const page = await open(t);
+    const started = await fetch(new URL('v1/runs', BASE_URL), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ agent: 'talker', input: 'talk to me' }),
+    });
+    assert.equal(started.status, 201);
+    const run = await started.json();
+    await page.goto(`${BASE_URL}#/runs/${run.id}`);
+
+    // Part of the text shows while the model still writes (the mock sends a piece every 400 ms).
+    const live = page.locator('#steps li.step-live .live-text');
+    await live.filter({ hasText: 'Streaming' }).waitFor();
+    const partial = await live.innerText();
+    assert.ok(partial.startsWith('Streaming') && partial !== 'Streaming words one by one.', partial);
+    assert.equal(await page.locator('#steps li.step[data-kind="model_response"]').count(), 0, 'no stored turn yet');
+
+    // Then the stored turn takes its place, whole, and the live step is gone.
+    await page.locator('#steps li.step[data-kind="model_response"]', { hasText: 'Streaming words one by one.' }).waitFor();
+    await page.locator('#steps li.step[data-kind="run_completed"]').waitFor();
+    assert.equal(await page.locator('#steps li.step-live').count(), 0, 'the live text is replaced by the stored turn');
+    const kinds = (await history(page)).map(([, kind]) => kind);
+    assert.ok(!kinds.includes('model_delta'), `${kinds}`);
   });
 
   test('a run read before its events (claimed and driven to the gate between the two reads) still shows its held calls', async (t) => {

@@ -7,7 +7,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { checkArguments, describe as describeErrors, parseJson, validate } from '../assets/schema.js';
-import { SseParser } from '../assets/sse.js';
+import { parseDelta, SseParser } from '../assets/sse.js';
 import { diffLines, duration, isUnifiedDiff, openCalls, relative, settledNote, shortId, summarize } from '../assets/format.js';
 import { decisionAnnouncement, idTail, runLinkName, runSummary, runTag, statusText, truncate } from '../assets/format.js';
 
@@ -239,5 +239,25 @@ describe('names and announcements', () => {
     );
     assert.equal(decisionAnnouncement({ approve_all: true }, open, 0), 'Approved all 2 calls. Every call is decided; the run resumes.');
     assert.equal(decisionAnnouncement({ deny_all: true, reason: 'no' }, open.slice(0, 1), 0), 'Denied 1 call. Every call is decided; the run resumes.');
+  });
+});
+
+describe('live model text (model_delta)', () => {
+  test('text and resets are read, anything else is dropped', () => {
+    assert.deepEqual(parseDelta('{"round": 2, "text": "Sav"}'), { round: 2, text: 'Sav' });
+    assert.deepEqual(parseDelta('{"round": 2, "reset": true}'), { round: 2, reset: true });
+    for (const bad of ['', 'nope', 'null', '[]', '{"text": "x"}', '{"round": "2", "text": "x"}', '{"round": 1.5, "text": "x"}', '{"round": 2}', '{"round": 2, "text": 3}']) {
+      assert.equal(parseDelta(bad), null, bad);
+    }
+  });
+
+  test('a model_delta event parses like any named event, with no id', () => {
+    const events = [];
+    const parser = new SseParser((e) => events.push(e));
+    parser.push('event: model_delta\ndata: {"round": 1, "text": "hi"}\n\nid: 5\nevent: model_response\ndata: {}\n\n');
+    assert.equal(events[0].event, 'model_delta');
+    assert.equal(events[0].id, null);
+    assert.deepEqual(parseDelta(events[0].data), { round: 1, text: 'hi' });
+    assert.equal(events[1].id, '5');
   });
 });

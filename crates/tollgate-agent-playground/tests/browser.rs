@@ -7,8 +7,9 @@
 //! `b.txt` exists already, so its preview is a diff), turn 2 says `done`; and `clerk` (for the
 //! keyboard-only walk of `e2e/access.test.mjs`): turn 1 writes `c.txt`, `d.txt` and `e.txt` (three
 //! ask-gated `fs_write` calls in one turn), turn 2 says `done`. `scribe` comes first, so it stays the
-//! default agent. A second server has auth on (token of `alice`), for the token prompt and the
-//! fetch()-read event stream.
+//! default agent. The first server also has `talker`, an `openai` agent whose model is a slow streaming
+//! server on loopback ([`SlowChatModel`]), for the run page's live text (V2 streaming). A second server has
+//! auth on (token of `alice`), for the token prompt and the fetch()-read event stream.
 //!
 //! `e2e/access.test.mjs` (issue #17) checks the playground against its accessibility promises: no
 //! horizontal overflow at phone and tablet widths, no axe-core violation of WCAG 2.1 A/AA in light and
@@ -24,6 +25,7 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tollgate_agent_testkit::SlowChatModel;
 
 /// The scripted agent's turns (docs/configuration.md, "The scripted provider's script").
 const SCRIPT: &str = r#"{"turns": [
@@ -70,6 +72,33 @@ system_prompt = "You write three notes."
 tools = ["fs_write"]
 max_iterations = 5
 "#;
+
+/// `talker` (V2 streaming): an `openai` provider at a [`SlowChatModel`], which streams its answer a piece
+/// at a time, so the run page shows the text growing before the stored turn replaces it.
+fn talker_config(base_url: &str) -> String {
+    format!(
+        r#"
+[[providers]]
+name = "slow"
+kind = "openai"
+base_url = "{base_url}"
+model = "mock"
+max_retries = 0
+
+[[agents]]
+name = "talker"
+provider = "slow"
+system_prompt = "You talk."
+tools = []
+max_iterations = 2
+"#
+    )
+}
+
+/// What `talker`'s slow model streams: a piece every [`SLOW_PIECE`], the first after [`SLOW_START`].
+const SLOW_PIECES: &[&str] = &["Streaming ", "words ", "one ", "by ", "one."];
+const SLOW_START: Duration = Duration::from_millis(1500);
+const SLOW_PIECE: Duration = Duration::from_millis(400);
 
 const AUTH: &str = r#"
 [[auth.tokens]]
@@ -181,9 +210,13 @@ struct Server {
 }
 
 impl Server {
-    fn start(binary: &Path, auth: bool) -> Server {
+    /// A server; with `talker`, also the agent `talker` on that slow model.
+    fn start(binary: &Path, auth: bool, talker: Option<&SlowChatModel>) -> Server {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("no temporary folder: {e}"));
-        let config = if auth { format!("{CONFIG}{AUTH}") } else { CONFIG.to_owned() };
+        let mut config = if auth { format!("{CONFIG}{AUTH}") } else { CONFIG.to_owned() };
+        if let Some(model) = talker {
+            config.push_str(&talker_config(&model.base_url()));
+        }
         write(&dir.path().join("tollgate.toml"), &config);
         write(&dir.path().join("script.json"), SCRIPT);
         write(&dir.path().join("clerk.json"), CLERK_SCRIPT);
@@ -320,8 +353,9 @@ fn playground_in_headless_chromium() {
         return;
     }
     let binary = tollgate_binary();
-    let open = Server::start(&binary, false);
-    let guarded = Server::start(&binary, true);
+    let slow = SlowChatModel::start(SLOW_PIECES, SLOW_START, SLOW_PIECE).unwrap_or_else(|e| panic!("{e}"));
+    let open = Server::start(&binary, false, Some(&slow));
+    let guarded = Server::start(&binary, true, None);
     let screenshot = std::env::var("SCREENSHOT")
         .map(PathBuf::from)
         .unwrap_or_else(|_| profile_dir().join("..").join("playground-run.png"));
@@ -349,7 +383,7 @@ fn playground_accessibility_in_headless_chromium() {
         return;
     }
     let binary = tollgate_binary();
-    let server = Server::start(&binary, false);
+    let server = Server::start(&binary, false, None);
     let mut envs = vec![("BASE_URL", server.url.clone()), ("WORKSPACE", server.workspace().display().to_string())];
     for name in ["PLAYWRIGHT_CORE", "AXE_CORE"] {
         if let Ok(path) = std::env::var(name) {

@@ -31,7 +31,9 @@
 //! # Ok(()) }
 //! ```
 
+mod slow_model;
 mod sse;
+pub use slow_model::SlowChatModel;
 pub use sse::{SseFrame, SseFrames};
 
 use serde_json::{Value, json};

@@ -31,12 +31,21 @@ pub enum Watch {
 }
 
 impl Watch {
-    /// Waits until the run may have changed: a change was committed, or a while passed (the run may be
-    /// driven where no signal comes from).
-    pub async fn changed(&mut self) {
+    /// Waits until the run may have changed (true): a change was committed, or a while passed (the run
+    /// may be driven where no signal comes from); or until live text of its model came (false), which
+    /// [`take_text`](Self::take_text) gives.
+    pub async fn changed(&mut self) -> bool {
         match self {
             Watch::Local(watch) => watch.changed().await,
             Watch::Remote(feed) => feed.changed().await,
+        }
+    }
+
+    /// The model's live text received since the last call, by round (V2 streaming: never stored).
+    pub fn take_text(&mut self) -> Vec<(u32, tollgate_agent_runtime::LiveText)> {
+        match self {
+            Watch::Local(watch) => watch.take_text(),
+            Watch::Remote(feed) => feed.take_text(),
         }
     }
 }

@@ -10,13 +10,14 @@ use crate::exit::DecisionRefused;
 use crate::view::RunView;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tollgate_agent_app::App;
 use tollgate_agent_config::{Config, ConfigLoader};
 use tollgate_agent_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
 use tollgate_agent_runtime::{
-    DecideError as Refused, DecisionSet, Maintenance, RunNotice, Runtime, Schedule, StartRun,
+    DecideError as Refused, DecisionSet, LiveDelta, LiveText, Maintenance, RunNotice, Runtime, Schedule, StartRun,
 };
 
 /// The actor recorded on events for everything done from this command line in local mode (docs/api.md: with
@@ -36,6 +37,9 @@ pub struct Local {
     /// The configuration in force.
     pub config: Config,
     pub(crate) app: App,
+    /// The model's live text, subscribed to before the last run was started (so its first model call's
+    /// text is not missed), for the watch of that run.
+    early_text: std::sync::Mutex<Option<broadcast::Receiver<Arc<LiveDelta>>>>,
 }
 
 impl Local {
@@ -49,7 +53,13 @@ impl Local {
             .map_err(|e| CliError::usage(e.to_string()))?;
         crate::install_redactor(tollgate_agent_app::redactor(&config));
         let app = App::build(config.clone()).await.map_err(|e| CliError::usage(e.to_string()))?;
-        Ok(Local { runtime: app.runtime.clone(), workspace: app.workspace.clone(), config, app })
+        Ok(Local {
+            runtime: app.runtime.clone(),
+            workspace: app.workspace.clone(),
+            config,
+            app,
+            early_text: std::sync::Mutex::new(None),
+        })
     }
 
     /// Stops what the process started (MCP servers).
@@ -88,6 +98,7 @@ impl Local {
         metadata: serde_json::Map<String, Value>,
     ) -> Result<RunView, CliError> {
         self.ensure_workspace()?;
+        *self.early_text.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(self.runtime.deltas());
         view(&self.runtime.start(StartRun { agent, input, actor: ACTOR, metadata }).await?)
     }
 
@@ -186,7 +197,14 @@ impl Local {
 
     /// A watch on run `id`'s changes in this process.
     pub fn watch(&self, id: &str) -> LocalWatch {
-        LocalWatch { notices: self.runtime.subscribe(), run_id: id.to_owned(), runtime: self.runtime.clone() }
+        let early = self.early_text.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        LocalWatch {
+            notices: self.runtime.subscribe(),
+            deltas: early.unwrap_or_else(|| self.runtime.deltas()),
+            text: Vec::new(),
+            run_id: id.to_owned(),
+            runtime: self.runtime.clone(),
+        }
     }
 
     /// Whether this command line (the actor [`ACTOR`]) may decide `run`, as the runtime rules it.
@@ -210,15 +228,43 @@ impl Local {
 /// store announces them (PostgreSQL with its listener connected).
 pub struct LocalWatch {
     notices: broadcast::Receiver<RunNotice>,
+    /// The model's live text (every run's; this run's is kept).
+    deltas: broadcast::Receiver<Arc<LiveDelta>>,
+    /// This run's live text received and not taken yet.
+    text: Vec<(u32, LiveText)>,
     run_id: String,
     runtime: Runtime,
 }
 
 impl LocalWatch {
-    /// Waits until the run changes. Where the store does not announce other processes' commits
+    /// Waits until the run changes (true), or live text of its model came (false; see
+    /// [`take_text`](Self::take_text)). Where the store does not announce other processes' commits
     /// (SQLite, or PostgreSQL while its listener is down), also until a moment passes: another process
     /// may drive the run. With announcements, a notice alone ends the wait (no polling).
-    pub async fn changed(&mut self) {
-        self.runtime.wait_for_run(&mut self.notices, &self.run_id, 0, LOOK_AGAIN).await;
+    pub async fn changed(&mut self) -> bool {
+        let LocalWatch { notices, deltas, text, run_id, runtime } = self;
+        tokio::select! {
+            _ = runtime.wait_for_run(notices, run_id, 0, LOOK_AGAIN) => true,
+            delta = next_text(deltas, run_id) => {
+                text.push(delta);
+                false
+            }
+        }
+    }
+
+    /// The live text received since the last call, by round.
+    pub fn take_text(&mut self) -> Vec<(u32, LiveText)> {
+        std::mem::take(&mut self.text)
+    }
+}
+
+/// The next live text of run `id` (others' are skipped, and what a lag lost is gone: it is live only).
+async fn next_text(deltas: &mut broadcast::Receiver<Arc<LiveDelta>>, id: &str) -> (u32, LiveText) {
+    loop {
+        match deltas.recv().await {
+            Ok(delta) if delta.run_id == id => return (delta.round, delta.text.clone()),
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
     }
 }

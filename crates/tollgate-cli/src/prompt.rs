@@ -18,6 +18,11 @@
 //! - Quitting (q or end of input) sends nothing: the run stays waiting, and `run` prints the waiting
 //!   line and the commands that decide it (exit 3).
 //!
+//! - The model's text is printed as it arrives when its provider streams (V2 streaming: the runtime's
+//!   live text in local mode, `deltas=true` through a server), on the line its round's step would
+//!   begin; the stored turn then adds only its calls. Live text is never stored; the step lines stay
+//!   the log's.
+//!
 //! Progress and prompts go to stderr; stdout gets only what `run` prints when the run settles.
 
 mod editor;
@@ -32,9 +37,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
-use tollgate_agent_core::{Decision, RunStatus};
+use tollgate_agent_core::{Decision, EventKind, RunStatus};
 use tollgate_agent_protocol::Call;
-use tollgate_agent_runtime::DecisionSet;
+use tollgate_agent_runtime::{DecisionSet, LiveText};
 /// The question asked for each held call.
 const CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)? ";
 /// Said when an answer is not one of [`CHOICES`].
@@ -69,7 +74,15 @@ pub(crate) async fn follow_on_terminal(ctx: &Context, run_id: &str) -> Result<Ru
             return Ok(run);
         }
         steps.spin();
-        watch.changed().await;
+        loop {
+            let changed = watch.changed().await;
+            for (round, text) in watch.take_text() {
+                steps.live(round, &text);
+            }
+            if changed {
+                break;
+            }
+        }
     }
 }
 
@@ -82,11 +95,20 @@ struct Steps {
     activity: String,
     /// The calls the log printed so far shows ran (a held turn listed again after a crash names them).
     ran: steps::Ran,
+    /// The round whose live text is on the screen, on a line not ended yet.
+    live_round: Option<u32>,
 }
 
 impl Steps {
     fn new(quiet: bool) -> Self {
-        Self { after: 0, quiet, spinner: None, activity: "working".to_owned(), ran: steps::Ran::default() }
+        Self {
+            after: 0,
+            quiet,
+            spinner: None,
+            activity: "working".to_owned(),
+            ran: steps::Ran::default(),
+            live_round: None,
+        }
     }
 
     /// Prints the events committed since the last call.
@@ -97,11 +119,59 @@ impl Steps {
                 self.activity = activity;
             }
             self.ran.note(&event);
-            for line in steps::lines(&event, &self.ran) {
+            let mut lines = steps::lines(&event, &self.ran);
+            if let Some(round) = self.live_round {
+                if event.kind == EventKind::ModelResponse && event.round == round {
+                    // The live line said the text already: the stored turn adds only its calls.
+                    if !lines.is_empty() {
+                        lines.remove(0);
+                    }
+                    self.end_live();
+                } else if !lines.is_empty() {
+                    self.end_live();
+                }
+            }
+            for line in lines {
                 self.print(&line);
             }
         }
         Ok(())
+    }
+
+    /// Prints the model's live text of `round` as it arrives (V2 streaming), on a line begun as the
+    /// round's step line would be; the stored turn then prints only its calls. A reset (the call is
+    /// tried again) ends the line saying so.
+    fn live(&mut self, round: u32, text: &LiveText) {
+        if self.quiet {
+            return;
+        }
+        // The spinner would draw over a line being written.
+        if let Some(spinner) = self.spinner.take() {
+            spinner.finish_and_clear();
+        }
+        match text {
+            LiveText::Reset => {
+                if self.live_round.take().is_some() {
+                    eprintln!(" … (the model call is tried again)");
+                }
+            }
+            LiveText::Text(piece) => {
+                if self.live_round != Some(round) {
+                    self.end_live();
+                    eprint!("round {round} · model: ");
+                    self.live_round = Some(round);
+                }
+                eprint!("{piece}");
+                let _ = std::io::stderr().flush();
+            }
+        }
+    }
+
+    /// Ends the line of live text, if one is open.
+    fn end_live(&mut self) {
+        if self.live_round.take().is_some() {
+            eprintln!();
+        }
     }
 
     fn print(&self, line: &str) {
@@ -117,7 +187,7 @@ impl Steps {
 
     /// Shows the spinner with what the run is busy with.
     fn spin(&mut self) {
-        if self.quiet {
+        if self.quiet || self.live_round.is_some() {
             return;
         }
         let spinner = self.spinner.get_or_insert_with(new_spinner);
@@ -126,6 +196,7 @@ impl Steps {
 
     /// Takes the spinner off the screen (before a prompt, and at the end).
     fn pause(&mut self) {
+        self.end_live();
         if let Some(spinner) = self.spinner.take() {
             spinner.finish_and_clear();
         }

@@ -33,7 +33,7 @@ use tollgate_agent_protocol::{
     ApproveDecision, CallDecision, CancelRequest, DecisionRequest, DenyDecision, EditDecision, Problem, PurgeRequest,
     PurgeResult, RespondDecision, RunPage, StartRunRequest,
 };
-use tollgate_agent_runtime::DecisionSet;
+use tollgate_agent_runtime::{DecisionSet, LiveText};
 
 /// The environment variable holding the API token.
 pub const TOKEN_ENV: &str = "TOLLGATE_TOKEN";
@@ -399,12 +399,20 @@ impl Remote {
 
     /// A follower of run `id`'s live events, from its first.
     pub fn feed(&self, id: &str) -> EventFeed {
-        EventFeed { remote: self.clone(), run_id: id.to_owned(), last_seq: 0, response: None, buffer: Vec::new() }
+        EventFeed {
+            remote: self.clone(),
+            run_id: id.to_owned(),
+            last_seq: 0,
+            response: None,
+            buffer: Vec::new(),
+            text: Vec::new(),
+        }
     }
 
-    /// Opens the live stream after `after`; `None` when the run has ended and every event was sent (204).
+    /// Opens the live stream after `after`, with the model's live text (`deltas=true`); `None` when the
+    /// run has ended and every event was sent (204).
     async fn open_stream(&self, id: &str, after: u64) -> Result<Option<reqwest::Response>, String> {
-        let url = self.url(&format!("v1/runs/{id}/events"), &[]);
+        let url = self.url(&format!("v1/runs/{id}/events"), &[("deltas", "true")]);
         let mut request = self.request(Method::GET, url).header(reqwest::header::ACCEPT, "text/event-stream");
         if after > 0 {
             request = request.header("Last-Event-ID", after.to_string());
@@ -427,38 +435,44 @@ pub struct EventFeed {
     response: Option<reqwest::Response>,
     /// Received bytes not yet ending in a blank line.
     buffer: Vec<u8>,
+    /// The model's live text received (`model_delta` events) and not taken yet.
+    text: Vec<(u32, LiveText)>,
 }
 
 impl EventFeed {
-    /// Waits until new events arrived (a burst counts once), or a while passed: the run may have changed.
-    pub async fn changed(&mut self) {
+    /// Waits until new events arrived (a burst counts once), or a while passed: the run may have changed
+    /// (true); or until live text of the model came first (false; see [`take_text`](Self::take_text)).
+    pub async fn changed(&mut self) -> bool {
         let mut deadline = Instant::now() + LOOK_AGAIN;
         let mut seen = false;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return;
+                return true;
             }
             let response = match &mut self.response {
                 Some(response) => response,
-                None if seen => return,
+                None if seen => return true,
                 None => match self.remote.open_stream(&self.run_id, self.last_seq).await {
                     Ok(Some(response)) => self.response.insert(response),
                     // The run has ended and every event was sent: the caller reads the run.
-                    Ok(None) => return,
+                    Ok(None) => return true,
                     Err(why) => {
                         tracing::debug!(run = %self.run_id, %why, "cannot follow the run's live events");
                         tokio::time::sleep(RECONNECT.min(left)).await;
-                        return;
+                        return true;
                     }
                 },
             };
             match tokio::time::timeout(left, response.chunk()).await {
-                Err(_) => return,
+                Err(_) => return true,
                 Ok(Ok(Some(bytes))) => {
                     if self.take(&bytes) > 0 && !seen {
                         seen = true;
                         deadline = Instant::now() + COALESCE;
+                    }
+                    if !seen && !self.text.is_empty() {
+                        return false;
                     }
                 }
                 // The stream ended (after the run's terminal event, or the server is going away).
@@ -467,10 +481,15 @@ impl EventFeed {
                     if !seen {
                         tokio::time::sleep(RECONNECT.min(left)).await;
                     }
-                    return;
+                    return true;
                 }
             }
         }
+    }
+
+    /// The live text received since the last call, by round.
+    pub fn take_text(&mut self) -> Vec<(u32, LiveText)> {
+        std::mem::take(&mut self.text)
     }
 
     /// Takes received bytes; returns how many whole events they completed.
@@ -480,21 +499,39 @@ impl EventFeed {
         while let Some(end) = find_blank_line(&self.buffer) {
             let block: Vec<u8> = self.buffer.drain(..end.1).collect();
             let text = String::from_utf8_lossy(&block[..end.0]);
-            let mut data = false;
+            let mut data = None;
+            let mut delta = false;
             for line in text.lines() {
                 if let Some(id) = line.strip_prefix("id:") {
                     if let Ok(seq) = id.trim().parse::<u64>() {
                         self.last_seq = self.last_seq.max(seq);
                     }
-                } else if line.starts_with("data:") {
-                    data = true;
+                } else if let Some(value) = line.strip_prefix("data:") {
+                    data = Some(value.trim_start().to_owned());
+                } else if line.strip_prefix("event:").is_some_and(|name| name.trim() == "model_delta") {
+                    delta = true;
                 }
             }
-            // Comment-only blocks are keep-alives.
-            events += usize::from(data);
+            match (delta, data) {
+                // The model's live text: not an event of the log, nothing to read again for it.
+                (true, Some(data)) => self.text.extend(live_text(&data)),
+                // Comment-only blocks are keep-alives.
+                (false, Some(_)) => events += 1,
+                (_, None) => {}
+            }
         }
         events
     }
+}
+
+/// A `model_delta` event's data as (round, text), or `None` when it is not one.
+fn live_text(data: &str) -> Option<(u32, LiveText)> {
+    let delta: Value = serde_json::from_str(data).ok()?;
+    let round = u32::try_from(delta.get("round")?.as_u64()?).ok()?;
+    if delta.get("reset").and_then(Value::as_bool) == Some(true) {
+        return Some((round, LiveText::Reset));
+    }
+    Some((round, LiveText::Text(delta.get("text")?.as_str()?.to_owned())))
 }
 
 /// The end of the first SSE block in `buffer`: (where its text ends, where the next block starts).

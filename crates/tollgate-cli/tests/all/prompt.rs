@@ -390,3 +390,41 @@ fn through_a_server_an_edit_the_tool_rejects_is_refused_and_asked_again() -> Res
     assert_eq!(decisions.len(), 1, "only the valid edit was recorded: {decisions:?}");
     Ok(())
 }
+
+/// V2 streaming: with a provider that streams, the model's text shows on the terminal while it
+/// arrives, on the line its round's step begins, and the stored turn does not print it again. The
+/// model here is a slow Chat Completions server on loopback (a piece every 300 ms).
+#[test]
+fn the_models_text_shows_as_it_streams() -> Result<()> {
+    const PIECES: &[&str] = &["Thinking ", "it ", "over, ", "then ", "done."];
+    let model = tollgate_agent_testkit::SlowChatModel::start(
+        PIECES,
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_millis(300),
+    )?;
+    let sandbox = Sandbox::new();
+    std::fs::write(
+        sandbox.dir.join("tollgate.toml"),
+        format!(
+            "[[providers]]\nname = \"slow\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock\"\nmax_retries = 0\n\n\
+             [[agents]]\nname = \"talker\"\nprovider = \"slow\"\ntools = []\n",
+            model.base_url()
+        ),
+    )?;
+    // In this process, then through a server (`deltas=true` on its live event stream).
+    let server = sandbox.serve()?;
+    for args in [vec!["run", "talk"], vec!["--server", server.url.as_str(), "run", "talk"]] {
+        let mut terminal = sandbox.on_terminal(&args, &[])?;
+        // The first pieces show before the last is sent.
+        terminal.expect("round 1 · model: Thinking it ")?;
+        terminal.expect("done.")?;
+        let (code, shown) = terminal.finish()?;
+        assert_eq!(code, 0, "{args:?}: {shown}");
+        assert!(!shown.contains("model answered"), "{args:?}: the stored turn does not repeat the live line: {shown}");
+        assert_eq!(shown.matches("round 1 · model:").count(), 1, "{args:?}: {shown}");
+    }
+    // The answer itself is what `run` prints when the run ends, as always, and what is stored.
+    let listed = sandbox.plain(0, &["runs", "--json"])?;
+    assert_eq!(listed.matches("Thinking it over, then done.").count(), 2, "{listed}");
+    Ok(())
+}
