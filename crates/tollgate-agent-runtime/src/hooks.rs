@@ -64,13 +64,13 @@ impl PersistHooks {
         self.lock().released
     }
 
-    /// The last model call seen.
     /// Whether a model call is under way (between its request and its response), as it changes: the
     /// one step a segment may be cut in (see `Inner::unless_ended_elsewhere`).
     pub(crate) fn model_call(&self) -> tokio::sync::watch::Receiver<bool> {
         self.in_model_call.subscribe()
     }
 
+    /// The last model call seen.
     pub(crate) fn round(&self) -> u32 {
         self.lock().round
     }

@@ -139,8 +139,9 @@ impl Steps {
     }
 
     /// Prints the model's live text of `round` as it arrives (V2 streaming), on a line begun as the
-    /// round's step line would be; the stored turn then prints only its calls. A reset (the call is
-    /// tried again) ends the line saying so.
+    /// round's step line would be, with its control characters blanked ([`crate::render::terminal_safe`]);
+    /// the stored turn then prints only its calls. A reset (the call is tried again) ends the line saying
+    /// so.
     fn live(&mut self, round: u32, text: &LiveText) {
         if self.quiet {
             return;
@@ -161,7 +162,7 @@ impl Steps {
                     eprint!("round {round} · model: ");
                     self.live_round = Some(round);
                 }
-                eprint!("{piece}");
+                eprint!("{}", crate::render::terminal_safe(piece));
                 let _ = std::io::stderr().flush();
             }
         }

@@ -39,6 +39,13 @@ pub(crate) fn one_line(text: &str, width: usize) -> String {
     cut
 }
 
+/// `text` safe to write to a terminal as it is: line breaks and tabs kept, every other control
+/// character (an escape sequence's ESC, a carriage return, a bell, C1 controls) a space, so a model's
+/// text cannot move the cursor, rewrite what the terminal shows, or fake a prompt.
+pub(crate) fn terminal_safe(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() && c != '\n' && c != '\t' { ' ' } else { c }).collect()
+}
+
 /// Rows padded into columns, two spaces apart; the last column is not padded.
 pub fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -275,5 +282,11 @@ mod tests {
         assert_eq!(one_line("a\nb", 10), "a b");
         assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
         assert_eq!(one_line("héllo", 5), "héllo");
+    }
+
+    #[test]
+    fn terminal_safe_keeps_text_and_line_breaks_and_blanks_control_characters() {
+        assert_eq!(terminal_safe("plain text, ünïcode\nnext\tline"), "plain text, ünïcode\nnext\tline");
+        assert_eq!(terminal_safe("a\u{1b}[2Jb\rc\u{7}d\u{9b}e"), "a [2Jb c d e");
     }
 }
