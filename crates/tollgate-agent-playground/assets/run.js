@@ -293,7 +293,6 @@ class RunPage {
     replace(this.outcome, body);
   }
 
-  /** Adds one event to the step list; false when it was already shown. */
   /**
    * The model's text of the round under way, as it streams: one step at the end of the list, growing,
    * until the round's stored turn replaces it (a reset clears it: the call is tried again).
@@ -316,6 +315,7 @@ class RunPage {
     else this.liveStep.text.textContent += delta.text;
   }
 
+  /** Adds one event to the step list; false when it was already shown. */
   addEvent(event) {
     if (typeof event.seq !== 'number' || event.seq <= this.lastSeq) return false;
     this.lastSeq = event.seq;

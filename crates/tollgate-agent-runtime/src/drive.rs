@@ -14,9 +14,10 @@ use crate::workers::Slot;
 use crate::{AgentSpec, Inner, StartRun, events};
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
+use std::task::Poll;
 use tollgate_agent_core::{
-    Conflict, Decisions, Guard, HeldTurn, LoopError, Metadata, Millis, NewEvent, Outcome, RecordedDecision, RunError,
-    RunRecord, RunStatus, StartingCall, StoreError, Suspension, SuspensionError, Transition, TurnDigest,
+    BoxFuture, Conflict, Decisions, Guard, HeldTurn, LoopError, Metadata, Millis, NewEvent, Outcome, RecordedDecision,
+    RunError, RunRecord, RunStatus, StartingCall, StoreError, Suspension, SuspensionError, Transition, TurnDigest,
 };
 
 /// How often a model call under way looks whether its run ended elsewhere, while the store does not
@@ -147,9 +148,12 @@ impl Inner {
     /// Runs `segment`, unless the run ends elsewhere (cancelled, expired: a notice, or while the store
     /// announces nothing a read each [`ENDED_RECHECK`]) while a model call is under way: then the segment
     /// is dropped, which aborts the call's request (a streamed answer stops at once), and the answer is
-    /// the status the run ended with. Notices are listened to only during model calls. A tool under way
-    /// is never cut: its segment goes on to its next write, which finds the run changed hands, as any
-    /// segment does.
+    /// the status the run ended with. A tool under way is never cut: its segment goes on to its next
+    /// write, which finds the run changed hands, as any segment does.
+    ///
+    /// Nothing is listened to unless a model call is still under way when the segment waits: the flag
+    /// is read after each poll of the segment, so a model that answers at once (the scripted one) costs
+    /// one load and no wake-up.
     async fn unless_ended_elsewhere<F>(
         &self,
         id: &str,
@@ -159,48 +163,50 @@ impl Inner {
     where
         F: std::future::Future<Output = Result<Outcome, LoopError>>,
     {
-        let mut model_call = hooks.model_call();
+        let mut segment = std::pin::pin!(segment);
+        let mut watching: Option<BoxFuture<'_, RunStatus>> = None;
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(outcome) = segment.as_mut().poll(cx) {
+                return Poll::Ready(Ok(outcome));
+            }
+            if !hooks.in_model_call() {
+                // No call under way (or it answered): nothing to watch.
+                watching = None;
+                return Poll::Pending;
+            }
+            let watch = watching.get_or_insert_with(|| Box::pin(self.ended_during_call(id)));
+            match watch.as_mut().poll(cx) {
+                Poll::Ready(status) => Poll::Ready(Err(status)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// Answers once run `id` has ended (from a notice, or a read after a resync, a lag, or each
+    /// [`ENDED_RECHECK`] while the store announces nothing); never otherwise.
+    async fn ended_during_call(&self, id: &str) -> RunStatus {
+        let mut notices = self.notices.subscribe();
         let poll = self.announced_poll(ENDED_RECHECK);
-        tokio::pin!(segment);
         loop {
-            let ended = async {
-                let started = model_call.wait_for(|under_way| *under_way).await.is_ok();
-                if !started {
-                    return std::future::pending().await;
-                }
-                let mut notices = self.notices.subscribe();
-                loop {
-                    let recheck = async {
-                        match poll {
-                            Some(every) => tokio::time::sleep(every).await,
-                            None => std::future::pending().await,
-                        }
-                    };
-                    let status = tokio::select! {
-                        notice = notices.recv() => match notice {
-                            Ok(notice) if notice.run_id == id => Some(notice.status),
-                            Ok(notice) if notice.origin != crate::Origin::Resync => None,
-                            // A resync or a lag: whether this run ended is unknown; look.
-                            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => self.status(id).await,
-                            Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
-                        },
-                        () = recheck => self.status(id).await,
-                        // The call answered: wait for the next one.
-                        _ = async { model_call.wait_for(|under_way| !*under_way).await.is_ok() } => return None,
-                    };
-                    if let Some(status) = status.filter(|s| s.is_terminal()) {
-                        return Some(status);
-                    }
+            let recheck = async {
+                match poll {
+                    Some(every) => tokio::time::sleep(every).await,
+                    None => std::future::pending().await,
                 }
             };
-            tokio::select! {
-                outcome = &mut segment => return Ok(outcome),
-                ended = ended => {
-                    let under_way = *model_call.borrow();
-                    if let Some(status) = ended.filter(|_| under_way) {
-                        return Err(status);
-                    }
-                }
+            let status = tokio::select! {
+                notice = notices.recv() => match notice {
+                    Ok(notice) if notice.run_id == id => Some(notice.status),
+                    Ok(notice) if notice.origin != crate::Origin::Resync => None,
+                    // A resync or a lag: whether this run ended is unknown; look.
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => self.status(id).await,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+                },
+                () = recheck => self.status(id).await,
+            };
+            if let Some(status) = status.filter(|s| s.is_terminal()) {
+                return status;
             }
         }
     }

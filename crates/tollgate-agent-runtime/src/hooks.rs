@@ -5,6 +5,7 @@
 use crate::Inner;
 use crate::events;
 use crate::live::RoundText;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::{
     BoxFuture, Gate, HookError, LoopEvent, LoopHooks, ModelDelta, NewEvent, RunRecord, RunState, StartingCall,
@@ -16,8 +17,8 @@ pub(crate) struct PersistHooks {
     state: Mutex<State>,
     /// The live text of the current model call ([`crate::live`]).
     round_text: Mutex<RoundText>,
-    /// A model call is under way.
-    in_model_call: tokio::sync::watch::Sender<bool>,
+    /// A model call is under way (between its request and its response).
+    in_model_call: AtomicBool,
 }
 
 #[derive(Default)]
@@ -45,7 +46,7 @@ impl PersistHooks {
             run_id,
             state: Mutex::new(State { started_with_claim, unborn, ..State::default() }),
             round_text: Mutex::new(RoundText::default()),
-            in_model_call: tokio::sync::watch::Sender::new(false),
+            in_model_call: AtomicBool::new(false),
         }
     }
 
@@ -64,10 +65,10 @@ impl PersistHooks {
         self.lock().released
     }
 
-    /// Whether a model call is under way (between its request and its response), as it changes: the
-    /// one step a segment may be cut in (see `Inner::unless_ended_elsewhere`).
-    pub(crate) fn model_call(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.in_model_call.subscribe()
+    /// Whether a model call is under way (between its request and its response): the one step a
+    /// segment may be cut in (see `Inner::unless_ended_elsewhere`).
+    pub(crate) fn in_model_call(&self) -> bool {
+        self.in_model_call.load(Ordering::Acquire)
     }
 
     /// The last model call seen.
@@ -147,11 +148,10 @@ impl LoopHooks for PersistHooks {
                     }
                     state.model_calls += 1;
                     state.round = round;
-                    self.in_model_call.send_replace(true);
                     state.buffer.push(events::model_request(now, round, messages, tools));
                 }
                 LoopEvent::ModelResponse { round, response } => {
-                    self.in_model_call.send_replace(false);
+                    self.in_model_call.store(false, Ordering::Release);
                     state.buffer.push(events::model_response(now, round, response));
                 }
                 LoopEvent::ToolStarted { round, call_id, tool, arguments, gate } => {
@@ -182,11 +182,16 @@ impl LoopHooks for PersistHooks {
                 unborn = state.unborn.take();
             }
         }
+        let starts_call = matches!(event, LoopEvent::ModelRequest { .. });
         Box::pin(async move {
-            match flush {
-                Some(events) => self.flush(events, unborn).await,
-                None => Ok(()),
+            if let Some(events) = flush {
+                self.flush(events, unborn).await?;
             }
+            // The call starts once what came before it is stored: a cancel cuts the call, never a write.
+            if starts_call {
+                self.in_model_call.store(true, Ordering::Release);
+            }
+            Ok(())
         })
     }
 }
