@@ -17,7 +17,6 @@
 //!   shown and the held turn asked again.
 //! - Quitting (q or end of input) sends nothing: the run stays waiting, and `run` prints the waiting
 //!   line and the commands that decide it (exit 3).
-//!
 //! - The model's text is printed as it arrives when its provider streams (V2 streaming: the runtime's
 //!   live text in local mode, `deltas=true` through a server), on the line its round's step would
 //!   begin; the stored turn then adds only its calls. Live text is never stored; the step lines stay
