@@ -27,7 +27,6 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub struct AnthropicModel {
     endpoint: Endpoint,
     max_output_tokens: u32,
-    stream: bool,
 }
 
 impl fmt::Debug for AnthropicModel {
@@ -35,7 +34,6 @@ impl fmt::Debug for AnthropicModel {
         f.debug_struct("AnthropicModel")
             .field("endpoint", &self.endpoint)
             .field("max_output_tokens", &self.max_output_tokens)
-            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -56,7 +54,7 @@ impl AnthropicModel {
             headers,
             is_context_length,
         )?;
-        Ok(Self { endpoint, max_output_tokens: settings.max_output_tokens, stream: settings.stream })
+        Ok(Self { endpoint, max_output_tokens: settings.max_output_tokens })
     }
 
     /// The address requests go to.
@@ -65,15 +63,8 @@ impl AnthropicModel {
     }
 
     async fn call(&self, request: ModelRequest<'_>, deltas: &dyn ModelDeltas) -> Result<ModelResponse, ModelError> {
-        let mut body = request_body(&request, self.max_output_tokens);
-        let answer = if self.stream {
-            if let Value::Object(body) = &mut body {
-                body.insert("stream".into(), Value::Bool(true));
-            }
-            self.endpoint.post_streaming::<StreamedMessage>(request.model, &body, deltas).await?
-        } else {
-            self.endpoint.post(request.model, &body).await?
-        };
+        let body = request_body(&request, self.max_output_tokens);
+        let answer = self.endpoint.answer::<StreamedMessage>(request.model, body, deltas).await?;
         self.response(answer, request.messages)
     }
 
@@ -145,6 +136,10 @@ enum StreamedBlock {
 }
 
 impl Assembler for StreamedMessage {
+    fn ask_for_stream(body: &mut Map<String, Value>) {
+        body.insert("stream".into(), Value::Bool(true));
+    }
+
     fn event(&mut self, name: Option<&str>, data: &str, deltas: &dyn ModelDeltas) -> Result<Flow, ModelError> {
         let event = event_json(data)?;
         let kind = name.or_else(|| event.get("type").and_then(Value::as_str)).unwrap_or_default();

@@ -158,6 +158,8 @@ pub(crate) struct Endpoint {
     initial_backoff: Duration,
     max_backoff: Duration,
     is_context_length: ContextLengthRule,
+    /// Ask for streamed answers ([`ProviderSettings::stream`]).
+    stream: bool,
 }
 
 impl fmt::Debug for Endpoint {
@@ -168,6 +170,7 @@ impl fmt::Debug for Endpoint {
             .field("api_key", &self.key.as_ref().map(|_| REDACTED))
             .field("timeout", &self.timeout)
             .field("max_retries", &self.max_retries)
+            .field("stream", &self.stream)
             .finish_non_exhaustive()
     }
 }
@@ -213,6 +216,7 @@ impl Endpoint {
             initial_backoff: settings.initial_backoff,
             max_backoff: settings.max_backoff,
             is_context_length,
+            stream: settings.stream,
         })
     }
 
@@ -222,23 +226,29 @@ impl Endpoint {
     }
 
     /// Sends `body`, retrying retryable failures, and returns the provider's JSON answer.
-    pub(crate) async fn post(&self, model: &str, body: &Value) -> Result<Value, ModelError> {
+    async fn post(&self, model: &str, body: &Value) -> Result<Value, ModelError> {
         self.with_retries(model, || self.attempt(body)).await
     }
 
-    /// Sends `body` (which asks for a stream), retrying retryable failures, and returns the answer the
-    /// provider would have sent without streaming, as `A` builds it from the events, the text going to
-    /// `deltas` as it arrives ([`crate::stream`]).
-    pub(crate) async fn post_streaming<A: Assembler>(
+    /// Sends `body`, retrying retryable failures, and returns the provider's plain JSON answer. With
+    /// `stream` set the request asks for a stream ([`Assembler::ask_for_stream`]), the text goes to
+    /// `deltas` as it arrives, and `A` builds the plain answer back from the events ([`crate::stream`]).
+    pub(crate) async fn answer<A: Assembler>(
         &self,
         model: &str,
-        body: &Value,
+        mut body: Value,
         deltas: &dyn ModelDeltas,
     ) -> Result<Value, ModelError> {
+        if !self.stream {
+            return self.post(model, &body).await;
+        }
+        if let Value::Object(fields) = &mut body {
+            A::ask_for_stream(fields);
+        }
         let counted = Counted::new(deltas);
         self.with_retries(model, || {
             counted.reset();
-            self.attempt_streaming::<A>(body, &counted)
+            self.attempt_streaming::<A>(&body, &counted)
         })
         .await
     }

@@ -24,12 +24,11 @@ pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 /// A model behind an OpenAI-compatible Chat Completions API.
 pub struct OpenAiModel {
     endpoint: Endpoint,
-    stream: bool,
 }
 
 impl fmt::Debug for OpenAiModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiModel").field("endpoint", &self.endpoint).field("stream", &self.stream).finish()
+        f.debug_struct("OpenAiModel").field("endpoint", &self.endpoint).finish()
     }
 }
 
@@ -49,7 +48,7 @@ impl OpenAiModel {
             headers,
             is_context_length,
         )?;
-        Ok(Self { endpoint, stream: settings.stream })
+        Ok(Self { endpoint })
     }
 
     /// The address requests go to.
@@ -58,16 +57,7 @@ impl OpenAiModel {
     }
 
     async fn call(&self, request: ModelRequest<'_>, deltas: &dyn ModelDeltas) -> Result<ModelResponse, ModelError> {
-        let mut body = request_body(&request);
-        let answer = if self.stream {
-            if let Value::Object(body) = &mut body {
-                body.insert("stream".into(), Value::Bool(true));
-                body.insert("stream_options".into(), json!({"include_usage": true}));
-            }
-            self.endpoint.post_streaming::<StreamedCompletion>(request.model, &body, deltas).await?
-        } else {
-            self.endpoint.post(request.model, &body).await?
-        };
+        let answer = self.endpoint.answer::<StreamedCompletion>(request.model, request_body(&request), deltas).await?;
         self.response(answer, request.messages)
     }
 
@@ -142,6 +132,11 @@ struct StreamedCall {
 }
 
 impl Assembler for StreamedCompletion {
+    fn ask_for_stream(body: &mut Map<String, Value>) {
+        body.insert("stream".into(), Value::Bool(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+
     fn event(&mut self, _name: Option<&str>, data: &str, deltas: &dyn ModelDeltas) -> Result<Flow, ModelError> {
         if data.trim() == "[DONE]" {
             return Ok(Flow::Done);

@@ -26,6 +26,8 @@ pub(crate) enum Flow {
 
 /// Builds a provider's plain answer from its stream's events.
 pub(crate) trait Assembler: Default + Send {
+    /// Adds to a request body what asks this provider for a stream.
+    fn ask_for_stream(body: &mut serde_json::Map<String, Value>);
     /// One event: its `event:` name (if any) and its data.
     fn event(&mut self, name: Option<&str>, data: &str, deltas: &dyn ModelDeltas) -> Result<Flow, ModelError>;
     /// The answer the provider would have sent without streaming, once the final event arrived.
