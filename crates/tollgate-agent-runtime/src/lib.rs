@@ -72,7 +72,7 @@
 //! - [`privacy`]: the privacy level and the secrets redactor as a layer over the store; `events`,
 //!   [`view`] and [`wire`]: the event data and the run as the API shows them.
 
-pub use live::{LiveDelta, LiveText};
+pub use live::{LiveDelta, LiveText, RunDeltas};
 pub use privacy::PrivacyLevel;
 use tollgate_agent_core::Redactor;
 mod changes;
@@ -412,6 +412,11 @@ impl Runtime {
     /// a receiver filters by [`LiveDelta::run_id`]). Live only and best effort: see [`live`].
     pub fn deltas(&self) -> broadcast::Receiver<Arc<LiveDelta>> {
         self.inner.deltas.subscribe()
+    }
+
+    /// Run `id`'s live text, from now on ([`RunDeltas`] over [`deltas`](Self::deltas)).
+    pub fn run_deltas(&self, id: &str) -> RunDeltas {
+        RunDeltas::new(self.deltas(), id)
     }
 
     /// How long a follower of a run (a live-event stream, a waiter, the claim loop) may wait for

@@ -45,6 +45,43 @@ pub enum LiveText {
     Reset,
 }
 
+/// One run's deltas out of the runtime's broadcast ([`Runtime::deltas`](crate::Runtime::deltas)):
+/// other runs' are skipped, and what a receiver that fell behind lost is gone (deltas are live only).
+pub struct RunDeltas {
+    receiver: broadcast::Receiver<Arc<LiveDelta>>,
+    run_id: String,
+}
+
+impl RunDeltas {
+    /// Run `run_id`'s deltas from `receiver` (subscribed whenever the caller needed it: before the run
+    /// started, say, so that none of its first model call is missed).
+    pub fn new(receiver: broadcast::Receiver<Arc<LiveDelta>>, run_id: impl Into<String>) -> Self {
+        Self { receiver, run_id: run_id.into() }
+    }
+
+    /// The run's next delta; never answers once the runtime is gone.
+    pub async fn next(&mut self) -> Arc<LiveDelta> {
+        loop {
+            match self.receiver.recv().await {
+                Ok(delta) if delta.run_id == self.run_id => return delta,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
+            }
+        }
+    }
+
+    /// A delta of the run already received, if any.
+    pub fn try_next(&mut self) -> Option<Arc<LiveDelta>> {
+        loop {
+            match self.receiver.try_recv() {
+                Ok(delta) if delta.run_id == self.run_id => return Some(delta),
+                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
 /// The deltas of one runtime.
 pub(crate) struct Deltas {
     sender: broadcast::Sender<Arc<LiveDelta>>,
@@ -65,6 +102,12 @@ impl Deltas {
     /// Sends one delta of `run_id`'s round, through `round_text` (the run's state of its current round).
     pub(crate) fn send(&self, run_id: &str, round: u32, delta: ModelDelta<'_>, round_text: &mut RoundText) {
         let Some(redactor) = &self.redactor else { return };
+        // Without secrets nothing is kept of a round: with nobody listening there is nothing to do. (With
+        // secrets the round's text is kept even then, so a receiver that comes mid-round gets no part of
+        // a secret whose start it missed.)
+        if redactor.is_empty() && self.sender.receiver_count() == 0 {
+            return;
+        }
         if round_text.round != round {
             *round_text = RoundText { round, ..RoundText::default() };
         }

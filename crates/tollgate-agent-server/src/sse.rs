@@ -30,9 +30,9 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tollgate_agent_core::StoredEvent;
-use tollgate_agent_runtime::{Follower, LiveDelta, LiveText, ReadError, Runtime};
+use tollgate_agent_runtime::{Follower, LiveDelta, LiveText, ReadError, RunDeltas, Runtime};
 
 /// How often a quiet stream looks at the store again while another process's commits are not
 /// announced (SQLite, or a PostgreSQL listener that is reconnecting).
@@ -115,7 +115,7 @@ pub(crate) async fn respond(
     // Subscribe before the first read, so a change committed in between still wakes the stream (and
     // no delta sent after it is missed).
     let mut follower = runtime.follow(&id, after, RECHECK);
-    let deltas = deltas.then(|| runtime.deltas());
+    let deltas = deltas.then(|| runtime.run_deltas(&id));
     let run = runtime.get(&id).await?;
     follower.seen(&run);
     if run.status().is_terminal() && run.last_seq <= after {
@@ -140,8 +140,8 @@ pub(crate) async fn respond(
 struct Tail {
     id: String,
     follower: Follower,
-    /// The live text of every run's model calls, when asked for (`deltas=true`).
-    deltas: Option<broadcast::Receiver<Arc<LiveDelta>>>,
+    /// The live text of the run's model calls, when asked for (`deltas=true`).
+    deltas: Option<RunDeltas>,
     buffer: VecDeque<StoredEvent>,
     done: bool,
     shutdown: watch::Receiver<bool>,
@@ -157,7 +157,7 @@ impl Tail {
             }
             // Deltas already received go first: each was sent before the commit of its round's
             // `model_response`, which may be in the buffer.
-            if let Some(delta) = pending_delta(&mut self.deltas, &self.id) {
+            if let Some(delta) = pending_delta(&mut self.deltas) {
                 return Some(delta);
             }
             if let Some(event) = self.buffer.pop_front() {
@@ -167,7 +167,7 @@ impl Tail {
             let shutdown = crate::shutting_down(&mut self.shutdown);
             let next = tokio::select! {
                 next = self.follower.next() => next,
-                delta = next_delta(&mut self.deltas, &self.id) => return Some(delta),
+                delta = next_delta(&mut self.deltas) => return Some(delta),
                 _ = shutdown => return None,
             };
             match next {
@@ -183,30 +183,18 @@ impl Tail {
     }
 }
 
-/// The next delta of run `id`'s model calls as an SSE event (pending for ever without deltas). A
-/// receiver that fell behind skips what it lost: deltas are live only, and the stored
-/// `model_response` holds the whole text.
-async fn next_delta(deltas: &mut Option<broadcast::Receiver<Arc<LiveDelta>>>, id: &str) -> Event {
-    let Some(receiver) = deltas else { return std::future::pending().await };
-    loop {
-        match receiver.recv().await {
-            Ok(delta) if delta.run_id == id => return delta_event(&delta),
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-            Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
-        }
+/// The run's next delta as an SSE event (pending for ever without deltas). A receiver that fell
+/// behind skips what it lost: deltas are live only, and the stored `model_response` holds the whole text.
+async fn next_delta(deltas: &mut Option<RunDeltas>) -> Event {
+    match deltas {
+        Some(deltas) => delta_event(&*deltas.next().await),
+        None => std::future::pending().await,
     }
 }
 
-/// A delta of run `id` already received, if any (others' are skipped).
-fn pending_delta(deltas: &mut Option<broadcast::Receiver<Arc<LiveDelta>>>, id: &str) -> Option<Event> {
-    let receiver = deltas.as_mut()?;
-    loop {
-        match receiver.try_recv() {
-            Ok(delta) if delta.run_id == id => return Some(delta_event(&delta)),
-            Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
-            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => return None,
-        }
-    }
+/// A delta of the run already received, if any.
+fn pending_delta(deltas: &mut Option<RunDeltas>) -> Option<Event> {
+    deltas.as_mut()?.try_next().map(|delta| delta_event(&delta))
 }
 
 /// `event: model_delta` with `data: {"round": N, "text": "..."}` or `{"round": N, "reset": true}`, and

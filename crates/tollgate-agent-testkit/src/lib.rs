@@ -33,7 +33,7 @@
 
 mod slow_model;
 mod sse;
-pub use slow_model::SlowChatModel;
+pub use slow_model::{SlowChatModel, http_message_len};
 pub use sse::{SseFrame, SseFrames};
 
 use serde_json::{Value, json};

@@ -43,16 +43,8 @@ fn answer(mut stream: TcpStream, pieces: &[&str], first: Duration, every: Durati
             return;
         }
         request.extend_from_slice(&buffer[..read]);
-        let text = String::from_utf8_lossy(&request).to_string();
-        if let Some(end) = text.find("\r\n\r\n") {
-            let length = text[..end]
-                .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(0);
-            if request.len() >= end + 4 + length {
-                break;
-            }
+        if http_message_len(&request).is_some() {
+            break;
         }
     }
     let head =
@@ -74,4 +66,32 @@ fn answer(mut stream: TcpStream, pieces: &[&str], first: Duration, every: Durati
                data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 5, \"completion_tokens\": 5}}\n\n\
                data: [DONE]\n\n";
     let _ = stream.write_all(end.as_bytes());
+}
+
+/// The length of the HTTP/1.1 message at the start of `received` (its head, then as many body bytes as
+/// its `Content-Length` says, none without one), once all of it is there; `None` until then.
+pub fn http_message_len(received: &[u8]) -> Option<usize> {
+    let text = String::from_utf8_lossy(received);
+    let head_end = text.find("\r\n\r\n")?;
+    let length = text[..head_end]
+        .lines()
+        .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+        .and_then(|value| value.parse::<usize>().ok())
+        .unwrap_or(0);
+    let total = head_end + 4 + length;
+    (received.len() >= total).then_some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::http_message_len;
+
+    #[test]
+    fn a_message_is_whole_once_its_head_and_body_are_there() {
+        assert_eq!(http_message_len(b"GET / HTTP/1.1\r\nHost: x"), None);
+        assert_eq!(http_message_len(b"GET / HTTP/1.1\r\n\r\n"), Some(18));
+        let post = b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\nab";
+        assert_eq!(http_message_len(post), None);
+        assert_eq!(http_message_len(b"POST / HTTP/1.1\r\ncontent-length: 4\r\n\r\nabcdEXTRA"), Some(42));
+    }
 }

@@ -17,7 +17,8 @@ use tollgate_agent_app::App;
 use tollgate_agent_config::{Config, ConfigLoader};
 use tollgate_agent_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
 use tollgate_agent_runtime::{
-    DecideError as Refused, DecisionSet, LiveDelta, LiveText, Maintenance, RunNotice, Runtime, Schedule, StartRun,
+    DecideError as Refused, DecisionSet, LiveDelta, LiveText, Maintenance, RunDeltas, RunNotice, Runtime, Schedule,
+    StartRun,
 };
 
 /// The actor recorded on events for everything done from this command line in local mode (docs/api.md: with
@@ -200,7 +201,7 @@ impl Local {
         let early = self.early_text.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         LocalWatch {
             notices: self.runtime.subscribe(),
-            deltas: early.unwrap_or_else(|| self.runtime.deltas()),
+            deltas: RunDeltas::new(early.unwrap_or_else(|| self.runtime.deltas()), id),
             text: Vec::new(),
             run_id: id.to_owned(),
             runtime: self.runtime.clone(),
@@ -228,8 +229,8 @@ impl Local {
 /// store announces them (PostgreSQL with its listener connected).
 pub struct LocalWatch {
     notices: broadcast::Receiver<RunNotice>,
-    /// The model's live text (every run's; this run's is kept).
-    deltas: broadcast::Receiver<Arc<LiveDelta>>,
+    /// The run's live text.
+    deltas: RunDeltas,
     /// This run's live text received and not taken yet.
     text: Vec<(u32, LiveText)>,
     run_id: String,
@@ -245,8 +246,8 @@ impl LocalWatch {
         let LocalWatch { notices, deltas, text, run_id, runtime } = self;
         tokio::select! {
             _ = runtime.wait_for_run(notices, run_id, 0, LOOK_AGAIN) => true,
-            delta = next_text(deltas, run_id) => {
-                text.push(delta);
+            delta = deltas.next() => {
+                text.push((delta.round, delta.text.clone()));
                 false
             }
         }
@@ -255,16 +256,5 @@ impl LocalWatch {
     /// The live text received since the last call, by round.
     pub fn take_text(&mut self) -> Vec<(u32, LiveText)> {
         std::mem::take(&mut self.text)
-    }
-}
-
-/// The next live text of run `id` (others' are skipped, and what a lag lost is gone: it is live only).
-async fn next_text(deltas: &mut broadcast::Receiver<Arc<LiveDelta>>, id: &str) -> (u32, LiveText) {
-    loop {
-        match deltas.recv().await {
-            Ok(delta) if delta.run_id == id => return (delta.round, delta.text.clone()),
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
-        }
     }
 }

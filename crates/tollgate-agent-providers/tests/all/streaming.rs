@@ -240,18 +240,8 @@ async fn a_stream_cut_after_deltas_resets_them_and_is_retried() {
             loop {
                 let Ok(n) = socket.read(&mut request[read..]).await else { return };
                 read += n;
-                let text = String::from_utf8_lossy(&request[..read]).to_string();
-                if let Some(head_end) = text.find("\r\n\r\n") {
-                    let length = text[..head_end]
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned())
-                        })
-                        .and_then(|v| v.parse::<usize>().ok())
-                        .unwrap_or(0);
-                    if read >= head_end + 4 + length {
-                        break;
-                    }
+                if tollgate_agent_testkit::http_message_len(&request[..read]).is_some() {
+                    break;
                 }
                 if n == 0 {
                     return;

@@ -40,15 +40,8 @@ async fn one_response(stream: &mut TcpStream) -> String {
     let mut buf = [0u8; 4096];
     loop {
         let text = String::from_utf8_lossy(&received).into_owned();
-        if let Some(end) = text.find("\r\n\r\n") {
-            let length = text[..end]
-                .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(0);
-            if received.len() >= end + 4 + length {
-                return text;
-            }
+        if tollgate_agent_testkit::http_message_len(&received).is_some() {
+            return text;
         }
         let n = tokio::time::timeout(BOUND, stream.read(&mut buf))
             .await
