@@ -188,6 +188,10 @@ impl App {
             Some(workers) => RuntimeOptions { workers: usize::try_from(workers).unwrap_or(usize::MAX), ..options },
             None => options,
         };
+        let options = match config.runtime.max_takeovers {
+            Some(n) => RuntimeOptions { max_takeovers: u32::try_from(n).unwrap_or(u32::MAX), ..options },
+            None => options,
+        };
         let runtime = Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
         Ok(App { config, runtime, workspace, mcp })
     }
@@ -256,7 +260,6 @@ fn build_agent(
     })
 }
 
-/// The store's options: the data keys of `[[privacy.keys]]`, first one encrypting.
 /// How to start one `[[mcp_servers]]` entry: in the config file's folder, so relative paths in its `args`
 /// mean what docs/configuration.md says.
 fn mcp_settings(
@@ -279,9 +282,13 @@ fn mcp_settings(
     settings
 }
 
-fn store_options(config: &Config) -> Result<tollgate_agent_store::StoreOptions, String> {
+/// The store's options: the data keys of `[[privacy.keys]]` (first one encrypting), and SQLite's
+/// `secure_delete` below privacy level `full`. An invalid key is the message to show.
+pub fn store_options(config: &Config) -> Result<tollgate_agent_store::StoreOptions, String> {
+    // Below `full`, what a purge or a rewrite removes must not stay in the database file's free pages.
+    let secure_delete = config.privacy.level != tollgate_agent_config::PrivacyLevel::Full;
     if config.privacy.keys.is_empty() {
-        return Ok(tollgate_agent_store::StoreOptions::default());
+        return Ok(tollgate_agent_store::StoreOptions { data_keys: None, secure_delete });
     }
     let keys = config
         .privacy
@@ -291,7 +298,7 @@ fn store_options(config: &Config) -> Result<tollgate_agent_store::StoreOptions, 
         .collect::<Result<Vec<_>, _>>()
         .and_then(tollgate_agent_store::DataKeys::new)
         .map_err(|e| format!("privacy.keys: {e}"))?;
-    Ok(tollgate_agent_store::StoreOptions { data_keys: Some(Arc::new(keys)) })
+    Ok(tollgate_agent_store::StoreOptions { data_keys: Some(Arc::new(keys)), secure_delete })
 }
 
 /// How the built-in tools are set up: the `shell` sandbox from `[sandbox] mode`, network as given.

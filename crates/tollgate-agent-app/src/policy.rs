@@ -4,11 +4,19 @@
 //! call's arguments decides the gate; with no matching rule the tool's own gate stands. A matcher reads the
 //! value at its JSON pointer: a string is matched as is, a number or boolean by its JSON text; a missing
 //! value never matches. Policy can make a tool stricter or looser: `forbid` beats a tool's `allow`.
+//!
+//! A path is judged as the tool resolves it, never as spelled: where the tool names a path argument
+//! ([`Tool::policy_paths`]: every built-in file tool's `path`), the matcher on that pointer reads the
+//! normalised workspace path (`./keep/x`, `x/../keep/x`, `keep//x` and `keep/x/` are all `keep/x`; an
+//! absent `path` is the tool's default, `.`). And a call that acts on a whole folder (a recursive
+//! `fs_delete`, an `fs_search`) matches a `forbid` or `ask` rule when the rule matches the folder or any
+//! path beneath it ([`Glob::matches_within`](tollgate_agent_config::Glob::matches_within)): deleting an
+//! ancestor of a forbidden path is forbidden. An `allow` rule is judged on the folder itself.
 
 use serde_json::Value;
 use std::sync::Arc;
 use tollgate_agent_config::{PolicyGate, PolicyRule};
-use tollgate_agent_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
+use tollgate_agent_core::{BoxFuture, Gate, PolicyPath, Preview, Tool, ToolContext, ToolError, ToolOutput};
 
 /// A tool whose gate the operator's policy overrides.
 pub struct PolicyTool {
@@ -63,11 +71,21 @@ fn gate_of(gate: PolicyGate) -> Gate {
     }
 }
 
-fn matches(rule: &PolicyRule, args: &Value) -> bool {
-    rule.when.iter().all(|m| match args.pointer(&m.pointer) {
-        Some(Value::String(s)) => m.pattern.is_match(s),
-        Some(v @ (Value::Number(_) | Value::Bool(_))) => m.pattern.is_match(&v.to_string()),
-        _ => false,
+/// Whether every matcher of `rule` matches the call: a path the tool resolved by its resolved form
+/// (and, for a rule that forbids or asks, by anything beneath a folder the call acts on as a whole), any
+/// other argument by its value.
+fn matches(rule: &PolicyRule, args: &Value, paths: &[PolicyPath]) -> bool {
+    let stricter = !matches!(rule.gate, PolicyGate::Allow);
+    rule.when.iter().all(|m| {
+        if let Some(path) = paths.iter().find(|p| p.pointer == m.pointer) {
+            return m.pattern.is_match(&path.path)
+                || (stricter && path.subtree && m.pattern.matches_within(&path.path));
+        }
+        match args.pointer(&m.pointer) {
+            Some(Value::String(s)) => m.pattern.is_match(s),
+            Some(v @ (Value::Number(_) | Value::Bool(_))) => m.pattern.is_match(&v.to_string()),
+            _ => false,
+        }
     })
 }
 
@@ -89,7 +107,8 @@ impl Tool for PolicyTool {
     }
 
     fn gate(&self, args: &Value) -> Gate {
-        match self.rules.iter().find(|(_, rule)| matches(rule, args)) {
+        let paths = self.inner.policy_paths(args);
+        match self.rules.iter().find(|(_, rule)| matches(rule, args, &paths)) {
             Some((_, rule)) => gate_of(rule.gate),
             None => self.inner.gate(args),
         }
@@ -97,6 +116,14 @@ impl Tool for PolicyTool {
 
     fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
         self.inner.preview(args)
+    }
+
+    fn observed_preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<Preview>> {
+        self.inner.observed_preview(args)
+    }
+
+    fn policy_paths(&self, args: &Value) -> Vec<PolicyPath> {
+        self.inner.policy_paths(args)
     }
 
     fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
@@ -150,6 +177,68 @@ mod tests {
         assert_eq!(tool.gate(&json!({})), Gate::Forbid);
         let other = apply(list.clone(), &[rule("shell", &[], PolicyGate::Forbid)]);
         assert!(Arc::ptr_eq(&other, &list));
+    }
+
+    /// A built-in tool over a workspace that need not exist: judging a path reads nothing on disk.
+    fn builtin(name: &str) -> Arc<dyn Tool> {
+        tollgate_agent_tools::builtin_tool("/nonexistent-workspace", name).unwrap_or_else(|| panic!("no tool {name}"))
+    }
+
+    #[test]
+    fn an_allow_is_judged_on_the_path_the_tool_resolves() {
+        let write = apply(builtin("fs_write"), &[rule("fs_write", &[("/path", "notes/**")], PolicyGate::Allow)]);
+        let gate = |path: &str| write.gate(&json!({"path": path, "content": "x"}));
+        for path in ["notes/a.txt", "./notes/a.txt", "notes//a.txt", "x/../notes/a.txt", "notes/sub/"] {
+            assert_eq!(gate(path), Gate::Allow, "{path}");
+        }
+        for path in ["notes/../.git/hooks/pre-commit", "notes/./../secrets.txt", "notesx/a.txt"] {
+            assert_eq!(gate(path), Gate::Ask, "{path} falls to the tool's own gate");
+        }
+    }
+
+    #[test]
+    fn no_spelling_of_a_forbidden_path_dodges_the_forbid() {
+        let policy = [rule("fs_*", &[("/path", "keep/**")], PolicyGate::Forbid)];
+        let calls = [
+            ("fs_write", json!({"content": "x"})),
+            ("fs_search", json!({"pattern": "x"})),
+            ("fs_delete", json!({})),
+            ("fs_read", json!({})),
+            ("fs_list", json!({})),
+        ];
+        for (tool, other) in calls {
+            let tool = apply(builtin(tool), &policy);
+            for path in ["keep/x", "./keep/x", "x/../keep/x", "keep//x", "keep/x/", "keep", "keep/", "./keep/."] {
+                let mut args = other.clone();
+                args["path"] = json!(path);
+                assert_eq!(tool.gate(&args), Gate::Forbid, "{} {path}", tool.name());
+            }
+        }
+    }
+
+    #[test]
+    fn deleting_or_searching_a_folder_that_holds_a_forbidden_path_is_forbidden() {
+        let policy = [
+            rule("fs_*", &[("/path", "a/keep/**")], PolicyGate::Forbid),
+            rule("fs_delete", &[("/path", "tmp/*.log")], PolicyGate::Allow),
+        ];
+        let delete = apply(builtin("fs_delete"), &policy);
+        let gate = |path: &str| delete.gate(&json!({"path": path}));
+        for path in ["a", "./a/", ".", "x/..", "a/keep/deeper"] {
+            assert_eq!(gate(path), Gate::Forbid, "{path} holds a/keep");
+        }
+        for path in ["b", "a/other", "a/keeper"] {
+            assert_eq!(gate(path), Gate::Ask, "{path} holds nothing forbidden");
+        }
+        assert_eq!(gate("tmp/x.log"), Gate::Allow);
+        assert_eq!(gate("tmp"), Gate::Ask, "an allow is judged on the folder itself, not on what it holds");
+
+        let search = apply(builtin("fs_search"), &policy);
+        assert_eq!(search.gate(&json!({"pattern": "x"})), Gate::Forbid, "the default path is the root");
+        assert_eq!(search.gate(&json!({"pattern": "x", "path": "a"})), Gate::Forbid);
+        assert_eq!(search.gate(&json!({"pattern": "x", "path": "b"})), Gate::Allow);
+        let list = apply(builtin("fs_list"), &policy);
+        assert_eq!(list.gate(&json!({"path": "a"})), Gate::Allow, "a listing shows only the names in `a`");
     }
 
     #[test]

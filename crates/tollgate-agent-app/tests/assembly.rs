@@ -260,3 +260,84 @@ tools = ["fs_read"]
     let clash = App::build_with_tools(load(), vec![Refund.into_tool(), Refund.into_tool()]).await.err();
     assert!(clash.is_some_and(|e| e.to_string().contains("tool `refund`")), "a second tool of one name is refused");
 }
+
+/// Through the real runtime, store and built-in tools: a turn that deletes `old.log` and rewrites
+/// `notes.txt` waits at the gate; another process replaces the file by a folder of 200 files and appends a
+/// line to the notes; both calls are approved. Neither touches the disk, and each result says what changed.
+#[tokio::test]
+async fn an_approval_acts_only_on_what_its_preview_saw() {
+    let dir = scratch_dir("app-observed");
+    let script = json!({"turns": [
+        {"tool_calls": [
+            {"name": "fs_delete", "arguments": {"path": "old.log"}},
+            {"name": "fs_write", "arguments": {"path": "notes.txt", "content": "one\ntwo\n"}}
+        ]},
+        {"text": "done"}
+    ]});
+    std::fs::write(dir.join("script.json"), script.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let toml = r#"
+[store]
+url = "sqlite://runs.db"
+[workspace]
+root = "files"
+[[providers]]
+name = "script"
+kind = "scripted"
+script = "script.json"
+[[agents]]
+name = "tidy"
+provider = "script"
+tools = ["fs_delete", "fs_write"]
+"#;
+    let app = app(&dir, toml).await;
+    let files = dir.join("files");
+    std::fs::create_dir_all(&files).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(files.join("old.log"), "13 bytes here").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(files.join("notes.txt"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+
+    let run = app.runtime.start_and_wait(StartRun::new("tidy up", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::WaitingForApproval);
+    let held = run.held_turn().unwrap_or_else(|| panic!("no held turn"));
+    let suspension = held.suspension.parse().unwrap_or_else(|e| panic!("{e}"));
+    let previews: Vec<Option<&str>> = suspension.calls.iter().map(|c| c.preview.as_deref()).collect();
+    assert_eq!(previews[0], Some("delete old.log (13 bytes)"));
+
+    // Another process, while the run waits.
+    std::fs::remove_file(files.join("old.log")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir(files.join("old.log")).unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..200 {
+        std::fs::write(files.join(format!("old.log/{i}.txt")), "kept").unwrap_or_else(|e| panic!("{e}"));
+    }
+    std::fs::write(files.join("notes.txt"), "one\nmine\n").unwrap_or_else(|e| panic!("{e}"));
+
+    let set = DecisionSet::Each(vec![("call_1".into(), Decision::Approve), ("call_2".into(), Decision::Approve)]);
+    app.runtime.decide(&run.id, &held.turn_digest.0, set, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    let done = app.runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.error());
+
+    let events = app.runtime.events(&run.id, 0, 1000).await.unwrap_or_else(|e| panic!("{e}"));
+    let finished: Vec<(Value, Value)> = events
+        .iter()
+        .filter(|e| e.kind.as_str() == "tool_finished")
+        .map(|e| (e.data["is_error"].clone(), e.data["result"].clone()))
+        .collect();
+    assert_eq!(
+        finished,
+        [
+            (
+                json!(true),
+                json!(
+                    "not deleted: `old.log` changed since the preview: it was a file of 13 bytes, it is now a folder of 200 entries"
+                )
+            ),
+            (
+                json!(true),
+                json!(
+                    "not written: `notes.txt` changed since the preview: it was a file of 4 bytes, it is now a file of 9 bytes"
+                )
+            ),
+        ]
+    );
+    assert_eq!(std::fs::read_dir(files.join("old.log")).map(Iterator::count).unwrap_or_default(), 200);
+    assert_eq!(std::fs::read_to_string(files.join("notes.txt")).ok().as_deref(), Some("one\nmine\n"));
+}

@@ -64,7 +64,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tollgate_agent_core::{EventKind, RunQuery, RunStatus, verify_chain};
+use tollgate_agent_core::{EventKind, RunQuery, RunStatus, verify_chain_with};
 use tollgate_agent_store::ScratchSchema;
 
 /// The child's `[server] lease`: short, so runs of a killed process are taken over during the soak.
@@ -1011,7 +1011,7 @@ async fn audit(url: &str, ledger: &Path, created: &[String], report: &mut SoakRe
                 example(format!("run {} is stuck {}", run.id, run.status()));
             }
             let events = tollgate_agent_core::store::events_after(store.as_ref(), &run.id, 0).await.map_err(err)?;
-            match verify_chain(&events, run.last_seq, &run.last_hash) {
+            match verify_chain_with(&events, run.last_seq, &run.last_hash, store.chain_keys()) {
                 Ok(()) => report.chains_verified += 1,
                 Err(e) => {
                     report.chains_broken += 1;

@@ -16,6 +16,8 @@ enum Token {
     AnyPath,
     /// `**/` at a segment start: empty, or any text ending in `/`.
     AnyFolders,
+    /// `/**` ending the pattern: empty (the folder itself), or `/` and any text.
+    SelfOrBelow,
 }
 
 /// A compiled glob pattern. Every string is a valid pattern, of a deliberately small language so that a
@@ -25,16 +27,19 @@ enum Token {
 /// - `**` matches any run of characters, `/` included (possibly empty);
 /// - `**/` at the start of the pattern or right after a `/` matches zero or more whole folders, so
 ///   `**/*.md` matches `a.md` and `x/y/a.md`, and `a/**/b` matches `a/b` and `a/x/y/b`;
+/// - `/**` ending the pattern matches the folder itself too: `notes/**` matches `notes`, `notes/` and
+///   everything beneath, so a rule on a folder's content also covers the folder;
 /// - every other character, `[`, `]` and `\` included, matches itself: there are no escapes or classes.
 ///
-/// A match covers the whole text: `notes/*` does not match `notes/a/b`, and `notes/**` does not match
-/// `notes` itself.
+/// A match covers the whole text: `notes/*` does not match `notes/a/b` (nor `notes`).
 ///
 /// ```
 /// use tollgate_agent_config::Glob;
 /// assert!(Glob::new("files__*").is_match("files__read_file"));
 /// assert!(Glob::new("notes/**").is_match("notes/2026/today.md"));
+/// assert!(Glob::new("notes/**").is_match("notes"));
 /// assert!(!Glob::new("notes/*").is_match("notes/2026/today.md"));
+/// assert!(Glob::new("keep/x/**").matches_within("keep"), "keep holds keep/x");
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Glob {
@@ -60,7 +65,11 @@ impl Glob {
                         continue;
                     }
                     let at_segment_start = start == 0 || chars[start - 1] == '/';
-                    if at_segment_start && chars.get(i) == Some(&'/') {
+                    if i == chars.len() && tokens.last() == Some(&Token::Literal('/')) {
+                        // The `/` before was pushed as a literal: it is part of this token.
+                        tokens.pop();
+                        tokens.push(Token::SelfOrBelow);
+                    } else if at_segment_start && chars.get(i) == Some(&'/') {
                         tokens.push(Token::AnyFolders);
                         i += 1;
                     } else {
@@ -90,10 +99,35 @@ impl Glob {
     /// Whether the pattern matches the whole of `text`.
     pub fn is_match(&self, text: &str) -> bool {
         let text: Vec<char> = text.chars().collect();
+        let mut matched = false;
+        self.run(&text, |reach| matched = reach);
+        matched
+    }
+
+    /// Whether the pattern matches the path `folder` or any path beneath it (`folder/…`): what a rule
+    /// must ask of a call that acts on a whole folder, such as a recursive delete. `.` and the empty
+    /// path stand for the root, beneath which every path lies, so any pattern matches within them.
+    pub fn matches_within(&self, folder: &str) -> bool {
+        if folder.is_empty() || folder == "." || self.is_match(folder) {
+            return true;
+        }
+        // Some path beneath matches when the pattern's elements up to some point match `folder/`
+        // exactly: every rest of a pattern matches some text, which completes the path.
+        let text: Vec<char> = folder.chars().chain(['/']).collect();
+        let mut reached = false;
+        self.run(&text, |reach| reached |= reach);
+        reached
+    }
+
+    /// Runs the pattern's elements over `text` one after the other, telling `whole` after each (and
+    /// before the first) whether the elements so far match all of `text`; stops early once they can
+    /// match no prefix of it.
+    fn run(&self, text: &[char], mut whole: impl FnMut(bool)) {
         let n = text.len();
         // reach[j]: the pattern elements seen so far can match exactly text[..j].
         let mut reach = vec![false; n + 1];
         reach[0] = true;
+        whole(n == 0);
         let mut next = vec![false; n + 1];
         for token in &self.tokens {
             next.iter_mut().for_each(|r| *r = false);
@@ -132,13 +166,21 @@ impl Glob {
                         open |= reach[j];
                     }
                 }
+                Token::SelfOrBelow => {
+                    let mut below = false;
+                    for j in 0..=n {
+                        next[j] = reach[j] || below;
+                        below |= j < n && reach[j] && text[j] == '/';
+                    }
+                }
             }
             std::mem::swap(&mut reach, &mut next);
+            whole(reach[n]);
             if !reach.iter().any(|r| *r) {
-                return false;
+                // Every later element starts where this one ended: none can match any more.
+                return;
             }
         }
-        reach[n]
     }
 }
 
@@ -198,7 +240,8 @@ mod tests {
 
     #[test]
     fn double_star_crosses_folders() {
-        check("notes/**", &["notes/a", "notes/a/b/c.txt", "notes/"], &["notes", "notesx/a", "other/notes/a"]);
+        check("notes/**", &["notes", "notes/a", "notes/a/b/c.txt", "notes/"], &["note", "notesx/a", "other/notes/a"]);
+        check("/**", &["", "/", "/a/b"], &["a"]);
         check("**", &["", "a", "a/b/c"], &[]);
         check("a**b", &["ab", "axb", "a/x/b"], &["a/x/c"]);
     }
@@ -220,6 +263,34 @@ mod tests {
     fn other_characters_are_literal() {
         check("[ab]", &["[ab]"], &["a", "b"]);
         check(r"a\*", &[r"a\", r"a\x"], &["a*x", "a"]);
+    }
+
+    #[test]
+    fn a_folder_matches_within_when_it_or_a_path_beneath_it_matches() {
+        let within = |pattern: &str, folder: &str| Glob::new(pattern).matches_within(folder);
+        for (pattern, folder) in [
+            ("keep/**", "keep"),
+            ("keep/**", "keep/x"),
+            ("keep/**", "."),
+            ("keep/x", "keep"),
+            ("keep/x/**", "keep"),
+            ("**/*.rs", "src"),
+            ("*.md", ""),
+            ("a/*/c", "a"),
+            ("ke**", "keep"),
+            ("src/**/mod.rs", "src/a"),
+        ] {
+            assert!(within(pattern, folder), "{pattern:?} should match within {folder:?}");
+        }
+        for (pattern, folder) in [
+            ("keep/**", "kee"),
+            ("keep/**", "other"),
+            ("notes/*.md", "notes/sub"),
+            ("*", "keep/x"),
+            ("keep/x", "keep/y"),
+        ] {
+            assert!(!within(pattern, folder), "{pattern:?} should not match within {folder:?}");
+        }
     }
 
     #[test]

@@ -212,6 +212,9 @@ pub struct RuntimeConfig {
     /// `workers`: how many runs this process drives at once; `None` (unset) means the runtime's default
     /// for the machine's cores (32 per core).
     pub workers: Option<u64>,
+    /// `max_takeovers`: how many takeovers in a row without a new step a run is given before the next
+    /// fails it (`crash_loop`); `None` (unset) means the runtime's default (3).
+    pub max_takeovers: Option<u64>,
 }
 
 /// `[privacy]`: what the event log keeps of prompts, arguments and results, and encryption at rest.
@@ -518,6 +521,8 @@ pub enum WebhookEvent {
     Decision,
     /// `run_resumed`
     RunResumed,
+    /// `run_taken_over`
+    RunTakenOver,
     /// `run_completed`
     RunCompleted,
     /// `run_failed`
@@ -530,7 +535,7 @@ pub enum WebhookEvent {
 
 impl WebhookEvent {
     /// Every event kind, in the order docs/api.md lists them.
-    pub const ALL: [WebhookEvent; 12] = [
+    pub const ALL: [WebhookEvent; 13] = [
         WebhookEvent::RunStarted,
         WebhookEvent::ModelRequest,
         WebhookEvent::ModelResponse,
@@ -539,6 +544,7 @@ impl WebhookEvent {
         WebhookEvent::ApprovalRequested,
         WebhookEvent::Decision,
         WebhookEvent::RunResumed,
+        WebhookEvent::RunTakenOver,
         WebhookEvent::RunCompleted,
         WebhookEvent::RunFailed,
         WebhookEvent::RunCancelled,
@@ -556,6 +562,7 @@ impl WebhookEvent {
             WebhookEvent::ApprovalRequested => "approval_requested",
             WebhookEvent::Decision => "decision",
             WebhookEvent::RunResumed => "run_resumed",
+            WebhookEvent::RunTakenOver => "run_taken_over",
             WebhookEvent::RunCompleted => "run_completed",
             WebhookEvent::RunFailed => "run_failed",
             WebhookEvent::RunCancelled => "run_cancelled",

@@ -194,13 +194,17 @@ impl Parser<'_> {
 
     fn runtime(&self, section: Option<&Section<'_>>) -> Result<RuntimeConfig> {
         if let Some(section) = section {
-            section.check_keys(&["workers"])?;
+            section.check_keys(&["workers", "max_takeovers"])?;
         }
         let workers = match self.scalar(section, "runtime", "workers") {
             Some((value, at)) => Some(positive_integer(&value, &at)?),
             None => None,
         };
-        Ok(RuntimeConfig { workers })
+        let max_takeovers = match self.scalar(section, "runtime", "max_takeovers") {
+            Some((value, at)) => Some(positive_integer(&value, &at)?),
+            None => None,
+        };
+        Ok(RuntimeConfig { workers, max_takeovers })
     }
 
     fn sandbox(&self, section: Option<&Section<'_>>) -> Result<SandboxConfig> {

@@ -45,6 +45,7 @@
 //! [`RunScope`]. The durable runtime (`tollgate-agent-runtime`) and the `tollgate` facade build on it.
 
 pub mod canonical;
+pub mod display;
 pub mod event;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -60,7 +61,8 @@ pub mod tool_loop;
 pub mod transcript;
 pub mod typed;
 
-pub use event::{ChainBreak, EventKind, NewEvent, StoredEvent, verify_chain};
+pub use display::{terminal_safe, terminal_safe_line};
+pub use event::{ChainBreak, ChainKey, ChainKeys, EventKind, NewEvent, StoredEvent, verify_chain, verify_chain_with};
 pub use metadata::{Metadata, MetadataError, MetadataValueError};
 pub use model::{
     FinishReason, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse, NoDeltas,
@@ -79,8 +81,8 @@ pub use suspension::{
     SuspensionError, TurnDigest,
 };
 pub use tool::{
-    Gate, RegisteredTool, RegistryError, RunScope, Tool, ToolContext, ToolError, ToolOutput, ToolPin, ToolRegistry,
-    ToolSpec,
+    Gate, PolicyPath, Preview, RegisteredTool, RegistryError, RunScope, Tool, ToolContext, ToolError, ToolOutput,
+    ToolPin, ToolRegistry, ToolSpec,
 };
 pub use tool_loop::{
     AgentLoop, Completion, HookError, ITERATION_LIMIT_RESULT, LoopConfig, LoopError, LoopEvent, LoopHooks, NoHooks,

@@ -1,16 +1,32 @@
 //! The one redactor: keeps configured secrets — provider keys, bearer tokens, webhook and data keys — out
 //! of everything Tollgate stores, serves, prints or logs.
 //!
-//! A secret is replaced wherever it appears whole, and so is a recognisable fragment of it: the masked
-//! echo providers print in their errors (`sk-PRO...3456`, `sk-proj-****3456`, `sk-…3456`), that is a mask
-//! (`...`, `…`, or two or more `*`) with a prefix of the secret before it and a suffix after it — at least
-//! [`MIN_FRAGMENT`] characters of the secret on the two sides together, at least one on each side that
-//! has any. Both become [`REDACTED`].
+//! A secret is replaced wherever it appears in any of these forms:
+//! - as it is, in any ASCII case (`SK-PROJ-…` is the key `sk-proj-…` upper-cased);
+//! - hex-encoded (its UTF-8 bytes, lower, upper or mixed case);
+//! - base64-encoded, standard or URL-safe alphabet, with or without padding, alone or inside a longer
+//!   encoded blob (the characters that encode only the secret's bytes, at each of the three byte offsets
+//!   it can sit at);
+//! - a long prefix or suffix of it: [`MIN_LONG_FRAGMENT`] characters or more, and at least
+//!   [`LONG_FRAGMENT_SHARE`] of the secret (20 of a 32-character key), extended over as much of the
+//!   secret as follows or precedes it;
+//! - with zero-width characters or soft hyphens inserted (U+200B–U+200D, U+2060, U+FEFF, U+00AD), or
+//!   percent-encoded, in whole or in part: the text is searched with those removed and decoded, and what
+//!   is replaced is the span of the original text that spelled the secret.
+//!
+//! And so is a masked echo: what providers print in their errors (`sk-PRO...3456`, `sk-proj-****3456`,
+//! `sk-…3456`), that is a mask (`...`, `…`, or two or more `*`) with a prefix of the secret before it and a
+//! suffix after it — at least [`MIN_FRAGMENT`] characters of the secret on the two sides together, at
+//! least one on each side that has any. All become [`REDACTED`].
 //!
 //! Secrets shorter than [`MIN_SECRET_LEN`] characters are not searched for: they would match ordinary
 //! text. The redactor is applied at the boundaries (a tool's result, a run's error, every event before it
-//! is stored, log lines), so what reaches the store, the API and the CLI is already clean.
+//! is stored, log lines), so what reaches the store, the API and the CLI is already clean. Its searches
+//! are built once, in [`Redactor::new`]: one pass over a text finds every form of every secret, and a text
+//! with no `%`, zero-width character or soft hyphen is searched as it is, without a copy.
 
+use aho_corasick::{AhoCorasick, MatchKind};
+use base64::Engine as _;
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -20,13 +36,28 @@ pub const REDACTED: &str = "[redacted]";
 pub const MIN_SECRET_LEN: usize = 8;
 /// A masked echo must show at least this many characters of the secret to be taken for one.
 pub const MIN_FRAGMENT: usize = 4;
+/// A prefix or suffix of a secret shown without a mask must be at least this many characters long.
+pub const MIN_LONG_FRAGMENT: usize = 12;
+/// ... and at least this share of the secret (in percent, rounded up).
+pub const LONG_FRAGMENT_SHARE: usize = 60;
 
-/// The configured secrets, and the rule that finds them in text.
-#[derive(Clone, Default, PartialEq, Eq)]
+/// The configured secrets, and the searches that find them in text.
+#[derive(Clone, Default)]
 pub struct Redactor {
     /// Longest first, so a secret that contains another is replaced whole.
     secrets: Vec<String>,
+    /// Every form of every secret; `None` without secrets (or, should building it fail, searched for
+    /// as they are).
+    finder: Option<Finder>,
 }
+
+impl PartialEq for Redactor {
+    fn eq(&self, other: &Self) -> bool {
+        self.secrets == other.secrets
+    }
+}
+
+impl Eq for Redactor {}
 
 impl std::fmt::Debug for Redactor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -34,8 +65,213 @@ impl std::fmt::Debug for Redactor {
     }
 }
 
+/// What a pattern of [`Finder::folded`] is.
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    /// A whole secret in some encoding: the match is all there is.
+    Whole,
+    /// The first characters of secret `n`: the match extends over as much of the secret as follows.
+    Prefix(usize),
+    /// The last characters of secret `n`: the match extends over as much of the secret as precedes.
+    Suffix(usize),
+}
+
+/// The searches for every form of the secrets, built once.
+#[derive(Clone)]
+struct Finder {
+    /// The secrets as they are, in hex, and their long prefixes and suffixes, matched ignoring ASCII case.
+    folded: AhoCorasick,
+    /// What each pattern of `folded` is, by pattern id.
+    forms: Vec<Form>,
+    /// The base64 forms, where case matters.
+    exact: AhoCorasick,
+    /// The longest text a pattern matches, in bytes of the searched view.
+    longest: usize,
+    /// The secrets, longest first, which prefix and suffix matches are extended over.
+    secrets: Vec<String>,
+}
+
+impl Finder {
+    fn new(secrets: &[String]) -> Result<Self, aho_corasick::BuildError> {
+        let mut folded: Vec<Vec<u8>> = Vec::new();
+        let mut forms = Vec::new();
+        let mut exact: Vec<Vec<u8>> = Vec::new();
+        for (n, secret) in secrets.iter().enumerate() {
+            let bytes = secret.as_bytes();
+            folded.push(bytes.to_vec());
+            forms.push(Form::Whole);
+            folded.push(hex::encode(bytes).into_bytes());
+            forms.push(Form::Whole);
+            if let Some(len) = long_fragment_len(secret) {
+                // On char boundaries, so a match never ends inside a character.
+                let head: String = secret.chars().take(len).collect();
+                let tail: String = secret.chars().skip(secret.chars().count() - len).collect();
+                folded.push(head.into_bytes());
+                forms.push(Form::Prefix(n));
+                folded.push(tail.into_bytes());
+                forms.push(Form::Suffix(n));
+            }
+            for encoded in base64_forms(bytes) {
+                if !exact.contains(&encoded) {
+                    exact.push(encoded);
+                }
+            }
+        }
+        let longest = secrets.iter().map(|s| 3 * s.len()).max().unwrap_or(0);
+        Ok(Self {
+            folded: AhoCorasick::builder()
+                .ascii_case_insensitive(true)
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(&folded)?,
+            forms,
+            exact: AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(&exact)?,
+            longest,
+            secrets: secrets.to_vec(),
+        })
+    }
+
+    /// The spans of `view` that spell a secret, in any order, possibly overlapping.
+    fn spans(&self, view: &[u8]) -> Vec<(usize, usize)> {
+        let secrets = &self.secrets;
+        let mut spans = Vec::new();
+        for found in self.folded.find_iter(view) {
+            let (mut start, mut end) = (found.start(), found.end());
+            match self.forms.get(found.pattern().as_usize()) {
+                Some(Form::Prefix(n)) => {
+                    let secret = secrets[*n].as_bytes();
+                    while end < view.len() && end - start < secret.len() {
+                        if !view[end].eq_ignore_ascii_case(&secret[end - start]) {
+                            break;
+                        }
+                        end += 1;
+                    }
+                }
+                Some(Form::Suffix(n)) => {
+                    let secret = secrets[*n].as_bytes();
+                    let mut k = secret.len() - (end - start);
+                    while start > 0 && k > 0 && view[start - 1].eq_ignore_ascii_case(&secret[k - 1]) {
+                        start -= 1;
+                        k -= 1;
+                    }
+                }
+                Some(Form::Whole) | None => {}
+            }
+            spans.push((start, end));
+        }
+        spans.extend(self.exact.find_iter(view).map(|found| (found.start(), found.end())));
+        spans
+    }
+}
+
+/// How long a prefix or suffix of `secret` must be to be taken for it; `None` when only the whole
+/// secret is (it is too short for a fragment to be told from ordinary text).
+fn long_fragment_len(secret: &str) -> Option<usize> {
+    let chars = secret.chars().count();
+    let len = MIN_LONG_FRAGMENT.max((chars * LONG_FRAGMENT_SHARE).div_ceil(100));
+    (len < chars).then_some(len)
+}
+
+/// The base64 text that encodes only `bytes`, standard and URL-safe, for each byte offset mod 3 the bytes
+/// can start at in a longer encoded value: the characters that also carry bits of a neighbouring byte are
+/// left out, so the form is found inside any blob that holds the secret, padded or not.
+fn base64_forms(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(6);
+    for offset in 0..3 {
+        let mut data = vec![0u8; offset];
+        data.extend_from_slice(bytes);
+        let encoded = base64::engine::general_purpose::STANDARD_NO_PAD.encode(&data);
+        // Character j carries bits 6j..6j+6 of the data; keep those entirely within the secret's bits.
+        let first = (8 * offset).div_ceil(6);
+        let last = 8 * data.len() / 6;
+        let Some(core) = encoded.get(first..last) else { continue };
+        let url_safe: String = core
+            .chars()
+            .map(|c| match c {
+                '+' => '-',
+                '/' => '_',
+                c => c,
+            })
+            .collect();
+        for form in [core.as_bytes().to_vec(), url_safe.into_bytes()] {
+            if !out.contains(&form) {
+                out.push(form);
+            }
+        }
+    }
+    out
+}
+
+/// Characters removed before searching: they show as nothing and would split a secret.
+fn is_ignorable(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{00AD}')
+}
+
+/// A text as it is searched: without zero-width characters and soft hyphens, with `%XX` decoded; and for
+/// each byte of it, the span of the original text it came from (none when the text is searched as it is).
+struct View<'a> {
+    bytes: Cow<'a, [u8]>,
+    origin: Option<Vec<(usize, usize)>>,
+}
+
+impl<'a> View<'a> {
+    fn of(text: &'a str) -> Self {
+        let plain = !text.contains('%') && !text.chars().any(is_ignorable);
+        if plain {
+            return Self { bytes: Cow::Borrowed(text.as_bytes()), origin: None };
+        }
+        let raw = text.as_bytes();
+        let mut bytes = Vec::with_capacity(raw.len());
+        let mut origin = Vec::with_capacity(raw.len());
+        let mut chars = text.char_indices().peekable();
+        while let Some((at, c)) = chars.next() {
+            if is_ignorable(c) {
+                continue;
+            }
+            if c == '%'
+                && let (Some(high), Some(low)) =
+                    (raw.get(at + 1).and_then(hex_digit), raw.get(at + 2).and_then(hex_digit))
+            {
+                bytes.push(high << 4 | low);
+                origin.push((at, at + 3));
+                chars.next();
+                chars.next();
+                continue;
+            }
+            for (i, byte) in c.to_string().bytes().enumerate() {
+                bytes.push(byte);
+                origin.push((at + i, at + i + 1));
+            }
+        }
+        Self { bytes: Cow::Owned(bytes), origin: Some(origin) }
+    }
+
+    /// The span of the original text that `start..end` of the view came from.
+    fn original(&self, start: usize, end: usize) -> (usize, usize) {
+        match &self.origin {
+            None => (start, end),
+            Some(origin) => (origin[start].0, origin[end - 1].1),
+        }
+    }
+}
+
+fn hex_digit(byte: &u8) -> Option<u8> {
+    char::from(*byte).to_digit(16).and_then(|d| u8::try_from(d).ok())
+}
+
+/// Widens `start..end` to the nearest character boundaries of `text`.
+fn on_char_boundaries(text: &str, mut start: usize, mut end: usize) -> (usize, usize) {
+    while start > 0 && !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    while end < text.len() && !text.is_char_boundary(end) {
+        end += 1;
+    }
+    (start, end)
+}
+
 impl Redactor {
-    /// A redactor for these secrets (short and empty ones are dropped).
+    /// A redactor for these secrets (short and empty ones are dropped). Builds the searches for every
+    /// form of them once.
     pub fn new<I, S>(secrets: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -45,7 +281,19 @@ impl Redactor {
             secrets.into_iter().map(Into::into).filter(|s| s.chars().count() >= MIN_SECRET_LEN).collect();
         secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         secrets.dedup();
-        Self { secrets }
+        let finder = if secrets.is_empty() {
+            None
+        } else {
+            match Finder::new(&secrets) {
+                Ok(finder) => Some(finder),
+                Err(error) => {
+                    // Never seen with secrets of sane size; the secrets are still replaced as they are.
+                    tracing::error!(%error, "the redactor's search for encoded secrets could not be built");
+                    None
+                }
+            }
+        };
+        Self { secrets, finder }
     }
 
     /// True when there is nothing to look for.
@@ -53,22 +301,34 @@ impl Redactor {
         self.secrets.is_empty()
     }
 
-    /// The length of the longest secret, in characters (0 with none).
+    /// The length of the longest text a secret is found in, in characters (0 with none): its
+    /// percent-encoded form, three characters per byte. A stream held back this much never lets part of
+    /// a secret out before the whole is seen.
     pub fn longest_secret(&self) -> usize {
-        self.secrets.iter().map(|s| s.chars().count()).max().unwrap_or(0)
+        match &self.finder {
+            Some(finder) => finder.longest,
+            None => self.secrets.iter().map(|s| s.chars().count()).max().unwrap_or(0),
+        }
     }
 
-    /// `text` with every secret and masked fragment of one replaced; borrowed when nothing was found.
+    /// `text` with every secret, in every form, and masked fragment of one replaced; borrowed when
+    /// nothing was found.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         if self.secrets.is_empty() {
             return Cow::Borrowed(text);
         }
-        let mut out: Cow<'a, str> = Cow::Borrowed(text);
-        for secret in &self.secrets {
-            if out.contains(secret.as_str()) {
-                out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
+        let mut out: Cow<'a, str> = match &self.finder {
+            Some(finder) => Self::replace_spans(text, finder),
+            None => {
+                let mut out = Cow::Borrowed(text);
+                for secret in &self.secrets {
+                    if out.contains(secret.as_str()) {
+                        out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
+                    }
+                }
+                out
             }
-        }
+        };
         if has_mask(&out) {
             let masked = self.redact_fragments(&out);
             if let Some(masked) = masked {
@@ -76,6 +336,34 @@ impl Redactor {
             }
         }
         out
+    }
+
+    fn replace_spans<'a>(text: &'a str, finder: &Finder) -> Cow<'a, str> {
+        let view = View::of(text);
+        let mut spans: Vec<(usize, usize)> = finder
+            .spans(&view.bytes)
+            .into_iter()
+            .map(|(start, end)| view.original(start, end))
+            .map(|(start, end)| on_char_boundaries(text, start, end))
+            .collect();
+        if spans.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        spans.sort_unstable();
+        let mut out = String::with_capacity(text.len());
+        let mut at = 0;
+        for (start, end) in spans {
+            if end <= at {
+                continue;
+            }
+            if start >= at {
+                out.push_str(&text[at..start]);
+                out.push_str(REDACTED);
+            }
+            at = end;
+        }
+        out.push_str(&text[at..]);
+        Cow::Owned(out)
     }
 
     /// Redacts `text` in place.
@@ -224,6 +512,101 @@ mod tests {
             json!({"error": {"message": "bad key [redacted]"}, "list": ["[redacted]", 7],
                                  "[redacted]": true})
         );
+    }
+
+    /// A 32-character token, as a webhook secret or a bearer token is.
+    const TOKEN: &str = "tok-9f8e7d6c5b4a39281706f5e4d3c2";
+
+    fn token_redactor() -> Redactor {
+        Redactor::new([TOKEN])
+    }
+
+    fn assert_hidden(text: &str) {
+        let clean = token_redactor().redact(text);
+        assert!(clean.contains(REDACTED), "nothing was redacted in {text:?}: {clean:?}");
+        let lower = clean.to_ascii_lowercase();
+        for part in [&TOKEN[..10], &TOKEN[TOKEN.len() - 10..]] {
+            assert!(!lower.contains(part), "{part:?} is still in {clean:?}");
+        }
+    }
+
+    #[test]
+    fn a_secret_with_inserted_invisible_characters_is_replaced_with_them() {
+        for hidden in ['\u{200B}', '\u{200C}', '\u{200D}', '\u{2060}', '\u{FEFF}', '\u{00AD}'] {
+            let spelled = format!("{}{hidden}{}{hidden}{}", &TOKEN[..5], &TOKEN[5..20], &TOKEN[20..]);
+            let text = format!("key: {spelled} end");
+            assert_eq!(token_redactor().redact(&text), "key: [redacted] end", "U+{:04X}", u32::from(hidden));
+        }
+    }
+
+    #[test]
+    fn a_secret_in_another_case_is_replaced() {
+        assert_eq!(token_redactor().redact(&format!("k={}", TOKEN.to_ascii_uppercase())), "k=[redacted]");
+        let mixed: String =
+            TOKEN.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
+        assert_eq!(token_redactor().redact(&format!("k={mixed}.")), "k=[redacted].");
+    }
+
+    #[test]
+    fn a_hex_encoded_secret_is_replaced_in_either_case() {
+        let lower = hex::encode(TOKEN);
+        assert_eq!(token_redactor().redact(&format!("x {lower} y")), "x [redacted] y");
+        assert_eq!(token_redactor().redact(&format!("x {} y", lower.to_ascii_uppercase())), "x [redacted] y");
+    }
+
+    #[test]
+    fn a_percent_encoded_secret_is_replaced_whole_or_in_part() {
+        let every_byte: String = TOKEN.bytes().map(|b| format!("%{b:02X}")).collect();
+        assert_eq!(token_redactor().redact(&format!("?t={every_byte}&a=1")), "?t=[redacted]&a=1");
+        let dashes = TOKEN.replace('-', "%2d");
+        assert_eq!(token_redactor().redact(&format!("?t={dashes}&a=1")), "?t=[redacted]&a=1");
+        assert_eq!(token_redactor().redact("100% sure, 50%off"), "100% sure, 50%off");
+    }
+
+    #[test]
+    fn a_base64_encoded_secret_is_replaced_in_every_alphabet_and_at_every_offset() {
+        use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+        // A secret whose encodings hold `+` and `/`, so the two alphabets differ.
+        let secret = "key?>?>~~~-0123456789";
+        let r = Redactor::new([secret]);
+        for engine in [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD] {
+            let alone = engine.encode(secret);
+            assert_eq!(r.redact(&format!("b={alone};")), "b=[redacted];", "{alone}");
+            // Inside a longer blob, at each byte offset mod 3 (a basic-auth header, a JSON config).
+            for before in ["", "a", "ab", "user:", "{\"key\":\""] {
+                let blob = engine.encode(format!("{before}{secret} and more after it"));
+                let header = format!("Authorization: Basic {blob}");
+                let clean = r.redact(&header);
+                assert!(clean.contains(REDACTED), "{before:?}: {blob} -> {clean}");
+                let inner = engine.encode(secret);
+                assert!(!clean.contains(&inner[2..inner.len() - 3]), "{before:?}: {clean}");
+            }
+        }
+        assert_eq!(r.redact("aGVsbG8gd29ybGQ="), "aGVsbG8gd29ybGQ=", "other base64 is left alone");
+    }
+
+    #[test]
+    fn a_long_prefix_or_suffix_of_a_secret_is_replaced() {
+        assert_eq!(long_fragment_len(TOKEN), Some(20), "20 of 32 characters");
+        assert_eq!(token_redactor().redact(&format!("k={} end", &TOKEN[..20])), "k=[redacted] end");
+        assert_eq!(token_redactor().redact(&format!("k={} end", &TOKEN[..26])), "k=[redacted] end", "all of it");
+        assert_eq!(token_redactor().redact(&format!("k={} end", &TOKEN[12..])), "k=[redacted] end");
+        assert_eq!(
+            token_redactor().redact(&format!("k={} end", &TOKEN[..19])),
+            format!("k={} end", &TOKEN[..19]),
+            "a shorter prefix could be ordinary text"
+        );
+        assert_eq!(long_fragment_len("abcdefghijkl"), None, "a 12-character secret is matched only whole");
+        assert_eq!(long_fragment_len("abcdefghijklm"), Some(12));
+    }
+
+    #[test]
+    fn every_form_together_and_ordinary_text_untouched() {
+        let text = format!("a {} b {} c {}", TOKEN.to_uppercase(), hex::encode(TOKEN), &TOKEN[..22]);
+        assert_eq!(token_redactor().redact(&text), "a [redacted] b [redacted] c [redacted]");
+        let ordinary = "tok-9 tokens, 9f8e7 hex, the quick brown fox, dG9r, 746f6b";
+        assert!(matches!(token_redactor().redact(ordinary), Cow::Borrowed(_)));
+        assert_hidden(&format!("{}\u{200B}{}", &TOKEN[..3], &TOKEN[3..]));
     }
 
     #[test]

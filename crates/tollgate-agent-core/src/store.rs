@@ -476,6 +476,13 @@ pub trait RunStore: Send + Sync {
         let _ = tap;
         false
     }
+
+    /// The keys this store chains events with and verifies keyed hashes by
+    /// ([`crate::event::verify_chain_with`]): `None` (the default) for a store whose events are
+    /// chained unkeyed. A store that wraps another answers for the one it wraps.
+    fn chain_keys(&self) -> Option<&crate::event::ChainKeys> {
+        None
+    }
 }
 
 /// How many events [`events_after`] asks the store for at a time.

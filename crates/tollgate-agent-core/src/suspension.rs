@@ -36,8 +36,10 @@ impl TurnDigest {
 /// One call of the held turn, as the approver sees it.
 ///
 /// Stored as `{"call_id","tool","arguments","gate","preview","in_doubt","settled"}` (in that order, the
-/// v1 suspension format): [`CallState`] is written as the `gate`, `in_doubt` and `settled` it stood for,
-/// and a stored combination that no state stands for (say, `in_doubt` with a result) is refused.
+/// v1 suspension format), followed by `"observed"` only when the preview observed something (so a call
+/// without one is stored, read and digested exactly as v1 wrote it): [`CallState`] is written as the
+/// `gate`, `in_doubt` and `settled` it stood for, and a stored combination that no state stands for (say,
+/// `in_doubt` with a result) is refused.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HeldCall {
     /// The model's id for the call.
@@ -48,6 +50,10 @@ pub struct HeldCall {
     pub arguments: Value,
     /// What the approver sees, if the tool gives a preview.
     pub preview: Option<String>,
+    /// The state of the world the preview was made from ([`Preview::observed`](crate::Preview)), never a
+    /// JSON `null`. Part of the turn's digest, so a decision is bound to it; handed back to the tool when
+    /// the call runs on a person's approval ([`ToolContext::observed`](crate::ToolContext)).
+    pub observed: Option<Value>,
     /// Where the call stands.
     pub state: CallState,
 }
@@ -126,6 +132,8 @@ struct HeldCallOut<'a> {
     preview: &'a Option<String>,
     in_doubt: bool,
     settled: Option<&'a ToolResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    observed: Option<&'a Value>,
 }
 
 /// A held call as read back (the v1 format); see [`HeldCall`].
@@ -141,6 +149,8 @@ struct HeldCallIn {
     in_doubt: bool,
     #[serde(default)]
     settled: Option<ToolResult>,
+    #[serde(default)]
+    observed: Option<Value>,
 }
 
 impl Serialize for HeldCall {
@@ -153,6 +163,7 @@ impl Serialize for HeldCall {
             preview: &self.preview,
             in_doubt: self.in_doubt(),
             settled: self.settled(),
+            observed: self.observed.as_ref(),
         }
         .serialize(serializer)
     }
@@ -160,7 +171,7 @@ impl Serialize for HeldCall {
 
 impl<'de> Deserialize<'de> for HeldCall {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let HeldCallIn { call_id, tool, arguments, gate, preview, in_doubt, settled } =
+        let HeldCallIn { call_id, tool, arguments, gate, preview, in_doubt, settled, observed } =
             HeldCallIn::deserialize(deserializer)?;
         let state = match (gate, in_doubt, settled) {
             (Gate::Forbid, false, Some(result)) => CallState::Refused(result),
@@ -175,7 +186,7 @@ impl<'de> Deserialize<'de> for HeldCall {
                 )));
             }
         };
-        Ok(HeldCall { call_id, tool, arguments, preview, state })
+        Ok(HeldCall { call_id, tool, arguments, preview, observed, state })
     }
 }
 
@@ -351,14 +362,19 @@ fn compute_digest(calls: &[HeldCall], tools: &[ToolPin]) -> TurnDigest {
     let calls: Vec<Value> = calls
         .iter()
         .map(|c| {
-            json!({
+            let mut call = json!({
                 "call_id": c.call_id,
                 "tool": c.tool,
                 "arguments": c.arguments,
                 "gate": c.gate(),
                 "in_doubt": c.in_doubt(),
                 "settled": c.settled().map(|r| json!({"content": r.content, "is_error": r.is_error})),
-            })
+            });
+            // Only when present: a call without an observation digests as v1 digested it.
+            if let (Some(observed), Some(fields)) = (&c.observed, call.as_object_mut()) {
+                fields.insert("observed".to_owned(), observed.clone());
+            }
+            call
         })
         .collect();
     TurnDigest(format!("sha256:{}", canonical_sha256(&json!({"calls": calls, "schemas": schemas}))))
@@ -463,7 +479,14 @@ mod tests {
     }
 
     fn call(state: CallState) -> HeldCall {
-        HeldCall { call_id: "c1".into(), tool: "write".into(), arguments: json!({"a": 1}), preview: None, state }
+        HeldCall {
+            call_id: "c1".into(),
+            tool: "write".into(),
+            arguments: json!({"a": 1}),
+            preview: None,
+            observed: None,
+            state,
+        }
     }
 
     #[test]
@@ -488,6 +511,34 @@ mod tests {
             assert_eq!(text, format!(r#"{{"call_id":"c1","tool":"write","arguments":{{"a":1}},{flags}}}"#));
             assert_eq!(serde_json::from_str::<HeldCall>(&text)?, held);
         }
+        Ok(())
+    }
+
+    /// A preview's observation is stored after the v1 fields only when there is one, and it is part of the
+    /// digest: a decision is bound to what the approver's preview saw, and a stored observation edited
+    /// afterwards makes the suspension unreadable.
+    #[test]
+    fn an_observation_is_stored_and_digested_only_when_present() -> Result<(), SuspensionError> {
+        let observed = json!({"kind": "file", "size": 13});
+        let held = HeldCall { observed: Some(observed.clone()), ..call(CallState::Asks) };
+        let text = serde_json::to_string(&held).map_err(|e| SuspensionError::Invalid(e.to_string()))?;
+        assert!(text.ends_with(r#""settled":null,"observed":{"kind":"file","size":13}}"#), "{text}");
+        let read: HeldCall = serde_json::from_str(&text).map_err(|e| SuspensionError::Invalid(e.to_string()))?;
+        assert_eq!(read, held);
+
+        let suspension =
+            |call: HeldCall| Suspension::new(1, Vec::new(), vec![call], Counters::default(), Vec::new(), Vec::new());
+        let without = suspension(call(CallState::Asks));
+        let with = suspension(held.clone());
+        let other = suspension(HeldCall { observed: Some(json!({"kind": "file", "size": 14})), ..held });
+        assert_ne!(with.turn_digest, without.turn_digest, "the observation is digested");
+        assert_ne!(with.turn_digest, other.turn_digest, "a different observation is another turn");
+        let stored = with.to_json()?;
+        assert_eq!(Suspension::from_json(&stored)?, with);
+        let tampered = stored.replacen(r#""size":13"#, r#""size":99"#, 1);
+        assert!(
+            matches!(Suspension::from_json(&tampered), Err(SuspensionError::Invalid(e)) if e.contains("turn_digest"))
+        );
         Ok(())
     }
 

@@ -97,17 +97,28 @@ pub struct ToolContext {
     pub call_id: String,
     /// The run's metadata, as given when it was started (empty when none was).
     pub metadata: Metadata,
+    /// What the call's preview observed ([`Preview::observed`]), when a person approved the call on that
+    /// preview: the tool checks it still holds before acting, and touches nothing if it does not.
+    /// `None` for a call that runs without a person's decision (gate allow), for a call run with arguments
+    /// an approver edited (the new arguments were never previewed), and for a preview that observed nothing.
+    pub observed: Option<Value>,
 }
 
 impl ToolContext {
-    /// The context of call `call_id` of run `run_id`, without metadata.
+    /// The context of call `call_id` of run `run_id`, without metadata or observation.
     pub fn new(run_id: impl Into<String>, call_id: impl Into<String>) -> Self {
-        Self { run_id: run_id.into(), call_id: call_id.into(), metadata: Metadata::new() }
+        Self { run_id: run_id.into(), call_id: call_id.into(), metadata: Metadata::new(), observed: None }
     }
 
     /// The same context with this metadata.
     pub fn with_metadata(mut self, metadata: Metadata) -> Self {
         self.metadata = metadata;
+        self
+    }
+
+    /// The same context with what the approved preview observed.
+    pub fn with_observed(mut self, observed: Option<Value>) -> Self {
+        self.observed = observed;
         self
     }
 
@@ -140,8 +151,65 @@ impl RunScope {
 
     /// The context a tool gets for call `call_id` of this run.
     pub fn tool_context(&self, call_id: impl Into<String>) -> ToolContext {
-        ToolContext { run_id: self.run_id.clone(), call_id: call_id.into(), metadata: self.metadata.clone() }
+        ToolContext::new(self.run_id.clone(), call_id).with_metadata(self.metadata.clone())
     }
+}
+
+/// What the approver sees for one call, and the state of the world it was made from.
+///
+/// A tool whose call acts on something that may change while the call waits for a person (a file it
+/// diffs, a folder it would delete) records here what it judged. The observation is stored with the held
+/// call and bound into the turn's digest; when the call runs on that approval, its [`ToolContext`] carries
+/// the observation back ([`ToolContext::observed`]) and the tool compares it with what is there now.
+/// Its shape is the tool's own: core only stores, digests and hands it back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Preview {
+    /// The text the approver reads.
+    pub text: String,
+    /// What the text was made from (`None`: nothing to check when the call runs; a JSON `null` counts as
+    /// `None`).
+    pub observed: Option<Value>,
+}
+
+impl Preview {
+    /// A preview with nothing observed.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self { text: text.into(), observed: None }
+    }
+
+    /// The same preview with what it was made from.
+    pub fn with_observed(mut self, observed: Value) -> Self {
+        self.observed = Some(observed);
+        self
+    }
+}
+
+impl From<String> for Preview {
+    /// A preview with nothing observed.
+    fn from(text: String) -> Self {
+        Self::new(text)
+    }
+}
+
+impl From<&str> for Preview {
+    /// A preview with nothing observed.
+    fn from(text: &str) -> Self {
+        Self::new(text)
+    }
+}
+
+/// A path argument of a call as operator policy judges it (see [`Tool::policy_paths`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyPath {
+    /// The JSON pointer of the argument (`/path`), as a policy matcher names it.
+    pub pointer: String,
+    /// The path the call acts on, normalised: relative to the tool's root, `/`-separated, without `.`,
+    /// `..`, repeated or trailing `/` (`.` for the root itself). A policy matcher on `pointer` reads this
+    /// instead of the raw argument, which may be absent (the tool's default path) or spelled otherwise.
+    pub path: String,
+    /// True when the call acts on everything beneath `path` too (a recursive delete, a search): a rule
+    /// that forbids or asks matches such a call when it matches any path beneath.
+    pub subtree: bool,
 }
 
 /// A capability offered to the model.
@@ -175,6 +243,21 @@ pub trait Tool: Send + Sync {
     /// What the approver sees, e.g. a diff. None by default.
     fn preview<'a>(&'a self, _args: &'a Value) -> BoxFuture<'a, Option<String>> {
         Box::pin(std::future::ready(None))
+    }
+
+    /// The preview together with the state it was made from ([`Preview`]); this is what the loop asks
+    /// when it holds a turn. By default, [`preview`](Self::preview)'s text with nothing observed. A tool
+    /// that records an observation implements this (and `preview` as its text) and checks the
+    /// observation in `call` against [`ToolContext::observed`].
+    fn observed_preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<Preview>> {
+        Box::pin(async move { self.preview(args).await.map(Preview::from) })
+    }
+
+    /// The path arguments of a call as operator policy should judge them: normalised, relative to the
+    /// tool's root, marked when the call acts on everything beneath. Pure, like [`gate`](Self::gate);
+    /// none by default (policy then reads the raw arguments).
+    fn policy_paths(&self, _args: &Value) -> Vec<PolicyPath> {
+        Vec::new()
     }
 
     /// Performs the call.

@@ -12,7 +12,7 @@ use crate::BoxFuture;
 use crate::model::{ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse};
 use crate::redact::Redactor;
 use crate::suspension::{CallState, Decision, DecisionError, Decisions, HeldCall, Suspension};
-use crate::tool::{Gate, RegisteredTool, RunScope, ToolPin, ToolRegistry, ToolSpec};
+use crate::tool::{Gate, Preview, RegisteredTool, RunScope, ToolContext, ToolPin, ToolRegistry, ToolSpec};
 use crate::transcript::{Counters, Invocation, Message, ToolCall, ToolResult};
 use futures_util::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -286,10 +286,20 @@ impl RunState {
     }
 }
 
-/// A call of a turn on its way to exactly one result.
+/// A call of a turn on its way to exactly one result. `observed` is what the preview a person approved
+/// the call on observed: `None` for an allowed call and for edited arguments (never previewed).
 enum Step {
     Settled(ToolResult),
-    Run { call_id: String, tool: String, arguments: Value, gate: Gate, edited: bool },
+    Run { call_id: String, tool: String, arguments: Value, gate: Gate, edited: bool, observed: Option<Value> },
+}
+
+/// A call about to be invoked: what its `tool_started` names, and what its context carries.
+struct Invoked<'a> {
+    call_id: &'a str,
+    tool: &'a str,
+    gate: Gate,
+    edited: bool,
+    observed: Option<Value>,
 }
 
 /// The provider-neutral tool loop.
@@ -318,8 +328,37 @@ impl ToolLoop {
     }
 
     /// Checks one decision against a suspension without resuming: the call exists and takes a decision,
-    /// and edited arguments pass the live tool's schema and checks.
+    /// and edited arguments pass the live tool's schema and checks and are not ones its gate (policy
+    /// included) forbids.
     pub async fn check_decision(
+        &self,
+        suspension: &Suspension,
+        call_id: &str,
+        decision: &Decision,
+    ) -> Result<(), DecisionError> {
+        self.check_decided(suspension, call_id, decision).await?;
+        if let Decision::Edit { arguments } = decision
+            && let Some(call) = suspension.call(call_id)
+            && let Some(registered) = self.tools.get(&call.tool)
+        {
+            // An edit cannot take a call where policy forbids it: refused before anything is recorded,
+            // rather than recorded as the approver's and then not run. (A gate that changes after the
+            // decision was taken is the resume's recheck: the call then gets an error result.)
+            let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.to_owned(), message };
+            match guarded(|| registered.tool().gate(arguments)) {
+                Some(Gate::Forbid) => {
+                    return Err(invalid(format!("policy forbids {} with them, so the edit is refused", call.tool)));
+                }
+                None => return Err(invalid(format!("tool {} failed to check the arguments", call.tool))),
+                Some(Gate::Allow | Gate::Ask) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// What a decision must pass to resume a suspension: the call exists and takes a decision, and edited
+    /// arguments pass the live tool's schema and checks.
+    async fn check_decided(
         &self,
         suspension: &Suspension,
         call_id: &str,
@@ -364,7 +403,7 @@ impl ToolLoop {
     /// Checks a complete set of decisions: each names a decidable held call, and every decidable call has one.
     pub async fn check_decisions(&self, suspension: &Suspension, decisions: &Decisions) -> Result<(), DecisionError> {
         for (call_id, decision) in decisions {
-            self.check_decision(suspension, call_id, decision).await?;
+            self.check_decided(suspension, call_id, decision).await?;
         }
         missing_decisions(suspension, decisions)
     }
@@ -484,7 +523,12 @@ impl ToolLoop {
     async fn suspend(&self, round: u32, state: RunState, mut held: Vec<HeldCall>) -> Suspension {
         for call in held.iter_mut().filter(|c| c.settled().is_none()) {
             if let Some(registered) = self.tools.get(&call.tool) {
-                call.preview = guarded_future(|| registered.tool().preview(&call.arguments)).await.flatten();
+                let preview = guarded_future(|| registered.tool().observed_preview(&call.arguments)).await.flatten();
+                if let Some(Preview { text, observed }) = preview {
+                    call.preview = Some(text);
+                    // A null would not survive being stored (it reads back as none) and break the digest.
+                    call.observed = observed.filter(|o| !o.is_null());
+                }
             }
         }
         Suspension::new(round, state.transcript, held, state.counters, state.trace, self.tools.pins())
@@ -531,11 +575,19 @@ impl ToolLoop {
 
     fn step_without_decision(&self, call: HeldCall) -> Step {
         let gate = call.gate();
+        // Only a person's approval is bound to what the preview showed; an allowed call runs on what is
+        // there when it runs.
+        let observed = if gate == Gate::Allow { None } else { call.observed };
         match call.state {
             CallState::Refused(result) | CallState::Finished(result) => Step::Settled(result),
-            CallState::Allowed | CallState::Asks | CallState::InDoubt => {
-                Step::Run { call_id: call.call_id, tool: call.tool, arguments: call.arguments, gate, edited: false }
-            }
+            CallState::Allowed | CallState::Asks | CallState::InDoubt => Step::Run {
+                call_id: call.call_id,
+                tool: call.tool,
+                arguments: call.arguments,
+                gate,
+                edited: false,
+                observed,
+            },
         }
     }
 
@@ -573,10 +625,11 @@ impl ToolLoop {
                         arguments: arguments.clone(),
                         gate: call.gate(),
                         edited: true,
+                        observed: None,
                     },
                 };
                 match step {
-                    Step::Run { call_id, tool, arguments, gate, edited } => {
+                    Step::Run { call_id, tool, arguments, gate, edited, observed } => {
                         match self.recheck(&tool, &arguments, pins, decided) {
                             Some(problem) => Step::Settled(ToolResult {
                                 call_id,
@@ -585,7 +638,7 @@ impl ToolLoop {
                                 is_error: true,
                                 denied: false,
                             }),
-                            None => Step::Run { call_id, tool, arguments, gate, edited },
+                            None => Step::Run { call_id, tool, arguments, gate, edited, observed },
                         }
                     }
                     settled => settled,
@@ -628,7 +681,7 @@ impl ToolLoop {
         while let Some(step) = steps.next() {
             match step {
                 Step::Settled(result) => results.push(result),
-                Step::Run { call_id, tool, arguments, gate: Gate::Allow, edited } => {
+                Step::Run { call_id, tool, arguments, gate: Gate::Allow, edited, .. } => {
                     let mut batch = vec![(call_id, tool, arguments, edited)];
                     while let Some(Step::Run { gate: Gate::Allow, .. }) = steps.peek() {
                         if let Some(Step::Run { call_id, tool, arguments, edited, .. }) = steps.next() {
@@ -637,13 +690,21 @@ impl ToolLoop {
                     }
                     if batch.len() == 1 {
                         let (call_id, tool, arguments, edited) = batch.remove(0);
-                        let result =
-                            self.invoke(scope, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks).await?;
+                        let call =
+                            Invoked { call_id: &call_id, tool: &tool, gate: Gate::Allow, edited, observed: None };
+                        let result = self.invoke(scope, round, call, arguments, hooks).await?;
                         record(state, round, &result.1, result.0, &mut results);
                     } else {
                         let outcomes: Vec<Result<(ToolResult, Value), HookError>> = futures_util::stream::iter(
                             batch.into_iter().map(|(call_id, tool, arguments, edited)| async move {
-                                self.invoke(scope, round, &call_id, &tool, arguments, Gate::Allow, edited, hooks).await
+                                let call = Invoked {
+                                    call_id: &call_id,
+                                    tool: &tool,
+                                    gate: Gate::Allow,
+                                    edited,
+                                    observed: None,
+                                };
+                                self.invoke(scope, round, call, arguments, hooks).await
                             }),
                         )
                         .buffered(self.config.concurrency.max(1))
@@ -655,9 +716,9 @@ impl ToolLoop {
                         }
                     }
                 }
-                Step::Run { call_id, tool, arguments, gate, edited } => {
-                    let (result, arguments) =
-                        self.invoke(scope, round, &call_id, &tool, arguments, gate, edited, hooks).await?;
+                Step::Run { call_id, tool, arguments, gate, edited, observed } => {
+                    let call = Invoked { call_id: &call_id, tool: &tool, gate, edited, observed };
+                    let (result, arguments) = self.invoke(scope, round, call, arguments, hooks).await?;
                     record(state, round, &arguments, result, &mut results);
                 }
             }
@@ -668,21 +729,21 @@ impl ToolLoop {
 
     /// Runs one call: the `tool_started` hook first (durable for ask-gated calls), then the tool with any
     /// panic caught, then the capped result and the `tool_finished` hook.
-    #[allow(clippy::too_many_arguments)]
     async fn invoke(
         &self,
         scope: &RunScope,
         round: u32,
-        call_id: &str,
-        tool: &str,
+        call: Invoked<'_>,
         arguments: Value,
-        gate: Gate,
-        edited: bool,
         hooks: &dyn LoopHooks,
     ) -> Result<(ToolResult, Value), HookError> {
+        let Invoked { call_id, tool, gate, edited, observed } = call;
         hooks.on_event(LoopEvent::ToolStarted { round, call_id, tool, arguments: &arguments, gate }).await?;
         let (content, is_error) = match self.tools.get(tool) {
-            Some(registered) => self.run_tool(registered, scope, call_id, arguments.clone()).await,
+            Some(registered) => {
+                let ctx = scope.tool_context(call_id).with_observed(observed);
+                self.run_tool(registered, call_id, ctx, arguments.clone()).await
+            }
             None => (format!("Tool {tool} is no longer available; the call was not run."), true),
         };
         let mut content = cap_result(self.config.redactor.redact(&content).into_owned(), self.config.result_cap_bytes);
@@ -695,15 +756,15 @@ impl ToolLoop {
         Ok((result, arguments))
     }
 
+    /// Runs the tool with the call's context (made for `call_id`).
     async fn run_tool(
         &self,
         registered: &RegisteredTool,
-        scope: &RunScope,
         call_id: &str,
+        ctx: ToolContext,
         arguments: Value,
     ) -> (String, bool) {
         let name = registered.tool().name();
-        let ctx = scope.tool_context(call_id);
         let failed = || (format!("Tool {name} failed."), true);
         let Some(future) = guarded(|| registered.tool().call(arguments, ctx)) else {
             tracing::error!(tool = name, call_id, "tool panicked");
@@ -790,6 +851,7 @@ fn held_call(call: &ToolCall, state: CallState) -> HeldCall {
         tool: call.name.clone(),
         arguments: call.arguments.clone(),
         preview: None,
+        observed: None,
         state,
     }
 }

@@ -17,7 +17,7 @@
 //! which ask the gate of the empty arguments `{}`.
 
 use crate::BoxFuture;
-use crate::tool::{Gate, Tool, ToolContext, ToolError, ToolOutput};
+use crate::tool::{Gate, PolicyPath, Preview, Tool, ToolContext, ToolError, ToolOutput};
 use schemars::Schema;
 use schemars::generate::SchemaSettings;
 use schemars::transform::{RecursiveTransform, Transform};
@@ -106,6 +106,20 @@ pub trait TypedTool: Send + Sync {
         async { None }
     }
 
+    /// The preview together with the state of the world it was made from (see [`Preview`]): implement
+    /// this instead of [`preview`](Self::preview) when the call must check, before it acts, that what
+    /// the approver judged still holds (it gets the observation back in [`ToolContext::observed`]).
+    /// By default, `preview`'s text with nothing observed.
+    fn observed_preview(&self, args: &Self::Args) -> impl Future<Output = Option<Preview>> + Send {
+        async { self.preview(args).await.map(Preview::from) }
+    }
+
+    /// The path arguments as operator policy should judge them (see [`Tool::policy_paths`]): none by
+    /// default.
+    fn policy_paths(&self, _args: &Self::Args) -> Vec<PolicyPath> {
+        Vec::new()
+    }
+
     /// Performs the call. `Ok(ToolOutput::error(..))` is an error the model reads (a missing file); an
     /// `Err` is the tool's own failure, logged, and the model is told only that the tool failed.
     fn call(&self, args: Self::Args, ctx: ToolContext) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send;
@@ -159,8 +173,19 @@ impl<T: TypedTool> Tool for Typed<T> {
     fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
         Box::pin(async move {
             let args = parse::<T::Args>(args).ok()?;
-            self.tool.preview(&args).await
+            self.tool.observed_preview(&args).await.map(|preview| preview.text)
         })
+    }
+
+    fn observed_preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<Preview>> {
+        Box::pin(async move {
+            let args = parse::<T::Args>(args).ok()?;
+            self.tool.observed_preview(&args).await
+        })
+    }
+
+    fn policy_paths(&self, args: &Value) -> Vec<PolicyPath> {
+        parse::<T::Args>(args).map(|args| self.tool.policy_paths(&args)).unwrap_or_default()
     }
 
     fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {

@@ -29,7 +29,8 @@
 //!
 //! Promises:
 //! - A tool annotated `readOnlyHint: true` defaults to [`Gate::Allow`](tollgate_agent_core::Gate), every other to
-//!   `Ask`; [`McpTool::gate_reason`] says which. Operator policy is applied over this by the caller.
+//!   `Ask`, and so does one annotated `destructiveHint: true` too (the hint that asks wins);
+//!   [`McpTool::gate_reason`] says which. Operator policy is applied over this by the caller.
 //! - A server that cannot start makes [`McpSource::start`] return a [`StartError`]; the app logs it and
 //!   goes on without that server.
 //! - A server that dies, or a call that fails at the transport level or times out, gives that call an
@@ -51,7 +52,9 @@ mod tool;
 pub use config::{DEFAULT_ENV, McpServerConfig, resolve_command};
 pub use error::{StartError, StartFailure};
 pub use naming::{MAX_TOOL_NAME_LEN, tool_name};
-pub use tool::{GATE_REASON_DEFAULT, GATE_REASON_READ_ONLY, MAX_PREVIEW_BYTES, McpTool, PREVIEW_CUT_MARKER};
+pub use tool::{
+    GATE_REASON_DEFAULT, GATE_REASON_DESTRUCTIVE, GATE_REASON_READ_ONLY, MAX_PREVIEW_BYTES, McpTool, PREVIEW_CUT_MARKER,
+};
 
 use server::Server;
 use std::collections::HashSet;

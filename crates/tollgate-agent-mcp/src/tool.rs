@@ -15,8 +15,11 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use tollgate_agent_core::{BoxFuture, Gate, Tool, ToolContext, ToolError, ToolOutput};
 
-/// Why a tool annotated `readOnlyHint: true` defaults to [`Gate::Allow`].
+/// Why a tool annotated `readOnlyHint: true` (and not `destructiveHint: true`) defaults to [`Gate::Allow`].
 pub const GATE_REASON_READ_ONLY: &str = "annotation readOnlyHint";
+/// Why a tool annotated both `readOnlyHint: true` and `destructiveHint: true` defaults to [`Gate::Ask`]:
+/// the hints contradict each other, and the one that asks wins.
+pub const GATE_REASON_DESTRUCTIVE: &str = "annotation destructiveHint (wins over readOnlyHint)";
 /// Why every other MCP tool defaults to [`Gate::Ask`].
 pub const GATE_REASON_DEFAULT: &str = "default for MCP tools";
 /// The longest preview, in bytes; a longer one is cut on a character boundary and ends with
@@ -45,6 +48,9 @@ impl McpTool {
     pub(crate) fn from_listing(server: &Arc<Server>, listed: rmcp::model::Tool) -> Self {
         let annotations = listed.annotations.as_ref();
         let read_only = annotations.and_then(|a| a.read_only_hint) == Some(true);
+        // The hints are the server's word, unchecked: a tool that calls itself both read-only and
+        // destructive is taken at the word that asks a person.
+        let destructive = annotations.and_then(|a| a.destructive_hint) == Some(true);
         let hints = annotations
             .map(|a| {
                 [
@@ -58,8 +64,11 @@ impl McpTool {
                 .collect()
             })
             .unwrap_or_default();
-        let (default_gate, gate_reason) =
-            if read_only { (Gate::Allow, GATE_REASON_READ_ONLY) } else { (Gate::Ask, GATE_REASON_DEFAULT) };
+        let (default_gate, gate_reason) = match (read_only, destructive) {
+            (true, false) => (Gate::Allow, GATE_REASON_READ_ONLY),
+            (true, true) => (Gate::Ask, GATE_REASON_DESTRUCTIVE),
+            (false, _) => (Gate::Ask, GATE_REASON_DEFAULT),
+        };
         let description = listed
             .description
             .map(|d| d.into_owned())
@@ -87,13 +96,14 @@ impl McpTool {
         self.server.name()
     }
 
-    /// The gate before any operator policy: allow for `readOnlyHint: true`, ask otherwise.
+    /// The gate before any operator policy: allow for `readOnlyHint: true` without `destructiveHint: true`,
+    /// ask otherwise.
     pub fn default_gate(&self) -> Gate {
         self.default_gate
     }
 
-    /// Why [`default_gate`](Self::default_gate) is what it is: [`GATE_REASON_READ_ONLY`] or
-    /// [`GATE_REASON_DEFAULT`].
+    /// Why [`default_gate`](Self::default_gate) is what it is: [`GATE_REASON_READ_ONLY`],
+    /// [`GATE_REASON_DESTRUCTIVE`] or [`GATE_REASON_DEFAULT`].
     pub fn gate_reason(&self) -> &'static str {
         self.gate_reason
     }

@@ -46,9 +46,12 @@ export function runTag(id) {
   return `…${idTail(id)}`;
 }
 
-/** Text on one line (runs of whitespace as one space), cut to `max` characters with `…` when longer. */
+/**
+ * Text on one line (runs of whitespace as one space), cut to `max` characters with `…` when longer.
+ * U+FEFF counts as whitespace to `\s` but is no space a person sees: it stays, to be marked (dom.js).
+ */
 export function truncate(text, max) {
-  const chars = [...String(text ?? '').replace(/\s+/g, ' ').trim()];
+  const chars = [...String(text ?? '').replace(/(?:(?!\uFEFF)\s)+/g, ' ').replace(/^ | $/g, '')];
   return chars.length > max ? `${chars.slice(0, max - 1).join('').trimEnd()}…` : chars.join('');
 }
 

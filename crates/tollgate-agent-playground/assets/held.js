@@ -15,6 +15,7 @@
 import { api, ApiError } from './api.js';
 import { h, replace, uid } from './dom.js';
 import { ACTION_WORDS, decisionAnnouncement, openCalls, pretty, settledNote } from './format.js';
+import { escapeInvisibleJson, invisibleWarning } from './invisible.js';
 import { checkArguments } from './schema.js';
 import { announce, focusEl, focusLost, jsonBlock, notify, previewBlock } from './ui.js';
 
@@ -149,6 +150,9 @@ export class HeldPanel {
         }),
       );
     }
+    // Marks alone are easy to miss in a long diff: say that they are there, and what they are.
+    const hidden = invisibleWarning(call);
+    const warningId = hidden ? uid('invisible') : null;
     const card = h(
       'article.call',
       { 'aria-labelledby': headingId, dataset: { callId: call.call_id, tool: call.tool } },
@@ -161,11 +165,17 @@ export class HeldPanel {
       call.in_doubt
         ? h('p.warning', { text: 'This call started before a crash and never reported back: it may already have run. Approving runs it again.' })
         : null,
-      call.preview
-        ? h('div.preview-wrap', null, h('h4.label', { text: 'Preview' }), previewBlock(call.preview, `Preview of ${call.tool} ${call.call_id}`))
-        : null,
-      // Without a preview, the arguments are what a person decides on: show them open.
-      h('details.args', { open: !call.preview }, h('summary', { text: 'Arguments' }), jsonBlock(call.arguments, `Arguments of ${call.call_id}`)),
+      hidden ? h('p.warning.invisible-warning', { id: warningId }, h('strong', { text: hidden.headline }), ' ', hidden.detail) : null,
+      // The preview is the tool's account of the call; the arguments are what the model chose and what
+      // runs. Both are shown, side by side where there is room, never one folded away behind the other.
+      h(
+        'div.call-views',
+        null,
+        call.preview
+          ? h('div.preview-wrap', null, h('h4.label', { text: 'Preview' }), previewBlock(call.preview, `Preview of ${call.tool} ${call.call_id}`))
+          : null,
+        h('div.args-wrap', null, h('h4.label', { text: 'Arguments' }), jsonBlock(call.arguments, `Arguments of ${call.call_id}`)),
+      ),
     );
     if (call.decision) {
       const d = call.decision;
@@ -190,11 +200,12 @@ export class HeldPanel {
       }
       return card;
     }
-    card.append(this.controls(call));
+    card.append(this.controls(call, warningId));
     return card;
   }
 
-  controls(call) {
+  /** The decision buttons and forms; `warningId`: the call's warning, which Approve is described by. */
+  controls(call, warningId = null) {
     const area = h('div.form-area', { id: uid('decide') });
     const buttons = [];
     let closeOpen = null; // closes the form on show, focus back on its button
@@ -231,6 +242,7 @@ export class HeldPanel {
     const approve = h('button.approve', {
       type: 'button',
       text: 'Approve',
+      'aria-describedby': warningId,
       onClick: () => this.send({ decisions: [{ call_id: call.call_id, action: 'approve' }] }, approve),
     });
     const group = h(
@@ -248,14 +260,16 @@ export class HeldPanel {
     const id = uid('edit');
     const problemsId = `${id}-problems`;
     const schema = this.schemaOf(call.tool);
+    // A text field cannot mark characters: it shows them as JSON escapes, which parse to the same value.
+    const json = escapeInvisibleJson(pretty(call.arguments));
     const text = h('textarea.json', {
       id,
-      rows: Math.min(16, Math.max(5, pretty(call.arguments).split('\n').length + 1)),
+      rows: Math.min(16, Math.max(5, json.split('\n').length + 1)),
       spellcheck: 'false',
       autocapitalize: 'off',
       'aria-describedby': problemsId,
     });
-    text.value = pretty(call.arguments);
+    text.value = json;
     const problems = h('div.problems', { id: problemsId, 'aria-live': 'polite' });
     const submit = h('button.primary', { type: 'submit', text: 'Approve with these arguments' });
     const check = () => {

@@ -193,13 +193,13 @@ class HomeView {
       this.describeAgent();
     } catch (e) {
       replace(this.agentSelect, h('option', { value: '', text: 'The default agent' }));
-      this.agentHint.textContent = `Agents could not be listed: ${reasonOf(e)}`;
+      replace(this.agentHint, `Agents could not be listed: ${reasonOf(e)}`);
     }
   }
 
   describeAgent() {
     const agent = (this.agents ?? []).find((a) => a.name === this.agentSelect.value);
-    this.agentHint.textContent = agent ? `Model ${agent.model ?? '—'} · tools: ${agent.tools.join(', ') || 'none'}` : '';
+    replace(this.agentHint, agent ? `Model ${agent.model ?? '—'} · tools: ${agent.tools.join(', ') || 'none'}` : '');
   }
 
   async start(event) {

@@ -22,6 +22,7 @@ export const KINDS = [
   'approval_requested',
   'decision',
   'run_resumed',
+  'run_taken_over',
   'tool_started',
   'tool_finished',
   'run_completed',

@@ -8,7 +8,7 @@
 // and when its status changes.
 
 import { api, ApiError } from './api.js';
-import { h, replace } from './dom.js';
+import { appendTo, h, replace } from './dom.js';
 import { runSummary, runTag, statusText, summarize } from './format.js';
 import { ACTION_WORDS, HeldPanel } from './held.js';
 import { follow, TERMINAL } from './live.js';
@@ -185,7 +185,7 @@ class RunPage {
     const hadFocus = this.root.contains(document.activeElement) && document.activeElement !== this.root;
     this.run = run;
     replace(this.badge, statusBadge(run.status));
-    this.input.textContent = run.input;
+    replace(this.input, run.input);
     const usage = run.usage ?? {};
     const fact = (term, ...value) => h('div', { class: term === 'Id' ? 'wide' : null }, h('dt', { text: term }), h('dd', null, ...value));
     replace(
@@ -311,8 +311,8 @@ class RunPage {
       this.liveStep = { round: delta.round, el, text };
       this.steps.append(el);
     }
-    if (delta.reset) this.liveStep.text.textContent = '';
-    else this.liveStep.text.textContent += delta.text;
+    if (delta.reset) this.liveStep.text.replaceChildren();
+    else appendTo(this.liveStep.text, delta.text);
   }
 
   /** Adds one event to the step list; false when it was already shown. */
@@ -414,6 +414,12 @@ class RunPage {
       }
       case 'run_resumed':
         return item('quiet', 'Resumed', h('p.muted', null, 'by ', h('strong', { text: d.actor ?? '?' })));
+      case 'run_taken_over':
+        return item(
+          'quiet',
+          'Taken over',
+          h('p.muted', null, 'by ', h('strong', { text: d.owner ?? '?' }), ' after the lease of ', h('strong', { text: d.previous_owner ?? '?' }), ' expired'),
+        );
       case 'tool_started': {
         const status = h('span.tool-status', { text: 'running…' });
         const step = item(

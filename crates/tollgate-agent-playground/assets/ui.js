@@ -3,6 +3,7 @@
 
 import { h } from './dom.js';
 import { diffLines, isUnifiedDiff, pretty, relative, STATUS_NAMES, statusText } from './format.js';
+import { markedText } from './invisible.js';
 
 /** Every run status of docs/api.md, in lifecycle order. */
 export const STATUSES = STATUS_NAMES;
@@ -27,22 +28,37 @@ setInterval(() => {
   }
 }, 5000);
 
-/** Pretty-printed JSON in a code block. */
+/** A JSON string literal (its escapes included). */
+const JSON_STRING = /"(?:[^"\\]|\\.)*"/g;
+
+/**
+ * Pretty-printed JSON in a code block. Each string literal is its own left-to-right isolate
+ * (`span.json-str`), so right-to-left text in one value cannot reorder the keys, quotes and commas
+ * around it; invisible and direction-changing characters are marked (dom.js).
+ */
 export function jsonBlock(value, label) {
-  return h('pre.code', { 'aria-label': label ?? null }, h('code', { text: pretty(value) }));
+  const text = pretty(value) ?? '';
+  const pieces = [];
+  let from = 0;
+  for (const match of text.matchAll(JSON_STRING)) {
+    pieces.push(text.slice(from, match.index), h('span.json-str', { dir: 'ltr' }, match[0]));
+    from = match.index + match[0].length;
+  }
+  pieces.push(text.slice(from));
+  return h('pre.code.json', { 'aria-label': label ?? null, dir: 'ltr' }, h('code', null, pieces.filter((p) => p !== '')));
 }
 
 /** A tool's preview: a unified diff with added and removed lines coloured, or plain text. */
 export function previewBlock(text, label = 'Preview') {
   if (text === null || text === undefined || text === '') return h('p.muted', { text: 'No preview.' });
-  if (!isUnifiedDiff(text)) return h('pre.code.preview', { 'aria-label': label }, h('code', { text }));
+  if (!isUnifiedDiff(text)) return h('pre.code.preview', { 'aria-label': label, dir: 'ltr' }, h('code', { text }));
   const lines = diffLines(text).map(({ kind, text: line }) => {
     const sign = { add: 'added', del: 'removed' }[kind];
     return h(`span.diff-line.diff-${kind}`, sign ? { title: `${sign} line` } : null, line);
   });
   // Its lines do not wrap, so it may scroll sideways: a named region in the tab order, so the keyboard
   // can scroll it too.
-  return h('pre.code.diff', { role: 'region', tabindex: '0', 'aria-label': `${label} (unified diff)` }, h('code', null, lines));
+  return h('pre.code.diff', { role: 'region', tabindex: '0', 'aria-label': `${label} (unified diff)`, dir: 'ltr' }, h('code', null, lines));
 }
 
 const notices = () => document.getElementById('notices');
@@ -89,7 +105,9 @@ let timer = null;
 export function announce(text) {
   const region = document.getElementById('announcer');
   if (!region || !text) return;
-  pending.push(/[.!?…]$/.test(text) ? text : `${text}.`);
+  // Heard, not seen; but a screen reader skips an invisible character too, so it hears the mark.
+  const said = markedText(text);
+  pending.push(/[.!?…]$/.test(said) ? said : `${said}.`);
   if (timer) return;
   region.textContent = '';
   timer = setTimeout(() => {

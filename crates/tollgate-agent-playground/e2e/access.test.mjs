@@ -2,7 +2,8 @@
 // headless Chromium (playwright-core) against a running `tollgate serve` started by tests/browser.rs.
 //
 //   BASE_URL        the server (no auth); agents `scribe` (two ask-gated fs_write calls: a.txt, and b.txt,
-//                   which exists, so its preview is a diff) and `clerk` (three: c.txt, d.txt, e.txt)
+//                   which exists, so its preview is a diff), `clerk` (three: c.txt, d.txt, e.txt) and
+//                   `trickster` (a shell call and an fs_write holding direction-changing characters)
 //   WORKSPACE       that server's workspace folder (to check the files on disk)
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 //   PLAYWRIGHT_CORE the playwright-core package folder (default .ci/npm/node_modules/playwright-core)
@@ -50,7 +51,7 @@ const LONG_INPUTS = [
 ];
 
 let browser;
-const runs = { waiting: null, completed: null };
+const runs = { waiting: null, completed: null, marked: null };
 
 // ------------------------------------------------------------------------------------------ the API
 
@@ -89,6 +90,9 @@ before(async () => {
   await call('POST', `v1/runs/${waiting[0].id}/decisions`, { turn_digest: waiting[0].pending.turn_digest, approve_all: true });
   runs.completed = (await waitForStatus(waiting[0].id, 'completed')).id;
   runs.waiting = waiting[1].id;
+  // Issue 31: a run of trickster, whose held calls hold direction-changing characters (drawn as marks).
+  const marked = await call('POST', 'v1/runs', { agent: 'trickster', input: 'tidy up' });
+  runs.marked = (await waitForStatus(marked.id, 'waiting_for_approval')).id;
 });
 
 after(async () => {
@@ -183,6 +187,13 @@ async function waitingRun(page) {
   await page.goto(`${BASE_URL}#/runs/${runs.waiting}`);
   await page.locator('#held article.call').nth(1).waitFor();
   await page.locator('#held .diff').waitFor();
+}
+
+/** The page of the waiting trickster run (its arguments and previews marked, with warnings). */
+async function markedRun(page) {
+  await page.goto(`${BASE_URL}#/runs/${runs.marked}`);
+  await page.locator('#held article.call').nth(1).waitFor();
+  await page.locator('#held .invisible-warning').nth(1).waitFor();
 }
 
 /** The page of the completed scribe run. */
@@ -436,7 +447,7 @@ class Walk {
 // ------------------------------------------------------------------------------------------ the tests
 
 describe('the playground, issue #17', () => {
-  test('no horizontal overflow at 390×844, 768×1024 and 320×640 (home with inbox and long inputs; a waiting run with a diff, editor open)', async (t) => {
+  test('no horizontal overflow at 390×844, 768×1024 and 320×640 (home with inbox and long inputs; a waiting run with a diff, editor open; one with marked characters)', async (t) => {
     const problems = [];
     for (const viewport of VIEWPORTS) {
       const page = await open(t, viewport);
@@ -447,11 +458,13 @@ describe('the playground, issue #17', () => {
       await page.locator('#held article.call[data-call-id="call_2"]').getByRole('button', { name: 'Edit…' }).click();
       await page.locator('#held textarea').waitFor();
       problems.push(await overflowProblem(page, 'a waiting run with the argument editor open', viewport));
+      await markedRun(page);
+      problems.push(await overflowProblem(page, 'a waiting run with marked characters', viewport));
     }
     assertNone(problems.filter(Boolean), 'pages wider than the screen');
   });
 
-  test('axe-core finds no WCAG 2.0/2.1 A or AA violation (home, waiting run with and without the editor, completed run; light and dark)', async (t) => {
+  test('axe-core finds no WCAG 2.0/2.1 A or AA violation (home, waiting run with and without the editor, one with marked characters, completed run; light and dark)', async (t) => {
     const problems = [];
     for (const colorScheme of ['light', 'dark']) {
       const page = await open(t);
@@ -463,6 +476,8 @@ describe('the playground, issue #17', () => {
       await page.locator('#held article.call[data-call-id="call_2"]').getByRole('button', { name: 'Edit…' }).click();
       await page.locator('#held textarea').waitFor();
       problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with the argument editor open`)));
+      await markedRun(page);
+      problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with marked characters`)));
       await completedRun(page);
       problems.push(...(await axeViolations(page, `${colorScheme}, a completed run`)));
     }

@@ -1,8 +1,10 @@
 // The playground in a real headless Chromium, driven by playwright-core, against a running
 // `tollgate serve` (started by tests/browser.rs, which sets the environment below).
 //
-//   BASE_URL       the server without auth, whose agent `scribe` writes a.txt and b.txt in one turn, and
-//                  whose agent `talker` streams "Streaming words one by one." slowly (a mock model)
+//   BASE_URL       the server without auth, whose agent `scribe` writes a.txt and b.txt in one turn,
+//                  whose agent `talker` streams "Streaming words one by one." slowly (a mock model), and
+//                  whose agent `trickster` holds a shell call and an fs_write whose arguments hide
+//                  direction-changing characters (issue 31)
 //   WORKSPACE      that server's workspace folder (to check the files on disk)
 //   AUTH_BASE_URL  optional: a second server with auth on, and AUTH_TOKEN a token of it (actor alice)
 //   SCREENSHOT     where to write the run page's PNG (default target/playground-run.png)
@@ -58,6 +60,19 @@ async function open(t) {
     assert.deepEqual(errors, [], 'the page logged errors');
   });
   return page;
+}
+
+/** A run of `agent` started through the API and waiting at the gate (`wait: true`): the run's JSON. */
+async function startWaiting(agent, input) {
+  const started = await fetch(new URL('v1/runs', BASE_URL), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ agent, input, wait: true }),
+  });
+  assert.equal(started.status, 201);
+  const run = await started.json();
+  assert.equal(run.status, 'waiting_for_approval');
+  return run;
 }
 
 /** The step list as [seq, kind, the text a person reads] (title and body; not the relative times). */
@@ -228,15 +243,7 @@ describe('the playground', () => {
 
   test('a run read before its events (claimed and driven to the gate between the two reads) still shows its held calls', async (t) => {
     const page = await open(t);
-    // A run that waits at the gate, started through the API.
-    const started = await fetch(new URL('v1/runs', BASE_URL), {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ input: 'read out of order', agent: 'scribe', wait: true }),
-    });
-    assert.equal(started.status, 201);
-    const run = await started.json();
-    assert.equal(run.status, 'waiting_for_approval');
+    const run = await startWaiting('scribe', 'read out of order');
 
     // The page's first read of the run answers as the run stood before it was claimed (queued, nothing
     // held), while its read of the events sees the turn held: the stream then has nothing newer to say.
@@ -252,6 +259,130 @@ describe('the playground', () => {
     await page.locator('#held article.call').nth(1).waitFor();
     assert.equal(await page.locator('.run-head .badge').textContent(), 'waiting for approval');
     assert.equal(stale, false, 'the stale answer was served');
+  });
+
+  test('invisible and direction-changing characters are marked, never drawn; the arguments show beside the preview (issue 31)', async (t) => {
+    // Every character the page must never draw (a subset: the ones this run's texts hold, and their kin).
+    const RAW = /[\u00ad\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/u;
+    const ARGV = 'echo build done \u2067\u2066&& rm -rf notes\u2069 #\u2069';
+    const PATH = 'invoice\u202efdp.sh';
+    const REASON = 'not \u202eyou';
+
+    // How the held calls reach the page: the run's JSON (`pending.calls`), the characters raw in its strings.
+    const run = await startWaiting('trickster', 'tidy up');
+    const [shellCall, writeCall] = run.pending.calls;
+    assert.deepEqual(shellCall.arguments, { argv: ['sh', '-c', ARGV] });
+    assert.deepEqual(writeCall.arguments, { path: PATH, content: 'echo paid\n' });
+    assert.ok(shellCall.preview && writeCall.preview, 'both calls have a preview');
+
+    const page = await open(t);
+    await page.goto(`${BASE_URL}#/runs/${run.id}`);
+    const shell = page.locator(`#held article.call[data-call-id="${shellCall.call_id}"]`);
+    const write = page.locator(`#held article.call[data-call-id="${writeCall.call_id}"]`);
+    await write.waitFor();
+
+    // The arguments are shown, open, beside the preview (side by side at this width).
+    for (const card of [shell, write]) {
+      const preview = card.locator('.preview-wrap pre');
+      const args = card.locator('.args-wrap pre');
+      assert.equal(await preview.isVisible(), true);
+      assert.equal(await args.isVisible(), true, 'the arguments are visible although there is a preview');
+      assert.equal(await card.locator('details').count(), 0, 'nothing is folded away');
+      const [p, a] = [await preview.boundingBox(), await args.boundingBox()];
+      assert.ok(a.x >= p.x + p.width && a.y < p.y + p.height, `the arguments sit beside the preview: ${JSON.stringify({ p, a })}`);
+    }
+
+    // Each character is a mark, named in its title; the text around it stays in logical order.
+    const shellArgs = shell.locator('.args-wrap pre');
+    assert.match(await shellArgs.textContent(), /"echo build done ⟨U\+2067⟩⟨U\+2066⟩&& rm -rf notes⟨U\+2069⟩ #⟨U\+2069⟩"/);
+    assert.deepEqual(
+      await shellArgs.locator('.invisible-char').evaluateAll((marks) => marks.map((m) => [m.textContent, m.title])),
+      [
+        ['⟨U+2067⟩', 'U+2067 RIGHT-TO-LEFT ISOLATE'],
+        ['⟨U+2066⟩', 'U+2066 LEFT-TO-RIGHT ISOLATE'],
+        ['⟨U+2069⟩', 'U+2069 POP DIRECTIONAL ISOLATE'],
+        ['⟨U+2069⟩', 'U+2069 POP DIRECTIONAL ISOLATE'],
+      ],
+    );
+    assert.match(await write.locator('.args-wrap pre').textContent(), /"path": "invoice⟨U\+202E⟩fdp\.sh"/);
+    assert.match(await write.locator('.preview-wrap pre').textContent(), /invoice⟨U\+202E⟩fdp\.sh/);
+    // Drawn in reading order: `rm` before `#` (drawn raw, the `#` comes first, and `rm` looks commented
+    // out), and the path's `fdp.sh` left to right after `invoice`.
+    const order = await shellArgs.evaluate((pre) => {
+      const where = (needle) => {
+        const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+          const at = node.textContent.indexOf(needle);
+          if (at < 0) continue;
+          const range = document.createRange();
+          range.setStart(node, at);
+          range.setEnd(node, at + 1);
+          const r = range.getBoundingClientRect();
+          return { x: r.left, y: Math.round(r.top) };
+        }
+        return null;
+      };
+      return { rm: where('rm -rf'), hash: where(' #') };
+    });
+    assert.ok(order.rm && order.hash, JSON.stringify(order));
+    assert.ok(order.rm.y < order.hash.y || (order.rm.y === order.hash.y && order.rm.x < order.hash.x), `rm is drawn before # : ${JSON.stringify(order)}`);
+
+    // A warning on each held call says how many there are and which.
+    const shellWarning = shell.locator('.invisible-warning');
+    assert.equal(await shellWarning.isVisible(), true);
+    assert.match(
+      await shellWarning.textContent(),
+      /^Contains \d+ invisible or direction-changing characters \(4 in the arguments[^)]*\): .*U\+2066 LEFT-TO-RIGHT ISOLATE, U\+2067 RIGHT-TO-LEFT ISOLATE, U\+2069 POP DIRECTIONAL ISOLATE\./,
+    );
+    assert.match(await write.locator('.invisible-warning').textContent(), /^Contains 2 invisible or direction-changing characters \(1 in the arguments, 1 in the preview\): U\+202E RIGHT-TO-LEFT OVERRIDE\./);
+    // Approve is described by it, so a screen reader hears it on the way to deciding.
+    const approve = shell.getByRole('button', { name: 'Approve', exact: true });
+    assert.equal(await approve.getAttribute('aria-describedby'), await shellWarning.getAttribute('id'));
+
+    // The editor spells them as JSON escapes, which parse back to the very same arguments.
+    await shell.getByRole('button', { name: 'Edit…' }).click();
+    const editor = shell.locator('textarea');
+    const json = await editor.inputValue();
+    assert.ok(!RAW.test(json), `the editor holds a raw character: ${JSON.stringify(json)}`);
+    assert.match(json, /echo build done \\u2067\\u2066&& rm -rf notes\\u2069 #\\u2069/);
+    assert.deepEqual(JSON.parse(json), shellCall.arguments);
+    await shell.getByRole('button', { name: 'Cancel' }).click();
+
+    /** Every text on the page and every attribute people read, with a raw character in it. */
+    const rawOnPage = () =>
+      page.evaluate((source) => {
+        const raw = new RegExp(source, 'u');
+        const found = [];
+        const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+          if (raw.test(node.textContent)) found.push(`text in ${node.parentElement.tagName}.${node.parentElement.className}: ${JSON.stringify(node.textContent)}`);
+        }
+        for (const el of document.querySelectorAll('[title], [aria-label], [placeholder], [alt]')) {
+          for (const name of ['title', 'aria-label', 'placeholder', 'alt']) {
+            const value = el.getAttribute(name);
+            if (value && raw.test(value)) found.push(`${name} of ${el.tagName}: ${JSON.stringify(value)}`);
+          }
+        }
+        for (const field of document.querySelectorAll('textarea, input')) {
+          if (raw.test(field.value)) found.push(`value of ${field.tagName}#${field.id}`);
+        }
+        return found;
+      }, RAW.source);
+    await page.locator('#steps li[data-kind="approval_requested"]').waitFor();
+    assert.deepEqual(await rawOnPage(), [], 'no raw character is drawn on the waiting run\'s page');
+
+    // Deny both with a reason that holds one too: the decided cards, the decision steps and the end.
+    await page.getByLabel('Reason for denying all').fill(REASON);
+    await page.getByRole('button', { name: 'Deny all' }).click();
+    await page.locator('#answer', { hasText: 'done' }).waitFor();
+    const decisions = page.locator('#steps li[data-kind="decision"]');
+    await decisions.nth(1).waitFor();
+    for (const text of await decisions.allTextContents()) assert.match(text, /Reason: not ⟨U\+202E⟩you/);
+    assert.equal(await page.locator('#steps li[data-kind="tool_started"]').count(), 0, 'nothing ran');
+    const marks = await page.locator('#steps .invisible-char').count();
+    assert.ok(marks >= 7, `the steps mark the arguments, previews and reasons (${marks} marks)`);
+    assert.deepEqual(await rawOnPage(), [], 'no raw character is drawn on the finished run\'s page');
+    if (WORKSPACE) assert.equal(existsSync(join(WORKSPACE, PATH)), false, 'the denied write wrote nothing');
   });
 
   test('with auth on: a 401 asks for the token, and the run is followed live with it', { skip: !process.env.AUTH_BASE_URL }, async (t) => {

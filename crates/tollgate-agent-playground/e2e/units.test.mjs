@@ -1,6 +1,6 @@
 // Unit tests of the playground's DOM-free modules: the schema check of the argument editor, the SSE
-// parser used when a token must be sent, the preview/diff and time formatting, and which held calls take
-// a decision.
+// parser used when a token must be sent, the preview/diff and time formatting, which held calls take
+// a decision, and which characters are shown as marks (invisible.js).
 //
 // Run: node --test crates/tollgate-agent-playground/e2e/units.test.mjs (needs node only)
 
@@ -10,6 +10,7 @@ import { checkArguments, describe as describeErrors, parseJson, validate } from 
 import { parseDelta, SseParser } from '../assets/sse.js';
 import { diffLines, duration, isUnifiedDiff, openCalls, relative, settledNote, shortId, summarize } from '../assets/format.js';
 import { decisionAnnouncement, idTail, runLinkName, runSummary, runTag, statusText, truncate } from '../assets/format.js';
+import { charName, escapeInvisibleJson, hasRightToLeft, invisibleIn, invisibleWarning, markedText, splitInvisible } from '../assets/invisible.js';
 
 // The schemas of two built-in tools, as GET /v1/tools returns them.
 const FS_WRITE = {
@@ -259,5 +260,90 @@ describe('live model text (model_delta)', () => {
     assert.equal(events[0].id, null);
     assert.deepEqual(parseDelta(events[0].data), { round: 1, text: 'hi' });
     assert.equal(events[1].id, '5');
+  });
+});
+
+describe('invisible and direction-changing characters (issue 31)', () => {
+  // The attack of issue 31: drawn raw, the isolates show `echo build done # && rm -rf notes`.
+  const ARGV = 'echo build done \u2067\u2066&& rm -rf notes\u2069 #\u2069';
+
+  test('every kind the brief names is marked; newline, tab, spaces and letters are not', () => {
+    const marked = [
+      0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069, // embeddings, overrides, isolates
+      0x200e, 0x200f, 0x061c, // marks
+      0x200b, 0x200c, 0x200d, 0x2060, 0x2061, 0x2062, 0x2063, 0x2064, 0xfeff, // zero-width
+      0x00ad, // soft hyphen
+      0x0600, 0x180e, 0xfff9, 0xe0001, 0xe0041, // other format characters (Cf), tags included
+      0x0000, 0x0007, 0x000d, 0x001b, 0x007f, 0x0085, 0x009b, // C0 and C1 controls
+      0x2028, 0x2029, 0x3164, 0xd800, // separators, a Hangul filler, a lone surrogate
+    ];
+    for (const code of marked) {
+      const char = String.fromCodePoint(code);
+      const parts = splitInvisible(`a${char}b`);
+      assert.equal(parts.length, 3, `U+${code.toString(16)} is marked`);
+      assert.equal(parts[1].code, code);
+      assert.equal(parts[1].label, `⟨U+${code.toString(16).toUpperCase().padStart(4, '0')}⟩`);
+    }
+    for (const text of ['a\nb\tc', 'plain ASCII ~!@#$%^&*()', 'héllo wörld', 'שלום עולם', 'مرحبا', '日本語', '😀👍🏽', 'a\u00a0b']) {
+      assert.deepEqual(splitInvisible(text), [text], JSON.stringify(text));
+    }
+  });
+
+  test('text is cut around the marks in order, and named', () => {
+    assert.deepEqual(splitInvisible(ARGV), [
+      'echo build done ',
+      { code: 0x2067, label: '⟨U+2067⟩', title: 'U+2067 RIGHT-TO-LEFT ISOLATE' },
+      { code: 0x2066, label: '⟨U+2066⟩', title: 'U+2066 LEFT-TO-RIGHT ISOLATE' },
+      '&& rm -rf notes',
+      { code: 0x2069, label: '⟨U+2069⟩', title: 'U+2069 POP DIRECTIONAL ISOLATE' },
+      ' #',
+      { code: 0x2069, label: '⟨U+2069⟩', title: 'U+2069 POP DIRECTIONAL ISOLATE' },
+    ]);
+    assert.deepEqual(splitInvisible(''), ['']);
+    assert.equal(markedText('notes/\u202Etxt.exe'), 'notes/⟨U+202E⟩txt.exe');
+    assert.equal(charName(0x202e), 'RIGHT-TO-LEFT OVERRIDE');
+    assert.equal(charName(0xe0041), 'TAG "A"', 'tag characters say the letter they hide');
+    assert.equal(charName(0x0600), 'FORMAT CHARACTER');
+    assert.equal(charName(0x0090), 'C1 CONTROL CHARACTER');
+  });
+
+  test('found in every string of a JSON value, keys included', () => {
+    assert.deepEqual(invisibleIn({ argv: ['sh', '-c', ARGV], ['k\u200b']: 1, n: 5 }), [0x2067, 0x2066, 0x2069, 0x2069, 0x200b]);
+    assert.deepEqual(invisibleIn({ path: 'a.txt', content: 'fine\n' }), []);
+    assert.deepEqual(invisibleIn(null), []);
+  });
+
+  test('a held call says how many it holds, where, and which', () => {
+    const call = { tool: 'shell', call_id: 'call_1', arguments: { argv: ['sh', '-c', ARGV] }, preview: 'run: x\u202e' };
+    assert.deepEqual(invisibleWarning(call), {
+      headline:
+        'Contains 5 invisible or direction-changing characters (4 in the arguments, 1 in the preview): ' +
+        'U+202E RIGHT-TO-LEFT OVERRIDE, U+2066 LEFT-TO-RIGHT ISOLATE, U+2067 RIGHT-TO-LEFT ISOLATE, U+2069 POP DIRECTIONAL ISOLATE.',
+      detail: 'Each is shown as a ⟨U+…⟩ mark where it stands; the call runs with the characters themselves, which can make text look other than it is.',
+    });
+    assert.equal(
+      invisibleWarning({ tool: 'fs_write', call_id: 'c\u200f', arguments: {} }).headline,
+      'Contains 1 invisible or direction-changing character (1 in the tool name or call id): U+200F RIGHT-TO-LEFT MARK.',
+    );
+    assert.equal(invisibleWarning({ tool: 'fs_write', call_id: 'call_2', arguments: { path: 'שלום.txt' }, preview: null }), null);
+  });
+
+  test('JSON for the editor spells them as escapes that parse to the same value', () => {
+    const value = { argv: ['sh', '-c', ARGV], path: 'notes/\u202etxt.exe', tag: '\u{e0041}', ok: 'é\n' };
+    const json = escapeInvisibleJson(JSON.stringify(value, null, 2));
+    assert.deepEqual(invisibleIn(json), [], 'no raw character left');
+    assert.match(json, /\\u2067\\u2066&& rm -rf notes\\u2069 #\\u2069/);
+    assert.match(json, /"\\udb40\\udc41"/);
+    assert.deepEqual(JSON.parse(json), value);
+  });
+
+  test('right-to-left letters are found (their text is isolated)', () => {
+    assert.equal(hasRightToLeft('notes/שלום.txt'), true);
+    assert.equal(hasRightToLeft('مرحبا'), true);
+    assert.equal(hasRightToLeft('plain/path.txt'), false);
+  });
+
+  test('truncation keeps U+FEFF (to be marked) while it folds real whitespace', () => {
+    assert.equal(truncate(' a\ufeff  b ', 20), 'a\ufeff b');
   });
 });

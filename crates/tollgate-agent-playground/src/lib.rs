@@ -30,6 +30,11 @@
 //! - **Every asset is in the binary.** The files of `assets/` (plain HTML, CSS and JavaScript modules,
 //!   no build step) are embedded at compile time in every profile, so the playground works offline and
 //!   loads nothing from elsewhere: no CDN, no font service.
+//! - **Text stays text, drawn as it reads.** Every text from the API goes into the page as text nodes
+//!   (no asset sets HTML from a string), and every invisible or direction-changing character in it
+//!   (bidi controls, zero-width characters, the soft hyphen, other format characters, C0/C1 controls
+//!   but newline and tab) is drawn as a visible `⟨U+2067⟩` mark, never raw, so what a person reads is
+//!   what runs (`assets/dom.js`, `assets/invisible.js`; docs/playground.md).
 //! - **Paths are relative.** `index.html` loads `assets/…` and calls `v1/…` relative to itself, so the
 //!   server mounts the index at `/` and the files under `/assets/` ([`ASSETS_PREFIX`]).
 //!
@@ -154,6 +159,42 @@ mod tests {
             for import in source.split(" from '").skip(1).filter_map(|rest| rest.split('\'').next()) {
                 let file = import.strip_prefix("./").unwrap_or_else(|| panic!("{module} imports {import}"));
                 assert!(files.contains(file), "{module} imports {import}, which is not embedded");
+            }
+        }
+    }
+
+    /// Text goes in as text: no asset turns a string into markup, which would let a model's text run as
+    /// script (and would bypass the marks of `dom.js`).
+    #[test]
+    fn no_asset_parses_strings_as_html() {
+        for path in embedded().iter().filter(|p| p.ends_with(".js")) {
+            let source = text(path);
+            for needle in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "createContextualFragment",
+                "DOMParser",
+            ] {
+                assert!(!source.contains(needle), "{path} uses {needle}");
+            }
+        }
+    }
+
+    /// The assets themselves hold no character they would mark (a bidi control in a comment or a
+    /// string is the same deception in our own source): they write `\u2067`.
+    #[test]
+    fn no_asset_holds_an_invisible_or_direction_changing_character() {
+        let marked = |c: char| {
+            (c.is_control() && c != '\n' && c != '\t')
+                || matches!(c, '\u{ad}' | '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}')
+                || matches!(c, '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+        };
+        for path in embedded() {
+            let source = text(&path);
+            if let Some((line, _)) = source.lines().enumerate().find(|(_, line)| line.chars().any(marked)) {
+                panic!("{path}:{} holds an invisible or direction-changing character", line + 1);
             }
         }
     }

@@ -6,8 +6,10 @@
 //! `scribe`: turn 1 writes `a.txt` and `b.txt` (two `fs_write` calls, both ask-gated, in one turn;
 //! `b.txt` exists already, so its preview is a diff), turn 2 says `done`; and `clerk` (for the
 //! keyboard-only walk of `e2e/access.test.mjs`): turn 1 writes `c.txt`, `d.txt` and `e.txt` (three
-//! ask-gated `fs_write` calls in one turn), turn 2 says `done`. `scribe` comes first, so it stays the
-//! default agent. The first server also has `talker`, an `openai` agent whose model is a slow streaming
+//! ask-gated `fs_write` calls in one turn), turn 2 says `done`; and `trickster` (issue 31, the marks of
+//! invisible and direction-changing characters): turn 1 holds a `shell` call whose argv hides `rm -rf`
+//! behind bidi isolates and an `fs_write` whose path holds U+202E, turn 2 says `done`. `scribe` comes
+//! first, so it stays the default agent. The first server also has `talker`, an `openai` agent whose model is a slow streaming
 //! server on loopback ([`SlowChatModel`]), for the run page's live text (V2 streaming). A second server has
 //! auth on (token of `alice`), for the token prompt and the fetch()-read event stream.
 //!
@@ -48,6 +50,20 @@ const CLERK_SCRIPT: &str = r#"{"turns": [
 ]}
 "#;
 
+/// The script of `trickster` (issue 31): one turn with a `shell` call whose argument hides, by bidi
+/// isolates, that `rm -rf notes` runs (`echo build done \u{2067}\u{2066}&& rm -rf notes\u{2069} #\u{2069}`
+/// displays as `echo build done # && rm -rf notes`), and an `fs_write` whose path holds U+202E
+/// (`invoice\u{202e}fdp.sh` displays as `invoicehs.pdf`). Written as JSON escapes: no source file holds
+/// the characters themselves.
+const TRICKSTER_SCRIPT: &str = r#"{"turns": [
+  {"text": "Cleaning up.", "tool_calls": [
+    {"name": "shell", "arguments": {"argv": ["sh", "-c", "echo build done \u2067\u2066&& rm -rf notes\u2069 #\u2069"]}},
+    {"name": "fs_write", "arguments": {"path": "invoice\u202efdp.sh", "content": "echo paid\n"}}
+  ]},
+  {"text": "done"}
+]}
+"#;
+
 const CONFIG: &str = r#"[[providers]]
 name = "script"
 kind = "scripted"
@@ -70,6 +86,18 @@ name = "clerk"
 provider = "clerk-script"
 system_prompt = "You write three notes."
 tools = ["fs_write"]
+max_iterations = 5
+
+[[providers]]
+name = "trickster-script"
+kind = "scripted"
+script = "trickster.json"
+
+[[agents]]
+name = "trickster"
+provider = "trickster-script"
+system_prompt = "You tidy up."
+tools = ["shell", "fs_write"]
 max_iterations = 5
 "#;
 
@@ -220,6 +248,7 @@ impl Server {
         write(&dir.path().join("tollgate.toml"), &config);
         write(&dir.path().join("script.json"), SCRIPT);
         write(&dir.path().join("clerk.json"), CLERK_SCRIPT);
+        write(&dir.path().join("trickster.json"), TRICKSTER_SCRIPT);
         std::fs::create_dir_all(dir.path().join("workspace")).unwrap_or_else(|e| panic!("no workspace: {e}"));
         write(&dir.path().join("workspace/b.txt"), "B: old\nsecond line\n");
 

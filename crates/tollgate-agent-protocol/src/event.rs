@@ -25,6 +25,8 @@ pub enum EventKind {
     Decision,
     /// A waiting run resumed.
     RunResumed,
+    /// Another process took over a running run whose lease expired.
+    RunTakenOver,
     /// The run completed.
     RunCompleted,
     /// The run failed.
@@ -37,7 +39,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::RunStarted,
         EventKind::ModelRequest,
         EventKind::ModelResponse,
@@ -46,6 +48,7 @@ impl EventKind {
         EventKind::ApprovalRequested,
         EventKind::Decision,
         EventKind::RunResumed,
+        EventKind::RunTakenOver,
         EventKind::RunCompleted,
         EventKind::RunFailed,
         EventKind::RunCancelled,
@@ -63,6 +66,7 @@ impl EventKind {
             EventKind::ApprovalRequested => "approval_requested",
             EventKind::Decision => "decision",
             EventKind::RunResumed => "run_resumed",
+            EventKind::RunTakenOver => "run_taken_over",
             EventKind::RunCompleted => "run_completed",
             EventKind::RunFailed => "run_failed",
             EventKind::RunCancelled => "run_cancelled",

@@ -197,6 +197,20 @@ pub struct RunResumed {
     pub actor: String,
 }
 
+/// `run_taken_over`: a process took over a running run whose lease had expired (the process driving it
+/// stopped or stalled), to continue it from its last committed step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunTakenOver {
+    /// The process that took the run over (its lease owner id).
+    pub owner: String,
+    /// The process whose lease had expired.
+    pub previous_owner: String,
+    /// How many takeovers in a row this is without the run reaching a new step (1 for the first). At
+    /// `[runtime] max_takeovers` the run is failed instead of driven again: the segment keeps stopping
+    /// the process that drives it.
+    pub takeovers: u32,
+}
+
 /// `run_completed`: the run completed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RunCompleted {
@@ -252,6 +266,8 @@ pub enum EventData {
     Decision(DecisionMade),
     /// `run_resumed`.
     RunResumed(RunResumed),
+    /// `run_taken_over`.
+    RunTakenOver(RunTakenOver),
     /// `run_completed`.
     RunCompleted(RunCompleted),
     /// `run_failed`.
@@ -291,6 +307,7 @@ impl EventData {
             EventData::ApprovalRequested(_) => EventKind::ApprovalRequested,
             EventData::Decision(_) => EventKind::Decision,
             EventData::RunResumed(_) => EventKind::RunResumed,
+            EventData::RunTakenOver(_) => EventKind::RunTakenOver,
             EventData::RunCompleted(_) => EventKind::RunCompleted,
             EventData::RunFailed(_) => EventKind::RunFailed,
             EventData::RunCancelled(_) => EventKind::RunCancelled,
@@ -326,6 +343,7 @@ impl EventData {
             EventKind::ApprovalRequested => EventData::ApprovalRequested(read(kind, value)?),
             EventKind::Decision => EventData::Decision(read(kind, value)?),
             EventKind::RunResumed => EventData::RunResumed(read(kind, value)?),
+            EventKind::RunTakenOver => EventData::RunTakenOver(read(kind, value)?),
             EventKind::RunCompleted => EventData::RunCompleted(read(kind, value)?),
             EventKind::RunFailed => EventData::RunFailed(read(kind, value)?),
             EventKind::RunCancelled => EventData::RunCancelled(read(kind, value)?),
@@ -353,6 +371,7 @@ from_struct!(
     ApprovalRequested(ApprovalRequested),
     Decision(DecisionMade),
     RunResumed(RunResumed),
+    RunTakenOver(RunTakenOver),
     RunCompleted(RunCompleted),
     RunFailed(RunFailed),
     RunCancelled(RunCancelled),

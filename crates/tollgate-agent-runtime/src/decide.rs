@@ -200,6 +200,7 @@ mod tests {
             tool: "write".into(),
             arguments: json!({"text": id}),
             preview: None,
+            observed: None,
             state,
         }
     }

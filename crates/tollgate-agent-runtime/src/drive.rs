@@ -353,16 +353,33 @@ impl Inner {
 
     /// Fails a run whose stored state cannot be read, leaving every other run alone.
     pub(crate) async fn fail_corrupt(&self, run: &RunRecord, detail: &str) {
-        let now = self.clock.now();
         let error = RunError { kind: "corrupt_suspension".into(), message: detail.to_owned() };
+        self.fail_claimed(run, error).await;
+    }
+
+    /// Fails a run this process has just taken over, whose last `takeovers` takeovers in a row each
+    /// ended with the driving process stopped before any new step: driving it again would stop this one.
+    pub(crate) async fn fail_crash_loop(&self, run: &RunRecord, takeovers: u32) {
+        let message = format!(
+            "the run was taken over {takeovers} times in a row after the process driving it stopped, without \
+             reaching a new step; it is not driven again (see [runtime] max_takeovers). The last segment \
+             may stop any process that drives it: check the server's logs and the run's last events"
+        );
+        self.fail_claimed(run, RunError { kind: "crash_loop".into(), message }).await;
+    }
+
+    /// Fails a run this process holds (claimed at `run.version`) with `error`.
+    async fn fail_claimed(&self, run: &RunRecord, error: RunError) {
+        let now = self.clock.now();
         let event = events::run_failed(now, run.iterations, &error);
+        let error_kind = error.kind.clone();
         match self
             .store
             .transition(&run.id, Guard::Version(run.version), Transition::Fail { error }, vec![event], now)
             .await
         {
             Ok(next) => self.notify(&next),
-            Err(e) => tracing::warn!(run = %run.id, error = %e, "could not fail a run with a corrupt suspension"),
+            Err(e) => tracing::warn!(run = %run.id, error = %e, kind = %error_kind, "could not fail a run"),
         }
     }
 }

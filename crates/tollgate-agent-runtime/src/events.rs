@@ -92,6 +92,13 @@ pub(crate) fn run_resumed(at: Millis, round: u32, actor: &str) -> NewEvent {
     event(at, EventKind::RunResumed, round, data::RunResumed { actor: actor.to_owned() })
 }
 
+/// `run_taken_over`: `owner` took the run over from `previous_owner`, the `takeovers`th time in a row
+/// without a new step.
+pub(crate) fn run_taken_over(at: Millis, round: u32, owner: &str, previous_owner: &str, takeovers: u32) -> NewEvent {
+    let taken = data::RunTakenOver { owner: owner.to_owned(), previous_owner: previous_owner.to_owned(), takeovers };
+    event(at, EventKind::RunTakenOver, round, taken)
+}
+
 pub(crate) fn run_completed(at: Millis, round: u32, output: Option<&str>, reason: TerminationReason) -> NewEvent {
     let completed =
         data::RunCompleted { output: output.map(str::to_owned), termination_reason: wire::termination_reason(reason) };

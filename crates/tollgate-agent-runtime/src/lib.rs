@@ -106,7 +106,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast};
 use tollgate_agent_core::{
     AgentLoop, ChainBreak, Clock, Conflict, Decision, Guard, IdGen, Lease, Millis, RunPage, RunQuery, RunRecord,
-    RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent, Transition, verify_chain,
+    RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent, Transition, verify_chain_with,
 };
 use workers::Pool;
 
@@ -183,6 +183,10 @@ pub struct RuntimeOptions {
     pub redactor: Redactor,
     /// How many runs this process drives at once (`[runtime] workers`; see [`workers`]).
     pub workers: usize,
+    /// How many takeovers in a row, without the run reaching a new step, a run is given before the next
+    /// one fails it instead (`[runtime] max_takeovers`, default 3; the `run_taken_over` event of docs/events.md): a segment that
+    /// stops every process driving it must not keep a fleet restarting. At least 1.
+    pub max_takeovers: u32,
 }
 
 impl Default for RuntimeOptions {
@@ -194,9 +198,13 @@ impl Default for RuntimeOptions {
             privacy: PrivacyLevel::Full,
             redactor: Redactor::default(),
             workers: default_workers(std::thread::available_parallelism().map_or(1, usize::from)),
+            max_takeovers: DEFAULT_MAX_TAKEOVERS,
         }
     }
 }
+
+/// The default of [`RuntimeOptions::max_takeovers`].
+pub const DEFAULT_MAX_TAKEOVERS: u32 = 3;
 
 /// A change to a run, broadcast in process as it commits: this process's own changes, and (from a
 /// store several nodes share, see [`RunStore::changes`]) those another node committed.
@@ -316,6 +324,7 @@ pub(crate) struct Inner {
     pub(crate) ids: Arc<dyn IdGen>,
     pub(crate) node: String,
     pub(crate) lease_ms: i64,
+    pub(crate) max_takeovers: u32,
     pub(crate) notices: broadcast::Sender<RunNotice>,
     pub(crate) in_flight: Mutex<HashSet<String>>,
     pub(crate) idle: Notify,
@@ -354,6 +363,7 @@ impl Runtime {
                 ids,
                 node: options.node_id,
                 lease_ms,
+                max_takeovers: options.max_takeovers.max(1),
                 notices,
                 in_flight: Mutex::new(HashSet::new()),
                 idle: Notify::new(),
@@ -650,7 +660,9 @@ impl Runtime {
     pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, ReadError> {
         let run = self.inner.store.get(id).await?;
         let all = tollgate_agent_core::store::events_after(&*self.inner.store, id, 0).await?;
-        Ok(verify_chain(&all, run.last_seq, &run.last_hash).map(|()| run.last_seq))
+        // Keyed hashes are checked with the store's chain keys (docs/events.md).
+        let keys = self.inner.store.chain_keys();
+        Ok(verify_chain_with(&all, run.last_seq, &run.last_hash, keys).map(|()| run.last_seq))
     }
 
     /// Whether `actor` may decide the calls of a run of `agent` started by `created_by` (the agent's
@@ -778,7 +790,13 @@ impl Runtime {
             spec.agent_loop.first_decided_call(s, all)
         })?;
         for (call_id, decision) in &plan.decided {
-            spec.agent_loop.check_decision(&suspension, call_id, decision).await?;
+            if let Err(refused) = spec.agent_loop.check_decision(&suspension, call_id, decision).await {
+                // Nothing is recorded on the run (the call still waits for a decision); the process's log
+                // keeps who tried what and why it was refused.
+                let (actor, action) = (request.actor, decision.action());
+                tracing::warn!(run = %run.id, call = %call_id, %actor, %action, reason = %refused, "decision refused");
+                return Err(refused.into());
+            }
         }
         let guard = Guard::Version(run.version);
         let next = match self.inner.store.transition(&run.id, guard, plan.transition, plan.events, now).await {

@@ -49,6 +49,7 @@ fn content_fields(kind: EventKind) -> &'static [&'static [&'static str]] {
         EventKind::RunCompleted => &[&["output"]],
         EventKind::ModelRequest
         | EventKind::RunResumed
+        | EventKind::RunTakenOver
         | EventKind::RunFailed
         | EventKind::RunCancelled
         | EventKind::RunExpired => &[],
@@ -260,6 +261,10 @@ impl RunStore for FilteredStore {
     // The inner store chains and taps what this layer already filtered: a tap sees the events as stored.
     fn tap_commits(&self, tap: &CommitTap) -> bool {
         self.inner.tap_commits(tap)
+    }
+
+    fn chain_keys(&self) -> Option<&tollgate_agent_core::event::ChainKeys> {
+        self.inner.chain_keys()
     }
 }
 

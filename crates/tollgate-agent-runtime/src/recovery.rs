@@ -4,6 +4,12 @@
 //! or may not have taken effect, so it is never run again by itself. The run goes back to waiting with
 //! that call marked in doubt, and a person approves (run again), responds (give the result) or denies.
 //! Calls that finished keep their recorded result; allow-gated calls are safe to repeat and simply run.
+//!
+//! A takeover is committed with the claim as a `run_taken_over` event, so the log says which process
+//! continued the run and how many takeovers in a row it has had without reaching a new step. A segment
+//! that stops every process driving it (a tool exhausting memory, a crash in a dependency) would
+//! otherwise be taken over after every restart, for ever: once `max_takeovers` takeovers in a row have
+//! committed nothing else, the next one fails the run (`crash_loop`) instead of driving it again.
 
 use crate::error::SweepError;
 use crate::workers::Slot;
@@ -18,20 +24,36 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
     let inner = runtime.inner();
     let Some(slot) = inner.pool.try_slot() else { return Ok(()) };
     crate::spec_arc(inner, &run.agent)?;
+    let before = takeovers_in_a_row(&events_of(runtime, &run.id).await?);
     let now = inner.clock.now();
+    let previous_owner = run.lease().map_or("", |l| l.owner.as_str());
+    let takeovers = before.saturating_add(1);
+    let taken = events::run_taken_over(now, run.iterations, &inner.node, previous_owner, takeovers);
     let claimed = inner
         .store
         .transition(
             &run.id,
             Guard::Version(run.version),
             Transition::Claim { lease: inner.lease(now) },
-            Vec::new(),
+            vec![taken],
             now,
         )
         .await?;
     inner.notify(&claimed);
-    tracing::info!(run = %run.id, "took over a run whose lease expired");
+    if before >= inner.max_takeovers {
+        tracing::warn!(run = %run.id, takeovers = before, "a run keeps stopping the process driving it: failing it");
+        inner.fail_crash_loop(&claimed, before).await;
+        return Ok(());
+    }
+    tracing::info!(run = %run.id, takeovers, "took over a run whose lease expired");
     resume_claimed(runtime, claimed, slot).await
+}
+
+/// How many `run_taken_over` events end the log with nothing else after them: the takeovers in a row
+/// whose segment committed no new step before its process stopped.
+fn takeovers_in_a_row(events: &[StoredEvent]) -> u32 {
+    let taken = events.iter().rev().take_while(|e| e.kind == EventKind::RunTakenOver).count();
+    u32::try_from(taken).unwrap_or(u32::MAX)
 }
 
 /// Drives a queued run this process's worker claimed (see [`crate::workers`]); failures are logged
@@ -155,6 +177,7 @@ fn ledger(events: &[StoredEvent], round: u32) -> Result<BTreeMap<String, Option<
             | EventData::ApprovalRequested(_)
             | EventData::Decision(_)
             | EventData::RunResumed(_)
+            | EventData::RunTakenOver(_)
             | EventData::RunCompleted(_)
             | EventData::RunFailed(_)
             | EventData::RunCancelled(_)

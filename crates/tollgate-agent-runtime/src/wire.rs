@@ -68,6 +68,7 @@ pub fn event_kind(kind: EventKind) -> wire::EventKind {
         EventKind::ApprovalRequested => wire::EventKind::ApprovalRequested,
         EventKind::Decision => wire::EventKind::Decision,
         EventKind::RunResumed => wire::EventKind::RunResumed,
+        EventKind::RunTakenOver => wire::EventKind::RunTakenOver,
         EventKind::RunCompleted => wire::EventKind::RunCompleted,
         EventKind::RunFailed => wire::EventKind::RunFailed,
         EventKind::RunCancelled => wire::EventKind::RunCancelled,
@@ -252,6 +253,7 @@ mod tests {
             tool: "write".into(),
             arguments: json!({"text": "a"}),
             preview: Some("write a".into()),
+            observed: None,
             state,
         }
     }

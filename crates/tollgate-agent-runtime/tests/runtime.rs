@@ -1246,3 +1246,76 @@ async fn cancel_during_a_streamed_model_call_aborts_the_call() {
         assert_eq!(runtime.get(&run.id).await.map(|r| r.status()).ok(), Some(RunStatus::Cancelled), "{backend}");
     }
 }
+
+/// A run whose segment stops every process that drives it (here: an allow-gated tool that never returns,
+/// each runtime abandoned as if its process had died) is taken over `max_takeovers` times in a row, then
+/// failed as `crash_loop` by the next takeover instead of being driven again; each takeover is on the log.
+#[tokio::test]
+async fn a_run_taken_over_again_and_again_without_a_new_step_is_failed_as_a_crash_loop() {
+    for (name, store) in stores().await {
+        let hang = TestTool::new("search").gate(Gate::Allow).behaviour(tollgate_agent_testkit::Behaviour::Hang);
+        let script =
+            json!({"turns": [{"tool_calls": [{"name": "search", "arguments": {"text": "x"}}]}, {"text": "done"}]});
+        let setup = Setup::new(script, vec![hang]);
+        let first = setup.runtime(store.clone(), &ManualClock::at(T0), "node-0");
+        let run = first.start(StartRun::new("loop", "alice")).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut runtimes = vec![first];
+        // Each later process comes after the previous one's lease (30 s) ran out.
+        for n in 1..=3_i64 {
+            let runtime = setup.runtime(store.clone(), &ManualClock::at(T0 + n * 120_000), &format!("node-{n}"));
+            assert_eq!(runtime.sweep().await.ok(), Some(1), "{name}: takeover {n}");
+            let now = runtime.get(&run.id).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(now.status(), RunStatus::Running, "{name}: takeover {n} drives the run again");
+            runtimes.push(runtime);
+        }
+        let last = setup.runtime(store.clone(), &ManualClock::at(T0 + 4 * 120_000), "node-4");
+        assert_eq!(last.sweep().await.ok(), Some(1));
+        let failed = last.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(failed.status(), RunStatus::Failed, "{name}");
+        let error = failed.error().cloned().unwrap_or_else(|| panic!("{name}: no error"));
+        assert_eq!(error.kind, "crash_loop", "{name}");
+        assert!(error.message.contains("taken over 3 times in a row"), "{name}: {}", error.message);
+        let taken =
+            event_fields(&last, &run.id, &[EventKind::RunTakenOver], &["owner", "previous_owner", "takeovers"]).await;
+        assert_eq!(
+            taken,
+            vec![
+                json!(["run_taken_over", "node-1", "node-0", 1]),
+                json!(["run_taken_over", "node-2", "node-1", 2]),
+                json!(["run_taken_over", "node-3", "node-2", 3]),
+                json!(["run_taken_over", "node-4", "node-3", 4]),
+            ],
+            "{name}"
+        );
+        assert_eq!(event_kinds(&last, &run.id).await.last(), Some(&EventKind::RunFailed), "{name}");
+        assert!(last.verify(&run.id).await.ok().is_some_and(|r| r.is_ok()), "{name}: the chain holds");
+    }
+}
+
+/// A takeover whose segment reaches a new step starts the count again: only takeovers in a row count.
+#[tokio::test]
+async fn a_takeover_that_reaches_a_new_step_starts_the_count_again() {
+    let store = sqlite().await;
+    // Killed mid-call twice over: the call is in doubt after each takeover, which is a new step (the
+    // run waits for a person again), so the run is never failed as a crash loop.
+    let setup = Setup::new(one_write(), vec![write_tool().behaviour(tollgate_agent_testkit::Behaviour::Hang)]);
+    let first = setup.runtime(store.clone(), &ManualClock::at(T0), "node-0");
+    let run = first.start_and_wait(StartRun::new("again", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+    let mut held = run;
+    let mut runtimes = vec![first];
+    for n in 1..=4_i64 {
+        let runtime = setup.runtime(store.clone(), &ManualClock::at(T0 + n * 120_000), &format!("node-{n}"));
+        runtime
+            .decide(&held.id, &digest(&held), DecisionSet::ApproveAll, "bob")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let later = setup.runtime(store.clone(), &ManualClock::at(T0 + n * 120_000 + 60_000), &format!("node-{n}b"));
+        assert_eq!(later.sweep().await.ok(), Some(1), "takeover {n}");
+        held = later.wait_settled(&held.id).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(held.status(), RunStatus::WaitingForApproval, "takeover {n}: back to waiting, in doubt");
+        runtimes.push(runtime);
+        runtimes.push(later);
+    }
+    let taken = event_fields(&runtimes[0], &held.id, &[EventKind::RunTakenOver], &["takeovers"]).await;
+    assert_eq!(taken, vec![json!(["run_taken_over", 1]); 4]);
+}

@@ -1,11 +1,16 @@
 //! Who is calling: bearer tokens with roles (docs/api.md, "Auth").
 //!
 //! With no tokens configured every caller is the actor `local` with every role (and [`crate::serve`]
-//! refuses any address but loopback). With tokens, every route that takes a [`Caller`] answers 401 to a
-//! missing or unknown token before it looks at anything else. Tokens are compared as SHA-256 digests in
-//! constant time, so the comparison leaks neither a token's length nor a prefix.
+//! refuses any address but loopback), provided it is the OS user who started the server: a request on a
+//! connection [`crate::owner`] attributed to anyone else gets 403 `forbidden` saying why. (A request
+//! with no connection verdict — the router called in-process, or served by an embedder's own server —
+//! is `local`: there is no peer to check, and the embedder authenticates.) With tokens, every route
+//! that takes a [`Caller`] answers 401 to a missing or unknown token before it looks at anything else.
+//! Tokens are compared as SHA-256 digests in constant time, so the comparison leaks neither a token's
+//! length nor a prefix.
 
 use crate::AppState;
+use crate::owner::Verdict;
 use crate::problem::{ApiError, ProblemKind};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -114,6 +119,11 @@ impl Auth {
     }
 
     fn caller(&self, parts: &Parts) -> Result<Caller, ApiError> {
+        if !self.is_on()
+            && let Some(Verdict::Refused(why)) = parts.extensions.get::<Verdict>()
+        {
+            return Err(ApiError::forbidden(why.to_string()));
+        }
         self.caller_of(&parts.headers)
     }
 
@@ -181,6 +191,19 @@ mod tests {
         let caller = auth.caller(&parts(None)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(caller.actor, "local");
         assert!(caller.has(Role::Admin) && caller.has(Role::Approver) && caller.has(Role::Runner));
+    }
+
+    #[test]
+    fn without_tokens_a_connection_not_from_the_owner_is_forbidden() {
+        let auth = Auth::new(&[]);
+        let mut refused = parts(None);
+        refused.extensions.insert(Verdict::Refused("this connection is from uid 65534".into()));
+        let error = auth.caller(&refused).err().unwrap_or_else(|| panic!("another user is refused"));
+        assert_eq!(error.kind, ProblemKind::Forbidden);
+        assert!(error.detail.contains("uid 65534"), "{}", error.detail);
+        let mut owner = parts(None);
+        owner.extensions.insert(Verdict::Owner);
+        assert_eq!(auth.caller(&owner).map(|c| c.actor).ok().as_deref(), Some("local"));
     }
 
     #[test]

@@ -14,11 +14,15 @@
 //!   Both are counted (`tollgate_connections_refused_total`) and logged at most once a second.
 //! - **The accept loop never spins or dies**: a failed accept (out of file descriptors, of memory) is
 //!   counted, logged, and retried after a short pause.
+//! - **Local mode has an owner**: with no tokens configured, each connection is attributed to its
+//!   user when it is accepted ([`crate::owner`]), and the verdict rides on each of its requests for
+//!   [`crate::auth`] to let the owner in as `local` and answer anyone else 403.
 //! - **Graceful shutdown**: once `stop` turns true no connection is accepted; each open one finishes its
 //!   request in flight and closes; [`serve`] returns when the last has closed.
 
 use crate::auth::Auth;
 use crate::metrics::Metrics;
+use crate::owner::{Owner, Verdict};
 use crate::problem::{ApiError, ProblemKind};
 use axum::Router;
 use axum::body::Body;
@@ -68,6 +72,8 @@ struct Shared {
     auth: Arc<Auth>,
     metrics: Arc<Metrics>,
     limits: Limits,
+    /// With auth off, the only user whose connections may use the API.
+    owner: Option<Owner>,
 }
 
 /// Accepts connections on `listener` and serves `router` on them until `stop` turns true, then waits for
@@ -83,7 +89,8 @@ pub(crate) async fn serve(
     let limits = Limits { max_connections: fit_open_file_limit(limits.max_connections, limits.reserved), ..limits };
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let reserve = Arc::new(Semaphore::new(limits.reserved));
-    let shared = Arc::new(Shared { router, auth, metrics, limits });
+    let owner = (!auth.is_on()).then(Owner::of_this_process);
+    let shared = Arc::new(Shared { router, auth, metrics, limits, owner });
     // Every connection task holds a receiver; `closed()` completes when the last one is gone.
     let (open, _) = watch::channel(());
     let mut refusals = RefusalLog::default();
@@ -214,6 +221,14 @@ struct Connection {
 impl Connection {
     async fn run(mut self, stream: TcpStream) {
         let activity = Arc::new(Activity::new());
+        // Once per connection: its user cannot change while it is open.
+        let verdict = match self.shared.owner {
+            Some(owner) => Some(owner.judge_connection(self.peer, stream.local_addr()).await),
+            None => None,
+        };
+        if let Some(Verdict::Refused(why)) = &verdict {
+            tracing::debug!(peer = %self.peer, %why, "a connection not from the owner: its API requests get 403");
+        }
         let reserved = self.reserved;
         let limits = self.shared.limits;
         // A reserved connection is for one prompt request: it gets no idle time beyond the head's.
@@ -226,9 +241,13 @@ impl Connection {
             hyper::service::service_fn(move |request: Request<Incoming>| {
                 let started = InFlight::start(activity.clone());
                 let shared = shared.clone();
+                let verdict = verdict.clone();
                 async move {
                     let mut request = request.map(Body::new);
                     request.extensions_mut().insert(ConnectInfo(peer));
+                    if let Some(verdict) = verdict {
+                        request.extensions_mut().insert(verdict);
+                    }
                     let response = if reserved && !admitted_past_cap(&request, &shared.auth) {
                         shared.metrics.connection_refused();
                         refusal(shared.limits.max_connections)

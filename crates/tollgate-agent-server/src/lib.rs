@@ -47,7 +47,10 @@
 //!   `application/problem+json`; their `type` is `https://tollgate.dev/problems/` + a slug of
 //!   [`ProblemKind`] (stable: clients may branch on it).
 //! - **Auth as docs/api.md says.** With [`ServerOptions::tokens`] empty every caller is the actor `local` with
-//!   every role, and [`serve`] refuses any address but loopback. Otherwise a bearer token names the
+//!   every role, and [`serve`] refuses any address but loopback; [`serve`] and [`serve_on`] also serve
+//!   `/v1` and `/metrics` only to connections from the OS user running the server (found in the kernel's
+//!   socket table when each connection is accepted), and answer anyone else 403 `forbidden` saying why
+//!   ([`router`] alone has no connections to check: whoever serves it decides who reaches it). Otherwise a bearer token names the
 //!   actor recorded on every event it causes, and its [`Role`]s decide what it may do (401 / 403).
 //! - **Exactly-once resume holds over HTTP**: concurrent decision requests on one run get 200 or 409,
 //!   and the run resumes once (the runtime's compare-and-set does it; the server adds no state).
@@ -96,7 +99,11 @@
 //! `{"run_id": "...", "event": EVENT}` (`EVENT` exactly as the events endpoint serves it: `seq`, `at`,
 //! `kind`, `round`, `data`, `hash`) and the headers `Content-Type: application/json`,
 //! `X-Tollgate-Signature: sha256=HEX` (lowercase hex HMAC-SHA256 of the exact body bytes keyed with the
-//! target's secret; see [`signature`]), `X-Tollgate-Event: KIND` and `X-Tollgate-Delivery: RUN_ID:SEQ`.
+//! target's secret; see [`signature`]), `X-Tollgate-Event: KIND` and `X-Tollgate-Delivery: RUN_ID:SEQ`;
+//! and the same delivery signed in the Standard Webhooks form: `webhook-id: RUN_ID:SEQ`,
+//! `webhook-timestamp: UNIX_SECONDS` (each attempt's) and `webhook-signature: v1,BASE64` over
+//! `{id}.{timestamp}.{body}` (see [`standard_signature`] and [`standard_key`]), so a receiver that checks
+//! it refuses a captured delivery replayed under another id or, past its window, at another time.
 //! At least once and unordered: a non-2xx answer or a network error is retried with exponential
 //! backoff ([`WebhookRetry`]); receivers dedupe by `X-Tollgate-Delivery` and order by `event.seq`.
 //! Deliveries run in the background from a bounded queue, which the log fills only while it has room: a
@@ -127,6 +134,7 @@ pub mod fuzzing;
 mod input;
 mod metrics;
 mod openapi;
+mod owner;
 mod playground;
 mod problem;
 mod routes;
@@ -138,7 +146,10 @@ pub use duration::parse as parse_duration;
 pub use openapi::openapi_json;
 pub use problem::{ApiError, PROBLEM_BASE, PROBLEM_JSON, ProblemKind};
 pub use routes::{DEFAULT_DENY_REASON, DEFAULT_LIMIT, MAX_LIMIT};
-pub use webhooks::{SIGNATURE_HEADER, WebhookRetry, WebhookTarget, signature};
+pub use webhooks::{
+    SIGNATURE_HEADER, STANDARD_ID_HEADER, STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER, WebhookRetry,
+    WebhookTarget, signature, standard_key, standard_signature,
+};
 
 /// The axum router [`router`] answers (the embedder's axum must be the same major version).
 pub use axum::Router;

@@ -6,6 +6,12 @@
 //! the exact body bytes, keyed with the target's secret), `X-Tollgate-Event: KIND`, and
 //! `X-Tollgate-Delivery: RUN_ID:SEQ` (stable across retries, so a receiver can drop duplicates).
 //!
+//! The same delivery is also signed in the Standard Webhooks form (<https://www.standardwebhooks.com>),
+//! which binds the delivery id and the time to the body, so a captured delivery cannot be replayed under
+//! another id or, by a receiver that checks the time, later: `webhook-id: RUN_ID:SEQ`,
+//! `webhook-timestamp: UNIX_SECONDS` (of each attempt) and `webhook-signature: v1,BASE64`, the
+//! HMAC-SHA256 of `{id}.{timestamp}.{body}` keyed with [`standard_key`] of the target's secret.
+//!
 //! Delivery is at least once and unordered: a non-2xx answer or a network error is retried with
 //! exponential backoff; receivers dedupe by `X-Tollgate-Delivery` and order by `event.seq`. It never
 //! blocks or fails a run.
@@ -31,6 +37,7 @@
 //! [`RunStore::hold_reader`]: tollgate_agent_core::RunStore::hold_reader
 
 use crate::metrics::{Delivery, Metrics};
+use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::VecDeque;
@@ -39,7 +46,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
-use tollgate_agent_core::{Millis, ReaderHold, StoreError, StoredEvent};
+use tollgate_agent_core::{Clock, Millis, ReaderHold, StoreError, StoredEvent};
 use tollgate_agent_runtime::{RunNotice, Runtime};
 
 /// One webhook receiver.
@@ -47,7 +54,8 @@ use tollgate_agent_runtime::{RunNotice, Runtime};
 pub struct WebhookTarget {
     /// Where to POST.
     pub url: String,
-    /// The HMAC-SHA256 key for `X-Tollgate-Signature`.
+    /// The HMAC-SHA256 key for `X-Tollgate-Signature` (as it is) and for `webhook-signature` (as
+    /// [`standard_key`] reads it).
     pub secret: String,
     /// The event kinds to deliver (e.g. `approval_requested`, `run_completed`); `*` means every kind.
     pub events: Vec<String>,
@@ -92,6 +100,46 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     };
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// The Standard Webhooks header carrying the delivery id (`RUN_ID:SEQ`, as `X-Tollgate-Delivery`).
+pub const STANDARD_ID_HEADER: &str = "webhook-id";
+/// The Standard Webhooks header carrying the attempt's time, in whole seconds since the Unix epoch.
+pub const STANDARD_TIMESTAMP_HEADER: &str = "webhook-timestamp";
+/// The Standard Webhooks header carrying the signature, `v1,BASE64` ([`standard_signature`]).
+pub const STANDARD_SIGNATURE_HEADER: &str = "webhook-signature";
+
+/// The prefix of a secret given in the Standard Webhooks form: `whsec_` + the key in base64.
+const STANDARD_SECRET_PREFIX: &str = "whsec_";
+
+/// The key of the Standard Webhooks signature for a target's `secret`: for `whsec_BASE64` (the form
+/// Standard Webhooks libraries hand out), the bytes BASE64 decodes to (padding optional); for any other
+/// secret, its UTF-8 bytes as they are, the same key as `X-Tollgate-Signature`'s. A receiver using a
+/// Standard Webhooks library gives it the `whsec_` secret as configured, or `whsec_` + the base64 of a
+/// plain secret. `None` for a `whsec_` secret whose rest is not base64.
+pub fn standard_key(secret: &str) -> Option<Vec<u8>> {
+    match secret.strip_prefix(STANDARD_SECRET_PREFIX) {
+        Some(encoded) => STANDARD_SECRET_BASE64.decode(encoded).ok(),
+        None => Some(secret.as_bytes().to_vec()),
+    }
+}
+
+/// Standard base64, its padding optional, as Standard Webhooks libraries read secrets.
+const STANDARD_SECRET_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+/// `v1,` + base64 (standard, padded) of the HMAC-SHA256 of `{id}.{timestamp}.{body}` keyed with `key`
+/// (see [`standard_key`]): the `webhook-signature` value of a delivery.
+pub fn standard_signature(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+    // HMAC takes a key of any length, so this cannot fail.
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else { return String::new() };
+    mac.update(id.as_bytes());
+    mac.update(format!(".{timestamp}.").as_bytes());
+    mac.update(body);
+    format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes()))
 }
 
 const QUEUE: usize = 10_000;
@@ -154,8 +202,12 @@ pub(crate) fn spawn(
     if targets.is_empty() {
         return Ok(None);
     }
+    let mut keys = Vec::with_capacity(targets.len());
     for target in &targets {
         reqwest::Url::parse(&target.url).map_err(|e| format!("webhook url `{}` is not a URL: {e}", target.url))?;
+        keys.push(standard_key(&target.secret).ok_or_else(|| {
+            format!("the secret of webhook `{}` starts with `whsec_` but the rest is not base64", target.url)
+        })?);
     }
     let client = reqwest::Client::builder()
         .timeout(retry.timeout)
@@ -163,8 +215,9 @@ pub(crate) fn spawn(
         .build()
         .map_err(|e| format!("cannot build the webhook HTTP client: {e}"))?;
     let targets = Arc::new(targets);
+    let signer = Signer { keys: Arc::new(keys), clock: runtime.clock().clone() };
     let (queue, jobs) = mpsc::channel(QUEUE);
-    let deliveries = tokio::spawn(dispatch(jobs, targets.clone(), client, retry, metrics.clone()));
+    let deliveries = tokio::spawn(dispatch(jobs, targets.clone(), signer, client, retry, metrics.clone()));
     let (stop, stopped) = oneshot::channel();
     let reader = Reader {
         notices: runtime.subscribe(),
@@ -493,9 +546,27 @@ fn millis(duration: Duration) -> Millis {
     Millis::try_from(duration.as_millis()).unwrap_or(Millis::MAX / 2)
 }
 
+/// What the Standard Webhooks signature of each attempt takes: each target's key (as [`standard_key`]
+/// read it, in the order of the targets) and the clock of the attempt's time.
+#[derive(Clone)]
+struct Signer {
+    keys: Arc<Vec<Vec<u8>>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Signer {
+    /// The `webhook-timestamp` and `webhook-signature` of an attempt, made now.
+    fn sign(&self, job: &Job) -> (String, String) {
+        let timestamp = self.clock.now().div_euclid(1000);
+        let key = self.keys.get(job.target).map(Vec::as_slice).unwrap_or_default();
+        (timestamp.to_string(), standard_signature(key, &job.delivery, timestamp, &job.body))
+    }
+}
+
 async fn dispatch(
     mut jobs: mpsc::Receiver<Job>,
     targets: Arc<Vec<WebhookTarget>>,
+    signer: Signer,
     client: reqwest::Client,
     retry: WebhookRetry,
     metrics: Arc<Metrics>,
@@ -506,9 +577,9 @@ async fn dispatch(
     let mut deliveries = JoinSet::new();
     while let Some(job) = jobs.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else { break };
-        let (targets, client, metrics) = (targets.clone(), client.clone(), metrics.clone());
+        let (targets, signer, client, metrics) = (targets.clone(), signer.clone(), client.clone(), metrics.clone());
         deliveries.spawn(async move {
-            let outcome = deliver(&client, &targets[job.target], &job, retry).await;
+            let outcome = deliver(&client, &targets[job.target], &signer, &job, retry).await;
             metrics.webhook(outcome);
             metrics.webhook_queued(false);
             job.page.fetch_sub(1, Ordering::AcqRel);
@@ -520,16 +591,27 @@ async fn dispatch(
     while deliveries.join_next().await.is_some() {}
 }
 
-async fn deliver(client: &reqwest::Client, target: &WebhookTarget, job: &Job, retry: WebhookRetry) -> Delivery {
+async fn deliver(
+    client: &reqwest::Client,
+    target: &WebhookTarget,
+    signer: &Signer,
+    job: &Job,
+    retry: WebhookRetry,
+) -> Delivery {
     let signature = signature(&target.secret, &job.body);
     let mut delay = retry.first_delay;
     for attempt in 1..=retry.attempts.max(1) {
+        // Each attempt is signed at its own time, so a receiver's window on the timestamp holds for retries.
+        let (timestamp, standard) = signer.sign(job);
         let result = client
             .post(&target.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(SIGNATURE_HEADER, &signature)
             .header("x-tollgate-event", job.kind)
             .header("x-tollgate-delivery", &job.delivery)
+            .header(STANDARD_ID_HEADER, &job.delivery)
+            .header(STANDARD_TIMESTAMP_HEADER, timestamp)
+            .header(STANDARD_SIGNATURE_HEADER, standard)
             .body(job.body.as_ref().clone())
             .send()
             .await;
@@ -560,6 +642,34 @@ mod tests {
             signature("Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn the_standard_signature_covers_id_timestamp_and_body() {
+        // The example of the Standard Webhooks specification (its `webhook-signature` for this message).
+        let key = standard_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap_or_else(|| panic!("base64"));
+        let body = br#"{"test": 2432232314}"#;
+        assert_eq!(
+            standard_signature(&key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+        let other = |id: &str, at: i64| standard_signature(&key, id, at, body);
+        assert_ne!(
+            other("msg_p5jXN8AQM9LWM0D4loKWxJeK", 1_614_265_330),
+            other("msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330)
+        );
+        assert_ne!(
+            other("msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_331),
+            other("msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330)
+        );
+    }
+
+    #[test]
+    fn a_plain_secret_is_its_own_key_and_a_whsec_secret_is_base64() {
+        assert_eq!(standard_key("hook-secret"), Some(b"hook-secret".to_vec()));
+        assert_eq!(standard_key("whsec_aG9vay1zZWNyZXQ="), Some(b"hook-secret".to_vec()));
+        assert_eq!(standard_key("whsec_aG9vay1zZWNyZXQ"), Some(b"hook-secret".to_vec()), "padding is optional");
+        assert_eq!(standard_key("whsec_not base64!"), None);
     }
 
     #[test]

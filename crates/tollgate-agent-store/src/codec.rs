@@ -11,10 +11,10 @@
 //!   corrupt (the run's when the failing operation was on one run), unreachable, or another failure;
 //!   its message never contains the password of the URL the store was opened with.
 
-use crate::encryption::{DataKeys, Place, open, seal};
+use crate::encryption::{At, DataKeys, Place, open, seal};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use tollgate_agent_core::event::{EventKind, NewEvent, StoredEvent, chain};
+use tollgate_agent_core::event::{ChainKey, EventKind, HashForm, NewEvent, StoredEvent, chain_with};
 use tollgate_agent_core::run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
 };
@@ -143,8 +143,9 @@ fn encode_json<T: serde::Serialize>(id: &str, what: &str, value: &T) -> Result<S
 }
 
 /// A sealed column's stored value: without keys the plaintext itself; with keys the value it replaces
-/// when that holds the same plaintext (`unchanged`) already sealed with the current key — an unchanged
-/// value is not encrypted again, and SQLite's update then leaves its column alone — else a new seal.
+/// when that holds the same plaintext at the same version (`unchanged`) already sealed as v2 with the
+/// current key — an unchanged value is not encrypted again, and SQLite's update then leaves its column
+/// alone — else a new seal (bound to the new version).
 fn sealed_column(
     keys: Option<&DataKeys>,
     place: Place<'_>,
@@ -167,9 +168,12 @@ impl RunRow {
         before: Option<(&RunRecord, &RunRow)>,
     ) -> Result<RunRow, StoreError> {
         let pending = run.held_turn();
-        let place = |column| Place { run_id: &run.id, column, seq: None };
-        // Only with keys: without them nothing is compared (the write path stays as it was).
-        let before_pending = keys.and(before).map(|(record, row)| (record.held_turn(), row));
+        let version = to_sql_int(run.version);
+        let place = |column| Place { run_id: &run.id, column, at: At::Version(version) };
+        // Only with keys: without them nothing is compared (the write path stays as it was). A value
+        // sealed at another version is bound to that version: it is sealed again.
+        let before_pending =
+            keys.and(before).filter(|(_, row)| row.version == version).map(|(record, row)| (record.held_turn(), row));
         let suspension = pending
             .map(|p| {
                 let unchanged = before_pending
@@ -227,7 +231,7 @@ impl RunRow {
     pub fn decode(self, keys: Option<&DataKeys>) -> Result<RunRecord, StoreError> {
         let id = self.id;
         let corrupt = |detail: String| StoreError::Corrupt { id: id.clone(), detail };
-        let place = |column| Place { run_id: &id, column, seq: None };
+        let place = |column| Place { run_id: &id, column, at: At::Version(self.version) };
         let unsigned = |column: &str, value: i64| {
             u64::try_from(value).map_err(|_| corrupt(format!("column {column} is negative ({value})")))
         };
@@ -416,6 +420,11 @@ pub(crate) fn read_run_row(row: &impl Columns) -> Result<RunRow, StoreError> {
     read().map_err(|detail| StoreError::Corrupt { id: id.clone(), detail })
 }
 
+/// The chain key new events are chained with: the current one of `keys`, none without keys.
+pub(crate) fn chain_key(keys: Option<&DataKeys>) -> Option<&ChainKey> {
+    keys.and_then(|keys| keys.chain_keys().current())
+}
+
 /// Reads and decodes a run row.
 pub(crate) fn decode_run(row: &impl Columns, keys: Option<&DataKeys>) -> Result<RunRecord, StoreError> {
     read_run_row(row)?.decode(keys)
@@ -486,10 +495,20 @@ impl EventRow {
             at: event.at.clone(),
             kind: event.kind.as_str(),
             round: i64::from(event.round),
-            data: seal(keys, Place { run_id, column: "events.data", seq: Some(seq) }, data)?,
+            data: seal(keys, event_place(run_id, seq, &event.hash), data)?,
             hash: event.hash.clone(),
         })
     }
+}
+
+/// Where an event's data is sealed: its run, its seq and the chain key its hash names, so that a keyed
+/// hash rewritten without the key leaves the data unopenable.
+pub(crate) fn event_place<'a>(run_id: &'a str, seq: i64, hash: &'a str) -> Place<'a> {
+    let chain_key = match HashForm::of(hash) {
+        HashForm::Keyed { key_id } => Some(key_id),
+        HashForm::Plain => None,
+    };
+    Place { run_id, column: "events.data", at: At::Event { seq, chain_key } }
 }
 
 /// Reads an `events` row selected as `seq, at, kind, round, data, hash`, its data opened with `keys`.
@@ -503,7 +522,7 @@ pub(crate) fn decode_event(
         Ok((row.int(0)?, row.text(1)?, row.text(2)?, row.int(3)?, row.text(4)?, row.text(5)?))
     };
     let (seq, at, kind, round, data, hash) = read().map_err(|e| corrupt(format!("an event row: {e}")))?;
-    let data = open(keys, Place { run_id, column: "events.data", seq: Some(seq) }, data)?;
+    let data = open(keys, event_place(run_id, seq, &hash), data)?;
     let seq = u64::try_from(seq).map_err(|_| corrupt(format!("event seq {seq} is negative")))?;
     Ok(StoredEvent {
         seq,
@@ -544,14 +563,16 @@ pub(crate) fn check_guard(
     }
 }
 
-/// The pure part of a transition: the guard, [`RunRecord::apply`], and the chained events. Returns
-/// the new record (with its new chain head) and the events to insert.
+/// The pure part of a transition: the guard, [`RunRecord::apply`], and the chained events (keyed with
+/// `chain_key` when there is one). Returns the new record (with its new chain head) and the events to
+/// insert.
 pub(crate) fn plan_transition(
     current: &RunRecord,
     guard: &Guard,
     transition: &Transition,
     events: Vec<NewEvent>,
     now: Millis,
+    chain_key: Option<&ChainKey>,
 ) -> Result<(RunRecord, Vec<StoredEvent>), StoreError> {
     check_guard(&current.id, guard, current.status(), current.version, current.lease().map(|l| l.owner.as_str()))?;
     let mut next = current.apply(transition, now).map_err(|refused| match refused {
@@ -561,15 +582,19 @@ pub(crate) fn plan_transition(
         }
         refused => StoreError::Transition(refused),
     })?;
-    let (stored, last_seq, last_hash) = chain(current.last_seq, &current.last_hash, events);
+    let (stored, last_seq, last_hash) = chain_with(current.last_seq, &current.last_hash, events, chain_key);
     next.last_seq = last_seq;
     next.last_hash = last_hash;
     Ok((next, stored))
 }
 
 /// The pure part of a create: chains the first events after the record's (empty) chain head.
-pub(crate) fn plan_create(mut run: RunRecord, events: Vec<NewEvent>) -> (RunRecord, Vec<StoredEvent>) {
-    let (stored, last_seq, last_hash) = chain(run.last_seq, &run.last_hash, events);
+pub(crate) fn plan_create(
+    mut run: RunRecord,
+    events: Vec<NewEvent>,
+    chain_key: Option<&ChainKey>,
+) -> (RunRecord, Vec<StoredEvent>) {
+    let (stored, last_seq, last_hash) = chain_with(run.last_seq, &run.last_hash, events, chain_key);
     run.last_seq = last_seq;
     run.last_hash = last_hash;
     (run, stored)
@@ -590,12 +615,13 @@ pub(crate) fn plan_append(
     owner: &str,
     head: ChainHead,
     events: Vec<NewEvent>,
+    chain_key: Option<&ChainKey>,
 ) -> Result<(Vec<StoredEvent>, u64, String), StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt { id: id.to_owned(), detail };
     let status = RunStatus::parse(&head.status).ok_or_else(|| corrupt(format!("unknown status `{}`", head.status)))?;
     let last_seq = u64::try_from(head.last_seq).map_err(|_| corrupt("column last_seq is negative".to_owned()))?;
     check_guard(id, &Guard::Lease(owner.to_owned()), status, 0, head.lease_owner.as_deref())?;
-    Ok(chain(last_seq, &head.last_hash, events))
+    Ok(chain_with(last_seq, &head.last_hash, events, chain_key))
 }
 
 /// The exclusive upper end of the id range that starts with `prefix` (ids are compared bytewise).

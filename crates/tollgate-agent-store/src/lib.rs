@@ -60,8 +60,12 @@
 //! - [`RunStore::changes`] on PostgreSQL: the changes other nodes commit, announced by each write through
 //!   LISTEN/NOTIFY on one dedicated connection per store (see [`pg_notify`]); SQLite announces none.
 //! - Optional encryption at rest ([`StoreOptions::data_keys`], see [`encryption`]): the run's
-//!   suspension and decisions and each event's data are stored sealed with AES-256-GCM, below the
-//!   hash chain; a value this store cannot decrypt is [`StoreError::Undecryptable`] for that run.
+//!   suspension and decisions and each event's data are stored sealed with AES-256-GCM, bound to the
+//!   run's version (and an event's seq and chain form), below the hash chain, which is then keyed
+//!   (HMAC-SHA256 with a key derived from the first data key); a value this store cannot decrypt, or
+//!   plaintext where a sealed value belongs, is [`StoreError::Undecryptable`] for that run.
+//!   [`seal_unsealed`] (`tollgate seal`) seals what earlier versions left unsealed.
+//! - [`StoreOptions::secure_delete`]: SQLite zeroes what it deletes or overwrites.
 
 // A build without either backend (Cargo features `sqlite`, `postgres`) keeps the shared code unused.
 mod codec;
@@ -79,9 +83,13 @@ mod pg_nodelay;
 #[cfg(feature = "postgres")]
 pub mod pg_notify;
 #[cfg(feature = "postgres")]
+mod pg_sealing;
+#[cfg(feature = "postgres")]
 mod pg_targets;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub mod seal;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
@@ -103,6 +111,12 @@ pub struct StoreOptions {
     /// values, every one opens the values that name it). `None`: values are written in plaintext, and
     /// a sealed value read back is [`StoreError::Undecryptable`].
     pub data_keys: Option<Arc<DataKeys>>,
+    /// SQLite only: `PRAGMA secure_delete = ON` on every connection, so the bytes of a deleted or
+    /// overwritten value are zeroed in the file instead of staying in its free space until a `VACUUM`.
+    /// Set below privacy level `full` (where the events keep no content but purged and rewritten
+    /// rows, suspensions with their arguments included, still held it). PostgreSQL keeps dead tuples
+    /// until `VACUUM` whatever this says.
+    pub secure_delete: bool,
 }
 
 /// The URL with its password (`user:PASSWORD@`, `password=` parameter, as written or percent-encoded)
@@ -132,6 +146,80 @@ pub async fn open_with(url: &str, options: StoreOptions) -> Result<Arc<dyn RunSt
         Err(StoreError::Database(format!(
             "unsupported store URL scheme `{scheme}`: expected sqlite://FILE or postgres://USER@HOST:PORT/DB"
         )))
+    }
+}
+
+/// Seals, as the first data key of `options`, every value encryption at rest refuses to read in the
+/// store `url` names: plaintext written before encryption was on, and a run's column sealed as
+/// `enc:v1` (see [`seal`] for what it refuses and why). It walks the runs in batches of `batch` runs,
+/// each one transaction, calling `progress` with what each batch did, and answers the total. Running it
+/// again seals nothing more.
+///
+/// # Errors
+/// Without data keys, a [`StoreError::Database`] saying so; the store's errors (a batch that fails
+/// writes nothing, the batches before it stay sealed).
+pub async fn seal_unsealed(
+    url: &str,
+    options: StoreOptions,
+    batch: u32,
+    mut progress: impl FnMut(&seal::SealReport),
+) -> Result<seal::SealReport, StoreError> {
+    if options.data_keys.is_none() {
+        return Err(seal::needs_keys());
+    }
+    let batch = batch.max(1);
+    if url.starts_with("sqlite:") {
+        #[cfg(feature = "sqlite")]
+        {
+            let store = sqlite::SqliteStore::open_with(url, options).await?;
+            let walked = in_batches(&mut progress, |after| std::future::ready(store.seal_batch(&after, batch))).await;
+            store.close().await;
+            return walked;
+        }
+        #[cfg(not(feature = "sqlite"))]
+        return Err(compiled_out("SQLite", "sqlite"));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        #[cfg(feature = "postgres")]
+        {
+            let store = postgres::PostgresStore::open_with(url, options).await?;
+            let walked = in_batches(&mut progress, |after| {
+                let store = &store;
+                async move { store.seal_batch(&after, batch).await }
+            })
+            .await;
+            store.close().await;
+            return walked;
+        }
+        #[cfg(not(feature = "postgres"))]
+        return Err(compiled_out("PostgreSQL", "postgres"));
+    }
+    // Opening reports the unsupported scheme as it does for every other use.
+    open_with(url, options).await.map(drop)?;
+    Ok(seal::SealReport::default())
+}
+
+/// Runs `seal_batch` from the first run on, each time after the last run the previous batch reached,
+/// until a batch says it reached the end; answers the total of the batches.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+async fn in_batches<F, Fut>(
+    progress: &mut impl FnMut(&seal::SealReport),
+    mut seal_batch: F,
+) -> Result<seal::SealReport, StoreError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(seal::SealReport, Option<String>), StoreError>>,
+{
+    let mut total = seal::SealReport::default();
+    let mut after = String::new();
+    loop {
+        let (done, next) = seal_batch(after).await?;
+        progress(&done);
+        total.add(done);
+        match next {
+            Some(next) => after = next,
+            None => return Ok(total),
+        }
     }
 }
 

@@ -29,8 +29,8 @@
 
 use crate::StoreOptions;
 use crate::codec::{
-    ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, bind_run_changes, bind_run_row, database_error,
-    decode_event, decode_run, decode_runs_skipping_corrupt, plan_append, plan_create, plan_transition,
+    ChainHead, Columns, EventRow, PREFIX_COUNT_CAP, RunRow, Secrets, bind_run_changes, bind_run_row, chain_key,
+    database_error, decode_event, decode_run, decode_runs_skipping_corrupt, plan_append, plan_create, plan_transition,
     prefix_upper_bound, read_run_row, resolve_prefix_answer, run_columns, run_error, split_readable, status_counts,
 };
 use crate::commit_log::{parse_pg_position, pg_position, position_ahead};
@@ -916,7 +916,7 @@ impl PostgresStore {
     }
 
     /// A connection for the next statement (see [`crate::pg_connections`]).
-    async fn connection(&self) -> Result<Held<'_>, StoreError> {
+    pub(crate) async fn connection(&self) -> Result<Held<'_>, StoreError> {
         self.connections.acquire().await.map_err(self.db_error("cannot reach PostgreSQL"))
     }
 
@@ -936,7 +936,17 @@ impl PostgresStore {
         self.keys.as_deref()
     }
 
-    fn db_error<'a>(&'a self, context: &'a str) -> impl Fn(sqlx::Error) -> StoreError + 'a {
+    /// The data keys, for the seal migration (`crate::pg_sealing`).
+    pub(crate) fn data_keys(&self) -> Option<&DataKeys> {
+        self.keys()
+    }
+
+    /// Forgets the row this store remembers for run `id` (its next write reads it again).
+    pub(crate) fn forget_row(&self, id: &str) {
+        self.cache.remove(id);
+    }
+
+    pub(crate) fn db_error<'a>(&'a self, context: &'a str) -> impl Fn(sqlx::Error) -> StoreError + 'a {
         move |e| database_error(&self.secrets, context, &e)
     }
 
@@ -993,7 +1003,7 @@ impl PostgresStore {
     }
 
     async fn create_run(&self, run: RunRecord, events: Vec<NewEvent>) -> Result<RunRecord, StoreError> {
-        let (run, stored) = plan_create(run, events);
+        let (run, stored) = plan_create(run, events, chain_key(self.keys()));
         let row = RunRow::encode(&run, self.keys(), None)?;
         let columns = self.event_columns(&run.id, &stored)?;
         let id = run.id.clone();
@@ -1155,7 +1165,7 @@ impl PostgresStore {
             None => (row.decode(None)?, None),
             keys => (row.clone().decode(keys)?, Some(row)),
         };
-        let (next, stored) = plan_transition(&current, guard, transition, events, now)?;
+        let (next, stored) = plan_transition(&current, guard, transition, events, now, chain_key(self.keys()))?;
         let changes = RunRow::encode(&next, self.keys(), before.as_ref().map(|row| (&current, row)))?;
         let columns = self.event_columns(&current.id, &stored)?;
         Ok(PlannedTransition { next, changes, columns, stored, read_as })
@@ -1238,7 +1248,7 @@ impl PostgresStore {
             last_seq: row.last_seq,
             last_hash: row.last_hash.clone(),
         };
-        let (stored, last_seq, last_hash) = plan_append(&row.id, owner, head, events)?;
+        let (stored, last_seq, last_hash) = plan_append(&row.id, owner, head, events, chain_key(self.keys()))?;
         let columns = self.event_columns(&row.id, &stored)?;
         let after = RunRow {
             last_seq: i64::try_from(last_seq).unwrap_or(i64::MAX),
@@ -1720,6 +1730,10 @@ impl RunStore for PostgresStore {
     fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
         self.taps.add(tap);
         true
+    }
+
+    fn chain_keys(&self) -> Option<&tollgate_agent_core::event::ChainKeys> {
+        self.keys().map(DataKeys::chain_keys)
     }
 }
 

@@ -63,6 +63,8 @@ pub(crate) async fn blocking_validate(
 }
 
 /// A tool's `preview` that reads the file system: no answer is no preview.
-pub(crate) async fn blocking_preview(work: impl FnOnce() -> Option<String> + Send + 'static) -> Option<String> {
+pub(crate) async fn blocking_preview<T: Send + 'static>(
+    work: impl FnOnce() -> Option<T> + Send + 'static,
+) -> Option<T> {
     blocking(work).await.ok().flatten()
 }

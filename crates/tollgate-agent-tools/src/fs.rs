@@ -19,13 +19,23 @@
 //! - `fs_delete` removes a symlink itself (not what it points to), a file or special file by its name,
 //!   and a folder recursively through folder fds, never following a symlink found inside.
 //!
-//! Every `validate`, `preview` and `call` runs on the blocking pool within a time bound (10 s).
+//! The previews of `fs_write` and `fs_delete` record what they saw (`observed.rs`); a call run
+//! on a person's approval checks it still holds, through the folder fd it acts through, and touches
+//! nothing if it does not: its error result says what changed. Policy judges each tool's `path` as
+//! normalised ([`TypedTool::policy_paths`]); a delete acts on everything beneath its path.
+//!
+//! `fs_list` lists at most [`MAX_WALK_ENTRIES`] entries, and a delete and
+//! its preview walk a folder within the bounds of [`crate::walk`]: past them the delete is refused before
+//! anything is removed. Every `validate`, `preview` and `call` runs on the blocking pool within a time
+//! bound (10 s).
 
 use crate::bounded::cap_preview;
 use crate::call::{blocking_call, blocking_preview, blocking_validate, dot};
 use crate::diff::unified_diff;
+use crate::observed::{Seen, content_hash, recheck};
+use crate::walk::{MAX_WALK_ENTRIES, TreeCount, Visit, remove_tree, walk};
 use crate::workspace::{
-    Entry, Located, PathError, Workspace, WorkspacePath, check_regular, entry_at, folder_names, io_message,
+    Entry, Located, PathError, Workspace, WorkspacePath, check_regular, entry_at, folder_names_capped, io_message,
     open_folder_at, open_regular, permissions, size,
 };
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -33,11 +43,12 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde_json::Value;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use tollgate_agent_core::{Gate, ToolContext, ToolError, ToolOutput, TypedTool};
+use tollgate_agent_core::{Gate, PolicyPath, Preview, ToolContext, ToolError, ToolOutput, TypedTool};
 
 /// A file larger than this is read whole only with `offset`/`limit`.
 const MAX_WHOLE_READ_BYTES: u64 = 10 * 1024 * 1024;
@@ -49,6 +60,16 @@ const MAX_PREVIEW_ENTRIES: usize = 50;
 /// The workspace path of `given`, or the message refusing it.
 fn workspace_path(workspace: &Workspace, given: &str) -> Result<WorkspacePath, String> {
     workspace.path(given).map_err(|e| e.to_string())
+}
+
+/// The `path` argument as operator policy judges it: normalised (`.` for the root); `subtree` when the
+/// call acts on everything beneath it. None for a path that escapes the workspace, which `validate`
+/// refuses before any gate.
+pub(crate) fn policy_path(workspace: &Workspace, given: &str, subtree: bool) -> Vec<PolicyPath> {
+    match workspace.path(given) {
+        Ok(path) => vec![PolicyPath { pointer: "/path".to_owned(), path: path.shown(), subtree }],
+        Err(_) => Vec::new(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------- fs_list
@@ -100,8 +121,14 @@ fn list(workspace: &Workspace, args: &ListArgs) -> ToolOutput {
         Err(Some(refused)) => return ToolOutput::error(refused),
         Err(None) => return ToolOutput::error(format!("cannot list `{}`: no such folder", args.path)),
     };
-    let names = match folder_names(dir.as_fd()) {
-        Ok(names) => names,
+    let names = match folder_names_capped(dir.as_fd(), MAX_WALK_ENTRIES) {
+        Ok(Some(names)) => names,
+        Ok(None) => {
+            return ToolOutput::error(format!(
+                "cannot list `{}`: it holds more than {MAX_WALK_ENTRIES} entries; list a folder inside it or use fs_search",
+                args.path
+            ));
+        }
         Err(e) => return ToolOutput::error(format!("cannot list `{}`: {}", args.path, io_message(&e))),
     };
     let lines: Vec<String> = names
@@ -140,6 +167,10 @@ impl TypedTool for FsList {
             }
         })
         .await
+    }
+
+    fn policy_paths(&self, args: &ListArgs) -> Vec<PolicyPath> {
+        policy_path(&self.workspace, &args.path, false)
     }
 
     async fn call(&self, args: ListArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
@@ -277,6 +308,10 @@ impl TypedTool for FsRead {
         .await
     }
 
+    fn policy_paths(&self, args: &ReadArgs) -> Vec<PolicyPath> {
+        policy_path(&self.workspace, &args.path, false)
+    }
+
     async fn call(&self, args: ReadArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let workspace = self.workspace.clone();
         blocking_call(move || read(&workspace, &args)).await
@@ -335,14 +370,29 @@ fn check_write(workspace: &Workspace, path: &WorkspacePath) -> Result<WriteTarge
     }
 }
 
-fn write(workspace: &Workspace, args: &WriteArgs) -> ToolOutput {
+/// Writes the file, after checking that what is at its path is what the approved preview saw
+/// (`observed`): through the folder fd the write goes through when that folder exists, and as nothing
+/// when it does not (it is created only after the check).
+fn write(workspace: &Workspace, args: &WriteArgs, observed: Option<&Value>) -> ToolOutput {
     let path = match workspace_path(workspace, &args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };
-    let parent = match workspace.open_parent(&path, true) {
-        Ok(parent) => parent,
-        Err(e) => return ToolOutput::error(e.to_string()),
+    let name = path.name().unwrap_or_default();
+    let checked = match workspace.open_parent(&path, false) {
+        Ok(parent) => {
+            recheck(parent.as_fd(), name.as_ref(), &path.shown(), observed, "not written").map(|_| Some(parent))
+        }
+        Err(e) if e.is_not_found() => unchanged_missing(&path, observed, "not written").map(|()| None),
+        Err(e) => Err(e.to_string()),
+    };
+    let parent = match checked {
+        Ok(Some(parent)) => parent,
+        Ok(None) => match workspace.open_parent(&path, true) {
+            Ok(parent) => parent,
+            Err(e) => return ToolOutput::error(e.to_string()),
+        },
+        Err(refused) => return ToolOutput::error(refused),
     };
     let target = match write_target_at(parent.as_fd(), &path) {
         Ok(target) => target,
@@ -352,7 +402,6 @@ fn write(workspace: &Workspace, args: &WriteArgs) -> ToolOutput {
         WriteTarget::New => ("created", None),
         WriteTarget::Replace(stat) => ("replaced", Some(permissions(stat))),
     };
-    let name = path.name().unwrap_or_default();
     match replace_file(parent.as_fd(), name.as_ref(), args.content.as_bytes(), mode) {
         Ok(()) => ToolOutput::text(format!("{verb} {} ({} bytes)", path.shown(), args.content.len())),
         Err(e) => ToolOutput::error(format!("cannot write `{}`: {}", args.path, io_message(&e))),
@@ -407,30 +456,55 @@ fn temp_name(attempt: u32) -> String {
     format!(".tollgate-{:08x}.tmp", hasher.finish() & 0xffff_ffff)
 }
 
-/// What a write of `content` to `path` would do.
-fn write_preview(workspace: &Workspace, path: &WorkspacePath, content: &str) -> Option<String> {
-    let shown = path.shown();
-    let len = match check_write(workspace, path).ok()? {
-        WriteTarget::New => return Some(format!("create {shown} ({} bytes)", content.len())),
-        WriteTarget::Replace(stat) => size(&stat),
-    };
-    let replace = || format!("replace {shown}: {len} bytes with {} bytes", content.len());
-    if len > MAX_DIFF_BYTES {
-        return Some(replace());
+/// Checks, where the folder of `path` does not exist, that the approved preview saw nothing there either.
+fn unchanged_missing(path: &WorkspacePath, observed: Option<&Value>, verb: &str) -> Result<(), String> {
+    let Some(observed) = observed else { return Ok(()) };
+    match Seen::deserialize(observed) {
+        Ok(Seen::Missing) => Ok(()),
+        Ok(before) => {
+            let change = before.change_to(&Seen::Missing).unwrap_or_default();
+            Err(format!("{verb}: `{}` changed since the preview: {change}", path.shown()))
+        }
+        Err(e) => Err(format!("{verb}: the record of what the preview of `{}` saw is unreadable ({e})", path.shown())),
     }
-    let (file, _) = open_file(workspace, path).ok()?;
+}
+
+/// A preview's text with what it saw.
+fn seen(text: String, seen: &Seen) -> Preview {
+    let preview = Preview::new(text);
+    match seen.to_value() {
+        Some(value) => preview.with_observed(value),
+        None => preview,
+    }
+}
+
+/// What a write of `content` to `path` would do, and what is there now: nothing, or a file (with the
+/// hash of its content when it was read to diff).
+fn write_preview(workspace: &Workspace, path: &WorkspacePath, content: &str) -> Option<Preview> {
+    let shown = path.shown();
+    let stat = match check_write(workspace, path).ok()? {
+        WriteTarget::New => return Some(seen(format!("create {shown} ({} bytes)", content.len()), &Seen::Missing)),
+        WriteTarget::Replace(stat) => stat,
+    };
+    let replace = |len: u64| format!("replace {shown}: {len} bytes with {} bytes", content.len());
+    if size(&stat) > MAX_DIFF_BYTES {
+        return Some(seen(replace(size(&stat)), &Seen::file(&stat, None)));
+    }
+    let (file, opened) = open_file(workspace, path).ok()?;
     let mut old = Vec::new();
     if file.take(MAX_DIFF_BYTES + 1).read_to_end(&mut old).is_err() || old.len() as u64 > MAX_DIFF_BYTES {
-        return Some(replace());
+        return Some(seen(replace(size(&opened)), &Seen::file(&opened, None)));
     }
-    let Ok(old) = String::from_utf8(old) else { return Some(replace()) };
+    let saw = Seen::file(&opened, Some(content_hash(&old)));
+    let Ok(old) = String::from_utf8(old) else { return Some(seen(replace(size(&opened)), &saw)) };
     if old == content {
-        return Some(format!("no change: {shown} already holds these {} bytes", content.len()));
+        return Some(seen(format!("no change: {shown} already holds these {} bytes", content.len()), &saw));
     }
-    Some(match unified_diff(&shown, &old, content) {
+    let text = match unified_diff(&shown, &old, content) {
         Some(diff) => cap_preview(diff),
-        None => replace(),
-    })
+        None => replace(size(&opened)),
+    };
+    Some(seen(text, &saw))
 }
 
 impl TypedTool for FsWrite {
@@ -449,7 +523,7 @@ impl TypedTool for FsWrite {
         .await
     }
 
-    async fn preview(&self, args: &WriteArgs) -> Option<String> {
+    async fn observed_preview(&self, args: &WriteArgs) -> Option<Preview> {
         let (workspace, args) = (self.workspace.clone(), args.clone());
         blocking_preview(move || {
             let path = workspace.path(&args.path).ok()?;
@@ -458,9 +532,13 @@ impl TypedTool for FsWrite {
         .await
     }
 
-    async fn call(&self, args: WriteArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+    fn policy_paths(&self, args: &WriteArgs) -> Vec<PolicyPath> {
+        policy_path(&self.workspace, &args.path, false)
+    }
+
+    async fn call(&self, args: WriteArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let workspace = self.workspace.clone();
-        blocking_call(move || Ok(write(&workspace, &args))).await
+        blocking_call(move || Ok(write(&workspace, &args, ctx.observed.as_ref()))).await
     }
 }
 
@@ -499,48 +577,53 @@ fn delete_parent(workspace: &Workspace, path: &WorkspacePath) -> Result<Option<O
     }
 }
 
-/// What deleting `path` would remove, read the same way the delete walks.
-fn delete_preview(workspace: &Workspace, path: &WorkspacePath) -> Option<String> {
+/// What deleting `path` would remove, read the same way the delete walks, and what it saw: nothing, a
+/// file, a link or special file, or a folder with every entry beneath it counted.
+fn delete_preview(workspace: &Workspace, path: &WorkspacePath) -> Option<Preview> {
     let shown = path.shown();
-    let missing = || format!("nothing to delete: {shown} does not exist");
+    let missing = || seen(format!("nothing to delete: {shown} does not exist"), &Seen::Missing);
     let Some(parent) = delete_parent(workspace, path).ok()? else { return Some(missing()) };
     let name: &OsStr = path.name()?.as_ref();
-    let entry = entry_at(parent.as_fd(), name).ok()?;
-    match entry {
-        Entry::Missing => return Some(missing()),
-        Entry::Symlink => return Some(format!("delete the symlink {shown} (not what it points to)")),
-        Entry::Special(kind) => return Some(format!("delete {shown} ({kind})")),
-        Entry::File(stat) => return Some(format!("delete {shown} ({} bytes)", size(&stat))),
-        Entry::Folder(_) => {}
+    let stat = match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => stat,
+        Err(Errno::NOENT) => return Some(missing()),
+        Err(_) => return None,
+    };
+    if let Some(node) = Seen::node(&stat) {
+        let text = match &node {
+            Seen::File { size, .. } => format!("delete {shown} ({size} bytes)"),
+            Seen::Other { what, .. } if what == "symlink" => {
+                format!("delete the symlink {shown} (not what it points to)")
+            }
+            Seen::Other { what, .. } => format!("delete {shown} ({what})"),
+            Seen::Missing | Seen::Folder { .. } => return None,
+        };
+        return Some(seen(text, &node));
     }
     let folder = open_folder_at(parent.as_fd(), name).ok()?;
+    let stat = rustix::fs::fstat(&folder).ok()?;
     let mut entries = Vec::new();
-    let (mut files, mut folders, mut bytes) = (0u64, 0u64, 0u64);
-    visit_tree(folder.as_fd(), &shown, &mut |child, entry| {
-        let line = match entry {
-            Entry::Folder(_) => {
-                folders += 1;
-                format!("  {child}/")
-            }
-            Entry::File(stat) => {
-                files += 1;
-                bytes += size(stat);
-                format!("  {child} ({} bytes)", size(stat))
-            }
-            Entry::Symlink => {
-                files += 1;
-                format!("  {child} (symlink)")
-            }
-            Entry::Special(kind) => {
-                files += 1;
-                format!("  {child} ({kind})")
-            }
-            Entry::Missing => return,
+    let mut count = TreeCount::default();
+    let walked = walk(folder, &shown, &mut |visited| {
+        count.add(visited.entry);
+        let child = visited.shown;
+        let line = match visited.entry {
+            Entry::Folder(_) => format!("  {child}/"),
+            Entry::File(stat) => format!("  {child} ({} bytes)", size(stat)),
+            Entry::Symlink => format!("  {child} (symlink)"),
+            Entry::Special(kind) => format!("  {child} ({kind})"),
+            Entry::Missing => return Visit::Enter,
         };
         if entries.len() < MAX_PREVIEW_ENTRIES {
             entries.push(line);
         }
+        Visit::Enter
     });
+    if let Err(limit) = walked {
+        // Nothing observed: the delete counts the folder again and refuses it the same way.
+        return Some(Preview::new(format!("cannot delete the folder {shown}/: {limit}; the delete will be refused")));
+    }
+    let TreeCount { files, folders, bytes } = count;
     let mut text =
         format!("delete the folder {shown}/ and everything in it: {files} file(s), {folders} folder(s), {bytes} bytes");
     for line in &entries {
@@ -551,41 +634,14 @@ fn delete_preview(workspace: &Workspace, path: &WorkspacePath) -> Option<String>
     if files + folders > listed {
         text.push_str(&format!("\n  … and {} more", files + folders - listed));
     }
-    Some(cap_preview(text))
+    Some(seen(cap_preview(text), &Seen::folder(&stat, &count)))
 }
 
-/// Visits everything below the opened folder `dir` in sorted order, entering folders through their fds
-/// and never following a symlink.
-fn visit_tree(dir: BorrowedFd<'_>, shown: &str, visit: &mut dyn FnMut(&str, &Entry)) {
-    let Ok(names) = folder_names(dir) else { return };
-    for name in names {
-        let Ok(entry) = entry_at(dir, &name) else { continue };
-        let child = format!("{shown}/{}", name.to_string_lossy());
-        visit(&child, &entry);
-        if let Entry::Folder(_) = entry
-            && let Ok(sub) = open_folder_at(dir, &name)
-        {
-            visit_tree(sub.as_fd(), &child, visit);
-        }
-    }
-}
-
-/// Removes the folder `name` of `parent` and everything in it, through folder fds: a symlink inside is
-/// removed itself, and a folder swapped for a symlink midway makes the removal fail rather than follow it.
-fn remove_tree(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
-    let dir = open_folder_at(parent, name)?;
-    for child in folder_names(dir.as_fd())? {
-        match entry_at(dir.as_fd(), &child)? {
-            Entry::Folder(_) => remove_tree(dir.as_fd(), &child)?,
-            Entry::Missing => {}
-            _ => rustix::fs::unlinkat(&dir, child.as_os_str(), AtFlags::empty())?,
-        }
-    }
-    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?;
-    Ok(())
-}
-
-fn delete(workspace: &Workspace, args: &DeleteArgs) -> ToolOutput {
+/// Deletes what `args.path` names, after checking that it is what the approved preview saw
+/// (`observed`) through the folder fd the delete goes through: a folder is counted first, so one past the
+/// walk's bounds is refused before anything is removed, and a file's name is removed only with
+/// `unlinkat` without `AT_REMOVEDIR`, which never removes a folder.
+fn delete(workspace: &Workspace, args: &DeleteArgs, observed: Option<&Value>) -> ToolOutput {
     let path = match workspace_path(workspace, &args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -593,23 +649,27 @@ fn delete(workspace: &Workspace, args: &DeleteArgs) -> ToolOutput {
     let missing = || ToolOutput::error(format!("cannot delete `{}`: no such file or folder", args.path));
     let parent = match delete_parent(workspace, &path) {
         Ok(Some(parent)) => parent,
-        Ok(None) => return missing(),
+        Ok(None) => {
+            return unchanged_missing(&path, observed, "not deleted").map_or_else(ToolOutput::error, |()| missing());
+        }
         Err(e) => return ToolOutput::error(e),
     };
     let name: &OsStr = path.name().unwrap_or_default().as_ref();
     let shown = path.shown();
-    let removed = match entry_at(parent.as_fd(), name) {
-        Ok(Entry::Missing) => return missing(),
-        Ok(Entry::Folder(_)) => remove_tree(parent.as_fd(), name).map(|()| format!("deleted the folder {shown}/")),
+    let removed = match recheck(parent.as_fd(), name, &shown, observed, "not deleted") {
+        Err(refused) => return ToolOutput::error(refused),
+        Ok(Seen::Missing) => return missing(),
+        Ok(Seen::Folder { .. }) => remove_tree(parent.as_fd(), name, &shown)
+            .map(|()| format!("deleted the folder {shown}/"))
+            .map_err(|e| e.to_string()),
         // A file, a symlink (itself, never what it points to) or a special file: only the name goes.
         Ok(_) => rustix::fs::unlinkat(&parent, name, AtFlags::empty())
             .map(|()| format!("deleted {shown}"))
-            .map_err(io::Error::from),
-        Err(e) => Err(e),
+            .map_err(|e| io_message(&e.into())),
     };
     match removed {
         Ok(message) => ToolOutput::text(message),
-        Err(e) => ToolOutput::error(format!("cannot delete `{}`: {}", args.path, io_message(&e))),
+        Err(e) => ToolOutput::error(format!("cannot delete `{}`: {e}", args.path)),
     }
 }
 
@@ -628,7 +688,7 @@ impl TypedTool for FsDelete {
         .await
     }
 
-    async fn preview(&self, args: &DeleteArgs) -> Option<String> {
+    async fn observed_preview(&self, args: &DeleteArgs) -> Option<Preview> {
         let (workspace, given) = (self.workspace.clone(), args.path.clone());
         blocking_preview(move || {
             let path = workspace.path(&given).ok()?;
@@ -637,8 +697,12 @@ impl TypedTool for FsDelete {
         .await
     }
 
-    async fn call(&self, args: DeleteArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+    fn policy_paths(&self, args: &DeleteArgs) -> Vec<PolicyPath> {
+        policy_path(&self.workspace, &args.path, true)
+    }
+
+    async fn call(&self, args: DeleteArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let workspace = self.workspace.clone();
-        blocking_call(move || Ok(delete(&workspace, &args))).await
+        blocking_call(move || Ok(delete(&workspace, &args, ctx.observed.as_ref()))).await
     }
 }

@@ -1,9 +1,14 @@
 //! `http_request` (ask): one HTTP(S) request, its response returned as a status line, a few headers and
 //! the body.
 //!
-//! The promise: the request that runs is the one the approver read. The preview shows the method, the URL
-//! (a password in it masked), every header (values of credential-like headers masked) and the body's size
-//! and start. Redirects are not followed — a redirect is returned to the model with its `Location`, so a
+//! The promise: the request that runs is the one the approver read, and nothing the model chose is hidden
+//! from them. The preview shows the method, the URL in full (a password in it included), every header with
+//! its value (`Authorization`, `X-Api-Key` and cookies included: the model chose them, and they may carry
+//! data out) and the body whole up to [`PREVIEW_BODY_BYTES`]; a longer body is shown up to there, with its
+//! length and a line saying the whole of it is the call's `body` argument (which every surface keeps and
+//! shows in full). Nothing is masked because Tollgate adds no secret of its own to a request (only its
+//! `User-Agent`); secrets configured for redaction are masked by the runtime's redactor, as everywhere.
+//! Redirects are not followed — a redirect is returned to the model with its `Location`, so a
 //! request to another address needs its own approval. The whole exchange, body included, is bounded by a
 //! timeout, and at most [`MAX_BODY_BYTES`] of the response body are read. A response outside 2xx is an
 //! error result, with the same text.
@@ -27,17 +32,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// The methods a call may use.
 pub const METHODS: [&str; 6] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
-/// Bytes of the request body shown in a preview.
-const PREVIEW_BODY_BYTES: usize = 2_000;
+/// Bytes of the request body shown in a preview: a longer one is shown up to here, with a line saying so.
+/// With the rest of a preview it stays under the 20,000 bytes a preview may take.
+pub const PREVIEW_BODY_BYTES: usize = 16_000;
 /// The response headers returned to the model (others, like `set-cookie`, are left out).
 const SHOWN_RESPONSE_HEADERS: [&str; 7] =
     ["content-type", "content-length", "content-encoding", "location", "retry-after", "etag", "last-modified"];
-/// Header names (lowercase) whose values are masked in a preview, besides any containing one of
-/// [`SENSITIVE_NAME_PARTS`].
-const SENSITIVE_HEADERS: [&str; 4] = ["authorization", "proxy-authorization", "cookie", "set-cookie"];
-/// Parts of header names (lowercase) that mark a credential, e.g. `x-api-key`, `x-auth-token`.
-const SENSITIVE_NAME_PARTS: [&str; 8] =
-    ["auth", "token", "key", "secret", "password", "session", "cookie", "signature"];
 
 /// `http_request`: sends one HTTP(S) request and returns the response, bounded.
 pub struct HttpRequest {
@@ -136,7 +136,7 @@ impl HttpRequest {
             Ok(plan) => plan,
             Err(e) => return Ok(ToolOutput::error(e)),
         };
-        let shown = format!("{} {}", plan.method, masked_url(&plan.url));
+        let shown = format!("{} {}", plan.method, plan.url);
         let headers: HeaderMap = plan.headers.into_iter().collect();
         let mut request = self.client()?.request(plan.method, plan.url).headers(headers).timeout(self.timeout);
         if let Some(body) = plan.body {
@@ -177,20 +177,25 @@ impl HttpRequest {
     }
 
     fn preview_of(&self, plan: &Plan) -> String {
-        let mut text = format!("{} {}", plan.method, masked_url(&plan.url));
+        let mut text = format!("{} {}", plan.method, plan.url);
         for (name, value) in &plan.headers {
-            let value = String::from_utf8_lossy(value.as_bytes());
-            let shown = if is_sensitive(name.as_str()) { mask(&value) } else { value.into_owned() };
-            text.push_str(&format!("\n{name}: {shown}"));
+            text.push_str(&format!("\n{name}: {}", String::from_utf8_lossy(value.as_bytes())));
         }
         match &plan.body {
             None => text.push_str("\nno body"),
             Some(body) => {
-                text.push_str(&format!("\nbody ({} bytes):\n", body.len()));
                 let start = prefix_at_char_boundary(body, PREVIEW_BODY_BYTES);
-                text.push_str(start);
-                if start.len() < body.len() {
-                    text.push_str(&format!("\n[body preview cut at {} of {} bytes]", start.len(), body.len()));
+                if start.len() == body.len() {
+                    text.push_str(&format!("\nbody ({} bytes):\n{body}", body.len()));
+                } else {
+                    text.push_str(&format!(
+                        "\nbody ({} bytes, the first {} shown):\n{start}\n[body cut at {} of {} bytes: the whole body \
+                         is this call's `body` argument]",
+                        body.len(),
+                        start.len(),
+                        start.len(),
+                        body.len()
+                    ));
                 }
             }
         }
@@ -230,33 +235,6 @@ fn body_text(body: &CappedBytes, announced: Option<u64>) -> String {
     shown
 }
 
-fn is_sensitive(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    SENSITIVE_HEADERS.contains(&name.as_str()) || SENSITIVE_NAME_PARTS.iter().any(|part| name.contains(part))
-}
-
-/// A credential's value as an approver sees it: an authorization scheme (`Bearer`, `Basic`) is kept, the
-/// secret never is.
-fn mask(value: &str) -> String {
-    match value.split_once(' ') {
-        Some((scheme, _)) if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphabetic()) => {
-            format!("{scheme} ****")
-        }
-        _ => "****".to_owned(),
-    }
-}
-
-/// The URL with any password in it masked.
-fn masked_url(url: &Url) -> String {
-    if url.password().is_none() {
-        return url.to_string();
-    }
-    let mut masked = url.clone();
-    // Only URLs that cannot carry credentials refuse a password, and this one carries one.
-    let _ = masked.set_password(Some("****"));
-    masked.to_string()
-}
-
 fn seconds(duration: Duration) -> String {
     let secs = duration.as_secs_f64();
     if secs.fract() == 0.0 { format!("{secs:.0}s") } else { format!("{secs}s") }
@@ -293,33 +271,5 @@ impl TypedTool for HttpRequest {
 
     async fn call(&self, args: HttpArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         self.send(&args).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn credential_headers_are_recognised() {
-        for name in ["Authorization", "proxy-authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "X-Session-Id"] {
-            assert!(is_sensitive(name), "{name}");
-        }
-        for name in ["Content-Type", "Accept", "User-Agent"] {
-            assert!(!is_sensitive(name), "{name}");
-        }
-    }
-
-    #[test]
-    fn masks_keep_the_scheme_only() {
-        assert_eq!(mask("Bearer sk-123"), "Bearer ****");
-        assert_eq!(mask("sk-123"), "****");
-        assert_eq!(mask("a=1; b=2"), "****");
-    }
-
-    #[test]
-    fn url_passwords_are_masked() {
-        let url = Url::parse("https://alice:hunter2@example.com/x").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(masked_url(&url), "https://alice:****@example.com/x");
     }
 }

@@ -38,8 +38,8 @@
 //! | `time_now` | none | allow | |
 //! | `fs_write` | **`path`**, **`content`** | ask | a unified diff, or `create PATH (N bytes)` |
 //! | `fs_delete` | **`path`** | ask | what goes |
-//! | `shell` | **`argv`** (program and arguments, no shell), `timeout_secs` (default 30, at most 600) | ask | the command, program, working directory, timeout and sandbox |
-//! | `http_request` | **`method`**, **`url`**, `headers`, `body` | ask | method, URL, headers (credentials masked), body |
+//! | `shell` | **`argv`** (program and arguments, no shell), `timeout_secs` (default 30, at most 600) | ask | the command, program, working directory, timeout, and what the sandbox confines on this kernel with every channel left open |
+//! | `http_request` | **`method`**, **`url`**, `headers`, `body` | ask | method, URL and every header in full (nothing masked: the model chose them), the body whole up to 16,000 bytes, else its length and start |
 //!
 //! The promise: no tool reads or writes outside the workspace root. The file tools reach a path through
 //! directory fds opened from the root, one component at a time, and never follow a symlink beneath the
@@ -50,6 +50,10 @@
 //! is or passes through a symlink, or names a special or multiply-linked file, is refused the same way
 //! saying so. The walk is done again when the call runs, which acts only on what it opened itself, so a
 //! swap made meanwhile cannot lead it out. File system work runs off the async workers, bounded in time.
+//! An approved `fs_write` or `fs_delete` acts only on what its preview saw: the preview records the state
+//! of its path ([`Tool::observed_preview`]) and the call, on any difference, touches nothing and says what
+//! changed. Operator policy judges every file tool's `path` normalised ([`Tool::policy_paths`]). Walks of
+//! folder trees are iterative and bounded ([`walk`]): no tree overflows a stack.
 //! `shell` runs in the root and resolves a program path with `/` inside it (its arguments are the
 //! approver's to judge); `http_request` touches no files. Everything a tool returns is bounded, and a cut
 //! is marked in the text.
@@ -62,16 +66,20 @@ mod diff;
 pub mod fs;
 #[cfg(feature = "http")]
 pub mod http;
+mod observed;
 pub mod sandbox;
 pub mod search;
 pub mod shell;
 pub mod time;
+pub mod walk;
 pub mod workspace;
 
 pub use fs::{FsDelete, FsList, FsRead, FsWrite};
 #[cfg(feature = "http")]
 pub use http::HttpRequest;
-pub use sandbox::{SandboxMode, SandboxSupport, kill_running_commands, sandbox_support};
+pub use sandbox::{
+    SandboxMode, SandboxSupport, SeccompSupport, describe_confinement, kill_running_commands, sandbox_support,
+};
 pub use search::FsSearch;
 pub use shell::{Shell, ShellOptions};
 pub use time::TimeNow;

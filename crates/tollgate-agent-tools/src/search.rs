@@ -6,15 +6,16 @@
 //! hard link; it visits each folder once (by device and inode, so a bind mount cannot loop), skips files
 //! that are binary, not UTF-8, or larger than [`MAX_FILE_BYTES`], stops after [`MAX_FILES_SCANNED`]
 //! files, and returns at most `max_results` lines of at most [`MAX_LINE_BYTES`] each. Every cut and every
-//! skip is said in a bracketed note after the results. The whole search runs on the blocking pool within
-//! a time bound (10 s).
+//! skip is said in a bracketed note after the results. The walk is iterative and bounded (see
+//! [`crate::walk`]): a tree deeper than [`MAX_WALK_DEPTH`](crate::walk::MAX_WALK_DEPTH) levels or with
+//! more than [`MAX_WALK_ENTRIES`](crate::walk::MAX_WALK_ENTRIES) entries ends the search with an error
+//! result saying so. The whole search runs on the blocking pool within a time bound (10 s).
 
 use crate::bounded::prefix_at_char_boundary;
 use crate::call::{blocking_call, blocking_validate, dot};
-use crate::workspace::{
-    Entry, Located, PathError, Workspace, WorkspacePath, check_regular, entry_at, folder_names, links, open_folder_at,
-    open_regular, size,
-};
+use crate::fs::policy_path;
+use crate::walk::{Visit, Visited, walk};
+use crate::workspace::{Entry, Located, PathError, Workspace, WorkspacePath, check_regular, links, open_regular, size};
 use regex::{Regex, RegexBuilder};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use schemars::JsonSchema;
@@ -22,7 +23,7 @@ use serde::Deserialize;
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io::Read;
-use tollgate_agent_core::{ToolContext, ToolError, ToolOutput, TypedTool};
+use tollgate_agent_core::{PolicyPath, ToolContext, ToolError, ToolOutput, TypedTool};
 
 /// Matching lines returned when `max_results` is not given.
 const DEFAULT_MAX_RESULTS: u64 = 100;
@@ -127,7 +128,11 @@ fn search(workspace: &Workspace, args: &SearchArgs) -> Result<ToolOutput, ToolEr
             if let Ok(stat) = rustix::fs::fstat(&dir) {
                 walk.visited.insert((stat.st_dev, stat.st_ino));
             }
-            walk.folder(dir.as_fd(), &relative);
+            if let Err(limit) = walk.folder(dir, &relative) {
+                return Ok(ToolOutput::error(format!(
+                    "search of `{shown}` stopped: {limit}; search a folder inside it"
+                )));
+            }
         }
         Start::File(parent) => {
             let name: &OsStr = plan.start.name().unwrap_or_default().as_ref();
@@ -179,32 +184,29 @@ impl<'a> Walk<'a> {
     }
 
     /// Walks an opened folder; `shown` is its workspace-relative path (empty for the root).
-    fn folder(&mut self, dir: BorrowedFd<'_>, shown: &str) {
-        let Ok(names) = folder_names(dir) else { return };
-        for name in names {
-            if self.done() {
-                return;
-            }
-            let lossy = name.to_string_lossy();
-            let child_shown = if shown.is_empty() { lossy.into_owned() } else { format!("{shown}/{lossy}") };
-            match entry_at(dir, &name) {
-                Ok(Entry::Folder(stat)) => {
-                    #[allow(clippy::useless_conversion)] // The field types differ between targets.
-                    let key = (u64::from(stat.st_dev), u64::from(stat.st_ino));
-                    if self.visited.insert(key)
-                        && let Ok(sub) = open_folder_at(dir, &name)
-                    {
-                        self.folder(sub.as_fd(), &child_shown);
-                    }
-                }
-                Ok(Entry::File(stat)) if links(&stat) > 1 => self.skipped_hard_linked += 1,
-                Ok(Entry::File(_)) => self.file(dir, &name, &child_shown),
-                Ok(Entry::Symlink) => self.skipped_links += 1,
-                // Never opened: opening a FIFO could block forever.
-                Ok(Entry::Special(_)) => self.skipped_special += 1,
-                Ok(Entry::Missing) | Err(_) => {}
-            }
+    fn folder(&mut self, dir: OwnedFd, shown: &str) -> Result<(), crate::walk::WalkLimit> {
+        walk(dir, shown, &mut |visited| self.visit(visited))
+    }
+
+    /// One entry met by the walk: a folder is entered once, a file searched, anything else counted.
+    fn visit(&mut self, visited: &Visited<'_>) -> Visit {
+        if self.done() {
+            return Visit::Stop;
         }
+        match visited.entry {
+            Entry::Folder(stat) => {
+                #[allow(clippy::useless_conversion)] // The field types differ between targets.
+                let key = (u64::from(stat.st_dev), u64::from(stat.st_ino));
+                return if self.visited.insert(key) { Visit::Enter } else { Visit::Skip };
+            }
+            Entry::File(stat) if links(stat) > 1 => self.skipped_hard_linked += 1,
+            Entry::File(_) => self.file(visited.dir, visited.name, visited.shown),
+            Entry::Symlink => self.skipped_links += 1,
+            // Never opened: opening a FIFO could block forever.
+            Entry::Special(_) => self.skipped_special += 1,
+            Entry::Missing => {}
+        }
+        Visit::Enter
     }
 
     /// Searches the regular file `name` of the opened folder `dir`.
@@ -304,6 +306,10 @@ impl TypedTool for FsSearch {
             }
         })
         .await
+    }
+
+    fn policy_paths(&self, args: &SearchArgs) -> Vec<PolicyPath> {
+        policy_path(&self.workspace, &args.path, true)
     }
 
     async fn call(&self, args: SearchArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {

@@ -11,8 +11,10 @@
 //! passed through ([`PASSED_ENV`]) so the runtime's own secrets (API keys, tokens) do not leak to a
 //! command the model chose, and `TMPDIR` set to a private folder removed after the call. It leads its own
 //! process group and, on Linux, runs under Landlock unless the options turn that off: it may write only in
-//! the workspace and that folder, cannot read `/proc` or Tollgate's files, and has no TCP unless the
-//! options allow the network (see [`crate::sandbox`]). The result comes when the program exits: its output
+//! the workspace and that folder and cannot read `/proc` or Tollgate's files; unless the options allow the
+//! network, a seccomp filter beside Landlock leaves it no socket of any family (TCP, UDP, Unix sockets by
+//! path or abstract, netlink, …). The preview's `sandbox:` line says what this kernel confines and names
+//! every channel left open (see [`crate::sandbox`]). The result comes when the program exits: its output
 //! is read for up to [`OUTPUT_GRACE`] more (a background child may hold the pipes), then whatever it left
 //! running in its group is killed. At the timeout the whole group is killed and the leader reaped.
 //! stdout and stderr are capped separately, each with its own cut marker, so that a result stays under
@@ -53,14 +55,15 @@ const MAX_SHOWN_COMMAND_BYTES: usize = 200;
 /// How `shell` confines its commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ShellOptions {
-    /// Landlock or not (default [`SandboxMode::Auto`]).
+    /// Landlock and the seccomp filter, or not (default [`SandboxMode::Auto`]).
     pub sandbox: SandboxMode,
-    /// A sandboxed command may bind and connect TCP sockets (default false). Unconfined commands always can.
+    /// A sandboxed command may open sockets of every family (default false: the seccomp filter refuses
+    /// them all). Unconfined commands always can.
     pub network: bool,
 }
 
 /// `shell`: runs `argv` (no shell expansion) in the workspace root, with a timeout, capped output and,
-/// where the kernel has it, a Landlock sandbox.
+/// where the kernel has it, a sandbox of Landlock and a seccomp filter.
 pub struct Shell {
     workspace: Workspace,
     options: ShellOptions,

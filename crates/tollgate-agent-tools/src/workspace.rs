@@ -216,7 +216,7 @@ pub(crate) enum Entry {
 }
 
 /// The file tools' name for a file type that is neither a regular file, a folder nor a symlink.
-fn special_kind(file_type: FileType) -> &'static str {
+pub(crate) fn special_kind(file_type: FileType) -> &'static str {
     match file_type {
         FileType::Fifo => "fifo",
         FileType::Socket => "socket",
@@ -267,18 +267,22 @@ pub(crate) fn open_folder_at(dir: BorrowedFd<'_>, name: &OsStr) -> rustix::io::R
     )
 }
 
-/// The entries of an opened folder (without `.` and `..`), sorted by name.
-pub(crate) fn folder_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
+/// The entries of an opened folder (without `.` and `..`), sorted by name; `None` when it holds more
+/// than `cap` (it is not read further).
+pub(crate) fn folder_names_capped(dir: BorrowedFd<'_>, cap: usize) -> io::Result<Option<Vec<OsString>>> {
     let mut names = Vec::new();
     for entry in rustix::fs::Dir::read_from(dir)? {
         let entry = entry?;
         let name = entry.file_name().to_bytes();
         if name != b"." && name != b".." {
+            if names.len() == cap {
+                return Ok(None);
+            }
             names.push(OsStr::from_bytes(name).to_owned());
         }
     }
     names.sort();
-    Ok(names)
+    Ok(Some(names))
 }
 
 /// Refuses anything but a regular file with a single name; `path` names it in the messages.

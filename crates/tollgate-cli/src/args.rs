@@ -71,6 +71,9 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Check the store: the database's integrity, then every run's hash chain (exit 1 if anything is wrong).
     Doctor,
+    /// Seal, with the first `[[privacy.keys]]` key, what encryption at rest refuses to read: values
+    /// written before it was turned on, and run values sealed by versions before 0.2 (`enc:v1`).
+    Seal(SealArgs),
     /// Run the benchmark workloads of docs/benchmarks.md and print one table.
     #[command(long_about = BENCH_ABOUT)]
     Bench(BenchArgs),
@@ -198,6 +201,14 @@ pub struct ToolsArgs {
     /// The agent (default: the first one).
     #[arg(long)]
     pub agent: Option<String>,
+}
+
+/// `tollgate seal`.
+#[derive(Debug, Args)]
+pub struct SealArgs {
+    /// Runs sealed per transaction.
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch: u32,
 }
 
 /// `tollgate verify`.

@@ -7,8 +7,8 @@
 //! exit per the state it reached, so a script can chain them.
 
 use crate::args::{
-    ApproveArgs, CancelArgs, Command, DenyArgs, EditArgs, PurgeArgs, RespondArgs, RunArgs, RunsArgs, ShowArgs,
-    ToolsArgs, VerifyArgs,
+    ApproveArgs, CancelArgs, Command, DenyArgs, EditArgs, PurgeArgs, RespondArgs, RunArgs, RunsArgs, SealArgs,
+    ShowArgs, ToolsArgs, VerifyArgs,
 };
 pub use crate::context::Context;
 use crate::exit::{CliError, Exit};
@@ -35,6 +35,7 @@ pub async fn dispatch(ctx: &Context, command: Command) -> Result<Exit, CliError>
         Command::Tools(args) => tools(ctx, args).await,
         Command::Verify(args) => verify(ctx, args).await,
         Command::Doctor => crate::doctor::doctor(ctx).await,
+        Command::Seal(args) => seal(ctx, args).await,
     }
 }
 
@@ -184,4 +185,42 @@ async fn verify(ctx: &Context, args: VerifyArgs) -> Result<Exit, CliError> {
             Ok(Exit::Failed)
         }
     }
+}
+
+/// `tollgate seal`: the migration of docs/cli.md, on the configured store, in batches, reporting each
+/// one on stderr. Exit 1 when a run was refused (its values look planted; see `tollgate_agent_store::seal`).
+async fn seal(ctx: &Context, args: SealArgs) -> Result<Exit, CliError> {
+    let crate::backend::Backend::Local(local) = ctx.backend() else {
+        return Err(CliError::usage("`seal` works on the store itself: run it where the store is, without --server"));
+    };
+    let options = tollgate_agent_app::store_options(&local.config).map_err(CliError::usage)?;
+    if options.data_keys.is_none() {
+        return Err(CliError::usage("`seal` needs [[privacy.keys]]: configure the key to seal with first"));
+    }
+    let progress = |batch: &tollgate_agent_store::seal::SealReport| {
+        ctx.note(&format!(
+            "checked {} run(s): sealed {} value(s) of {} run(s) and {} event(s)",
+            batch.runs_checked, batch.columns_sealed, batch.runs_sealed, batch.events_sealed
+        ));
+    };
+    let report = tollgate_agent_store::seal_unsealed(&local.config.store.url, options, args.batch, progress)
+        .await
+        .map_err(|e| CliError::failed(e.to_string()))?;
+    if ctx.json {
+        ctx.print_json(&serde_json::to_value(&report).unwrap_or_default());
+    } else {
+        let mut text = format!(
+            "runs checked: {}\nruns sealed: {}\nrun values sealed: {}\nevents sealed: {}\nruns refused: {}\n",
+            report.runs_checked,
+            report.runs_sealed,
+            report.columns_sealed,
+            report.events_sealed,
+            report.refused.len()
+        );
+        for refused in &report.refused {
+            text.push_str(&format!("  {}: {}\n", refused.id, refused.reason));
+        }
+        ctx.data(&text);
+    }
+    Ok(if report.refused.is_empty() { Exit::Done } else { Exit::Failed })
 }

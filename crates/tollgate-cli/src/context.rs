@@ -33,22 +33,23 @@ impl Context {
         self.quiet
     }
 
-    /// A message for people on stderr (not with `-q`).
+    /// A message for people on stderr (not with `-q`), made safe for a terminal.
     pub fn note(&self, text: &str) {
         if !self.quiet {
-            eprintln!("{text}");
+            say!("{text}");
         }
     }
 
+    /// Text for people on stdout, made safe for a terminal ([`tollgate_agent_core::terminal_safe`]): line
+    /// breaks and tabs kept, every other control or format character shown as an escape.
     pub(crate) fn data(&self, text: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+        write_stdout(&tollgate_agent_core::terminal_safe(text));
     }
 
+    /// JSON on stdout, exact: JSON escapes control characters itself, and a program reads it.
     pub(crate) fn print_json(&self, value: &Value) {
         let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
-        self.data(&format!("{text}\n"));
+        write_stdout(&format!("{text}\n"));
     }
 
     /// The full id of the one run whose id starts with `prefix`.
@@ -91,9 +92,15 @@ impl Context {
                     self.note(render::held_calls_summary(run).trim_end());
                     self.data(&render::waiting_lines(run));
                 }
-                _ => eprintln!("{}", render::unfinished_reason(run)),
+                _ => say!("{}", render::unfinished_reason(run)),
             }
         }
         Exit::for_status(run.status)
     }
+}
+
+fn write_stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }

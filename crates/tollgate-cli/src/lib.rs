@@ -44,6 +44,18 @@
 //! `--json`; exit codes per docs/cli.md ([`exit::Exit`]), the same in local and `--server` mode; and every
 //! command that opens the store applies due deadlines first ([`tollgate_agent_runtime::Runtime::sweep`]).
 
+/// `eprintln!` for what a person reads on the terminal: the text made safe to show
+/// ([`tollgate_agent_core::terminal_safe`]), so no control or format character in it (from a model, a
+/// tool, a provider, a server) acts on the terminal.
+macro_rules! say {
+    () => {
+        eprintln!()
+    };
+    ($($arg:tt)*) => {
+        eprintln!("{}", tollgate_agent_core::terminal_safe(&format!($($arg)*)))
+    };
+}
+
 pub mod args;
 pub mod backend;
 pub mod bench;
@@ -122,15 +134,22 @@ pub fn redact(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// stderr for log records, each record redacted (the formatter writes a record in one call).
+/// stderr for log records, each record redacted and made safe for a terminal (the formatter writes a
+/// record in one call): a line break, escape sequence or format character inside a field is shown as an
+/// escape ([`tollgate_agent_core::terminal_safe_line`]), so a record stays one line and cannot repaint the
+/// screen or forge another record. (The formatter itself writes no colours: tracing-subscriber's `ansi`
+/// feature is off.)
 struct RedactingStderr;
 
 impl std::io::Write for RedactingStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match std::str::from_utf8(buf) {
-            Ok(text) => std::io::stderr().write_all(redact(text).as_bytes())?,
-            Err(_) => std::io::stderr().write_all(buf)?,
-        }
+        let text = String::from_utf8_lossy(buf);
+        let (record, end) = text.strip_suffix('\n').map_or((&*text, ""), |record| (record, "\n"));
+        let clean = redact(record);
+        let safe = tollgate_agent_core::terminal_safe_line(&clean);
+        let mut stderr = std::io::stderr().lock();
+        stderr.write_all(safe.as_bytes())?;
+        stderr.write_all(end.as_bytes())?;
         Ok(buf.len())
     }
 

@@ -27,7 +27,8 @@ fn main() -> ExitCode {
     match runtime.block_on(tollgate_cli::execute(cli)) {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(error) => {
-            eprintln!("tollgate: {}", tollgate_cli::redact(&error.message));
+            let message = tollgate_cli::redact(&error.message);
+            eprintln!("tollgate: {}", tollgate_agent_core::terminal_safe(&message));
             ExitCode::from(error.exit.code())
         }
     }

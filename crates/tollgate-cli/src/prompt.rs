@@ -138,7 +138,7 @@ impl Steps {
     }
 
     /// Prints the model's live text of `round` as it arrives (V2 streaming), on a line begun as the
-    /// round's step line would be, with its control characters blanked ([`crate::render::terminal_safe`]);
+    /// round's step line would be, made safe for the terminal ([`tollgate_agent_core::terminal_safe`]);
     /// the stored turn then prints only its calls. A reset (the call is tried again) ends the line saying
     /// so.
     fn live(&mut self, round: u32, text: &LiveText) {
@@ -152,7 +152,7 @@ impl Steps {
         match text {
             LiveText::Reset => {
                 if self.live_round.take().is_some() {
-                    eprintln!(" … (the model call is tried again)");
+                    say!(" … (the model call is tried again)");
                 }
             }
             LiveText::Text(piece) => {
@@ -161,7 +161,7 @@ impl Steps {
                     eprint!("round {round} · model: ");
                     self.live_round = Some(round);
                 }
-                eprint!("{}", crate::render::terminal_safe(piece));
+                eprint!("{}", tollgate_agent_core::terminal_safe(piece));
                 let _ = std::io::stderr().flush();
             }
         }
@@ -178,6 +178,7 @@ impl Steps {
         if self.quiet {
             return;
         }
+        let line = tollgate_agent_core::terminal_safe(line);
         match &self.spinner {
             // Above the spinner, which is drawn again below the line.
             Some(spinner) => spinner.suspend(|| eprintln!("{line}")),
@@ -191,7 +192,7 @@ impl Steps {
             return;
         }
         let spinner = self.spinner.get_or_insert_with(new_spinner);
-        spinner.set_message(self.activity.clone());
+        spinner.set_message(tollgate_agent_core::terminal_safe_line(&self.activity).into_owned());
     }
 
     /// Takes the spinner off the screen (before a prompt, and at the end).
@@ -231,7 +232,7 @@ enum AtGate {
 /// Shows each held call that still takes a decision, asks for one, and sends them all at once.
 async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliError> {
     if let Err(why) = backend.may_decide(run) {
-        eprintln!("{why}");
+        say!("{why}");
         return Ok(AtGate::Left);
     }
     let open: Vec<&Call> = run.awaiting_decision().collect();
@@ -240,11 +241,11 @@ async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliE
     }
     let mut decisions = Vec::with_capacity(open.len());
     for (index, call) in open.iter().enumerate() {
-        eprint!("{}", held_call_block(call, index + 1, open.len()));
+        eprint!("{}", tollgate_agent_core::terminal_safe(&held_call_block(call, index + 1, open.len())));
         match ask_for_decision(backend, run, call).await? {
             Some(decision) => decisions.push((call.call_id.clone(), decision)),
             None => {
-                eprintln!("nothing was sent; the run stays waiting");
+                say!("nothing was sent; the run stays waiting");
                 return Ok(AtGate::Left);
             }
         }
@@ -254,15 +255,15 @@ async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliE
         // The turn changed under the person (e.g. its deadline passed) or a decision does not fit it:
         // say so, and show the run as it is now.
         Err(DecisionRefused::Conflict(detail)) => {
-            eprintln!("not sent: {detail}");
+            say!("not sent: {detail}");
             Ok(AtGate::Sent)
         }
         Err(DecisionRefused::Invalid(error)) => {
-            eprintln!("not sent: {}", error.message);
+            say!("not sent: {}", error.message);
             Ok(AtGate::Sent)
         }
         Err(DecisionRefused::Forbidden(error)) => {
-            eprintln!("not sent: {}", error.message);
+            say!("not sent: {}", error.message);
             Ok(AtGate::Left)
         }
         Err(DecisionRefused::Failed(error)) => Err(error),
@@ -322,9 +323,9 @@ async fn ask_for_decision(backend: &Backend, run: &RunView, call: &Call) -> Resu
         let Some(answer) = ask(CHOICES).await? else { return Ok(None) };
         let Some(choice) = parse_choice(&answer) else {
             if !answer.trim().is_empty() {
-                eprintln!("`{}` is not one of the answers", answer.trim());
+                say!("`{}` is not one of the answers", answer.trim());
             }
-            eprintln!("{CHOICES_HELP}");
+            say!("{CHOICES_HELP}");
             continue;
         };
         match choice {
@@ -347,14 +348,14 @@ async fn ask_for_decision(backend: &Backend, run: &RunView, call: &Call) -> Resu
                 let text = match edited {
                     Ok(text) => text,
                     Err(problem) => {
-                        eprintln!("{problem}");
+                        say!("{problem}");
                         continue;
                     }
                 };
                 match check_edit(backend, run, call, &text).await {
                     Ok(decision) => return Ok(Some(decision)),
                     Err(problem) => {
-                        eprintln!("{problem}\nanswer e to edit them again, or choose another answer");
+                        say!("{problem}\nanswer e to edit them again, or choose another answer");
                         draft = Some(text);
                     }
                 }
@@ -385,7 +386,7 @@ async fn ask_text(question: &str) -> Result<Option<String>, CliError> {
         match ask(question).await? {
             None => return Ok(None),
             Some(text) if text.trim().is_empty() => {
-                eprintln!("an answer is needed (end of input leaves the run waiting)")
+                say!("an answer is needed (end of input leaves the run waiting)")
             }
             Some(text) => return Ok(Some(text.trim().to_owned())),
         }
@@ -413,7 +414,7 @@ async fn ask(question: &str) -> Result<Option<String>, CliError> {
     match answer {
         Ok(answer) => Ok(answer),
         Err(error) => {
-            eprintln!("cannot read the answer from the terminal: {error}");
+            say!("cannot read the answer from the terminal: {error}");
             Ok(None)
         }
     }

@@ -28,22 +28,18 @@ fn age_of(now: Millis, then: &str) -> String {
     millis(then).map_or_else(|| "?".to_owned(), |then| age(now, then))
 }
 
-/// Text on one line, at most `width` characters, with `…` when cut.
+/// Text on one line, at most `width` characters, with `…` when cut: line breaks and tabs become spaces,
+/// and every other control or format character a visible escape
+/// ([`tollgate_agent_core::terminal_safe_line`]), so nothing in it acts on the terminal.
 pub(crate) fn one_line(text: &str, width: usize) -> String {
-    let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let flat: String = text.chars().map(|c| if c == '\n' || c == '\t' { ' ' } else { c }).collect();
+    let flat = tollgate_agent_core::terminal_safe_line(&flat).into_owned();
     if flat.chars().count() <= width {
         return flat;
     }
     let mut cut: String = flat.chars().take(width.saturating_sub(1)).collect();
     cut.push('…');
     cut
-}
-
-/// `text` safe to write to a terminal as it is: line breaks and tabs kept, every other control
-/// character (an escape sequence's ESC, a carriage return, a bell, C1 controls) a space, so a model's
-/// text cannot move the cursor, rewrite what the terminal shows, or fake a prompt.
-pub(crate) fn terminal_safe(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() && c != '\n' && c != '\t' { ' ' } else { c }).collect()
 }
 
 /// Rows padded into columns, two spaces apart; the last column is not padded.
@@ -115,7 +111,8 @@ pub fn run_details(run: &RunView, now: Millis) -> String {
         rows.push(vec!["output".into(), one_line(output, 200)]);
     }
     if let Some(error) = &run.error {
-        rows.push(vec!["error".into(), format!("{}: {}", error.kind, error.message)]);
+        let error = format!("{}: {}", error.kind, error.message);
+        rows.push(vec!["error".into(), tollgate_agent_core::terminal_safe_line(&error).into_owned()]);
     }
     let mut out = table(&rows);
     if let Some(pending) = &run.pending {
@@ -285,8 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn terminal_safe_keeps_text_and_line_breaks_and_blanks_control_characters() {
-        assert_eq!(terminal_safe("plain text, ünïcode\nnext\tline"), "plain text, ünïcode\nnext\tline");
-        assert_eq!(terminal_safe("a\u{1b}[2Jb\rc\u{7}d\u{9b}e"), "a [2Jb c d e");
+    fn one_line_shows_control_and_format_characters_as_escapes() {
+        assert_eq!(one_line("a\u{1b}[2Jb\rc\u{7}d\u{9b}e\u{202e}f", 80), "a\\x1b[2Jb\\rc\\x07d\\u{9b}e\\u{202e}f");
     }
 }

@@ -1,14 +1,20 @@
 //! `tollgate serve`: the HTTP API and the playground over the configured runtime, until SIGINT/SIGTERM.
+//!
+//! It refuses to start when an agent's `shell` may use the network (`shell_network = true`) and no
+//! `[[auth.tokens]]` are configured: the commands run as the user who started the server, whom local mode
+//! lets in as `local` with every role, so an approved command could reach the API and decide the run's
+//! next held call itself.
 
 use crate::args::ServeArgs;
 use crate::exit::{CliError, Exit};
 use crate::local::Local;
-use tollgate_agent_config::Role as ConfigRole;
+use tollgate_agent_config::{Config, ConfigSource, Role as ConfigRole};
 use tollgate_agent_server::{ApiToken, Retention, Role, ServerOptions, WebhookTarget};
 
 /// Maps the configuration onto the server's options and serves until a shutdown signal.
 pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
     let config = &local.config;
+    refuse_networked_shell_without_tokens(config)?;
     // A damaged database is refused before anything is served from it (SQLite's `quick_check`).
     crate::doctor::refuse_corrupt(local.runtime.store().as_ref()).await?;
     // Runs started over HTTP use the workspace tools: the folder must exist before any call is checked.
@@ -54,11 +60,32 @@ pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
         ..ServerOptions::default()
     };
     if let Some(warning) = local.app.sandbox_warning() {
-        eprintln!("tollgate: warning: {warning}");
+        say!("tollgate: warning: {warning}");
     }
     eprintln!("tollgate: serving the API and the playground on http://{}", options.addr);
     tollgate_agent_server::serve(local.runtime.clone(), options, tollgate_agent_server::shutdown_signal())
         .await
         .map_err(|e| CliError::usage(format!("cannot serve: {e}")))?;
     Ok(Exit::Done)
+}
+
+/// A configuration error when an agent offers the built-in `shell` with `shell_network = true` and no
+/// tokens are configured (see the module's header).
+fn refuse_networked_shell_without_tokens(config: &Config) -> Result<(), CliError> {
+    if !config.auth.tokens.is_empty() {
+        return Ok(());
+    }
+    let networked =
+        config.agents.iter().enumerate().find(|(_, agent)| agent.shell_network && agent.offers_tool("shell"));
+    let Some((index, agent)) = networked else { return Ok(()) };
+    Err(CliError::usage(format!(
+        "{}: agents[{index}] (`{}`) has shell_network = true, and with no [[auth.tokens]] configured its shell \
+         commands (run as this same user) could reach this server's API as `local` and decide held calls; \
+         configure [[auth.tokens]] (docs/configuration.md) to serve it, or set shell_network = false",
+        match &config.source {
+            ConfigSource::File(path) => path.display().to_string(),
+            ConfigSource::Defaults => "the configuration".to_owned(),
+        },
+        agent.name
+    )))
 }

@@ -224,6 +224,7 @@ pub struct Builder {
     agents: Vec<Agent>,
     lease: Option<Duration>,
     workers: Option<usize>,
+    max_takeovers: Option<u32>,
     node_id: Option<String>,
     privacy: Option<PrivacyLevel>,
     secrets: Vec<String>,
@@ -263,6 +264,15 @@ impl Builder {
     /// `queued` for a free worker; nothing is refused or dropped.
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = Some(workers);
+        self
+    }
+
+    /// How many times in a row a run may be taken over (its lease expired because the process driving
+    /// it stopped) without reaching a new step before the next takeover fails it as `crash_loop`
+    /// (default 3, at least 1): a run whose segment stops every process that drives it is not driven
+    /// for ever.
+    pub fn max_takeovers(mut self, max_takeovers: u32) -> Self {
+        self.max_takeovers = Some(max_takeovers);
         self
     }
 
@@ -313,7 +323,11 @@ impl Builder {
         let redactor = Redactor::new(self.secrets);
         let agents = self.agents.into_iter().map(|a| a.into_spec(&redactor)).collect::<Result<Vec<_>, _>>()?;
         let url = self.store.unwrap_or_else(|| DEFAULT_STORE.to_owned());
-        let options = tollgate_agent_store::StoreOptions { data_keys: self.data_keys };
+        let options = tollgate_agent_store::StoreOptions {
+            data_keys: self.data_keys,
+            // Below `full`, what a purge or a rewrite removes must not stay in SQLite's free pages.
+            secure_delete: self.privacy.is_some_and(|level| level != PrivacyLevel::Full),
+        };
         let store = tollgate_agent_store::open_with(&url, options)
             .await
             .map_err(|error| BuildError::Store { url: tollgate_agent_store::redact_url(&url), error })?;
@@ -326,6 +340,7 @@ impl Builder {
             privacy: self.privacy.unwrap_or(defaults.privacy),
             redactor,
             workers: self.workers.unwrap_or(defaults.workers),
+            max_takeovers: self.max_takeovers.unwrap_or(defaults.max_takeovers),
         };
         let runtime = Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
         // Queued runs (started while every worker was busy, or given back by a process that shut down)

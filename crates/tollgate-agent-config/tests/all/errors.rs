@@ -55,7 +55,7 @@ fn enumerated_values() {
             "[[webhooks]]\nurl = \"http://h/x\"\nevents = [\"run_done\"]\n".into(),
             "tollgate.toml: webhooks[0].events[0]: expected an event kind (run_started, model_request, \
              model_response, tool_started, tool_finished, approval_requested, decision, run_resumed, \
-             run_completed, run_failed, run_cancelled, run_expired), got \"run_done\"",
+             run_taken_over, run_completed, run_failed, run_cancelled, run_expired), got \"run_done\"",
         ),
     ]);
 }
@@ -471,9 +471,14 @@ fn security_keys() {
             "tollgate.toml: runtime.workers: expected a positive integer, got 0",
         ),
         (
+            "no takeovers",
+            "[runtime]\nmax_takeovers = 0\n".to_owned(),
+            "tollgate.toml: runtime.max_takeovers: expected a positive integer, got 0",
+        ),
+        (
             "an unknown runtime key",
             "[runtime]\nthreads = 4\n".to_owned(),
-            "tollgate.toml: runtime.threads: unknown key (known keys here: workers)",
+            "tollgate.toml: runtime.threads: unknown key (known keys here: workers, max_takeovers)",
         ),
         (
             "shell_network",

@@ -23,7 +23,7 @@ waiting_after = "90d"
 root = "file-workspace"
 "#;
 
-const EVERY_OVERRIDE: [(&str, &str); 12] = [
+const EVERY_OVERRIDE: [(&str, &str); 13] = [
     ("TOLLGATE_STORE_URL", "postgres://tollgate@db:5432/tollgate"),
     ("TOLLGATE_SERVER_ADDR", "0.0.0.0:9000"),
     ("TOLLGATE_SERVER_MAX_BODY_BYTES", "2048"),
@@ -36,6 +36,7 @@ const EVERY_OVERRIDE: [(&str, &str); 12] = [
     ("TOLLGATE_RETENTION_WAITING_AFTER", "14d"),
     ("TOLLGATE_WORKSPACE_ROOT", "/data/workspace"),
     ("TOLLGATE_RUNTIME_WORKERS", "12"),
+    ("TOLLGATE_RUNTIME_MAX_TAKEOVERS", "5"),
 ];
 
 #[test]
@@ -54,6 +55,7 @@ fn every_scalar_key_is_overridable_over_the_file() -> anyhow::Result<()> {
     assert_eq!(config.retention.waiting_after, Duration::from_secs(14 * 86_400));
     assert_eq!(config.workspace.root, PathBuf::from("/data/workspace"));
     assert_eq!(config.runtime.workers, Some(12));
+    assert_eq!(config.runtime.max_takeovers, Some(5));
     Ok(())
 }
 

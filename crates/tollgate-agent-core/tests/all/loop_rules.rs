@@ -518,6 +518,36 @@ async fn an_edit_failing_the_schema_is_refused_and_nothing_runs() {
     }
 }
 
+/// An edit into arguments the gate forbids is refused when it is checked (before a caller records it);
+/// if the gate forbids them only after it was taken, the resume's recheck gives the call an error result.
+#[tokio::test]
+async fn an_edit_into_forbidden_arguments_is_refused_when_checked() {
+    let list = TestTool::new("list");
+    let write = write_tool().gate_fn(|args| {
+        if args["path"].as_str().is_some_and(|p| p.starts_with("keep/")) { Gate::Forbid } else { Gate::Ask }
+    });
+    let calls = json!([{"name": "list"}, {"name": "write", "arguments": {"path": "a.txt", "content": "x"}}]);
+    let agent = agent(one_turn(calls), &[&list, &write], LoopConfig::default());
+    let suspension = suspended(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
+    let forbidden = Decision::Edit { arguments: json!({"path": "keep/a.txt", "content": "x"}) };
+    match agent.check_decision(&suspension, "call_2", &forbidden).await {
+        Err(DecisionError::InvalidEdit { call_id, message }) => {
+            assert_eq!(call_id, "call_2");
+            assert_eq!(message, "policy forbids write with them, so the edit is refused");
+        }
+        other => panic!("expected InvalidEdit, got {other:?}"),
+    }
+    let allowed = Decision::Edit { arguments: json!({"path": "b.txt", "content": "x"}) };
+    assert_eq!(agent.check_decision(&suspension, "call_2", &allowed).await, Ok(()));
+
+    let done = completed(
+        agent.resume(&RunScope::new("run"), reload(&suspension), &decisions(&[("call_2", forbidden)]), &NoHooks).await,
+    );
+    let refused = result(&done.transcript, "call_2");
+    assert!(refused.is_error && refused.content.contains("forbidden by policy"), "{refused:?}");
+    assert_eq!(write.call_count(), 0);
+}
+
 #[tokio::test]
 async fn a_refused_resume_leaves_the_stored_suspension_resumable() {
     let (agent, suspension, list, write) = held_list_and_write().await;

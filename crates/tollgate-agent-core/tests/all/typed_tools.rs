@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
     AgentLoop, CallState, Completion, Decision, DecisionError, Decisions, Gate, IntoTool, LoopConfig, LoopError,
-    Message, NoHooks, Outcome, RunScope, Suspension, Tool, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry,
-    ToolResult, TypedTool, args_schema, tool_fn,
+    Message, NoHooks, Outcome, Preview, RunScope, Suspension, Tool, ToolContext, ToolError, ToolLoop, ToolOutput,
+    ToolRegistry, ToolResult, TypedTool, args_schema, tool_fn,
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -420,4 +420,72 @@ async fn a_tool_fn_without_a_gate_allows() {
     assert_eq!(called, Ok(ToolOutput::text("noon")));
     let refused = now.call(json!("now"), ToolContext::new("run", "call_2")).await.map_err(|e| e.to_string());
     assert!(refused.is_ok_and(|out| out.is_error && out.content.starts_with("invalid arguments: ")));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// A preview that observes
+
+/// Pays like [`Transfer`], and its preview records the payee's account as it saw it.
+#[derive(Clone, Default)]
+struct ObservingTransfer {
+    inner: Transfer,
+}
+
+impl TypedTool for ObservingTransfer {
+    type Args = TransferArgs;
+    const NAME: &str = "transfer";
+    const DESCRIPTION: &str = "Transfers money to someone.";
+    const GATE: Gate = Gate::Ask;
+
+    fn gate(&self, args: &TransferArgs) -> Gate {
+        self.inner.gate(args)
+    }
+
+    async fn observed_preview(&self, args: &TransferArgs) -> Option<Preview> {
+        let seen = json!({"account": args.to, "balance": 1000});
+        Some(Preview::new(format!("pay {} to {}", args.amount, args.to)).with_observed(seen))
+    }
+
+    async fn call(&self, args: TransferArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        self.inner.call(args, ctx).await
+    }
+}
+
+#[tokio::test]
+async fn the_observation_of_an_approved_preview_reaches_the_call_and_no_other() {
+    let tool = ObservingTransfer::default();
+    let calls = json!([
+        {"name": "transfer", "arguments": {"to": "bob", "amount": 40, "currency": "EUR"}},
+        {"name": "transfer", "arguments": {"to": "carol", "amount": 250, "currency": "EUR"}},
+        {"name": "transfer", "arguments": {"to": "dave", "amount": 300, "currency": "EUR"}}
+    ]);
+    let agent = agent(calls, vec![tool.clone().into_tool()]);
+    let scope = RunScope::new("run");
+
+    let held = suspended(agent.start(&scope, "pay", &NoHooks).await);
+    let carol = held.call("call_2").unwrap_or_else(|| panic!("call_2 held"));
+    assert_eq!(carol.preview.as_deref(), Some("pay 250 to carol"));
+    assert_eq!(carol.observed, Some(json!({"account": "carol", "balance": 1000})));
+    // Stored and read back with the observation, which the digest binds.
+    let held =
+        Suspension::from_json(&held.to_json().unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"));
+
+    let edited = json!({"to": "dave", "amount": 200, "currency": "EUR"});
+    let decisions: Decisions =
+        [("call_2".to_owned(), Decision::Approve), ("call_3".to_owned(), Decision::Edit { arguments: edited })]
+            .into_iter()
+            .collect();
+    completed(agent.resume(&scope, held, &decisions, &NoHooks).await);
+
+    let observed: Vec<(String, Option<Value>)> =
+        tool.inner.calls().into_iter().map(|(args, ctx)| (args.to, ctx.observed)).collect();
+    assert_eq!(
+        observed,
+        [
+            ("bob".to_owned(), None),
+            ("carol".to_owned(), Some(json!({"account": "carol", "balance": 1000}))),
+            ("dave".to_owned(), None),
+        ],
+        "an allowed call and edited arguments were never approved on a preview"
+    );
 }

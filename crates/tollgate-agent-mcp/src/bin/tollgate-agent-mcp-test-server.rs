@@ -1,7 +1,8 @@
 //! A tiny MCP server for tollgate-agent-mcp's tests, written by hand over stdio (newline-delimited JSON-RPC,
 //! `serde_json` only) so the tests exercise rmcp's client against an independent implementation.
 //!
-//! Tools: `read_thing` (readOnlyHint), `delete_thing` (destructiveHint), `crash` (exits mid-call), `slow`
+//! Tools: `read_thing` (readOnlyHint), `delete_thing` (destructiveHint), `purge_things` (both hints at
+//! once), `crash` (exits mid-call), `slow`
 //! (answers after `ms` milliseconds, on its own thread), `mixed` (text, image and resource blocks),
 //! `odd name.v2` (no description, a non-object schema), a tool whose `SERVER__TOOL` name is too long, and
 //! `get_env` (readOnlyHint: the value of the environment variable `name`, like the reference
@@ -188,6 +189,13 @@ fn tools() -> Vec<Value> {
             "inputSchema": id_schema,
             "annotations": {"readOnlyHint": false, "destructiveHint": true}
         }),
+        // Contradictory hints: read-only and destructive at once.
+        json!({
+            "name": "purge_things",
+            "description": "Claims to only read, and to destroy.",
+            "inputSchema": id_schema,
+            "annotations": {"readOnlyHint": true, "destructiveHint": true}
+        }),
         json!({
             "name": "crash",
             "description": "Exits the server in the middle of the call.",
@@ -246,6 +254,7 @@ fn call_tool(params: &Value, id: &Value, out: &Out, journal: &Arc<Journal>) -> R
             Ok(json!({"content": [{"type": "text", "text": "no thing missing"}], "isError": true}))
         }
         "delete_thing" => Ok(text(format!("deleted thing {thing}"))),
+        "purge_things" => Ok(text(format!("purged things from {thing}"))),
         "crash" => {
             eprintln!("crashing on purpose");
             std::process::exit(3);

@@ -7,16 +7,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate_agent_core::{Gate, Tool, ToolContext, ToolOutput, ToolRegistry};
 use tollgate_agent_mcp::{
-    GATE_REASON_DEFAULT, GATE_REASON_READ_ONLY, MAX_PREVIEW_BYTES, McpServerConfig, McpSource, McpTool,
-    PREVIEW_CUT_MARKER, StartError, StartFailure,
+    GATE_REASON_DEFAULT, GATE_REASON_DESTRUCTIVE, GATE_REASON_READ_ONLY, MAX_PREVIEW_BYTES, McpServerConfig, McpSource,
+    McpTool, PREVIEW_CUT_MARKER, StartError, StartFailure,
 };
 use tollgate_agent_testkit::scratch_dir;
 
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_tollgate-agent-mcp-test-server");
 
-const ALL_NAMES: [&str; 9] = [
+const ALL_NAMES: [&str; 10] = [
     "test__read_thing",
     "test__delete_thing",
+    "test__purge_things",
     "test__crash",
     "test__slow",
     "test__mixed",
@@ -85,7 +86,7 @@ async fn lists_every_tool_under_its_tollgate_name() {
     assert_eq!(odd.description(), "Tool `odd name.v2` of MCP server `test`.");
     assert_eq!(odd.parameters(), &json!({"type": "object"}));
 
-    let long = tool(&source, ALL_NAMES[6]);
+    let long = tool(&source, ALL_NAMES[7]);
     assert_eq!(long.mcp_name(), "a_tool_name_long_enough_that_the_full_name_passes_sixty_four_chars");
     assert_eq!(long.name().len(), 64);
 
@@ -131,6 +132,11 @@ async fn gates_default_from_the_read_only_annotation() {
     let delete = tool(&source, "test__delete_thing");
     assert_eq!((delete.default_gate(), delete.gate_reason()), (Gate::Ask, GATE_REASON_DEFAULT));
     assert_eq!(delete.gate(&args), Gate::Ask);
+
+    // Annotated read-only and destructive at once: the hint that asks wins.
+    let purge = tool(&source, "test__purge_things");
+    assert_eq!((purge.default_gate(), purge.gate_reason()), (Gate::Ask, GATE_REASON_DESTRUCTIVE));
+    assert_eq!(purge.gate(&args), Gate::Ask);
 
     // No annotations at all.
     let crash = tool(&source, "test__crash");

@@ -5,7 +5,8 @@
 
 use serde_json::{Value, json};
 use tollgate_agent_protocol::event_data::{
-    ApprovalRequested, DecisionMade, GatedCall, ModelResponse, RunCancelled, RunExpired, RunFailed, ToolFinished,
+    ApprovalRequested, DecisionMade, GatedCall, ModelResponse, RunCancelled, RunExpired, RunFailed, RunTakenOver,
+    ToolFinished,
 };
 use tollgate_agent_protocol::{
     ApproveDecision, CallDecision, CallResult, CallState, CancelRequest, Decision, DecisionRequest, DenyDecision,
@@ -49,6 +50,11 @@ fn the_kinds_v1_never_wrote_and_the_null_fields_are_written_as_today() {
     same_as_written(
         RunCancelled { actor: "ana".into(), reason: Some("wrong input".into()) }.into(),
         json!({"actor": "ana", "reason": "wrong input"}),
+    );
+    // `run_taken_over` (recovery.rs): written with the claim of a run whose lease expired.
+    same_as_written(
+        RunTakenOver { owner: "node-b".into(), previous_owner: "node-a".into(), takeovers: 2 }.into(),
+        json!({"owner": "node-b", "previous_owner": "node-a", "takeovers": 2}),
     );
     // `approval_requested` with a deadline and an in-doubt call (`held_call_json` for each call).
     same_as_written(

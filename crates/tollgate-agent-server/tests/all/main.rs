@@ -7,6 +7,7 @@ mod common;
 mod concurrency;
 mod fuzz_corpus;
 mod limits;
+mod local_owner;
 mod malformed;
 mod nodes;
 mod openapi;

@@ -19,33 +19,9 @@ fn schemathesis_config() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/schemathesis.toml")
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The Python of the venv holding the tools: `TOLLGATE_TEST_PYTHON`, else `.ci/python/venv/bin/python`.
-/// `None` (with a note) when there is none outside CI; a panic under CI.
+/// The Python of the venv holding schemathesis and openapi-python-client ([`common::python`]).
 fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("TOLLGATE_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join(".ci/python/venv/bin/python"));
-    let ready = Command::new(&python)
-        .args(["-c", "import schemathesis, openapi_python_client"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if ready {
-        return Some(python);
-    }
-    let note = format!(
-        "no Python with schemathesis and openapi-python-client at {} (./scripts/test installs them: \
-         python3 -m venv .ci/python/venv && .ci/python/venv/bin/pip install -r .ci/python/requirements.txt)",
-        python.display()
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{note}; CI runs these tests");
-    }
-    eprintln!("skipped: {note}");
-    None
+    common::python(&["schemathesis", "openapi_python_client"])
 }
 
 fn committed_document() -> PathBuf {

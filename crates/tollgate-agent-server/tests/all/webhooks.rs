@@ -1,12 +1,14 @@
 //! Webhooks against receivers on loopback: one verifies the signature of every delivery, one always
-//! fails (and is retried) while runs go on completing.
+//! fails (and is retried) while runs go on completing; the Standard Webhooks signatures checked by the
+//! `standardwebhooks` package from PyPI, which refuses a delivery replayed under another id or time.
 
-use crate::common::{Config, SCRIBE, Server, id};
+use crate::common::{self, Config, SCRIBE, Server, id};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -154,6 +156,101 @@ async fn signed_deliveries_and_a_failing_receiver_that_blocks_nothing() {
     );
     assert!(root.contains("tollgate_webhook_deliveries_total{outcome=\"delivered\"} 6\n"), "{root}");
     server.stop().await;
+}
+
+/// A secret as a Standard Webhooks receiver holds it: `whsec_` + the base64 of the key.
+fn whsec(key: &[u8]) -> String {
+    format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(key))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn standard_webhooks_signatures_verify_with_the_pypi_package_and_replays_do_not() {
+    let Some(python) = common::python(&["standardwebhooks"]) else { return };
+    let kinds = vec!["approval_requested".to_owned(), "run_completed".to_owned()];
+    let (plain_url, plain) = receiver(StatusCode::NO_CONTENT).await;
+    let (whsec_url, whsec_received) = receiver(StatusCode::NO_CONTENT).await;
+    // A plain secret is the key as it is; a `whsec_` secret is the key in base64 (docs/api.md).
+    let whsec_secret = whsec(b"a key of random bytes \x00\xff");
+    let webhooks = vec![
+        WebhookTarget { url: plain_url, secret: "hook-secret".into(), events: kinds.clone() },
+        WebhookTarget { url: whsec_url, secret: whsec_secret.clone(), events: kinds },
+    ];
+    let server = Server::start(Config { webhooks, ..Default::default() }).await;
+    let run = server.waiting_run(SCRIBE, "standard").await;
+    assert_eq!(server.approve_and_wait(&run).await.body["status"], "completed");
+    eventually("two deliveries to each receiver", || plain.all().len() >= 2 && whsec_received.all().len() >= 2).await;
+
+    let mut cases = Vec::new();
+    for (receiver_secret, received) in [(whsec(b"hook-secret"), &plain), (whsec_secret, &whsec_received)] {
+        let deliveries = received.all();
+        let standard = |headers: &HeaderMap| {
+            ["webhook-id", "webhook-timestamp", "webhook-signature"]
+                .map(|name| (name, headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()))
+        };
+        for (headers, _) in &deliveries {
+            let [(_, id), _, _] = standard(headers);
+            assert_eq!(Some(id.as_str()), headers.get("x-tollgate-delivery").and_then(|v| v.to_str().ok()));
+        }
+        let case = |name: &str, headers: [(&str, String); 3], body: &Bytes, expect: &str| {
+            json!({
+                "name": name,
+                "secret": receiver_secret,
+                "headers": headers.into_iter().map(|(name, value)| (name.to_owned(), Value::String(value))).collect::<serde_json::Map<String, Value>>(),
+                "body": String::from_utf8_lossy(body),
+                "expect": expect,
+            })
+        };
+        for (headers, body) in &deliveries {
+            cases.push(case("as delivered", standard(headers), body, "valid"));
+        }
+        // The attack: a captured delivery sent again under another delivery's id, or at another time.
+        let (first, second) = (&deliveries[0], &deliveries[1]);
+        let [id, timestamp, signature] = standard(&first.0);
+        let other_id = standard(&second.0)[0].1.clone();
+        assert_ne!(id.1, other_id);
+        cases.push(case(
+            "replayed under another id",
+            [("webhook-id", other_id), timestamp.clone(), signature.clone()],
+            &first.1,
+            "invalid",
+        ));
+        let later = (timestamp.1.parse::<i64>().unwrap_or_else(|e| panic!("{e}")) + 1).to_string();
+        cases.push(case(
+            "replayed at another time",
+            [id.clone(), ("webhook-timestamp", later), signature.clone()],
+            &first.1,
+            "invalid",
+        ));
+        cases.push(case("another body", [id, timestamp, signature], &second.1, "invalid"));
+    }
+    let file = tollgate_agent_testkit::scratch_dir("standard-webhooks").join("cases.json");
+    std::fs::write(&file, serde_json::to_vec(&cases).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/verify_standard_webhooks.py");
+    let out = std::process::Command::new(python).arg(script).arg(&file).output().unwrap_or_else(|e| panic!("{e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "standardwebhooks disagrees:\n{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("ok: ")).count(), cases.len(), "{text}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_whsec_secret_that_is_not_base64_is_refused_at_start() {
+    let runtime = Server::start(Config::default()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let options = tollgate_agent_server::ServerOptions {
+        webhooks: vec![WebhookTarget {
+            url: "http://127.0.0.1:9/hook".into(),
+            secret: "whsec_not base64!".into(),
+            events: vec!["*".into()],
+        }],
+        ..Default::default()
+    };
+    let refused =
+        tollgate_agent_server::serve_on(listener, runtime.runtime.clone(), options, std::future::pending()).await;
+    let Err(tollgate_agent_server::ServerError::Options(why)) = refused else { panic!("{refused:?}") };
+    assert!(why.contains("whsec_") && why.contains("base64"), "{why}");
+    runtime.stop().await;
 }
 
 #[tokio::test]

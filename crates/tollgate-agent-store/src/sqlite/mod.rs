@@ -49,6 +49,7 @@
 
 mod checkpoint;
 mod readers;
+mod sealing;
 mod writer;
 
 pub use writer::MAX_BATCH;
@@ -211,7 +212,7 @@ impl SqliteStore {
         SqliteStore::open_with(url, StoreOptions::default()).await
     }
 
-    /// [`SqliteStore::open`] with `options` (data keys for encryption at rest).
+    /// [`SqliteStore::open`] with `options` (data keys for encryption at rest, `secure_delete`).
     ///
     /// # Errors
     /// As [`SqliteStore::open`].
@@ -220,6 +221,13 @@ impl SqliteStore {
         let location = Location::parse(url)?;
         let write_connection =
             location.connect().map_err(|e| database_error(&secrets, "cannot open the SQLite database", &e))?;
+        if options.secure_delete {
+            // Only the write connection frees pages: zeroing there is enough (readers never write, and
+            // the checkpointer copies pages already zeroed).
+            write_connection
+                .pragma_update(None, "secure_delete", true)
+                .map_err(|e| database_error(&secrets, "cannot turn on SQLite's secure_delete", &e))?;
+        }
         migrate(&write_connection, &secrets)?;
         if let Location::File(_) = location {
             set_up_wal(&write_connection, &secrets)?;
@@ -380,6 +388,10 @@ impl RunStore for SqliteStore {
     fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
         self.committer.taps.add(tap);
         true
+    }
+
+    fn chain_keys(&self) -> Option<&tollgate_agent_core::event::ChainKeys> {
+        self.keys.as_deref().map(DataKeys::chain_keys)
     }
 
     fn purge(

@@ -12,8 +12,8 @@
 use super::checkpoint::CHECKPOINT_EVERY;
 use super::{SELECT_RUN, SqliteStore, lock, run_exists};
 use crate::codec::{
-    ChainHead, EventRow, RunRow, Secrets, database_error, plan_append, plan_create, plan_transition, read_run_row,
-    run_columns, run_error,
+    ChainHead, EventRow, RunRow, Secrets, chain_key, database_error, plan_append, plan_create, plan_transition,
+    read_run_row, run_columns, run_error,
 };
 use crate::encryption::DataKeys;
 use crate::taps::Taps;
@@ -485,7 +485,7 @@ impl Writer {
                 if run_exists(connection, &run.id).map_err(self.run_failed("cannot read a run", &run.id))? {
                     return Err(StoreError::Duplicate(run.id.clone()));
                 }
-                let (run, stored) = plan_create(run, events);
+                let (run, stored) = plan_create(run, events, chain_key(keys));
                 Ok(Planned {
                     events: encode_events(&run.id, &stored)?,
                     row: RowWrite::Insert(RunRow::encode(&run, keys, None)?),
@@ -496,7 +496,7 @@ impl Writer {
             }
             Request::Transition { id, guard, transition, events, now } => {
                 let (current, old) = self.current(connection, &id)?;
-                let (next, stored) = plan_transition(&current, &guard, &transition, events, now)?;
+                let (next, stored) = plan_transition(&current, &guard, &transition, events, now, chain_key(keys))?;
                 Ok(Planned {
                     events: encode_events(&id, &stored)?,
                     row: RowWrite::Update { new: RunRow::encode(&next, keys, Some((&current, &old)))?, old },
@@ -513,7 +513,7 @@ impl Writer {
                     last_seq: old.last_seq,
                     last_hash: current.last_hash.clone(),
                 };
-                let (stored, last_seq, last_hash) = plan_append(&id, &owner, head, events)?;
+                let (stored, last_seq, last_hash) = plan_append(&id, &owner, head, events, chain_key(keys))?;
                 let mut next = current;
                 next.last_seq = last_seq;
                 next.last_hash = last_hash;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tollgate_agent_core::RunStatus;
 use tollgate_agent_core::store::{RunStore, StoreError};
+use tollgate_agent_store::seal::SealReport;
 use tollgate_agent_store::{PostgresStore, ScratchSchema, StoreOptions};
 
 struct Postgres {
@@ -50,6 +51,14 @@ impl Harness for Postgres {
 
     async fn open_with(&self, options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
         Ok(Arc::new(PostgresStore::open_with(&self.url, options).await?))
+    }
+
+    async fn file_contains(&self, _text: &str) -> anyhow::Result<Option<bool>> {
+        Ok(None)
+    }
+
+    async fn seal(&self, options: StoreOptions, batch: u32) -> Result<SealReport, StoreError> {
+        tollgate_agent_store::seal_unsealed(&self.url, options, batch, |_| {}).await
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_agent_core::event::{EventKind, NewEvent, verify_chain};
 use tollgate_agent_core::run::{RunStatus, Transition};
 use tollgate_agent_core::store::{Guard, IntegrityCheck, RunQuery, RunStore, StoreError};
+use tollgate_agent_store::seal::SealReport;
 use tollgate_agent_store::{SqliteStore, StoreOptions};
 
 /// A directory of its own under the system temp dir, removed when dropped (test failed or not).
@@ -86,6 +87,29 @@ impl Harness for Sqlite {
 
     async fn open_with(&self, options: StoreOptions) -> Result<Arc<dyn RunStore>, StoreError> {
         Ok(Arc::new(SqliteStore::open_with(&self.url, options).await?))
+    }
+
+    async fn file_contains(&self, text: &str) -> anyhow::Result<Option<bool>> {
+        let mut connection = self.connection().await?;
+        let (busy, _, _): (i64, i64, i64) =
+            sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut connection).await?;
+        connection.close().await?;
+        anyhow::ensure!(busy == 0, "the checkpoint could not finish");
+        let file = self._dir.0.join("tollgate.db");
+        let mut found = false;
+        for path in [file.clone(), file.with_extension("db-wal")] {
+            let bytes = match std::fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
+            found |= bytes.windows(text.len()).any(|window| window == text.as_bytes());
+        }
+        Ok(Some(found))
+    }
+
+    async fn seal(&self, options: StoreOptions, batch: u32) -> Result<SealReport, StoreError> {
+        tollgate_agent_store::seal_unsealed(&self.url, options, batch, |_| {}).await
     }
 }
 

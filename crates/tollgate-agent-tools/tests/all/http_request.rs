@@ -1,5 +1,5 @@
 //! `http_request` through the `Tool` port, against servers on 127.0.0.1 only: requests as given, status
-//! and body back, non-2xx and redirects as error results, the masked preview, bad arguments, a capped
+//! and body back, non-2xx and redirects as error results, the preview (nothing masked), bad arguments, a capped
 //! body, and servers that never answer.
 
 use crate::support::{Fixture, assert_refused, call};
@@ -100,12 +100,13 @@ async fn non_2xx_is_an_error_result_and_redirects_are_not_followed() {
 }
 
 #[tokio::test]
-async fn the_preview_masks_credentials() {
+async fn the_preview_hides_nothing_the_model_chose() {
     let tool = http_tool();
+    // Credentials the model chose are data it sends out: the approver sees each of them.
     let args = json!({
         "method": "PUT",
         "url": "https://bob:hunter2@api.example.test/v1/items/7?x=1",
-        "headers": {"Authorization": "Bearer sk-live-123", "X-Api-Key": "k-456", "Cookie": "sid=789", "Accept": "application/json"},
+        "headers": {"Authorization": "Bearer sk-live-123", "X-Api-Key": "k-456", "Cookie": "sid=789", "X-Session-Token": "t-1", "Accept": "application/json"},
         "body": "{\"name\":\"pen\"}"
     });
     assert_eq!(tool.gate(&args), Gate::Ask);
@@ -113,15 +114,26 @@ async fn the_preview_masks_credentials() {
     let preview = tool.preview(&args).await.unwrap_or_default();
     assert_eq!(
         preview,
-        "PUT https://bob:****@api.example.test/v1/items/7?x=1\nauthorization: Bearer ****\nx-api-key: ****\ncookie: ****\naccept: application/json\nbody (14 bytes):\n{\"name\":\"pen\"}\ntimeout: 30s"
+        "PUT https://bob:hunter2@api.example.test/v1/items/7?x=1\nauthorization: Bearer sk-live-123\nx-api-key: k-456\ncookie: sid=789\nx-session-token: t-1\naccept: application/json\nbody (14 bytes):\n{\"name\":\"pen\"}\ntimeout: 30s"
     );
-    for secret in ["hunter2", "sk-live-123", "k-456", "789"] {
-        assert!(!preview.contains(secret), "{secret} leaked: {preview}");
-    }
-    let big = "x".repeat(10_000);
+    assert!(!preview.contains("****"), "{preview}");
+
+    // A body up to 16,000 bytes is shown whole; a longer one says how long and where the rest is.
+    let whole = format!("{}end", "x".repeat(15_997));
     let preview =
-        tool.preview(&json!({"method": "POST", "url": "http://127.0.0.1/", "body": big})).await.unwrap_or_default();
-    assert!(preview.contains("body (10000 bytes):\n") && preview.contains("[body preview cut at 2000 of 10000 bytes]"));
+        tool.preview(&json!({"method": "POST", "url": "http://127.0.0.1/", "body": whole})).await.unwrap_or_default();
+    assert!(preview.ends_with(&format!("body (16000 bytes):\n{whole}\ntimeout: 30s")), "{}", preview.len());
+    let long = format!("{}tail-data", "x".repeat(20_000));
+    let preview =
+        tool.preview(&json!({"method": "POST", "url": "http://127.0.0.1/", "body": long})).await.unwrap_or_default();
+    assert!(preview.contains("\nbody (20009 bytes, the first 16000 shown):\nxxx"), "{}", preview.len());
+    assert!(
+        preview.ends_with(
+            "\n[body cut at 16000 of 20009 bytes: the whole body is this call's `body` argument]\ntimeout: 30s"
+        ),
+        "{}",
+        preview.len()
+    );
     let preview = tool.preview(&json!({"method": "GET", "url": "http://127.0.0.1:9/x"})).await.unwrap_or_default();
     assert_eq!(preview, "GET http://127.0.0.1:9/x\nno body\ntimeout: 30s");
 }

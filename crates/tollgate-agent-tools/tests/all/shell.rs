@@ -6,8 +6,8 @@ use crate::support::{Fixture, assert_refused, call};
 use serde_json::json;
 use std::path::Path;
 use tollgate_agent_core::{Gate, ToolOutput};
-use tollgate_agent_tools::SandboxSupport;
 use tollgate_agent_tools::shell::{MAX_OUTPUT_BYTES, PASSED_ENV};
+use tollgate_agent_tools::{SandboxMode, SandboxSupport};
 
 #[tokio::test]
 async fn runs_argv_without_expansion_in_the_workspace_root() {
@@ -61,16 +61,18 @@ async fn the_preview_shows_the_command_program_folder_and_timeout() {
     assert!(lines[1].starts_with("program: /") && lines[1].ends_with("/echo (found on PATH)"), "{preview}");
     assert_eq!(lines[2], format!("in: {} (the workspace root)", fx.canonical_root().display()));
     assert_eq!(lines[3], "timeout: 5s");
-    let sandbox = match tollgate_agent_tools::sandbox_support() {
-        SandboxSupport::Full { .. } => {
-            "landlock (writes: workspace and a private TMPDIR only; network: off)".to_owned()
-        }
-        SandboxSupport::Partial { missing, .. } => format!(
-            "landlock (writes: workspace and a private TMPDIR only; network: off; this kernel cannot confine: {})",
-            missing.join(", ")
-        ),
-        SandboxSupport::Unavailable { reason } => format!("none ({reason})"),
-    };
+    let sandbox =
+        tollgate_agent_tools::describe_confinement(SandboxMode::Auto, false, &tollgate_agent_tools::sandbox_support())
+            .unwrap_or_else(|e| panic!("{e}"));
+    if let SandboxSupport::Full { abi } = tollgate_agent_tools::sandbox_support() {
+        assert_eq!(
+            sandbox,
+            format!(
+                "landlock ABI {abi} + seccomp (writes: workspace and a private TMPDIR only; network: off — no socket \
+                 of any family)"
+            )
+        );
+    }
     assert_eq!(lines[4], format!("sandbox: {sandbox}"));
     assert_eq!(lines.len(), 5, "{preview}");
     let default = shell.preview(&json!({"argv": ["ls"]})).await.unwrap_or_default();

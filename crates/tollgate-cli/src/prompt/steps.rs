@@ -71,6 +71,9 @@ pub(super) fn lines(event: &StoredEvent, ran: &Ran) -> Vec<String> {
         }
         EventData::Decision(made) => vec![decision(&made)],
         EventData::RunResumed(resumed) => vec![format!("▶ resumed by {}", resumed.actor)],
+        EventData::RunTakenOver(taken) => {
+            vec![format!("↻ taken over by {} (the lease of {} expired)", taken.owner, taken.previous_owner)]
+        }
         EventData::RunCompleted(completed) => match completed.termination_reason {
             tollgate_agent_protocol::TerminationReason::Completed => vec!["✓ run completed".to_owned()],
             reason => vec![format!("✓ run ended: {}", reason.as_str())],

@@ -87,6 +87,31 @@ fn deny_with_a_reason_leaves_no_note() -> Result<()> {
     Ok(())
 }
 
+/// The approval is bound to what its preview saw: `create note.txt` was approved, but another process
+/// made `note.txt` in between, so the approved write leaves that file alone and its result says why.
+#[test]
+fn a_file_made_while_the_write_waits_is_not_overwritten_by_its_approval() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let run = sandbox.expect(3, &["run", "--detach", "hello"])?;
+    assert!(run.stderr.contains("create note.txt (5 bytes)"), "{run:?}");
+    let id = run.waiting_id()?;
+    std::fs::write(sandbox.dir.join("workspace/note.txt"), "someone else's")?;
+
+    sandbox.expect(0, &["approve", &id])?;
+    assert_eq!(sandbox.workspace_file("note.txt").as_deref(), Some("someone else's"));
+    let shown = sandbox.expect(0, &["show", &id, "--events", "--json"])?.json()?;
+    let write = shown["events"]
+        .as_array()
+        .and_then(|events| events.iter().find(|e| e["kind"] == "tool_finished" && e["data"]["tool"] == "fs_write"))
+        .ok_or_else(|| anyhow!("no tool_finished of fs_write in {shown}"))?;
+    assert_eq!(write["data"]["is_error"], true);
+    assert_eq!(
+        write["data"]["result"],
+        "not written: `note.txt` changed since the preview: it was nothing, it is now a file of 14 bytes"
+    );
+    Ok(())
+}
+
 #[test]
 fn meta_options_become_the_runs_metadata() -> Result<()> {
     let sandbox = Sandbox::new();

@@ -95,6 +95,9 @@ struct Cluster {
     workspace: PathBuf,
     http: reqwest::Client,
     schema: ScratchSchema,
+    /// The test's folder and the nodes' config, to start a node again.
+    dir: PathBuf,
+    config: PathBuf,
 }
 
 impl Cluster {
@@ -121,7 +124,7 @@ impl Cluster {
         // A first, alone: it applies the migrations to the fresh schema.
         let a = spawn(&dir, &config_path, "a", &http).await?;
         let b = spawn(&dir, &config_path, "b", &http).await?;
-        Ok(Some(Cluster { a, b, workspace, http, schema }))
+        Ok(Some(Cluster { a, b, workspace, http, schema, dir, config: config_path }))
     }
 
     fn ledger(&self) -> Vec<String> {
@@ -393,6 +396,43 @@ async fn sigterm_mid_call_finishes_the_step_and_gives_the_run_to_the_other_node_
     assert_eq!(status(&settled), "completed", "{settled:#}");
     assert_eq!(std::fs::read_to_string(cluster.workspace.join("note.txt"))?, "t");
     assert_eq!(cluster.ledger(), ["t slow"], "the approved call ran once");
+    cluster.drop_schema().await
+}
+
+/// A run whose segment stops every node that drives it (here each node is SIGKILLed while the run's
+/// allow-gated call runs, as a planted input crashing the process would) is taken over after each
+/// restart until `[runtime] max_takeovers` takeovers in a row reached no new step; the next takeover
+/// fails it as `crash_loop` instead of driving it again, so the fleet stops restarting for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_stops_every_node_driving_it_is_failed_after_max_takeovers() -> Result<()> {
+    let script = json!({"turns": [{"tool_calls": [ledger_call("loop", 20)]}, {"text": "done"}]});
+    let policy = "[[agents.policy]]\ntool = \"shell\"\ngate = \"allow\"";
+    let more = "[runtime]\nmax_takeovers = 2";
+    let Some(mut cluster) = Cluster::start_with(script, policy, LEASE, more).await? else { return Ok(()) };
+    // One node at a time, each started again after the other was killed.
+    cluster.b.kill()?;
+    let run = cluster.post(&cluster.a, "/v1/runs", json!({"input": "c"})).await?;
+    let id = id_of(&run)?;
+    // Drive 1 (the start), then takeovers 1 and 2: each reaches the call, then its node dies.
+    for drive in 1..=3_usize {
+        cluster.ledger_reaches(drive, Duration::from_secs(20)).await?;
+        let next = if drive % 2 == 1 { "b" } else { "a" };
+        if drive % 2 == 1 {
+            cluster.a.kill()?
+        } else {
+            cluster.b.kill()?
+        }
+        let node = spawn(&cluster.dir, &cluster.config, &format!("{next}{drive}"), &cluster.http).await?;
+        if drive % 2 == 1 { cluster.b = node } else { cluster.a = node }
+    }
+    // Takeover 3 fails the run: the call is not run a fourth time.
+    let node = &cluster.b;
+    let failed = cluster.run_until(node, &id, Duration::from_secs(20), |run| status(run) == "failed").await?;
+    assert_eq!(failed["error"]["kind"], "crash_loop", "{failed:#}");
+    assert_eq!(cluster.ledger(), ["c loop"; 3], "driven once and taken over twice, never again");
+    let kinds = cluster.event_kinds(node, &id).await?;
+    assert_eq!(kinds.iter().filter(|k| *k == "run_taken_over").count(), 3, "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("run_failed"), "{kinds:?}");
     cluster.drop_schema().await
 }
 
@@ -750,7 +790,7 @@ async fn webhook_cluster(hooks: &Hooks, lease: Duration) -> Result<Option<Cluste
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let b = spawn(&dir, &config, "b", &http).await?;
-    Ok(Some(Cluster { a, b, workspace, http, schema }))
+    Ok(Some(Cluster { a, b, workspace, http, schema, dir, config }))
 }
 
 /// Waits until `hooks` has seen every delivery of `expected` among those after the first `skip`.

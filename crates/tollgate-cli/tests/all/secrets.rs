@@ -195,7 +195,7 @@ fn encrypted_runs_need_their_key() -> Result<()> {
             raw.push_str(&String::from_utf8_lossy(&bytes));
         }
     }
-    assert!(raw.contains("enc:v1:k1:"), "values are stored in the envelope");
+    assert!(raw.contains("enc:v2:k1:"), "values are stored in the envelope");
     assert!(!raw.contains("create note.txt"), "the preview is not stored in the clear");
 
     let refused = with_key(&wrong, &["show", &id])?;

@@ -4,6 +4,8 @@
 #![allow(dead_code, reason = "each test file uses a different part of this harness")]
 
 use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -427,4 +429,31 @@ pub fn digest(run: &Value) -> String {
 /// The id of a run's JSON.
 pub fn id(run: &Value) -> String {
     run["id"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The Python of the venv holding the test tools (PyPI, pinned in `.ci/python/requirements.txt`):
+/// `TOLLGATE_TEST_PYTHON`, else `.ci/python/venv/bin/python`, if it imports every one of `modules`.
+/// `None` (with a note) when it does not outside CI; a panic under CI (env `CI`), which runs these tests.
+pub fn python(modules: &[&str]) -> Option<PathBuf> {
+    let python = std::env::var_os("TOLLGATE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/python/venv/bin/python"));
+    let ready = Command::new(&python)
+        .args(["-c", &format!("import {}", modules.join(", "))])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if ready {
+        return Some(python);
+    }
+    let note = format!(
+        "no Python with {} at {} (./scripts/test installs them: \
+         python3 -m venv .ci/python/venv && .ci/python/venv/bin/pip install -r .ci/python/requirements.txt)",
+        modules.join(", "),
+        python.display()
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{note}; CI runs these tests");
+    }
+    eprintln!("skipped: {note}");
+    None
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
 use tollgate_agent_core::Metadata;
-use tollgate_agent_core::event::{ChainBreak, EventKind, NewEvent, verify_chain};
+use tollgate_agent_core::event::{ChainBreak, EventKind, NewEvent, event_hash, verify_chain, verify_chain_with};
 use tollgate_agent_core::run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
 };
@@ -21,6 +21,7 @@ use tollgate_agent_core::store::{
 use tollgate_agent_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
 use tollgate_agent_core::transcript::Usage;
+use tollgate_agent_store::seal::SealReport;
 use tollgate_agent_store::{DataKey, DataKeys, StoreOptions};
 
 /// A backend under test: a store on a fresh database, plus raw SQL on that same database (to tamper
@@ -38,6 +39,11 @@ pub trait Harness: Send + Sync + 'static {
     fn open_again(&self) -> impl Future<Output = Result<Arc<dyn RunStore>, StoreError>> + Send;
     /// Opens another store on the same database with options (data keys).
     fn open_with(&self, options: StoreOptions) -> impl Future<Output = Result<Arc<dyn RunStore>, StoreError>> + Send;
+    /// Whether the database's files hold `text` (after a checkpoint that empties the WAL into the
+    /// file); `None` where the backend has no file to look in (PostgreSQL).
+    fn file_contains(&self, text: &str) -> impl Future<Output = anyhow::Result<Option<bool>>> + Send;
+    /// Runs the seal migration (`tollgate seal`) on the same database, `batch` runs per transaction.
+    fn seal(&self, options: StoreOptions, batch: u32) -> impl Future<Output = Result<SealReport, StoreError>> + Send;
 }
 
 /// 2025-11-29T10:00:00Z.
@@ -1524,7 +1530,7 @@ pub async fn a_log_reader_has_one_holder_at_a_time<H: Harness>(h: &H) -> anyhow:
 /// Store options with a keyring of `(id, byte)` keys (each key is 32 times its byte), the first sealing.
 fn keyring(keys: &[(&str, u8)]) -> anyhow::Result<StoreOptions> {
     let keys = keys.iter().map(|(id, byte)| DataKey::new(*id, [*byte; 32])).collect::<Result<Vec<_>, _>>()?;
-    Ok(StoreOptions { data_keys: Some(Arc::new(DataKeys::new(keys)?)) })
+    Ok(StoreOptions { data_keys: Some(Arc::new(DataKeys::new(keys)?)), ..StoreOptions::default() })
 }
 
 async fn stored_text<H: Harness>(h: &H, column: &str, table: &str, filter: String) -> anyhow::Result<String> {
@@ -1571,23 +1577,24 @@ pub async fn encrypted_values_round_trip<H: Harness>(h: &H) -> anyhow::Result<()
     ensure!(store.due(T0 + 1_000, 10).await? == vec![decided.clone()], "due opens sealed values too");
     let events = store.events(&waiting.id, 0, 100).await?;
     ensure!(events.len() == 3 && events[2].data["arguments"]["path"] == "secret-path");
-    verify_chain(&events, decided.last_seq, &decided.last_hash)?;
+    verify_chain_with(&events, decided.last_seq, &decided.last_hash, store.chain_keys())?;
+    ensure!(events.iter().all(|e| e.hash.starts_with("hmac:k1:")), "the chain is keyed: {:?}", events[0].hash);
 
     for column in ["suspension", "decisions"] {
         let stored = stored_text(h, column, "runs", by_id.clone()).await?;
-        ensure!(stored.starts_with("enc:v1:k1:"), "runs.{column} is sealed: {stored}");
+        ensure!(stored.starts_with("enc:v2:k1:"), "runs.{column} is sealed: {stored}");
         ensure!(!stored.contains("call_1") && !stored.contains("secret-path"), "{stored}");
     }
     ensure!(
-        stored_text(h, "suspension", "runs", by_id.clone()).await? == sealed_suspension,
-        "a decision leaves the sealed suspension as it was stored"
+        stored_text(h, "suspension", "runs", by_id.clone()).await? != sealed_suspension,
+        "a decision (a new version) seals the suspension again, bound to the new version"
     );
     for seq in 1..=3 {
         let stored = stored_text(h, "data", "events", format!("run_id = '{}' AND seq = {seq}", waiting.id)).await?;
-        ensure!(stored.starts_with("enc:v1:k1:") && !stored.contains("call_1"), "event {seq}: {stored}");
+        ensure!(stored.starts_with("enc:v2:k1:") && !stored.contains("call_1"), "event {seq}: {stored}");
     }
     let sealed_events =
-        h.query_i64(format!("SELECT COUNT(*) FROM events WHERE run_id = '{}' AND data LIKE 'enc:v1:k1:%'", waiting.id));
+        h.query_i64(format!("SELECT COUNT(*) FROM events WHERE run_id = '{}' AND data LIKE 'enc:v2:k1:%'", waiting.id));
     ensure!(sealed_events.await? == 3);
 
     h.execute(format!(
@@ -1604,19 +1611,23 @@ pub async fn encrypted_values_round_trip<H: Harness>(h: &H) -> anyhow::Result<()
 pub async fn a_missing_or_wrong_key_fails_clearly<H: Harness>(h: &H) -> anyhow::Result<()> {
     let sealed = h.open_with(keyring(&[("k1", 1)])?).await?;
     let secret = create_waiting(&*sealed, 1, &["call_1"], None).await?;
-    let plain = create_waiting(&*h.store(), 2, &["call_1"], None).await?;
 
     let wrong_key = h.open_with(keyring(&[("k1", 9)])?).await?;
     let other_id = h.open_with(keyring(&[("k2", 2)])?).await?;
     let none = h.store();
     let cases: [(&Arc<dyn RunStore>, &str); 3] =
         [(&wrong_key, "does not decrypt"), (&other_id, "not configured"), (&none, "no data keys configured")];
-    for (store, why) in cases {
+    for (n, (store, why)) in (2..).zip(cases) {
+        // A run each store wrote itself: it reads, whatever the others hold.
+        let own = create_waiting(&**store, n, &["call_1"], None).await?;
         ensure_undecryptable(store.get(&secret.id).await, &secret.id, "k1", why)?;
         ensure_undecryptable(store.events(&secret.id, 0, 10).await, &secret.id, "k1", why)?;
+        let listed = store.list(RunQuery { limit: 1, ..Default::default() }).await?;
+        ensure!(listed.runs == vec![own.clone()], "list shows the run it can read ({why})");
         let listed = store.list(RunQuery { limit: 10, ..Default::default() }).await?;
-        ensure!(listed.runs == vec![plain.clone()], "list skips the run it cannot read ({why})");
-        ensure!(store.get(&plain.id).await? == plain);
+        ensure!(!listed.runs.iter().any(|r| r.id == secret.id), "list skips the run it cannot read ({why})");
+        ensure!(listed.skipped.contains(&secret.id), "{why}: {:?}", listed.skipped);
+        ensure!(store.get(&own.id).await? == own);
         let refused =
             store.transition(&secret.id, Guard::Version(secret.version), Transition::Cancel, vec![], T0 + 30).await;
         ensure_undecryptable(refused, &secret.id, "k1", why)?;
@@ -1625,8 +1636,8 @@ pub async fn a_missing_or_wrong_key_fails_clearly<H: Harness>(h: &H) -> anyhow::
     Ok(())
 }
 
-/// A new first key seals new values while the old key still opens old ones; dropping the old key
-/// leaves only the runs it sealed unreadable. Hashes never depend on the key.
+/// A new first key seals new values while the old key still opens old ones (and still verifies the
+/// hashes it keyed); dropping the old key leaves only the runs it sealed unreadable.
 pub async fn rotating_keys_keeps_old_values_readable<H: Harness>(h: &H) -> anyhow::Result<()> {
     let first = h.open_with(keyring(&[("k1", 1)])?).await?;
     let a = create_waiting(&*first, 1, &["call_1"], None).await?;
@@ -1634,38 +1645,54 @@ pub async fn rotating_keys_keeps_old_values_readable<H: Harness>(h: &H) -> anyho
     let rotated = h.open_with(keyring(&[("k2", 2), ("k1", 1)])?).await?;
     ensure!(rotated.get(&a.id).await? == a, "the old key still opens run A");
     let a_events = rotated.events(&a.id, 0, 10).await?;
-    verify_chain(&a_events, a.last_seq, &a.last_hash)?;
+    verify_chain_with(&a_events, a.last_seq, &a.last_hash, rotated.chain_keys())?;
     let b = create_waiting(&*rotated, 2, &["call_1"], None).await?;
     let stored = |run: &str| stored_text(h, "suspension", "runs", format!("id = '{run}'"));
-    ensure!(stored(&b.id).await?.starts_with("enc:v1:k2:"), "new values are sealed with the first key");
-    ensure!(stored(&a.id).await?.starts_with("enc:v1:k1:"), "reading does not rewrite");
+    ensure!(stored(&b.id).await?.starts_with("enc:v2:k2:"), "new values are sealed with the first key");
+    ensure!(stored(&a.id).await?.starts_with("enc:v2:k1:"), "reading does not rewrite");
     let b_event = stored_text(h, "data", "events", format!("run_id = '{}' AND seq = 1", b.id)).await?;
-    ensure!(b_event.starts_with("enc:v1:k2:"), "{b_event}");
+    ensure!(b_event.starts_with("enc:v2:k2:"), "{b_event}");
 
     let only_new = h.open_with(keyring(&[("k2", 2)])?).await?;
     ensure_undecryptable(only_new.get(&a.id).await, &a.id, "k1", "not configured")?;
     ensure!(only_new.get(&b.id).await? == b);
-    verify_chain(&only_new.events(&b.id, 0, 10).await?, b.last_seq, &b.last_hash)?;
+    verify_chain_with(&only_new.events(&b.id, 0, 10).await?, b.last_seq, &b.last_hash, only_new.chain_keys())?;
 
     // A change to run A under [k2, k1] seals its rewritten row values with k2 (its events keep k1).
     let decided = rotated
         .transition(&a.id, Guard::Version(a.version), decide("call_1", Decision::Approve), vec![], T0 + 40)
         .await?;
-    ensure!(stored(&a.id).await?.starts_with("enc:v1:k2:"), "a rewritten run moves to the first key");
+    ensure!(stored(&a.id).await?.starts_with("enc:v2:k2:"), "a rewritten run moves to the first key");
     ensure!(only_new.get(&a.id).await? == decided);
     ensure_undecryptable(only_new.events(&a.id, 0, 10).await, &a.id, "k1", "not configured")?;
     Ok(())
 }
 
-/// Encryption can be turned on for a database with plaintext runs: they still read, verify, and are
-/// sealed when next rewritten.
-pub async fn plain_runs_read_after_encryption_is_turned_on<H: Harness>(h: &H) -> anyhow::Result<()> {
+/// Encryption turned on for a database with plaintext runs: they are refused (as planted plaintext
+/// would be) until the seal migration seals them, in batches; then they read, verify (their old events
+/// unkeyed, new ones keyed) and go on; a second migration seals nothing.
+pub async fn plain_runs_are_refused_until_sealed<H: Harness>(h: &H) -> anyhow::Result<()> {
     let plain = create_waiting(&*h.store(), 1, &["call_1"], None).await?;
+    let done = create_terminal(&*h.store(), 2, RunStatus::Completed, T0 + 5).await?;
+    let third = create_waiting(&*h.store(), 3, &["call_1"], None).await?;
     let by_id = format!("id = '{}'", plain.id);
     ensure!(stored_text(h, "suspension", "runs", by_id.clone()).await?.starts_with('{'), "written in plaintext");
     let sealed = h.open_with(keyring(&[("k1", 1)])?).await?;
-    ensure!(sealed.get(&plain.id).await? == plain);
-    verify_chain(&sealed.events(&plain.id, 0, 10).await?, plain.last_seq, &plain.last_hash)?;
+    ensure_plaintext_refused(sealed.get(&plain.id).await, &plain.id)?;
+    ensure_plaintext_refused(sealed.events(&done.id, 0, 10).await, &done.id)?;
+
+    let mut batches = 0;
+    let report = h.seal(keyring(&[("k1", 1)])?, 2).await?;
+    batches += 1;
+    ensure!(report.runs_checked == 3 && report.runs_sealed == 3, "{report:?}");
+    ensure!(report.columns_sealed == 4, "two waiting runs' suspensions and (empty) decisions: {report:?}");
+    ensure!(report.events_sealed == plain.last_seq + done.last_seq + third.last_seq, "{report:?}");
+    ensure!(report.refused.is_empty(), "{report:?}");
+    ensure!(stored_text(h, "suspension", "runs", by_id.clone()).await?.starts_with("enc:v2:k1:"));
+    let unsealed = h.query_i64("SELECT COUNT(*) FROM events WHERE data NOT LIKE 'enc:v2:%'".to_owned()).await?;
+    ensure!(unsealed == 0, "{unsealed} events left unsealed");
+    ensure!(sealed.get(&plain.id).await? == plain && sealed.get(&done.id).await? == done);
+    verify_chain_with(&sealed.events(&plain.id, 0, 10).await?, plain.last_seq, &plain.last_hash, sealed.chain_keys())?;
 
     let decided = sealed
         .transition(
@@ -1676,15 +1703,206 @@ pub async fn plain_runs_read_after_encryption_is_turned_on<H: Harness>(h: &H) ->
             T0 + 20,
         )
         .await?;
-    ensure!(sealed.get(&plain.id).await? == decided);
-    ensure!(stored_text(h, "suspension", "runs", by_id.clone()).await?.starts_with("enc:v1:k1:"));
     let events = sealed.events(&plain.id, 0, 10).await?;
-    verify_chain(&events, decided.last_seq, &decided.last_hash)?;
-    let first = stored_text(h, "data", "events", format!("run_id = '{}' AND seq = 1", plain.id)).await?;
-    ensure!(first.starts_with('{'), "events already written stay as they were: {first}");
+    verify_chain_with(&events, decided.last_seq, &decided.last_hash, sealed.chain_keys())?;
+    ensure!(!events[0].hash.starts_with("hmac:") && events[2].hash.starts_with("hmac:k1:"), "old unkeyed, new keyed");
+
+    let again = h.seal(keyring(&[("k1", 1)])?, 2).await?;
+    batches += 1;
+    ensure!(again.runs_checked == 3 && again.runs_sealed == 0 && again.refused.is_empty(), "{again:?} ({batches})");
     Ok(())
 }
 
+fn ensure_plaintext_refused<T: std::fmt::Debug>(result: Result<T, StoreError>, run: &str) -> anyhow::Result<()> {
+    match result {
+        Err(StoreError::Undecryptable { id, detail }) if id == run => {
+            ensure!(detail.contains("plaintext") && detail.contains("tollgate seal"), "{detail}");
+            Ok(())
+        }
+        other => anyhow::bail!("plaintext in run {run} must be refused, got {other:?}"),
+    }
+}
+
+/// A plaintext suspension written by SQL into a sealed run is refused — by `get`, by a decision and
+/// by the migration (the run holds sealed values, so the plaintext was planted) — never read as the
+/// held turn.
+pub async fn a_planted_plaintext_suspension_is_refused<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
+    let planted = json!({"schema_version": 1, "calls": ["rm -rf"]}).to_string();
+    h.execute(format!("UPDATE runs SET suspension = '{planted}' WHERE id = '{}'", waiting.id)).await?;
+    // A store that remembers rows (PostgreSQL) reads the planted row on its next read by id.
+    let fresh = h.open_with(keyring(&[("k1", 1)])?).await?;
+    for store in [&store, &fresh] {
+        ensure_plaintext_refused(store.get(&waiting.id).await, &waiting.id)?;
+        let approve = store
+            .transition(
+                &waiting.id,
+                Guard::Version(waiting.version),
+                decide("call_1", Decision::Approve),
+                vec![],
+                T0 + 20,
+            )
+            .await;
+        ensure_plaintext_refused(approve, &waiting.id)?;
+    }
+    let report = h.seal(keyring(&[("k1", 1)])?, 10).await?;
+    ensure!(report.runs_sealed == 0 && report.refused.len() == 1, "{report:?}");
+    ensure!(report.refused[0].id == waiting.id && report.refused[0].reason.contains("behind Tollgate's back"));
+    ensure_plaintext_refused(fresh.get(&waiting.id).await, &waiting.id)?;
+    ensure!(
+        h.query_i64(format!("SELECT COUNT(*) FROM events WHERE run_id = '{}' AND kind = 'decision'", waiting.id))
+            .await?
+            == 0,
+        "no decision was recorded on the planted turn"
+    );
+    Ok(())
+}
+
+/// The suspension a run held at an earlier version, put back by SQL after the run moved on, does not
+/// open (its associated data names the older version), so the finished call is not offered again.
+pub async fn an_older_sealed_suspension_does_not_open<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
+    let by_id = format!("id = '{}'", waiting.id);
+    let first_turn = stored_text(h, "suspension", "runs", by_id.clone()).await?;
+    let resumed = store
+        .transition(
+            &waiting.id,
+            Guard::Version(waiting.version),
+            Transition::Decide {
+                decisions: vec![(
+                    "call_1".into(),
+                    RecordedDecision { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 },
+                )],
+                resume: Some(lease(OWNER, T0 + 60_000)),
+            },
+            vec![event(EventKind::ToolStarted, 1, json!({"call_id": "call_1", "idempotency_key": "k:call_1"}))],
+            T0 + 20,
+        )
+        .await?;
+    let second = store
+        .transition(
+            &waiting.id,
+            Guard::Lease(OWNER.into()),
+            suspend(&["call_2"], None),
+            vec![event(EventKind::ApprovalRequested, 2, json!({"calls": ["call_2"]}))],
+            T0 + 30,
+        )
+        .await?;
+    ensure!(second.version > resumed.version && resumed.version > waiting.version);
+    h.execute(format!("UPDATE runs SET suspension = '{first_turn}', decisions = NULL WHERE {by_id}")).await?;
+    let fresh = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let replayed = fresh.get(&waiting.id).await;
+    ensure_undecryptable(replayed, &waiting.id, "k1", "does not decrypt")?;
+    let approve = fresh
+        .transition(&waiting.id, Guard::Version(second.version), decide("call_1", Decision::Approve), vec![], T0 + 40)
+        .await;
+    ensure_undecryptable(approve, &waiting.id, "k1", "does not decrypt")?;
+    let started =
+        h.query_i64(format!("SELECT COUNT(*) FROM events WHERE run_id = '{}' AND kind = 'tool_started'", waiting.id));
+    ensure!(started.await? == 1, "call_1 started once");
+    Ok(())
+}
+
+/// A v1 envelope as earlier builds sealed a run's column (associated data: `tollgate:v1`, run, column).
+fn seal_v1(key: [u8; 32], run: &str, column: &str, plain: &str) -> anyhow::Result<String> {
+    use aes_gcm::aead::{Aead, KeyInit, Payload};
+    use base64::Engine;
+    let cipher = aes_gcm::Aes256Gcm::new(&key.into());
+    let nonce = [3u8; 12];
+    let aad = format!("tollgate:v1\0{run}\0{column}");
+    let sealed = cipher
+        .encrypt(aes_gcm::Nonce::from_slice(&nonce), Payload { msg: plain.as_bytes(), aad: aad.as_bytes() })
+        .map_err(|_| anyhow::anyhow!("v1 test seal"))?;
+    let bytes = [nonce.as_slice(), &sealed].concat();
+    Ok(format!("enc:v1:k1:{}", base64::engine::general_purpose::STANDARD.encode(bytes)))
+}
+
+/// A run's column sealed as `enc:v1` (no version bound) is refused until the migration seals it as v2;
+/// then it reads.
+pub async fn a_v1_sealed_column_is_refused_until_sealed_again<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let waiting = create_waiting(&*h.store(), 1, &["call_1"], None).await?;
+    let plain_turn = stored_text(h, "suspension", "runs", format!("id = '{}'", waiting.id)).await?;
+    let v1 = seal_v1([1; 32], &waiting.id, "runs.suspension", &plain_turn)?;
+    h.execute(format!("UPDATE runs SET suspension = '{v1}' WHERE id = '{}'", waiting.id)).await?;
+    match store.get(&waiting.id).await {
+        Err(StoreError::Undecryptable { detail, .. }) if detail.contains("enc:v1") => {}
+        other => anyhow::bail!("a v1 column must be refused, got {other:?}"),
+    }
+    let report = h.seal(keyring(&[("k1", 1)])?, 10).await?;
+    ensure!(report.runs_sealed == 1 && report.columns_sealed == 2 && report.events_sealed == 2, "{report:?}");
+    let fresh = h.open_with(keyring(&[("k1", 1)])?).await?;
+    ensure!(fresh.get(&waiting.id).await? == waiting);
+    Ok(())
+}
+
+/// A keyed chain rewritten by SQL without the key does not pass: an edited event whose hashes are
+/// recomputed with plain sha256 is a downgrade at its seq, and a whole log recomputed that way no longer
+/// opens (each event's data is bound to its chain key); a payload replaced by plaintext is refused.
+pub async fn a_keyed_chain_rewritten_without_the_key_fails<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
+    let events = store.events(&waiting.id, 0, 10).await?;
+    let keys = store.chain_keys();
+    verify_chain_with(&events, waiting.last_seq, &waiting.last_hash, keys)?;
+
+    // Event 2's kind changed, its hash and the head recomputed with sha256 (its data left sealed).
+    let mut forged = events.clone();
+    forged[1].kind = EventKind::RunResumed;
+    forged[1].hash = event_hash(&forged[0].hash, 2, &forged[1].at, forged[1].kind, forged[1].round, &forged[1].data);
+    let by_event = |seq: u64| format!("run_id = '{}' AND seq = {seq}", waiting.id);
+    h.execute(format!("UPDATE events SET kind = 'run_resumed', hash = '{}' WHERE {}", forged[1].hash, by_event(2)))
+        .await?;
+    h.execute(format!("UPDATE runs SET last_hash = '{}' WHERE id = '{}'", forged[1].hash, waiting.id)).await?;
+    let fresh = h.open_with(keyring(&[("k1", 1)])?).await?;
+    let run = fresh.get(&waiting.id).await?;
+    match fresh.events(&waiting.id, 0, 10).await {
+        // The data is bound to the key its hash named: with the hash unkeyed it no longer opens.
+        Err(StoreError::Undecryptable { id, detail }) => ensure!(id == waiting.id && detail.contains("event 2")),
+        Ok(read) => {
+            let verdict = verify_chain_with(&read, run.last_seq, &run.last_hash, fresh.chain_keys());
+            ensure!(verdict == Err(ChainBreak::Downgrade { seq: 2 }), "{verdict:?}");
+        }
+        Err(other) => anyhow::bail!("{other:?}"),
+    }
+    // Even with the data opened as it was, the chain names the downgrade.
+    let verdict = verify_chain_with(&forged, run.last_seq, &run.last_hash, fresh.chain_keys());
+    ensure!(verdict == Err(ChainBreak::Downgrade { seq: 2 }), "{verdict:?}");
+
+    // A payload replaced by plaintext is refused, whatever its hash says.
+    let payload = json!({"calls": ["call_9"]});
+    let hash = event_hash(&forged[0].hash, 2, &forged[1].at, EventKind::ApprovalRequested, 1, &payload);
+    h.execute(format!(
+        "UPDATE events SET kind = 'approval_requested', data = '{payload}', hash = '{hash}' WHERE {}",
+        by_event(2)
+    ))
+    .await?;
+    ensure_plaintext_refused(fresh.events(&waiting.id, 0, 10).await, &waiting.id)?;
+    Ok(())
+}
+
+/// Below privacy level `full` the SQLite store zeroes what it deletes: a suspension overwritten and a
+/// run purged leave none of their text in the file (after a checkpoint). PostgreSQL is not covered
+/// (dead tuples stay until VACUUM, see docs/configuration.md), so there the case only checks that the
+/// option opens the store.
+pub async fn secure_delete_leaves_no_deleted_text<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let options = StoreOptions { secure_delete: true, ..StoreOptions::default() };
+    let store = h.open_with(options).await?;
+    let marker = "the-secret-argument-8c41e7";
+    let run = create_running(&*store, 1, "demo").await?;
+    let requested = event(EventKind::ApprovalRequested, 1, json!({"calls": [marker]}));
+    let waiting = store
+        .transition(&run.id, Guard::Lease(OWNER.into()), suspend(&[marker], None), vec![requested], T0 + 10)
+        .await?;
+    store.transition(&waiting.id, Guard::Version(waiting.version), Transition::Cancel, vec![], T0 + 20).await?;
+    ensure!(h.file_contains(marker).await? != Some(false), "the text must be in the file before the purge");
+    let purged = store.purge(T0 + 1_000, T0 + 1_000, 10).await?;
+    ensure!(purged == 1, "{purged} runs purged");
+    ensure!(h.file_contains(marker).await? != Some(true), "the purged text is still in the database file");
+    Ok(())
+}
 /// Defines one `#[tokio::test]` per contract case, each on a fresh harness from `$setup` (an async
 /// fn returning `anyhow::Result<Option<H>>`; `None` skips) and torn down by `$teardown` even when
 /// the case fails.
@@ -1759,7 +1977,12 @@ macro_rules! all_contract_tests {
             encrypted_values_round_trip,
             a_missing_or_wrong_key_fails_clearly,
             rotating_keys_keeps_old_values_readable,
-            plain_runs_read_after_encryption_is_turned_on,
+            plain_runs_are_refused_until_sealed,
+            a_planted_plaintext_suspension_is_refused,
+            an_older_sealed_suspension_does_not_open,
+            a_v1_sealed_column_is_refused_until_sealed_again,
+            a_keyed_chain_rewritten_without_the_key_fails,
+            secure_delete_leaves_no_deleted_text,
             the_write_probe_commits_and_a_sound_database_checks_clean,
         );
     };

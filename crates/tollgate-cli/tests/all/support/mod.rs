@@ -62,3 +62,20 @@ pub fn tollgate_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Ou
         stderr: String::from_utf8(output.stderr)?,
     })
 }
+
+/// `tollgate serve --addr ADDR` in `dir`, stdin not a terminal, its output discarded, with none of the
+/// ambient `TOLLGATE_*` variables that would point it elsewhere; spawn it (after any change).
+pub fn serve_in(dir: &Path, addr: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    command
+        .args(["serve", "--addr", addr])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .env_remove("TOLLGATE_STORE_URL")
+        .env_remove("TOLLGATE_WORKSPACE_ROOT")
+        .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TOKEN");
+    command
+}
