@@ -119,6 +119,12 @@ impl LoopHooks for PersistHooks {
     }
 
     fn on_event<'a>(&'a self, event: LoopEvent<'a>) -> BoxFuture<'a, Result<(), HookError>> {
+        if let LoopEvent::ModelResponse { round, .. } = &event {
+            // The call answered: what the live text held back (a possible secret's start) goes out now,
+            // redacted, so a viewer's text of the round is whole.
+            let mut round_text = self.round_text.lock().unwrap_or_else(PoisonError::into_inner);
+            self.inner.deltas.finish(&self.run_id, *round, &mut round_text);
+        }
         let now = self.inner.clock.now();
         let mut flush = None;
         let mut unborn = None;

@@ -6,9 +6,10 @@
 //! - live only: a delta is never stored, never chained, never replayed; the round's `model_response`
 //!   event holds the whole turn;
 //! - nothing the event log would not keep: deltas are sent only at privacy level `full`, and through
-//!   the redactor. With secrets configured, a round's last characters (as many as the longest secret,
-//!   plus [`HOLD_MARGIN`]) are held back until more text arrives, so a secret split over deltas never
-//!   goes out; what is still held when the call ends is not sent (the `model_response` event has it);
+//!   the redactor. With secrets configured, a round's last characters (as many as the longest form of a
+//!   secret the redactor finds, plus [`HOLD_MARGIN`]) are held back until more text arrives, so a secret
+//!   split over deltas never goes out; when the call answers, what is still held goes out redacted, so
+//!   the deltas of a round add up to its redacted text (the text of its `model_response` event);
 //! - a broadcast: a receiver that falls behind loses deltas (and learns it), never events;
 //! - this process's own calls: a viewer connected to another node gets the stored events only.
 
@@ -99,6 +100,20 @@ impl Deltas {
         self.sender.subscribe()
     }
 
+    /// Sends what `round_text` still holds of `run_id`'s round `round`, redacted: the model call answered,
+    /// so no more text can complete a secret. Nothing when the round held nothing back.
+    pub(crate) fn finish(&self, run_id: &str, round: u32, round_text: &mut RoundText) {
+        let Some(redactor) = &self.redactor else { return };
+        if round_text.round != round {
+            return;
+        }
+        let Some(rest) = round_text.rest(redactor) else { return };
+        if self.sender.receiver_count() > 0 {
+            let _ =
+                self.sender.send(Arc::new(LiveDelta { run_id: run_id.to_owned(), round, text: LiveText::Text(rest) }));
+        }
+    }
+
     /// Sends one delta of `run_id`'s round, through `round_text` (the run's state of its current round).
     pub(crate) fn send(&self, run_id: &str, round: u32, delta: ModelDelta<'_>, round_text: &mut RoundText) {
         let Some(redactor) = &self.redactor else { return };
@@ -154,6 +169,20 @@ impl RoundText {
         }
         let out = clean[self.sent..end].to_owned();
         self.sent = end;
+        Some(out)
+    }
+
+    /// What the redacted text of the round holds beyond what went out (`None` when nothing was held).
+    fn rest(&mut self, redactor: &Redactor) -> Option<String> {
+        if redactor.is_empty() {
+            return None;
+        }
+        let clean = redactor.redact(&self.raw);
+        if clean.len() <= self.sent || !clean.is_char_boundary(self.sent) {
+            return None;
+        }
+        let out = clean[self.sent..].to_owned();
+        self.sent = clean.len();
         Some(out)
     }
 }
@@ -222,9 +251,39 @@ mod tests {
             }
         }
         assert!(out.starts_with(&format!("{}the key is [redacted] and", "x".repeat(50))), "{out:?}");
-        // The tail (the longest form of a secret + margin) is held back: the model_response event has it.
+        // The tail (the longest form of a secret + margin) is held back while the call goes on...
         let hold = Redactor::new([secret]).longest_secret() + HOLD_MARGIN;
         let whole = said.replace(secret, "[redacted]");
         assert_eq!(out, whole[..whole.len() - hold]);
+        // ... and goes out when it answers: the round's deltas add up to its redacted text.
+        deltas.finish("r", 1, &mut round);
+        let rest: String = received(&mut receiver)
+            .into_iter()
+            .map(|t| match t {
+                LiveText::Text(t) => t,
+                LiveText::Reset => panic!("no reset was sent"),
+            })
+            .collect();
+        assert_eq!(format!("{out}{rest}"), whole);
+        deltas.finish("r", 1, &mut round);
+        assert!(received(&mut receiver).is_empty(), "nothing is sent twice");
+    }
+
+    /// A round whose secret is the last thing the model said: the held tail goes out redacted at the end,
+    /// never the secret.
+    #[test]
+    fn a_round_ending_in_a_secret_ends_with_it_redacted() {
+        let secret = "sk-proj-0123456789abcdefghijklmnopqrstuv";
+        let deltas = Deltas::new(PrivacyLevel::Full, Redactor::new([secret]));
+        let mut receiver = deltas.subscribe();
+        let mut round = RoundText::default();
+        for piece in ["ok, your key: ", &secret[..10], &secret[10..]] {
+            deltas.send("r", 3, ModelDelta::Text(piece), &mut round);
+        }
+        deltas.finish("r", 2, &mut round);
+        assert!(received(&mut receiver).is_empty(), "another round's end sends nothing of this one");
+        deltas.finish("r", 3, &mut round);
+        let out: Vec<LiveText> = received(&mut receiver);
+        assert_eq!(out, [text("ok, your key: [redacted]")]);
     }
 }

@@ -158,6 +158,36 @@ async fn deltas_true_adds_the_models_live_text_without_ids() {
     server.stop().await;
 }
 
+/// With a secret configured (in production there always is one: the provider key), the live text holds
+/// back a round's tail while the call goes on, and sends it, redacted, when the call answers: the
+/// round's deltas still add up to the text of its `model_response` event, before that event.
+#[tokio::test]
+async fn with_a_secret_configured_a_rounds_deltas_still_add_up_to_its_text() {
+    let secret = format!("sk-proj-{}", "0123456789abcdef".repeat(10));
+    let server = Server::start(Config { secrets: vec![secret], ..Config::default() }).await;
+    let run = server.waiting_run(SCRIBE, "live text").await;
+    let path = format!("/v1/runs/{}/events", id(&run));
+    let mut stream = Stream::new(Stream::open(&server, &format!("{path}?deltas=true"), Some("4")).await);
+    let decided = server
+        .post(&format!("/v1/runs/{}/decisions", id(&run)), json!({"turn_digest": digest(&run), "approve_all": true}))
+        .await;
+    assert_eq!(decided.status, 200);
+    let mut streamed = String::new();
+    let mut response = None;
+    while let Some(event) = stream.next().await {
+        if event.event.as_deref() == Some("model_delta") {
+            assert_eq!(event.data["round"], 2);
+            assert!(response.is_none(), "a round's deltas come before its model_response event");
+            streamed.push_str(event.data["text"].as_str().unwrap_or_default());
+        } else if event.data["kind"] == "model_response" && event.data["round"] == 2 {
+            response = Some(event.data["data"]["text"].clone());
+        }
+    }
+    assert_eq!(response, Some(json!("done")));
+    assert_eq!(streamed, "done", "the held tail went out when the call answered");
+    server.stop().await;
+}
+
 async fn all_count(server: &Server, path: &str) -> u64 {
     server.get(path).await.body["events"].as_array().map_or(0, |e| e.len() as u64)
 }

@@ -52,6 +52,8 @@ pub struct Config {
     pub sse_keep_alive: Duration,
     /// Adjusts the server's options last (connection limits, timeouts).
     pub tune: Option<fn(&mut ServerOptions)>,
+    /// Secrets the runtime redacts (as a configured provider key would be).
+    pub secrets: Vec<String>,
 }
 
 /// Tokens for auth tests: `alice` runner, `bob` approver, `carol` runner + approver, `root` admin.
@@ -254,7 +256,8 @@ impl Server {
         let tools = Tools::new();
         let catalog: Vec<ToolInfo> =
             tools.registry().iter().map(|t| ToolInfo::of(t.tool().as_ref(), "default")).collect();
-        let options = RuntimeOptions { catalog, ..RuntimeOptions::default() };
+        let redactor = tollgate_agent_core::Redactor::new(config.secrets.iter().map(String::as_str));
+        let options = RuntimeOptions { catalog, redactor, ..RuntimeOptions::default() };
         let runtime = Runtime::new(store.clone(), agents(&tools), Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
