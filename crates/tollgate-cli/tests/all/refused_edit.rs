@@ -6,7 +6,7 @@
 
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use tollgate_agent_testkit::scratch_dir;
 
 use crate::support::{Outcome, tollgate_in};
@@ -81,16 +81,8 @@ impl Served {
     fn start(dir: &Path) -> Result<Served> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let log = dir.join("serve.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .env_remove("TOLLGATE_STORE_URL")
-            .env_remove("TOLLGATE_WORKSPACE_ROOT")
-            .env_remove("TOLLGATE_CONFIG")
-            .spawn()?;
+        let child =
+            crate::support::serve_in(dir, &format!("127.0.0.1:{port}")).stderr(std::fs::File::create(&log)?).spawn()?;
         let served = Served { child, url: format!("http://127.0.0.1:{port}"), log };
         for _ in 0..200 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {

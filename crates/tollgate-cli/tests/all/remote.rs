@@ -6,7 +6,7 @@
 use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 use tollgate_agent_testkit::scratch_dir;
 
@@ -32,16 +32,7 @@ impl Server {
             std::fs::write(dir.join("tollgate.toml"), config)?;
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .env_remove("TOLLGATE_STORE_URL")
-            .env_remove("TOLLGATE_WORKSPACE_ROOT")
-            .env_remove("TOLLGATE_CONFIG")
-            .spawn()?;
+        let child = crate::support::serve_in(&dir, &format!("127.0.0.1:{port}")).spawn()?;
         let server = Server { dir, url: format!("http://127.0.0.1:{port}"), child };
         for _ in 0..200 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
