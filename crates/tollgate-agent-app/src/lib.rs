@@ -282,13 +282,14 @@ fn mcp_settings(
     settings
 }
 
-/// The store's options: the data keys of `[[privacy.keys]]` (first one encrypting), and SQLite's
-/// `secure_delete` below privacy level `full`. An invalid key is the message to show.
+/// The store's options: the data keys of `[[privacy.keys]]` (first one encrypting), SQLite's
+/// `secure_delete` below privacy level `full`, and `[store] connect_timeout`. An invalid key is the message to show.
 pub fn store_options(config: &Config) -> Result<tollgate_agent_store::StoreOptions, String> {
     // Below `full`, what a purge or a rewrite removes must not stay in the database file's free pages.
     let secure_delete = config.privacy.level != tollgate_agent_config::PrivacyLevel::Full;
+    let connect_timeout = config.store.connect_timeout;
     if config.privacy.keys.is_empty() {
-        return Ok(tollgate_agent_store::StoreOptions { data_keys: None, secure_delete });
+        return Ok(tollgate_agent_store::StoreOptions { data_keys: None, secure_delete, connect_timeout });
     }
     let keys = config
         .privacy
@@ -298,7 +299,7 @@ pub fn store_options(config: &Config) -> Result<tollgate_agent_store::StoreOptio
         .collect::<Result<Vec<_>, _>>()
         .and_then(tollgate_agent_store::DataKeys::new)
         .map_err(|e| format!("privacy.keys: {e}"))?;
-    Ok(tollgate_agent_store::StoreOptions { data_keys: Some(Arc::new(keys)), secure_delete })
+    Ok(tollgate_agent_store::StoreOptions { data_keys: Some(Arc::new(keys)), secure_delete, connect_timeout })
 }
 
 /// How the built-in tools are set up: the `shell` sandbox from `[sandbox] mode`, network as given.

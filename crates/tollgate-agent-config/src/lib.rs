@@ -40,8 +40,9 @@
 //! ## Discovery
 //! `--config FILE` (passed to [`load`] / [`ConfigLoader::with_file`]), else the file named by
 //! `TOLLGATE_CONFIG`, else `./tollgate.toml` if it exists, else the built-in defaults ([`defaults`]):
-//! SQLite `sqlite://tollgate.db`, server `127.0.0.1:8080`, bodies up to 1 MiB, a 30s lease, a 10s header-read
-//! and 60s idle timeout, 10,000 connections and 16 live-event streams per client, retention 30d
+//! SQLite `sqlite://tollgate.db` (a PostgreSQL store waits 5s at most for a connection), server
+//! `127.0.0.1:8080`, bodies up to 1 MiB read within 30s, a 30s lease, a 10s header-read and 60s idle timeout,
+//! `/readyz` within 2s, 10,000 connections and 16 live-event streams per client, retention 30d
 //! (terminal) / 90d (waiting), workspace `./workspace`, no tokens, providers, MCP servers, agents or
 //! webhooks. A file named by `--config` or `TOLLGATE_CONFIG` must exist. [`ConfigLoader`] takes the
 //! environment and the current folder as values, so tests never touch the process's.
@@ -53,11 +54,14 @@
 //! | key | variable |
 //! |---|---|
 //! | `store.url` | `TOLLGATE_STORE_URL` |
+//! | `store.connect_timeout` | `TOLLGATE_STORE_CONNECT_TIMEOUT` |
 //! | `server.addr` | `TOLLGATE_SERVER_ADDR` |
 //! | `server.max_body_bytes` | `TOLLGATE_SERVER_MAX_BODY_BYTES` |
 //! | `server.lease` | `TOLLGATE_SERVER_LEASE` |
 //! | `server.header_read_timeout` | `TOLLGATE_SERVER_HEADER_READ_TIMEOUT` |
 //! | `server.idle_timeout` | `TOLLGATE_SERVER_IDLE_TIMEOUT` |
+//! | `server.body_timeout` | `TOLLGATE_SERVER_BODY_TIMEOUT` |
+//! | `server.ready_timeout` | `TOLLGATE_SERVER_READY_TIMEOUT` |
 //! | `server.max_connections` | `TOLLGATE_SERVER_MAX_CONNECTIONS` |
 //! | `server.max_streams_per_client` | `TOLLGATE_SERVER_MAX_STREAMS_PER_CLIENT` |
 //! | `retention.terminal_after` | `TOLLGATE_RETENTION_TERMINAL_AFTER` |
@@ -150,6 +154,12 @@ pub mod defaults {
     pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
     /// `server.idle_timeout`: a connection with no request in progress is closed after this.
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `server.body_timeout`: reading one request's body may take this long.
+    pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+    /// `server.ready_timeout`: `/readyz` answers within this, whatever the store does.
+    pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+    /// `store.connect_timeout`: how long a statement waits for a PostgreSQL connection.
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
     /// `server.max_connections`: below a typical `ulimit -n` of a server host (the server lowers it further
     /// when the process's soft limit on open files is lower).
     pub const MAX_CONNECTIONS: u64 = 10_000;

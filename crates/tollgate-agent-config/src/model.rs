@@ -123,6 +123,9 @@ pub struct StoreConfig {
     pub url: String,
     /// Which backend the URL selects.
     pub backend: StoreBackend,
+    /// `connect_timeout`: how long a statement waits for a PostgreSQL connection (from the pool, or a
+    /// new one) before it fails as unavailable (SQLite ignores it).
+    pub connect_timeout: Duration,
 }
 
 impl StoreConfig {
@@ -134,7 +137,11 @@ impl StoreConfig {
 
 impl fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreConfig").field("url", &self.redacted_url()).field("backend", &self.backend).finish()
+        f.debug_struct("StoreConfig")
+            .field("url", &self.redacted_url())
+            .field("backend", &self.backend)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
     }
 }
 
@@ -165,6 +172,10 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// `idle_timeout`: how long a connection may stay open with no request in progress.
     pub idle_timeout: Duration,
+    /// `body_timeout`: how long reading one request's body may take (then 408 `request-timeout`).
+    pub body_timeout: Duration,
+    /// `ready_timeout`: how long `/readyz` waits for the store's write probe before answering 503.
+    pub ready_timeout: Duration,
     /// `max_connections`: how many connections are served at once (more are refused).
     pub max_connections: u64,
     /// `max_streams_per_client`: how many live-event streams one client (token name, else peer IP) may hold.

@@ -270,9 +270,13 @@ impl Parser<'_> {
 
     fn store(&self, section: Option<&Section<'_>>) -> Result<StoreConfig> {
         if let Some(section) = section {
-            section.check_keys(&["url"])?;
+            section.check_keys(&["url", "connect_timeout"])?;
         }
-        match self.scalar(section, "store", "url") {
+        let connect_timeout = match self.scalar(section, "store", "connect_timeout") {
+            Some((value, at)) => duration(&value, &at)?,
+            None => defaults::CONNECT_TIMEOUT,
+        };
+        let store = match self.scalar(section, "store", "url") {
             Some((value, at)) => {
                 // A PostgreSQL URL may carry a password, so the file may say `env:NAME` here too.
                 let url = if at.from_env {
@@ -285,7 +289,8 @@ impl Parser<'_> {
             None => store_url(defaults::STORE_URL, self.base_dir).map_err(|problem| {
                 At { origin: self.origin.to_owned(), key: "store.url".into(), from_env: false }.invalid(problem)
             }),
-        }
+        }?;
+        Ok(StoreConfig { connect_timeout, ..store })
     }
 
     fn server(&self, section: Option<&Section<'_>>) -> Result<ServerConfig> {
@@ -296,6 +301,8 @@ impl Parser<'_> {
                 "lease",
                 "header_read_timeout",
                 "idle_timeout",
+                "body_timeout",
+                "ready_timeout",
                 "max_connections",
                 "max_streams_per_client",
             ])?;
@@ -319,6 +326,8 @@ impl Parser<'_> {
         };
         let header_read_timeout = timeout("header_read_timeout", defaults::HEADER_READ_TIMEOUT)?;
         let idle_timeout = timeout("idle_timeout", defaults::IDLE_TIMEOUT)?;
+        let body_timeout = timeout("body_timeout", defaults::BODY_TIMEOUT)?;
+        let ready_timeout = timeout("ready_timeout", defaults::READY_TIMEOUT)?;
         let count = |key: &str, default: u64| match self.scalar(section, "server", key) {
             Some((value, at)) => positive_integer(&value, &at),
             None => Ok(default),
@@ -331,6 +340,8 @@ impl Parser<'_> {
             lease,
             header_read_timeout,
             idle_timeout,
+            body_timeout,
+            ready_timeout,
             max_connections,
             max_streams_per_client,
         })
@@ -708,7 +719,11 @@ fn roles(value: &Value, at: &At) -> Result<Vec<Role>> {
 fn store_url(url: &str, base: &Path) -> std::result::Result<StoreConfig, String> {
     const EXPECTED: &str = r#"expected "sqlite://FILE", "sqlite:///ABSOLUTE/FILE" or "postgres://...""#;
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(StoreConfig { url: url.to_owned(), backend: StoreBackend::Postgres });
+        return Ok(StoreConfig {
+            url: url.to_owned(),
+            backend: StoreBackend::Postgres,
+            connect_timeout: defaults::CONNECT_TIMEOUT,
+        });
     }
     let Some(rest) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) else {
         return Err(match url.split_once(':') {
@@ -721,7 +736,11 @@ fn store_url(url: &str, base: &Path) -> std::result::Result<StoreConfig, String>
         None => (rest, None),
     };
     if file == ":memory:" {
-        return Ok(StoreConfig { url: url.to_owned(), backend: StoreBackend::SqliteInMemory });
+        return Ok(StoreConfig {
+            url: url.to_owned(),
+            backend: StoreBackend::SqliteInMemory,
+            connect_timeout: defaults::CONNECT_TIMEOUT,
+        });
     }
     if file.is_empty() {
         return Err(format!("{EXPECTED}, got a SQLite URL without a file name"));
@@ -736,7 +755,11 @@ fn store_url(url: &str, base: &Path) -> std::result::Result<StoreConfig, String>
         resolved.push('?');
         resolved.push_str(query);
     }
-    Ok(StoreConfig { url: resolved, backend: StoreBackend::Sqlite { path } })
+    Ok(StoreConfig {
+        url: resolved,
+        backend: StoreBackend::Sqlite { path },
+        connect_timeout: defaults::CONNECT_TIMEOUT,
+    })
 }
 
 /// `%XX` escapes, as sqlx decodes the file part of a SQLite URL.
@@ -924,7 +947,8 @@ mod tests {
                 store,
                 Ok(StoreConfig {
                     url: resolved.to_owned(),
-                    backend: StoreBackend::Sqlite { path: PathBuf::from(path) }
+                    backend: StoreBackend::Sqlite { path: PathBuf::from(path) },
+                    connect_timeout: defaults::CONNECT_TIMEOUT,
                 }),
                 "{url}"
             );
@@ -939,7 +963,14 @@ mod tests {
         assert_eq!(store_url("sqlite::memory:", base).map(|s| s.backend), Ok(StoreBackend::SqliteInMemory));
         assert_eq!(store_url("sqlite://:memory:", base).map(|s| s.backend), Ok(StoreBackend::SqliteInMemory));
         let pg = "postgresql://u:pw@db:5432/tollgate";
-        assert_eq!(store_url(pg, base), Ok(StoreConfig { url: pg.to_owned(), backend: StoreBackend::Postgres }));
+        assert_eq!(
+            store_url(pg, base),
+            Ok(StoreConfig {
+                url: pg.to_owned(),
+                backend: StoreBackend::Postgres,
+                connect_timeout: defaults::CONNECT_TIMEOUT
+            })
+        );
         assert_eq!(
             store_url("mysql://root:hunter2@db/x", base),
             Err(r#"expected "sqlite://FILE", "sqlite:///ABSOLUTE/FILE" or "postgres://...", got a URL with scheme "mysql""#.to_owned())

@@ -67,7 +67,7 @@ pub use metadata::{Metadata, MetadataError, MetadataValueError};
 pub use model::{
     FinishReason, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse, NoDeltas,
 };
-pub use redact::Redactor;
+pub use redact::{RedactedStream, Redactor};
 pub use run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
     rfc3339,

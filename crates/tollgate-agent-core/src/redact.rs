@@ -24,6 +24,12 @@
 //! is stored, log lines), so what reaches the store, the API and the CLI is already clean. Its searches
 //! are built once, in [`Redactor::new`]: one pass over a text finds every form of every secret, and a text
 //! with no `%`, zero-width character or soft hyphen is searched as it is, without a copy.
+//!
+//! A text that arrives in pieces (a model's streamed answer) goes through a [`RedactedStream`]: each piece
+//! goes out redacted as soon as no later text can change its redaction, and only the open tail — what
+//! could still turn out to be a secret in one of the forms above, or a masked echo of one
+//! ([`Redactor::open_tail`]) — waits for more text or the end. The pieces add up to the redaction of the
+//! whole text, so no part of a secret split over pieces goes out.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine as _;
@@ -89,6 +95,12 @@ struct Finder {
     longest: usize,
     /// The secrets, longest first, which prefix and suffix matches are extended over.
     secrets: Vec<String>,
+    /// For each secret, the last byte a match can start at that runs to the secret's end (a suffix
+    /// fragment extended back over what precedes it): 0 when only the whole secret is found.
+    latest_start: Vec<usize>,
+    /// The encoded forms of the secrets (hex, matched ignoring case; base64, matched as they are), for
+    /// [`Finder::open_in_view`].
+    encoded: Vec<(Vec<u8>, bool)>,
 }
 
 impl Finder {
@@ -96,24 +108,31 @@ impl Finder {
         let mut folded: Vec<Vec<u8>> = Vec::new();
         let mut forms = Vec::new();
         let mut exact: Vec<Vec<u8>> = Vec::new();
+        let mut latest_start = Vec::with_capacity(secrets.len());
+        let mut encoded = Vec::new();
         for (n, secret) in secrets.iter().enumerate() {
             let bytes = secret.as_bytes();
             folded.push(bytes.to_vec());
             forms.push(Form::Whole);
             folded.push(hex::encode(bytes).into_bytes());
             forms.push(Form::Whole);
+            encoded.push((hex::encode(bytes).into_bytes(), true));
+            let mut latest = 0;
             if let Some(len) = long_fragment_len(secret) {
                 // On char boundaries, so a match never ends inside a character.
                 let head: String = secret.chars().take(len).collect();
                 let tail: String = secret.chars().skip(secret.chars().count() - len).collect();
+                latest = secret.len() - tail.len();
                 folded.push(head.into_bytes());
                 forms.push(Form::Prefix(n));
                 folded.push(tail.into_bytes());
                 forms.push(Form::Suffix(n));
             }
-            for encoded in base64_forms(bytes) {
-                if !exact.contains(&encoded) {
-                    exact.push(encoded);
+            latest_start.push(latest);
+            for form in base64_forms(bytes) {
+                if !exact.contains(&form) {
+                    encoded.push((form.clone(), false));
+                    exact.push(form);
                 }
             }
         }
@@ -127,7 +146,47 @@ impl Finder {
             exact: AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(&exact)?,
             longest,
             secrets: secrets.to_vec(),
+            latest_start,
+            encoded,
         })
+    }
+
+    /// The length of the longest tail of `view` that more bytes could still make part of a match: a
+    /// proper prefix of an encoded form, or of a run of a secret that a match can start at (its start,
+    /// or — for a secret found by its suffix — any byte up to [`Finder::latest_start`]). Only tails as
+    /// long as a pattern are looked at, and most are ruled out by their first byte.
+    fn open_in_view(&self, view: &[u8]) -> usize {
+        let mut open = 0;
+        for (form, folded) in &self.encoded {
+            let same = |a: &u8, b: &u8| if *folded { a.eq_ignore_ascii_case(b) } else { a == b };
+            let longest = view.len().min(form.len().saturating_sub(1));
+            if let Some(len) = (open + 1..=longest)
+                .rev()
+                .find(|&len| view[view.len() - len..].iter().zip(&form[..len]).all(|(a, b)| same(a, b)))
+            {
+                open = len;
+            }
+        }
+        let Some(last) = view.last() else { return 0 };
+        for (secret, latest) in self.secrets.iter().zip(&self.latest_start) {
+            let secret = secret.as_bytes();
+            // The tail is `secret[start..end]` for some `end` short of the secret's end.
+            for end in 1..secret.len() {
+                if !secret[end - 1].eq_ignore_ascii_case(last) {
+                    continue;
+                }
+                let len = view
+                    .iter()
+                    .rev()
+                    .zip(secret[..end].iter().rev())
+                    .take_while(|(a, b)| a.eq_ignore_ascii_case(b))
+                    .count();
+                if end - len <= *latest {
+                    open = open.max(len);
+                }
+            }
+        }
+        open
     }
 
     /// The spans of `view` that spell a secret, in any order, possibly overlapping.
@@ -245,6 +304,14 @@ impl<'a> View<'a> {
         Self { bytes: Cow::Owned(bytes), origin: Some(origin) }
     }
 
+    /// Where byte `at` of the view starts in the original `text` (its end for the view's end).
+    fn start_of(&self, text: &str, at: usize) -> usize {
+        match &self.origin {
+            None => at,
+            Some(origin) => origin.get(at).map_or(text.len(), |(start, _)| *start),
+        }
+    }
+
     /// The span of the original text that `start..end` of the view came from.
     fn original(&self, start: usize, end: usize) -> (usize, usize) {
         match &self.origin {
@@ -339,31 +406,23 @@ impl Redactor {
     }
 
     fn replace_spans<'a>(text: &'a str, finder: &Finder) -> Cow<'a, str> {
-        let view = View::of(text);
+        let spans = Self::spans_in(text, &View::of(text), finder);
+        if spans.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        Cow::Owned(Replaced::of(text, &spans).text)
+    }
+
+    /// The spans of `text` (seen as `view`) that spell a secret in some form, on char boundaries, sorted.
+    fn spans_in(text: &str, view: &View<'_>, finder: &Finder) -> Vec<(usize, usize)> {
         let mut spans: Vec<(usize, usize)> = finder
             .spans(&view.bytes)
             .into_iter()
             .map(|(start, end)| view.original(start, end))
             .map(|(start, end)| on_char_boundaries(text, start, end))
             .collect();
-        if spans.is_empty() {
-            return Cow::Borrowed(text);
-        }
         spans.sort_unstable();
-        let mut out = String::with_capacity(text.len());
-        let mut at = 0;
-        for (start, end) in spans {
-            if end <= at {
-                continue;
-            }
-            if start >= at {
-                out.push_str(&text[at..start]);
-                out.push_str(REDACTED);
-            }
-            at = end;
-        }
-        out.push_str(&text[at..]);
-        Cow::Owned(out)
+        spans
     }
 
     /// Redacts `text` in place.
@@ -432,6 +491,217 @@ impl Redactor {
             let suffix_ok = right.is_empty() || (secret.ends_with(right) && right.len() < secret.len());
             prefix_ok && suffix_ok
         })
+    }
+}
+
+/// A text with spans replaced by [`REDACTED`] (overlapping spans as one), and where each replacement
+/// ends in it and in the original, so that a position after a replacement maps back.
+struct Replaced {
+    text: String,
+    /// `(end in text, end in the original)` of each replacement, in order.
+    ends: Vec<(usize, usize)>,
+}
+
+impl Replaced {
+    /// `text` with `spans` (sorted, on char boundaries, within `text`) replaced.
+    fn of(text: &str, spans: &[(usize, usize)]) -> Self {
+        let mut out = String::with_capacity(text.len());
+        let mut ends: Vec<(usize, usize)> = Vec::new();
+        let mut at = 0;
+        for &(start, end) in spans {
+            if end <= at {
+                continue;
+            }
+            if start >= at {
+                out.push_str(&text[at..start]);
+                out.push_str(REDACTED);
+                ends.push((out.len(), end));
+            } else if let Some(last) = ends.last_mut() {
+                last.1 = end;
+            }
+            at = end;
+        }
+        out.push_str(&text[at..]);
+        Self { text: out, ends }
+    }
+
+    /// Where position `at` of the replaced text (not inside a replacement) is in the original.
+    fn original(&self, at: usize) -> usize {
+        match self.ends.iter().rev().find(|(end, _)| *end <= at) {
+            Some(&(end, original_end)) => original_end + (at - end),
+            None => at,
+        }
+    }
+}
+
+/// True for a character after which a text's redaction can be split: no form of a secret and no masked
+/// echo runs across it once it is past the open tail. Not a token character (an echo's sides), not a mask
+/// character, not `%` (an escape's start) and not one the search ignores.
+fn is_split_point(c: char) -> bool {
+    !is_token_char(c) && !matches!(c, '.' | '*' | '…' | '%') && !is_ignorable(c)
+}
+
+/// Where a text that ends with an incomplete percent-escape (`%` or `%X`) has its `%`.
+fn open_escape(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    match bytes {
+        [.., b'%'] => Some(bytes.len() - 1),
+        [.., b'%', digit] if digit.is_ascii_hexdigit() => Some(bytes.len() - 2),
+        _ => None,
+    }
+}
+
+/// What of a text can be redacted for good ([`Redactor::settle`]).
+struct Settled {
+    /// The redaction of the text up to `stable`: the start of the redaction of the text with anything
+    /// after it.
+    text: String,
+    /// Where the settled part ends in the original text.
+    stable: usize,
+    /// A point of the text, at or before `stable`, that its redaction can be split at whatever follows:
+    /// the redaction of the whole is that of the text before it, then that of the rest.
+    split: usize,
+    /// The length of the redaction of the text before `split` (the start of `text`).
+    split_redacted: usize,
+}
+
+impl Redactor {
+    /// The length in bytes of the tail of `text` whose redaction more text could still change: the
+    /// longest tail that is the start of a secret in a form the redactor finds (as it is, in another case,
+    /// hex, base64, percent-encoded, a long suffix extended back over what precedes it) or of a masked
+    /// echo of one, back to where the text can be split. Everything before it redacts the same whatever
+    /// follows. 0 without secrets; all of `text` should the searches not have been built.
+    pub fn open_tail(&self, text: &str) -> usize {
+        if self.secrets.is_empty() {
+            return 0;
+        }
+        self.settle(text).map_or(text.len(), |settled| text.len() - settled.stable)
+    }
+
+    /// The part of `text` whose redaction no continuation can change, redacted; `None` when the searches
+    /// could not be built (then nothing is settled before the text ends).
+    fn settle(&self, text: &str) -> Option<Settled> {
+        let finder = self.finder.as_ref()?;
+        // Where the searched forms could still change: the open tail of the searched view, before an
+        // incomplete escape, and never inside a span found already.
+        let view = View::of(text);
+        let mut cut = view.start_of(text, view.bytes.len() - finder.open_in_view(&view.bytes));
+        if let Some(escape) = open_escape(text) {
+            let before = View::of(&text[..escape]);
+            let open = before.start_of(&text[..escape], before.bytes.len() - finder.open_in_view(&before.bytes));
+            cut = cut.min(escape).min(open);
+        }
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let spans = Self::spans_in(text, &view, finder);
+        while let Some(&(start, _)) = spans.iter().find(|&&(start, end)| start < cut && cut < end) {
+            cut = start;
+        }
+        let kept: Vec<(usize, usize)> = spans.into_iter().filter(|&(start, _)| start < cut).collect();
+        let replaced = Replaced::of(&text[..cut], &kept);
+        // Masked echoes: the replaced text splits after a split point; what follows the last one is
+        // held while it could still be (part of) an echo.
+        let split =
+            replaced.text.char_indices().rev().find(|&(_, c)| is_split_point(c)).map_or(0, |(at, c)| at + c.len_utf8());
+        let stable = split + self.settled_in_run(&replaced.text[split..]);
+        let head = self.redact_echoes(&replaced.text[..split]);
+        let tail = self.redact_echoes(&replaced.text[split..stable]);
+        let split_redacted = head.len();
+        Some(Settled {
+            text: head.into_owned() + &tail,
+            stable: replaced.original(stable),
+            split: replaced.original(split),
+            split_redacted,
+        })
+    }
+
+    /// How much of `run` (replaced text after a split point, with no split point in it) is settled
+    /// against masked echoes: all of it, unless its last token run could still be (part of) an echo of a
+    /// secret — the start of one (a proper prefix of a secret), or after a mask or another non-token
+    /// character, part of the suffix an echo shows. Then what follows the token run before that gap is
+    /// held, or all of `run` when that token run could itself be an echo's start.
+    fn settled_in_run(&self, run: &str) -> usize {
+        let starts_a_secret =
+            |t: &str| !t.is_empty() && self.secrets.iter().any(|s| s.len() > t.len() && s.starts_with(t));
+        let token_run_start = |end: usize| {
+            run[..end].char_indices().rev().find(|&(_, c)| !is_token_char(c)).map(|(at, c)| at + c.len_utf8())
+        };
+        let Some(last_start) = token_run_start(run.len()) else {
+            // One token run: it could only be the side before a mask.
+            return if starts_a_secret(run) { 0 } else { run.len() };
+        };
+        let last = &run[last_start..];
+        if !last.is_empty() && !starts_a_secret(last) && !self.secrets.iter().any(|s| s.contains(last)) {
+            return run.len();
+        }
+        let gap_start = run[..last_start]
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| is_token_char(c))
+            .map_or(0, |(at, c)| at + c.len_utf8());
+        let before = &run[token_run_start(gap_start).unwrap_or(0)..gap_start];
+        if before.is_empty() || starts_a_secret(before) { 0 } else { gap_start }
+    }
+
+    /// `text` with its masked echoes redacted (the second step of [`Redactor::redact`]).
+    fn redact_echoes<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        match has_mask(text).then(|| self.redact_fragments(text)).flatten() {
+            Some(clean) => Cow::Owned(clean),
+            None => Cow::Borrowed(text),
+        }
+    }
+}
+
+/// A text redacted as it arrives in pieces — a model's streamed answer. Each piece given in goes out as
+/// soon as no continuation can change its redaction; the tail that could still become a secret (the
+/// [`Redactor::open_tail`]) is held until more text settles it or the text ends. What
+/// [`push`](Self::push) and [`finish`](Self::finish) return, concatenated, is exactly
+/// [`Redactor::redact`] of the whole text, so no part of a secret split over pieces ever goes out.
+///
+/// Only the text since the last point its redaction can be split at (after a space or most punctuation)
+/// is kept and searched again with each piece, so prose costs the same per piece however long it gets.
+/// A long run with no such point (a hex blob) is searched again only once it grew by a quarter beyond
+/// [`RedactedStream::RESETTLE_FREELY`] bytes, so it costs a few searches of itself, not one per piece.
+#[derive(Debug, Default)]
+pub struct RedactedStream {
+    /// The text received since the last split point, as received.
+    pending: String,
+    /// How many bytes of the redaction of `pending` went out.
+    sent: usize,
+    /// How long `pending` was when it was last settled.
+    settled_len: usize,
+}
+
+impl RedactedStream {
+    /// Up to this many bytes since the last split point, the text is settled again with every piece.
+    pub const RESETTLE_FREELY: usize = 4096;
+
+    /// Takes the next `piece` of the text; returns what of the redacted text may go out now (often all
+    /// of it, possibly nothing).
+    pub fn push(&mut self, redactor: &Redactor, piece: &str) -> String {
+        if redactor.is_empty() {
+            return piece.to_owned();
+        }
+        self.pending.push_str(piece);
+        let grown = self.pending.len().saturating_sub(self.settled_len);
+        if self.pending.len() > Self::RESETTLE_FREELY && grown < self.pending.len() / 4 {
+            return String::new();
+        }
+        let Some(settled) = redactor.settle(&self.pending) else { return String::new() };
+        let out = settled.text.get(self.sent..).unwrap_or_default().to_owned();
+        let sent = self.sent.max(settled.text.len());
+        self.pending.drain(..settled.split);
+        self.sent = sent - settled.split_redacted;
+        self.settled_len = self.pending.len();
+        out
+    }
+
+    /// The text ended: what of its redaction has not gone out yet. The stream is empty after it.
+    pub fn finish(&mut self, redactor: &Redactor) -> String {
+        let rest = redactor.redact(&self.pending).get(self.sent..).unwrap_or_default().to_owned();
+        *self = Self::default();
+        rest
     }
 }
 
@@ -612,5 +882,178 @@ mod tests {
     #[test]
     fn debug_shows_no_secret() {
         assert_eq!(format!("{:?}", redactor()), "Redactor(2 secrets)");
+    }
+
+    /// A 164-character project key, as providers issue them.
+    fn long_key() -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let body: String = (0..156).map(|i| char::from(ALPHABET[(i * 37 + 11) % ALPHABET.len()])).collect();
+        format!("sk-proj-{body}")
+    }
+
+    #[test]
+    fn the_open_tail_is_only_what_could_still_become_a_secret() {
+        let key = long_key();
+        assert_eq!(key.len(), 164);
+        let r = Redactor::new([key.as_str()]);
+        assert_eq!(Redactor::default().open_tail("anything sk-"), 0, "nothing without secrets");
+        // Ordinary prose: nothing, or a character or two that could start a run of the key, is held.
+        for text in ["I will write a short note. ", "Saving the note now", "done"] {
+            assert!(r.open_tail(text) <= 2, "{text:?}: {}", r.open_tail(text));
+        }
+        assert_eq!(r.open_tail("The sentence ends."), 1, "an ellipsis may follow");
+        // The start of the key, in any of its forms, is held from its first character...
+        let hex = hex::encode(&key);
+        for (before, start) in [
+            ("your key is ", &key[..30]),
+            ("your key is ", &key[..3]),
+            ("hex: ", &hex[..40]),
+            ("hex: ", &hex.to_ascii_uppercase()[..41]),
+            ("encoded: ", &base64::engine::general_purpose::STANDARD.encode(&key)[..50]),
+            ("in a url: ?k=", "sk-proj%2"),
+            ("echoed: ", &format!("{}...{}", &key[..6], &key[key.len() - 2..])),
+        ] {
+            let text = format!("{before}{start}");
+            assert_eq!(r.open_tail(&text), start.len(), "{text:?}");
+        }
+        // ... and settled once it is whole and followed by other text (its redaction cannot change).
+        assert!(r.open_tail(&format!("key {key}, and")) <= 3);
+    }
+
+    /// Pieces of a text that would trip a stream up: every form of the secrets whole, their starts and
+    /// ends, masks, escapes, invisible and multi-byte characters, and prose.
+    fn stream_vocabulary() -> Vec<String> {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        let percent: String = TOKEN.bytes().map(|b| format!("%{b:02X}")).collect();
+        vec![
+            TOKEN.to_owned(),
+            TOKEN.to_ascii_uppercase(),
+            hex::encode(TOKEN),
+            hex::encode(TOKEN).to_ascii_uppercase(),
+            STANDARD.encode(TOKEN),
+            URL_SAFE_NO_PAD.encode(format!("user:{TOKEN}")),
+            percent,
+            TOKEN.replace('-', "%2d"),
+            format!("{}\u{200B}{}", &TOKEN[..7], &TOKEN[7..]),
+            TOKEN[..20].to_owned(),
+            TOKEN[..9].to_owned(),
+            TOKEN[12..].to_owned(),
+            TOKEN[25..].to_owned(),
+            format!("{}...{}", &TOKEN[..5], &TOKEN[28..]),
+            format!("{}****{}", &TOKEN[..8], &TOKEN[30..]),
+            format!("…{}", &TOKEN[26..]),
+            KEY.to_owned(),
+            "sk-PRO".to_owned(),
+            "3456".to_owned(),
+            "hello ".to_owned(),
+            "world".to_owned(),
+            ". ".to_owned(),
+            "...".to_owned(),
+            ".".to_owned(),
+            "**".to_owned(),
+            "…".to_owned(),
+            "%".to_owned(),
+            "%4".to_owned(),
+            "100% ".to_owned(),
+            "\u{200B}".to_owned(),
+            "é".to_owned(),
+            "日本".to_owned(),
+            "\n".to_owned(),
+            "[x]".to_owned(),
+            "-".to_owned(),
+            "_".to_owned(),
+            ":".to_owned(),
+        ]
+    }
+
+    /// The pieces a stream gives out for `text` cut at `cuts` (char indices), then its end.
+    fn streamed(r: &Redactor, text: &str, cuts: &[usize]) -> Vec<String> {
+        let bounds: Vec<usize> = text.char_indices().map(|(at, _)| at).chain([text.len()]).collect();
+        let mut points: Vec<usize> = cuts.iter().map(|c| bounds[c % bounds.len()]).collect();
+        points.extend([0, text.len()]);
+        points.sort_unstable();
+        points.dedup();
+        let mut stream = RedactedStream::default();
+        let mut out: Vec<String> = points.windows(2).map(|w| stream.push(r, &text[w[0]..w[1]])).collect();
+        out.push(stream.finish(r));
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+        /// However a text is cut into pieces, what a stream gives out adds up to its redaction.
+        #[test]
+        fn a_streams_pieces_add_up_to_the_redacted_text(
+            picks in proptest::collection::vec(0usize..64, 1..24),
+            cuts in proptest::collection::vec(0usize..10_000, 0..40),
+        ) {
+            let vocabulary = stream_vocabulary();
+            let text: String = picks.iter().map(|p| vocabulary[p % vocabulary.len()].as_str()).collect();
+            let r = Redactor::new([TOKEN, KEY]);
+            let out = streamed(&r, &text, &cuts);
+            proptest::prop_assert_eq!(out.concat(), r.redact(&text).into_owned(), "pieces {:?}", out);
+        }
+    }
+
+    /// A run with no split point longer than [`RedactedStream::RESETTLE_FREELY`] (a blob of hex) is
+    /// settled now and then rather than with every piece: its text still goes out before it ends, and the
+    /// pieces still add up to the redacted text, a key inside it redacted.
+    #[test]
+    fn a_long_run_without_split_points_still_streams_and_adds_up() {
+        let key = long_key();
+        let r = Redactor::new([key.as_str()]);
+        let noise =
+            |n: usize| -> String { (0..n).map(|i| char::from(b"0123456789abcdef"[(i * 7 + 3) % 16])).collect() };
+        let text = format!("{}{key}{}{}", noise(9000), noise(5000), hex::encode(&key));
+        let chars: Vec<char> = text.chars().collect();
+        let mut stream = RedactedStream::default();
+        let mut out: Vec<String> = chars.chunks(5).map(|c| stream.push(&r, &c.iter().collect::<String>())).collect();
+        let before_the_end: usize = out.iter().map(String::len).sum();
+        out.push(stream.finish(&r));
+        assert_eq!(out.concat(), r.redact(&text));
+        assert_eq!(out.concat(), format!("{}{REDACTED}{}{REDACTED}", noise(9000), noise(5000)));
+        assert!(before_the_end > 9000, "only {before_the_end} bytes went out before the end");
+    }
+
+    /// A 164-character key said whole, in several forms, over pieces cut anywhere: no piece ever holds
+    /// 8 characters of it or of an encoding of it, and the pieces add up to the redacted text.
+    #[test]
+    fn no_piece_of_a_long_key_goes_out_however_the_text_is_cut() {
+        use base64::engine::general_purpose::STANDARD;
+        let key = long_key();
+        let r = Redactor::new([key.as_str()]);
+        let forms = [key.to_ascii_lowercase(), hex::encode(&key), STANDARD.encode(&key).to_ascii_lowercase()];
+        let text = format!(
+            "Here is the key: {key}. In hex {} and base64 {}, upper {} and echoed {}...{} — that is all, \
+             said at some length so that the text goes on after it.",
+            hex::encode(&key),
+            STANDARD.encode(&key),
+            key.to_ascii_uppercase(),
+            &key[..8],
+            &key[key.len() - 4..]
+        );
+        let redacted = r.redact(&text).into_owned();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..200 {
+            let cuts: Vec<usize> = (0..60)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    usize::try_from(seed % 1000).unwrap_or(0)
+                })
+                .collect();
+            let out = streamed(&r, &text, &cuts);
+            assert_eq!(out.concat(), redacted);
+            for piece in &out {
+                let lower = piece.to_ascii_lowercase();
+                for form in &forms {
+                    for at in 0..form.len() - 8 {
+                        assert!(!lower.contains(&form[at..at + 8]), "{piece:?} holds part of the key");
+                    }
+                }
+            }
+        }
     }
 }

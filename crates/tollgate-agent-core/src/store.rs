@@ -182,6 +182,15 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// True for a failure of the store itself that an operator fixes — full, read-only, unreachable —
+    /// and that says nothing about the run being written: the write may be made again once the store
+    /// takes writes, and a run is never failed for it.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, StoreError::DiskFull(_) | StoreError::ReadOnly(_) | StoreError::Unreachable(_))
+    }
+}
+
 /// How deep [`RunStore::check_integrity`] looks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntegrityCheck {
@@ -363,19 +372,29 @@ pub trait RunStore: Send + Sync {
         lease_until: Millis,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
 
-    /// Claims the oldest queued run of one of `agents` (the smallest id: runs are served in the order
-    /// they were created, so a run given back or queued to resume goes before newer ones) for a worker:
-    /// applies [`Transition::Claim`] with `lease` and answers the run as claimed, or `None` when no such
-    /// run is queued. A node claims only runs of agents it has, so a node deployed without an agent
-    /// leaves its runs to the nodes that have it. Several nodes claim at once without waiting on each
-    /// other and without claiming the same run twice (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: its
-    /// one writer).
+    /// Claims up to `limit` queued runs of `agents` for this node's free workers, in one statement:
+    /// applies [`Transition::Claim`] with `lease` to each and answers them as claimed, oldest queued
+    /// first — by when each was queued (its `updated_at`: a new run when it was created, a run queued to
+    /// resume or given back when that happened), then by id — so new runs and resumes are served in the
+    /// order they began to wait and neither waits behind the other without bound. Empty when no such
+    /// run is queued; fewer than `limit` when fewer are. A node claims only runs of agents it has, so a
+    /// node deployed without an agent leaves its runs to the nodes that have it. Several nodes claim
+    /// at once without waiting on each other and without claiming the same run twice (PostgreSQL:
+    /// `FOR UPDATE SKIP LOCKED`, locking only the rows it claims; SQLite: its one writer). A queued run
+    /// that cannot be read is passed over (and stays queued). The plan does not depend on the
+    /// database's statistics: both stores read the partial index `runs_queue` in order.
     fn claim_queued<'a>(
         &'a self,
         agents: &'a [String],
+        limit: u32,
         lease: Lease,
         now: Millis,
-    ) -> BoxFuture<'a, Result<Option<Claimed>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Vec<Claimed>, StoreError>>;
+
+    /// When the run that has waited longest in the queue (of any agent) was queued — the
+    /// [`Claimed::queued_at`] it will be claimed with — or `None` when no run is queued. For the
+    /// queue's age on `/metrics` (`tollgate_queue_oldest_seconds`).
+    fn oldest_queued(&self) -> BoxFuture<'_, Result<Option<Millis>, StoreError>>;
 
     /// How many runs have each status (statuses without runs are left out).
     fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>>;
@@ -417,8 +436,10 @@ pub trait RunStore: Send + Sync {
     /// The commit log: the events every process commits to this store's database, in commits, from
     /// after position `after` (a [`CommittedPage::next`] of this store), about `limit` at a time (the
     /// PostgreSQL store counts a run's events of one commit as one, SQLite each event). `after = None`
-    /// starts at the end: nothing committed before
-    /// the call is read. The log never skips a commit: one that becomes visible after a later one
+    /// starts at the end: every commit made after the call is read; on SQLite nothing committed before
+    /// it, on PostgreSQL possibly a commit made just before it, while a transaction older than that
+    /// commit was still running (its position is not known to be past it), so a reader delivers at
+    /// least once. The log never skips a commit: one that becomes visible after a later one
     /// (PostgreSQL, where concurrent transactions commit in any order) is read before any position
     /// moves past it, so a commit may wait to be read until every transaction older than it has ended.
     ///

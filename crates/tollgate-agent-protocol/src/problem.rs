@@ -26,6 +26,9 @@ pub enum ProblemType {
     NotFound,
     /// 405 `method-not-allowed`: the path exists, the method does not.
     MethodNotAllowed,
+    /// 408 `request-timeout`: the request body did not arrive within `[server] body_timeout`; the
+    /// connection is closed. Send the body again, faster.
+    RequestTimeout,
     /// 409 `conflict`: the run is not in a state that allows this (not waiting, stale digest, already
     /// decided, already terminal, or another request acted first).
     Conflict,
@@ -56,12 +59,13 @@ pub enum ProblemType {
 
 impl ProblemType {
     /// Every type.
-    pub const ALL: [ProblemType; 17] = [
+    pub const ALL: [ProblemType; 18] = [
         ProblemType::MalformedJson,
         ProblemType::Unauthorized,
         ProblemType::Forbidden,
         ProblemType::NotFound,
         ProblemType::MethodNotAllowed,
+        ProblemType::RequestTimeout,
         ProblemType::Conflict,
         ProblemType::PayloadTooLarge,
         ProblemType::UnsupportedMediaType,
@@ -84,6 +88,7 @@ impl ProblemType {
             ProblemType::Forbidden => 403,
             ProblemType::NotFound => 404,
             ProblemType::MethodNotAllowed => 405,
+            ProblemType::RequestTimeout => 408,
             ProblemType::Conflict => 409,
             ProblemType::PayloadTooLarge => 413,
             ProblemType::UnsupportedMediaType => 415,
@@ -104,6 +109,7 @@ impl ProblemType {
             ProblemType::NotFound => "not-found",
             ProblemType::MethodNotAllowed => "method-not-allowed",
             ProblemType::Conflict => "conflict",
+            ProblemType::RequestTimeout => "request-timeout",
             ProblemType::PayloadTooLarge => "payload-too-large",
             ProblemType::UnsupportedMediaType => "unsupported-media-type",
             ProblemType::InvalidRequest => "invalid-request",
@@ -138,6 +144,7 @@ impl ProblemType {
             ProblemType::NotFound => "Not found",
             ProblemType::MethodNotAllowed => "Method not allowed",
             ProblemType::Conflict => "Conflict",
+            ProblemType::RequestTimeout => "Request timeout",
             ProblemType::PayloadTooLarge => "Payload too large",
             ProblemType::UnsupportedMediaType => "Unsupported media type",
             ProblemType::InvalidRequest => "Invalid request",
@@ -157,10 +164,10 @@ impl ProblemType {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Problem {
     /// `https://tollgate.dev/problems/SLUG`: `malformed-json` (400), `unauthorized` (401), `forbidden`
-    /// (403), `not-found` (404), `method-not-allowed` (405), `conflict` (409), `payload-too-large` (413),
-    /// `unsupported-media-type` (415), `invalid-request` (422), `invalid-decision` (422), `too-many-requests` (429), `internal`
-    /// (500), `corrupt-run` (500), `corrupt-database` (500), `unavailable` (503), `read-only` (503),
-    /// `disk-full` (507).
+    /// (403), `not-found` (404), `method-not-allowed` (405), `request-timeout` (408), `conflict` (409),
+    /// `payload-too-large` (413), `unsupported-media-type` (415), `invalid-request` (422), `invalid-decision`
+    /// (422), `too-many-requests` (429), `internal` (500), `corrupt-run` (500), `corrupt-database` (500),
+    /// `unavailable` (503), `read-only` (503), `disk-full` (507).
     #[serde(rename = "type")]
     pub problem_type: String,
     /// A fixed summary of the type.

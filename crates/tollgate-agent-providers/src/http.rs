@@ -4,11 +4,12 @@
 //! - the API key travels only in a request header marked sensitive; it is never logged, never part of an
 //!   error message (any echo of it in a provider's answer is replaced by `[redacted]`) and never printed by
 //!   a `Debug` implementation;
-//! - 429, 5xx, connection failures and timeouts are retried with exponential backoff and jitter, honouring
-//!   `Retry-After`, up to `max_retries` times; every other failure is returned at once;
+//! - 429, 5xx, connection failures (a stream cut, or ended before its final event, included) and timeouts
+//!   are retried with exponential backoff and jitter, honouring `Retry-After`, up to `max_retries` times;
+//!   every other failure is returned at once;
 //! - redirects are not followed, so a key sent in a custom header never reaches another host.
 
-use crate::stream::{Assembler, Counted, Flow, SseReader};
+use crate::stream::{Assembler, Counted, Flow, SseReader, ended_early};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use std::fmt;
@@ -356,9 +357,7 @@ impl Endpoint {
         let mut assembler = A::default();
         loop {
             let Some(chunk) = response.chunk().await.map_err(|e| self.transport_error(&e))? else {
-                return Err(ModelError::InvalidResponse(
-                    "the stream ended before its final event; it may have been cut off".into(),
-                ));
+                return Err(ended_early());
             };
             for event in reader.push(&chunk)? {
                 let flow =

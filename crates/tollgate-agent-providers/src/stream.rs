@@ -4,10 +4,12 @@
 //! one parser, so a streamed call and a plain one give the same response and the same stored events.
 //!
 //! Promises, on top of [`crate::http`]'s:
-//! - a stream cut by the connection (after deltas or not) is a connection failure, retried under
-//!   `max_retries`; before the retry the deltas are told to [`ModelDelta::Reset`] if any went out;
-//! - a stream that ends cleanly without its final event, an event that is not JSON, or an answer larger
-//!   than [`MAX_STREAM_BYTES`] is an invalid response (not retried), as a cut-off plain answer is;
+//! - a stream cut by the connection (after deltas or not), or that ends cleanly without its final event
+//!   (OpenAI's `data: [DONE]`, Anthropic's `message_stop`: a proxy often ends a cut stream cleanly), is
+//!   a connection failure ([`ended_early`]), retried under `max_retries` with the configured backoff;
+//!   before the retry the deltas are told to [`ModelDelta::Reset`] if any went out;
+//! - an event that is not JSON, tool arguments that are not JSON once the stream ended, or an answer
+//!   larger than [`MAX_STREAM_BYTES`] is an invalid response (not retried), as a malformed plain answer is;
 //! - a server that ignores `stream: true` and answers with plain JSON is read as a plain answer.
 
 use serde_json::Value;
@@ -150,7 +152,13 @@ pub(crate) fn assemble<A: Assembler>(body: &[u8], deltas: &dyn ModelDeltas) -> R
             }
         }
     }
-    Err(ModelError::InvalidResponse("the stream ended before its final event; it may have been cut off".into()))
+    Err(ended_early())
+}
+
+/// The error of a stream that ended before its final event: cut somewhere between the provider and us,
+/// so a connection failure, tried again like one.
+pub(crate) fn ended_early() -> ModelError {
+    ModelError::Connection("the stream ended before its final event; it was cut off".into())
 }
 
 /// The JSON of one event's data, or an invalid response naming the provider.

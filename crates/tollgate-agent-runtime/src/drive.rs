@@ -279,7 +279,9 @@ impl Inner {
             }
             // This process is shutting down: the run is given back, with what the segment did so far,
             // for any node's worker to continue.
-            Err(LoopError::Hook(_)) if hooks.released() => {
+            // A write given up on a store outage (at shutdown) is not the run's fault: it is given back
+            // too, or, while the store still refuses, left to its lease.
+            Err(LoopError::Hook(_)) if hooks.released() || hooks.outage() => {
                 let unborn = hooks.take_unborn();
                 return match self.commit_end(&run.id, unborn.as_ref(), Transition::Release, events, now).await {
                     Ok(next) => {
@@ -316,6 +318,11 @@ impl Inner {
                 tracing::info!(run = %id, %conflict, "run changed hands while driving; stopping");
                 return Err(DriveError::ChangedHands { id, conflict });
             }
+            Err(error) if error.is_outage() => {
+                // Given up at shutdown while the store still refuses: not the run's fault.
+                tracing::warn!(run = %run.id, %error, "could not store the end of a segment before shutting down; its lease will expire and another process will continue the run");
+                return Err(DriveError::Store(error));
+            }
             Err(error) => error,
         };
         tracing::error!(run = %run.id, %error, "could not commit the end of a segment; failing the run");
@@ -334,9 +341,39 @@ impl Inner {
         }
     }
 
-    /// Commits the end of a segment under this process's lease; a run not stored yet (as created) is
-    /// created as it ends, its `run_started` first.
+    /// Commits the end of a segment under this process's lease, waiting out a store outage
+    /// ([`crate::outage`]): a retry that finds its write took effect (the answer was lost) answers the
+    /// run as stored. A run not stored yet (as created) is created as it ends, its `run_started` first,
+    /// in one attempt.
     async fn commit_end(
+        &self,
+        id: &str,
+        unborn: Option<&RunRecord>,
+        transition: Transition,
+        events: Vec<NewEvent>,
+        now: Millis,
+    ) -> Result<RunRecord, StoreError> {
+        if let Some(created) = unborn {
+            // Never acknowledged to anyone (its starter waits for this write): once, outage or not.
+            let events = std::iter::once(events::run_started(created)).chain(events).collect();
+            return self.commit_end_once(id, unborn, transition, events, now).await;
+        }
+        self.until_stored(id, "end of segment", |attempt| {
+            let (transition, events) = (transition.clone(), events.clone());
+            async move {
+                match self.commit_end_once(id, unborn, transition, events.clone(), now).await {
+                    Err(error @ (StoreError::Conflict { .. } | StoreError::Duplicate(_))) if attempt.retry => {
+                        self.stored_already(id, &events).await.ok_or(error)
+                    }
+                    other => other,
+                }
+            }
+        })
+        .await
+    }
+
+    /// One attempt of [`Inner::commit_end`]; `events` start with the `run_started` of an unborn run.
+    async fn commit_end_once(
         &self,
         id: &str,
         unborn: Option<&RunRecord>,
@@ -348,7 +385,7 @@ impl Inner {
             return self.store.transition(id, Guard::Lease(self.node.clone()), transition, events, now).await;
         };
         let ended = created.apply(&transition, now).map_err(StoreError::Transition)?;
-        self.store.create(ended, std::iter::once(events::run_started(created)).chain(events).collect()).await
+        self.store.create(ended, events).await
     }
 
     /// Fails a run whose stored state cannot be read, leaving every other run alone.

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::{
     BoxFuture, Gate, HookError, LoopEvent, LoopHooks, ModelDelta, NewEvent, RunRecord, RunState, StartingCall,
+    StoreError,
 };
 
 pub(crate) struct PersistHooks {
@@ -32,6 +33,9 @@ struct State {
     unborn: Option<RunRecord>,
     /// The segment stopped at a step boundary because this process is shutting down.
     released: bool,
+    /// A write of the segment was given up on a store outage (at shutdown): the run is left to its
+    /// lease, never failed for it.
+    outage: bool,
 }
 
 impl PersistHooks {
@@ -65,6 +69,11 @@ impl PersistHooks {
         self.lock().released
     }
 
+    /// Whether a write of the segment was given up on a store outage.
+    pub(crate) fn outage(&self) -> bool {
+        self.lock().outage
+    }
+
     /// Whether a model call is under way (between its request and its response): the one step a
     /// segment may be cut in (see `Inner::unless_ended_elsewhere`).
     pub(crate) fn in_model_call(&self) -> bool {
@@ -80,33 +89,57 @@ impl PersistHooks {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Commits `events` (creating the run first when it is not stored yet), waiting out a store
+    /// outage ([`crate::outage`]) for a stored run; a write that the store refuses otherwise, or that is
+    /// given up at shutdown, is the hook's error. Given up on an outage, a stored run is marked so: it is
+    /// not failed.
     async fn flush(&self, events: Vec<NewEvent>, unborn: Option<RunRecord>) -> Result<(), HookError> {
-        let now = self.inner.clock.now();
-        if let Some(run) = unborn {
-            let mut created = run.clone();
-            if let RunState::Running { lease, .. } = &mut created.state {
-                *lease = self.inner.lease(now);
+        let written = match unborn {
+            Some(run) => self.create(run.clone(), events).await.map_err(|e| (e, Some(run))),
+            None => self.append(events).await.map_err(|e| (e, None)),
+        };
+        written.map_err(|(error, unborn)| {
+            let mut state = self.lock();
+            // Still not stored: the end of the segment stores it.
+            match unborn {
+                Some(run) => state.unborn = Some(run),
+                None => state.outage |= error.is_outage(),
             }
-            let all = std::iter::once(events::run_started(&run)).chain(events).collect();
-            return match self.inner.store.create(created, all).await {
-                Ok(created) => {
-                    self.inner.notify_created(&created);
-                    Ok(())
-                }
-                Err(e) => {
-                    // Still not stored: the end of the segment stores it, failed.
-                    self.lock().unborn = Some(run);
-                    Err(HookError(e.to_string()))
-                }
-            };
+            HookError(error.to_string())
+        })
+    }
+
+    /// Creates the run as created, with `events` after its `run_started`. Once only, outage or not: the
+    /// run was never acknowledged to anyone (its starter waits for this write), so a store that cannot
+    /// take it answers the starter at once, who may start it again.
+    async fn create(&self, run: RunRecord, events: Vec<NewEvent>) -> Result<(), StoreError> {
+        let mut created = run.clone();
+        if let RunState::Running { lease, .. } = &mut created.state {
+            *lease = self.inner.lease(self.inner.clock.now());
         }
-        let until = now + self.inner.lease_ms;
+        let all = std::iter::once(events::run_started(&run)).chain(events).collect();
+        let created = self.inner.store.create(created, all).await?;
+        self.inner.notify_created(&created);
+        Ok(())
+    }
+
+    /// Appends `events` under this process's lease, renewing it.
+    async fn append(&self, events: Vec<NewEvent>) -> Result<(), StoreError> {
         let last_seq = self
             .inner
-            .store
-            .append(&self.run_id, &self.inner.node, events, until)
-            .await
-            .map_err(|e| HookError(e.to_string()))?;
+            .until_stored(&self.run_id, "append", |attempt| {
+                let events = events.clone();
+                async move {
+                    if attempt.retry
+                        && let Some(run) = self.inner.stored_already(&self.run_id, &events).await
+                    {
+                        return Ok(run.last_seq);
+                    }
+                    let until = self.inner.clock.now() + self.inner.lease_ms;
+                    self.inner.store.append(&self.run_id, &self.inner.node, events, until).await
+                }
+            })
+            .await?;
         self.inner.notify_seq(&self.run_id, last_seq);
         Ok(())
     }

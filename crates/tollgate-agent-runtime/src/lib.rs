@@ -84,6 +84,7 @@ pub mod follow;
 mod hooks;
 pub mod live;
 pub mod maintenance;
+mod outage;
 pub mod privacy;
 mod recovery;
 pub mod view;
@@ -328,6 +329,8 @@ pub(crate) struct Inner {
     pub(crate) notices: broadcast::Sender<RunNotice>,
     pub(crate) in_flight: Mutex<HashSet<String>>,
     pub(crate) idle: Notify,
+    /// Waits of this process's drives for a store that could not take their progress ([`outage`]).
+    pub(crate) outage_waits: std::sync::atomic::AtomicU64,
     catalog: Vec<ToolInfo>,
     pub(crate) pool: Pool,
     /// The change sets open on this runtime ([`Runtime::changes`]).
@@ -367,6 +370,7 @@ impl Runtime {
                 notices,
                 in_flight: Mutex::new(HashSet::new()),
                 idle: Notify::new(),
+                outage_waits: std::sync::atomic::AtomicU64::new(0),
                 catalog: options.catalog,
                 pool: Pool::new(options.workers),
                 changes: ChangeSets::default(),

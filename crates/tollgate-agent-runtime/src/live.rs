@@ -6,22 +6,20 @@
 //! - live only: a delta is never stored, never chained, never replayed; the round's `model_response`
 //!   event holds the whole turn;
 //! - nothing the event log would not keep: deltas are sent only at privacy level `full`, and through
-//!   the redactor. With secrets configured, a round's last characters (as many as the longest form of a
-//!   secret the redactor finds, plus [`HOLD_MARGIN`]) are held back until more text arrives, so a secret
-//!   split over deltas never goes out; when the call answers, what is still held goes out redacted, so
-//!   the deltas of a round add up to its redacted text (the text of its `model_response` event);
+//!   the redactor. With secrets configured, a round's text goes through a [`RedactedStream`]: only the
+//!   tail that could still turn out to be a secret (the start of one, in any form the redactor finds,
+//!   or of a masked echo of one: [`Redactor::open_tail`]) is held back until more text settles it, so a
+//!   secret split over deltas never goes out, in whole or in part; when the call answers, what is still
+//!   held goes out redacted. The deltas of a round add up to its redacted text (the text of its
+//!   `model_response` event); a reset (the call is tried again) voids what went before it;
 //! - a broadcast: a receiver that falls behind loses deltas (and learns it), never events;
 //! - this process's own calls: a viewer connected to another node gets the stored events only.
 
 use std::sync::Arc;
 use tokio::sync::broadcast;
-use tollgate_agent_core::{ModelDelta, Redactor};
+use tollgate_agent_core::{ModelDelta, RedactedStream, Redactor};
 
 use crate::PrivacyLevel;
-
-/// Characters held back beyond the longest secret when secrets are configured (room for a masked echo
-/// of one, `sk-…3456`).
-pub const HOLD_MARGIN: usize = 16;
 
 /// Deltas kept for receivers that fall behind (all runs together).
 const CAPACITY: usize = 4096;
@@ -146,44 +144,22 @@ impl Deltas {
 #[derive(Debug, Default)]
 pub(crate) struct RoundText {
     round: u32,
-    /// The round's text as received.
-    raw: String,
-    /// How many bytes of the redacted text went out.
-    sent: usize,
+    /// The round's text through the redactor: what is held back, and what went out.
+    stream: RedactedStream,
 }
 
 impl RoundText {
     /// What of `text` may go out now: all of it without secrets; else what the redacted text of the
-    /// round gained beyond the held-back tail (`None` when that is nothing).
+    /// round gained beyond its open tail (`None` when that is nothing).
     fn clean(&mut self, redactor: &Redactor, text: &str) -> Option<String> {
-        if redactor.is_empty() {
-            return (!text.is_empty()).then(|| text.to_owned());
-        }
-        self.raw.push_str(text);
-        let clean = redactor.redact(&self.raw);
-        let hold = redactor.longest_secret() + HOLD_MARGIN;
-        let keep = clean.chars().count().saturating_sub(hold);
-        let end = clean.char_indices().nth(keep).map_or(clean.len(), |(at, _)| at);
-        if end <= self.sent || !clean.is_char_boundary(self.sent) {
-            return None;
-        }
-        let out = clean[self.sent..end].to_owned();
-        self.sent = end;
-        Some(out)
+        let out = self.stream.push(redactor, text);
+        (!out.is_empty()).then_some(out)
     }
 
     /// What the redacted text of the round holds beyond what went out (`None` when nothing was held).
     fn rest(&mut self, redactor: &Redactor) -> Option<String> {
-        if redactor.is_empty() {
-            return None;
-        }
-        let clean = redactor.redact(&self.raw);
-        if clean.len() <= self.sent || !clean.is_char_boundary(self.sent) {
-            return None;
-        }
-        let out = clean[self.sent..].to_owned();
-        self.sent = clean.len();
-        Some(out)
+        let out = self.stream.finish(redactor);
+        (!out.is_empty()).then_some(out)
     }
 }
 
@@ -221,12 +197,23 @@ mod tests {
         }
     }
 
-    /// A secret split over deltas never goes out, not even in part: the tail is held back until the
-    /// secret is whole and redacted.
+    fn joined(texts: Vec<LiveText>) -> String {
+        texts
+            .into_iter()
+            .map(|t| match t {
+                LiveText::Text(t) => t,
+                LiveText::Reset => panic!("no reset was sent"),
+            })
+            .collect()
+    }
+
+    /// A secret split over deltas never goes out, not even in part: only the tail that could still be
+    /// its start is held back, until the secret is whole and redacted; the rest goes out at once.
     #[test]
     fn a_secret_split_over_deltas_never_goes_out() {
         let secret = "sk-live-0123456789abcdef";
-        let deltas = Deltas::new(PrivacyLevel::Full, Redactor::new([secret]));
+        let redactor = Redactor::new([secret]);
+        let deltas = Deltas::new(PrivacyLevel::Full, redactor.clone());
         let mut receiver = deltas.subscribe();
         let mut round = RoundText::default();
         let said = format!(
@@ -238,52 +225,117 @@ mod tests {
         for piece in chars.chunks(3) {
             deltas.send("r", 1, ModelDelta::Text(&piece.iter().collect::<String>()), &mut round);
         }
-        let out: String = received(&mut receiver)
-            .into_iter()
-            .map(|t| match t {
-                LiveText::Text(t) => t,
-                LiveText::Reset => panic!("no reset was sent"),
-            })
-            .collect();
+        let out = joined(received(&mut receiver));
         for n in 6..=secret.len() {
             for start in 0..=secret.len() - n {
                 assert!(!out.contains(&secret[start..start + n]), "{out:?} holds part of the secret");
             }
         }
-        assert!(out.starts_with(&format!("{}the key is [redacted] and", "x".repeat(50))), "{out:?}");
-        // The tail (the longest form of a secret + margin) is held back while the call goes on...
-        let hold = Redactor::new([secret]).longest_secret() + HOLD_MARGIN;
+        // Only the open tail (here the last `e`, which could start a run of the key) is held back while
+        // the call goes on...
         let whole = said.replace(secret, "[redacted]");
-        assert_eq!(out, whole[..whole.len() - hold]);
+        assert_eq!(redactor.open_tail(&said), 1);
+        assert_eq!(out, whole[..whole.len() - 1]);
         // ... and goes out when it answers: the round's deltas add up to its redacted text.
         deltas.finish("r", 1, &mut round);
-        let rest: String = received(&mut receiver)
-            .into_iter()
-            .map(|t| match t {
-                LiveText::Text(t) => t,
-                LiveText::Reset => panic!("no reset was sent"),
-            })
-            .collect();
-        assert_eq!(format!("{out}{rest}"), whole);
+        assert_eq!(format!("{out}{}", joined(received(&mut receiver))), whole);
         deltas.finish("r", 1, &mut round);
         assert!(received(&mut receiver).is_empty(), "nothing is sent twice");
     }
 
-    /// A round whose secret is the last thing the model said: the held tail goes out redacted at the end,
-    /// never the secret.
+    /// A round whose secret is the last thing the model said: what comes before it goes out at once, the
+    /// secret redacted once it is whole; the start of a secret still open when the call answers goes out
+    /// redacted then.
     #[test]
     fn a_round_ending_in_a_secret_ends_with_it_redacted() {
         let secret = "sk-proj-0123456789abcdefghijklmnopqrstuv";
         let deltas = Deltas::new(PrivacyLevel::Full, Redactor::new([secret]));
         let mut receiver = deltas.subscribe();
         let mut round = RoundText::default();
-        for piece in ["ok, your key: ", &secret[..10], &secret[10..]] {
+        for piece in ["ok, your key: ", &secret[..10], &secret[10..30]] {
             deltas.send("r", 3, ModelDelta::Text(piece), &mut round);
         }
+        assert_eq!(received(&mut receiver), [text("ok, your key: ")]);
         deltas.finish("r", 2, &mut round);
         assert!(received(&mut receiver).is_empty(), "another round's end sends nothing of this one");
         deltas.finish("r", 3, &mut round);
-        let out: Vec<LiveText> = received(&mut receiver);
-        assert_eq!(out, [text("ok, your key: [redacted]")]);
+        assert_eq!(received(&mut receiver), [text("[redacted]")], "30 of 40 characters: a long prefix");
+        for piece in ["and: ", &secret[..10], &secret[10..]] {
+            deltas.send("r", 4, ModelDelta::Text(piece), &mut round);
+        }
+        assert_eq!(received(&mut receiver), [text("and: "), text("[redacted]")]);
+        deltas.finish("r", 4, &mut round);
+        assert!(received(&mut receiver).is_empty(), "nothing was held");
+    }
+
+    /// With a real provider key configured (164 characters), a round cut into deltas at random points —
+    /// and tried again after a reset — streams as it arrives: its deltas after the reset add up to the
+    /// redacted text, none ever holds 8 characters of the key or of its hex form, and all but a few
+    /// characters go out before the call answers.
+    #[test]
+    fn with_a_164_character_key_the_deltas_add_up_to_the_redacted_text() {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let key: String = format!(
+            "sk-proj-{}",
+            (0..156).map(|i| char::from(ALPHABET[(i * 29 + 5) % ALPHABET.len()])).collect::<String>()
+        );
+        assert_eq!(key.len(), 164);
+        let redactor = Redactor::new([key.as_str()]);
+        let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+        let said = format!(
+            "I will write a short note. The key you gave me is {key}, in hex {hex}; I will not repeat it. \
+             Saving the note now…"
+        );
+        let whole = redactor.redact(&said).into_owned();
+        assert_eq!(
+            whole,
+            "I will write a short note. The key you gave me is [redacted], in hex [redacted]; I will not \
+             repeat it. Saving the note now…"
+        );
+        let forms = [key.to_ascii_lowercase(), hex];
+        let chars: Vec<char> = said.chars().collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut random = move |below: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            usize::try_from(seed % u64::try_from(below).unwrap_or(1)).unwrap_or(0)
+        };
+        for _ in 0..100 {
+            let deltas = Deltas::new(PrivacyLevel::Full, redactor.clone());
+            let mut receiver = deltas.subscribe();
+            let mut round = RoundText::default();
+            // A first attempt cut somewhere, then the whole answer again.
+            let cut = random(chars.len());
+            for attempt in [&chars[..cut], &chars[..]] {
+                let mut at = 0;
+                while at < attempt.len() {
+                    let end = (at + 1 + random(12)).min(attempt.len());
+                    let piece: String = attempt[at..end].iter().collect();
+                    deltas.send("r", 1, ModelDelta::Text(&piece), &mut round);
+                    at = end;
+                }
+                if attempt.len() < chars.len() {
+                    deltas.send("r", 1, ModelDelta::Reset, &mut round);
+                }
+            }
+            let mut got = received(&mut receiver);
+            let after_reset = got.iter().rposition(|t| *t == LiveText::Reset).map_or(0, |at| at + 1);
+            let streamed = joined(got.split_off(after_reset));
+            assert!(whole.starts_with(&streamed), "{streamed:?}");
+            assert!(whole.len() - streamed.len() <= 3, "held back: {:?}", &whole[streamed.len()..]);
+            deltas.finish("r", 1, &mut round);
+            let rest = received(&mut receiver);
+            assert_eq!(format!("{streamed}{}", joined(rest.clone())), whole);
+            for piece in got.into_iter().chain(rest) {
+                let LiveText::Text(piece) = piece else { continue };
+                let lower = piece.to_ascii_lowercase();
+                for form in &forms {
+                    for at in 0..form.len() - 8 {
+                        assert!(!lower.contains(&form[at..at + 8]), "{piece:?} holds part of the key");
+                    }
+                }
+            }
+        }
     }
 }

@@ -191,10 +191,15 @@ impl RunStore for FilteredStore {
     fn claim_queued<'a>(
         &'a self,
         agents: &'a [String],
+        limit: u32,
         lease: Lease,
         now: Millis,
-    ) -> BoxFuture<'a, Result<Option<Claimed>, StoreError>> {
-        self.inner.claim_queued(agents, lease, now)
+    ) -> BoxFuture<'a, Result<Vec<Claimed>, StoreError>> {
+        self.inner.claim_queued(agents, limit, lease, now)
+    }
+
+    fn oldest_queued(&self) -> BoxFuture<'_, Result<Option<Millis>, StoreError>> {
+        self.inner.oldest_queued()
     }
 
     fn events<'a>(

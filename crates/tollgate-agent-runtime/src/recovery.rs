@@ -22,6 +22,12 @@ use tollgate_agent_protocol::{EventData, EventDataError};
 /// worker (or while shutting down) it is left for the next sweep or another node.
 pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), SweepError> {
     let inner = runtime.inner();
+    // A run this process still drives is not taken over by it: its lease lapsed only because the store
+    // could not renew it (an outage the drive is waiting out), and the drive goes on once the store
+    // takes writes. Taking it over here would drive it twice under one lease owner.
+    if inner.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&run.id) {
+        return Ok(());
+    }
     let Some(slot) = inner.pool.try_slot() else { return Ok(()) };
     crate::spec_arc(inner, &run.agent)?;
     let before = takeovers_in_a_row(&events_of(runtime, &run.id).await?);

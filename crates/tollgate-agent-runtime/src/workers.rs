@@ -7,7 +7,9 @@
 //! (with its held turn), a takeover waits for the next sweep, and the claim loop waits for a slot.
 //! Queued runs are claimed by the loop of whichever node has a free slot first
 //! ([`RunStore::claim_queued`](tollgate_agent_core::RunStore::claim_queued): `FOR UPDATE SKIP LOCKED`
-//! on PostgreSQL), oldest first.
+//! on PostgreSQL), oldest queued first — new runs and resumes by when each began to wait — and as many
+//! at once as the node has free workers (up to [`CLAIM_BATCH`] in one statement), so that after a
+//! burst the queue drains at the speed of the workers rather than of one claim after another.
 //!
 //! At shutdown ([`Runtime::stop_taking_work`]) the pool takes nothing new: the claim loop ends, starts
 //! and decisions queue their runs for other nodes, and every run driven here is given back — released
@@ -30,6 +32,9 @@ pub const QUEUE_POLL: Duration = Duration::from_secs(1);
 /// notice names again — queued, then locked by another node's claim that failed (its node crashed
 /// mid-claim), so the row is queued still.
 pub const QUEUE_SWEEP: Duration = Duration::from_secs(10);
+/// The most queued runs one claim takes (one statement of the store); a pool with more free workers
+/// claims again at once.
+pub const CLAIM_BATCH: usize = 64;
 /// How long the claim loop waits after the store failed before it tries again.
 const CLAIM_RETRY: Duration = Duration::from_secs(1);
 /// Upper bounds (seconds) of the claim-latency histogram's buckets.
@@ -103,6 +108,11 @@ impl Pool {
             return None;
         }
         Arc::clone(&self.permits).try_acquire_owned().ok().map(|permit| Slot { _permit: permit })
+    }
+
+    /// Up to `more` further free workers, taken now (none is waited for).
+    fn free_slots(&self, more: usize) -> Vec<Slot> {
+        std::iter::from_fn(|| self.try_slot()).take(more).collect()
     }
 
     /// The next free worker; `None` once the process stops taking work.
@@ -197,6 +207,19 @@ impl Runtime {
     pub fn workers(&self) -> WorkerStats {
         self.inner().pool.stats()
     }
+
+    /// How long the run that has waited longest in the queue (of any agent, for any node) has waited
+    /// by this process's clock — from when it was queued ([`RunStore::oldest_queued`]) — or `None` when
+    /// no run is queued. `/metrics` shows it as `tollgate_queue_oldest_seconds`: a queue whose oldest
+    /// run keeps ageing is not being drained (no node has a free worker, or none has its agent).
+    ///
+    /// [`RunStore::oldest_queued`]: tollgate_agent_core::RunStore::oldest_queued
+    pub async fn oldest_queued_wait(&self) -> Result<Option<Duration>, tollgate_agent_core::StoreError> {
+        let inner = self.inner();
+        let oldest = inner.store.oldest_queued().await?;
+        let now = inner.clock.now();
+        Ok(oldest.map(|queued_at| Duration::from_millis(u64::try_from(now.saturating_sub(queued_at)).unwrap_or(0))))
+    }
 }
 
 /// Claims queued runs while the process takes work; ends with the runtime or at shutdown.
@@ -207,25 +230,33 @@ async fn claim_loop(inner: Weak<Inner>, mut notices: broadcast::Receiver<crate::
     };
     loop {
         let Some(strong) = inner.upgrade() else { return };
-        let Some(slot) = strong.pool.slot().await else { return };
+        let Some(first) = strong.pool.slot().await else { return };
+        let mut slots = vec![first];
+        slots.extend(strong.pool.free_slots(CLAIM_BATCH - 1));
         let now = strong.clock.now();
-        match strong.store.claim_queued(&agents, strong.lease(now), now).await {
-            Ok(Some(claimed)) => {
-                strong.pool.claimed(now.saturating_sub(claimed.queued_at));
-                strong.notify(&claimed.run);
-                let runtime = Runtime::from_inner(Arc::clone(&strong));
-                tokio::spawn(async move { recovery::continue_claimed(&runtime, claimed.run, slot).await });
+        let limit = u32::try_from(slots.len()).unwrap_or(1);
+        match strong.store.claim_queued(&agents, limit, strong.lease(now), now).await {
+            Ok(claimed) if !claimed.is_empty() => {
+                // Workers left over (fewer runs were queued) go back to the pool with `slots`; the loop
+                // looks again at once, and waits once a claim finds nothing.
+                let mut slots = slots.into_iter();
+                for (claimed, slot) in claimed.into_iter().zip(slots.by_ref()) {
+                    strong.pool.claimed(now.saturating_sub(claimed.queued_at));
+                    strong.notify(&claimed.run);
+                    let runtime = Runtime::from_inner(Arc::clone(&strong));
+                    tokio::spawn(async move { recovery::continue_claimed(&runtime, claimed.run, slot).await });
+                }
             }
-            Ok(None) => {
-                drop(slot);
+            Ok(_) => {
+                drop(slots);
                 let wake = Arc::clone(&strong.pool.wake);
                 let poll = strong.announced_poll(QUEUE_POLL).unwrap_or(QUEUE_SWEEP);
                 drop(strong);
                 wait_for_work(wake.notified(), &mut notices, poll).await;
             }
             Err(error) => {
-                drop(slot);
-                tracing::warn!(%error, "could not claim a queued run; trying again shortly");
+                drop(slots);
+                tracing::warn!(%error, "could not claim queued runs; trying again shortly");
                 let wake = Arc::clone(&strong.pool.wake);
                 drop(strong);
                 tokio::select! {

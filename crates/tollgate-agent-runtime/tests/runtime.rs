@@ -1040,6 +1040,42 @@ async fn a_full_pool_queues_starts_and_resumes_and_drives_them_all() {
     }
 }
 
+/// A node with free workers claims as many queued runs as it has free workers in one claim (one
+/// statement of the store), not one after another; the queue's oldest wait is there while runs wait
+/// and gone once they are claimed.
+#[tokio::test]
+async fn free_workers_claim_the_queue_in_one_claim() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(json!({"turns": [{"text": "done"}]}), vec![]);
+        let clock = ManualClock::at(T0);
+        // A node that takes no work queues the runs started through it.
+        let queuer = pooled(&setup, store.clone(), &clock, "node-q", 1);
+        queuer.stop_taking_work();
+        let mut ids = Vec::new();
+        for n in 0..6 {
+            let run = queuer.start(StartRun::new(&format!("run {n}"), "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(run.status(), RunStatus::Queued, "{backend}");
+            ids.push(run.id);
+        }
+        clock.advance(Duration::from_secs(3));
+        let wait = queuer.oldest_queued_wait().await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(wait, Some(Duration::from_secs(3)), "{backend}: the oldest queued run has waited 3 s");
+
+        let logged = Arc::new(tollgate_agent_testkit::FailingStore::logging(store));
+        let worker = pooled(&setup, logged.clone(), &clock, "node-w", 8);
+        for id in &ids {
+            let done = worker.wait_settled(id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+            assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        }
+        let claims: Vec<String> = logged.writes().into_iter().filter(|w| w.starts_with("claim")).collect();
+        assert_eq!(claims.get(..2), Some(&["claim 8".to_owned(), "claimed 6".to_owned()][..]), "{backend}: {claims:?}");
+        assert_eq!(worker.workers().claims, 6, "{backend}");
+        assert_eq!(worker.oldest_queued_wait().await.unwrap_or_else(|e| panic!("{e}")), None, "{backend}");
+        worker.stop_taking_work();
+        worker.drain().await;
+    }
+}
+
 /// A node that stops taking work gives the run it drives back at the next step boundary (queued, its
 /// held turn and what ran kept, the lease dropped) and queues new work; another node's worker continues
 /// at once, and the approved call never runs twice.
@@ -1318,4 +1354,107 @@ async fn a_takeover_that_reaches_a_new_step_starts_the_count_again() {
     }
     let taken = event_fields(&runtimes[0], &held.id, &[EventKind::RunTakenOver], &["takeovers"]).await;
     assert_eq!(taken, vec![json!(["run_taken_over", 1]); 4]);
+}
+
+/// Waits until `outage` failed `n` writes (the drive is waiting it out).
+async fn until_failed(outage: &tollgate_agent_testkit::Outage, n: usize) {
+    for _ in 0..600 {
+        if outage.failed() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the outage failed {} writes, not {n}", outage.failed());
+}
+
+/// A store that cannot take writes for a while — full, read-only, unreachable; refusing each write, or
+/// making it and losing the answer — never fails a run: its drive waits the outage out and goes on, the
+/// sweep of its own node does not take it over while it waits (its lease lapsed meanwhile), every
+/// approved call runs once and no event is stored twice.
+#[tokio::test]
+async fn a_store_outage_never_fails_a_run_and_it_goes_on_once_the_store_takes_writes() {
+    use tollgate_agent_core::StoreError;
+    use tollgate_agent_testkit::{FailingStore, Outage};
+    let outages = [
+        (StoreError::DiskFull("SQLITE_FULL".into()), false),
+        (StoreError::ReadOnly("SQLITE_READONLY".into()), false),
+        (StoreError::Unreachable("connection reset".into()), true),
+    ];
+    for (backend, inner) in stores().await {
+        for (error, answers_lost) in outages.clone() {
+            let case = format!("{backend}, {error}, answers lost: {answers_lost}");
+            let outage = Arc::new(Outage::default());
+            let store: Arc<dyn RunStore> = Arc::new(FailingStore::with_outage(inner.clone(), outage.clone()));
+            let setup = Setup::new(two_writes(), vec![slow("write", Gate::Ask)]);
+            let clock = ManualClock::at(T0);
+            let runtime = setup.runtime(store, &clock, "node-a");
+            let run = runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+            let decided = runtime
+                .decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob")
+                .await
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(decided.status(), RunStatus::Running, "{case}");
+            // The first write runs (its start went with the claim); the second's start, its result
+            // and the end of the run meet the outage.
+            outage.begin(error.clone(), answers_lost);
+            until_failed(&outage, 3).await;
+            // The store is back while the drive waits for its next attempt: a sweep of its own node then
+            // finds the run's lease lapsed (no renewal got through) and must leave it to the drive.
+            clock.advance(Duration::from_secs(60));
+            outage.end();
+            runtime.sweep().await.unwrap_or_else(|e| panic!("{case}: {e}"));
+            let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(done.status(), RunStatus::Completed, "{case}: {:?}", done.error());
+            assert_eq!(setup.tools[0].call_count(), 2, "{case}: each approved write ran once");
+            let kinds = event_kinds(&runtime, &run.id).await;
+            let count = |kind: EventKind| kinds.iter().filter(|k| **k == kind).count();
+            assert_eq!(
+                (count(EventKind::ToolStarted), count(EventKind::ToolFinished), count(EventKind::RunCompleted)),
+                (2, 2, 1),
+                "{case}: {kinds:?}"
+            );
+            assert_eq!(count(EventKind::RunTakenOver), 0, "{case}: its own node never took it over");
+            assert!(runtime.verify(&run.id).await.is_ok_and(|r| r.is_ok()), "{case}");
+        }
+    }
+}
+
+/// A node that stops taking work while the store still refuses gives its waiting write up without
+/// failing the run: the run stays running under the lapsing lease, and once the store takes writes
+/// another node takes it over and ends it, the approved call that ran kept, nothing run twice.
+#[tokio::test]
+async fn a_write_given_up_at_shutdown_leaves_the_run_to_its_lease_not_failed() {
+    use tollgate_agent_core::StoreError;
+    use tollgate_agent_testkit::{FailingStore, Outage};
+    for (backend, inner) in stores().await {
+        let outage = Arc::new(Outage::default());
+        let store: Arc<dyn RunStore> = Arc::new(FailingStore::with_outage(inner.clone(), outage.clone()));
+        let setup = Setup::new(two_writes(), vec![slow("write", Gate::Ask)]);
+        let clock = ManualClock::at(T0);
+        let a = setup.runtime(store, &clock, "node-a");
+        let run = a.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+        a.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+        outage.begin(StoreError::DiskFull("SQLITE_FULL".into()), false);
+        until_failed(&outage, 2).await;
+        a.stop_taking_work();
+        a.drain().await;
+        outage.end();
+        let left = a.get(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(left.status(), RunStatus::Running, "{backend}: not failed, left to its lease");
+
+        clock.advance(Duration::from_secs(60));
+        let b = setup.runtime(inner.clone(), &clock, "node-b");
+        b.sweep().await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let after = b.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        // The second write's start may or may not have been stored before the outage: either it never
+        // started (B runs it) or it is in doubt (a person decides again). Never run twice by itself.
+        let calls = setup.tools[0].call_count();
+        match after.status() {
+            RunStatus::Completed => assert_eq!(calls, 2, "{backend}"),
+            RunStatus::WaitingForApproval => assert!(calls <= 2, "{backend}: {calls}"),
+            other => panic!("{backend}: {other} {:?}", after.error()),
+        }
+        assert!(b.verify(&run.id).await.is_ok_and(|r| r.is_ok()), "{backend}");
+        b.drain().await;
+    }
 }

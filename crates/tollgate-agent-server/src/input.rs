@@ -2,6 +2,8 @@
 //!
 //! The promise: bad input is a 4xx problem and never reaches the runtime, so nothing is written.
 //! - a body over the limit is 413 (checked on `Content-Length` first, then while reading);
+//! - a body that takes longer than `[server] body_timeout` to arrive is 408, and its connection is closed
+//!   (the rest of the body is never read);
 //! - a body declared as something other than JSON is 415 (a browser's cross-site form post cannot
 //!   forge a JSON body, so this also shuts out cross-site requests against a local server);
 //! - a body that is not JSON is 400; JSON with wrong types, missing or unknown fields is 422;
@@ -37,14 +39,23 @@ impl FromRequest<AppState> for RawBody {
         let declared_json = json_media_type(request.headers());
         let mut stream = request.into_body().into_data_stream();
         let mut body = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|e| ApiError::new(ProblemKind::MalformedJson, format!("cannot read the body: {e}")))?;
-            if body.len() + chunk.len() > limit {
-                return Err(too_large());
+        let read = async {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk
+                    .map_err(|e| ApiError::new(ProblemKind::MalformedJson, format!("cannot read the body: {e}")))?;
+                if body.len() + chunk.len() > limit {
+                    return Err(too_large());
+                }
+                body.extend_from_slice(&chunk);
             }
-            body.extend_from_slice(&chunk);
-        }
+            Ok(())
+        };
+        tokio::time::timeout(state.body_timeout, read).await.map_err(|_elapsed| {
+            ApiError::new(
+                ProblemKind::RequestTimeout,
+                format!("the request body did not arrive within {} ms", state.body_timeout.as_millis()),
+            )
+        })??;
         if !body.is_empty() && declared_json == Some(false) {
             return Err(ApiError::new(
                 ProblemKind::UnsupportedMediaType,

@@ -2,7 +2,7 @@
 //!
 //! The HTTP API of `docs/api.md` over a [`Runtime`]: start, list, read, follow (SSE), decide and cancel
 //! runs; agents and tools; purge; `/healthz` (alive), `/readyz` (the store can write: a committed
-//! probe, cached one second), `/metrics` (Prometheus text) and `/openapi.json`
+//! probe within [`ServerOptions::ready_timeout`], its answer cached one second), `/metrics` (Prometheus text) and `/openapi.json`
 //! (OpenAPI 3.1, generated from this crate's code); the playground's mount point at `/`.
 //!
 //! ```rust
@@ -65,9 +65,13 @@
 //!   ([`Runtime::start_workers`], started by [`router`] and [`serve`]) claims queued runs, oldest first.
 //! - **No unbounded connections** (`connections.rs`): a connection with no request in progress is closed
 //!   after [`ServerOptions::idle_timeout`], a request head must arrive within
-//!   [`ServerOptions::header_read_timeout`] of its first byte, at most [`ServerOptions::max_connections`]
-//!   are served (kept below the soft limit on open files), and each client holds at most
-//!   [`ServerOptions::max_streams_per_client`] live-event streams.
+//!   [`ServerOptions::header_read_timeout`] of its first byte, a body within
+//!   [`ServerOptions::body_timeout`] of the head (else 408 `request-timeout`, and the connection is
+//!   closed), at most [`ServerOptions::max_connections`] are served (kept below the soft limit on open
+//!   files), and each client holds at most [`ServerOptions::max_streams_per_client`] live-event streams.
+//! - **Readiness answers in bounded time**: `/readyz` waits at most [`ServerOptions::ready_timeout`] for
+//!   the store's write probe (then 503 `unavailable`), and reuses a failed answer for a second as it
+//!   does a successful one.
 //!
 //! ## Limits
 //! Past `max_connections`, up to [`ServerOptions::reserved_connections`] more connections are accepted for
@@ -80,7 +84,8 @@
 //!
 //! ## Problem types
 //! `https://tollgate.dev/problems/` + `malformed-json` (400), `unauthorized` (401), `forbidden` (403),
-//! `not-found` (404), `method-not-allowed` (405), `conflict` (409), `payload-too-large` (413),
+//! `not-found` (404), `method-not-allowed` (405), `request-timeout` (408: the body did not arrive within
+//! [`ServerOptions::body_timeout`]), `conflict` (409), `payload-too-large` (413),
 //! `unsupported-media-type` (415), `invalid-request` (422: body or query does not fit),
 //! `invalid-decision` (422: unknown `call_id`, a call that takes no decision, edited arguments failing
 //! the tool's schema), `too-many-requests` (429: a client's live-event streams at their cap), `internal`
@@ -200,6 +205,12 @@ pub struct ServerOptions {
     /// How many live-event streams one client (the token's name with auth on, else the peer's IP address)
     /// may hold at once (`[server] max_streams_per_client`, default 16).
     pub max_streams_per_client: usize,
+    /// How long reading one request's body may take, from the end of its head; past it the answer is
+    /// 408 `request-timeout` and the connection is closed (`[server] body_timeout`, default 30 s).
+    pub body_timeout: Duration,
+    /// How long `/readyz` waits for the store's write probe before answering 503 `unavailable`
+    /// (`[server] ready_timeout`, default 2 s).
+    pub ready_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -218,6 +229,8 @@ impl Default for ServerOptions {
             max_connections: 10_000,
             reserved_connections: 32,
             max_streams_per_client: 16,
+            body_timeout: Duration::from_secs(30),
+            ready_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -253,6 +266,10 @@ pub(crate) struct AppState {
     pub(crate) runtime: Runtime,
     pub(crate) auth: Arc<auth::Auth>,
     pub(crate) max_body_bytes: usize,
+    /// How long reading one request's body may take.
+    pub(crate) body_timeout: Duration,
+    /// How long `/readyz` waits for the store's write probe.
+    pub(crate) ready_timeout: Duration,
     pub(crate) retention: Retention,
     pub(crate) metrics: Arc<Metrics>,
     /// Turns true when the server shuts down: live streams end, waits answer at once.
@@ -281,6 +298,8 @@ fn build(runtime: Runtime, options: &ServerOptions) -> Built {
         runtime,
         auth: auth.clone(),
         max_body_bytes: options.max_body_bytes,
+        body_timeout: options.body_timeout,
+        ready_timeout: options.ready_timeout,
         retention: options.retention,
         metrics: metrics.clone(),
         shutdown: shutdown_rx,
@@ -441,8 +460,11 @@ pub async fn serve_on(
 
 /// The connection limits of `options`, checked.
 fn limits(options: &ServerOptions) -> Result<connections::Limits, ServerError> {
-    if options.header_read_timeout.is_zero() || options.idle_timeout.is_zero() {
-        return Err(ServerError::Options("header_read_timeout and idle_timeout must be positive".into()));
+    let timeouts = [options.header_read_timeout, options.idle_timeout, options.body_timeout, options.ready_timeout];
+    if timeouts.iter().any(Duration::is_zero) {
+        return Err(ServerError::Options(
+            "header_read_timeout, idle_timeout, body_timeout and ready_timeout must be positive".into(),
+        ));
     }
     if options.max_connections == 0 || options.max_streams_per_client == 0 {
         return Err(ServerError::Options("max_connections and max_streams_per_client must be at least 1".into()));

@@ -2,7 +2,8 @@
 //!
 //! - `tollgate_runs{status}`, `tollgate_waiting_runs` and `tollgate_queue_depth` (queued runs, the
 //!   queue every node shares): gauges counted by the store (one `GROUP BY status` query) when scraped,
-//!   cached for a few seconds.
+//!   cached for a few seconds; `tollgate_queue_oldest_seconds` (how long the oldest queued run has
+//!   waited, 0 when none: the first entry of the queue's index) with them.
 //! - `tollgate_workers`, `tollgate_workers_busy`, `tollgate_workers_accepting`, `tollgate_claims_total`
 //!   and the `tollgate_claim_latency_seconds` histogram (queued → claimed): this process's worker pool.
 //! - `tollgate_decisions_total{action}`, `tollgate_events_total{kind}`, and the model-call and
@@ -19,6 +20,8 @@
 //!   `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
 //!   `tollgate_sse_streams_open` and `tollgate_sse_streams_refused_total`: the limits of `connections.rs`
 //!   and the live-event streams, counted as they happen.
+//! - `tollgate_store_outage_waits_total`: waits of this process's drives for a store that could not take
+//!   their progress (docs/nodes.md, "When the store fails").
 //! - On PostgreSQL: `tollgate_store_host{host}` (1 for the host of `[store] url` in use, 0 for the
 //!   others), `tollgate_store_host_moves_total` (moves to another host: failovers this process followed)
 //!   and `tollgate_store_host_none_would_do_total` (looks for the host to use that found none would do).
@@ -99,7 +102,7 @@ pub(crate) struct Metrics {
     /// Webhook deliveries queued or under way.
     webhook_queue: AtomicU64,
     feed_reads: AtomicU64,
-    counts: tokio::sync::Mutex<Option<(Instant, StatusCounts)>>,
+    counts: tokio::sync::Mutex<Option<(Instant, QueueState)>>,
     connections_open: AtomicU64,
     connections_refused: AtomicU64,
     idle_timeouts: AtomicU64,
@@ -111,6 +114,9 @@ pub(crate) struct Metrics {
 
 /// How many runs have each status.
 type StatusCounts = Vec<(RunStatus, u64)>;
+
+/// The runs counted by status, and how long the oldest queued run has waited (none queued: `None`).
+type QueueState = (StatusCounts, Option<Duration>);
 
 impl Metrics {
     fn observed(&self) -> std::sync::MutexGuard<'_, Observed> {
@@ -198,22 +204,22 @@ impl Metrics {
         self.streams_refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Runs per status, counted by the store, cached briefly.
-    async fn run_counts(&self, runtime: &Runtime) -> Result<StatusCounts, tollgate_agent_core::StoreError> {
+    /// Runs per status and the queue's oldest wait, read from the store, cached briefly.
+    async fn run_counts(&self, runtime: &Runtime) -> Result<QueueState, tollgate_agent_core::StoreError> {
         let mut cache = self.counts.lock().await;
-        if let Some((at, counts)) = cache.as_ref()
+        if let Some((at, state)) = cache.as_ref()
             && at.elapsed() < COUNT_TTL
         {
-            return Ok(counts.clone());
+            return Ok(state.clone());
         }
-        let counts = runtime.count_by_status().await?;
-        *cache = Some((Instant::now(), counts.clone()));
-        Ok(counts)
+        let state = (runtime.count_by_status().await?, runtime.oldest_queued_wait().await?);
+        *cache = Some((Instant::now(), state.clone()));
+        Ok(state)
     }
 
     /// The whole exposition.
     pub(crate) async fn render(&self, runtime: &Runtime) -> Result<String, tollgate_agent_core::StoreError> {
-        let counts = self.run_counts(runtime).await?;
+        let (counts, oldest_wait) = self.run_counts(runtime).await?;
         let mut out = String::with_capacity(4096);
         out.push_str("# HELP tollgate_runs Runs in the store by status.\n");
         out.push_str("# TYPE tollgate_runs gauge\n");
@@ -226,6 +232,19 @@ impl Metrics {
         let _ = writeln!(out, "tollgate_waiting_runs {waiting}");
         let queued = counts.iter().find(|(s, _)| *s == RunStatus::Queued).map_or(0, |(_, n)| *n);
         render_workers(&mut out, &runtime.workers(), queued);
+        let oldest = oldest_wait.map_or(0.0, |wait| wait.as_secs_f64());
+        out.push_str(
+            "# HELP tollgate_queue_oldest_seconds How long the oldest queued run has waited for a worker of any node (0 when none is queued).\n",
+        );
+        out.push_str("# TYPE tollgate_queue_oldest_seconds gauge\n");
+        let _ = writeln!(out, "tollgate_queue_oldest_seconds {oldest}");
+        render_one(
+            &mut out,
+            "tollgate_store_outage_waits_total",
+            "counter",
+            "Waits of this process's runs for a store that could not take their progress (full, read-only, unreachable); each run goes on once the store takes writes.",
+            runtime.outage_waits(),
+        );
         if let Some(hosts) = runtime.store().hosts() {
             render_store_hosts(&mut out, &hosts);
         }

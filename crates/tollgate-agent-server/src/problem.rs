@@ -81,6 +81,10 @@ impl IntoResponse for ApiError {
         if self.kind == ProblemKind::Unauthorized {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        // The rest of a body too slow to arrive is never read: the connection cannot carry another request.
+        if self.kind == ProblemKind::RequestTimeout {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
     }
 }

@@ -58,6 +58,7 @@ impl AppState {
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the runner role", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown agent", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `[server] body_timeout`; the connection is closed", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Wrong types, missing or unknown fields, empty input, metadata that is not an object, over 16 KiB or nested over 16 levels", body = Problem, content_type = "application/problem+json"),
@@ -263,6 +264,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the approver role, or the agent forbids self-approval", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `[server] body_timeout`; the connection is closed", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Not waiting, stale digest, call already decided, or lost a race", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad body, unknown call_id, a call that takes no decision, edited arguments failing the schema", body = Problem, content_type = "application/problem+json"),
@@ -340,6 +342,7 @@ fn decision(item: &CallDecision) -> (String, Decision) {
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the runner role, or a runner cancelling a run it did not start", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `[server] body_timeout`; the connection is closed", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already terminal", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Wrong types or unknown fields", body = Problem, content_type = "application/problem+json"),
     ),
@@ -418,6 +421,7 @@ pub(crate) async fn tools(State(state): State<AppState>, _caller: Caller, uri: U
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `[server] body_timeout`; the connection is closed", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad `older_than`, wrong types or unknown fields", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -443,18 +447,21 @@ pub(crate) async fn healthz() -> Response {
 /// polling every instance often costs the store one small write a second.
 const READY_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The last write probe of one router and when it was made. The lock is held across the probe, so
-/// requests arriving meanwhile wait for its answer instead of probing too.
+/// The last write probe of one router and when it ended. The lock is held across the probe, so
+/// requests arriving meanwhile wait for its answer (at most the probe's bound) instead of probing too.
 #[derive(Default)]
 pub(crate) struct Readiness {
     last: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), ApiError>)>>,
 }
 
 impl Readiness {
-    /// The answer of a probe made at most [`READY_FOR`] before `now`, or of `probe` run now.
+    /// The answer of a probe that ended at most [`READY_FOR`] before `now`, else of `probe` run now for
+    /// at most `bound` (past it: `unavailable`). A failure is reused like a success, and from when the
+    /// probe ended: a store that hangs costs one bounded probe a second, not one per request.
     pub(crate) async fn check(
         &self,
         now: std::time::Instant,
+        bound: std::time::Duration,
         probe: impl std::future::Future<Output = Result<(), ApiError>>,
     ) -> Result<(), ApiError> {
         let mut last = self.last.lock().await;
@@ -463,8 +470,15 @@ impl Readiness {
         {
             return answer.clone();
         }
-        let answer = probe.await;
-        *last = Some((now, answer.clone()));
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(bound, probe).await.unwrap_or_else(|_elapsed| {
+            tracing::warn!(?bound, "the store's write probe did not answer in time: not ready");
+            Err(ApiError::new(
+                ProblemKind::Unavailable,
+                format!("the run store did not answer the write probe within {} ms; try again", bound.as_millis()),
+            ))
+        });
+        *last = Some((now + started.elapsed(), answer.clone()));
         answer
     }
 }
@@ -475,17 +489,17 @@ pub(crate) fn readyz_route() -> axum::routing::MethodRouter<AppState> {
     axum::routing::get(move |State(state): State<AppState>| readyz(state, readiness.clone()))
 }
 
-/// Readiness: the store can write now (a committed write probe, at most one a second).
+/// Readiness: the store can write now (a committed write probe within `[server] ready_timeout`, one a second).
 #[utoipa::path(
     get, path = "/readyz", tag = "meta",
     responses(
         (status = 200, description = "The store can write", body = Health),
-        (status = 503, description = "The store cannot write; `type` says why: `disk-full`, `read-only`, `corrupt-database`, `unavailable`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store cannot write, or did not answer within `[server] ready_timeout` (default 2 s); `type` says why: `disk-full`, `read-only`, `corrupt-database`, `unavailable`", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn readyz(state: AppState, readiness: std::sync::Arc<Readiness>) -> Response {
     let probe = async { state.runtime.store().probe_write().await.map_err(ApiError::from) };
-    match readiness.check(std::time::Instant::now(), probe).await {
+    match readiness.check(std::time::Instant::now(), state.ready_timeout, probe).await {
         Ok(()) => Json(Health { status: "ready".to_owned() }).into_response(),
         Err(problem) => problem.not_ready(),
     }
@@ -532,18 +546,34 @@ mod tests {
     async fn readiness_probes_at_most_once_a_second() {
         use std::sync::atomic::{AtomicU32, Ordering};
         let readiness = Readiness::default();
+        let bound = std::time::Duration::from_secs(30);
         let probes = AtomicU32::new(0);
         let failing = || async {
             probes.fetch_add(1, Ordering::SeqCst);
             Err(ApiError::new(ProblemKind::DiskFull, "full"))
         };
         let start = std::time::Instant::now();
-        assert!(readiness.check(start, failing()).await.is_err());
-        let cached = readiness.check(start + std::time::Duration::from_millis(999), failing()).await;
+        assert!(readiness.check(start, bound, failing()).await.is_err());
+        let cached = readiness.check(start + std::time::Duration::from_millis(999), bound, failing()).await;
         assert_eq!(cached.map_err(|e| e.kind), Err(ProblemKind::DiskFull));
         assert_eq!(probes.load(Ordering::SeqCst), 1);
-        assert!(readiness.check(start + READY_FOR, async { Ok(()) }).await.is_ok());
+        let later = start + READY_FOR + std::time::Duration::from_millis(500);
+        assert!(readiness.check(later, bound, async { Ok(()) }).await.is_ok());
         assert_eq!(probes.load(Ordering::SeqCst), 1, "the second probe was the one that succeeded");
+    }
+
+    /// A probe that never answers is cut at its bound: `unavailable`, and that answer is reused like
+    /// any other (the next request within the second does not probe again).
+    #[tokio::test]
+    async fn a_hung_probe_answers_unavailable_at_its_bound_and_is_reused() {
+        let readiness = Readiness::default();
+        let bound = std::time::Duration::from_millis(20);
+        let start = std::time::Instant::now();
+        let hung = readiness.check(start, bound, std::future::pending()).await;
+        assert_eq!(hung.as_ref().map_err(|e| e.kind), Err(ProblemKind::Unavailable), "{hung:?}");
+        let never = async { panic!("a cached answer must not probe again") };
+        let cached = readiness.check(start, bound, never).await;
+        assert_eq!(cached.map_err(|e| e.kind), Err(ProblemKind::Unavailable));
     }
     use serde_json::{Value, json};
 

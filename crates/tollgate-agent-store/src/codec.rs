@@ -738,6 +738,11 @@ pub(crate) enum Failure {
     Corrupt,
     /// The database cannot be reached right now: [`StoreError::Unreachable`].
     Unreachable,
+    /// The operating system failed an I/O call under the database (SQLite's `SQLITE_IOERR_*`), for a
+    /// reason the code does not say: [`StoreError::Database`], unless the store finds the reason out
+    /// (the SQLite store asks its folder whether the file system refuses writes: then `ReadOnly`).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    Io,
     /// Anything else: [`StoreError::Database`].
     Other,
 }
@@ -750,37 +755,39 @@ pub(crate) trait DatabaseFailure: std::fmt::Display {
 
 #[cfg(feature = "sqlite")]
 impl DatabaseFailure for rusqlite::Error {
-    /// By SQLite's primary result code: `SQLITE_FULL` (also at `max_page_count`), `SQLITE_READONLY`
-    /// and its extended codes, `SQLITE_CORRUPT` / `SQLITE_NOTADB`, and `SQLITE_BUSY` / `SQLITE_LOCKED`
-    /// (the busy timeout ran out) / `SQLITE_CANTOPEN`.
+    /// By SQLite's extended result code ([`sqlite_failure`]).
     fn failure(&self) -> Failure {
-        use rusqlite::ErrorCode;
-        match self.sqlite_error_code() {
-            Some(ErrorCode::DiskFull) => Failure::DiskFull,
-            Some(ErrorCode::ReadOnly) => Failure::ReadOnly,
-            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => Failure::Corrupt,
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked | ErrorCode::CannotOpen) => Failure::Unreachable,
-            _ => Failure::Other,
-        }
+        self.sqlite_error().map_or(Failure::Other, |error| sqlite_failure(error.extended_code))
+    }
+}
+
+/// What SQLite's extended result code `code` means (its low byte is the primary code): `SQLITE_FULL`
+/// (also at `max_page_count`) is a full disk; `SQLITE_READONLY` and each of its extended codes
+/// (`_RECOVERY`, `_CANTLOCK`, `_ROLLBACK`, `_DBMOVED`, `_CANTINIT`, `_DIRECTORY`) refused writes;
+/// `SQLITE_CORRUPT` / `SQLITE_NOTADB` damage; `SQLITE_BUSY` / `SQLITE_LOCKED` (the busy timeout ran
+/// out) / `SQLITE_CANTOPEN` an unreachable database; every `SQLITE_IOERR_*` an I/O error whose cause
+/// (a file system remounted read-only answers `EROFS`, which SQLite reports as `SQLITE_IOERR_WRITE`,
+/// `_FSYNC`, `_TRUNCATE`, ...) the code does not carry.
+#[cfg(feature = "sqlite")]
+pub(crate) fn sqlite_failure(code: std::ffi::c_int) -> Failure {
+    use rusqlite::ffi;
+    match code & 0xff {
+        ffi::SQLITE_FULL => Failure::DiskFull,
+        ffi::SQLITE_READONLY => Failure::ReadOnly,
+        ffi::SQLITE_CORRUPT | ffi::SQLITE_NOTADB => Failure::Corrupt,
+        ffi::SQLITE_BUSY | ffi::SQLITE_LOCKED | ffi::SQLITE_CANTOPEN => Failure::Unreachable,
+        ffi::SQLITE_IOERR => Failure::Io,
+        _ => Failure::Other,
     }
 }
 
 #[cfg(feature = "postgres")]
 impl DatabaseFailure for sqlx::Error {
-    /// By PostgreSQL's SQLSTATE: `53100` disk_full, `25006` read_only_sql_transaction, `XX001` /
-    /// `XX002` data / index corrupted, class `08` (connection exception), `57P01`-`57P03` (the server
-    /// shutting down or starting) and `53300` too_many_connections; and sqlx's own I/O, TLS and pool
-    /// failures.
+    /// By PostgreSQL's SQLSTATE ([`sqlstate_failure`]); and sqlx's own I/O, TLS and pool failures
+    /// (no connection within the store's `connect_timeout` included) are an unreachable database.
     fn failure(&self) -> Failure {
         match self {
-            sqlx::Error::Database(error) => match error.code().as_deref() {
-                Some("53100") => Failure::DiskFull,
-                Some("25006") => Failure::ReadOnly,
-                Some("XX001" | "XX002") => Failure::Corrupt,
-                Some("57P01" | "57P02" | "57P03" | "53300") => Failure::Unreachable,
-                Some(code) if code.starts_with("08") => Failure::Unreachable,
-                _ => Failure::Other,
-            },
+            sqlx::Error::Database(error) => error.code().map_or(Failure::Other, |code| sqlstate_failure(&code)),
             sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)
             | sqlx::Error::PoolTimedOut
@@ -788,6 +795,22 @@ impl DatabaseFailure for sqlx::Error {
             | sqlx::Error::WorkerCrashed => Failure::Unreachable,
             _ => Failure::Other,
         }
+    }
+}
+
+/// What PostgreSQL's SQLSTATE `code` means: `53100` disk_full (the server maps `ENOSPC` to it);
+/// `25006` read_only_sql_transaction (a standby, or `default_transaction_read_only`); `XX001` /
+/// `XX002` data / index corrupted; class `08` (connection exception), `57P01`-`57P03` (the server
+/// shutting down or starting) and `53300` too_many_connections an unreachable database.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn sqlstate_failure(code: &str) -> Failure {
+    match code {
+        "53100" => Failure::DiskFull,
+        "25006" => Failure::ReadOnly,
+        "XX001" | "XX002" => Failure::Corrupt,
+        "57P01" | "57P02" | "57P03" | "53300" => Failure::Unreachable,
+        code if code.starts_with("08") => Failure::Unreachable,
+        _ => Failure::Other,
     }
 }
 
@@ -801,7 +824,7 @@ pub(crate) fn database_error(secrets: &Secrets, context: &str, error: &impl Data
         Failure::ReadOnly => StoreError::ReadOnly(text),
         Failure::Corrupt => StoreError::CorruptDatabase(text),
         Failure::Unreachable => StoreError::Unreachable(text),
-        Failure::Other => StoreError::Database(text),
+        Failure::Io | Failure::Other => StoreError::Database(text),
     }
 }
 
@@ -973,6 +996,61 @@ mod tests {
             );
         }
         Ok(())
+    }
+
+    /// SQLite's extended result codes, by their numbers (sqlite3.h), name the failure by their primary
+    /// code: every `SQLITE_READONLY_*` refuses writes, every `SQLITE_IOERR_*` is an I/O error.
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_extended_codes_name_the_failure() {
+        let cases = [
+            (13, Failure::DiskFull),     // SQLITE_FULL
+            (8, Failure::ReadOnly),      // SQLITE_READONLY
+            (264, Failure::ReadOnly),    // SQLITE_READONLY_RECOVERY
+            (520, Failure::ReadOnly),    // SQLITE_READONLY_CANTLOCK
+            (776, Failure::ReadOnly),    // SQLITE_READONLY_ROLLBACK
+            (1032, Failure::ReadOnly),   // SQLITE_READONLY_DBMOVED
+            (1288, Failure::ReadOnly),   // SQLITE_READONLY_CANTINIT
+            (1544, Failure::ReadOnly),   // SQLITE_READONLY_DIRECTORY
+            (10, Failure::Io),           // SQLITE_IOERR
+            (778, Failure::Io),          // SQLITE_IOERR_WRITE (EROFS on a file system remounted read-only)
+            (1034, Failure::Io),         // SQLITE_IOERR_FSYNC
+            (1546, Failure::Io),         // SQLITE_IOERR_TRUNCATE
+            (4874, Failure::Io),         // SQLITE_IOERR_SHMSIZE
+            (11, Failure::Corrupt),      // SQLITE_CORRUPT
+            (267, Failure::Corrupt),     // SQLITE_CORRUPT_VTAB
+            (26, Failure::Corrupt),      // SQLITE_NOTADB
+            (5, Failure::Unreachable),   // SQLITE_BUSY
+            (261, Failure::Unreachable), // SQLITE_BUSY_RECOVERY
+            (6, Failure::Unreachable),   // SQLITE_LOCKED
+            (14, Failure::Unreachable),  // SQLITE_CANTOPEN
+            (19, Failure::Other),        // SQLITE_CONSTRAINT
+            (2067, Failure::Other),      // SQLITE_CONSTRAINT_UNIQUE
+            (1, Failure::Other),         // SQLITE_ERROR
+        ];
+        for (code, failure) in cases {
+            assert_eq!(sqlite_failure(code), failure, "extended code {code}");
+        }
+    }
+
+    #[test]
+    fn sqlstates_name_the_failure() {
+        let cases = [
+            ("53100", Failure::DiskFull),
+            ("25006", Failure::ReadOnly),
+            ("XX001", Failure::Corrupt),
+            ("XX002", Failure::Corrupt),
+            ("08006", Failure::Unreachable),
+            ("08001", Failure::Unreachable),
+            ("57P01", Failure::Unreachable),
+            ("57P03", Failure::Unreachable),
+            ("53300", Failure::Unreachable),
+            ("23505", Failure::Other),
+            ("40001", Failure::Other),
+        ];
+        for (code, failure) in cases {
+            assert_eq!(sqlstate_failure(code), failure, "SQLSTATE {code}");
+        }
     }
 
     #[test]

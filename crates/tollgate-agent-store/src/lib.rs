@@ -105,7 +105,7 @@ use std::sync::Arc;
 use tollgate_agent_core::{RunStore, StoreError};
 
 /// How a store is opened, beyond its URL.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct StoreOptions {
     /// Encrypt suspensions, decisions and event data at rest with these keys (the first seals new
     /// values, every one opens the values that name it). `None`: values are written in plaintext, and
@@ -117,6 +117,20 @@ pub struct StoreOptions {
     /// rows, suspensions with their arguments included, still held it). PostgreSQL keeps dead tuples
     /// until `VACUUM` whatever this says.
     pub secure_delete: bool,
+    /// PostgreSQL only: how long a statement waits for a connection (one of the pool's, or a new one,
+    /// connecting included) before it fails with [`StoreError::Unreachable`] (`[store]
+    /// connect_timeout`, default [`DEFAULT_CONNECT_TIMEOUT`]). While the database is down or hung, each
+    /// operation fails after this wait instead of hanging.
+    pub connect_timeout: std::time::Duration,
+}
+
+/// [`StoreOptions::connect_timeout`] by default.
+pub const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { data_keys: None, secure_delete: false, connect_timeout: DEFAULT_CONNECT_TIMEOUT }
+    }
 }
 
 /// The URL with its password (`user:PASSWORD@`, `password=` parameter, as written or percent-encoded)

@@ -116,6 +116,7 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/postgres/0010_announce_in_the_write.sql"),
     },
     Migration { version: 11, name: "commit_log", sql: include_str!("../migrations/postgres/0011_commit_log.sql") },
+    Migration { version: 12, name: "queue_index", sql: include_str!("../migrations/postgres/0012_queue_index.sql") },
 ];
 
 /// The probe of [`RunStore::probe_write`]: one committed row update.
@@ -133,9 +134,6 @@ const POOL_SIZE: u32 = 16;
 /// wait and go together in the next (see [`crate::pg_groups`]). Two rather than four: larger groups,
 /// fewer statements and commits per run, and more of workload A with 32 in flight (docs/nodes.md).
 const GROUPS_AT_ONCE: usize = 2;
-
-/// How long a statement waits for a connection.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1");
 /// [`SELECT_RUN`] for a group of runs (see `pg_groups`).
@@ -313,13 +311,30 @@ const HOLD_READER: &str = "INSERT INTO log_readers AS r (name, holder, held_unti
      RETURNING position";
 const READER_HOLDER: &str = "SELECT holder, held_until FROM log_readers WHERE name = $1";
 const RELEASE_READER: &str = "UPDATE log_readers SET held_until = 0 WHERE name = $1 AND holder = $2";
-/// The oldest queued runs no other transaction has locked, locked for a claim (a few, so that one
-/// corrupt row does not stop the queue).
-const SELECT_QUEUED_FOR_CLAIM: &str = concat!(
+/// Opens a claim's transaction (one round trip): with sorts off, the only plan PostgreSQL has for
+/// [`SELECT_QUEUED_FOR_CLAIM`] and [`SELECT_OLDEST_QUEUED`] is the partial index `runs_queue` read in
+/// order (migration 12), whatever its statistics say of the table — stale ones after a burst made it
+/// scan every queued row of `runs_status_id` and sort them, 34.5 ms per claim. JIT is off with it: a
+/// sort the write still needs is costed at PostgreSQL's "disabled" price, far above `jit_above_cost`,
+/// and compiling the plan then took 600-800 ms a claim.
+pub(crate) const BEGIN_QUEUE_READ: &str = "BEGIN; SET LOCAL enable_sort = off; SET LOCAL jit = off";
+/// The claim's write: [`UPDATE_RUNS`] under a text of its own, so that the plans PostgreSQL caches for
+/// it (per statement text and connection) are made in a claim's transaction only, and a plan made with
+/// sorts off never serves the grouped transitions of [`UPDATE_RUNS`] (nor the other way round).
+static CLAIM_RUNS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{UPDATE_RUNS} -- the claim's write, planned with sorts off"));
+/// The oldest queued runs of the agents `$1` (by when each was queued, then id: `runs_queue`'s order)
+/// that no other transaction has locked, at most `$2`, leaving out the ids `$3` (rows of this claim
+/// that could not be read), locked for a claim: only the rows returned are locked.
+pub(crate) const SELECT_QUEUED_FOR_CLAIM: &str = concat!(
     "SELECT ",
     run_columns!(),
-    " FROM runs WHERE status = 'queued' AND agent = ANY($1) ORDER BY id LIMIT 8 FOR UPDATE SKIP LOCKED"
+    " FROM runs WHERE status = 'queued' AND agent = ANY($1) AND id <> ALL($3) ",
+    "ORDER BY updated_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
 );
+/// When the run queued longest was queued (see [`BEGIN_QUEUE_READ`]).
+const SELECT_OLDEST_QUEUED: &str =
+    "SELECT updated_at FROM runs WHERE status = 'queued' ORDER BY updated_at, id LIMIT 1";
 const SELECT_DUE: &str = concat!(
     "SELECT * FROM (SELECT ",
     run_columns!(),
@@ -798,7 +813,10 @@ impl std::fmt::Debug for PostgresStore {
 /// The pool of one host: `TCP_NODELAY` on each new connection, and with several hosts a check that the
 /// server is still what the store needs (after a failover a host may answer as a standby: such a
 /// connection is refused, and the pool tries again while the store looks for the new primary).
-fn pool_of(options: PgConnectOptions, targets: Arc<Targets>) -> sqlx::PgPool {
+///
+/// `wait` bounds how long a statement waits for a connection, connecting included: sqlx retries a
+/// refused connection until then, so a database that restarts within it serves the statement.
+fn pool_of(options: PgConnectOptions, targets: Arc<Targets>, wait: Duration) -> sqlx::PgPool {
     // A Unix socket has no Nagle delay (see `pg_nodelay`).
     let tcp_port = options.get_socket().is_none().then(|| options.get_port());
     PgPoolOptions::new()
@@ -815,7 +833,7 @@ fn pool_of(options: PgConnectOptions, targets: Arc<Targets>) -> sqlx::PgPool {
             })
         })
         .max_connections(POOL_SIZE)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .acquire_timeout(wait)
         // sqlx's default pings every connection it hands out: a round trip before each write.
         // Ping only one that has been idle for a while (a server restarted or a firewall that
         // dropped it meanwhile); one that answered moments ago runs the same risk as after a ping.
@@ -888,9 +906,11 @@ impl PostgresStore {
         let feed = Arc::new(ChangeFeed::new(node, Arc::clone(&targets)));
         let make_pool = {
             let targets = Arc::clone(&targets);
-            Box::new(move |options: PgConnectOptions| pool_of(options, Arc::clone(&targets)))
+            let wait = store_options.connect_timeout;
+            Box::new(move |options: PgConnectOptions| pool_of(options, Arc::clone(&targets), wait))
         };
-        let connections = Arc::new(Connections::new(targets, make_pool, POOL_SIZE as usize, ACQUIRE_TIMEOUT));
+        let connections =
+            Arc::new(Connections::new(targets, make_pool, POOL_SIZE as usize, store_options.connect_timeout));
         Ok(PostgresStore {
             connections,
             secrets,
@@ -1406,50 +1426,124 @@ impl PostgresStore {
         Ok(status_counts(rows))
     }
 
-    /// Claims the oldest queued run no other node is claiming: in one transaction, the queued rows are
-    /// locked with `FOR UPDATE SKIP LOCKED` (rows another node's claim holds are passed over, never
-    /// waited for), the first readable one is claimed, and the commit lets the others go; on
-    /// `connection`.
+    /// Claims up to `limit` of the oldest queued runs no other node is claiming, on `connection`, in
+    /// one transaction of four round trips whatever `limit` is: the queued rows are selected and locked
+    /// in `runs_queue`'s order with `FOR UPDATE SKIP LOCKED` (rows another node's claim holds are passed
+    /// over, never waited for; only the rows selected are locked), each claim is planned on its row,
+    /// and one statement ([`CLAIM_RUNS`]) writes them all. A row that cannot be read or claimed is
+    /// passed over with a warning (it stays queued), and another is selected in its place.
     async fn claim_on(
         &self,
         connection: &mut PgConnection,
         agents: &[String],
+        limit: u32,
         lease: Lease,
         now: Millis,
-    ) -> Result<Option<Claimed>, StoreError> {
-        let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
-        let rows = sqlx::query(SELECT_QUEUED_FOR_CLAIM)
-            .bind(agents)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(self.db_error("cannot read queued runs"))?;
-        for row in &rows {
-            let row = match read_run_row(row) {
-                Ok(row) => row,
-                Err(error) => {
-                    tracing::warn!(%error, "a queued run cannot be read; passed over");
-                    continue;
+    ) -> Result<Vec<Claimed>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut tx =
+            connection.begin_with(BEGIN_QUEUE_READ).await.map_err(self.db_error("cannot begin a transaction"))?;
+        let claim = Transition::Claim { lease };
+        let mut planned: Vec<PlannedTransition> = Vec::new();
+        let mut queued_at: Vec<Millis> = Vec::new();
+        let mut passed_over: Vec<String> = Vec::new();
+        loop {
+            let wanted = limit - u32::try_from(planned.len()).unwrap_or(limit);
+            let rows = sqlx::query(SELECT_QUEUED_FOR_CLAIM)
+                .bind(agents)
+                .bind(i64::from(wanted))
+                .bind(&passed_over)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(self.db_error("cannot read queued runs"))?;
+            let selected = rows.len();
+            let mut unnamed = false;
+            for row in &rows {
+                let run = read_run_row(row).and_then(|row| {
+                    let at = row.updated_at;
+                    let guard = Guard::Version(u64::try_from(row.version).unwrap_or_default());
+                    Ok((at, self.plan_transition_on(row, &guard, &claim, Vec::new(), now)?))
+                });
+                match run {
+                    Ok((at, plan)) => {
+                        queued_at.push(at);
+                        planned.push(plan);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "a queued run cannot be claimed; passed over");
+                        match row.text(0) {
+                            Ok(id) => passed_over.push(id),
+                            Err(_) => unnamed = true,
+                        }
+                    }
                 }
-            };
-            let queued_at = row.updated_at;
-            let guard = Guard::Version(u64::try_from(row.version).unwrap_or_default());
-            let claim = Transition::Claim { lease: lease.clone() };
-            let planned = match self.plan_transition_on(row, &guard, &claim, Vec::new(), now) {
-                Ok(planned) => planned,
-                Err(error) => {
-                    tracing::warn!(%error, "a queued run cannot be claimed; passed over");
-                    continue;
-                }
-            };
-            // A claim appends no events: nothing for the taps.
-            let Some((run, _)) = self.write_transition(&mut tx, planned).await? else {
-                return Err(StoreError::Database("a locked queued run changed under its claim".to_owned()));
-            };
+            }
+            // Done when the queue has no more (fewer rows than asked), the claim is full, or a row that
+            // cannot even be named would be selected again.
+            let full = planned.len() >= usize::try_from(limit).unwrap_or(usize::MAX);
+            if full || unnamed || selected < usize::try_from(wanted).unwrap_or(usize::MAX) {
+                break;
+            }
+        }
+        if planned.is_empty() {
             tx.commit().await.map_err(self.db_error("cannot commit"))?;
-            return Ok(Some(Claimed { run, queued_at }));
+            return Ok(Vec::new());
+        }
+        let written = self.write_grouped(&mut tx, CLAIM_RUNS.as_str(), GroupColumns::transitions(&planned)).await?;
+        if let Some(changed) = planned.iter().find(|plan| !written.contains(&plan.next.id)) {
+            // Locked since they were read: no one else can have changed them.
+            return Err(StoreError::Database(format!("queued run {} changed under its claim", changed.next.id)));
         }
         tx.commit().await.map_err(self.db_error("cannot commit"))?;
-        Ok(None)
+        // A claim appends no events: nothing for the taps.
+        Ok(planned
+            .into_iter()
+            .zip(queued_at)
+            .map(|(plan, queued_at)| {
+                self.cache.put(plan.changes);
+                Claimed { run: plan.next, queued_at }
+            })
+            .collect())
+    }
+
+    /// When the run queued longest was queued (see [`RunStore::oldest_queued`]).
+    async fn oldest_queued_at(&self) -> Result<Option<Millis>, StoreError> {
+        let mut connection = self.connection().await?;
+        let mut tx =
+            connection.begin_with(BEGIN_QUEUE_READ).await.map_err(self.db_error("cannot begin a transaction"))?;
+        let oldest = sqlx::query_scalar(SELECT_OLDEST_QUEUED)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(self.db_error("cannot read the queue"))?;
+        tx.commit().await.map_err(self.db_error("cannot commit"))?;
+        connection.finished();
+        Ok(oldest)
+    }
+
+    /// The plan PostgreSQL makes now for a claim of up to `limit` runs of `agents` (`EXPLAIN` of the
+    /// claim's own statement in its own transaction, rolled back), one line of text per line: for an
+    /// operator who wonders why the queue drains slowly, and for the test that holds the plan to the
+    /// queue's index whatever the table's statistics.
+    ///
+    /// # Errors
+    /// The server cannot be reached or refuses the statement.
+    pub async fn claim_plan(&self, agents: &[String], limit: u32) -> Result<Vec<String>, StoreError> {
+        let failed = self.db_error("cannot explain the claim");
+        let mut connection = self.connection().await?;
+        let mut tx = connection.begin_with(BEGIN_QUEUE_READ).await.map_err(&failed)?;
+        let explain = format!("EXPLAIN {SELECT_QUEUED_FOR_CLAIM}");
+        let plan: Vec<String> = sqlx::query_scalar(AssertSqlSafe(explain))
+            .bind(agents)
+            .bind(i64::from(limit))
+            .bind(Vec::<String>::new())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(&failed)?;
+        tx.rollback().await.map_err(&failed)?;
+        connection.finished();
+        Ok(plan)
     }
 
     async fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
@@ -1664,15 +1758,20 @@ impl RunStore for PostgresStore {
     fn claim_queued<'a>(
         &'a self,
         agents: &'a [String],
+        limit: u32,
         lease: Lease,
         now: Millis,
-    ) -> BoxFuture<'a, Result<Option<Claimed>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<Claimed>, StoreError>> {
         Box::pin(async move {
             let mut connection = self.connection().await?;
-            let claimed = self.claim_on(&mut connection, agents, lease, now).await?;
+            let claimed = self.claim_on(&mut connection, agents, limit, lease, now).await?;
             connection.finished();
             Ok(claimed)
         })
+    }
+
+    fn oldest_queued(&self) -> BoxFuture<'_, Result<Option<Millis>, StoreError>> {
+        Box::pin(self.oldest_queued_at())
     }
 
     fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {

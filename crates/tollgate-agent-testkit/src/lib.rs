@@ -263,9 +263,66 @@ pub struct FailingStore {
     /// Whether commit taps are passed to the inner store (else this store taps nothing, and a
     /// follower reads what it commits).
     taps: bool,
+    /// A switchable outage of writes ([`FailingStore::with_outage`]).
+    outage: Option<Arc<Outage>>,
+}
+
+/// A store outage a test switches on and off: while on, every write ([`tollgate_agent_core::RunStore`]'s
+/// `create`, `transition`, `append`, `claim_queued`) of a [`FailingStore`] sharing it fails with the
+/// outage's error — refused before it reaches the store, or (with `answers_lost`) made and then
+/// answered with the error, as when a connection drops after the commit.
+#[derive(Default)]
+pub struct Outage {
+    state: Mutex<Option<(tollgate_agent_core::StoreError, bool)>>,
+    failed: std::sync::atomic::AtomicUsize,
+}
+
+impl Outage {
+    /// Every write fails with `error` from now on; with `answers_lost`, after it was made.
+    pub fn begin(&self, error: tollgate_agent_core::StoreError, answers_lost: bool) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = Some((error, answers_lost));
+    }
+
+    /// Writes pass again.
+    pub fn end(&self) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// How many writes failed so far.
+    pub fn failed(&self) -> usize {
+        self.failed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn current(&self) -> Option<(tollgate_agent_core::StoreError, bool)> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if state.is_some() {
+            self.failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        state
+    }
 }
 
 impl FailingStore {
+    /// Writes pass through except while `outage` is on.
+    pub fn with_outage(inner: Arc<dyn tollgate_agent_core::RunStore>, outage: Arc<Outage>) -> Self {
+        Self { outage: Some(outage), ..Self::new(inner, "") }
+    }
+
+    /// `write` through the outage, if one is on.
+    fn through_outage<'a, T: Send + 'a>(
+        &'a self,
+        write: BoxFuture<'a, Result<T, tollgate_agent_core::StoreError>>,
+    ) -> BoxFuture<'a, Result<T, tollgate_agent_core::StoreError>> {
+        match self.outage.as_ref().and_then(|o| o.current()) {
+            None => write,
+            Some((error, false)) => Box::pin(std::future::ready(Err(error))),
+            Some((error, true)) => Box::pin(async move {
+                let _ = write.await;
+                Err(error)
+            }),
+        }
+    }
+
     /// Passes everything through, but each read of events waits `delay` first: a reader of events
     /// (the server's event feed) that falls behind the writers.
     pub fn slow_event_reads(inner: Arc<dyn tollgate_agent_core::RunStore>, delay: std::time::Duration) -> Self {
@@ -277,7 +334,8 @@ impl FailingStore {
         Self::new(inner, "")
     }
 
-    /// The writes let through so far, in order: `create <status>`, `transition <name>`, `append`.
+    /// The writes let through so far, in order: `create <status>`, `transition <name>`, `append`,
+    /// `claim <limit>` (then `claimed <n>` once it has claimed n runs).
     pub fn writes(&self) -> Vec<String> {
         self.writes.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
@@ -298,6 +356,7 @@ impl FailingStore {
             event_reads: Default::default(),
             run_reads: Default::default(),
             taps: false,
+            outage: None,
         }
     }
 
@@ -345,7 +404,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
             return Box::pin(std::future::ready(Err(tollgate_agent_core::StoreError::Database("disk full".into()))));
         }
         self.log(format!("create {}", run.status()));
-        self.inner.create(run, events)
+        self.through_outage(self.inner.create(run, events))
     }
     fn get<'a>(
         &'a self,
@@ -375,7 +434,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
             return Box::pin(std::future::ready(Err(tollgate_agent_core::StoreError::Database("disk full".into()))));
         }
         self.log(format!("transition {}", transition.name()));
-        self.inner.transition(id, guard, transition, events, now)
+        self.through_outage(self.inner.transition(id, guard, transition, events, now))
     }
     fn append<'a>(
         &'a self,
@@ -385,7 +444,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
         lease_until: tollgate_agent_core::Millis,
     ) -> BoxFuture<'a, Result<u64, tollgate_agent_core::StoreError>> {
         self.log("append".into());
-        self.inner.append(id, owner, events, lease_until)
+        self.through_outage(self.inner.append(id, owner, events, lease_until))
     }
     fn events<'a>(
         &'a self,
@@ -416,14 +475,24 @@ impl tollgate_agent_core::RunStore for FailingStore {
     fn claim_queued<'a>(
         &'a self,
         agents: &'a [String],
+        limit: u32,
         lease: tollgate_agent_core::Lease,
         now: tollgate_agent_core::Millis,
-    ) -> BoxFuture<'a, Result<Option<tollgate_agent_core::Claimed>, tollgate_agent_core::StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<tollgate_agent_core::Claimed>, tollgate_agent_core::StoreError>> {
         if self.fail == "claim" {
             return Box::pin(std::future::ready(Err(tollgate_agent_core::StoreError::Database("disk full".into()))));
         }
-        self.log("claim".into());
-        self.inner.claim_queued(agents, lease, now)
+        self.log(format!("claim {limit}"));
+        Box::pin(async move {
+            let claimed = self.inner.claim_queued(agents, limit, lease, now).await?;
+            self.log(format!("claimed {}", claimed.len()));
+            Ok(claimed)
+        })
+    }
+    fn oldest_queued(
+        &self,
+    ) -> BoxFuture<'_, Result<Option<tollgate_agent_core::Millis>, tollgate_agent_core::StoreError>> {
+        self.inner.oldest_queued()
     }
     fn due(
         &self,

@@ -5,26 +5,87 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 /// A slow streaming model: every request gets `pieces` as `delta.content` chunks, the first after
-/// `first`, then one every `every`, then `finish_reason: stop`, the usage and `[DONE]`.
+/// `first`, then one every `every`, then `finish_reason: stop`, the usage and `[DONE]`. Built with
+/// [`SlowChatModel::cutting`], its first answers are cut instead.
 #[derive(Debug, Clone)]
 pub struct SlowChatModel {
     port: u16,
+    requests: Arc<AtomicUsize>,
+    held: Arc<Held>,
+}
+
+/// Whether answers wait ([`SlowChatModel::hold`]).
+#[derive(Debug, Default)]
+struct Held {
+    held: Mutex<bool>,
+    released: Condvar,
+}
+
+impl Held {
+    fn wait(&self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        while *held {
+            held = self.released.wait(held).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
 
 impl SlowChatModel {
     /// Starts the server on a free loopback port.
     pub fn start(pieces: &'static [&'static str], first: Duration, every: Duration) -> std::io::Result<Self> {
+        Self::cutting(pieces, first, every, 0, 0)
+    }
+
+    /// As [`start`](Self::start), but the first `cut` answers stop after `after` pieces: the connection
+    /// closes cleanly without the end of the stream (no `finish_reason`, no `[DONE]`), as a proxy ends a
+    /// stream cut on its way.
+    pub fn cutting(
+        pieces: &'static [&'static str],
+        first: Duration,
+        every: Duration,
+        cut: usize,
+        after: usize,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         let port = listener.local_addr()?.port();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let held = Arc::new(Held::default());
+        let (counted, holding) = (Arc::clone(&requests), Arc::clone(&held));
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                std::thread::spawn(move || answer(stream, pieces, first, every));
+                let number = counted.fetch_add(1, Ordering::SeqCst);
+                let sent = if number < cut { &pieces[..after.min(pieces.len())] } else { pieces };
+                let whole = number >= cut;
+                let holding = Arc::clone(&holding);
+                std::thread::spawn(move || {
+                    holding.wait();
+                    answer(stream, sent, first, every, whole);
+                });
             }
         });
-        Ok(Self { port })
+        Ok(Self { port, requests, held })
+    }
+
+    /// Answers wait from now on, until [`release`](Self::release) (so that a test can start watching
+    /// before the first piece goes out).
+    pub fn hold(&self) {
+        *self.held.held.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    }
+
+    /// Answers go out again, the waiting ones first.
+    pub fn release(&self) {
+        *self.held.held.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        self.held.released.notify_all();
+    }
+
+    /// How many requests it has taken so far.
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
     }
 
     /// `http://127.0.0.1:PORT/v1`, the `base_url` of an `openai` provider.
@@ -33,7 +94,7 @@ impl SlowChatModel {
     }
 }
 
-fn answer(mut stream: TcpStream, pieces: &[&str], first: Duration, every: Duration) {
+fn answer(mut stream: TcpStream, pieces: &[&str], first: Duration, every: Duration, whole: bool) {
     // The request: its head, then as many body bytes as it says.
     let mut request = Vec::new();
     let mut buffer = [0u8; 8192];
@@ -61,6 +122,9 @@ fn answer(mut stream: TcpStream, pieces: &[&str], first: Duration, every: Durati
         if stream.write_all(format!("data: {chunk}\n\n").as_bytes()).and_then(|()| stream.flush()).is_err() {
             return;
         }
+    }
+    if !whole {
+        return;
     }
     let end = "data: {\"choices\": [{\"index\": 0, \"delta\": {}, \"finish_reason\": \"stop\"}]}\n\n\
                data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 5, \"completion_tokens\": 5}}\n\n\

@@ -19,8 +19,11 @@
 //!   line and the commands that decide it (exit 3).
 //! - The model's text is printed as it arrives when its provider streams (V2 streaming: the runtime's
 //!   live text in local mode, `deltas=true` through a server), on the line its round's step would
-//!   begin; the stored turn then adds only its calls. Live text is never stored; the step lines stay
-//!   the log's.
+//!   begin. The stored turn finishes that line: with the rest of its text when the line said the start
+//!   of it (what the redactor held back until the call answered, say), so the line shows the round's
+//!   whole text; with the turn's own step line when the live text went astray (a delta lost). Then only
+//!   its calls are added. Live text of a round whose turn is printed already is dropped. Live text is
+//!   never stored; the step lines stay the log's.
 //!
 //! Progress and prompts go to stderr; stdout gets only what `run` prints when the run settles.
 
@@ -96,6 +99,10 @@ struct Steps {
     ran: steps::Ran,
     /// The round whose live text is on the screen, on a line not ended yet.
     live_round: Option<u32>,
+    /// The live text on that line, as received (before it was made safe for the terminal).
+    live_text: String,
+    /// The last round whose stored turn was printed: live text of it comes too late.
+    answered: u32,
 }
 
 impl Steps {
@@ -107,6 +114,8 @@ impl Steps {
             activity: "working".to_owned(),
             ran: steps::Ran::default(),
             live_round: None,
+            live_text: String::new(),
+            answered: 0,
         }
     }
 
@@ -119,11 +128,19 @@ impl Steps {
             }
             self.ran.note(&event);
             let mut lines = steps::lines(&event, &self.ran);
+            if event.kind == EventKind::ModelResponse {
+                self.answered = self.answered.max(event.round);
+            }
             if let Some(round) = self.live_round {
                 if event.kind == EventKind::ModelResponse && event.round == round {
-                    // The live line said the text already: the stored turn adds only its calls.
-                    if !lines.is_empty() {
-                        lines.remove(0);
+                    let stored = steps::model_text(&event).unwrap_or_default();
+                    if let Some(rest) = stored.strip_prefix(self.live_text.as_str()) {
+                        // The live line said the start of the text: it ends with the rest, and the
+                        // stored turn adds only its calls.
+                        eprint!("{}", tollgate_agent_core::terminal_safe(rest));
+                        if !lines.is_empty() {
+                            lines.remove(0);
+                        }
                     }
                     self.end_live();
                 } else if !lines.is_empty() {
@@ -139,10 +156,10 @@ impl Steps {
 
     /// Prints the model's live text of `round` as it arrives (V2 streaming), on a line begun as the
     /// round's step line would be, made safe for the terminal ([`tollgate_agent_core::terminal_safe`]);
-    /// the stored turn then prints only its calls. A reset (the call is tried again) ends the line saying
-    /// so.
+    /// the stored turn then finishes the line and prints its calls. A reset (the call is tried again)
+    /// ends the line saying so. Text of a round whose turn was printed already is dropped.
     fn live(&mut self, round: u32, text: &LiveText) {
-        if self.quiet {
+        if self.quiet || round <= self.answered {
             return;
         }
         // The spinner would draw over a line being written.
@@ -152,6 +169,7 @@ impl Steps {
         match text {
             LiveText::Reset => {
                 if self.live_round.take().is_some() {
+                    self.live_text.clear();
                     say!(" … (the model call is tried again)");
                 }
             }
@@ -161,6 +179,7 @@ impl Steps {
                     eprint!("round {round} · model: ");
                     self.live_round = Some(round);
                 }
+                self.live_text.push_str(piece);
                 eprint!("{}", tollgate_agent_core::terminal_safe(piece));
                 let _ = std::io::stderr().flush();
             }
@@ -169,6 +188,7 @@ impl Steps {
 
     /// Ends the line of live text, if one is open.
     fn end_live(&mut self) {
+        self.live_text.clear();
         if self.live_round.take().is_some() {
             eprintln!();
         }

@@ -24,6 +24,8 @@ pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
         max_body_bytes: usize::try_from(config.server.max_body_bytes).unwrap_or(usize::MAX),
         header_read_timeout: config.server.header_read_timeout,
         idle_timeout: config.server.idle_timeout,
+        body_timeout: config.server.body_timeout,
+        ready_timeout: config.server.ready_timeout,
         max_connections: usize::try_from(config.server.max_connections).unwrap_or(usize::MAX),
         max_streams_per_client: usize::try_from(config.server.max_streams_per_client).unwrap_or(usize::MAX),
         tokens: config

@@ -327,6 +327,7 @@ impl Builder {
             data_keys: self.data_keys,
             // Below `full`, what a purge or a rewrite removes must not stay in SQLite's free pages.
             secure_delete: self.privacy.is_some_and(|level| level != PrivacyLevel::Full),
+            ..tollgate_agent_store::StoreOptions::default()
         };
         let store = tollgate_agent_store::open_with(&url, options)
             .await

@@ -22,11 +22,14 @@ fn defaults_without_a_file() -> anyhow::Result<()> {
     let db = dir.path().join("tollgate.db");
     assert_eq!(config.store.url, format!("sqlite://{}", db.display()));
     assert_eq!(config.store.backend, StoreBackend::Sqlite { path: db });
+    assert_eq!(config.store.connect_timeout, Duration::from_secs(5));
     assert_eq!(config.server.addr.to_string(), "127.0.0.1:8080");
     assert_eq!(config.server.max_body_bytes, 1_048_576);
     assert_eq!(config.server.lease, Duration::from_secs(30));
     assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
     assert_eq!(config.server.idle_timeout, Duration::from_secs(60));
+    assert_eq!(config.server.body_timeout, Duration::from_secs(30));
+    assert_eq!(config.server.ready_timeout, Duration::from_secs(2));
     assert_eq!(config.server.max_connections, 10_000);
     assert_eq!(config.server.max_streams_per_client, 16);
     assert_eq!(config.retention.terminal_after, Duration::from_secs(30 * 86_400));

@@ -346,7 +346,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
         (
             "in a section",
             "[server]\nport = 8080\n".into(),
-            "tollgate.toml: server.port: unknown key (known keys here: addr, max_body_bytes, lease, header_read_timeout, idle_timeout, max_connections, max_streams_per_client)",
+            "tollgate.toml: server.port: unknown key (known keys here: addr, max_body_bytes, lease, header_read_timeout, idle_timeout, body_timeout, ready_timeout, max_connections, max_streams_per_client)",
         ),
         (
             "in a provider (max_tokens is not in the contract)",

@@ -23,13 +23,16 @@ waiting_after = "90d"
 root = "file-workspace"
 "#;
 
-const EVERY_OVERRIDE: [(&str, &str); 13] = [
+const EVERY_OVERRIDE: [(&str, &str); 16] = [
     ("TOLLGATE_STORE_URL", "postgres://tollgate@db:5432/tollgate"),
+    ("TOLLGATE_STORE_CONNECT_TIMEOUT", "3s"),
     ("TOLLGATE_SERVER_ADDR", "0.0.0.0:9000"),
     ("TOLLGATE_SERVER_MAX_BODY_BYTES", "2048"),
     ("TOLLGATE_SERVER_LEASE", "2m"),
     ("TOLLGATE_SERVER_HEADER_READ_TIMEOUT", "5s"),
     ("TOLLGATE_SERVER_IDLE_TIMEOUT", "2m"),
+    ("TOLLGATE_SERVER_BODY_TIMEOUT", "45s"),
+    ("TOLLGATE_SERVER_READY_TIMEOUT", "1s"),
     ("TOLLGATE_SERVER_MAX_CONNECTIONS", "500"),
     ("TOLLGATE_SERVER_MAX_STREAMS_PER_CLIENT", "4"),
     ("TOLLGATE_RETENTION_TERMINAL_AFTER", "7d"),
@@ -44,11 +47,14 @@ fn every_scalar_key_is_overridable_over_the_file() -> anyhow::Result<()> {
     let config = loader(&EVERY_OVERRIDE).load_str("/etc/tollgate/tollgate.toml", FILE)?;
     assert_eq!(config.store.url, "postgres://tollgate@db:5432/tollgate");
     assert_eq!(config.store.backend, StoreBackend::Postgres);
+    assert_eq!(config.store.connect_timeout, Duration::from_secs(3));
     assert_eq!(config.server.addr.to_string(), "0.0.0.0:9000");
     assert_eq!(config.server.max_body_bytes, 2048);
     assert_eq!(config.server.lease, Duration::from_secs(120));
     assert_eq!(config.server.header_read_timeout, Duration::from_secs(5));
     assert_eq!(config.server.idle_timeout, Duration::from_secs(120));
+    assert_eq!(config.server.body_timeout, Duration::from_secs(45));
+    assert_eq!(config.server.ready_timeout, Duration::from_secs(1));
     assert_eq!(config.server.max_connections, 500);
     assert_eq!(config.server.max_streams_per_client, 4);
     assert_eq!(config.retention.terminal_after, Duration::from_secs(7 * 86_400));

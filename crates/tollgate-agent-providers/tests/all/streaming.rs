@@ -1,7 +1,8 @@
 //! Streamed answers (`stream = true`) of both HTTP adapters against local servers: the text reaches the
-//! deltas as it arrives; the response is the one the plain answer gives; a stream cut by the connection
-//! is retried after a reset; a stream that ends early, or whose tool arguments are not JSON, is an
-//! invalid response; a server that ignores `stream: true` is read as a plain answer.
+//! deltas as it arrives; the response is the one the plain answer gives; a stream cut by the connection,
+//! or that ends cleanly before its final event, is a connection failure, retried after a reset; a stream
+//! whose tool arguments are not JSON is an invalid response; a server that ignores `stream: true` is read
+//! as a plain answer.
 
 use crate::support::*;
 use serde_json::{Value, json};
@@ -187,21 +188,94 @@ async fn anthropic_streams_text_and_assembles_the_same_response() {
     assert_eq!(server.received_requests().await.map_or(0, |r| r.len()), 3, "two retries");
 }
 
-/// A stream that ends without its final event, or whose tool arguments are not JSON, is an invalid
-/// response, not retried; a server that ignores `stream: true` and answers JSON is read as usual.
-#[tokio::test]
-async fn early_ends_and_broken_arguments_are_invalid_and_plain_answers_are_read() {
-    let base = |server: &MockServer| format!("{}/v1", server.uri());
-    let server = mock(event_stream(sse(&openai_turn(), false)), "/v1/chat/completions").await;
-    let error = ask(&openai(&base(&server)), &Kept::default()).await.err();
-    assert!(matches!(&error, Some(ModelError::InvalidResponse(m)) if m.contains("final event")), "{error:?}");
-    assert_eq!(server.received_requests().await.map_or(0, |r| r.len()), 1, "not retried");
+/// The Anthropic stream of a turn with text only, `message_stop` last.
+fn anthropic_turn() -> Vec<(Option<&'static str>, Value)> {
+    vec![
+        (
+            Some("message_start"),
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+            "role": "assistant", "content": [], "usage": {"input_tokens": 20, "output_tokens": 1}}}),
+        ),
+        (
+            Some("content_block_start"),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            Some("content_block_delta"),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Saving "}}),
+        ),
+        (
+            Some("content_block_delta"),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "it."}}),
+        ),
+        (Some("content_block_stop"), json!({"type": "content_block_stop", "index": 0})),
+        (
+            Some("message_delta"),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+        ),
+        (Some("message_stop"), json!({"type": "message_stop"})),
+    ]
+}
 
+/// A stream that ends cleanly without its final event (OpenAI's `[DONE]`, Anthropic's `message_stop`) was
+/// cut on the way, as a proxy ends a cut stream: a connection failure, tried again under `max_retries`
+/// after a reset of the deltas; the next whole answer is the response. Out of retries, the error is the
+/// connection failure, never an invalid response.
+#[tokio::test]
+async fn a_stream_that_ends_before_its_final_event_is_retried_after_a_reset() {
+    let cut_openai = sse(&openai_turn()[..2], false);
+    let whole_openai = sse(&openai_turn(), true);
+    let anthropic_events = anthropic_turn();
+    let cut_anthropic = sse(&anthropic_events[..3], false);
+    let whole_anthropic = sse(&anthropic_events, false);
+    for (provider, at, cut, whole) in [
+        ("openai", "/v1/chat/completions", &cut_openai, &whole_openai),
+        ("anthropic", "/v1/messages", &cut_anthropic, &whole_anthropic),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path(at))
+            .respond_with(event_stream(cut.clone()))
+            .up_to_n_times(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("POST")).and(path(at)).respond_with(event_stream(whole.clone())).mount(&server).await;
+        let model: Box<dyn ModelClient> = match provider {
+            "openai" => Box::new(openai(&format!("{}/v1", server.uri()))),
+            _ => Box::new(anthropic(&server.uri())),
+        };
+        let kept = Kept::default();
+        let response = ask(model.as_ref(), &kept).await.unwrap_or_else(|e| panic!("{provider}: {e}"));
+        assert_eq!(response.text.as_deref(), Some("Saving it."), "{provider}");
+        assert_eq!(kept.pieces(), ["Saving ", "<reset>", "Saving ", "it."], "{provider}");
+        assert_eq!(server.received_requests().await.map_or(0, |r| r.len()), 2, "{provider}");
+
+        // Cut every time: each retry resets, and the last failure is returned as a connection failure.
+        let server = mock(event_stream(cut.clone()), at).await;
+        let model: Box<dyn ModelClient> = match provider {
+            "openai" => Box::new(openai(&format!("{}/v1", server.uri()))),
+            _ => Box::new(anthropic(&server.uri())),
+        };
+        let kept = Kept::default();
+        let error = ask(model.as_ref(), &kept).await.err();
+        assert!(matches!(&error, Some(ModelError::Connection(m)) if m.contains("final event")), "{error:?}");
+        assert_eq!(error.map(|e| e.kind()), Some("model_connection"));
+        assert_eq!(server.received_requests().await.map_or(0, |r| r.len()), 3, "{provider}: two retries");
+        assert_eq!(kept.pieces(), ["Saving ", "<reset>", "Saving ", "<reset>", "Saving "], "{provider}");
+    }
+}
+
+/// A stream whose tool arguments are not JSON, or with an event that is not JSON, is an invalid response,
+/// not retried; a server that ignores `stream: true` and answers JSON is read as usual.
+#[tokio::test]
+async fn broken_arguments_are_invalid_and_plain_answers_are_read() {
+    let base = |server: &MockServer| format!("{}/v1", server.uri());
     let mut broken = openai_turn();
     broken.remove(5);
     let server = mock(event_stream(sse(&broken, true)), "/v1/chat/completions").await;
     let error = ask(&openai(&base(&server)), &Kept::default()).await.err();
     assert!(matches!(&error, Some(ModelError::InvalidResponse(m)) if m.contains("not JSON")), "{error:?}");
+    assert_eq!(server.received_requests().await.map_or(0, |r| r.len()), 1, "not retried");
 
     let server = mock(event_stream("data: {not json\n\n".into()), "/v1/chat/completions").await;
     let error = ask(&openai(&base(&server)), &Kept::default()).await.err();

@@ -458,6 +458,7 @@ async fn health_metrics_and_unknown_routes() {
         "tollgate_runs{status=\"waiting_for_approval\"} 1\n",
         "tollgate_runs{status=\"completed\"} 1\n",
         "tollgate_waiting_runs 1\n",
+        "# TYPE tollgate_queue_oldest_seconds gauge\ntollgate_queue_oldest_seconds 0\n",
         "tollgate_decisions_total{action=\"approve\"} 1\n",
         "tollgate_decisions_total{action=\"deny\"} 0\n",
         "tollgate_tool_call_duration_seconds_count{tool=\"write\"} 1\n",

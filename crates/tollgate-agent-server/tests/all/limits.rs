@@ -102,6 +102,47 @@ async fn a_request_head_sent_too_slowly_is_cut_off_after_the_header_read_timeout
     server.stop().await;
 }
 
+/// A body trickled one byte every 200 ms is answered 408 `request-timeout` at `body_timeout` (its head
+/// arrived whole, so no other deadline applies), the connection is closed, and nothing is written. At
+/// that pace the body would take longer than [`BOUND`] to arrive: without the deadline the test fails.
+#[tokio::test]
+async fn a_trickled_body_is_closed_at_the_body_timeout() {
+    let server = Server::start(with_tokens(|o| o.body_timeout = Duration::from_millis(600))).await;
+    let body = format!(r#"{{"agent": "{SCRIBE}", "input": "a body sent one byte at a time, 200 ms apart"}}"#);
+    let mut stream = connect(&server).await;
+    let head = format!(
+        "POST /v1/runs HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer carol-token\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    send(&mut stream, &head).await;
+    // One byte every 200 ms until the answer begins; then read it to the close.
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut bytes = body.bytes();
+    let started = Instant::now();
+    while received.is_empty() {
+        assert!(started.elapsed() < BOUND, "no answer within {BOUND:?}");
+        if let Some(byte) = bytes.next() {
+            stream.write_all(&[byte]).await.unwrap_or_else(|e| panic!("{e}"));
+        }
+        tokio::select! {
+            read = stream.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+            },
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+    received.extend(until_closed(&mut stream).await);
+    let response = String::from_utf8_lossy(&received);
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(response.contains("https://tollgate.dev/problems/request-timeout"), "{response}");
+    assert!(response.to_ascii_lowercase().contains("connection: close"), "{response}");
+    assert_eq!(server.run_count().await, 0, "nothing is written");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     let idle = Duration::from_millis(1200);

@@ -12,6 +12,7 @@ mod malformed;
 mod nodes;
 mod openapi;
 mod openapi_tools;
+mod outage;
 mod promtool;
 mod shutdown;
 mod sse;

@@ -2,7 +2,7 @@
 //! reconnect with `Last-Event-ID` resumes after it (and wins over `?after=`); the stream ends after the
 //! terminal event; a client that goes away changes nothing.
 
-use crate::common::{Config, SCRIBE, Server, digest, id};
+use crate::common::{Config, SCRIBE, Server, TALKER, digest, id};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tollgate_agent_testkit::SseFrames;
@@ -185,6 +185,70 @@ async fn with_a_secret_configured_a_rounds_deltas_still_add_up_to_its_text() {
     }
     assert_eq!(response, Some(json!("done")));
     assert_eq!(streamed, "done", "the held tail went out when the call answered");
+    server.stop().await;
+}
+
+/// A 164-character key, as a provider issues them.
+fn long_key() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let body: String = (0..156).map(|i| char::from(ALPHABET[(i * 29 + 5) % ALPHABET.len()])).collect();
+    format!("sk-proj-{body}")
+}
+
+/// What `talk` streams: short pieces, none of them near a secret.
+const TALK: &[&str] = &["I will ", "write a ", "short note", " and then ", "stop."];
+
+/// A provider stream cut after some text (the connection closes cleanly without the stream's end, as a
+/// proxy ends a cut stream) is a connection failure: the model call is tried again under `max_retries`,
+/// viewers get `{"round", "reset": true}` first, then the new attempt's deltas, which — with a real
+/// 164-character key configured — add up to the text of the round's `model_response` event; the run
+/// completes. With `max_retries = 0` the run fails with the connection failure's kind.
+#[tokio::test]
+async fn a_stream_cut_after_deltas_is_tried_again_and_viewers_reset_first() {
+    let whole: String = TALK.concat();
+    let model = tollgate_agent_testkit::SlowChatModel::cutting(TALK, Duration::ZERO, Duration::from_millis(5), 1, 2)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Held until the viewer is connected, so it sees the first attempt too.
+    model.hold();
+    let config = Config { secrets: vec![long_key()], talker: Some((model.base_url(), 1)), ..Config::default() };
+    let server = Server::start(config).await;
+    let started = server.post("/v1/runs", json!({"agent": TALKER, "input": "talk"})).await;
+    assert!(started.status < 300, "{}", started.body);
+    let path = format!("/v1/runs/{}/events?deltas=true", id(&started.body));
+    let mut stream = Stream::new(Stream::open(&server, &path, None).await);
+    model.release();
+    let mut deltas: Vec<Value> = Vec::new();
+    let mut response = None;
+    while let Some(event) = stream.next().await {
+        if event.event.as_deref() == Some("model_delta") {
+            assert_eq!(event.id, None, "a delta has no id");
+            assert_eq!(event.data["round"], 1, "{}", event.data);
+            deltas.push(event.data);
+        } else if event.data["kind"] == "model_response" {
+            response = event.data["data"]["text"].as_str().map(str::to_owned);
+        }
+    }
+    assert_eq!(response.as_deref(), Some(whole.as_str()), "the run's text is the second attempt's, whole");
+    let resets: Vec<usize> = deltas.iter().enumerate().filter(|(_, d)| d["reset"] == true).map(|(at, _)| at).collect();
+    assert_eq!(resets.len(), 1, "{deltas:?}");
+    assert_eq!(deltas[resets[0]], json!({"round": 1, "reset": true}));
+    let text_of = |deltas: &[Value]| deltas.iter().map(|d| d["text"].as_str().unwrap_or_default()).collect::<String>();
+    let before = text_of(&deltas[..resets[0]]);
+    assert!(!before.is_empty() && TALK[..2].concat().starts_with(&before), "the cut attempt's text: {before:?}");
+    assert_eq!(text_of(&deltas[resets[0] + 1..]), whole, "after the reset the deltas add up to the text");
+    assert_eq!(server.settled(&id(&started.body)).await["status"], "completed");
+    assert_eq!(model.requests(), 2);
+    server.stop().await;
+
+    // No retries: the cut stream fails the run as a connection failure (not an invalid response).
+    let model = tollgate_agent_testkit::SlowChatModel::cutting(TALK, Duration::ZERO, Duration::ZERO, 1, 2)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let server = Server::start(Config { talker: Some((model.base_url(), 0)), ..Config::default() }).await;
+    let started = server.post("/v1/runs", json!({"agent": TALKER, "input": "talk"})).await;
+    let run = server.settled(&id(&started.body)).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["error"]["kind"], "model_connection", "{run}");
+    assert_eq!(model.requests(), 1);
     server.stop().await;
 }
 

@@ -2,7 +2,7 @@
 //! (docs/api.md), `/healthz` alive whatever the store does, and `/readyz` ready only when the store can
 //! write.
 
-use crate::common::{Config, Server, backends, open_store};
+use crate::common::{Config, Server, backends, open_store, run_command};
 use serde_json::json;
 use std::sync::Arc;
 use tollgate_agent_core::StoreError;
@@ -66,5 +66,101 @@ async fn readyz_is_ready_when_the_store_can_write() {
         let ready = server.get("/readyz").await;
         assert_eq!((ready.status, &ready.body), (200, &json!({"status": "ready"})));
         server.stop().await;
+    }
+}
+
+/// The file system of a SQLite store turned read-only under the running server, as ext4 does with
+/// `errors=remount-ro` after a disk error: writes are `read-only` (503, not `unavailable`), from the
+/// store itself, from a start and from `/readyz`; reads still work. SQLite reports the `EROFS` as
+/// `SQLITE_IOERR_WRITE`, so this is what the store's question to the folder finds out.
+#[tokio::test]
+async fn a_file_system_turned_read_only_under_the_server_answers_read_only() {
+    let Some(disk) = Ext4::mount() else { return };
+    let url = format!("sqlite://{}", disk.mount.join("tollgate.db").display());
+    let store = tollgate_agent_store::open(&url).await.unwrap_or_else(|e| panic!("{e}"));
+    let server = Server::start(Config { store: Some(store.clone()), ..Config::default() }).await;
+    let kept = server.waiting_run(crate::common::SCRIBE, "written before").await;
+    disk.fail();
+
+    let probe = store.probe_write().await;
+    assert!(matches!(probe, Err(StoreError::ReadOnly(_))), "{probe:?}");
+    let start = server.post("/v1/runs", json!({"agent": crate::common::SCRIBE, "input": "after", "wait": true})).await;
+    assert_eq!(
+        (start.status, start.body["type"].as_str()),
+        (503, Some("https://tollgate.dev/problems/read-only")),
+        "{}",
+        start.body
+    );
+    let ready = server.get("/readyz").await;
+    assert_eq!(
+        (ready.status, ready.body["type"].as_str()),
+        (503, Some("https://tollgate.dev/problems/read-only")),
+        "{}",
+        ready.body
+    );
+    let read = server.get(&format!("/v1/runs/{}", crate::common::id(&kept))).await;
+    assert_eq!((read.status, &read.body["status"]), (200, &json!("waiting_for_approval")), "{}", read.body);
+    server.stop().await;
+    drop(store);
+}
+
+/// A 64 MiB ext4 file system in a file, on a loop device, mounted with `errors=remount-ro` in a scratch
+/// folder. [`Ext4::fail`] has the kernel record an error on it (`/sys/fs/ext4/DEV/trigger_fs_error`),
+/// which turns it read-only under everything that has files open there, as a disk error would.
+/// Unmounted (lazily: the store's last files may still be closing) when dropped. Needs root,
+/// `mkfs.ext4` and loop devices: without them the test skips with a note, or fails under CI.
+struct Ext4 {
+    dir: std::path::PathBuf,
+    mount: std::path::PathBuf,
+    device: String,
+}
+
+impl Ext4 {
+    fn mount() -> Option<Ext4> {
+        let runs = |program: &str| std::process::Command::new(program).arg("-V").output().is_ok();
+        if !rustix::process::geteuid().is_root() || !runs("mkfs.ext4") || !runs("losetup") {
+            let note = "a read-only file system needs root, mkfs.ext4 and loop devices";
+            if std::env::var_os("CI").is_some() {
+                panic!("{note}; CI runs this test");
+            }
+            eprintln!("skipped: {note}");
+            return None;
+        }
+        let dir = tollgate_agent_testkit::scratch_dir("ext4");
+        let image = dir.join("disk.img");
+        let mount = dir.join("mnt");
+        std::fs::create_dir_all(&mount).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::File::create(&image)
+            .and_then(|file| file.set_len(64 << 20))
+            .unwrap_or_else(|e| panic!("{}: {e}", image.display()));
+        run_command(std::process::Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image));
+        run_command(std::process::Command::new("mount").args(["-o", "loop,errors=remount-ro"]).arg(&image).arg(&mount));
+        let source = run_command(std::process::Command::new("findmnt").args(["-n", "-o", "SOURCE"]).arg(&mount));
+        let device = source.trim().rsplit('/').next().unwrap_or_default().to_owned();
+        Some(Ext4 { dir, mount, device })
+    }
+
+    /// Records an error on the file system, which `errors=remount-ro` answers by turning it read-only;
+    /// returns once creating a file there fails with "read-only file system".
+    fn fail(&self) {
+        let trigger = format!("/sys/fs/ext4/{}/trigger_fs_error", self.device);
+        std::fs::write(&trigger, "tollgate test: a disk error\n").unwrap_or_else(|e| panic!("{trigger}: {e}"));
+        let started = std::time::Instant::now();
+        loop {
+            match std::fs::File::create(self.mount.join("probe")) {
+                Err(e) if e.kind() == std::io::ErrorKind::ReadOnlyFilesystem => return,
+                _ => {
+                    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{} is still writable", self.device)
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.mount).output();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

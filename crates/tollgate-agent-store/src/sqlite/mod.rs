@@ -23,8 +23,10 @@
 //! transaction fails as a whole (the COMMIT, an I/O error that ends it, a panic), every operation of
 //! the batch gets that error and none of them happened.
 //!
-//! SQLite's result codes name the error (`codec::Failure`): `SQLITE_FULL` is
-//! [`StoreError::DiskFull`], `SQLITE_READONLY*` [`StoreError::ReadOnly`], `SQLITE_BUSY`/`LOCKED` past the
+//! SQLite's extended result codes name the error (`codec::sqlite_failure`): `SQLITE_FULL` is
+//! [`StoreError::DiskFull`], `SQLITE_READONLY*` [`StoreError::ReadOnly`], an `SQLITE_IOERR*` met where the
+//! database's file system refuses writes (`EROFS`, asked of its folder: see `Folder`) `ReadOnly` too,
+//! `SQLITE_BUSY`/`LOCKED` past the
 //! busy timeout [`StoreError::Unreachable`], and `SQLITE_CORRUPT`/`NOTADB` [`StoreError::Corrupt`] for
 //! the run being read or written (so it fails alone), else [`StoreError::CorruptDatabase`]. A list
 //! that meets a damaged page of `runs` is read again run by run from the index of ids, skipping the
@@ -55,12 +57,13 @@ mod writer;
 pub use writer::MAX_BATCH;
 
 use crate::StoreOptions;
-use crate::codec::{Columns, Secrets, database_error, run_columns};
+use crate::codec::{Columns, DatabaseFailure, Failure, Secrets, database_error, run_columns};
 use crate::encryption::DataKeys;
 use crate::migrations::{self, Migration};
 use checkpoint::{set_up_wal, start_checkpointer};
 use readers::{ReadSource, Readers};
 use rusqlite::{Connection, OpenFlags, params};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -71,7 +74,7 @@ use tollgate_agent_core::run::{Lease, Millis, RunRecord, RunStatus, Transition};
 use tollgate_agent_core::store::{
     Claimed, CommittedPage, Guard, IntegrityCheck, ReaderHold, RunPage, RunQuery, RunStore, StoreError,
 };
-use writer::{QUEUE_CAPACITY, Request, WriteOp, Writer};
+use writer::{Outcome, QUEUE_CAPACITY, Request, WriteOp, Writer};
 
 /// How long a connection waits for another process's write lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -89,6 +92,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 2, name: "health", sql: include_str!("../../migrations/sqlite/0002_health.sql") },
     Migration { version: 3, name: "run_metadata", sql: include_str!("../../migrations/sqlite/0003_run_metadata.sql") },
     Migration { version: 4, name: "commit_log", sql: include_str!("../../migrations/sqlite/0004_commit_log.sql") },
+    Migration { version: 5, name: "queue_index", sql: include_str!("../../migrations/sqlite/0005_queue_index.sql") },
 ];
 
 // Shared by the readers and the writer (which reads a run as its batch left it).
@@ -136,6 +140,8 @@ pub struct SqliteStore {
     checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
     readers: Readers,
     secrets: Secrets,
+    /// Asked whether the file system refuses writes when a read meets an I/O error.
+    folder: Folder,
     /// Opens the encrypted columns on reads (the writer holds the same keys); `None`: plaintext.
     keys: Option<Arc<DataKeys>>,
 }
@@ -229,6 +235,7 @@ impl SqliteStore {
                 .map_err(|e| database_error(&secrets, "cannot turn on SQLite's secure_delete", &e))?;
         }
         migrate(&write_connection, &secrets)?;
+        let folder = Folder::of(&write_connection);
         if let Location::File(_) = location {
             set_up_wal(&write_connection, &secrets)?;
         }
@@ -250,6 +257,7 @@ impl SqliteStore {
         let committer = Arc::new(Writer {
             connection: write_connection,
             secrets: secrets.clone(),
+            folder: folder.clone(),
             checkpoints: checkpoints.clone(),
             operations: std::sync::atomic::AtomicU64::new(0),
             keys: options.data_keys.clone(),
@@ -272,6 +280,7 @@ impl SqliteStore {
             checkpoints,
             readers,
             secrets,
+            folder,
             keys: options.data_keys,
         })
     }
@@ -286,6 +295,66 @@ impl SqliteStore {
         drop(checkpoints);
         drop(committer);
         drop(readers);
+    }
+}
+
+/// The folder of a database file (none for a database in memory), asked after an I/O error whether
+/// its file system refuses writes. A file system remounted read-only under a running server (ext4's
+/// `errors=remount-ro` after a disk error, an operator's `mount -o remount,ro`) fails SQLite's writes
+/// with `EROFS`, which SQLite reports as a plain `SQLITE_IOERR_WRITE` (or `_FSYNC`, `_TRUNCATE`, ...):
+/// its codes do not say why, and neither does the file system's mount options (an emergency read-only
+/// ext4 still says `rw`), so the folder is asked: an unnamed file created there (`O_TMPFILE`, nothing
+/// is left behind) fails with `EROFS` too. Elsewhere than Linux the question is not asked and an I/O
+/// error stays [`StoreError::Database`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Folder(Option<PathBuf>);
+
+impl Folder {
+    /// The folder of `connection`'s database file.
+    fn of(connection: &Connection) -> Folder {
+        let file = connection.path().filter(|path| !path.is_empty()).map(std::path::Path::new);
+        Folder(file.and_then(std::path::Path::parent).map(std::path::Path::to_path_buf))
+    }
+
+    /// `error`, met on this folder's database, as the failure it is.
+    pub(crate) fn met<'a>(&self, error: &'a rusqlite::Error) -> MetOnFile<'a> {
+        MetOnFile { error, read_only: error.failure() == Failure::Io && self.refuses_writes() }
+    }
+
+    /// Whether the folder's file system refuses writes (`EROFS`).
+    fn refuses_writes(&self) -> bool {
+        let Some(folder) = &self.0 else { return false };
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            use rustix::fs::{Mode, OFlags};
+            let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
+            matches!(rustix::fs::open(folder, flags, Mode::RUSR | Mode::WUSR), Err(rustix::io::Errno::ROFS))
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            let _ = folder;
+            false
+        }
+    }
+}
+
+/// A SQLite error met on the database of a [`Folder`]: an I/O error there is [`Failure::ReadOnly`]
+/// when the folder's file system refuses writes, any other error what its code says.
+pub(crate) struct MetOnFile<'a> {
+    error: &'a rusqlite::Error,
+    /// An I/O error on a file system that refuses writes.
+    read_only: bool,
+}
+
+impl std::fmt::Display for MetOnFile<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.read_only { write!(f, "{} (the file system is read-only)", self.error) } else { self.error.fmt(f) }
+    }
+}
+
+impl DatabaseFailure for MetOnFile<'_> {
+    fn failure(&self) -> Failure {
+        if self.read_only { Failure::ReadOnly } else { self.error.failure() }
     }
 }
 
@@ -359,30 +428,55 @@ impl RunStore for SqliteStore {
     fn claim_queued<'a>(
         &'a self,
         agents: &'a [String],
+        limit: u32,
         lease: Lease,
         now: Millis,
-    ) -> BoxFuture<'a, Result<Option<Claimed>, StoreError>> {
-        // The oldest queued run that can be read, claimed on the version read: the one writer commits
-        // claims one at a time, and a run that changed since (cancelled, claimed by another process on
-        // the same file) is passed over for the next.
+    ) -> BoxFuture<'a, Result<Vec<Claimed>, StoreError>> {
+        // The oldest queued runs that can be read, each claimed on the version read, together (one
+        // transaction when the writer is free): a run that changed since (cancelled, claimed by
+        // another process on the same file) is passed over.
         Box::pin(async move {
-            for run in self.queued_runs(agents)? {
-                let queued_at = run.updated_at;
-                let claim = Request::Transition {
-                    id: run.id.clone(),
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let runs = self.queued_runs(agents, limit)?;
+            let queued_at: Vec<Millis> = runs.iter().map(|run| run.updated_at).collect();
+            let claims = runs
+                .into_iter()
+                .map(|run| Request::Transition {
+                    id: run.id,
                     guard: Guard::Version(run.version),
                     transition: Transition::Claim { lease: lease.clone() },
                     events: Vec::new(),
                     now,
-                };
-                match self.write_record(claim).await {
-                    Ok(run) => return Ok(Some(Claimed { run, queued_at })),
-                    Err(StoreError::Conflict { .. } | StoreError::Transition(_) | StoreError::NotFound(_)) => {}
-                    Err(error) => return Err(error),
+                })
+                .collect();
+            let mut claimed = Vec::new();
+            let mut failed = None;
+            for (outcome, queued_at) in self.submit_together(claims).await.into_iter().zip(queued_at) {
+                match outcome {
+                    Outcome::Record(Ok(run)) => claimed.push(Claimed { run, queued_at }),
+                    Outcome::Record(Err(
+                        StoreError::Conflict { .. } | StoreError::Transition(_) | StoreError::NotFound(_),
+                    )) => {}
+                    Outcome::Record(Err(error)) | Outcome::Count(Err(error)) => failed = Some(error),
+                    Outcome::Count(Ok(_)) => failed = Some(writer::mismatched_outcome()),
                 }
             }
-            Ok(None)
+            match failed {
+                // Those claimed are claimed: they are answered, and the failure is only told.
+                Some(error) if !claimed.is_empty() => {
+                    tracing::warn!(%error, "a queued run could not be claimed; the others were");
+                    Ok(claimed)
+                }
+                Some(error) => Err(error),
+                None => Ok(claimed),
+            }
         })
+    }
+
+    fn oldest_queued(&self) -> BoxFuture<'_, Result<Option<Millis>, StoreError>> {
+        Box::pin(async move { self.oldest_queued_at() })
     }
 
     fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {

@@ -42,13 +42,24 @@ pub(super) const SELECT_DUE: &str = concat!(
     "ORDER BY due_at, id LIMIT ?2"
 );
 
-/// The oldest queued runs (the `(status, id)` index) of the agents in the JSON array `?1`, for a
-/// worker's claim: a few, so that one corrupt row does not stop the queue.
+/// The oldest queued runs of the agents in the JSON array `?1` (by when each was queued, then id), at
+/// most `?2`, for a worker's claim. `INDEXED BY` holds the plan to the partial index `runs_queue`
+/// (migration 5) read in order, whatever SQLite's planner knows of the table: without it, it may take
+/// `runs_agent_status_id` and sort every queued row of the agents.
 pub(super) const SELECT_QUEUED: &str = concat!(
     "SELECT ",
     run_columns!(),
-    " FROM runs WHERE status = 'queued' AND agent IN (SELECT value FROM json_each(?1)) ORDER BY id LIMIT 8"
+    " FROM runs INDEXED BY runs_queue WHERE status = 'queued' AND agent IN (SELECT value FROM json_each(?1)) ",
+    "ORDER BY updated_at, id LIMIT ?2"
 );
+
+/// When the run queued longest was queued: the first entry of `runs_queue`.
+const SELECT_OLDEST_QUEUED: &str =
+    "SELECT updated_at FROM runs INDEXED BY runs_queue WHERE status = 'queued' ORDER BY updated_at, id LIMIT 1";
+
+/// Rows read beyond a claim's `limit`, so that a few queued rows that cannot be read (passed over, and
+/// still queued) do not stop the queue behind them.
+const UNREADABLE_SLACK: u32 = 8;
 
 /// A scan of the small `(status, id)` index, not of the table (for `/metrics`, which caches it).
 pub(super) const COUNT_BY_STATUS: &str = "SELECT status, COUNT(*) FROM runs GROUP BY status";
@@ -65,7 +76,7 @@ impl SqliteStore {
         read: impl FnOnce(&Connection) -> Result<T, ReadError>,
     ) -> Result<T, StoreError> {
         self.readers.read(read).map_err(|error| match error {
-            ReadError::Database(e) => database_error(&self.secrets, context, &e),
+            ReadError::Database(e) => database_error(&self.secrets, context, &self.folder.met(&e)),
             ReadError::Store(e) => e,
         })
     }
@@ -79,7 +90,7 @@ impl SqliteStore {
         read: impl FnOnce(&Connection) -> Result<T, ReadError>,
     ) -> Result<T, StoreError> {
         self.readers.read(read).map_err(|error| match error {
-            ReadError::Database(e) => run_error(&self.secrets, context, id, &e),
+            ReadError::Database(e) => run_error(&self.secrets, context, id, &self.folder.met(&e)),
             ReadError::Store(e) => e,
         })
     }
@@ -253,16 +264,45 @@ impl SqliteStore {
         Ok(status_counts(counts))
     }
 
-    /// The oldest queued runs of `agents` that can be read (see [`SELECT_QUEUED`]).
-    pub(super) fn queued_runs(&self, agents: &[String]) -> Result<Vec<RunRecord>, StoreError> {
+    /// The oldest queued runs of `agents` that can be read (see [`SELECT_QUEUED`]), at most `limit`.
+    pub(super) fn queued_runs(&self, agents: &[String], limit: u32) -> Result<Vec<RunRecord>, StoreError> {
         let keys = self.keys.as_deref();
         let agents = serde_json::Value::from(agents.to_vec()).to_string();
-        let runs = self.read("cannot read queued runs", |connection| {
+        let wanted = usize::try_from(limit).unwrap_or(usize::MAX);
+        self.read("cannot read queued runs", |connection| {
             let mut statement = connection.prepare_cached(SELECT_QUEUED)?;
-            let runs = statement.query_map([agents], |row| Ok(decode_run(row, keys)))?;
-            Ok(runs.collect::<Result<Vec<_>, _>>()?)
-        })?;
-        Ok(runs.into_iter().filter_map(|run| keep_readable(run, "claim")).collect())
+            let read = i64::from(limit.saturating_add(UNREADABLE_SLACK));
+            // Rows are decoded (and opened, with data keys) one by one, only until `limit` are readable.
+            let mut runs = Vec::new();
+            for run in statement.query_map(params![agents, read], |row| Ok(decode_run(row, keys)))? {
+                if runs.len() == wanted {
+                    break;
+                }
+                runs.extend(keep_readable(run?, "claim"));
+            }
+            Ok(runs)
+        })
+    }
+
+    /// When the run queued longest was queued (see [`SELECT_OLDEST_QUEUED`]).
+    pub(super) fn oldest_queued_at(&self) -> Result<Option<Millis>, StoreError> {
+        self.read("cannot read the queue", |connection| {
+            let mut statement = connection.prepare_cached(SELECT_OLDEST_QUEUED)?;
+            Ok(statement.query_row([], |row| row.get(0)).optional()?)
+        })
+    }
+
+    /// SQLite's plan for a claim (`EXPLAIN QUERY PLAN` of `SELECT_QUEUED`), one line per step: for
+    /// the test that holds it to the queue's index.
+    ///
+    /// # Errors
+    /// The database cannot be read.
+    pub fn claim_plan(&self) -> Result<Vec<String>, StoreError> {
+        self.read("cannot explain the claim", |connection| {
+            let mut statement = connection.prepare(&format!("EXPLAIN QUERY PLAN {SELECT_QUEUED}"))?;
+            let steps = statement.query_map(params!["[]", 1], |row| row.get::<_, String>(3))?;
+            Ok(steps.collect::<Result<Vec<_>, _>>()?)
+        })
     }
 
     pub(super) fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {

@@ -10,7 +10,7 @@
 //! error, named by SQLite's code (a full disk is [`StoreError::DiskFull`] for each of them).
 
 use super::checkpoint::CHECKPOINT_EVERY;
-use super::{SELECT_RUN, SqliteStore, lock, run_exists};
+use super::{Folder, SELECT_RUN, SqliteStore, lock, run_exists};
 use crate::codec::{
     ChainHead, EventRow, RunRow, Secrets, chain_key, database_error, plan_append, plan_create, plan_transition,
     read_run_row, run_columns, run_error,
@@ -87,6 +87,38 @@ impl SqliteStore {
             return Outcome::error(record, writer_gone());
         }
         answer.await.unwrap_or_else(|_| Outcome::error(record, writer_gone()))
+    }
+
+    /// Commits several writes together, answering each in order: in one transaction on the caller's
+    /// thread when nothing else is under way and the write connection is free (as [`Self::submit`]
+    /// does for one), otherwise through the writer thread's queue, whose next batch takes as many of
+    /// them as are queued by then.
+    pub(super) async fn submit_together(&self, requests: Vec<Request>) -> Vec<Outcome> {
+        let count = requests.len();
+        let _under_way: Vec<UnderWay<'_>> = (0..count).map(|_| UnderWay::enter(&self.under_way)).collect();
+        let alone = self.under_way.load(Ordering::Acquire) == count;
+        if alone
+            && self.writer.capacity() == self.writer.max_capacity()
+            && let Some(connection) = self.committer.try_connection()
+        {
+            return self.committer.commit_together(connection, requests);
+        }
+        let mut answers = Vec::with_capacity(count);
+        for request in requests {
+            let record = request.answers_record();
+            let (reply, answer) = oneshot::channel();
+            let sent = self.writer.send(WriteOp { request, reply }).await.is_ok();
+            answers.push((sent.then_some(answer), record));
+        }
+        let mut outcomes = Vec::with_capacity(count);
+        for (answer, record) in answers {
+            let outcome = match answer {
+                Some(answer) => answer.await.ok(),
+                None => None,
+            };
+            outcomes.push(outcome.unwrap_or_else(|| Outcome::error(record, writer_gone())));
+        }
+        outcomes
     }
 
     pub(super) async fn write_record(&self, request: Request) -> Result<RunRecord, StoreError> {
@@ -180,7 +212,7 @@ pub(super) enum Outcome {
     Count(Result<u64, StoreError>),
 }
 
-fn mismatched_outcome() -> StoreError {
+pub(super) fn mismatched_outcome() -> StoreError {
     StoreError::Database("internal error: a write was answered with the wrong kind of result".to_owned())
 }
 
@@ -228,6 +260,8 @@ enum RowWrite {
 pub(super) struct Writer {
     pub(super) connection: Arc<Mutex<Connection>>,
     pub(super) secrets: Secrets,
+    /// Asked whether the file system refuses writes when a write meets an I/O error.
+    pub(super) folder: Folder,
     /// Wakes the checkpointer every [`CHECKPOINT_EVERY`] operations (file databases only).
     pub(super) checkpoints: Option<std::sync::mpsc::SyncSender<()>>,
     pub(super) operations: std::sync::atomic::AtomicU64,
@@ -281,12 +315,20 @@ impl Writer {
     /// the taps are handed what it wrote).
     fn commit_alone(&self, connection: MutexGuard<'_, Connection>, request: Request) -> Outcome {
         let record = request.answers_record();
-        let committed = self.commit(&connection, vec![request]);
+        self.commit_together(connection, vec![request])
+            .pop()
+            .unwrap_or_else(|| Outcome::error(record, mismatched_outcome()))
+    }
+
+    /// Commits `requests` in one transaction on the caller's thread, through `connection` (given back
+    /// before the taps are handed what they wrote); answers each in order.
+    fn commit_together(&self, connection: MutexGuard<'_, Connection>, requests: Vec<Request>) -> Vec<Outcome> {
+        let records: Vec<bool> = requests.iter().map(Request::answers_record).collect();
+        let committed = self.commit(&connection, requests);
         drop(connection);
-        match committed.map(|written| self.hand_over(written).pop()) {
-            Ok(Some(outcome)) => outcome,
-            Ok(None) => Outcome::error(record, mismatched_outcome()),
-            Err(error) => Outcome::error(record, error),
+        match committed {
+            Ok(written) => self.hand_over(written),
+            Err(error) => records.into_iter().map(|record| Outcome::error(record, error.clone())).collect(),
         }
     }
 
@@ -342,16 +384,16 @@ impl Writer {
     }
 
     fn fail(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> BatchFailure + '_ {
-        move |e| BatchFailure(database_error(&self.secrets, context, &e))
+        move |e| BatchFailure(database_error(&self.secrets, context, &self.folder.met(&e)))
     }
 
     fn error(&self, context: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-        move |e| database_error(&self.secrets, context, &e)
+        move |e| database_error(&self.secrets, context, &self.folder.met(&e))
     }
 
     /// [`Writer::error`] for a write of run `id`: damaged bytes met there are that run's.
     fn run_failed<'a>(&'a self, context: &'static str, id: &'a str) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
-        move |e| run_error(&self.secrets, context, id, &e)
+        move |e| run_error(&self.secrets, context, id, &self.folder.met(&e))
     }
 
     /// One transaction for the whole batch: each operation is applied in order, in its own savepoint.

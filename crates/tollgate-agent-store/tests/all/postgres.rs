@@ -2,7 +2,9 @@
 //! the server `TOLLGATE_TEST_POSTGRES_URL` names. Without that variable the cases are skipped with a
 //! note — except under CI, where they fail: CI must run them.
 
-use crate::contract::{Harness, T0, id, running_run};
+use crate::contract::{
+    FILLED_QUEUED_AT, FILLED_RUNS, Harness, T0, a_filled_queue_is_claimed_oldest_first, id, running_run,
+};
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection};
 use std::sync::Arc;
@@ -584,4 +586,81 @@ async fn the_commit_log_waits_for_an_older_transaction_and_skips_nothing() -> an
     anyhow::ensure!(runs == ["slow", run.id.as_str()], "{runs:?}");
     teardown(&h).await;
     Ok(())
+}
+
+/// Fills the harness's `runs` with the 100,000 runs of [`FILLED_QUEUED_AT`], of status `status`, with
+/// autovacuum off for the table so that nothing analyses it behind the test's back.
+async fn fill_runs(harness: &Postgres, status: &str) -> anyhow::Result<()> {
+    use tollgate_agent_core::RunRecord;
+    harness.execute("ALTER TABLE runs SET (autovacuum_enabled = false)".into()).await?;
+    // A template row written by the store, for the chain head of a run without events.
+    let template = RunRecord::new(id(0), "demo".into(), "q".into(), "local".into(), T0, None);
+    harness.store.create(template, vec![]).await?;
+    harness
+        .execute(format!(
+            "INSERT INTO runs (id, agent, status, version, input, iterations, input_tokens, output_tokens, \
+             created_by, created_at, updated_at, last_seq, last_hash) \
+             SELECT '01980000-0000-7000-8000-' || lpad(to_hex(n), 12, '0'), \
+             CASE WHEN n % 10 = 0 THEN 'demo' ELSE 'other' END, '{status}', 1, 'q', 0, 0, 0, 'local', \
+             {T0} + n, {queued_at}, 0, (SELECT last_hash FROM runs WHERE id = '{}') \
+             FROM generate_series(1, {FILLED_RUNS}) AS n",
+            id(0),
+            queued_at = FILLED_QUEUED_AT.replace("T0", &T0.to_string()),
+        ))
+        .await?;
+    harness.execute(format!("DELETE FROM runs WHERE id = '{}'", id(0))).await
+}
+
+/// Asserts that `plan` (EXPLAIN's lines) reads `runs_queue` in order: no sort, no scan of the table.
+fn assert_reads_the_queue_index(plan: &[String]) {
+    let text = plan.join("\n");
+    assert!(text.contains("Index Scan using runs_queue on runs"), "{text}");
+    for other in ["Sort", "Seq Scan", "Bitmap"] {
+        assert!(!text.contains(other), "{other} in the claim's plan:\n{text}");
+    }
+}
+
+/// The claim's plan is the queue's index read in order on a table of 100,000 queued runs that
+/// PostgreSQL has never analysed (what a burst leaves before autovacuum comes by), and the claim takes
+/// the oldest queued runs of its agents, up to its limit, in one go.
+#[tokio::test]
+async fn the_claim_reads_the_queue_index_on_a_table_never_analysed() -> anyhow::Result<()> {
+    let Some(harness) = setup().await? else { return Ok(()) };
+    let result = async {
+        fill_runs(&harness, "queued").await?;
+        let analysed = harness
+            .query_i64(
+                "SELECT COUNT(*) FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'runs' \
+                 AND (last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL)"
+                    .into(),
+            )
+            .await?;
+        assert_eq!(analysed, 0, "the table was never analysed");
+        let store = PostgresStore::open(&harness.url).await?;
+        assert_reads_the_queue_index(&store.claim_plan(&["demo".to_owned()], 64).await?);
+        a_filled_queue_is_claimed_oldest_first(&store).await?;
+        Ok(())
+    }
+    .await;
+    teardown(&harness).await;
+    result
+}
+
+/// The same on statistics gone stale: analysed while no run was queued, then 100,000 runs queued at
+/// once. PostgreSQL then believes almost no row is queued; the claim still reads the queue's index.
+#[tokio::test]
+async fn the_claim_reads_the_queue_index_on_stale_statistics() -> anyhow::Result<()> {
+    let Some(harness) = setup().await? else { return Ok(()) };
+    let result = async {
+        fill_runs(&harness, "completed").await?;
+        harness.execute("ANALYZE runs".into()).await?;
+        harness.execute("UPDATE runs SET status = 'queued'".into()).await?;
+        let store = PostgresStore::open(&harness.url).await?;
+        assert_reads_the_queue_index(&store.claim_plan(&["demo".to_owned()], 64).await?);
+        assert_reads_the_queue_index(&store.claim_plan(&["demo".to_owned(), "other".to_owned()], 1).await?);
+        Ok(())
+    }
+    .await;
+    teardown(&harness).await;
+    result
 }

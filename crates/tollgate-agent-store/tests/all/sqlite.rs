@@ -1,7 +1,9 @@
 //! The store contract against SQLite (a fresh file in a temp dir per case), plus what only SQLite
 //! has: reopening the file, the in-memory database.
 
-use crate::contract::{Harness, T0, id, running_run};
+use crate::contract::{
+    FILLED_QUEUED_AT, FILLED_RUNS, Harness, T0, a_filled_queue_is_claimed_oldest_first, id, running_run,
+};
 use anyhow::Context;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, Executor};
@@ -349,5 +351,40 @@ async fn a_read_only_database_reads_and_refuses_writes() -> anyhow::Result<()> {
     let probe = store.probe_write().await;
     anyhow::ensure!(matches!(probe, Err(StoreError::ReadOnly(_))), "{probe:?}");
     store.close().await;
+    Ok(())
+}
+
+/// The claim's plan is the queue's index read in order (no temporary B-tree for the ORDER BY, no scan of
+/// the table) on a table of 100,000 queued runs, never analysed or analysed before they were queued;
+/// and the claim takes the oldest queued runs of its agents, up to its limit, in one go.
+#[tokio::test]
+async fn the_claim_reads_the_queue_index_whatever_the_statistics() -> anyhow::Result<()> {
+    let Some(harness) = setup().await? else { return Ok(()) };
+    let store = SqliteStore::open(&harness.url).await?;
+    let assert_reads_the_queue_index = |plan: Vec<String>| {
+        let text = plan.join("\n");
+        // The partial index holds the queued runs alone: read in order, it stops at the limit.
+        assert!(plan.iter().any(|step| step == "SCAN runs USING INDEX runs_queue"), "{text}");
+        assert!(!text.contains("TEMP B-TREE") && !plan.iter().any(|step| step == "SCAN runs"), "{text}");
+    };
+    let template = tollgate_agent_core::RunRecord::new(id(0), "demo".into(), "q".into(), "local".into(), T0, None);
+    store.create(template, vec![]).await?;
+    harness
+        .execute(format!(
+            "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {FILLED_RUNS}) \
+             INSERT INTO runs (id, agent, status, version, input, iterations, input_tokens, output_tokens, \
+             created_by, created_at, updated_at, last_seq, last_hash) \
+             SELECT printf('01980000-0000-7000-8000-%012x', n), CASE WHEN n % 10 = 0 THEN 'demo' ELSE 'other' END, \
+             'queued', 1, 'q', 0, 0, 0, 'local', {T0} + n, {queued_at}, 0, \
+             (SELECT last_hash FROM runs WHERE id = '{0}') FROM g; DELETE FROM runs WHERE id = '{0}'",
+            id(0),
+            queued_at = FILLED_QUEUED_AT.replace("T0", &T0.to_string()),
+        ))
+        .await?;
+    assert_reads_the_queue_index(store.claim_plan()?);
+    harness.execute("UPDATE runs SET status = 'completed'; ANALYZE; UPDATE runs SET status = 'queued'".into()).await?;
+    let store = SqliteStore::open(&harness.url).await?;
+    assert_reads_the_queue_index(store.claim_plan()?);
+    a_filled_queue_is_claimed_oldest_first(&store).await?;
     Ok(())
 }

@@ -45,6 +45,15 @@ impl Ran {
     }
 }
 
+/// The text of a `model_response` event (as stored: redacted); `None` for other events and turns without
+/// text.
+pub(super) fn model_text(event: &StoredEvent) -> Option<String> {
+    match typed(event) {
+        Ok(EventData::ModelResponse(response)) => response.text,
+        _ => None,
+    }
+}
+
 /// The lines to print for one event (none for events that only mark progress), given the calls that
 /// already ran.
 pub(super) fn lines(event: &StoredEvent, ran: &Ran) -> Vec<String> {

@@ -3,6 +3,7 @@
 
 mod bench;
 mod cli;
+mod disk_full;
 mod doctor;
 mod frozen_v1;
 mod nodes;

@@ -13,8 +13,8 @@
 //! - the nodes live through it;
 //! - once the cluster is back, new runs start and are decided to completion within a bound, and
 //!   `/readyz` is ready again;
-//! - nothing is lost: every run answered 201 is readable, every run settles (completed, or failed with
-//!   the documented kind `store` when its progress could not be stored), `tollgate doctor` finds every
+//! - nothing is lost and nothing fails: every run answered 201 is readable, every run completes (a drive
+//!   waits the outage out and goes on; none is failed for it), `tollgate doctor` finds every
 //!   hash chain intact, and the ledger written by the tool holds at most one line per run, never one
 //!   without a `tool_started` event, exactly one for a completed run. A call whose result could not be
 //!   stored is put back in doubt once the lease expires (docs/nodes.md); settling denies it, since it
@@ -565,12 +565,10 @@ async fn a_postgres_restart_under_traffic_is_answered_503_and_recovered_without_
         assert_eq!(run["input"], input.as_str(), "{run:#}");
         must(&format!("GET run {id}"), http.get(format!("{}/v1/runs/{id}", b.url))).await?;
     }
-    let mut store_failures = Vec::new();
+    // An outage is the operator's to fix: no run fails for it (docs/nodes.md, "When the store fails").
     for (id, run) in &settled {
-        match (run["status"].as_str(), run["error"]["kind"].as_str()) {
-            (Some("completed"), _) => {}
-            (Some("failed"), Some("store")) => store_failures.push(id.clone()),
-            _ => bail!("run {id} ended neither completed nor failed with kind `store`: {run:#}"),
+        if run["status"] != "completed" {
+            bail!("run {id} did not complete: {run:#}\n{}", logs(&a, &b));
         }
     }
 
@@ -610,28 +608,15 @@ async fn a_postgres_restart_under_traffic_is_answered_503_and_recovered_without_
     assert!(unknown.is_empty(), "ledger lines of no run: {unknown:?}");
 
     // Every hash chain verifies.
-    let doctor = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("--config")
-        .arg(&config_path)
-        .args(["--json", "doctor"])
-        .current_dir(&dir)
-        .env_remove("TOLLGATE_STORE_URL")
-        .env_remove("TOLLGATE_CONFIG")
-        .output()
-        .context("cannot run tollgate doctor")?;
-    let report: Value = serde_json::from_slice(&doctor.stdout)
-        .with_context(|| format!("doctor's stdout is not JSON: {}", String::from_utf8_lossy(&doctor.stderr)))?;
+    let report = crate::support::doctor_report(&dir, &config_path)?;
     assert_eq!(report["ok"], true, "{report:#}");
     assert_eq!(report["runs_checked"], settled.len(), "{report:#}");
     assert_eq!(report["chains_intact"], settled.len(), "{report:#}");
 
     eprintln!(
-        "{} runs ({} answered 201): {} completed, {} failed with kind `store` {store_failures:?}, {} with a call in \
-         doubt {in_doubt:?}; test took {:?}",
+        "{} runs ({} answered 201), all completed, {} with a call in doubt {in_doubt:?}; test took {:?}",
         settled.len(),
         started.len(),
-        settled.len() - store_failures.len(),
-        store_failures.len(),
         in_doubt.len(),
         began.elapsed()
     );

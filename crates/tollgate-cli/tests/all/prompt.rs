@@ -45,6 +45,21 @@ impl Sandbox {
         command
     }
 
+    /// A sandbox whose configuration has one agent, `talker`, without tools, on an `openai` provider at
+    /// `model` with the `provider` lines added.
+    fn talking_to(model: &tollgate_agent_testkit::SlowChatModel, provider: &str) -> Result<Self> {
+        let sandbox = Self::new();
+        std::fs::write(
+            sandbox.dir.join("tollgate.toml"),
+            format!(
+                "[[providers]]\nname = \"talk\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock\"\n\
+                 {provider}\n\n[[agents]]\nname = \"talker\"\nprovider = \"talk\"\ntools = []\n",
+                model.base_url()
+            ),
+        )?;
+        Ok(sandbox)
+    }
+
     /// `tollgate ARGS` with stdin, stdout and stderr on a pseudo-terminal.
     fn on_terminal(&self, args: &[&str], env: &[(&str, &str)]) -> Result<Terminal> {
         let options = Options::new().timeout_ms(Some(TIMEOUT_MS)).strip_ansi_escape_codes(true);
@@ -402,15 +417,7 @@ fn the_models_text_shows_as_it_streams() -> Result<()> {
         std::time::Duration::from_millis(200),
         std::time::Duration::from_millis(300),
     )?;
-    let sandbox = Sandbox::new();
-    std::fs::write(
-        sandbox.dir.join("tollgate.toml"),
-        format!(
-            "[[providers]]\nname = \"slow\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock\"\nmax_retries = 0\n\n\
-             [[agents]]\nname = \"talker\"\nprovider = \"slow\"\ntools = []\n",
-            model.base_url()
-        ),
-    )?;
+    let sandbox = Sandbox::talking_to(&model, "max_retries = 0")?;
     // In this process, then through a server (`deltas=true` on its live event stream).
     let server = sandbox.serve()?;
     for args in [vec!["run", "talk"], vec!["--server", server.url.as_str(), "run", "talk"]] {
@@ -426,6 +433,45 @@ fn the_models_text_shows_as_it_streams() -> Result<()> {
     // The answer itself is what `run` prints when the run ends, as always, and what is stored.
     let listed = sandbox.plain(0, &["runs", "--json"])?;
     assert_eq!(listed.matches("Thinking it over, then done.").count(), 2, "{listed}");
+    Ok(())
+}
+
+/// Issue 32, items 5 and 6: with a real provider key configured (164 characters, redacted from
+/// everything), the model's text still shows as it arrives — only what could still turn out to be the key
+/// is held back — and the line ends with the round's whole text, never cut off. A stream cut after some
+/// text (the connection closes without the stream's end) is tried again: the line says so, and the next
+/// one shows the whole answer.
+#[test]
+fn with_a_long_key_and_a_cut_stream_the_line_shows_the_whole_text() -> Result<()> {
+    const PIECES: &[&str] = &["I will write ", "a short note ", "about the weather, ", "then stop."];
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let key: String = format!(
+        "sk-proj-{}",
+        (0..156).map(|i| char::from(ALPHABET[(i * 29 + 5) % ALPHABET.len()])).collect::<String>()
+    );
+    assert_eq!(key.len(), 164);
+    let whole = PIECES.concat();
+    // The first answer stops after two pieces; the second is whole.
+    let model = tollgate_agent_testkit::SlowChatModel::cutting(
+        PIECES,
+        std::time::Duration::from_millis(50),
+        std::time::Duration::from_millis(50),
+        1,
+        2,
+    )?;
+    let sandbox = Sandbox::talking_to(&model, &format!("api_key = \"{key}\"\nmax_retries = 1"))?;
+    let mut terminal = sandbox.on_terminal(&["run", "talk"], &[])?;
+    // The first attempt's text shows (the retry's warning may be printed amid it), then the retry.
+    terminal.expect("I will write ")?;
+    terminal.expect(" … (the model call is tried again)")?;
+    terminal.expect(&format!("round 1 · model: {whole}\r\n"))?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(model.requests(), 2, "{shown}");
+    assert!(!shown.contains(&key[10..30]), "{shown}");
+    // The answer itself is what `run` prints when the run ends, as always, and what is stored.
+    let listed = sandbox.plain(0, &["runs", "--json"])?;
+    assert!(listed.contains(&whole), "{listed}");
     Ok(())
 }
 

@@ -54,6 +54,9 @@ pub struct Config {
     pub tune: Option<fn(&mut ServerOptions)>,
     /// Secrets the runtime redacts (as a configured provider key would be).
     pub secrets: Vec<String>,
+    /// Adds [`TALKER`], whose model is the OpenAI-compatible server at this base URL (streamed), tried
+    /// again this many times (`max_retries`).
+    pub talker: Option<(String, u32)>,
 }
 
 /// Tokens for auth tests: `alice` runner, `bob` approver, `carol` runner + approver, `root` admin.
@@ -110,6 +113,8 @@ pub const GUARDED: &str = "scribe-guarded";
 pub const SLOW: &str = "scribe-slow";
 /// How long a `pause` call takes.
 pub const PAUSE: Duration = Duration::from_millis(400);
+/// `talker` (with [`Config::talker`]): no tools, its model an OpenAI-compatible server, streamed.
+pub const TALKER: &str = "talker";
 
 /// An allow-gated tool that takes [`PAUSE`] to answer: a step still in flight when a test acts.
 struct Pause {
@@ -210,6 +215,28 @@ fn agents(tools: &Tools) -> Vec<AgentSpec> {
     ]
 }
 
+/// [`TALKER`]: an `openai` provider at `base_url`, streamed, with a short backoff.
+fn talker(base_url: &str, max_retries: u32) -> AgentSpec {
+    let settings = tollgate_agent_providers::ProviderSettings {
+        base_url: Some(base_url.to_owned()),
+        max_retries,
+        initial_backoff: Duration::from_millis(10),
+        stream: true,
+        ..Default::default()
+    };
+    let model = tollgate_agent_providers::OpenAiModel::new(settings).unwrap_or_else(|e| panic!("{e}"));
+    let agent_loop = ToolLoop::new(Arc::new(model), Arc::new(ToolRegistry::new()), LoopConfig::default());
+    AgentSpec {
+        name: TALKER.into(),
+        model: "mock".into(),
+        agent_loop: Arc::new(agent_loop),
+        tools: Vec::new(),
+        approval_ttl: None,
+        on_expiry: OnExpiry::Deny,
+        forbid_self_approval: false,
+    }
+}
+
 /// Opens a store for a backend.
 pub async fn open_store(backend: &Backend) -> Arc<dyn RunStore> {
     let url = match backend {
@@ -258,7 +285,9 @@ impl Server {
             tools.registry().iter().map(|t| ToolInfo::of(t.tool().as_ref(), "default")).collect();
         let redactor = tollgate_agent_core::Redactor::new(config.secrets.iter().map(String::as_str));
         let options = RuntimeOptions { catalog, redactor, ..RuntimeOptions::default() };
-        let runtime = Runtime::new(store.clone(), agents(&tools), Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
+        let mut agents = agents(&tools);
+        agents.extend(config.talker.as_ref().map(|(base_url, max_retries)| talker(base_url, *max_retries)));
+        let runtime = Runtime::new(store.clone(), agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
         let mut options = ServerOptions {
@@ -459,4 +488,17 @@ pub fn python(modules: &[&str]) -> Option<PathBuf> {
     }
     eprintln!("skipped: {note}");
     None
+}
+
+/// Runs `command`, failing the test with its output when it fails; answers its standard output.
+pub fn run_command(command: &mut Command) -> String {
+    let output = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?}: {}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }

@@ -79,3 +79,18 @@ pub fn serve_in(dir: &Path, addr: &str) -> Command {
         .env_remove("TOLLGATE_TOKEN");
     command
 }
+
+/// `tollgate --config CONFIG --json doctor` in `dir`: its report.
+pub fn doctor_report(dir: &Path, config: &Path) -> Result<Value> {
+    let doctor = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("--config")
+        .arg(config)
+        .args(["--json", "doctor"])
+        .current_dir(dir)
+        .env_remove("TOLLGATE_STORE_URL")
+        .env_remove("TOLLGATE_CONFIG")
+        .output()
+        .context("cannot run tollgate doctor")?;
+    serde_json::from_slice(&doctor.stdout)
+        .with_context(|| format!("doctor's stdout is not JSON: {}", String::from_utf8_lossy(&doctor.stderr)))
+}
