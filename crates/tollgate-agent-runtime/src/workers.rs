@@ -9,7 +9,9 @@
 //! ([`RunStore::claim_queued`](tollgate_agent_core::RunStore::claim_queued): `FOR UPDATE SKIP LOCKED`
 //! on PostgreSQL), oldest queued first — new runs and resumes by when each began to wait — and as many
 //! at once as the node has free workers (up to [`CLAIM_BATCH`] in one statement), so that after a
-//! burst the queue drains at the speed of the workers rather than of one claim after another.
+//! burst the queue drains at the speed of the workers rather than of one claim after another. A look
+//! at a queue that may be empty holds one worker; only once a claim found as many runs as it had
+//! workers for does the next take every free one.
 //!
 //! At shutdown ([`Runtime::stop_taking_work`]) the pool takes nothing new: the claim loop ends, starts
 //! and decisions queue their runs for other nodes, and every run driven here is given back — released
@@ -228,14 +230,22 @@ async fn claim_loop(inner: Weak<Inner>, mut notices: broadcast::Receiver<crate::
         Some(strong) => strong.agents.iter().map(|agent| agent.name.clone()).collect(),
         None => return,
     };
+    // Whether the last claim found as many runs as it had workers for: the queue may hold more, so the
+    // next takes every free worker. Otherwise a look at the queue holds one worker only, so that a run
+    // started or resumed here meanwhile finds the others free instead of being queued.
+    let mut draining = false;
     loop {
         let Some(strong) = inner.upgrade() else { return };
         let Some(first) = strong.pool.slot().await else { return };
         let mut slots = vec![first];
-        slots.extend(strong.pool.free_slots(CLAIM_BATCH - 1));
+        if draining {
+            slots.extend(strong.pool.free_slots(CLAIM_BATCH - 1));
+        }
         let now = strong.clock.now();
         let limit = u32::try_from(slots.len()).unwrap_or(1);
-        match strong.store.claim_queued(&agents, limit, strong.lease(now), now).await {
+        let claim = strong.store.claim_queued(&agents, limit, strong.lease(now), now).await;
+        draining = claim.as_ref().is_ok_and(|claimed| claimed.len() == slots.len());
+        match claim {
             Ok(claimed) if !claimed.is_empty() => {
                 // Workers left over (fewer runs were queued) go back to the pool with `slots`; the loop
                 // looks again at once, and waits once a claim finds nothing.

@@ -88,6 +88,7 @@ fn script() -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_disk_fails_no_run_and_every_acknowledged_run_completes_once_space_returns() -> Result<()> {
+    let _alone = crate::support::ALONE.lock().await;
     let dir = scratch_dir("disk-full");
     let Some(disk) = SmallDisk::mount(&dir.join("disk"), "8m")? else { return Ok(()) };
     let url = format!("sqlite://{}", disk.path.join("tollgate.db").display());

@@ -92,6 +92,7 @@ async fn start(http: &reqwest::Client, node: &str, input: &str) -> Result<(Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_follow_a_failover_to_the_promoted_standby() -> Result<()> {
+    let _alone = crate::support::ALONE.lock().await;
     let root = Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.trim_ascii() == b"0");
     if !on_path("pg_basebackup") || !on_path("runuser") || !on_path("psql") || !root {
         if std::env::var_os("CI").is_some() {

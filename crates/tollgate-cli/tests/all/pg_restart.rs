@@ -420,6 +420,7 @@ async fn events(http: &reqwest::Client, node: &str, id: &str) -> Result<Vec<Valu
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_postgres_restart_under_traffic_is_answered_503_and_recovered_without_loss() -> Result<()> {
+    let _alone = crate::support::ALONE.lock().await;
     let began = Instant::now();
     let Some(cluster) = tokio::task::spawn_blocking(PgCluster::create).await?? else { return Ok(()) };
     eprintln!("cluster {:?} ready after {:?}", cluster.0, began.elapsed());

@@ -9,6 +9,7 @@ use tollgate_agent_testkit::scratch_dir;
 
 #[test]
 fn a_short_soak_with_kills_loses_duplicates_and_strands_nothing() -> Result<()> {
+    let _alone = crate::support::ALONE.blocking_lock();
     let dir = scratch_dir("soak-cli");
     let started = std::time::Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))

@@ -94,3 +94,8 @@ pub fn doctor_report(dir: &Path, config: &Path) -> Result<Value> {
     serde_json::from_slice(&doctor.stdout)
         .with_context(|| format!("doctor's stdout is not JSON: {}", String::from_utf8_lossy(&doctor.stderr)))
 }
+
+/// Held by the tests that load the machine most — real servers under traffic with a database or a disk
+/// failing under them, and the soak — so that no two of them run at once on a small CI machine: each
+/// bounds how long an answer may take, and two at once on two cores starved each other's servers.
+pub static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
