@@ -44,6 +44,7 @@
 //! [`LoopHooks`], and a run's [`Metadata`] reaches every call in its [`ToolContext`] through the
 //! [`RunScope`]. The durable runtime (`tollgate-agent-runtime`) and the `tollgate` facade build on it.
 
+pub mod approval;
 pub mod canonical;
 pub mod display;
 pub mod event;
@@ -61,6 +62,7 @@ pub mod tool_loop;
 pub mod transcript;
 pub mod typed;
 
+pub use approval::{Approval, ApprovalCommand, ApprovalError, ApprovalId, ApprovalState, Escalation, Requirement};
 pub use display::{terminal_safe, terminal_safe_line};
 pub use event::{ChainBreak, ChainKey, ChainKeys, EventKind, NewEvent, StoredEvent, verify_chain, verify_chain_with};
 pub use metadata::{Metadata, MetadataError, MetadataValueError};

@@ -46,67 +46,8 @@ fn expanded_rfc3339(at: Millis) -> String {
     format!("{year:+}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
 }
 
-/// A run's status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    /// Created, not yet picked up.
-    Queued,
-    /// A process holds its lease and is driving the loop.
-    Running,
-    /// Held at the gate.
-    WaitingForApproval,
-    /// Finished normally (also at the iteration cap or the token budget).
-    Completed,
-    /// Finished with an error.
-    Failed,
-    /// Cancelled by a person.
-    Cancelled,
-    /// Its approval deadline passed with `on_expiry = "cancel"`.
-    Expired,
-}
-
-impl RunStatus {
-    /// Every status, in lifecycle order.
-    pub const ALL: [RunStatus; 7] = [
-        RunStatus::Queued,
-        RunStatus::Running,
-        RunStatus::WaitingForApproval,
-        RunStatus::Completed,
-        RunStatus::Failed,
-        RunStatus::Cancelled,
-        RunStatus::Expired,
-    ];
-
-    /// The snake_case name used in JSON, SQL and on screen.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Queued => "queued",
-            RunStatus::Running => "running",
-            RunStatus::WaitingForApproval => "waiting_for_approval",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-            RunStatus::Expired => "expired",
-        }
-    }
-
-    /// Parses the snake_case name.
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
-    }
-
-    /// Completed, failed, cancelled and expired runs never change again.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled | RunStatus::Expired)
-    }
-}
-
-impl std::fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// A run's status: the wire's type, so a run object's `status` and the runtime's compare.
+pub use tollgate_agent_protocol::RunStatus;
 
 /// Why a run failed, as shown to users: never a secret, never a stack.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

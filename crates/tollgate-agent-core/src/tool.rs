@@ -11,35 +11,8 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The gate's verdict for one call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Gate {
-    /// Runs without asking anyone (the default).
-    #[default]
-    Allow,
-    /// Waits for a person's decision.
-    Ask,
-    /// Never runs; the model gets an error result.
-    Forbid,
-}
-
-impl Gate {
-    /// The lowercase name used in JSON and on screen.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Gate::Allow => "allow",
-            Gate::Ask => "ask",
-            Gate::Forbid => "forbid",
-        }
-    }
-}
-
-impl std::fmt::Display for Gate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The gate's verdict for one call: the wire's type, so a held call's `gate` and a tool's compare.
+pub use tollgate_agent_protocol::Gate;
 
 /// What a tool hands back to the model.
 #[derive(Clone, Debug, PartialEq, Eq)]

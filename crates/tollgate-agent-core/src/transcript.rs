@@ -84,27 +84,8 @@ pub struct ToolResult {
     pub denied: bool,
 }
 
-/// Token counters as the provider reports them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    /// Prompt tokens.
-    pub input_tokens: u64,
-    /// Completion tokens.
-    pub output_tokens: u64,
-}
-
-impl Usage {
-    /// Input plus output tokens.
-    pub fn total(&self) -> u64 {
-        self.input_tokens.saturating_add(self.output_tokens)
-    }
-
-    /// Adds another usage to this one.
-    pub fn add(&mut self, other: Usage) {
-        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
-        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
-    }
-}
+/// Token counters as the provider reports them: the wire's type, so a model client's and a run's compare.
+pub use tollgate_agent_protocol::Usage;
 
 /// What a run has consumed so far, folded over every segment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

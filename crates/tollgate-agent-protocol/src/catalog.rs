@@ -3,10 +3,12 @@
 use crate::run::Gate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 /// A configured agent.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Agent {
     /// Its name.
     pub name: String,
@@ -19,21 +21,23 @@ pub struct Agent {
 }
 
 /// `GET /v1/agents`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct AgentList {
     /// The default agent first.
     pub agents: Vec<Agent>,
 }
 
 /// A tool with its gate.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Tool {
     /// Its name.
     pub name: String,
     /// What it does.
     pub description: String,
     /// JSON schema of its arguments.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub parameters: Value,
     /// For `?agent=`: the effective gate for that agent; without: the tool's own default gate.
     pub gate: Gate,
@@ -42,21 +46,24 @@ pub struct Tool {
 }
 
 /// `GET /v1/tools`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ToolList {
     /// The tools.
     pub tools: Vec<Tool>,
 }
 
 /// `POST /v1/purge`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PurgeResult {
     /// How many runs went, with their events.
     pub deleted_runs: u64,
 }
 
 /// `GET /healthz`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Health {
     /// `ok`.
     pub status: String,

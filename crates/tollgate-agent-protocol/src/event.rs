@@ -3,10 +3,12 @@
 use crate::event_data::{EventData, EventDataError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 /// The kinds of event (docs/events.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// A run began.
@@ -86,7 +88,8 @@ impl EventKind {
 }
 
 /// One event of a run's log (docs/events.md). `data` is kept as the JSON served: the `hash` covers it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Event {
     /// 1, 2, … per run.
     pub seq: u64,
@@ -97,7 +100,7 @@ pub struct Event {
     /// The model call it belongs to (0 before the first).
     pub round: u32,
     /// Details per kind.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub data: Value,
     /// Lowercase hex sha256 chaining this event to the previous one.
     pub hash: String,
@@ -112,8 +115,9 @@ impl Event {
 }
 
 /// `GET /v1/runs/{id}/events`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(as = EventList)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = EventList))]
 pub struct EventPage {
     /// In order.
     pub events: Vec<Event>,

@@ -18,22 +18,25 @@ use crate::event::EventKind;
 use crate::run::{Decision, Gate, RunError, TerminationReason, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 /// `run_started`: a run began.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunStarted {
     /// The agent's name.
     pub agent: String,
     /// The run's input (null under `[privacy] level = "metadata"`).
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub input: Option<String>,
     /// Who started it.
     pub actor: String,
 }
 
 /// `model_request`: a model call is about to be made.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ModelRequest {
     /// How many messages are sent.
     pub messages: u64,
@@ -42,22 +45,24 @@ pub struct ModelRequest {
 }
 
 /// One tool call as the model asked for it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ModelToolCall {
     /// The model's id for the call.
     pub call_id: String,
     /// The tool named.
     pub tool: String,
     /// The model's arguments.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub arguments: Value,
 }
 
 /// `model_response`: a model call answered.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ModelResponse {
     /// The model's text, if any.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub text: Option<String>,
     /// The tool calls, in the model's order.
     pub tool_calls: Vec<ModelToolCall>,
@@ -66,14 +71,15 @@ pub struct ModelResponse {
 }
 
 /// `tool_started`: a call is about to run (for an ask-gated call, committed before it runs).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ToolStarted {
     /// The model's id for the call.
     pub call_id: String,
     /// The tool.
     pub tool: String,
     /// The arguments it runs with (the approver's, after an edit).
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub arguments: Value,
     /// The call's gate.
     pub gate: Gate,
@@ -82,7 +88,8 @@ pub struct ToolStarted {
 }
 
 /// `tool_finished`: a call ran.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ToolFinished {
     /// The model's id for the call.
     pub call_id: String,
@@ -91,45 +98,48 @@ pub struct ToolFinished {
     /// True when the tool failed.
     pub is_error: bool,
     /// What the model reads (null under `[privacy] level = "metadata"`).
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub result: Option<String>,
 }
 
 /// One call of a turn held at the gate, as `approval_requested` lists it (the run object's
 /// [`Call`](crate::Call) without the decision).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct GatedCall {
     /// The model's id for the call.
     pub call_id: String,
     /// The tool named.
     pub tool: String,
     /// The model's arguments.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub arguments: Value,
     /// The gate's verdict.
     pub gate: Gate,
     /// What the approver sees.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub preview: Option<String>,
     /// Started before a crash and never finished.
     pub in_doubt: bool,
 }
 
 /// `approval_requested`: a turn is held at the gate.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ApprovalRequested {
     /// The digest decisions must name.
     pub turn_digest: String,
     /// Every call of the turn.
     pub calls: Vec<GatedCall>,
     /// The approval deadline (RFC 3339 UTC), if any.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub expires_at: Option<String>,
 }
 
 /// A decision as a `decision` event keeps it: a [`Decision`] whose texts `[privacy] level = "metadata"`
 /// writes as null (so a `deny` may carry `"reason": null`, a `respond` `"result": null`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum LoggedDecision {
     /// Run the call as the model asked.
@@ -137,19 +147,19 @@ pub enum LoggedDecision {
     /// Run the call with these arguments instead.
     Edit {
         /// The approver's arguments (null under `metadata`).
-        #[schema(value_type = Object)]
+        #[cfg_attr(feature = "openapi", schema(value_type = Object))]
         arguments: Value,
     },
     /// Do not run it; the model is told why.
     Deny {
         /// The reason passed to the model (null under `metadata`).
-        #[schema(required = true)]
+        #[cfg_attr(feature = "openapi", schema(required = true))]
         reason: Option<String>,
     },
     /// Do not run it; this text is the call's result.
     Respond {
         /// The result given in the tool's place (null under `metadata`).
-        #[schema(required = true)]
+        #[cfg_attr(feature = "openapi", schema(required = true))]
         result: Option<String>,
     },
 }
@@ -179,7 +189,8 @@ impl From<Decision> for LoggedDecision {
 
 /// `decision`: a person (or the system, on expiry) decided one call. The decision's own fields come
 /// first (`action`, then `arguments` / `reason` / `result`), then `call_id` and `actor`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct DecisionMade {
     /// The decision.
     #[serde(flatten)]
@@ -191,7 +202,8 @@ pub struct DecisionMade {
 }
 
 /// `run_resumed`: a waiting run resumed.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunResumed {
     /// Whose decision completed the set.
     pub actor: String,
@@ -199,7 +211,8 @@ pub struct RunResumed {
 
 /// `run_taken_over`: a process took over a running run whose lease had expired (the process driving it
 /// stopped or stalled), to continue it from its last committed step.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunTakenOver {
     /// The process that took the run over (its lease owner id).
     pub owner: String,
@@ -212,34 +225,38 @@ pub struct RunTakenOver {
 }
 
 /// `run_completed`: the run completed.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunCompleted {
     /// The final output, if any.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub output: Option<String>,
     /// Why it ended.
     pub termination_reason: TerminationReason,
 }
 
 /// `run_failed`: the run failed.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunFailed {
     /// Why.
     pub error: RunError,
 }
 
 /// `run_cancelled`: the run was cancelled.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunCancelled {
     /// Who cancelled it.
     pub actor: String,
     /// Why, if they said.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub reason: Option<String>,
 }
 
 /// `run_expired`: the run's approval deadline passed with `on_expiry = "cancel"`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunExpired {
     /// The deadline that passed (RFC 3339 UTC).
     pub deadline: String,

@@ -26,9 +26,10 @@
 //! ```
 //!
 //! What it owns: the run object ([`Run`]), the list and event answers, the request bodies, problem+json
-//! ([`Problem`], [`ProblemType`]) and the typed event data ([`EventData`]). Every type derives
-//! `utoipa::ToSchema`, under the component name the OpenAPI document already uses, so a client generator
-//! gets one named schema per shape (each decision action included).
+//! ([`Problem`], [`ProblemType`]) and the typed event data ([`EventData`]). With the `openapi` feature
+//! (the server's), every type derives `utoipa::ToSchema`, under the component name the OpenAPI document
+//! already uses, so a client generator gets one named schema per shape (each decision action included);
+//! without it no utoipa is compiled.
 //!
 //! What it promises:
 //! - **Byte for byte.** Serialising a value gives the JSON the API and the event log have always carried:

@@ -5,6 +5,7 @@
 //! added; [`Problem::problem_type`] gives the known ones.
 
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 /// The prefix of every problem `type`.
@@ -161,7 +162,8 @@ impl ProblemType {
 }
 
 /// An error answer (`application/problem+json`, RFC 9457).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Problem {
     /// `https://tollgate.dev/problems/SLUG`: `malformed-json` (400), `unauthorized` (401), `forbidden`
     /// (403), `not-found` (404), `method-not-allowed` (405), `request-timeout` (408), `conflict` (409),

@@ -9,27 +9,32 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
 /// `POST /v1/runs`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(deny_unknown_fields)]
-#[schema(as = CreateRun)]
+#[cfg_attr(feature = "openapi", schema(as = CreateRun))]
 pub struct StartRunRequest {
     /// The agent; the first configured agent when absent or null.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// What the agent is asked to do: a string with at least one character that is not white space.
-    #[schema(
-        min_length = 1,
-        pattern = "[^\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            pattern = "[^\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+        )
     )]
     pub input: String,
     /// Handed to every tool call of the run and stored with it (which customer, which tenant); shown on
     /// the run, never in its events. A JSON object of at most 16 KiB as compact JSON, nested at most 16
     /// levels deep (the object itself is the first); `{}` when absent or null.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "object_or_null")]
-    #[schema(value_type = Option<Object>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub metadata: Option<Map<String, Value>>,
     /// Answer once the run waits for approval or has ended (default false: answer at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,7 +56,8 @@ fn object_or_null<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<O
 }
 
 /// `approve`: run the call as the model asked.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ApproveDecision {
     /// The held call.
@@ -59,18 +65,20 @@ pub struct ApproveDecision {
 }
 
 /// `edit`: run the call with these arguments instead (checked against the tool's schema).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EditDecision {
     /// The held call.
     pub call_id: String,
     /// The approver's arguments: a JSON object.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub arguments: Value,
 }
 
 /// `deny`: do not run the call; the model is told the reason.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DenyDecision {
     /// The held call.
@@ -81,7 +89,8 @@ pub struct DenyDecision {
 }
 
 /// `respond`: do not run the call; this text is its result.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RespondDecision {
     /// The held call.
@@ -165,6 +174,7 @@ impl DecisionRequest {
 }
 
 /// `(action, component)` of each [`CallDecision`] variant.
+#[cfg(feature = "openapi")]
 const DECISION_ACTIONS: [(&str, &str); 4] = [
     ("approve", "ApproveDecision"),
     ("edit", "EditDecision"),
@@ -172,6 +182,7 @@ const DECISION_ACTIONS: [(&str, &str); 4] = [
     ("respond", "RespondDecision"),
 ];
 
+#[cfg(feature = "openapi")]
 impl utoipa::PartialSchema for CallDecision {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         let component = |name: &str| format!("#/components/schemas/{name}");
@@ -189,6 +200,7 @@ impl utoipa::PartialSchema for CallDecision {
     }
 }
 
+#[cfg(feature = "openapi")]
 impl ToSchema for CallDecision {
     fn name() -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed("DecisionItem")
@@ -266,10 +278,12 @@ pub fn decide_forms() -> [(&'static str, Value); 3] {
 }
 
 /// A schema written as JSON; the shape is fixed, so it always reads (a test checks each one).
+#[cfg(feature = "openapi")]
 fn schema_of(value: Value) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
     serde_json::from_value(value).unwrap_or_default()
 }
 
+#[cfg(feature = "openapi")]
 impl utoipa::PartialSchema for DecisionRequest {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         let forms: Vec<Value> = decide_forms()
@@ -283,6 +297,7 @@ impl utoipa::PartialSchema for DecisionRequest {
     }
 }
 
+#[cfg(feature = "openapi")]
 impl ToSchema for DecisionRequest {
     fn name() -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed("DecideRequest")
@@ -298,7 +313,8 @@ impl ToSchema for DecisionRequest {
 }
 
 /// `POST /v1/runs/{id}/cancel`; the body may be empty.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {
     /// Why, recorded on the `run_cancelled` event.
@@ -307,14 +323,18 @@ pub struct CancelRequest {
 }
 
 /// `POST /v1/purge`; an empty body means the configured retention windows.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PurgeRequest {
     /// Terminal runs finished longer ago than this go (`30s`, `15m`, `24h`, `30d`: at most 14 digits,
     /// white space around allowed); waiting runs go by the configured `retention.waiting_after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(
-        pattern = "^[\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]*[0-9]{1,14}[smhd][\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]*$"
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]*[0-9]{1,14}[smhd][\\t-\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]*$"
+        )
     )]
     pub older_than: Option<String>,
 }

@@ -6,10 +6,14 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+#[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
+// One type for the run object and for the runtime and the store (core uses this one). Its doc comments
+// are the OpenAPI document's descriptions.
 /// A run's status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Created, not yet picked up.
@@ -40,7 +44,7 @@ impl RunStatus {
         RunStatus::Expired,
     ];
 
-    /// The snake_case name on the wire.
+    /// The snake_case name used in JSON, SQL and on screen.
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Queued => "queued",
@@ -53,14 +57,26 @@ impl RunStatus {
         }
     }
 
+    /// Parses the snake_case name.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
     /// Completed, failed, cancelled and expired runs never change again.
     pub fn is_terminal(self) -> bool {
         matches!(self, RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled | RunStatus::Expired)
     }
 }
 
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TerminationReason {
     /// The model answered without calls.
@@ -91,11 +107,15 @@ impl TerminationReason {
     }
 }
 
+// One type for what a tool's gate answers (`Allow` by default) and what a held call carries (core uses
+// this one). Its doc comments are the OpenAPI document's descriptions.
 /// A gate verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Gate {
     /// Runs without asking.
+    #[default]
     Allow,
     /// Waits for a decision.
     Ask,
@@ -104,7 +124,7 @@ pub enum Gate {
 }
 
 impl Gate {
-    /// The lowercase name on the wire.
+    /// The lowercase name used in JSON and on screen.
     pub fn as_str(self) -> &'static str {
         match self {
             Gate::Allow => "allow",
@@ -114,8 +134,17 @@ impl Gate {
     }
 }
 
+impl std::fmt::Display for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// One type for the wire and for what a model client reports (core uses this one). Its doc comments are
+// the OpenAPI document's descriptions.
 /// Tokens used (by a run so far, or by one model call in a `model_response` event).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Usage {
     /// Input tokens.
     pub input_tokens: u64,
@@ -123,8 +152,22 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
+impl Usage {
+    /// Input plus output tokens.
+    pub fn total(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+
+    /// Adds another usage to this one.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+    }
+}
+
 /// Why a run failed: never a secret, never a stack.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunError {
     /// A stable short name, e.g. `model_timeout`.
     pub kind: String,
@@ -134,7 +177,8 @@ pub struct RunError {
 
 /// A person's answer for one call, without who or when: the `action` and its own fields. A recorded
 /// decision and a `decision` event's data carry these first, then their own fields.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Decision {
     /// Run the call as the model asked.
@@ -142,7 +186,7 @@ pub enum Decision {
     /// Run the call with these arguments instead.
     Edit {
         /// The approver's arguments.
-        #[schema(value_type = Object)]
+        #[cfg_attr(feature = "openapi", schema(value_type = Object))]
         arguments: Value,
     },
     /// Do not run it; the model is told why.
@@ -185,25 +229,26 @@ pub struct RecordedDecision {
 }
 
 /// One call of the held turn, as the approver sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(as = HeldCall)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = HeldCall))]
 pub struct Call {
     /// The model's id for the call.
     pub call_id: String,
     /// The tool named.
     pub tool: String,
     /// The model's arguments.
-    #[schema(value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub arguments: Value,
     /// The gate's verdict (`forbid` also for calls refused before the gate).
     pub gate: Gate,
     /// What the approver sees.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub preview: Option<String>,
     /// Started but never finished (a crash): it may or may not have taken effect.
     pub in_doubt: bool,
     /// The decision recorded for this call, if any.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub decision: Option<RecordedDecision>,
     /// Where the call stands, as the runtime sees it (the fields above stay for older clients; this
     /// one says what they cannot, e.g. that a call already ran before a crash).
@@ -213,7 +258,7 @@ pub struct Call {
     pub takes_decision: bool,
     /// The call's recorded result when it already ran before a crash (`state` is `finished`); null
     /// otherwise.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub result: Option<CallResult>,
 }
 
@@ -225,7 +270,8 @@ impl Call {
 }
 
 /// Where a held call stands (`calls[].state`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CallState {
     /// Gated `ask`, no decision yet: it takes one.
@@ -259,7 +305,8 @@ impl CallState {
 }
 
 /// The result a held call already has (`calls[].result`): what the model reads for it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct CallResult {
     /// The result text, as the event log kept it (empty under `[privacy] level = "metadata"`).
     pub content: String,
@@ -268,20 +315,22 @@ pub struct CallResult {
 }
 
 /// The held turn of a waiting run (`pending`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(as = Pending)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Pending))]
 pub struct HeldTurn {
     /// `sha256:` + 64 lowercase hex digits; decisions name it.
     pub turn_digest: String,
     /// The approval deadline (RFC 3339 UTC), if the agent has one.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub expires_at: Option<String>,
     /// Every call of the held turn, allow-gated ones too.
     pub calls: Vec<Call>,
 }
 
 /// A run (docs/api.md, "Run"): the answer of `POST /v1/runs`, `GET /v1/runs/{id}`, decisions and cancel.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Run {
     /// UUIDv7, lowercase, hyphenated.
     pub id: String,
@@ -294,13 +343,13 @@ pub struct Run {
     /// What its starter gave the run's tools (`metadata` of `POST /v1/runs`): a JSON object, `{}` when
     /// none was given. Never in the run's events.
     #[serde(default)]
-    #[schema(required = true, value_type = Object)]
+    #[cfg_attr(feature = "openapi", schema(required = true, value_type = Object))]
     pub metadata: Map<String, Value>,
     /// The final output.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub output: Option<String>,
     /// Why it ended.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub termination_reason: Option<TerminationReason>,
     /// Model calls so far (not counting a closing completion at the cap).
     pub iterations: u32,
@@ -315,13 +364,13 @@ pub struct Run {
     /// RFC 3339 UTC.
     pub updated_at: String,
     /// RFC 3339 UTC, once terminal.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub finished_at: Option<String>,
     /// For failed runs.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub error: Option<RunError>,
     /// The held turn, while waiting for approval (null otherwise).
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub pending: Option<HeldTurn>,
 }
 
@@ -333,16 +382,18 @@ impl Run {
 }
 
 /// `GET /v1/runs`: one page of runs, newest first.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(as = RunList)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = RunList))]
 pub struct RunPage {
     /// Newest first.
     pub runs: Vec<Run>,
     /// Pass as `cursor` for the next page; null on the last page.
-    #[schema(required = true)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub next_cursor: Option<String>,
 }
 
+#[cfg(feature = "openapi")]
 impl utoipa::PartialSchema for RecordedDecision {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         serde_json::from_value(serde_json::json!({
@@ -363,4 +414,5 @@ impl utoipa::PartialSchema for RecordedDecision {
     }
 }
 
+#[cfg(feature = "openapi")]
 impl utoipa::ToSchema for RecordedDecision {}

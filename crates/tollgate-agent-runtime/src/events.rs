@@ -37,7 +37,7 @@ pub(crate) fn model_response(at: Millis, round: u32, response: &ModelResponse) -
             arguments: c.arguments.clone(),
         })
         .collect();
-    let answered = data::ModelResponse { text: response.text.clone(), tool_calls, usage: wire::usage(response.usage) };
+    let answered = data::ModelResponse { text: response.text.clone(), tool_calls, usage: response.usage };
     event(at, EventKind::ModelResponse, round, answered)
 }
 
@@ -54,7 +54,7 @@ pub(crate) fn tool_started(
         call_id: call_id.to_owned(),
         tool: tool.to_owned(),
         arguments: arguments.clone(),
-        gate: wire::gate(gate),
+        gate,
         idempotency_key: format!("{run_id}:{call_id}"),
     };
     event(at, EventKind::ToolStarted, round, started)

@@ -1,40 +1,15 @@
 //! The runtime's types as the wire types of `tollgate-agent-protocol`: the one place core meets the protocol.
 //!
 //! Both sides are foreign to this crate, so these are functions rather than `From` impls (the orphan
-//! rule). Every enum is converted with an exhaustive `match`: a new status, gate, reason, event kind or
-//! decision in core does not compile until its wire form is chosen here.
+//! rule). `Gate`, `RunStatus` and `Usage` need none: core uses the wire's. Every other enum is converted with an
+//! exhaustive `match`: a new reason, event kind or decision in core does not compile until its wire form
+//! is chosen here.
 
 use tollgate_agent_core::{
-    CallState, Decision, EventKind, Gate, HeldCall, RecordedDecision, RunError, RunRecord, RunState, RunStatus,
-    StoredEvent, TerminationReason, Usage, rfc3339,
+    CallState, Decision, EventKind, HeldCall, RecordedDecision, RunError, RunRecord, RunState, StoredEvent,
+    TerminationReason, rfc3339,
 };
 use tollgate_agent_protocol as wire;
-
-/// A run status on the wire.
-pub fn run_status(status: RunStatus) -> wire::RunStatus {
-    match status {
-        RunStatus::Queued => wire::RunStatus::Queued,
-        RunStatus::Running => wire::RunStatus::Running,
-        RunStatus::WaitingForApproval => wire::RunStatus::WaitingForApproval,
-        RunStatus::Completed => wire::RunStatus::Completed,
-        RunStatus::Failed => wire::RunStatus::Failed,
-        RunStatus::Cancelled => wire::RunStatus::Cancelled,
-        RunStatus::Expired => wire::RunStatus::Expired,
-    }
-}
-
-/// A wire run status as the runtime's (a filter a client asked for).
-pub fn run_status_from_wire(status: wire::RunStatus) -> RunStatus {
-    match status {
-        wire::RunStatus::Queued => RunStatus::Queued,
-        wire::RunStatus::Running => RunStatus::Running,
-        wire::RunStatus::WaitingForApproval => RunStatus::WaitingForApproval,
-        wire::RunStatus::Completed => RunStatus::Completed,
-        wire::RunStatus::Failed => RunStatus::Failed,
-        wire::RunStatus::Cancelled => RunStatus::Cancelled,
-        wire::RunStatus::Expired => RunStatus::Expired,
-    }
-}
 
 /// A termination reason on the wire.
 pub fn termination_reason(reason: TerminationReason) -> wire::TerminationReason {
@@ -45,15 +20,6 @@ pub fn termination_reason(reason: TerminationReason) -> wire::TerminationReason 
         TerminationReason::Error => wire::TerminationReason::Error,
         TerminationReason::Cancelled => wire::TerminationReason::Cancelled,
         TerminationReason::Expired => wire::TerminationReason::Expired,
-    }
-}
-
-/// A gate verdict on the wire.
-pub fn gate(gate: Gate) -> wire::Gate {
-    match gate {
-        Gate::Allow => wire::Gate::Allow,
-        Gate::Ask => wire::Gate::Ask,
-        Gate::Forbid => wire::Gate::Forbid,
     }
 }
 
@@ -74,12 +40,6 @@ pub fn event_kind(kind: EventKind) -> wire::EventKind {
         EventKind::RunCancelled => wire::EventKind::RunCancelled,
         EventKind::RunExpired => wire::EventKind::RunExpired,
     }
-}
-
-/// Token counts on the wire.
-pub fn usage(usage: Usage) -> wire::Usage {
-    let Usage { input_tokens, output_tokens } = usage;
-    wire::Usage { input_tokens, output_tokens }
 }
 
 /// A run's error on the wire.
@@ -122,7 +82,7 @@ pub fn gated_call(call: &HeldCall) -> wire::event_data::GatedCall {
         call_id: call.call_id.clone(),
         tool: call.tool.clone(),
         arguments: call.arguments.clone(),
-        gate: gate(call.gate()),
+        gate: call.gate(),
         preview: call.preview.clone(),
         in_doubt: call.in_doubt(),
     }
@@ -154,7 +114,7 @@ pub fn call(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire::Call 
         call_id: call.call_id.clone(),
         tool: call.tool.clone(),
         arguments: call.arguments.clone(),
-        gate: gate(call.gate()),
+        gate: call.gate(),
         preview: call.preview.clone(),
         in_doubt: call.in_doubt(),
         decision: recorded.map(recorded_decision),
@@ -203,13 +163,13 @@ pub fn run(run: &RunRecord) -> wire::Run {
     wire::Run {
         id: run.id.clone(),
         agent: run.agent.clone(),
-        status: run_status(run.status()),
+        status: run.status(),
         input: run.input.clone(),
         metadata: run.metadata.as_map().clone(),
         output: run.output().map(str::to_owned),
         termination_reason: run.termination_reason().map(termination_reason),
         iterations: run.iterations,
-        usage: usage(run.usage),
+        usage: run.usage,
         version: run.version,
         created_by: run.created_by.clone(),
         created_at: rfc3339(run.created_at),
@@ -226,7 +186,7 @@ pub fn tool(info: &crate::ToolInfo) -> wire::Tool {
         name: info.name.clone(),
         description: info.description.clone(),
         parameters: info.parameters.clone(),
-        gate: gate(info.gate),
+        gate: info.gate,
         why: info.why.clone(),
     }
 }

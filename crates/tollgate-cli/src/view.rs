@@ -47,11 +47,6 @@ pub struct RunView {
     pub pending: Option<HeldTurn>,
 }
 
-/// The status a command acts on (its exit code, when to stop following).
-fn status(status: tollgate_agent_protocol::RunStatus) -> RunStatus {
-    tollgate_agent_runtime::wire::run_status_from_wire(status)
-}
-
 impl RunView {
     /// Reads an docs/api.md run object; says what does not fit.
     pub fn from_json(json: Value) -> Result<RunView, String> {
@@ -64,7 +59,7 @@ impl RunView {
             json,
             id: run.id,
             agent: run.agent,
-            status: status(run.status),
+            status: run.status,
             input: run.input,
             metadata: run.metadata,
             output: run.output,

@@ -4,7 +4,9 @@ use crate::{BuildError, Tollgate};
 use std::sync::Arc;
 use std::time::Duration;
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
-use tollgate_agent_core::{LoopConfig, ModelClient, Redactor, SystemClock, Tool, ToolLoop, ToolRegistry};
+use tollgate_agent_core::{
+    LoopConfig, ModelClient, Redactor, RegistryError, SystemClock, Tool, ToolLoop, ToolRegistry,
+};
 use tollgate_agent_runtime::{
     AgentSpec, OnExpiry, PrivacyLevel, Retention, Runtime, RuntimeOptions, Schedule, ToolInfo, UuidV7Ids,
 };
@@ -82,6 +84,28 @@ impl Model {
     pub fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// Why an [`Agent`] cannot be built ([`BuildError::Agent`]). Not retryable: the agent must be changed.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// No model was given.
+    #[error("no model: call `.model(..)`")]
+    NoModel,
+    /// The model could not be set up: an invalid script, an HTTP provider's client that failed to build.
+    #[error("model `{model}`: {message}")]
+    Model {
+        /// The model name.
+        model: String,
+        /// Why.
+        message: String,
+    },
+    /// A tool cannot be offered: two tools share a name, or an argument schema is not a valid JSON schema.
+    #[error(transparent)]
+    Tool(RegistryError),
+    /// Another agent of the builder has this name.
+    #[error("two agents share this name")]
+    DuplicateName,
 }
 
 /// One agent: a name, a model, the tools it is offered and the rules of its approvals.
@@ -186,14 +210,15 @@ impl Agent {
 
     fn into_spec(self, redactor: &Redactor) -> Result<AgentSpec, BuildError> {
         let name = self.name;
-        let failed = |message: String| BuildError::Agent { name: name.clone(), message };
-        let Some(model) = self.model else { return Err(failed("no model: call `.model(..)`".into())) };
-        let client = model.client.map_err(|e| failed(format!("model `{}`: {e}", model.name)))?;
+        let failed = |error: AgentError| BuildError::Agent { name: name.clone(), error };
+        let Some(model) = self.model else { return Err(failed(AgentError::NoModel)) };
+        let client =
+            model.client.map_err(|message| failed(AgentError::Model { model: model.name.clone(), message }))?;
         let mut registry = ToolRegistry::new();
         let mut infos = Vec::new();
         for tool in self.tools {
             infos.push(ToolInfo::of(tool.as_ref(), "default"));
-            registry.register(tool).map_err(|e| failed(e.to_string()))?;
+            registry.register(tool).map_err(|e| failed(AgentError::Tool(e)))?;
         }
         let config = LoopConfig {
             model: model.name.clone(),
@@ -318,7 +343,7 @@ impl Builder {
         }
         let mut names = std::collections::HashSet::new();
         if let Some(agent) = self.agents.iter().find(|a| !names.insert(a.name.clone())) {
-            return Err(BuildError::Agent { name: agent.name.clone(), message: "two agents share this name".into() });
+            return Err(BuildError::Agent { name: agent.name.clone(), error: AgentError::DuplicateName });
         }
         let redactor = Redactor::new(self.secrets);
         let agents = self.agents.into_iter().map(|a| a.into_spec(&redactor)).collect::<Result<Vec<_>, _>>()?;

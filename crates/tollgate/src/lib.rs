@@ -81,6 +81,97 @@
 //! | `mcp` | | `mcp`: MCP servers as tool sources |
 //! | `server` | | `Tollgate::router`: the HTTP API and playground |
 //!
+//! ## One vocabulary
+//! Every type inside a public item of this crate (an error's variants and fields, a method's arguments,
+//! a trait's methods) is nameable from it, and each name is one type: the [`Gate`] a tool answers is the
+//! one a held [`Call`] carries, the [`RunStatus`] in [`DecideError::NotWaiting`] is the one a [`Run`]
+//! carries, the [`Decision`] given to [`Held::decide_each`] is the one a call's recorded decision holds,
+//! the [`Usage`] a [`ModelClient`] reports is the one a run adds up. These doc tests hold the crate to it:
+//!
+//! ```
+//! # use tollgate::{Held, Run};
+//! // A held call's gate, compared with the crate's `Gate`; a recorded decision with its `Decision`.
+//! fn asks(held: &Held) -> Vec<&str> {
+//!     held.awaiting().filter(|call| call.gate == tollgate::Gate::Ask).map(|c| c.call_id.as_str()).collect()
+//! }
+//! fn approved(held: &Held) -> bool {
+//!     held.calls.iter().flat_map(|c| &c.decision).any(|r| r.decision == tollgate::Decision::Approve)
+//! }
+//! fn approve_asks(held: &Held) -> tollgate::Decisions {
+//!     held.decide_each(|call| match call.gate {
+//!         tollgate::Gate::Ask => tollgate::Decision::Approve,
+//!         _ => tollgate::Decision::Deny { reason: "not asked".into() },
+//!     })
+//! }
+//! fn tokens(run: &Run, response: &tollgate::ModelResponse) -> tollgate::Usage {
+//!     let mut usage: tollgate::Usage = run.usage;
+//!     usage.add(response.usage);
+//!     usage
+//! }
+//! ```
+//! ```
+//! use tollgate::{DecideError, DecisionError, RunStatus, StoreError, TurnDigest};
+//! // Every error told apart by its variants, the types inside them named through this crate.
+//! fn explain(error: &DecideError) -> String {
+//!     match error {
+//!         DecideError::NotWaiting { status: RunStatus::Completed, .. } => "it has completed".into(),
+//!         DecideError::NotWaiting { status, .. } => format!("it is {status}"),
+//!         DecideError::StaleDigest { current } => format!("it moved on to {}", TurnDigest::as_str(current)),
+//!         DecideError::Invalid(DecisionError::UnknownCall(id)) => format!("no call {id}"),
+//!         DecideError::Invalid(DecisionError::InvalidEdit { call_id, message }) => format!("{call_id}: {message}"),
+//!         DecideError::Store(StoreError::Conflict { conflict: tollgate::Conflict::StaleVersion { .. }, .. }) => {
+//!             "someone acted on it first".into()
+//!         }
+//!         DecideError::Store(StoreError::Transition(tollgate::TransitionError::NotAllowed { from, .. })) => {
+//!             format!("not from {from}")
+//!         }
+//!         other => other.to_string(),
+//!     }
+//! }
+//! fn metadata(error: &tollgate::StartError) -> Option<usize> {
+//!     match error {
+//!         tollgate::StartError::InvalidMetadata(tollgate::MetadataError::TooLarge { bytes, .. }) => Some(*bytes),
+//!         _ => None,
+//!     }
+//! }
+//! fn duplicate_tool(error: &tollgate::BuildError) -> Option<&str> {
+//!     match error {
+//!         tollgate::BuildError::Agent {
+//!             error: tollgate::AgentError::Tool(tollgate::RegistryError::Duplicate(tool)), ..
+//!         } => Some(tool),
+//!         _ => None,
+//!     }
+//! }
+//! ```
+//! ```
+//! use tollgate::{BoxFuture, FinishReason, Model, ModelClient, ModelError, ModelRequest, ModelResponse, Usage};
+//! // A model client of your own, named and implemented through this crate alone.
+//! struct Echo;
+//! impl ModelClient for Echo {
+//!     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+//!         let text = format!("{} messages", request.messages.len());
+//!         Box::pin(async move {
+//!             Ok(ModelResponse {
+//!                 text: Some(text),
+//!                 tool_calls: Vec::new(),
+//!                 usage: Usage::default(),
+//!                 finish_reason: FinishReason::Stop,
+//!             })
+//!         })
+//!     }
+//! }
+//! let model = Model::custom(Echo, "echo");
+//! # let _ = model;
+//! ```
+//! The wire's listings of agents and tools are [`wire::AgentInfo`] and [`wire::ToolInfo`], so `Agent`
+//! and `Tool` name only the builder's agent and the tool trait:
+//! ```compile_fail,E0432
+//! use tollgate::wire::Agent; // the builder's `Agent` is the only one
+//! ```
+//! ```compile_fail,E0432
+//! use tollgate::wire::Tool; // the `Tool` trait is the only one
+//! ```
+//!
 //! ## What is not public
 //! The store port, the transition types and the stored row are not part of this crate's API: every
 //! change to a run goes through the runtime's compare-and-set rules, so no embedder can write a run
@@ -117,29 +208,63 @@ mod builder;
 mod events;
 mod held;
 
-pub use builder::{Agent, Builder, DEFAULT_STORE, Model};
+pub use builder::{Agent, AgentError, Builder, DEFAULT_STORE, Model};
 pub use events::{DEFAULT_POLL_INTERVAL, EventStream};
 pub use held::{Decisions, Held};
 
-pub use tollgate_agent_core::scripted::Script;
-pub use tollgate_agent_core::{ChainBreak, StoreError};
-pub use tollgate_agent_core::{Decision, Gate, Tool, ToolContext, ToolError, ToolOutput};
+// Every type inside a public item of this crate is nameable from here, under one name each: the enums a
+// run, a held call or an event carries (`Gate`, `RunStatus`, `Decision`, `Usage`, ...) are the wire's
+// types, which the runtime's errors and the tools' gates use too.
+pub use tollgate_agent_core::scripted::{Script, ScriptError};
+pub use tollgate_agent_core::{BoxFuture, Clock, Millis, SystemClock};
+pub use tollgate_agent_core::{ChainBreak, ChainKey, ChainKeys, Conflict, StoreError, TransitionError};
+pub use tollgate_agent_core::{DecisionError, TurnDigest};
+pub use tollgate_agent_core::{
+    FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse, ToolCall,
+    ToolResult, ToolSpec,
+};
 pub use tollgate_agent_core::{FnTool, IntoTool, Metadata, Typed, TypedTool, tool_fn};
+pub use tollgate_agent_core::{MetadataError, MetadataValueError};
+pub use tollgate_agent_core::{PolicyPath, Preview, RegistryError, Tool, ToolContext, ToolError, ToolOutput};
 pub use tollgate_agent_runtime::{
     CancelError, DecideError, LiveDelta, LiveText, OnExpiry, PrivacyLevel, ReadError, ResolveError, Retention,
     StartError,
 };
-pub use tollgate_agent_store::{DataKey, DataKeys};
+pub use tollgate_agent_store::{DataKey, DataKeyError, DataKeys};
 
 /// The `schemars` crate the typed tools derive their schemas with (`#[derive(JsonSchema)]` needs
 /// `schemars` as a dependency of your own, same major version, or `#[schemars(crate = "tollgate::schemars")]`).
 pub use tollgate_agent_core::typed::{JsonSchema, schemars};
 
 /// The JSON types of runs, calls and events, as Tollgate's HTTP API carries them (docs/api.md).
+///
+/// Named as in docs/api.md, except where the name is taken by another type of this crate: the agent
+/// and tool listings are [`AgentInfo`](wire::AgentInfo) and [`ToolInfo`](wire::ToolInfo) (not the builder's
+/// [`Agent`] or the [`Tool`] trait), and the data of the `model_request` and `model_response` events is
+/// [`ModelRequestData`](wire::event_data::ModelRequestData) and
+/// [`ModelResponseData`](wire::event_data::ModelResponseData) (not a [`ModelClient`]'s [`ModelRequest`] and
+/// [`ModelResponse`]).
 pub mod wire {
-    pub use tollgate_agent_protocol::*;
+    pub use tollgate_agent_protocol::{
+        Agent as AgentInfo, AgentList, ApproveDecision, Call, CallDecision, CallResult, CallState, CancelRequest,
+        Decision, DecisionRequest, DenyDecision, EditDecision, Event, EventData, EventDataError, EventKind, EventPage,
+        Gate, Health, HeldTurn, PROBLEM_BASE, PROBLEM_JSON, Problem, ProblemType, PurgeRequest, PurgeResult,
+        RecordedDecision, RespondDecision, Run, RunError, RunPage, RunStatus, StartRunRequest, TerminationReason,
+        Tool as ToolInfo, ToolList, Usage,
+    };
+
+    /// The typed `data` of each event kind ([`EventData::from_kind`]).
+    pub mod event_data {
+        pub use tollgate_agent_protocol::event_data::{
+            ApprovalRequested, DecisionMade, EventData, EventDataError, GatedCall, LoggedDecision,
+            ModelRequest as ModelRequestData, ModelResponse as ModelResponseData, ModelToolCall, RunCancelled,
+            RunCompleted, RunExpired, RunFailed, RunResumed, RunStarted, RunTakenOver, ToolFinished, ToolStarted,
+        };
+    }
 }
-pub use tollgate_agent_protocol::{Call, CallState, Event, EventKind, Run, RunStatus};
+pub use tollgate_agent_protocol::{
+    Call, CallResult, CallState, Decision, Event, EventKind, Gate, RecordedDecision, Run, RunStatus, Usage,
+};
 
 /// The built-in tools, confined to a workspace folder: `fs_list`, `fs_read`, `fs_search`, `fs_write`,
 /// `fs_delete`, `time_now`, `shell` (sandboxed with Landlock where the kernel allows), and with the
@@ -153,7 +278,7 @@ pub mod tools {
 /// offer its tools with [`Agent::tools`].
 #[cfg(feature = "mcp")]
 pub mod mcp {
-    pub use tollgate_agent_mcp::{McpServerConfig, McpSource, McpTool, StartError};
+    pub use tollgate_agent_mcp::{McpServerConfig, McpSource, McpTool, StartError as McpStartError, StartFailure};
 }
 
 /// Tollgate's HTTP API as a router of your service ([`Tollgate::router_with`]): its options, API tokens
@@ -176,8 +301,7 @@ pub mod providers {
     pub use tollgate_agent_providers::{ApiKey, ProviderError, ProviderSettings};
 }
 
-use std::future::{Future, IntoFuture};
-use std::pin::Pin;
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_runtime::maintenance::Maintenance;
 use tollgate_agent_runtime::{DecisionSet, Runtime};
@@ -189,8 +313,6 @@ pub const DEFAULT_ACTOR: &str = "local";
 /// The runs listed per page when no limit is given.
 pub const DEFAULT_PAGE: u32 = 50;
 
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
 /// Why [`Builder::build`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -199,13 +321,13 @@ pub enum BuildError {
     #[error("no agent: add one with `.agent(Agent::new(..))`")]
     NoAgent,
     /// An agent cannot be built: no model, a model that failed to set up, two tools with one name, an
-    /// invalid argument schema.
-    #[error("agent `{name}`: {message}")]
+    /// invalid argument schema, two agents with one name.
+    #[error("agent `{name}`: {error}")]
     Agent {
         /// The agent.
         name: String,
         /// What is wrong.
-        message: String,
+        error: AgentError,
     },
     /// The store cannot be opened (its URL, without a password, and why).
     #[error("store {url}: {error}")]
@@ -353,7 +475,7 @@ impl Tollgate {
         let page = self
             .runtime
             .list(tollgate_agent_core::RunQuery {
-                status: query.status.map(tollgate_agent_runtime::wire::run_status_from_wire),
+                status: query.status,
                 agent: query.agent,
                 limit: query.limit.clamp(1, 1000),
                 cursor: query.cursor,
@@ -451,7 +573,7 @@ impl Tollgate {
     /// step boundary (once the model call or tool call under way has returned), keeps what it did, and
     /// is queued for the next worker of any process on the store (this one after a restart); shell
     /// commands still running are killed. Runs waiting for approval are unaffected: they stay in the
-    /// store for any process to resume. The webhook deliveries of [`router_with`](Self::router_with) get
+    /// store for any process to resume. The webhook deliveries of `router_with` (feature `server`) get
     /// up to 5 s to finish; where they got is stored, and another process on the store continues.
     pub async fn shutdown(&self) {
         self.runtime.stop_taking_work();
