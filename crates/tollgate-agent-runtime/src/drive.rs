@@ -344,7 +344,7 @@ impl Inner {
     /// Commits the end of a segment under this process's lease, waiting out a store outage
     /// ([`crate::outage`]): a retry that finds its write took effect (the answer was lost) answers the
     /// run as stored. A run not stored yet (as created) is created as it ends, its `run_started` first,
-    /// in one attempt.
+    /// in one attempt: it was never acknowledged to anyone (its starter waits for this write).
     async fn commit_end(
         &self,
         id: &str,
@@ -354,15 +354,16 @@ impl Inner {
         now: Millis,
     ) -> Result<RunRecord, StoreError> {
         if let Some(created) = unborn {
-            // Never acknowledged to anyone (its starter waits for this write): once, outage or not.
+            let ended = created.apply(&transition, now).map_err(StoreError::Transition)?;
             let events = std::iter::once(events::run_started(created)).chain(events).collect();
-            return self.commit_end_once(id, unborn, transition, events, now).await;
+            return self.store.create(ended, events).await;
         }
         self.until_stored(id, "end of segment", |attempt| {
             let (transition, events) = (transition.clone(), events.clone());
             async move {
-                match self.commit_end_once(id, unborn, transition, events.clone(), now).await {
-                    Err(error @ (StoreError::Conflict { .. } | StoreError::Duplicate(_))) if attempt.retry => {
+                let guard = Guard::Lease(self.node.clone());
+                match self.store.transition(id, guard, transition, events.clone(), now).await {
+                    Err(error @ StoreError::Conflict { .. }) if attempt.retry => {
                         self.stored_already(id, &events).await.ok_or(error)
                     }
                     other => other,
@@ -370,22 +371,6 @@ impl Inner {
             }
         })
         .await
-    }
-
-    /// One attempt of [`Inner::commit_end`]; `events` start with the `run_started` of an unborn run.
-    async fn commit_end_once(
-        &self,
-        id: &str,
-        unborn: Option<&RunRecord>,
-        transition: Transition,
-        events: Vec<NewEvent>,
-        now: Millis,
-    ) -> Result<RunRecord, StoreError> {
-        let Some(created) = unborn else {
-            return self.store.transition(id, Guard::Lease(self.node.clone()), transition, events, now).await;
-        };
-        let ended = created.apply(&transition, now).map_err(StoreError::Transition)?;
-        self.store.create(ended, events).await
     }
 
     /// Fails a run whose stored state cannot be read, leaving every other run alone.
