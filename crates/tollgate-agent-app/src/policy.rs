@@ -1,9 +1,10 @@
 //! Operator policy: `[[agents.policy]]` rules applied over every tool's own gate, built-in or MCP.
 //!
 //! The first rule whose `tool` glob matches the tool's name and whose every `when` matcher matches the
-//! call's arguments decides the gate; with no matching rule the tool's own gate stands. A matcher reads the
-//! value at its JSON pointer: a string is matched as is, a number or boolean by its JSON text; a missing
-//! value never matches. Policy can make a tool stricter or looser: `forbid` beats a tool's `allow`.
+//! call's arguments decides the gate and, for a call it asks about, how many people must approve it (its
+//! `approvals`, else one); with no matching rule the tool's own gate and requirement stand. A matcher
+//! reads the value at its JSON pointer: a string is matched as is, a number or boolean by its JSON text; a
+//! missing value never matches. Policy can make a tool stricter or looser: `forbid` beats a tool's `allow`.
 //!
 //! A path is judged as the tool resolves it, never as spelled: where the tool names a path argument
 //! ([`Tool::policy_paths`]: every built-in file tool's `path`), the matcher on that pointer reads the
@@ -16,9 +17,11 @@
 use serde_json::Value;
 use std::sync::Arc;
 use tollgate_agent_config::{PolicyGate, PolicyRule};
-use tollgate_agent_core::{BoxFuture, Gate, PolicyPath, Preview, Tool, ToolContext, ToolError, ToolOutput};
+use tollgate_agent_core::{
+    BoxFuture, Gate, PolicyPath, Preview, Requirement, Tool, ToolContext, ToolError, ToolOutput,
+};
 
-/// A tool whose gate the operator's policy overrides.
+/// A tool whose gate (and, for a call it asks about, requirement) the operator's policy overrides.
 pub struct PolicyTool {
     inner: Arc<dyn Tool>,
     /// The rules that name this tool, with their 1-based position in the agent's policy.
@@ -45,15 +48,17 @@ pub fn explain(tool: &dyn Tool, own_reason: &str, policy: &[PolicyRule]) -> (Gat
             continue;
         }
         if rule.when.is_empty() {
-            return (gate_of(rule.gate), format!("policy rule {} (tool = \"{}\")", i + 1, rule.tool.as_str()));
+            let quorum = rule.approvals.map(|n| format!(", {n} approvals")).unwrap_or_default();
+            return (gate_of(rule.gate), format!("policy rule {} (tool = \"{}\"){quorum}", i + 1, rule.tool.as_str()));
         }
+        let quorum = rule.approvals.map(|n| format!(" with {n} approvals")).unwrap_or_default();
         let own = tool.gate(&empty);
         let conditions: Vec<String> =
             rule.when.iter().map(|m| format!("{} = \"{}\"", m.pointer, m.pattern.as_str())).collect();
         return (
             own,
             format!(
-                "{own_reason}; policy rule {} makes it {} when {}",
+                "{own_reason}; policy rule {} makes it {}{quorum} when {}",
                 i + 1,
                 rule.gate.as_str(),
                 conditions.join(" and ")
@@ -89,6 +94,14 @@ fn matches(rule: &PolicyRule, args: &Value, paths: &[PolicyPath]) -> bool {
     })
 }
 
+impl PolicyTool {
+    /// The first rule that matches the call, which decides both its gate and its requirement.
+    fn deciding_rule(&self, args: &Value) -> Option<&PolicyRule> {
+        let paths = self.inner.policy_paths(args);
+        self.rules.iter().map(|(_, rule)| rule).find(|rule| matches(rule, args, &paths))
+    }
+}
+
 impl Tool for PolicyTool {
     fn name(&self) -> &str {
         self.inner.name()
@@ -107,10 +120,17 @@ impl Tool for PolicyTool {
     }
 
     fn gate(&self, args: &Value) -> Gate {
-        let paths = self.inner.policy_paths(args);
-        match self.rules.iter().find(|(_, rule)| matches(rule, args, &paths)) {
-            Some((_, rule)) => gate_of(rule.gate),
+        match self.deciding_rule(args) {
+            Some(rule) => gate_of(rule.gate),
             None => self.inner.gate(args),
+        }
+    }
+
+    fn requirement(&self, args: &Value) -> Requirement {
+        match self.deciding_rule(args) {
+            Some(PolicyRule { gate: PolicyGate::Ask, approvals: Some(n), .. }) => Requirement::new(*n),
+            Some(_) => Requirement::SINGLE,
+            None => self.inner.requirement(args),
         }
     }
 
@@ -135,6 +155,7 @@ impl Tool for PolicyTool {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::num::NonZeroU32;
     use tollgate_agent_config::{ArgumentMatch, Glob};
     use tollgate_agent_testkit::TestTool;
 
@@ -143,7 +164,17 @@ mod tests {
             tool: Glob::new(tool),
             when: when.iter().map(|(p, g)| ArgumentMatch { pointer: (*p).into(), pattern: Glob::new(g) }).collect(),
             gate,
+            approvals: None,
         }
+    }
+
+    /// `rule` with `approvals = n`.
+    fn quorum(rule: PolicyRule, n: u32) -> PolicyRule {
+        PolicyRule { approvals: Some(NonZeroU32::new(n).unwrap()), ..rule }
+    }
+
+    fn approvals(tool: &dyn Tool, args: &Value) -> u32 {
+        tool.requirement(args).approvals()
     }
 
     #[test]
@@ -242,6 +273,52 @@ mod tests {
     }
 
     #[test]
+    fn the_first_matching_rule_decides_how_many_must_approve() {
+        let pay = TestTool::new("pay").gate(Gate::Ask).shared();
+        let policy = vec![
+            rule("pay", &[("/amount", "?")], PolicyGate::Allow),
+            quorum(rule("pay", &[("/currency", "EUR")], PolicyGate::Ask), 2),
+            rule("pay", &[("/currency", "USD")], PolicyGate::Ask),
+            quorum(rule("p*", &[], PolicyGate::Ask), 3),
+        ];
+        let tool = apply(pay, &policy);
+        let amount = |amount: u32, currency: &str| json!({"amount": amount, "currency": currency});
+        assert_eq!(approvals(tool.as_ref(), &amount(50, "EUR")), 2);
+        assert_eq!(approvals(tool.as_ref(), &amount(50, "GBP")), 3, "rule 4 catches what rules 1-3 miss");
+        assert_eq!(approvals(tool.as_ref(), &amount(50, "USD")), 1, "rule 3 asks once, before rule 4's quorum");
+        assert_eq!(tool.gate(&amount(5, "EUR")), Gate::Allow);
+        assert_eq!(approvals(tool.as_ref(), &amount(5, "EUR")), 1, "rule 1 allows, before rule 2's quorum");
+    }
+
+    #[test]
+    fn with_no_matching_rule_the_inner_tools_requirement_stands() {
+        let pay = TestTool::new("pay").gate(Gate::Ask).shared();
+        assert_eq!(approvals(apply(pay.clone(), &[rule("pay", &[], PolicyGate::Ask)]).as_ref(), &json!({})), 1);
+        // An inner tool that asks for a quorum of its own: here, a policy-wrapped one.
+        let inner = apply(pay, &[quorum(rule("pay", &[], PolicyGate::Ask), 3)]);
+        let outer = apply(inner, &[quorum(rule("pay", &[("/currency", "EUR")], PolicyGate::Ask), 2)]);
+        assert_eq!(approvals(outer.as_ref(), &json!({"currency": "EUR"})), 2);
+        assert_eq!(approvals(outer.as_ref(), &json!({"currency": "USD"})), 3);
+        assert_eq!(outer.gate(&json!({"currency": "USD"})), Gate::Ask);
+    }
+
+    #[test]
+    fn a_quorum_is_judged_on_the_path_the_tool_resolves() {
+        let policy = [
+            quorum(rule("fs_delete", &[("/path", "data/**")], PolicyGate::Ask), 2),
+            rule("fs_delete", &[("/path", "tmp/**")], PolicyGate::Allow),
+        ];
+        let delete = apply(builtin("fs_delete"), &policy);
+        let approvals = |path: &str| approvals(delete.as_ref(), &json!({"path": path}));
+        for path in ["data/x", "./data/x", "x/../data/x", "data//x", "data", ".", "x/.."] {
+            assert_eq!(approvals(path), 2, "{path} is or holds data/");
+        }
+        for path in ["datax", "tmp/data/x", "notes", "data/../notes"] {
+            assert_eq!(approvals(path), 1, "{path}");
+        }
+    }
+
+    #[test]
     fn explain_names_the_deciding_rule() {
         let write = TestTool::new("fs_write").gate(Gate::Ask);
         let policy =
@@ -252,5 +329,20 @@ mod tests {
         let list = TestTool::new("fs_list");
         assert_eq!(explain(&list, "default", &policy), (Gate::Forbid, "policy rule 2 (tool = \"*\")".into()));
         assert_eq!(explain(&list, "default", &[]), (Gate::Allow, "default".into()));
+    }
+
+    #[test]
+    fn explain_names_a_quorum() {
+        let pay = TestTool::new("pay").gate(Gate::Ask);
+        let policy = vec![rule("shell", &[], PolicyGate::Forbid), quorum(rule("pay", &[], PolicyGate::Ask), 2)];
+        assert_eq!(
+            explain(&pay, "default", &policy),
+            (Gate::Ask, "policy rule 2 (tool = \"pay\"), 2 approvals".into())
+        );
+        let policy = vec![quorum(rule("pay", &[("/currency", "EUR")], PolicyGate::Ask), 3)];
+        assert_eq!(
+            explain(&pay, "default", &policy),
+            (Gate::Ask, "default; policy rule 1 makes it ask with 3 approvals when /currency = \"EUR\"".into())
+        );
     }
 }

@@ -213,16 +213,18 @@ impl tollgate_agent_core::TypedTool for Refund {
     }
 }
 
-#[tokio::test]
-async fn an_embedders_own_tool_is_offered_where_the_config_names_it_under_the_agents_policy() {
-    use tollgate_agent_core::IntoTool;
-    let dir = scratch_dir("app-own-tool");
+/// Loads the config of a scripted agent `support` offered the embedder's `refund` tool under one policy
+/// rule for it (`rule`: its keys after `tool`), with `rest` after it; the script calls `refund` once,
+/// then says "ok". Each call loads the same file anew.
+fn refund_config(dir_name: &str, rule: &str, rest: &str) -> impl Fn() -> tollgate_agent_config::Config {
+    let dir = scratch_dir(dir_name);
     std::fs::write(
         dir.join("script.json"),
         r#"{"turns": [{"tool_calls": [{"name": "refund", "arguments": {"cents": 5}}]}, {"text": "ok"}]}"#,
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let toml = r#"
+    let toml = format!(
+        r#"
 [[providers]]
 name = "script"
 kind = "scripted"
@@ -233,14 +235,21 @@ provider = "script"
 tools = ["refund"]
 [[agents.policy]]
 tool = "refund"
-gate = "ask"
-[[agents]]
-name = "other"
-provider = "script"
-tools = ["fs_read"]
-"#;
-    let loader = ConfigLoader::new(EnvVars::new(), &dir);
-    let load = || loader.load_str(dir.join("tollgate.toml"), toml).unwrap_or_else(|e| panic!("{e}"));
+{rule}
+{rest}"#
+    );
+    move || {
+        ConfigLoader::new(EnvVars::new(), &dir)
+            .load_str(dir.join("tollgate.toml"), &toml)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+#[tokio::test]
+async fn an_embedders_own_tool_is_offered_where_the_config_names_it_under_the_agents_policy() {
+    use tollgate_agent_core::IntoTool;
+    let other = "[[agents]]\nname = \"other\"\nprovider = \"script\"\ntools = [\"fs_read\"]\n";
+    let load = refund_config("app-own-tool", "gate = \"ask\"", other);
     let app = App::build_with_tools(load(), vec![Refund.into_tool()]).await.unwrap_or_else(|e| panic!("{e}"));
     let support = app.runtime.agent("support").unwrap_or_else(|| panic!("no agent"));
     assert_eq!(support.tools.iter().map(|t| (t.name.as_str(), t.gate)).collect::<Vec<_>>(), [("refund", Gate::Ask)]);
@@ -259,6 +268,26 @@ tools = ["fs_read"]
 
     let clash = App::build_with_tools(load(), vec![Refund.into_tool(), Refund.into_tool()]).await.err();
     assert!(clash.is_some_and(|e| e.to_string().contains("tool `refund`")), "a second tool of one name is refused");
+}
+
+#[tokio::test]
+async fn a_policy_quorum_holds_the_call_until_that_many_people_approve() {
+    use tollgate_agent_core::IntoTool;
+    let config = refund_config("app-quorum", "gate = \"ask\"\napprovals = 2", "")();
+    let app = App::build_with_tools(config, vec![Refund.into_tool()]).await.unwrap_or_else(|e| panic!("{e}"));
+    let support = app.runtime.agent("support").unwrap_or_else(|| panic!("no agent"));
+    let why: Vec<_> = support.tools.iter().map(|t| (t.name.as_str(), t.gate, t.why.as_str())).collect();
+    assert_eq!(why, [("refund", Gate::Ask, "policy rule 1 (tool = \"refund\"), 2 approvals")]);
+
+    let run = app.runtime.start_and_wait(StartRun::new("refund me", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::WaitingForApproval);
+    let digest = run.held_turn().map(|h| h.turn_digest.to_string()).unwrap_or_default();
+    let decide = |run, actor| app.runtime.decide_and_wait(run, &digest, DecisionSet::ApproveAll, actor);
+    let once = decide(&run, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(once.status(), RunStatus::WaitingForApproval, "one approval of two");
+    let done = decide(&once, "carol").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.error());
+    assert_eq!(done.output(), Some("ok"));
 }
 
 /// Through the real runtime, store and built-in tools: a turn that deletes `old.log` and rewrites

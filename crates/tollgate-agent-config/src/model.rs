@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -469,6 +470,11 @@ pub struct PolicyRule {
     pub when: Vec<ArgumentMatch>,
     /// `gate`: the gate for a matching call, overriding the tool's own.
     pub gate: PolicyGate,
+    /// `approvals`: how many distinct people must `approve` a matching call before it runs (a quorum: one
+    /// `deny` denies it, and it takes no `edit` or `respond`). `None` when the key is absent: one decision,
+    /// of any kind, settles the call. When set it is at least 2 and `gate` is [`PolicyGate::Ask`]: a rule
+    /// that allows or forbids puts nothing to people.
+    pub approvals: Option<NonZeroU32>,
 }
 
 /// One `when` entry of a policy rule: a JSON pointer into the call's arguments and a glob for the value there.

@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -659,7 +660,7 @@ impl Parser<'_> {
 }
 
 fn policy_rule(entry: &Section<'_>) -> Result<PolicyRule> {
-    entry.check_keys(&["tool", "when", "gate"])?;
+    entry.check_keys(&["tool", "when", "gate", "approvals"])?;
     let (value, at) = entry.require("tool", "a tool name or glob")?;
     let tool = Glob::new(non_empty(value, &at)?);
     let mut when = Vec::new();
@@ -679,7 +680,24 @@ fn policy_rule(entry: &Section<'_>) -> Result<PolicyRule> {
     let gates = [("allow", PolicyGate::Allow), ("ask", PolicyGate::Ask), ("forbid", PolicyGate::Forbid)];
     let (value, at) = entry.require("gate", r#""allow", "ask" or "forbid""#)?;
     let gate = choice(value, &at, &gates)?;
-    Ok(PolicyRule { tool, when, gate })
+    let approvals = entry.get("approvals").map(|(value, at)| quorum(value, &at, gate)).transpose()?;
+    Ok(PolicyRule { tool, when, gate, approvals })
+}
+
+/// A rule's `approvals`: 2 or more, on a rule that asks. 1 is refused rather than taken as the default it
+/// equals, so that a rule that says `approvals` always means a quorum.
+fn quorum(value: &Value, at: &At, gate: PolicyGate) -> Result<NonZeroU32> {
+    const WHAT: &str = "an integer of 2 or more (leave `approvals` out for a single decision)";
+    let n = integer(value, at, WHAT, 2)?;
+    let n = u32::try_from(n).ok().and_then(NonZeroU32::new).ok_or_else(|| at.expected(WHAT, value))?;
+    if gate != PolicyGate::Ask {
+        // A call the rule allows or forbids is put to nobody, so there is no one to count.
+        return Err(at.invalid(format!(
+            r#"only a rule with gate = "ask" takes approvals; this rule's gate is "{}""#,
+            gate.as_str()
+        )));
+    }
+    Ok(n)
 }
 
 /// RFC 6901: empty, or `/`-separated tokens where `~` appears only as `~0` or `~1`.

@@ -16,9 +16,10 @@
 //! Escalation is a marker on a pending approval, not a state of its own: an escalated approval keeps
 //! waiting and keeps taking votes, and is escalated at most once (V2.md: once per held turn).
 //!
-//! The store and the runtime do not use this record yet: today's decisions still go through
-//! [`Transition::Decide`](crate::Transition::Decide), one [`RecordedDecision`] per call inside the run's
-//! held turn (docs/design.md, "Approvals").
+//! A run's held turn keeps one approval per call that needs people ([`HeldTurn::approvals`](crate::HeldTurn)),
+//! stored with the run's row, so that a vote and the run's own transition are one compare-and-set:
+//! [`Transition::Vote`](crate::Transition::Vote) applies each vote here, and the vote that settles the
+//! last open approval claims the resume in the same transaction (docs/design.md, "Approvals").
 
 use crate::run::{Millis, RecordedDecision};
 use crate::suspension::Decision;
@@ -251,6 +252,16 @@ impl ApprovalError {
         }
     }
 
+    /// The call whose approval refused the command.
+    pub fn call_id(&self) -> &str {
+        match self {
+            ApprovalError::Closed { call_id, .. }
+            | ApprovalError::AlreadyApproved { call_id, .. }
+            | ApprovalError::QuorumAction { call_id, .. }
+            | ApprovalError::AlreadyEscalated { call_id } => call_id,
+        }
+    }
+
     /// True for a conflict (HTTP 409): the approval's state or another vote is in the way, and the same
     /// request could have succeeded earlier. False for a vote that can never fit this call (HTTP 422).
     pub fn is_conflict(&self) -> bool {
@@ -343,6 +354,14 @@ impl Approval {
             ApprovalState::Decided { decision, .. } => Some(decision),
             _ => None,
         }
+    }
+
+    /// The vote that settled a decided approval, with the decision it settled on: the last vote taken
+    /// (its `approve` for a quorum, its only vote for a single approval, the first `deny`).
+    pub fn settled_by(&self) -> Option<RecordedDecision> {
+        let ApprovalState::Decided { decision, at } = &self.state else { return None };
+        let actor = self.votes.last().map_or_else(String::new, |v| v.actor.clone());
+        Some(RecordedDecision { decision: decision.clone(), actor, at: *at })
     }
 
     /// Applies a command, or says why it cannot apply. Pure: the caller persists the result.

@@ -6,13 +6,13 @@
 //! has expired. What each status carries is a [`RunState`], so a waiting run always has its held turn,
 //! a running run its lease, and a finished run neither.
 
+use crate::approval::{Approval, ApprovalCommand, ApprovalError};
 use crate::metadata::Metadata;
-use crate::suspension::{Decision, StoredSuspension, TurnDigest};
+use crate::suspension::{Decision, Decisions, StoredSuspension, TurnDigest};
 use crate::tool::RunScope;
 use crate::tool_loop::TerminationReason;
 use crate::transcript::Usage;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// Milliseconds since the Unix epoch, UTC.
 pub type Millis = i64;
@@ -70,7 +70,7 @@ pub struct RecordedDecision {
     pub at: Millis,
 }
 
-/// The held turn of a run: its stored suspension and the decisions recorded so far.
+/// The held turn of a run: its stored suspension and the approvals of its calls.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HeldTurn {
     /// The suspension as stored. Parsed by the runtime, which fails just this run when the text is
@@ -78,12 +78,38 @@ pub struct HeldTurn {
     pub suspension: StoredSuspension,
     /// Its turn digest, copied out so a stale decision is refused without parsing.
     pub turn_digest: TurnDigest,
-    /// The calls that need a decision before the run can resume (ask-gated or in doubt).
-    pub required: Vec<String>,
-    /// Decisions recorded so far, by call id.
-    pub decisions: BTreeMap<String, RecordedDecision>,
+    /// One approval per call that needs people before the run can resume (asks, or is in doubt), in the
+    /// model's order: its requirement, the votes taken and where it stands.
+    pub approvals: Vec<Approval>,
     /// The approval deadline, if the agent has one.
     pub expires_at: Option<Millis>,
+}
+
+impl HeldTurn {
+    /// True when every approval is decided: the run can resume.
+    pub fn complete_for_resume(&self) -> bool {
+        self.approvals.iter().all(|a| a.decision().is_some())
+    }
+
+    /// The ids of the calls that need people, in the model's order.
+    pub fn required(&self) -> impl Iterator<Item = &str> {
+        self.approvals.iter().map(|a| a.call_id.as_str())
+    }
+
+    /// The approval of this call, if it needs people.
+    pub fn approval(&self, call_id: &str) -> Option<&Approval> {
+        self.approvals.iter().find(|a| a.call_id == call_id)
+    }
+
+    /// The decision this call settled on, with the actor and time of the vote that settled it.
+    pub fn decided(&self, call_id: &str) -> Option<RecordedDecision> {
+        self.approval(call_id).and_then(Approval::settled_by)
+    }
+
+    /// The decision of every decided approval, by call id: what a resume runs.
+    pub fn decisions(&self) -> Decisions {
+        self.approvals.iter().filter_map(|a| a.decision().map(|d| (a.call_id.clone(), d.clone()))).collect()
+    }
 }
 
 /// Who is driving a running run, and until when.
@@ -338,13 +364,13 @@ impl RunRecord {
                 next.usage = *usage;
                 RunState::Waiting(held.clone())
             }
-            (RunState::Waiting(held), Transition::Decide { decisions, resume }) => {
+            (RunState::Waiting(held), Transition::Vote { votes, resume }) => {
                 let mut held = held.clone();
-                for (call_id, decision) in decisions {
-                    if held.decisions.contains_key(call_id) {
+                for (call_id, vote) in votes {
+                    let Some(approval) = held.approvals.iter_mut().find(|a| &a.call_id == call_id) else {
                         return Err(refuse());
-                    }
-                    held.decisions.insert(call_id.clone(), decision.clone());
+                    };
+                    *approval = approval.apply(&ApprovalCommand::Vote(vote.clone()))?;
                 }
                 match resume {
                     Some(lease) if held.complete_for_resume() => {
@@ -369,13 +395,6 @@ impl RunRecord {
     }
 }
 
-impl HeldTurn {
-    /// True when every call that needs a decision has one.
-    pub fn complete_for_resume(&self) -> bool {
-        self.required.iter().all(|id| self.decisions.contains_key(id))
-    }
-}
-
 /// A change to a run. Which statuses each may follow is decided by [`RunRecord::apply`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Transition {
@@ -395,13 +414,15 @@ pub enum Transition {
         /// Tokens so far.
         usage: Usage,
     },
-    /// waiting → waiting, recording decisions for calls not yet decided. With `resume`, the decisions
-    /// must complete the set and the run goes on to running under that lease in the same transaction
-    /// (so exactly one request — the one that completed the set — resumes it); without, decisions that
-    /// complete the set queue the run for a worker (queued, its held turn kept), which resumes it.
-    Decide {
-        /// The new decisions, by call id.
-        decisions: Vec<(String, RecordedDecision)>,
+    /// waiting → waiting, recording votes on the approvals of the held turn, each applied by
+    /// [`Approval::apply`] in order (a vote an approval refuses refuses the whole transition). With
+    /// `resume`, the votes must settle the last open approval and the run goes on to running under that
+    /// lease in the same transaction (so exactly one request — the one whose vote settled the turn —
+    /// resumes it); without, votes that settle the turn queue the run for a worker (queued, its held
+    /// turn kept), which resumes it.
+    Vote {
+        /// The votes, by call id, in the order they are taken.
+        votes: Vec<(String, RecordedDecision)>,
         /// Claim the resume with this lease.
         resume: Option<Lease>,
     },
@@ -437,7 +458,7 @@ impl Transition {
         match self {
             Transition::Claim { .. } => "claim",
             Transition::Suspend { .. } => "suspend",
-            Transition::Decide { .. } => "decide",
+            Transition::Vote { .. } => "vote",
             Transition::Complete { .. } => "complete",
             Transition::Fail { .. } => "fail",
             Transition::Cancel => "cancel",
@@ -458,6 +479,10 @@ pub enum TransitionError {
         /// The transition tried.
         transition: &'static str,
     },
+    /// An approval of the held turn refused a vote (closed, the same actor twice, an action a quorum
+    /// does not take).
+    #[error(transparent)]
+    Approval(#[from] ApprovalError),
     /// A takeover of a running run whose lease has not expired (it was renewed since the taker read the
     /// run). Stores report it as a conflict.
     #[error("cannot take over a run whose lease, held by {owner}, is valid until {}", rfc3339(*expires_at))]
@@ -472,7 +497,7 @@ pub enum TransitionError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::suspension::Decision;
+    use crate::approval::Requirement;
 
     const T: Millis = 1_764_410_400_000;
 
@@ -484,8 +509,10 @@ mod tests {
         HeldTurn {
             suspension: StoredSuspension::from_stored("{\"schema_version\":1}".to_owned()),
             turn_digest: TurnDigest(format!("sha256:{}", "a".repeat(64))),
-            required: required.iter().map(|c| (*c).to_owned()).collect(),
-            decisions: BTreeMap::new(),
+            approvals: required
+                .iter()
+                .map(|c| Approval::pending(format!("ap-{c}").into(), "run", *c, Requirement::SINGLE, None))
+                .collect(),
             expires_at: None,
         }
     }
@@ -534,14 +561,11 @@ mod tests {
             Err(TransitionError::NotAllowed { from: RunStatus::WaitingForApproval, transition: "claim" })
         );
         let resumed = waiting.apply(
-            &Transition::Decide {
-                decisions: vec![("call_1".into(), decision)],
-                resume: Some(lease("node-a", T + 30_002)),
-            },
+            &Transition::Vote { votes: vec![("call_1".into(), decision)], resume: Some(lease("node-a", T + 30_002)) },
             T + 2,
         )?;
         assert_eq!(resumed.status(), RunStatus::Running);
-        assert_eq!(resumed.held_turn().map(|h| h.decisions.len()), Some(1), "kept while the resume runs");
+        assert_eq!(resumed.held_turn().map(|h| h.decisions().len()), Some(1), "kept while the resume runs");
 
         let done = resumed.apply(
             &Transition::Complete {

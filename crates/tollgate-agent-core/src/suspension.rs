@@ -4,12 +4,14 @@
 //! carries `schema_version` and is read only through [`Suspension::from_json`] / [`Suspension::from_value`],
 //! which refuse a version they do not know rather than guess.
 
+use crate::approval::Requirement;
 use crate::canonical::canonical_sha256;
 use crate::tool::{Gate, ToolPin};
 use crate::transcript::{Counters, Invocation, Message, ToolResult};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 
 /// The suspension format this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -56,6 +58,10 @@ pub struct HeldCall {
     pub observed: Option<Value>,
     /// Where the call stands.
     pub state: CallState,
+    /// How many distinct people must approve it when it asks ([`Tool::requirement`](crate::Tool)): one
+    /// decision for most calls, a quorum where a policy rule says `approvals = N`. Stored and digested
+    /// as `"approvals": N` only for a quorum, so a call one decision settles is stored as v1 wrote it.
+    pub requirement: Requirement,
 }
 
 /// Where a held call stands: whether it runs, waits for a person, or already has its result.
@@ -134,6 +140,8 @@ struct HeldCallOut<'a> {
     settled: Option<&'a ToolResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     observed: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approvals: Option<u32>,
 }
 
 /// A held call as read back (the v1 format); see [`HeldCall`].
@@ -151,6 +159,8 @@ struct HeldCallIn {
     settled: Option<ToolResult>,
     #[serde(default)]
     observed: Option<Value>,
+    #[serde(default)]
+    approvals: Option<NonZeroU32>,
 }
 
 impl Serialize for HeldCall {
@@ -164,6 +174,7 @@ impl Serialize for HeldCall {
             in_doubt: self.in_doubt(),
             settled: self.settled(),
             observed: self.observed.as_ref(),
+            approvals: self.requirement.is_quorum().then(|| self.requirement.approvals()),
         }
         .serialize(serializer)
     }
@@ -171,8 +182,9 @@ impl Serialize for HeldCall {
 
 impl<'de> Deserialize<'de> for HeldCall {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let HeldCallIn { call_id, tool, arguments, gate, preview, in_doubt, settled, observed } =
+        let HeldCallIn { call_id, tool, arguments, gate, preview, in_doubt, settled, observed, approvals } =
             HeldCallIn::deserialize(deserializer)?;
+        let requirement = approvals.map_or(Requirement::SINGLE, Requirement::new);
         let state = match (gate, in_doubt, settled) {
             (Gate::Forbid, false, Some(result)) => CallState::Refused(result),
             (Gate::Allow, false, None) => CallState::Allowed,
@@ -186,7 +198,7 @@ impl<'de> Deserialize<'de> for HeldCall {
                 )));
             }
         };
-        Ok(HeldCall { call_id, tool, arguments, preview, observed, state })
+        Ok(HeldCall { call_id, tool, arguments, preview, observed, state, requirement })
     }
 }
 
@@ -374,6 +386,10 @@ fn compute_digest(calls: &[HeldCall], tools: &[ToolPin]) -> TurnDigest {
             if let (Some(observed), Some(fields)) = (&c.observed, call.as_object_mut()) {
                 fields.insert("observed".to_owned(), observed.clone());
             }
+            // Likewise a quorum: an approver's decision is bound to how many people the call needs.
+            if let (true, Some(fields)) = (c.requirement.is_quorum(), call.as_object_mut()) {
+                fields.insert("approvals".to_owned(), json!(c.requirement.approvals()));
+            }
             call
         })
         .collect();
@@ -486,6 +502,7 @@ mod tests {
             preview: None,
             observed: None,
             state,
+            requirement: Requirement::SINGLE,
         }
     }
 

@@ -4,6 +4,7 @@
 //! once over its canonical JSON so a suspension can pin exactly what a person approved against.
 
 use crate::BoxFuture;
+use crate::approval::Requirement;
 use crate::canonical::canonical_sha256;
 use crate::metadata::{Metadata, MetadataValueError};
 use serde::{Deserialize, Serialize};
@@ -211,6 +212,13 @@ pub trait Tool: Send + Sync {
     /// The gate for these arguments. Allow by default.
     fn gate(&self, _args: &Value) -> Gate {
         Gate::Allow
+    }
+
+    /// How many distinct people must approve a call its [`gate`](Self::gate) asks about: one (any
+    /// decision) by default; a quorum of N takes N `approve` decisions from distinct actors, and a single
+    /// `deny` denies it. Pure, like `gate`. Operator policy sets it with a rule's `approvals = N`.
+    fn requirement(&self, _args: &Value) -> Requirement {
+        Requirement::SINGLE
     }
 
     /// What the approver sees, e.g. a diff. None by default.

@@ -9,6 +9,7 @@
 //!   result for the model, and the tool's internal error text goes to the log only.
 
 use crate::BoxFuture;
+use crate::approval::Requirement;
 use crate::model::{ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse};
 use crate::redact::Redactor;
 use crate::suspension::{CallState, Decision, DecisionError, Decisions, HeldCall, Suspension};
@@ -481,7 +482,7 @@ impl ToolLoop {
                         "Tool {} was not run: call id `{}` is used twice in one turn.",
                         call.name, call.call_id
                     );
-                    held.push(held_call(call, CallState::Refused(error_result(call, refusal))));
+                    held.push(held_call(call, CallState::Refused(error_result(call, refusal)), Requirement::SINGLE));
                 }
             }
             if held.iter().any(HeldCall::takes_decision) {
@@ -536,15 +537,15 @@ impl ToolLoop {
 
     /// Gates one call: refusals are settled at once with their error result; the rest are allowed or ask.
     async fn check_call(&self, call: &ToolCall) -> HeldCall {
-        let state = match self.gate_of(call).await {
-            Ok(state) => state,
-            Err(message) => CallState::Refused(error_result(call, message)),
-        };
-        held_call(call, state)
+        match self.gate_of(call).await {
+            Ok((state, requirement)) => held_call(call, state, requirement),
+            Err(message) => held_call(call, CallState::Refused(error_result(call, message)), Requirement::SINGLE),
+        }
     }
 
-    /// Where a call stands after its checks and its gate (allowed or asks), or why it is refused.
-    async fn gate_of(&self, call: &ToolCall) -> Result<CallState, String> {
+    /// Where a call stands after its checks and its gate (allowed or asks, with how many people must
+    /// approve it), or why it is refused.
+    async fn gate_of(&self, call: &ToolCall) -> Result<(CallState, Requirement), String> {
         let name = &call.name;
         if let Some(problem) = &call.malformed_arguments {
             return Err(format!("Tool {name} was not run: its arguments are not valid JSON ({problem})."));
@@ -562,8 +563,8 @@ impl ToolLoop {
             .ok_or_else(failed)?
             .map_err(|problem| format!("Tool {name} was not run: {problem}"))?;
         match guarded(|| tool.gate(&call.arguments)).ok_or_else(failed)? {
-            Gate::Allow => Ok(CallState::Allowed),
-            Gate::Ask => Ok(CallState::Asks),
+            Gate::Allow => Ok((CallState::Allowed, Requirement::SINGLE)),
+            Gate::Ask => Ok((CallState::Asks, guarded(|| tool.requirement(&call.arguments)).ok_or_else(failed)?)),
             Gate::Forbid => Err(format!("Tool {name} is forbidden by policy and was not run.")),
         }
     }
@@ -598,7 +599,8 @@ impl ToolLoop {
         calls
             .into_iter()
             .map(|call| {
-                let decided = call.takes_decision();
+                // What people approved the call under (none when it needs no decision).
+                let decided = call.takes_decision().then_some(call.requirement);
                 let step = match (decisions.get(&call.call_id), call.settled().is_some()) {
                     (_, true) | (None, _) => self.step_without_decision(call.clone()),
                     (Some(Decision::Deny { reason }), false) => Step::Settled(ToolResult {
@@ -647,8 +649,9 @@ impl ToolLoop {
             .collect()
     }
 
-    /// Why a call that was cleared at suspension must not run now, if it must not.
-    fn recheck(&self, tool: &str, arguments: &Value, pins: &[ToolPin], decided: bool) -> Option<String> {
+    /// Why a call that was cleared at suspension must not run now, if it must not. `decided` is the
+    /// requirement people approved it under, for a call that took a decision.
+    fn recheck(&self, tool: &str, arguments: &Value, pins: &[ToolPin], decided: Option<Requirement>) -> Option<String> {
         let Some(registered) = self.tools.get(tool) else {
             return Some(format!("Tool {tool} is no longer available; the call was not run."));
         };
@@ -659,10 +662,21 @@ impl ToolLoop {
         match guarded(|| registered.tool().gate(arguments)) {
             None => Some(format!("Tool {tool} failed to check its arguments.")),
             Some(Gate::Forbid) => Some(format!("Tool {tool} is forbidden by policy and was not run.")),
-            Some(Gate::Ask) if !decided => {
-                Some(format!("Tool {tool} now requires approval and was not run; call it again to ask."))
-            }
-            Some(_) => None,
+            Some(Gate::Ask) => match decided {
+                None => Some(format!("Tool {tool} now requires approval and was not run; call it again to ask.")),
+                Some(approved) => {
+                    let Some(now) = guarded(|| registered.tool().requirement(arguments)) else {
+                        return Some(format!("Tool {tool} failed to check its arguments."));
+                    };
+                    (now.approvals() > approved.approvals()).then(|| {
+                        format!(
+                            "Tool {tool} now requires {} approvals and was not run; call it again to ask.",
+                            now.approvals()
+                        )
+                    })
+                }
+            },
+            Some(Gate::Allow) => None,
         }
     }
 
@@ -845,7 +859,7 @@ fn record(state: &mut RunState, round: u32, arguments: &Value, result: ToolResul
 }
 
 /// A call of the turn being held, in this state, without a preview yet.
-fn held_call(call: &ToolCall, state: CallState) -> HeldCall {
+fn held_call(call: &ToolCall, state: CallState, requirement: Requirement) -> HeldCall {
     HeldCall {
         call_id: call.call_id.clone(),
         tool: call.name.clone(),
@@ -853,6 +867,7 @@ fn held_call(call: &ToolCall, state: CallState) -> HeldCall {
         preview: None,
         observed: None,
         state,
+        requirement,
     }
 }
 

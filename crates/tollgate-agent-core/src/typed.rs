@@ -17,6 +17,7 @@
 //! which ask the gate of the empty arguments `{}`.
 
 use crate::BoxFuture;
+use crate::approval::Requirement;
 use crate::tool::{Gate, PolicyPath, Preview, Tool, ToolContext, ToolError, ToolOutput};
 use schemars::Schema;
 use schemars::generate::SchemaSettings;
@@ -101,6 +102,12 @@ pub trait TypedTool: Send + Sync {
         Self::GATE
     }
 
+    /// How many distinct people must approve a call the gate asks about: one by default; a quorum of
+    /// N takes `approve` from N distinct actors, and one `deny` denies it ([`Tool::requirement`]).
+    fn requirement(&self, _args: &Self::Args) -> Requirement {
+        Requirement::SINGLE
+    }
+
     /// What the approver sees, e.g. a diff. None by default.
     fn preview(&self, _args: &Self::Args) -> impl Future<Output = Option<String>> + Send {
         async { None }
@@ -168,6 +175,10 @@ impl<T: TypedTool> Tool for Typed<T> {
             Ok(args) => self.tool.gate(&args),
             Err(_) => T::GATE,
         }
+    }
+
+    fn requirement(&self, args: &Value) -> Requirement {
+        parse::<T::Args>(args).map_or(Requirement::SINGLE, |args| self.tool.requirement(&args))
     }
 
     fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {

@@ -1,8 +1,12 @@
 // The HTTP API of docs/api.md, as the playground calls it: JSON in and out, the token from localStorage as
 // `Authorization: Bearer`, problem+json errors turned into ApiError. A 401 is also announced on
 // `authEvents` so the page can ask for a token wherever the request came from.
+//
+// The API has no "who am I": the actor this token decides as is learned from the answers to its own
+// decisions (held.js) and kept beside the token, forgotten whenever the token changes.
 
 const TOKEN_KEY = 'tollgate.token';
+const ACTOR_KEY = 'tollgate.actor';
 
 /** Fires `unauthorized` (detail: the ApiError) whenever the server answers 401. */
 export const authEvents = new EventTarget();
@@ -25,9 +29,32 @@ export function setToken(token) {
     // Storage may be disabled; the token then lasts for this page only.
   }
   memoryToken = token;
+  learnActor('');
 }
 
 let memoryToken = null;
+let memoryActor = null;
+
+/** The actor this page's requests are recorded as, once a decision's answer showed it; "" until then. */
+export function knownActor() {
+  if (memoryActor !== null) return memoryActor;
+  try {
+    return localStorage.getItem(ACTOR_KEY) ?? '';
+  } catch {
+    return '';
+  }
+}
+
+/** Remembers the actor the current token decides as ("" forgets it). */
+export function learnActor(actor) {
+  memoryActor = actor;
+  try {
+    if (actor) localStorage.setItem(ACTOR_KEY, actor);
+    else localStorage.removeItem(ACTOR_KEY);
+  } catch {
+    // Storage may be disabled; the name then lasts for this page only.
+  }
+}
 
 function token() {
   return memoryToken ?? getToken();

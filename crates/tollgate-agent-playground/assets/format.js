@@ -119,10 +119,13 @@ export const ACTION_WORDS = {
 /**
  * What a decision did, for the live region: `Denied: fs_write call_1. 1 call left to decide.`
  * @param {object} body the decisions request (`decisions`, or `approve_all` / `deny_all`)
- * @param {{call_id: string, tool: string}[]} open the calls that took a decision before it
- * @param {number} left how many still take one after it
+ * @param {{call_id: string, tool: string, approvals?: object}[]} open the calls the request acted on,
+ *   as they stood before it
+ * @param {number} left how many calls this person can still decide after it
+ * @param {{call_id: string, tool: string, approvals: object}[]} [waiting] the quorum calls this person
+ *   approved that still wait for other approvers after it (with their approvals after it)
  */
-export function decisionAnnouncement(body, open, left) {
+export function decisionAnnouncement(body, open, left, waiting = []) {
   const tools = new Map(open.map((c) => [c.call_id, c.tool]));
   let done;
   const all = open.length === 1 ? '1 call' : `all ${open.length} calls`;
@@ -133,8 +136,83 @@ export function decisionAnnouncement(body, open, left) {
       .map((d) => `${ACTION_WORDS[d.action] ?? d.action}: ${tools.get(d.call_id) ?? 'tool'} ${d.call_id}.`)
       .join(' ');
   }
-  const next = left === 0 ? 'Every call is decided; the run resumes.' : `${plural(left, 'call')} left to decide.`;
-  return `${done} ${next}`;
+  if (waiting.length === 0) {
+    return `${done} ${left === 0 ? 'Every call is decided; the run resumes.' : `${plural(left, 'call')} left to decide.`}`;
+  }
+  const counts = waiting
+    .map((c) => `${c.tool ?? tools.get(c.call_id) ?? 'tool'} ${c.call_id} has ${(c.approvals?.given ?? []).length} of ${c.approvals?.required} approvals`)
+    .join(', ');
+  const others = `${counts}, waiting for another approver.`;
+  return left === 0 ? `${done} Your approval is in: ${others}` : `${done} ${plural(left, 'call')} left to decide. ${others}`;
+}
+
+/**
+ * A quorum call's approvals (`calls[].approvals`, or a `decision` event's `approvals`) in words:
+ * `1 of 2 approvals — alice. Needs 1 more.`; `0 of 2 approvals. Needs 2.`; `2 of 2 approvals — alice, bob.`
+ * Null for a call one decision settles (`approvals` null or absent).
+ * @param {{required: number, given?: string[]}|null|undefined} approvals
+ * @param {{open?: boolean}} [options] `open`: the call still takes approvals, so say how many are
+ *   missing (a denied call's count says only who approved)
+ */
+export function approvalsText(approvals, { open = true } = {}) {
+  if (!approvals || typeof approvals.required !== 'number') return null;
+  const given = Array.isArray(approvals.given) ? approvals.given : [];
+  const who = given.length ? ` — ${given.join(', ')}` : '';
+  const missing = Math.max(0, approvals.required - given.length);
+  const needs = open && missing > 0 ? ` Needs ${missing}${given.length ? ' more' : ''}.` : '';
+  return `${given.length} of ${approvals.required} approvals${who}.${needs}`;
+}
+
+/**
+ * Why a quorum call offers only approve and deny: `Needs 2 approvals from different people: approve or
+ * deny only.`
+ */
+export function quorumHint(approvals) {
+  return `Needs ${approvals.required} approvals from different people: approve or deny only.`;
+}
+
+/**
+ * Whether this person's approval of a quorum call is already in: they approved it on this page
+ * (`approvedHere`, call ids), or their actor name (`actor`, when known) is among its approvals.
+ * @param {{call_id: string, approvals?: object|null}} call
+ */
+export function approvedBy(call, actor, approvedHere = new Set()) {
+  if (!call.approvals) return false;
+  return approvedHere.has(call.call_id) || (Boolean(actor) && (call.approvals.given ?? []).includes(actor));
+}
+
+/**
+ * The held panel's heading and its summary sentence. `mine`: the call ids of quorum calls whose approval
+ * by this person is in (they still take a decision, from other people).
+ * @param {{calls: object[], expires_at?: string|null}} pending
+ * @param {Set<string>} mine
+ * @returns {{heading: string, text: string}}
+ */
+export function heldSummary(pending, mine = new Set()) {
+  const open = openCalls(pending);
+  const waiting = open.filter((c) => mine.has(c.call_id));
+  const yours = open.length - waiting.length;
+  const deadline = pending.expires_at ? ` Deadline: ${new Date(pending.expires_at).toLocaleString()}.` : '';
+  const ran = pending.calls.filter((c) => c.state === 'finished').length;
+  const sofar = ran === 0 ? 'Nothing of this turn has run yet.' : `${ran} call(s) already ran before a crash.`;
+  if (open.length === 0) return { heading: 'Waiting for a decision', text: `Every call is decided; the run resumes.${deadline}` };
+  const others = waiting
+    .map((c) => {
+      const missing = Math.max(0, c.approvals.required - (c.approvals.given ?? []).length);
+      return `${c.tool} ${c.call_id} needs ${missing} more approval${missing === 1 ? '' : 's'}`;
+    })
+    .join('; ');
+  if (yours === 0) {
+    return {
+      heading: 'Waiting for another approver',
+      text: `Your approval is in. The run waits for someone else to approve: ${others}.${deadline}`,
+    };
+  }
+  const also = waiting.length ? ` Your approval is in on ${plural(waiting.length, 'call')}, which wait${waiting.length === 1 ? 's' : ''} for another approver (${others}).` : '';
+  return {
+    heading: 'Waiting for a decision',
+    text: `${yours} of ${pending.calls.length} call(s) need your decision.${also} ${sofar}${deadline}`,
+  };
 }
 
 /** True when a tool's preview is a unified diff (`--- a/x` / `+++ b/x` / `@@ … @@`). */

@@ -8,23 +8,35 @@
 // Cards are kept across refreshes while their call is undecided, so a half-typed edit survives a
 // decision someone makes on another call.
 //
+// A quorum call (a policy rule's `approvals = N`: `call.approvals` is `{required, given}`) shows how many
+// approvals it has and whose, and offers only approve and deny (the server refuses edit and respond for
+// it). Once this person's approval of it is in, it still takes a decision — from someone else: its card
+// says so, offers deny only, and the panel says the run waits for another approver. Who "this person" is
+// comes from the answers to their own decisions (api.js `knownActor`), or from this page having approved
+// the call; a second approval the server refuses (409) is explained as such.
+//
 // Keyboard: Escape closes an open edit, deny or respond form and gives the focus back to its button.
 // After a decision the focus goes to the next call still to decide (its first button), or, when none is
 // left, to wherever the page says (`onDone`: the outcome). The live region says what was decided.
 
-import { api, ApiError } from './api.js';
+import { api, ApiError, knownActor, learnActor } from './api.js';
 import { h, replace, uid } from './dom.js';
-import { ACTION_WORDS, decisionAnnouncement, openCalls, pretty, settledNote } from './format.js';
+import { ACTION_WORDS, approvalsText, approvedBy, decisionAnnouncement, heldSummary, openCalls, pretty, quorumHint, settledNote } from './format.js';
 import { escapeInvisibleJson, invisibleWarning } from './invisible.js';
 import { checkArguments } from './schema.js';
 import { announce, focusEl, focusLost, jsonBlock, notify, previewBlock } from './ui.js';
 
 export { ACTION_WORDS };
 
-/** "Denied by alice: not on a Friday" — a recorded decision in words. */
-export function decisionText(decision) {
+/**
+ * "Denied by alice: not on a Friday" — a recorded decision in words; a quorum call's approval names every
+ * approver ("Approved by alice and bob").
+ */
+export function decisionText(decision, approvals = null) {
   const words = ACTION_WORDS[decision.action] ?? decision.action;
-  const by = decision.actor ? ` by ${decision.actor}` : '';
+  const approvers = decision.action === 'approve' && approvals?.given?.length ? approvals.given : null;
+  const names = approvers ? new Intl.ListFormat('en', { type: 'conjunction' }).format(approvers) : decision.actor;
+  const by = names ? ` by ${names}` : '';
   const why = decision.action === 'deny' && decision.reason ? `: ${decision.reason}` : '';
   return `${words}${by}${why}`;
 }
@@ -42,7 +54,8 @@ export class HeldPanel {
     this.onDone = onDone;
     this.deciding = false; // true while a decision's answer is being shown (it moves the focus itself)
     this.digest = null;
-    this.cards = new Map(); // call_id -> {el, decided}
+    this.cards = new Map(); // call_id -> {el, key}: a card is drawn again when its key changes
+    this.approvedHere = new Set(); // quorum calls of this turn this page's approval is in on
     this.list = h('div.calls');
     this.bulk = h('div.bulk');
     this.summary = h('p.muted.small');
@@ -72,47 +85,58 @@ export class HeldPanel {
     if (pending.turn_digest !== this.digest) {
       this.digest = pending.turn_digest;
       this.cards.clear();
+      this.approvedHere.clear();
       this.list.replaceChildren();
     }
     this.calls = pending.calls;
+    const mine = this.mine(pending.calls);
     for (const call of pending.calls) {
       const known = this.cards.get(call.call_id);
-      const decided = Boolean(call.decision);
-      if (known && known.decided === decided) continue;
-      const card = this.card(call);
+      // A half-typed form survives updates that leave its call as it was.
+      const key = JSON.stringify([Boolean(call.decision), call.approvals?.given ?? null, mine.has(call.call_id)]);
+      if (known && known.key === key) continue;
+      const card = this.card(call, mine.has(call.call_id));
       if (known) known.el.replaceWith(card);
       else this.list.append(card);
-      this.cards.set(call.call_id, { el: card, decided });
+      this.cards.set(call.call_id, { el: card, key });
     }
+    const { heading, text } = heldSummary(pending, mine);
+    if (this.heading.textContent !== heading) this.heading.textContent = heading;
+    this.summary.textContent = text;
     const open = openCalls(pending);
-    const deadline = pending.expires_at ? ` Deadline: ${new Date(pending.expires_at).toLocaleString()}.` : '';
-    const ran = pending.calls.filter((c) => c.state === 'finished').length;
-    const sofar = ran === 0 ? 'Nothing of this turn has run yet.' : `${ran} call(s) already ran before a crash.`;
-    this.summary.textContent =
-      open.length === 0
-        ? `Every call is decided; the run resumes.${deadline}`
-        : `${open.length} of ${pending.calls.length} call(s) need your decision. ${sofar}${deadline}`;
-    this.renderBulk(open);
+    this.renderBulk(open, open.filter((c) => !mine.has(c.call_id)));
   }
 
-  renderBulk(open) {
+  /** The quorum calls still open whose approval by this person is in: they wait for other approvers. */
+  mine(calls) {
+    const actor = knownActor();
+    return new Set(calls.filter((c) => c.takes_decision && approvedBy(c, actor, this.approvedHere)).map((c) => c.call_id));
+  }
+
+  /** `open`: every call still to decide (deny all takes them); `approvable`: those this person can approve. */
+  renderBulk(open, approvable) {
     if (open.length === 0) {
       this.bulk.replaceChildren();
       return;
     }
-    if (this.bulk.dataset.open === String(open.length) && this.bulk.childElementCount > 0) return;
-    this.bulk.dataset.open = String(open.length);
+    const shape = `${approvable.length}/${open.length}`;
+    if (this.bulk.dataset.open === shape && this.bulk.childElementCount > 0) return;
+    this.bulk.dataset.open = shape;
     const reasonId = uid('deny-all-reason');
     const reason = h('input', { id: reasonId, type: 'text', placeholder: 'Why not?', autocomplete: 'off' });
-    const approveAll = h('button.approve', {
-      type: 'button',
-      text: open.length > 1 ? `Approve all ${open.length}` : 'Approve all',
-      onClick: () => this.send({ approve_all: true }, approveAll),
-    });
+    // Approve all gives this person's approval to each call they have not approved yet.
+    const approveAll =
+      approvable.length === 0
+        ? null
+        : h('button.approve', {
+            type: 'button',
+            text: approvable.length > 1 ? `Approve all ${approvable.length}` : 'Approve all',
+            onClick: () => this.send({ approve_all: true }, approveAll),
+          });
     const denyAll = h('button.danger', { type: 'submit', text: 'Deny all' });
     replace(
       this.bulk,
-      h('div.bulk-group', { role: 'group', 'aria-label': 'Decide every undecided call' }, approveAll),
+      approveAll ? h('div.bulk-group', { role: 'group', 'aria-label': 'Decide every undecided call' }, approveAll) : null,
       h(
         'form.bulk-group.inline',
         {
@@ -131,9 +155,18 @@ export class HeldPanel {
     );
   }
 
-  card(call) {
+  /** A held call's card; `mine`: a quorum call this person approved already (it waits for others). */
+  card(call, mine = false) {
     const headingId = uid('call');
     const badges = [h(`span.badge.gate-${call.gate}`, { text: `gate: ${call.gate}` })];
+    if (call.approvals) {
+      badges.push(
+        h('span.badge.quorum-badge', {
+          text: `quorum: ${call.approvals.required}`,
+          title: `It needs ${call.approvals.required} approvals from different people.`,
+        }),
+      );
+    }
     if (call.state === 'finished') {
       badges.push(
         h('span.badge.call-finished', {
@@ -153,6 +186,7 @@ export class HeldPanel {
     // Marks alone are easy to miss in a long diff: say that they are there, and what they are.
     const hidden = invisibleWarning(call);
     const warningId = hidden ? uid('invisible') : null;
+    const quorum = call.approvals ? this.quorumBlock(call, mine) : null;
     const card = h(
       'article.call',
       { 'aria-labelledby': headingId, dataset: { callId: call.call_id, tool: call.tool } },
@@ -176,13 +210,14 @@ export class HeldPanel {
           : null,
         h('div.args-wrap', null, h('h4.label', { text: 'Arguments' }), jsonBlock(call.arguments, `Arguments of ${call.call_id}`)),
       ),
+      quorum?.el,
     );
     if (call.decision) {
       const d = call.decision;
       const extra = [];
       if (d.action === 'edit') extra.push(jsonBlock(d.arguments, 'Edited arguments'));
       if (d.action === 'respond') extra.push(h('pre.code', null, h('code', { text: d.result })));
-      card.append(h(`p.decided.decided-${d.action}`, { text: decisionText(d) }), ...extra);
+      card.append(h(`p.decided.decided-${d.action}`, { text: decisionText(d, call.approvals) }), ...extra);
       card.classList.add('is-decided');
       return card;
     }
@@ -200,12 +235,43 @@ export class HeldPanel {
       }
       return card;
     }
-    card.append(this.controls(call, warningId));
+    if (mine) card.classList.add('is-awaiting-others');
+    card.append(this.controls(call, [warningId, quorum?.describedBy].filter(Boolean).join(' ') || null, mine));
     return card;
   }
 
-  /** The decision buttons and forms; `warningId`: the call's warning, which Approve is described by. */
-  controls(call, warningId = null) {
+  /**
+   * A quorum call's approvals, labelled like the preview and arguments: the count and who
+   * (`1 of 2 approvals — alice. Needs 1 more.`); while it takes approvals, why it offers only approve and
+   * deny; once this person's approval is in, that the run waits for someone else.
+   * @returns {{el: Element, describedBy: string}} `describedBy`: the ids its Approve button is described by
+   */
+  quorumBlock(call, mine) {
+    const open = call.takes_decision && !call.decision;
+    const countId = uid('approvals');
+    const hintId = uid('quorum-hint');
+    const missing = Math.max(0, call.approvals.required - (call.approvals.given ?? []).length);
+    const el = h(
+      'div.quorum',
+      null,
+      h('h4.label', { text: 'Approvals' }),
+      h('p.quorum-count', { id: countId, text: approvalsText(call.approvals, { open }) }),
+      open ? h('p.hint.quorum-hint', { id: hintId, text: quorumHint(call.approvals) }) : null,
+      open && mine
+        ? h('p.quorum-mine', {
+            text: `Your approval is in. The run waits for ${missing === 1 ? 'another approver' : `${missing} more approvers`}; you can still deny this call.`,
+          })
+        : null,
+    );
+    return { el, describedBy: `${countId} ${hintId}` };
+  }
+
+  /**
+   * The decision buttons and forms; `describedBy`: the ids Approve is described by (the call's warning, a
+   * quorum call's count and hint). A quorum call gets approve and deny only; once this person approved
+   * it (`mine`), deny only.
+   */
+  controls(call, describedBy = null, mine = false) {
     const area = h('div.form-area', { id: uid('decide') });
     const buttons = [];
     let closeOpen = null; // closes the form on show, focus back on its button
@@ -239,19 +305,22 @@ export class HeldPanel {
       buttons.push(button);
       return button;
     };
-    const approve = h('button.approve', {
-      type: 'button',
-      text: 'Approve',
-      'aria-describedby': warningId,
-      onClick: () => this.send({ decisions: [{ call_id: call.call_id, action: 'approve' }] }, approve),
-    });
+    const approve = mine
+      ? null
+      : h('button.approve', {
+          type: 'button',
+          text: 'Approve',
+          'aria-describedby': describedBy,
+          onClick: () => this.send({ decisions: [{ call_id: call.call_id, action: 'approve' }] }, approve),
+        });
+    const quorum = Boolean(call.approvals);
     const group = h(
       'div.actions',
       { role: 'group', 'aria-label': `Decide ${call.tool} ${call.call_id}` },
       approve,
-      toggle('Edit…', (close) => this.editForm(call, close)),
+      quorum ? null : toggle('Edit…', (close) => this.editForm(call, close)),
       toggle('Deny…', (close) => this.denyForm(call, close)),
-      toggle('Respond…', (close) => this.respondForm(call, close)),
+      quorum ? null : toggle('Respond…', (close) => this.respondForm(call, close)),
     );
     return h('div.decide', null, group, area);
   }
@@ -356,12 +425,16 @@ export class HeldPanel {
   }
 
   /**
-   * Posts decisions on the digest this panel shows. A 409 is explained and the run refreshed; a 422
-   * (e.g. edited arguments the server's validator refuses) is shown next to the form.
+   * Posts decisions on the digest this panel shows. A 409 is explained and the run refreshed (a second
+   * approval of a quorum call by the same person as such); a 422 (e.g. edited arguments the server's
+   * validator refuses) is shown next to the form.
    */
   async send(body, button, errorBox) {
     const label = button?.textContent;
+    const mineBefore = this.mine(this.calls);
     const open = openCalls({ calls: this.calls });
+    // The calls the request acts on: approve all skips those this person approved already.
+    const acted = body.approve_all ? open.filter((c) => !mineBefore.has(c.call_id)) : open;
     const decided = body.decisions?.[0]?.call_id ?? null;
     if (button) {
       button.disabled = true;
@@ -369,8 +442,12 @@ export class HeldPanel {
     }
     try {
       const run = await api('POST', `v1/runs/${encodeURIComponent(this.runId)}/decisions`, { turn_digest: this.digest, ...body });
-      const left = run.status === 'waiting_for_approval' ? openCalls(run.pending).length : 0;
-      announce(decisionAnnouncement(body, open, left));
+      this.learn(body, acted, run);
+      const after = run.status === 'waiting_for_approval' ? run.pending : null;
+      const mine = after ? this.mine(after.calls) : new Set();
+      const still = openCalls(after);
+      const waiting = still.filter((c) => mine.has(c.call_id));
+      announce(decisionAnnouncement(body, acted, still.length - waiting.length, waiting));
       this.deciding = true;
       try {
         this.onRun(run);
@@ -386,7 +463,15 @@ export class HeldPanel {
         // The disabled button lost the focus; a refresh after a conflict may still take it away.
         if (focusLost()) focusEl(button);
       }
-      if (e instanceof ApiError && e.status === 409) {
+      const twice = e instanceof ApiError && e.status === 409 ? this.approvedTwice(body, acted, e) : [];
+      if (twice.length) {
+        for (const call of twice) this.approvedHere.add(call.call_id);
+        notify(
+          `${e.message}. Your approval is counted once; the run waits for another approver (you can still deny the call).`,
+          { kind: 'error', title: 'You have already approved this call.' },
+        );
+        this.onConflict();
+      } else if (e instanceof ApiError && e.status === 409) {
         notify(
           `${e.message}. Someone else may have decided first, or the held turn changed since this page showed it. The run has been refreshed: look again before deciding.`,
           { kind: 'error', title: 'Your decision was not recorded.' },
@@ -401,6 +486,47 @@ export class HeldPanel {
   }
 
   /**
+   * After an accepted decision: the quorum calls it approved are this page's (until the turn changes),
+   * and the actor it was recorded as is learned — the one name a call's approvals gained, or the actor of
+   * the decision it recorded.
+   */
+  learn(body, acted, run) {
+    const approved = body.approve_all
+      ? acted.map((c) => c.call_id)
+      : (body.decisions ?? []).filter((d) => d.action === 'approve').map((d) => d.call_id);
+    const actors = new Set();
+    const before = new Map(acted.map((c) => [c.call_id, c]));
+    const after = new Map((run.pending?.calls ?? []).map((c) => [c.call_id, c]));
+    const decidedIds = body.decisions ? body.decisions.map((d) => d.call_id) : acted.map((c) => c.call_id);
+    for (const id of decidedIds) {
+      const was = before.get(id);
+      const now = after.get(id);
+      if (!was || !now) continue;
+      if (!was.decision && now.decision?.actor) actors.add(now.decision.actor);
+      else if (now.approvals && approved.includes(id)) {
+        const known = new Set(was.approvals?.given ?? []);
+        const gained = (now.approvals.given ?? []).filter((name) => !known.has(name));
+        if (gained.length === 1) actors.add(gained[0]);
+      }
+    }
+    for (const id of approved) if (before.get(id)?.approvals) this.approvedHere.add(id);
+    // Two names would mean someone else's decision landed at the same moment: learn nothing then.
+    if (actors.size === 1) learnActor([...actors][0]);
+  }
+
+  /**
+   * The quorum calls a refused (409) approval was a second approval of, by its answer's words: none when
+   * the conflict was something else (a stale turn, a call decided meanwhile).
+   */
+  approvedTwice(body, acted, error) {
+    if (!/already approved/i.test(error.message)) return [];
+    const ids = body.approve_all
+      ? acted.map((c) => c.call_id)
+      : (body.decisions ?? []).filter((d) => d.action === 'approve').map((d) => d.call_id);
+    return acted.filter((c) => c.approvals && ids.includes(c.call_id));
+  }
+
+  /**
    * The first button of the next call still to decide: after call `after` (wrapping around), or the
    * first one; null when none is left.
    */
@@ -410,7 +536,8 @@ export class HeldPanel {
     const from = cards.findIndex((card) => card.dataset.callId === after);
     const order = from < 0 ? cards : [...cards.slice(from + 1), ...cards.slice(0, from)];
     for (const card of order) {
-      const button = card.matches('.is-decided') ? null : card.querySelector('.actions button');
+      // A call this person approved waits for someone else: nothing for them to do there.
+      const button = card.matches('.is-decided, .is-awaiting-others') ? null : card.querySelector('.actions button');
       if (button) return button;
     }
     return null;

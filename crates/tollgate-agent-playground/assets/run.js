@@ -9,7 +9,7 @@
 
 import { api, ApiError } from './api.js';
 import { appendTo, h, replace } from './dom.js';
-import { runSummary, runTag, statusText, summarize } from './format.js';
+import { approvalsText, runSummary, runTag, statusText, summarize } from './format.js';
 import { ACTION_WORDS, HeldPanel } from './held.js';
 import { follow, TERMINAL } from './live.js';
 import { announce, focusEl, focusLost, jsonBlock, notify, previewBlock, statusBadge, timeEl } from './ui.js';
@@ -410,6 +410,9 @@ class RunPage {
         if (d.action === 'deny') body.push(h('p.reason', null, 'Reason: ', h('q', { text: d.reason ?? '' })));
         if (d.action === 'edit') body.push(jsonBlock(d.arguments, 'Edited arguments'));
         if (d.action === 'respond') body.push(h('pre.code', null, h('code', { text: d.result ?? '' })));
+        // A quorum call's vote: its count after this vote (how many are still missing, while it takes more).
+        const approvals = approvalsText(d.approvals, { open: d.action === 'approve' });
+        if (approvals) body.push(h('p.quorum-count', null, h('span.label-inline', { text: 'Approvals: ' }), approvals));
         return item(`decision.decision-${d.action}`, title, ...body);
       }
       case 'run_resumed':

@@ -3,7 +3,8 @@
 //
 //   BASE_URL        the server (no auth); agents `scribe` (two ask-gated fs_write calls: a.txt, and b.txt,
 //                   which exists, so its preview is a diff), `clerk` (three: c.txt, d.txt, e.txt) and
-//                   `trickster` (a shell call and an fs_write holding direction-changing characters)
+//                   `trickster` (a shell call and an fs_write holding direction-changing characters) and
+//                   `pair` (one fs_write whose policy says `approvals = 2`: a quorum call)
 //   WORKSPACE       that server's workspace folder (to check the files on disk)
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 //   PLAYWRIGHT_CORE the playwright-core package folder (default .ci/npm/node_modules/playwright-core)
@@ -51,7 +52,7 @@ const LONG_INPUTS = [
 ];
 
 let browser;
-const runs = { waiting: null, completed: null, marked: null };
+const runs = { waiting: null, completed: null, marked: null, quorum: null };
 
 // ------------------------------------------------------------------------------------------ the API
 
@@ -93,6 +94,14 @@ before(async () => {
   // Issue 31: a run of trickster, whose held calls hold direction-changing characters (drawn as marks).
   const marked = await call('POST', 'v1/runs', { agent: 'trickster', input: 'tidy up' });
   runs.marked = (await waitForStatus(marked.id, 'waiting_for_approval')).id;
+  // V2 §4: a run of pair whose quorum call has one approval of two (by `local`), so it still waits.
+  const pair = await waitForStatus((await call('POST', 'v1/runs', { agent: 'pair', input: 'two keys' })).id, 'waiting_for_approval');
+  const [quorum] = pair.pending.calls;
+  await call('POST', `v1/runs/${pair.id}/decisions`, {
+    turn_digest: pair.pending.turn_digest,
+    decisions: [{ call_id: quorum.call_id, action: 'approve' }],
+  });
+  runs.quorum = pair.id;
 });
 
 after(async () => {
@@ -194,6 +203,13 @@ async function markedRun(page) {
   await page.goto(`${BASE_URL}#/runs/${runs.marked}`);
   await page.locator('#held article.call').nth(1).waitFor();
   await page.locator('#held .invisible-warning').nth(1).waitFor();
+}
+
+/** The page of the waiting pair run: its quorum call with 1 of 2 approvals, its hint, approve and deny. */
+async function quorumRun(page) {
+  await page.goto(`${BASE_URL}#/runs/${runs.quorum}`);
+  await page.locator('#held .quorum-count', { hasText: '1 of 2 approvals — local' }).waitFor();
+  await page.locator('#steps li[data-kind="decision"] .quorum-count').waitFor();
 }
 
 /** The page of the completed scribe run. */
@@ -447,7 +463,7 @@ class Walk {
 // ------------------------------------------------------------------------------------------ the tests
 
 describe('the playground, issue #17', () => {
-  test('no horizontal overflow at 390×844, 768×1024 and 320×640 (home with inbox and long inputs; a waiting run with a diff, editor open; one with marked characters)', async (t) => {
+  test('no horizontal overflow at 390×844, 768×1024 and 320×640 (home with inbox and long inputs; a waiting run with a diff, editor open; one with marked characters; one with a quorum call)', async (t) => {
     const problems = [];
     for (const viewport of VIEWPORTS) {
       const page = await open(t, viewport);
@@ -460,11 +476,13 @@ describe('the playground, issue #17', () => {
       problems.push(await overflowProblem(page, 'a waiting run with the argument editor open', viewport));
       await markedRun(page);
       problems.push(await overflowProblem(page, 'a waiting run with marked characters', viewport));
+      await quorumRun(page);
+      problems.push(await overflowProblem(page, 'a waiting run with a quorum call', viewport));
     }
     assertNone(problems.filter(Boolean), 'pages wider than the screen');
   });
 
-  test('axe-core finds no WCAG 2.0/2.1 A or AA violation (home, waiting run with and without the editor, one with marked characters, completed run; light and dark)', async (t) => {
+  test('axe-core finds no WCAG 2.0/2.1 A or AA violation (home, waiting run with and without the editor, one with marked characters, one with a quorum call, completed run; light and dark)', async (t) => {
     const problems = [];
     for (const colorScheme of ['light', 'dark']) {
       const page = await open(t);
@@ -478,6 +496,8 @@ describe('the playground, issue #17', () => {
       problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with the argument editor open`)));
       await markedRun(page);
       problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with marked characters`)));
+      await quorumRun(page);
+      problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with a quorum call`)));
       await completedRun(page);
       problems.push(...(await axeViolations(page, `${colorScheme}, a completed run`)));
     }

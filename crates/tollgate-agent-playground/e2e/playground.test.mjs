@@ -6,7 +6,10 @@
 //                  whose agent `trickster` holds a shell call and an fs_write whose arguments hide
 //                  direction-changing characters (issue 31)
 //   WORKSPACE      that server's workspace folder (to check the files on disk)
-//   AUTH_BASE_URL  optional: a second server with auth on, and AUTH_TOKEN a token of it (actor alice)
+//   AUTH_BASE_URL  optional: a second server with auth on, and AUTH_TOKEN a token of it (actor alice);
+//                  its agent `pair` writes q.txt, which its policy gives `approvals = 2` (V2 §4 quorum)
+//   AUTH_TOKEN_2   optional: a second approver's token of that server (actor bob), for the quorum test
+//   AUTH_WORKSPACE optional: that server's workspace folder
 //   SCREENSHOT     where to write the run page's PNG (default target/playground-run.png)
 //   CHROMIUM       the browser (default /usr/bin/chromium)
 //   PLAYWRIGHT_CORE the playwright-core package folder (default .ci/npm/node_modules/playwright-core)
@@ -45,9 +48,13 @@ after(async () => {
   await browser?.close();
 });
 
-/** A fresh page that fails the test on any uncaught script error. */
-async function open(t) {
+/**
+ * A fresh page that fails the test on any uncaught script error; with `token`, one whose API token is
+ * set already (as the token popup stores it).
+ */
+async function open(t, { token } = {}) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  if (token) await context.addInitScript((value) => localStorage.setItem('tollgate.token', value), token);
   const page = await context.newPage();
   page.setDefaultTimeout(15_000);
   const errors = [];
@@ -384,6 +391,100 @@ describe('the playground', () => {
     assert.deepEqual(await rawOnPage(), [], 'no raw character is drawn on the finished run\'s page');
     if (WORKSPACE) assert.equal(existsSync(join(WORKSPACE, PATH)), false, 'the denied write wrote nothing');
   });
+
+  test(
+    'a quorum call (approvals = 2): the first approval shows "1 of 2", a second one by the same person is refused and explained, a second approver completes the run',
+    { skip: !process.env.AUTH_BASE_URL || !process.env.AUTH_TOKEN_2 },
+    async (t) => {
+      const server = process.env.AUTH_BASE_URL;
+      const [ALICE, BOB] = [process.env.AUTH_TOKEN, process.env.AUTH_TOKEN_2];
+      const started = await fetch(new URL('v1/runs', server), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ALICE}` },
+        body: JSON.stringify({ agent: 'pair', input: 'two keys', wait: true }),
+      });
+      assert.equal(started.status, 201);
+      const run = await started.json();
+      assert.equal(run.status, 'waiting_for_approval');
+      const [held] = run.pending.calls;
+      assert.deepEqual(held.approvals, { required: 2, given: [] }, 'the API marks the call as a quorum call');
+      const cardOf = (page) => page.locator(`#held article.call[data-call-id="${held.call_id}"]`);
+      const buttons = (card) => card.locator('.actions button').allTextContents();
+
+      // Alice sees how many approvals it needs, and only approve and deny, with the reason why.
+      const alice = await open(t, { token: ALICE });
+      await alice.goto(`${server}#/runs/${run.id}`);
+      const card = cardOf(alice);
+      await card.waitFor();
+      assert.equal(await card.locator('.quorum-count').textContent(), '0 of 2 approvals. Needs 2.');
+      assert.equal(await card.locator('.quorum-hint').textContent(), 'Needs 2 approvals from different people: approve or deny only.');
+      assert.deepEqual(await buttons(card), ['Approve', 'Deny…'], 'no edit or respond on a quorum call');
+      assert.equal(await card.locator('.quorum-badge').textContent(), 'quorum: 2');
+      const approve = card.getByRole('button', { name: 'Approve', exact: true });
+      assert.deepEqual(
+        await approve.evaluate((b) => b.getAttribute('aria-describedby').split(' ').map((id) => document.getElementById(id)?.textContent)),
+        ['0 of 2 approvals. Needs 2.', 'Needs 2 approvals from different people: approve or deny only.'],
+        'Approve is described by the count and the hint',
+      );
+      await alice.locator('.live', { hasText: 'Live' }).waitFor();
+
+      // Her approval is in: "1 of 2", and the page says the run waits for another approver.
+      await approve.click();
+      await card.locator('.quorum-count', { hasText: '1 of 2 approvals — alice. Needs 1 more.' }).waitFor();
+      assert.equal(
+        await card.locator('.quorum-mine').textContent(),
+        'Your approval is in. The run waits for another approver; you can still deny this call.',
+      );
+      assert.deepEqual(await buttons(card), ['Deny…'], 'no second approval offered');
+      assert.equal(await alice.locator('#held-heading').textContent(), 'Waiting for another approver');
+      assert.equal(
+        await alice.locator('#held > p').first().textContent(),
+        `Your approval is in. The run waits for someone else to approve: fs_write ${held.call_id} needs 1 more approval.`,
+      );
+      assert.equal(await alice.getByRole('button', { name: /^Approve all/ }).count(), 0, 'nothing left for her to approve');
+      assert.equal(await alice.getByRole('button', { name: 'Deny all' }).count(), 1);
+      assert.equal(await alice.locator('.run-head .badge').textContent(), 'waiting for approval');
+      await alice.waitForFunction(() => document.activeElement?.id === 'held-heading');
+      await alice.locator('#announcer', { hasText: 'Your approval is in' }).waitFor({ state: 'attached' });
+      const firstVote = alice.locator('#steps li[data-kind="decision"]');
+      await firstVote.waitFor();
+      assert.match(await firstVote.innerText(), /Approved by alice[\s\S]*Approvals: 1 of 2 approvals — alice\. Needs 1 more\./);
+
+      // Alice again, on a page that does not know who she is: Approve is offered, the server refuses the
+      // second approval (409), and the page says so and then shows her approval as in.
+      const again = await open(t, { token: ALICE });
+      await again.goto(`${server}#/runs/${run.id}`);
+      const card2 = cardOf(again);
+      await card2.locator('.quorum-count', { hasText: '1 of 2 approvals — alice. Needs 1 more.' }).waitFor();
+      await card2.getByRole('button', { name: 'Approve', exact: true }).click();
+      const refused = again.locator('#notices .notice-error', { hasText: 'You have already approved this call.' });
+      await refused.waitFor();
+      assert.match(await refused.textContent(), /alice already approved call .*distinct people.*the run waits for another approver/);
+      await card2.locator('.quorum-mine').waitFor();
+      assert.deepEqual(await buttons(card2), ['Deny…']);
+
+      // Bob, the second approver, completes it; the run resumes and writes the note.
+      const bob = await open(t, { token: BOB });
+      await bob.goto(`${server}#/runs/${run.id}`);
+      const card3 = cardOf(bob);
+      await card3.locator('.quorum-count', { hasText: '1 of 2 approvals — alice. Needs 1 more.' }).waitFor();
+      assert.equal(await card3.locator('.quorum-mine').count(), 0, 'bob has not approved yet');
+      assert.deepEqual(await buttons(card3), ['Approve', 'Deny…']);
+      await card3.getByRole('button', { name: 'Approve', exact: true }).click();
+      await bob.locator('#answer', { hasText: 'done' }).waitFor();
+      const votes = (await history(bob)).filter(([, kind]) => kind === 'decision').map(([, , text]) => text);
+      assert.deepEqual(votes, [
+        `Approved by alice fs_write ${held.call_id} Approvals: 1 of 2 approvals — alice. Needs 1 more.`,
+        `Approved by bob fs_write ${held.call_id} Approvals: 2 of 2 approvals — alice, bob.`,
+      ]);
+      assert.equal(await bob.locator('#steps li[data-kind="tool_started"]').count(), 1, 'the call ran once');
+
+      // Alice's page, waiting for another approver all along, follows the run to its end.
+      await alice.locator('#answer', { hasText: 'done' }).waitFor();
+      await alice.locator('#held').waitFor({ state: 'hidden' });
+      if (process.env.AUTH_WORKSPACE) assert.equal(readFileSync(join(process.env.AUTH_WORKSPACE, 'q.txt'), 'utf8'), 'Q: two keys\n');
+    },
+  );
 
   test('with auth on: a 401 asks for the token, and the run is followed live with it', { skip: !process.env.AUTH_BASE_URL }, async (t) => {
     const page = await open(t);

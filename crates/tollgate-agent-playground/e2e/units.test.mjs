@@ -1,6 +1,6 @@
 // Unit tests of the playground's DOM-free modules: the schema check of the argument editor, the SSE
 // parser used when a token must be sent, the preview/diff and time formatting, which held calls take
-// a decision, and which characters are shown as marks (invisible.js).
+// a decision, a quorum call's approvals in words, and which characters are shown as marks (invisible.js).
 //
 // Run: node --test crates/tollgate-agent-playground/e2e/units.test.mjs (needs node only)
 
@@ -10,6 +10,7 @@ import { checkArguments, describe as describeErrors, parseJson, validate } from 
 import { parseDelta, SseParser } from '../assets/sse.js';
 import { diffLines, duration, isUnifiedDiff, openCalls, relative, settledNote, shortId, summarize } from '../assets/format.js';
 import { decisionAnnouncement, idTail, runLinkName, runSummary, runTag, statusText, truncate } from '../assets/format.js';
+import { approvalsText, approvedBy, heldSummary, quorumHint } from '../assets/format.js';
 import { charName, escapeInvisibleJson, hasRightToLeft, invisibleIn, invisibleWarning, markedText, splitInvisible } from '../assets/invisible.js';
 
 // The schemas of two built-in tools, as GET /v1/tools returns them.
@@ -182,6 +183,82 @@ describe('held calls', () => {
     assert.match(settledNote(pending.calls[0]), /ran to its end before a crash/);
     assert.match(settledNote(pending.calls[3]), /Allowed by its gate/);
     assert.match(settledNote(pending.calls[4]), /Refused before any gate/);
+  });
+});
+
+describe('quorum calls (approvals = N)', () => {
+  const quorum = (call_id, given, extra = {}) => ({
+    call_id,
+    tool: 'fs_write',
+    arguments: {},
+    gate: 'ask',
+    preview: null,
+    in_doubt: false,
+    decision: null,
+    state: 'waiting',
+    takes_decision: true,
+    result: null,
+    approvals: { required: 2, given },
+    ...extra,
+  });
+
+  test('the count says who approved and how many are missing, in words', () => {
+    assert.equal(approvalsText({ required: 2, given: [] }), '0 of 2 approvals. Needs 2.');
+    assert.equal(approvalsText({ required: 2, given: ['alice'] }), '1 of 2 approvals — alice. Needs 1 more.');
+    assert.equal(approvalsText({ required: 3, given: ['alice', 'bob'] }), '2 of 3 approvals — alice, bob. Needs 1 more.');
+    assert.equal(approvalsText({ required: 2, given: ['alice', 'bob'] }), '2 of 2 approvals — alice, bob.');
+    assert.equal(approvalsText({ required: 2, given: ['alice'] }, { open: false }), '1 of 2 approvals — alice.', 'a denied call: no "needs"');
+    assert.equal(approvalsText(null), null, 'a call one decision settles');
+    assert.equal(approvalsText(undefined), null, 'an event from before quorums');
+    assert.equal(quorumHint({ required: 2, given: [] }), 'Needs 2 approvals from different people: approve or deny only.');
+  });
+
+  test('this person\'s approval is in when this page gave it or their name is among the approvals', () => {
+    const call = quorum('call_1', ['alice']);
+    assert.equal(approvedBy(call, 'alice'), true);
+    assert.equal(approvedBy(call, 'bob'), false);
+    assert.equal(approvedBy(call, ''), false, 'an unknown actor approved nothing');
+    assert.equal(approvedBy(call, '', new Set(['call_1'])), true);
+    assert.equal(approvedBy({ ...call, approvals: null }, 'alice', new Set(['call_1'])), false, 'not a quorum call');
+  });
+
+  test('the panel says the run waits for another approver once every call left is one this person approved', () => {
+    const pending = { turn_digest: 'sha256:01', expires_at: null, calls: [quorum('call_1', ['alice'])] };
+    assert.deepEqual(heldSummary(pending, new Set()), {
+      heading: 'Waiting for a decision',
+      text: '1 of 1 call(s) need your decision. Nothing of this turn has run yet.',
+    });
+    assert.deepEqual(heldSummary(pending, new Set(['call_1'])), {
+      heading: 'Waiting for another approver',
+      text: 'Your approval is in. The run waits for someone else to approve: fs_write call_1 needs 1 more approval.',
+    });
+    const two = { ...pending, calls: [quorum('call_1', ['alice']), quorum('call_2', [])] };
+    assert.deepEqual(heldSummary(two, new Set(['call_1'])), {
+      heading: 'Waiting for a decision',
+      text:
+        '1 of 2 call(s) need your decision. Your approval is in on 1 call, which waits for another approver ' +
+        '(fs_write call_1 needs 1 more approval). Nothing of this turn has run yet.',
+    });
+    const decided = { ...pending, calls: [quorum('call_1', ['alice', 'bob'], { takes_decision: false, state: 'decided' })] };
+    assert.equal(heldSummary(decided, new Set()).text, 'Every call is decided; the run resumes.');
+  });
+
+  test('a first approval is said with its count and who the run waits for', () => {
+    const open = [{ call_id: 'call_1', tool: 'fs_write', approvals: { required: 2, given: [] } }];
+    const waiting = [{ call_id: 'call_1', tool: 'fs_write', approvals: { required: 2, given: ['alice'] } }];
+    assert.equal(
+      decisionAnnouncement({ decisions: [{ call_id: 'call_1', action: 'approve' }] }, open, 0, waiting),
+      'Approved: fs_write call_1. Your approval is in: fs_write call_1 has 1 of 2 approvals, waiting for another approver.',
+    );
+    const two = [...open, { call_id: 'call_2', tool: 'shell' }];
+    assert.equal(
+      decisionAnnouncement({ decisions: [{ call_id: 'call_1', action: 'approve' }] }, two, 1, waiting),
+      'Approved: fs_write call_1. 1 call left to decide. fs_write call_1 has 1 of 2 approvals, waiting for another approver.',
+    );
+    assert.equal(
+      decisionAnnouncement({ approve_all: true }, two, 0, waiting),
+      'Approved all 2 calls. Your approval is in: fs_write call_1 has 1 of 2 approvals, waiting for another approver.',
+    );
   });
 });
 

@@ -8,10 +8,12 @@
 //! keyboard-only walk of `e2e/access.test.mjs`): turn 1 writes `c.txt`, `d.txt` and `e.txt` (three
 //! ask-gated `fs_write` calls in one turn), turn 2 says `done`; and `trickster` (issue 31, the marks of
 //! invisible and direction-changing characters): turn 1 holds a `shell` call whose argv hides `rm -rf`
-//! behind bidi isolates and an `fs_write` whose path holds U+202E, turn 2 says `done`. `scribe` comes
-//! first, so it stays the default agent. The first server also has `talker`, an `openai` agent whose model is a slow streaming
-//! server on loopback ([`SlowChatModel`]), for the run page's live text (V2 streaming). A second server has
-//! auth on (token of `alice`), for the token prompt and the fetch()-read event stream.
+//! behind bidi isolates and an `fs_write` whose path holds U+202E, turn 2 says `done`; and `pair` (V2 §4
+//! quorum): turn 1 writes `q.txt`, which its policy gives `approvals = 2`, turn 2 says `done`. `scribe`
+//! comes first, so it stays the default agent. The first server also has `talker`, an `openai` agent whose
+//! model is a slow streaming server on loopback ([`SlowChatModel`]), for the run page's live text (V2
+//! streaming). A second server has auth on (tokens of `alice` and `bob`), for the token prompt, the
+//! fetch()-read event stream, and a quorum call approved by two people.
 //!
 //! `e2e/access.test.mjs` (issue #17) checks the playground against its accessibility promises: no
 //! horizontal overflow at phone and tablet widths, no axe-core violation of WCAG 2.1 A/AA in light and
@@ -64,6 +66,15 @@ const TRICKSTER_SCRIPT: &str = r#"{"turns": [
 ]}
 "#;
 
+/// The script of `pair`: one `fs_write` that two people must approve (its agent's policy says `approvals = 2`).
+const PAIR_SCRIPT: &str = r#"{"turns": [
+  {"text": "I will write the note two people must approve.", "tool_calls": [
+    {"name": "fs_write", "arguments": {"path": "q.txt", "content": "Q: {{input}}\n"}}
+  ]},
+  {"text": "done"}
+]}
+"#;
+
 const CONFIG: &str = r#"[[providers]]
 name = "script"
 kind = "scripted"
@@ -99,6 +110,23 @@ provider = "trickster-script"
 system_prompt = "You tidy up."
 tools = ["shell", "fs_write"]
 max_iterations = 5
+
+[[providers]]
+name = "pair-script"
+kind = "scripted"
+script = "pair.json"
+
+[[agents]]
+name = "pair"
+provider = "pair-script"
+system_prompt = "You write one note that two people approve."
+tools = ["fs_write"]
+max_iterations = 5
+
+[[agents.policy]]
+tool = "fs_write"
+gate = "ask"
+approvals = 2
 "#;
 
 /// `talker` (V2 streaming): an `openai` provider at a [`SlowChatModel`], which streams its answer a piece
@@ -133,6 +161,11 @@ const AUTH: &str = r#"
 name = "alice"
 token = "alice-secret"
 roles = ["runner", "approver"]
+
+[[auth.tokens]]
+name = "bob"
+token = "bob-secret"
+roles = ["approver"]
 "#;
 
 const BROWSER_TIMEOUT: Duration = Duration::from_secs(240);
@@ -249,6 +282,7 @@ impl Server {
         write(&dir.path().join("script.json"), SCRIPT);
         write(&dir.path().join("clerk.json"), CLERK_SCRIPT);
         write(&dir.path().join("trickster.json"), TRICKSTER_SCRIPT);
+        write(&dir.path().join("pair.json"), PAIR_SCRIPT);
         std::fs::create_dir_all(dir.path().join("workspace")).unwrap_or_else(|e| panic!("no workspace: {e}"));
         write(&dir.path().join("workspace/b.txt"), "B: old\nsecond line\n");
 
@@ -393,6 +427,8 @@ fn playground_in_headless_chromium() {
         ("WORKSPACE", open.workspace().display().to_string()),
         ("AUTH_BASE_URL", guarded.url.clone()),
         ("AUTH_TOKEN", "alice-secret".to_owned()),
+        ("AUTH_TOKEN_2", "bob-secret".to_owned()),
+        ("AUTH_WORKSPACE", guarded.workspace().display().to_string()),
         ("SCREENSHOT", screenshot.display().to_string()),
     ];
     if let Ok(path) = std::env::var("PLAYWRIGHT_CORE") {

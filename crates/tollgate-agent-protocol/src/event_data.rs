@@ -199,6 +199,10 @@ pub struct DecisionMade {
     pub call_id: String,
     /// Who decided (`system` for expiry).
     pub actor: String,
+    /// On a quorum call (`approvals = N`): its approvals after this vote. Absent for a call one
+    /// decision settles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<crate::Approvals>,
 }
 
 /// `run_resumed`: a waiting run resumed.

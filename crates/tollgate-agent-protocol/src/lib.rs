@@ -63,6 +63,6 @@ pub use request::{
     RespondDecision, StartRunRequest, decide_forms,
 };
 pub use run::{
-    Call, CallResult, CallState, Decision, Gate, HeldTurn, RecordedDecision, Run, RunError, RunPage, RunStatus,
-    TerminationReason, Usage,
+    Approvals, Call, CallResult, CallState, Decision, Gate, HeldTurn, RecordedDecision, Run, RunError, RunPage,
+    RunStatus, TerminationReason, Usage,
 };

@@ -260,6 +260,29 @@ pub struct Call {
     /// otherwise.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub result: Option<CallResult>,
+    /// For a call a policy rule gives `approvals = N` (N ≥ 2, a quorum): how many distinct people must
+    /// approve it and who has so far, in the order they approved. Null for a call one decision settles.
+    /// (Absent for such a call, so a run without quorum calls reads exactly as v1 wrote it.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Approvals>,
+}
+
+/// A quorum call's approvals (`calls[].approvals`, and `approvals` in a `decision` event's data).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct Approvals {
+    /// How many distinct actors must approve the call (2 or more).
+    pub required: u32,
+    /// The actors who approved it, in the order they did (`[]` before the first approval).
+    pub given: Vec<String>,
+}
+
+impl Approvals {
+    /// How many approvals are still missing (0 once the call is approved).
+    pub fn missing(&self) -> u32 {
+        let given = u32::try_from(self.given.len()).unwrap_or(u32::MAX);
+        self.required.saturating_sub(given)
+    }
 }
 
 impl Call {

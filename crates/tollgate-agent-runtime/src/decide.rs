@@ -19,8 +19,8 @@ use crate::error::DecideError;
 use crate::{DecisionSet, events};
 use std::collections::HashSet;
 use tollgate_agent_core::{
-    Decision, DecisionError, Decisions, HeldTurn, Lease, Millis, NewEvent, RecordedDecision, RunRecord, RunState,
-    StartingCall, Suspension, Transition,
+    ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, HeldTurn, Lease, Millis, NewEvent,
+    RecordedDecision, RunRecord, RunState, StartingCall, Suspension, Transition,
 };
 
 /// A decision request as a caller sends it.
@@ -105,6 +105,15 @@ pub fn admit<'r>(
     Ok(pending)
 }
 
+/// Why an approval refused a vote, as the decision request's error: a vote on an approval already
+/// closed is v1's "already decided"; the rest are the approval's own refusal.
+fn refused_vote(error: ApprovalError) -> DecideError {
+    match error {
+        ApprovalError::Closed { call_id, .. } => DecideError::AlreadyDecided { call_id },
+        other => DecideError::Vote(other),
+    }
+}
+
 /// Plans what `request` does to `run`, whose held turn is `held` (parsed from the run's stored
 /// suspension), at `now`. `resume_lease` is the lease a completing request claims (none: it queues
 /// the run for a worker instead); `first_decided`
@@ -121,48 +130,57 @@ pub fn plan_decision(
 ) -> Result<DecisionPlan, DecideError> {
     check_request(request.set)?;
     let pending = admit(run, request, rules)?;
-    let undecided = || pending.required.iter().filter(|c| !pending.decisions.contains_key(*c)).cloned();
+    let actor = request.actor;
+    let open = || pending.approvals.iter().filter(|a| a.is_pending());
     let decided: Vec<(String, Decision)> = match request.set {
         DecisionSet::Each(list) => list.clone(),
-        DecisionSet::ApproveAll => undecided().map(|c| (c, Decision::Approve)).collect(),
+        // One approval by this actor for each open approval it has not approved yet.
+        DecisionSet::ApproveAll => open()
+            .filter(|a| !a.approvals_given().contains(&actor))
+            .map(|a| (a.call_id.clone(), Decision::Approve))
+            .collect(),
         DecisionSet::DenyAll { reason } => {
-            undecided().map(|c| (c, Decision::Deny { reason: reason.clone() })).collect()
+            open().map(|a| (a.call_id.clone(), Decision::Deny { reason: reason.clone() })).collect()
         }
     };
     if decided.is_empty() {
-        return Err(DecideError::NothingToDecide);
+        // Open approvals left mean this actor approved each already: a second approval is a conflict.
+        return Err(match open().next() {
+            Some(a) => DecideError::Vote(ApprovalError::AlreadyApproved {
+                call_id: a.call_id.clone(),
+                actor: actor.to_owned(),
+            }),
+            None => DecideError::NothingToDecide,
+        });
     }
-    for (call_id, _) in &decided {
+    // The votes applied, in the request's order, to the held turn as read: the same rules the store's
+    // compare-and-set applies (`RunRecord::apply`), so a vote refused here is never committed.
+    let mut after = pending.clone();
+    let mut recorded: Vec<(String, RecordedDecision)> = Vec::with_capacity(decided.len());
+    let mut events: Vec<NewEvent> = Vec::with_capacity(decided.len() + 2);
+    for (call_id, decision) in &decided {
         let call = held.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.clone()))?;
         if let Some(refused) = call.refuse_decision() {
             return Err(refused.into());
         }
-        if pending.decisions.contains_key(call_id) {
-            return Err(DecideError::AlreadyDecided { call_id: call_id.clone() });
-        }
+        let approval = after
+            .approvals
+            .iter_mut()
+            .find(|a| &a.call_id == call_id)
+            .ok_or_else(|| DecisionError::NotDecidable { call_id: call_id.clone(), gate: call.gate() })?;
+        let vote = RecordedDecision { decision: decision.clone(), actor: actor.to_owned(), at: now };
+        *approval = approval.apply(&ApprovalCommand::Vote(vote.clone())).map_err(refused_vote)?;
+        events.push(events::decision(now, held.round, call_id, &vote, approval));
+        recorded.push((call_id.clone(), vote));
     }
-    let recorded: Vec<(String, RecordedDecision)> = decided
-        .iter()
-        .map(|(call_id, decision)| {
-            (call_id.clone(), RecordedDecision { decision: decision.clone(), actor: request.actor.to_owned(), at: now })
-        })
-        .collect();
-    let mut events: Vec<NewEvent> = recorded.iter().map(|(id, d)| events::decision(now, held.round, id, d)).collect();
-    let completes =
-        pending.required.iter().all(|c| pending.decisions.contains_key(c) || recorded.iter().any(|(id, _)| id == c));
+    let completes = after.complete_for_resume();
     if completes {
-        events.push(events::run_resumed(now, held.round, request.actor));
+        events.push(events::run_resumed(now, held.round, actor));
     }
     let resume = if completes && resume_lease.is_some() {
-        let all: Decisions = pending
-            .decisions
-            .iter()
-            .map(|(id, d)| (id.clone(), d.decision.clone()))
-            .chain(recorded.iter().map(|(id, d)| (id.clone(), d.decision.clone())))
-            .collect();
         // The resume's first call, when a person decided it and nothing runs before it, has its
         // `tool_started` committed with the claim: one commit less between the decision and the call.
-        let started = first_decided(held, &all);
+        let started = first_decided(held, &after.decisions());
         if let Some(call) = &started {
             events.push(events::tool_started(
                 now,
@@ -178,7 +196,7 @@ pub fn plan_decision(
     } else {
         None
     };
-    let transition = Transition::Decide { decisions: recorded, resume: resume_lease.filter(|_| completes) };
+    let transition = Transition::Vote { votes: recorded, resume: resume_lease.filter(|_| completes) };
     Ok(DecisionPlan { decided, transition, events, resume })
 }
 
@@ -186,9 +204,9 @@ pub fn plan_decision(
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::collections::BTreeMap;
     use tollgate_agent_core::{
-        CallState, Counters, EventKind, Gate, RunStatus, StoredSuspension, ToolResult, TurnDigest,
+        Approval, CallState, Counters, EventKind, Gate, Requirement, RunStatus, StoredSuspension, ToolResult,
+        TurnDigest,
     };
 
     const NOW: Millis = 1_796_000_000_000;
@@ -202,6 +220,7 @@ mod tests {
             preview: None,
             observed: None,
             state,
+            requirement: Requirement::SINGLE,
         }
     }
 
@@ -225,14 +244,17 @@ mod tests {
         run.state = RunState::Waiting(HeldTurn {
             suspension: StoredSuspension::from_stored("{}".into()),
             turn_digest: TurnDigest(DIGEST.into()),
-            required: vec!["a".into(), "b".into()],
-            decisions: decided
-                .iter()
+            approvals: ["a", "b"]
+                .into_iter()
                 .map(|id| {
-                    let d = RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: NOW - 5 };
-                    ((*id).to_owned(), d)
+                    let pending = Approval::pending(format!("ap-{id}").into(), "run-1", id, Requirement::SINGLE, None);
+                    if !decided.contains(&id) {
+                        return pending;
+                    }
+                    let vote = RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: NOW - 5 };
+                    pending.apply(&ApprovalCommand::Vote(vote)).unwrap_or_else(|e| panic!("{e}"))
                 })
-                .collect::<BTreeMap<_, _>>(),
+                .collect(),
             expires_at: None,
         });
         run
@@ -307,7 +329,9 @@ mod tests {
         let planned = planned.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(planned.resume, Some(PlannedResume { started: Some(started) }));
         assert_eq!(kinds(&planned), vec![EventKind::Decision, EventKind::RunResumed, EventKind::ToolStarted]);
-        let Transition::Decide { decisions, resume } = &planned.transition else { panic!("{:?}", planned.transition) };
+        let Transition::Vote { votes: decisions, resume } = &planned.transition else {
+            panic!("{:?}", planned.transition)
+        };
         assert_eq!(resume.as_ref(), Some(&lease()));
         assert_eq!(decisions.len(), 1);
         assert_eq!(decisions[0].1.actor, "carol");
@@ -323,7 +347,7 @@ mod tests {
         let planned = planned.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(planned.resume, None);
         assert_eq!(kinds(&planned), vec![EventKind::Decision]);
-        assert!(matches!(&planned.transition, Transition::Decide { resume: None, .. }));
+        assert!(matches!(&planned.transition, Transition::Vote { resume: None, .. }));
         let next = waiting(&[]).apply(&planned.transition, NOW).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(next.status(), RunStatus::WaitingForApproval);
     }
@@ -388,7 +412,7 @@ mod tests {
         recovered.calls[1].state = CallState::InDoubt;
         let mut run = waiting(&[]);
         if let RunState::Waiting(pending) = &mut run.state {
-            pending.required = recovered.decidable_calls().map(|c| c.call_id.clone()).collect();
+            pending.approvals.retain(|a| recovered.call(&a.call_id).is_some_and(|c| c.takes_decision()));
         }
         let plan_on = |set: DecisionSet| {
             let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };

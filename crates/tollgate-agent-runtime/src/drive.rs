@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
 use std::task::Poll;
 use tollgate_agent_core::{
-    BoxFuture, Conflict, Decisions, Guard, HeldTurn, LoopError, Metadata, Millis, NewEvent, Outcome, RecordedDecision,
-    RunError, RunRecord, RunStatus, StartingCall, StoreError, Suspension, SuspensionError, Transition, TurnDigest,
+    Approval, ApprovalId, BoxFuture, Conflict, Decisions, Guard, HeldCall, HeldTurn, LoopError, Metadata, Millis,
+    NewEvent, Outcome, RunError, RunRecord, RunStatus, StartingCall, StoreError, Suspension, SuspensionError,
+    Transition, TurnDigest,
 };
 
 /// How often a model call under way looks whether its run ended elsewhere, while the store does not
@@ -69,26 +70,38 @@ pub(crate) enum Work {
     },
 }
 
-/// The decisions a resume needs: those recorded for the calls that still take one.
+/// The decisions a resume needs: those its approvals settled on, for the calls that still take one.
 pub(crate) fn decisions_for(suspension: &Suspension, pending: Option<&HeldTurn>) -> Decisions {
     let Some(pending) = pending else { return BTreeMap::new() };
-    suspension
-        .decidable_calls()
-        .filter_map(|c| pending.decisions.get(&c.call_id).map(|d| (c.call_id.clone(), d.decision.clone())))
-        .collect()
+    let mut decided = pending.decisions();
+    decided.retain(|id, _| suspension.call(id).is_some_and(HeldCall::takes_decision));
+    decided
 }
 
-/// The transition that stores a suspension as the run's held turn, or why it cannot be stored.
+/// The transition that stores a suspension as the run `run_id`'s held turn, or why it cannot be stored:
+/// one approval per call that takes a decision, under the call's requirement — `kept`'s approval of
+/// that call when there is one (recovery keeps what people decided on calls that never started), else a
+/// new pending one.
 pub(crate) fn suspend_transition(
+    run_id: &str,
     suspension: &Suspension,
-    decisions: BTreeMap<String, RecordedDecision>,
+    mut kept: Vec<Approval>,
     expires_at: Option<Millis>,
 ) -> Result<Transition, SuspensionError> {
+    let approvals = suspension
+        .decidable_calls()
+        .map(|call| match kept.iter().position(|a| a.call_id == call.call_id) {
+            Some(at) => kept.swap_remove(at),
+            None => {
+                let id = ApprovalId::new(uuid::Uuid::now_v7().to_string());
+                Approval::pending(id, run_id, call.call_id.clone(), call.requirement, expires_at)
+            }
+        })
+        .collect();
     let held = HeldTurn {
         suspension: suspension.to_stored()?,
         turn_digest: TurnDigest(suspension.turn_digest.0.clone()),
-        required: suspension.decidable_calls().map(|c| c.call_id.clone()).collect(),
-        decisions,
+        approvals,
         expires_at,
     };
     Ok(Transition::Suspend { held, iterations: suspension.counters.iterations, usage: suspension.counters.usage })
@@ -264,7 +277,7 @@ impl Inner {
             Ok(Outcome::Suspended(suspension)) => {
                 let expires_at =
                     spec.approval_ttl.map(|ttl| now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)));
-                match suspend_transition(&suspension, BTreeMap::new(), expires_at) {
+                match suspend_transition(&run.id, &suspension, Vec::new(), expires_at) {
                     Ok(transition) => {
                         events.push(events::approval_requested(now, &suspension, expires_at));
                         transition

@@ -7,7 +7,7 @@
 //! Operations that can only fail in the store (`list`, `count_by_status`, `purge`, `sweep`) answer
 //! [`StoreError`] itself.
 
-use tollgate_agent_core::{DecisionError, MetadataError, RunStatus, StoreError, TurnDigest};
+use tollgate_agent_core::{ApprovalError, DecisionError, MetadataError, RunStatus, StoreError, TurnDigest};
 
 /// Why [`Runtime::start`](crate::Runtime::start) or
 /// [`start_and_wait`](crate::Runtime::start_and_wait) started no run (or lost sight of it).
@@ -145,6 +145,13 @@ pub enum DecideError {
         /// The call.
         call_id: String,
     },
+    /// A vote the call's approval refuses: on a quorum call (`approvals = N`), the same actor's second
+    /// approval ([`ApprovalError::AlreadyApproved`], a conflict) or an `edit` / `respond`
+    /// ([`ApprovalError::QuorumAction`], a vote that never fits); [`ApprovalError::is_conflict`] tells
+    /// them apart. (A vote on an approval already decided is [`DecideError::AlreadyDecided`], as in v1.)
+    /// Not retryable.
+    #[error(transparent)]
+    Vote(ApprovalError),
     /// The agent forbids self-approval and the actor started the run. Not retryable.
     #[error("agent {agent} forbids self-approval: {actor} started this run and cannot decide its calls")]
     SelfApprovalForbidden {
@@ -200,6 +207,7 @@ impl DecideError {
             | DecideError::NotWaiting { .. }
             | DecideError::StaleDigest { .. }
             | DecideError::AlreadyDecided { .. }
+            | DecideError::Vote(_)
             | DecideError::SelfApprovalForbidden { .. }
             | DecideError::NothingToDecide
             | DecideError::NoDecisions
@@ -318,6 +326,7 @@ impl SweepError {
                 | DecideError::LostRace { .. } => true,
                 DecideError::Store(e) => store_overtaken(e),
                 DecideError::UnknownAgent(_)
+                | DecideError::Vote(_)
                 | DecideError::SelfApprovalForbidden { .. }
                 | DecideError::NoDecisions
                 | DecideError::DecidedTwice { .. }

@@ -5,8 +5,8 @@
 use crate::wire;
 use serde_json::Value;
 use tollgate_agent_core::{
-    EventKind, Millis, ModelResponse, NewEvent, RecordedDecision, RunError, RunRecord, Suspension, TerminationReason,
-    ToolResult, ToolSpec, rfc3339,
+    Approval, EventKind, Millis, ModelResponse, NewEvent, RecordedDecision, RunError, RunRecord, Suspension,
+    TerminationReason, ToolResult, ToolSpec, rfc3339,
 };
 use tollgate_agent_protocol::event_data as data;
 
@@ -79,11 +79,19 @@ pub(crate) fn approval_requested(at: Millis, suspension: &Suspension, expires_at
     event(at, EventKind::ApprovalRequested, suspension.round, requested)
 }
 
-pub(crate) fn decision(at: Millis, round: u32, call_id: &str, recorded: &RecordedDecision) -> NewEvent {
+/// `decision`: one vote, with its approval's count after it when the call is a quorum.
+pub(crate) fn decision(
+    at: Millis,
+    round: u32,
+    call_id: &str,
+    recorded: &RecordedDecision,
+    approval: &Approval,
+) -> NewEvent {
     let made = data::DecisionMade {
         decision: wire::decision(&recorded.decision).into(),
         call_id: call_id.to_owned(),
         actor: recorded.actor.clone(),
+        approvals: wire::approvals(approval),
     };
     event(at, EventKind::Decision, round, made)
 }

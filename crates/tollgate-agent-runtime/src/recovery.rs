@@ -14,8 +14,8 @@
 use crate::error::SweepError;
 use crate::workers::Slot;
 use crate::{Runtime, Work, decisions_for, events, suspend_transition, wire};
-use std::collections::{BTreeMap, HashSet};
-use tollgate_agent_core::{EventKind, Guard, RunRecord, StoredEvent, ToolResult, Transition};
+use std::collections::BTreeMap;
+use tollgate_agent_core::{Approval, EventKind, Guard, RunRecord, StoredEvent, ToolResult, Transition};
 use tollgate_agent_protocol::{EventData, EventDataError};
 
 /// Takes over a running run whose lease expired, with one of this process's workers; without a free
@@ -122,16 +122,15 @@ async fn resume_claimed(runtime: &Runtime, claimed: RunRecord, slot: Slot) -> Re
         inner.spawn_drive(claimed, spec, Work::Resume { suspension, decisions, started: None }, None, slot);
         return Ok(());
     }
-    // Keep the decisions of calls that never started; the in-doubt ones need a person again.
-    let doubtful: HashSet<&String> = in_doubt.iter().collect();
-    let kept: BTreeMap<_, _> = pending
-        .decisions
+    // Keep the approvals of calls that never started; the in-doubt ones need people again.
+    let kept: Vec<Approval> = pending
+        .approvals
         .iter()
-        .filter(|(id, _)| !doubtful.contains(id) && suspension.call(id).is_some_and(|c| c.takes_decision()))
-        .map(|(id, d)| (id.clone(), d.clone()))
+        .filter(|a| !in_doubt.contains(&a.call_id) && suspension.call(&a.call_id).is_some_and(|c| c.takes_decision()))
+        .cloned()
         .collect();
     let event = events::approval_requested(now, &suspension, pending.expires_at);
-    let transition = match suspend_transition(&suspension, kept, pending.expires_at) {
+    let transition = match suspend_transition(&run.id, &suspension, kept, pending.expires_at) {
         Ok(transition) => transition,
         Err(e) => {
             inner.fail_corrupt(&claimed, &e.to_string()).await;

@@ -6,7 +6,7 @@
 //! is chosen here.
 
 use tollgate_agent_core::{
-    CallState, Decision, EventKind, HeldCall, RecordedDecision, RunError, RunRecord, RunState, StoredEvent,
+    Approval, CallState, Decision, EventKind, HeldCall, RecordedDecision, RunError, RunRecord, RunState, StoredEvent,
     TerminationReason, rfc3339,
 };
 use tollgate_agent_protocol as wire;
@@ -100,16 +100,26 @@ pub fn call_state(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire:
     }
 }
 
-/// A held call as the run object shows it, with the decision recorded for it so far. It takes a decision
-/// when [`HeldCall::takes_decision`] says so and none is recorded yet (the one rule; clients read it
-/// from here, and `decide` refuses the others).
-pub fn call(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire::Call {
+/// A quorum approval's count on the wire (`calls[].approvals`, a `decision` event's `approvals`); none
+/// for an approval one decision settles.
+pub fn approvals(approval: &Approval) -> Option<wire::Approvals> {
+    approval.requirement.is_quorum().then(|| wire::Approvals {
+        required: approval.required(),
+        given: approval.approvals_given().into_iter().map(str::to_owned).collect(),
+    })
+}
+
+/// A held call as the run object shows it, with its approval (if it needs people). It takes a decision
+/// when [`HeldCall::takes_decision`] says so and its approval is still open (the one rule; clients read
+/// it from here, and `decide` refuses the others); its `decision` is the one its approval settled on.
+pub fn call(call: &HeldCall, approval: Option<&Approval>) -> wire::Call {
     let result = match &call.state {
         CallState::Finished(result) => {
             Some(wire::CallResult { content: result.content.clone(), is_error: result.is_error })
         }
         CallState::Refused(_) | CallState::Allowed | CallState::Asks | CallState::InDoubt => None,
     };
+    let recorded = approval.and_then(Approval::settled_by);
     wire::Call {
         call_id: call.call_id.clone(),
         tool: call.tool.clone(),
@@ -117,10 +127,11 @@ pub fn call(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire::Call 
         gate: call.gate(),
         preview: call.preview.clone(),
         in_doubt: call.in_doubt(),
-        decision: recorded.map(recorded_decision),
-        state: call_state(call, recorded),
+        decision: recorded.as_ref().map(recorded_decision),
+        state: call_state(call, recorded.as_ref()),
         takes_decision: call.takes_decision() && recorded.is_none(),
         result,
+        approvals: approval.and_then(approvals),
     }
 }
 
@@ -145,7 +156,7 @@ pub fn run(run: &RunRecord) -> wire::Run {
                 .suspension
                 .parse()
                 .inspect_err(|error| tracing::warn!(run = %run.id, %error, "the held turn cannot be read"))
-                .map(|s| s.calls.iter().map(|held| call(held, pending.decisions.get(&held.call_id))).collect())
+                .map(|s| s.calls.iter().map(|held| call(held, pending.approval(&held.call_id))).collect())
                 .unwrap_or_default();
             Some(wire::HeldTurn {
                 turn_digest: pending.turn_digest.0.clone(),
@@ -215,6 +226,7 @@ mod tests {
             preview: Some("write a".into()),
             observed: None,
             state,
+            requirement: tollgate_agent_core::Requirement::SINGLE,
         }
     }
 
@@ -222,12 +234,15 @@ mod tests {
         ToolResult { call_id: "call_1".into(), tool: "write".into(), content: content.into(), is_error, denied: false }
     }
 
-    fn approved() -> RecordedDecision {
-        RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: 1_796_000_000_000 }
+    /// The approval of `call_1`, decided by bob's approval.
+    fn approved() -> Approval {
+        let vote = RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: 1_796_000_000_000 };
+        let pending = Approval::pending("ap".into(), "run", "call_1", tollgate_agent_core::Requirement::SINGLE, None);
+        pending.apply(&tollgate_agent_core::ApprovalCommand::Vote(vote)).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The fields the run object adds for a call, and the older ones next to them.
-    fn shown(call: &HeldCall, recorded: Option<&RecordedDecision>) -> Value {
+    fn shown(call: &HeldCall, recorded: Option<&Approval>) -> Value {
         let json = serde_json::to_value(super::call(call, recorded)).unwrap_or_else(|e| panic!("{e}"));
         json!([json["state"], json["takes_decision"], json["result"], json["gate"], json["in_doubt"]])
     }

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate_agent_core::DecisionError;
+use tollgate_agent_core::{ApprovalError, DecisionError};
 use tollgate_agent_core::{
     Clock, Decision, EventKind, Gate, Guard, HeldTurn, LoopConfig, Metadata, MetadataError, RunQuery, RunRecord,
     RunStatus, RunStore, StoredSuspension, ToolLoop, ToolRegistry, Transition, TurnDigest,
@@ -201,7 +201,7 @@ async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
         assert_eq!(done.status(), RunStatus::Completed, "{backend}");
         assert_eq!(
             store.writes(),
-            vec!["create waiting_for_approval", "transition decide", "transition complete"],
+            vec!["create waiting_for_approval", "transition vote", "transition complete"],
             "{backend}"
         );
         assert_eq!(setup.tools[0].call_count(), 1, "{backend}");
@@ -463,6 +463,124 @@ async fn thirty_two_concurrent_deciders_resume_once() {
     }
 }
 
+/// A quorum call (`approvals = 2`) runs only once two distinct people approved it: the first approval
+/// keeps the run waiting (its `decision` event counts it), the same actor twice is a conflict, an edit
+/// is refused, `approve_all` counts once for its actor, and the second approval resumes the run, which
+/// runs the call once.
+#[tokio::test]
+async fn a_quorum_call_runs_after_its_nth_distinct_approval() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(one_write(), vec![write_tool().approvals(2)]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(StartRun::new("pay", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+        let d = digest(&run);
+        let approval = run.held_turn().and_then(|h| h.approval("call_1")).cloned();
+        assert_eq!(approval.map(|a| a.required()), Some(2), "{backend}: the requirement is the tool's");
+        let each = |decision: Decision| DecisionSet::Each(vec![("call_1".to_owned(), decision)]);
+
+        let first = runtime.decide(&run.id, &d, each(Decision::Approve), "bob").await;
+        let first = first.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(first.status(), RunStatus::WaitingForApproval, "{backend}: one of two approvals");
+        let shown = tollgate_agent_runtime::wire::run(&first);
+        let call = &shown.pending.as_ref().map(|p| p.calls[0].clone()).unwrap_or_else(|| panic!("{backend}"));
+        assert!(call.takes_decision && call.decision.is_none(), "{backend}: still open");
+        assert_eq!(
+            call.approvals,
+            Some(tollgate_agent_protocol::Approvals { required: 2, given: vec!["bob".into()] }),
+            "{backend}"
+        );
+
+        let twice = runtime.decide(&run.id, &d, each(Decision::Approve), "bob").await;
+        assert!(
+            matches!(&twice, Err(DecideError::Vote(ApprovalError::AlreadyApproved { actor, .. })) if actor == "bob"),
+            "{twice:?}"
+        );
+        let all_again = runtime.decide(&run.id, &d, DecisionSet::ApproveAll, "bob").await;
+        assert!(
+            matches!(all_again, Err(DecideError::Vote(ApprovalError::AlreadyApproved { .. }))),
+            "{backend}: approve_all counts once"
+        );
+        let edit = runtime.decide(&run.id, &d, each(Decision::Edit { arguments: json!({"text": "x"}) }), "carol").await;
+        assert!(
+            matches!(edit, Err(DecideError::Vote(ApprovalError::QuorumAction { action: "edit", required: 2, .. }))),
+            "{edit:?}"
+        );
+        let respond = runtime.decide(&run.id, &d, each(Decision::Respond { result: "ok".into() }), "carol").await;
+        assert!(
+            matches!(respond, Err(DecideError::Vote(ApprovalError::QuorumAction { action: "respond", .. }))),
+            "{respond:?}"
+        );
+        assert_eq!(setup.tools[0].call_count(), 0, "{backend}: nothing ran");
+
+        runtime.decide(&run.id, &d, DecisionSet::ApproveAll, "carol").await.unwrap_or_else(|e| panic!("{e}"));
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(done.output(), Some("done"), "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 1, "{backend}: the call ran once");
+        assert_eq!(
+            event_fields(&runtime, &run.id, &[EventKind::Decision, EventKind::RunResumed], &["actor", "approvals"])
+                .await,
+            vec![
+                json!(["decision", "bob", {"required": 2, "given": ["bob"]}]),
+                json!(["decision", "carol", {"required": 2, "given": ["bob", "carol"]}]),
+                json!(["run_resumed", "carol", null]),
+            ],
+            "{backend}"
+        );
+    }
+}
+
+/// One deny denies a quorum call, even after approvals (the denier's own among them).
+#[tokio::test]
+async fn one_deny_denies_a_quorum_call() {
+    let setup = Setup::new(one_write(), vec![write_tool().approvals(3)]);
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(StartRun::new("pay", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+    let d = digest(&run);
+    let each = |decision: Decision| DecisionSet::Each(vec![("call_1".to_owned(), decision)]);
+    for actor in ["bob", "carol"] {
+        runtime.decide(&run.id, &d, each(Decision::Approve), actor).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let denied = runtime.decide(&run.id, &d, each(Decision::Deny { reason: "too much".into() }), "carol").await;
+    denied.unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((done.status(), done.output()), (RunStatus::Completed, Some("Not written.")));
+    assert_eq!(setup.tools[0].call_count(), 0, "a denied call never runs");
+}
+
+/// Thirty-two approvers race on a quorum of three: exactly three distinct approvals land, the third
+/// resumes the run, and the call runs once.
+#[tokio::test]
+async fn thirty_two_approvers_racing_on_a_quorum_resume_once() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(one_write(), vec![write_tool().approvals(3)]);
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let run = runtime.start_and_wait(StartRun::new("race", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+        let d = digest(&run);
+        let tasks: Vec<_> = (0..32)
+            .map(|i| {
+                let (runtime, id, d) = (runtime.clone(), run.id.clone(), d.clone());
+                tokio::spawn(async move { runtime.decide(&id, &d, DecisionSet::ApproveAll, &format!("a{i}")).await })
+            })
+            .collect();
+        let mut landed = 0;
+        for task in tasks {
+            match task.await.unwrap_or_else(|e| panic!("{e}")) {
+                Ok(_) => landed += 1,
+                Err(DecideError::NotWaiting { .. } | DecideError::LostRace { .. } | DecideError::NothingToDecide) => {}
+                Err(other) => panic!("{backend}: unexpected {other}"),
+            }
+        }
+        assert_eq!(landed, 3, "{backend}: exactly three approvals land");
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 1, "{backend}: the tool ran once");
+        let kinds = event_kinds(&runtime, &run.id).await;
+        assert_eq!(kinds.iter().filter(|k| **k == EventKind::Decision).count(), 3, "{backend}");
+        assert_eq!(kinds.iter().filter(|k| **k == EventKind::RunResumed).count(), 1, "{backend}");
+    }
+}
+
 #[tokio::test]
 async fn self_approval_can_be_forbidden() {
     let mut setup = Setup::new(one_write(), vec![write_tool()]);
@@ -538,8 +656,13 @@ async fn a_corrupt_suspension_fails_only_its_run() {
     let held = HeldTurn {
         suspension: StoredSuspension::from_stored(r#"{"schema_version": 99}"#.into()),
         turn_digest: TurnDigest("sha256:abc".into()),
-        required: vec!["call_1".into()],
-        decisions: Default::default(),
+        approvals: vec![tollgate_agent_core::Approval::pending(
+            "ap-1".into(),
+            record.id.clone(),
+            "call_1",
+            tollgate_agent_core::Requirement::SINGLE,
+            None,
+        )],
         expires_at: None,
     };
     let suspend = Transition::Suspend { held, iterations: 1, usage: Default::default() };

@@ -136,6 +136,10 @@ impl From<DecideError> for ApiError {
             DecideError::SelfApprovalForbidden { .. } => ApiError::forbidden(error.to_string()),
             DecideError::NoDecisions | DecideError::DecidedTwice { .. } => ApiError::invalid(error.to_string()),
             DecideError::Invalid(e) => ApiError::new(ProblemKind::InvalidDecision, e.to_string()),
+            DecideError::Vote(refused) if refused.is_conflict() => {
+                ApiError::new(ProblemKind::Conflict, refused.to_string())
+            }
+            DecideError::Vote(refused) => ApiError::new(ProblemKind::InvalidDecision, refused.to_string()),
             DecideError::Store(e) => ApiError::from(e),
         }
     }
@@ -225,7 +229,7 @@ impl From<StoreError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_agent_core::MetadataError;
+    use tollgate_agent_core::{ApprovalError, MetadataError};
 
     #[test]
     fn slugs_are_unique_and_types_are_stable() {
@@ -301,6 +305,17 @@ mod tests {
             (DecideError::NotWaiting { id: "r".into(), status: RunStatus::Completed }.into(), 409, "conflict"),
             (DecideError::StaleDigest { current: TurnDigest("sha256:1".into()) }.into(), 409, "conflict"),
             (DecideError::AlreadyDecided { call_id: "c".into() }.into(), 409, "conflict"),
+            (
+                DecideError::Vote(ApprovalError::AlreadyApproved { call_id: "c".into(), actor: "a".into() }).into(),
+                409,
+                "conflict",
+            ),
+            (
+                DecideError::Vote(ApprovalError::QuorumAction { call_id: "c".into(), action: "edit", required: 2 })
+                    .into(),
+                422,
+                "invalid-decision",
+            ),
             (DecideError::SelfApprovalForbidden { agent: "a".into(), actor: "x".into() }.into(), 403, "forbidden"),
             (DecideError::NothingToDecide.into(), 409, "conflict"),
             (DecideError::NoDecisions.into(), 422, "invalid-request"),

@@ -23,6 +23,7 @@ use tollgate_agent_core::store::{Guard, RunStore};
 use tollgate_agent_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
 use tollgate_agent_core::transcript::Usage;
+use tollgate_agent_core::{Approval, ApprovalId, Requirement};
 
 const T0: i64 = 1_764_410_400_000;
 
@@ -80,8 +81,13 @@ async fn phase_one(store: &dyn RunStore, i: usize) -> anyhow::Result<()> {
     let held = HeldTurn {
         suspension: StoredSuspension::from_stored(suspension(i)),
         turn_digest: TurnDigest(format!("sha256:{}", "9f".repeat(32))),
-        required: vec!["call_1".into()],
-        decisions: Default::default(),
+        approvals: vec![Approval::pending(
+            ApprovalId::new(format!("{id}/call_1")),
+            id.clone(),
+            "call_1",
+            Requirement::SINGLE,
+            None,
+        )],
         expires_at: None,
     };
     let usage = Usage { input_tokens: 120, output_tokens: 30 };
@@ -117,8 +123,8 @@ async fn phase_two(store: &dyn RunStore, i: usize) -> anyhow::Result<()> {
         event(EventKind::Decision, 1, json!({"call_id": "call_1", "action": "approve", "actor": "local"})),
         event(EventKind::RunResumed, 1, json!({"actor": "local"})),
     ];
-    let decide = Transition::Decide {
-        decisions: vec![("call_1".into(), decision)],
+    let decide = Transition::Vote {
+        votes: vec![("call_1".into(), decision)],
         resume: Some(Lease { owner: owner.clone(), expires_at: T0 + 60_000 }),
     };
     store.transition(&id, Guard::Version(run.version), decide, events, T0 + 2).await?;

@@ -21,7 +21,7 @@ use tollgate_agent_core::run::{
 use tollgate_agent_core::suspension::{StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
 use tollgate_agent_core::transcript::Usage;
-use tollgate_agent_core::{Conflict, Guard, Metadata, StoreError};
+use tollgate_agent_core::{Approval, ApprovalCommand, ApprovalId, Conflict, Guard, Metadata, Requirement, StoreError};
 
 /// The columns of `runs`, in the order [`read_run_row`] reads them and [`bind_run_row!`] binds them.
 macro_rules! run_columns {
@@ -159,6 +159,49 @@ fn sealed_column(
     }
 }
 
+/// The approvals of a held turn from its `decisions` column (opened) and its required calls.
+///
+/// Written since approvals became records: a JSON array of [`Approval`]s, one per required call in the
+/// same order. Written before (v1, and every build up to commit `04e7135`): a JSON object of the one
+/// decision recorded per call id, or NULL before the first — read as single approvals (one decision
+/// settles each), decided where a decision is recorded, with the id `RUN/CALL`. Such a row is written
+/// in the new form at its next change, so a run waiting across the upgrade resumes as it would have.
+fn decode_approvals(
+    run_id: &str,
+    required: &[String],
+    text: Option<&str>,
+    due: Option<Millis>,
+) -> Result<Vec<Approval>, String> {
+    let value: Value = match text {
+        Some(text) => serde_json::from_str(text).map_err(|e| e.to_string())?,
+        None => Value::Object(serde_json::Map::new()),
+    };
+    if value.is_array() {
+        let approvals: Vec<Approval> = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        let calls: Vec<&str> = approvals.iter().map(|a| a.call_id.as_str()).collect();
+        if calls != required.iter().map(String::as_str).collect::<Vec<_>>() {
+            return Err(format!("its approvals ({}) are not those of the required calls", calls.join(", ")));
+        }
+        return Ok(approvals);
+    }
+    let mut decisions: BTreeMap<String, RecordedDecision> = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let approvals = required
+        .iter()
+        .map(|call_id| {
+            let id = ApprovalId::new(format!("{run_id}/{call_id}"));
+            let pending = Approval::pending(id, run_id, call_id.clone(), Requirement::SINGLE, due);
+            match decisions.remove(call_id) {
+                Some(decision) => pending.apply(&ApprovalCommand::Vote(decision)).map_err(|e| e.to_string()),
+                None => Ok(pending),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    match decisions.keys().next() {
+        Some(stray) => Err(format!("a decision for `{stray}`, which is not a required call")),
+        None => Ok(approvals),
+    }
+}
+
 impl RunRow {
     /// The row for a record. With data keys its sealed columns are encrypted; `before` is the record
     /// and the stored row this one replaces (for a value that did not change, see [`sealed_column`]).
@@ -182,13 +225,15 @@ impl RunRow {
                 sealed_column(keys, place("runs.suspension"), unchanged, || Ok(p.suspension.as_str().to_owned()))
             })
             .transpose()?;
+        // The held turn's approval records, in the column that held v1's decisions (see
+        // [`decode_approvals`] for the form it had then).
         let decisions = pending
             .map(|p| {
                 let unchanged = before_pending
-                    .filter(|(old, _)| old.is_some_and(|old| old.decisions == p.decisions))
+                    .filter(|(old, _)| old.is_some_and(|old| old.approvals == p.approvals))
                     .map(|(_, row)| &row.decisions);
                 sealed_column(keys, place("runs.decisions"), unchanged, || {
-                    encode_json(&run.id, "decisions", &p.decisions)
+                    encode_json(&run.id, "approvals", &p.approvals)
                 })
             })
             .transpose()?;
@@ -210,7 +255,9 @@ impl RunRow {
             error: run.error().map(|e| encode_json(&run.id, "error", e)).transpose()?,
             suspension,
             turn_digest: pending.map(|p| p.turn_digest.as_str().to_owned()),
-            required_calls: pending.map(|p| encode_json(&run.id, "required calls", &p.required)).transpose()?,
+            required_calls: pending
+                .map(|p| encode_json(&run.id, "required calls", &p.required().collect::<Vec<_>>()))
+                .transpose()?,
             decisions,
             expires_at: pending.and_then(|p| p.expires_at),
             lease_owner: run.lease().map(|l| l.owner.clone()),
@@ -283,16 +330,13 @@ impl RunRow {
                         .map_err(|e| corrupt(format!("column required_calls is not valid: {e}")))?,
                     None => return Err(corrupt("a held turn without its required calls".to_owned())),
                 };
-                let decisions: BTreeMap<String, RecordedDecision> = match self.decisions {
-                    Some(text) => serde_json::from_str(&open(keys, place("runs.decisions"), text)?)
-                        .map_err(|e| corrupt(format!("column decisions is not valid: {e}")))?,
-                    None => BTreeMap::new(),
-                };
+                let decisions = self.decisions.map(|text| open(keys, place("runs.decisions"), text)).transpose()?;
+                let approvals = decode_approvals(&id, &required, decisions.as_deref(), self.expires_at)
+                    .map_err(|detail| corrupt(format!("column decisions is not valid: {detail}")))?;
                 Some(HeldTurn {
                     suspension: StoredSuspension::from_stored(suspension),
                     turn_digest: TurnDigest(turn_digest),
-                    required,
-                    decisions,
+                    approvals,
                     expires_at: self.expires_at,
                 })
             }
@@ -853,16 +897,20 @@ mod tests {
         );
         run.usage = Usage { input_tokens: 120, output_tokens: 30 };
         run.iterations = 1;
-        let mut decisions = BTreeMap::new();
-        decisions.insert(
-            "call_1".to_owned(),
-            RecordedDecision { decision: Decision::Deny { reason: "no".into() }, actor: "alice".into(), at: 2_000 },
-        );
+        let id = run.id.clone();
+        let pending = |call: &str, requirement| {
+            Approval::pending(ApprovalId::new(format!("ap-{call}")), id.clone(), call, requirement, Some(9_000))
+        };
+        let denied = pending("call_1", Requirement::SINGLE).apply(&ApprovalCommand::Vote(RecordedDecision {
+            decision: Decision::Deny { reason: "no".into() },
+            actor: "alice".into(),
+            at: 2_000,
+        }));
+        let two = Requirement::new(std::num::NonZeroU32::MIN.saturating_add(1));
         run.state = RunState::Waiting(HeldTurn {
             suspension: StoredSuspension::from_stored("{\"schema_version\":1}".into()),
             turn_digest: TurnDigest(format!("sha256:{}", "a".repeat(64))),
-            required: vec!["call_1".into(), "call_2".into()],
-            decisions,
+            approvals: vec![denied.unwrap_or_else(|e| panic!("{e}")), pending("call_2", two)],
             expires_at: Some(9_000),
         });
         run
@@ -875,12 +923,15 @@ mod tests {
         let failed =
             waiting.apply(&Transition::Fail { error: RunError { kind: "k".into(), message: "m".into() } }, 5)?;
         assert_eq!(RunRow::encode(&failed, None, None)?.decode(None)?, failed);
-        let resuming = waiting.apply(
-            &Transition::Decide {
-                decisions: vec![(
-                    "call_2".into(),
-                    RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: 3_000 },
-                )],
+        let approve = |actor: &str| RecordedDecision { decision: Decision::Approve, actor: actor.into(), at: 3_000 };
+        // A quorum of two: the first approval keeps the run waiting, the second resumes it.
+        let half =
+            waiting.apply(&Transition::Vote { votes: vec![("call_2".into(), approve("bob"))], resume: None }, 3_000)?;
+        assert_eq!(half.status(), RunStatus::WaitingForApproval);
+        assert_eq!(RunRow::encode(&half, None, None)?.decode(None)?, half);
+        let resuming = half.apply(
+            &Transition::Vote {
+                votes: vec![("call_2".into(), approve("carol"))],
                 resume: Some(Lease { owner: "node-b".into(), expires_at: 33_000 }),
             },
             3_000,
@@ -917,6 +968,41 @@ mod tests {
         let row = RunRow::encode(&with_metadata, None, None)?;
         assert_eq!(row.metadata.as_deref(), Some(r#"{"customer":"acme","seats":[1,2]}"#));
         assert_eq!(row.decode(None)?, with_metadata);
+        Ok(())
+    }
+
+    /// A held turn stored before approvals were records keeps its decisions in a JSON object by call id
+    /// (or NULL before the first): each required call reads as a single approval, decided where a
+    /// decision is recorded; a stray decision is corrupt.
+    #[test]
+    fn decisions_stored_before_approvals_were_records_read_as_single_approvals() -> Result<(), StoreError> {
+        let mut row = RunRow::encode(&waiting_run(), None, None)?;
+        row.decisions = Some(r#"{"call_1":{"action":"deny","reason":"no","actor":"alice","at":2000}}"#.into());
+        let run = row.clone().decode(None)?;
+        let held = run.held_turn().ok_or_else(|| StoreError::Database("not held".into()))?;
+        assert_eq!(held.required().collect::<Vec<_>>(), ["call_1", "call_2"]);
+        assert_eq!(held.approvals[0].id.as_str(), format!("{}/call_1", run.id));
+        assert_eq!(
+            held.decided("call_1"),
+            Some(RecordedDecision {
+                decision: Decision::Deny { reason: "no".into() },
+                actor: "alice".into(),
+                at: 2_000
+            })
+        );
+        assert!(held.approvals[1].is_pending() && !held.approvals[1].requirement.is_quorum());
+        // Written back in the new form, it reads the same.
+        assert_eq!(RunRow::encode(&run, None, None)?.decode(None)?, run);
+        row.decisions = None;
+        assert!(row.clone().decode(None)?.held_turn().is_some_and(|h| h.decisions().is_empty()));
+        row.decisions = Some(r#"{"call_9":{"action":"approve","actor":"a","at":1}}"#.into());
+        assert!(
+            matches!(row.clone().decode(None), Err(StoreError::Corrupt { detail, .. }) if detail.contains("call_9"))
+        );
+        // Approvals that are not those of the required calls are corrupt too.
+        let mut row = RunRow::encode(&waiting_run(), None, None)?;
+        row.required_calls = Some(r#"["call_1"]"#.into());
+        assert!(matches!(row.decode(None), Err(StoreError::Corrupt { detail, .. }) if detail.contains("required")));
         Ok(())
     }
 

@@ -117,6 +117,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 11, name: "commit_log", sql: include_str!("../migrations/postgres/0011_commit_log.sql") },
     Migration { version: 12, name: "queue_index", sql: include_str!("../migrations/postgres/0012_queue_index.sql") },
+    Migration { version: 13, name: "approvals", sql: include_str!("../migrations/postgres/0013_approvals.sql") },
 ];
 
 /// The probe of [`RunStore::probe_write`]: one committed row update.

@@ -37,8 +37,11 @@ pub use slow_model::{SlowChatModel, http_message_len};
 pub use sse::{SseFrame, SseFrames};
 
 use serde_json::{Value, json};
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError};
-use tollgate_agent_core::{BoxFuture, Gate, HookError, LoopEvent, LoopHooks, Tool, ToolContext, ToolError, ToolOutput};
+use tollgate_agent_core::{
+    BoxFuture, Gate, HookError, LoopEvent, LoopHooks, Requirement, Tool, ToolContext, ToolError, ToolOutput,
+};
 
 /// What a [`TestTool`] does when called.
 #[derive(Clone, Debug)]
@@ -71,6 +74,7 @@ pub struct TestTool {
     schema: Value,
     gate: GateFn,
     preview: Option<String>,
+    requirement: Requirement,
     behaviour: Behaviour,
     calls: Arc<Mutex<Vec<(String, Value)>>>,
     contexts: Arc<Mutex<Vec<ToolContext>>>,
@@ -86,6 +90,7 @@ impl TestTool {
             schema: json!({"type": "object"}),
             gate: Arc::new(|_| Gate::Allow),
             preview: None,
+            requirement: Requirement::SINGLE,
             behaviour: Behaviour::Echo,
             calls: Arc::default(),
             contexts: Arc::default(),
@@ -101,6 +106,12 @@ impl TestTool {
     /// Sets a gate computed from the arguments.
     pub fn gate_fn(mut self, gate: impl Fn(&Value) -> Gate + Send + Sync + 'static) -> Self {
         self.gate = Arc::new(gate);
+        self
+    }
+
+    /// Sets how many distinct people must approve a call the gate asks about (a quorum for 2 or more).
+    pub fn approvals(mut self, approvals: u32) -> Self {
+        self.requirement = NonZeroU32::new(approvals).map_or(Requirement::SINGLE, Requirement::new);
         self
     }
 
@@ -158,6 +169,10 @@ impl Tool for TestTool {
 
     fn gate(&self, args: &Value) -> Gate {
         (self.gate)(args)
+    }
+
+    fn requirement(&self, _args: &Value) -> Requirement {
+        self.requirement
     }
 
     fn preview<'a>(&'a self, _args: &'a Value) -> BoxFuture<'a, Option<String>> {

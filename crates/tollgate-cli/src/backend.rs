@@ -169,6 +169,15 @@ impl Backend {
         }
     }
 
+    /// The actor decisions sent from here are recorded as, when this command line knows it: locally
+    /// [`ACTOR`](crate::local::ACTOR); through a server the name of the token, which only the server knows.
+    pub fn actor(&self) -> Option<&str> {
+        match self {
+            Backend::Local(_) => Some(crate::local::ACTOR),
+            Backend::Remote(_) => None,
+        }
+    }
+
     /// Checks one decision against `run`'s held turn before anything is sent, where that can be done
     /// here: locally with the agent's own loop; through the API the server checks it when it is sent.
     pub async fn check_decision(&self, run: &RunView, call_id: &str, decision: &Decision) -> Result<(), String> {

@@ -122,6 +122,9 @@ impl From<DecideError> for CliError {
             | DecideError::UnknownAgent(_)
             | DecideError::NoDecisions
             | DecideError::DecidedTwice { .. } => Exit::Usage,
+            // A second approval by the same actor is a conflict; an edit on a quorum call never fits.
+            DecideError::Vote(refused) if refused.is_conflict() => Exit::Conflict,
+            DecideError::Vote(_) => Exit::Usage,
             // Refused as not allowed, like a 403 through `--server`: nothing was done.
             DecideError::SelfApprovalForbidden { .. } => Exit::Usage,
             DecideError::NotWaiting { .. }

@@ -147,7 +147,8 @@ impl Local {
                 | Refused::NothingToDecide
                 | Refused::CorruptSuspension { .. }
                 | Refused::LostRace { .. } => DecisionRefused::Conflict(error.to_string()),
-                Refused::Invalid(_) | Refused::NoDecisions | Refused::DecidedTwice { .. } => {
+                Refused::Vote(refused) if refused.is_conflict() => DecisionRefused::Conflict(error.to_string()),
+                Refused::Invalid(_) | Refused::Vote(_) | Refused::NoDecisions | Refused::DecidedTwice { .. } => {
                     DecisionRefused::Invalid(error.into())
                 }
                 Refused::SelfApprovalForbidden { .. } => DecisionRefused::Forbidden(error.into()),

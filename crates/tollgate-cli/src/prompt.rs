@@ -15,6 +15,10 @@
 //!   agent's own loop (the tool's schema and checks), and a bad edit is reported and asked again. Through
 //!   a server, which holds the tools, the server checks them when the answers are sent: a refusal is
 //!   shown and the held turn asked again.
+//! - A quorum call (a policy rule's `approvals = N`, V2.md §4) shows its count (`1 of 2 approvals
+//!   (alice)`) and is offered only approve and deny, which are all it takes. One this person approved is
+//!   not asked again while it waits for the other approvers (their approval would be refused as a second
+//!   one): with nothing else to answer, the prompt says what it waits for and leaves the run waiting.
 //! - Quitting (q or end of input) sends nothing: the run stays waiting, and `run` prints the waiting
 //!   line and the commands that decide it (exit 3).
 //! - The model's text is printed as it arrives when its provider streams (V2 streaming: the runtime's
@@ -34,9 +38,11 @@ use crate::backend::Backend;
 use crate::context::Context;
 use crate::exit::CliError;
 use crate::exit::DecisionRefused;
+use crate::render;
 use crate::view::RunView;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
+use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 use tollgate_agent_core::{Decision, EventKind, RunStatus};
@@ -47,6 +53,11 @@ const CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)? "
 /// Said when an answer is not one of [`CHOICES`].
 const CHOICES_HELP: &str = "  y  run the call as shown\n  n  deny it; the model is told your reason\n  \
                             e  edit its arguments in $EDITOR\n  r  answer in the tool's place\n  q  leave the run waiting";
+/// The question asked for a quorum call, which takes only approve or deny.
+const QUORUM_CHOICES: &str = "approve (y), deny (n), quit (q)? ";
+/// Said when an answer is not one of [`QUORUM_CHOICES`].
+const QUORUM_HELP: &str = "  y  approve the call as shown, as one of the approvals it needs\n  \
+                           n  deny it; the model is told your reason\n  q  leave the run waiting";
 
 /// True when `run` should follow the run on the terminal and ask at the gate: stdin and stderr are both
 /// terminals (someone can answer, and sees the questions).
@@ -60,13 +71,14 @@ pub(crate) async fn follow_on_terminal(ctx: &Context, run_id: &str) -> Result<Ru
     let backend = ctx.backend();
     let mut watch = backend.watch(run_id);
     let mut steps = Steps::new(ctx.is_quiet());
+    let mut approved = ApprovedHere::default();
     loop {
         let run = backend.get(run_id).await?;
         // Read after the run: the log holds at least every event of the state just read.
         steps.catch_up(backend, run_id).await?;
         if run.status == RunStatus::WaitingForApproval {
             steps.pause();
-            match decide_at_gate(backend, &run).await? {
+            match decide_at_gate(backend, &run, &mut approved).await? {
                 AtGate::Sent => continue,
                 AtGate::Left => return backend.get(run_id).await,
             }
@@ -249,13 +261,49 @@ enum AtGate {
     Left,
 }
 
-/// Shows each held call that still takes a decision, asks for one, and sends them all at once.
-async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliError> {
+/// The quorum calls this prompt approved, by turn digest and call id. The person at the terminal may
+/// not approve them again, so while they wait for other approvers they are not asked about.
+#[derive(Debug, Default)]
+struct ApprovedHere(HashSet<(String, String)>);
+
+impl ApprovedHere {
+    /// Notes the approvals of quorum calls among `decisions`, sent for the held turn `digest` of `open`.
+    fn note(&mut self, digest: &str, open: &[&Call], decisions: &[(String, Decision)]) {
+        for (call_id, decision) in decisions {
+            let quorum = open.iter().any(|c| &c.call_id == call_id && c.approvals.is_some());
+            if quorum && matches!(decision, Decision::Approve) {
+                self.0.insert((digest.to_owned(), call_id.clone()));
+            }
+        }
+    }
+
+    /// True when `call` is a quorum call of the held turn `digest` that the person at the terminal
+    /// approved already: approved from this prompt, or `actor` (the one decisions from here are recorded
+    /// as, when known) is among its approvers.
+    fn waits_for_others(&self, digest: &str, call: &Call, actor: Option<&str>) -> bool {
+        let Some(approvals) = &call.approvals else { return false };
+        self.0.contains(&(digest.to_owned(), call.call_id.clone()))
+            || actor.is_some_and(|me| approvals.given.iter().any(|given| given == me))
+    }
+}
+
+/// Shows each held call that still takes a decision from this person, asks for one, and sends them all
+/// at once.
+async fn decide_at_gate(backend: &Backend, run: &RunView, approved: &mut ApprovedHere) -> Result<AtGate, CliError> {
     if let Err(why) = backend.may_decide(run) {
         say!("{why}");
         return Ok(AtGate::Left);
     }
-    let open: Vec<&Call> = run.awaiting_decision().collect();
+    let digest = run.pending.as_ref().map(|p| p.turn_digest.as_str()).unwrap_or_default();
+    let (waiting, open): (Vec<&Call>, Vec<&Call>) =
+        run.awaiting_decision().partition(|call| approved.waits_for_others(digest, call, backend.actor()));
+    for call in &waiting {
+        if let Some(approvals) = &call.approvals {
+            let missing = approvals.missing();
+            let more = if missing == 1 { "1 more approval".to_owned() } else { format!("{missing} more approvals") };
+            say!("{} has {}: it waits for {more}, from someone else", call.call_id, render::approvals_count(approvals));
+        }
+    }
     if open.is_empty() {
         return Ok(AtGate::Left);
     }
@@ -270,8 +318,11 @@ async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliE
             }
         }
     }
-    match backend.decide(run, &DecisionSet::Each(decisions)).await {
-        Ok(_) => Ok(AtGate::Sent),
+    match backend.decide(run, &DecisionSet::Each(decisions.clone())).await {
+        Ok(_) => {
+            approved.note(digest, &open, &decisions);
+            Ok(AtGate::Sent)
+        }
         // The turn changed under the person (e.g. its deadline passed) or a decision does not fit it:
         // say so, and show the run as it is now.
         Err(DecisionRefused::Conflict(detail)) => {
@@ -290,10 +341,14 @@ async fn decide_at_gate(backend: &Backend, run: &RunView) -> Result<AtGate, CliE
     }
 }
 
-/// One held call as the person sees it before answering: tool, arguments (pretty JSON) and preview.
+/// One held call as the person sees it before answering: tool, arguments (pretty JSON) and preview;
+/// for a quorum call its count first, and last why it is offered only approve and deny.
 fn held_call_block(call: &Call, index: usize, count: usize) -> String {
     let position = if count > 1 { format!("  [{index} of {count}]") } else { String::new() };
     let mut out = format!("\n{} {} wants to run{position}\n", call.call_id, call.tool);
+    if let Some(approvals) = &call.approvals {
+        out.push_str(&format!("  {}\n", render::approvals_count(approvals)));
+    }
     if call.in_doubt {
         out.push_str("  IN DOUBT: it started before a crash and may already have run\n");
     }
@@ -306,6 +361,13 @@ fn held_call_block(call: &Call, index: usize, count: usize) -> String {
         for line in preview.lines() {
             out.push_str(&format!("    {line}\n"));
         }
+    }
+    if let Some(approvals) = &call.approvals {
+        out.push_str(&format!(
+            "  it runs once {} different people approve it, and one deny denies it: approve or deny only \
+             (no edit or respond)\n",
+            approvals.required
+        ));
     }
     out
 }
@@ -339,15 +401,27 @@ fn parse_choice(answer: &str) -> Option<Choice> {
 async fn ask_for_decision(backend: &Backend, run: &RunView, call: &Call) -> Result<Option<Decision>, CliError> {
     // The text of an edit that did not pass, so the next edit starts from it rather than from scratch.
     let mut draft: Option<String> = None;
+    let (question, help) =
+        if call.approvals.is_some() { (QUORUM_CHOICES, QUORUM_HELP) } else { (CHOICES, CHOICES_HELP) };
     loop {
-        let Some(answer) = ask(CHOICES).await? else { return Ok(None) };
+        let Some(answer) = ask(question).await? else { return Ok(None) };
         let Some(choice) = parse_choice(&answer) else {
             if !answer.trim().is_empty() {
                 say!("`{}` is not one of the answers", answer.trim());
             }
-            say!("{CHOICES_HELP}");
+            say!("{help}");
             continue;
         };
+        if let (Some(approvals), Choice::Edit | Choice::Respond) = (&call.approvals, choice) {
+            say!(
+                "`{}` is not taken here: {} needs {} approvals, so it takes only approve or deny",
+                answer.trim(),
+                call.call_id,
+                approvals.required
+            );
+            say!("{help}");
+            continue;
+        }
         match choice {
             Choice::Approve => return Ok(Some(Decision::Approve)),
             Choice::Quit => return Ok(None),
@@ -470,6 +544,7 @@ mod tests {
             state: tollgate_agent_protocol::CallState::InDoubt,
             takes_decision: true,
             result: None,
+            approvals: None,
         };
         assert_eq!(
             held_call_block(&call, 2, 3),
@@ -483,5 +558,65 @@ mod tests {
              \x20 preview\n\
              \x20   create note.txt (5 bytes)\n"
         );
+    }
+
+    fn quorum_call(id: &str, given: &[&str]) -> Call {
+        Call {
+            call_id: id.into(),
+            tool: "fs_write".into(),
+            arguments: json!({"path": "note.txt"}),
+            gate: tollgate_agent_protocol::Gate::Ask,
+            preview: None,
+            in_doubt: false,
+            decision: None,
+            state: tollgate_agent_protocol::CallState::Waiting,
+            takes_decision: true,
+            result: None,
+            approvals: Some(tollgate_agent_protocol::Approvals {
+                required: 2,
+                given: given.iter().map(|g| (*g).to_owned()).collect(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_quorum_call_shows_its_count_and_why_it_takes_only_approve_or_deny() {
+        assert_eq!(
+            held_call_block(&quorum_call("call_1", &["alice"]), 1, 1),
+            "\ncall_1 fs_write wants to run\n\
+             \x20 1 of 2 approvals (alice)\n\
+             \x20 arguments\n\
+             \x20   {\n\
+             \x20     \"path\": \"note.txt\"\n\
+             \x20   }\n\
+             \x20 it runs once 2 different people approve it, and one deny denies it: approve or deny only \
+             (no edit or respond)\n"
+        );
+        assert!(held_call_block(&quorum_call("call_1", &[]), 1, 1).contains("\n  0 of 2 approvals\n"));
+    }
+
+    #[test]
+    fn a_quorum_call_approved_here_waits_for_others_and_a_plain_call_never_does() {
+        let open = quorum_call("call_1", &[]);
+        let mut plain = quorum_call("call_2", &[]);
+        plain.approvals = None;
+        let mut approved = ApprovedHere::default();
+        approved.note(
+            "sha256:a",
+            &[&open, &plain],
+            &[("call_1".into(), Decision::Approve), ("call_2".into(), Decision::Approve)],
+        );
+        let after = quorum_call("call_1", &["bob"]);
+        assert!(approved.waits_for_others("sha256:a", &after, None), "approved from this prompt");
+        assert!(!approved.waits_for_others("sha256:b", &after, None), "another turn's call_1 is another call");
+        assert!(!approved.waits_for_others("sha256:a", &plain, None), "a single decision settles a plain call");
+        // Approved elsewhere by the actor this command line decides as.
+        let fresh = ApprovedHere::default();
+        assert!(fresh.waits_for_others("sha256:a", &after, Some("bob")));
+        assert!(!fresh.waits_for_others("sha256:a", &after, Some("local")));
+        // A deny is not an approval: the call is not waiting on anyone.
+        let mut denied = ApprovedHere::default();
+        denied.note("sha256:a", &[&open], &[("call_1".into(), Decision::Deny { reason: "no".into() })]);
+        assert!(!denied.waits_for_others("sha256:a", &open, None));
     }
 }

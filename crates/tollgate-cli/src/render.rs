@@ -5,7 +5,7 @@
 use crate::view::{RunView, millis};
 use serde_json::Value;
 use tollgate_agent_core::{Millis, RunStatus, StoredEvent};
-use tollgate_agent_protocol::{CallState, Decision, HeldTurn};
+use tollgate_agent_protocol::{Approvals, CallState, Decision, HeldTurn};
 
 /// Input longer than this many characters is cut in the runs table.
 const INPUT_WIDTH: usize = 40;
@@ -158,6 +158,9 @@ fn held_turn(pending: &HeldTurn) -> String {
                 out.push_str(&format!("      {line}\n"));
             }
         }
+        if let Some(approvals) = &call.approvals {
+            out.push_str(&format!("    {}\n", approvals_count(approvals)));
+        }
         if let Some(recorded) = &call.decision {
             let detail = match &recorded.decision {
                 Decision::Approve => String::new(),
@@ -198,12 +201,26 @@ pub fn events_table(events: &[StoredEvent]) -> String {
     table(&rows)
 }
 
-/// What `run` and the deciding commands print on stdout when a run waits: the waiting line and the
-/// commands that decide it.
+/// A quorum call's approvals (V2.md §4, a policy rule's `approvals = N`) as people read them: how many
+/// of how many, and who approved so far, in order: `1 of 2 approvals (alice)`, `0 of 2 approvals`.
+pub(crate) fn approvals_count(approvals: &Approvals) -> String {
+    let count = format!("{} of {} approvals", approvals.given.len(), approvals.required);
+    if approvals.given.is_empty() { count } else { format!("{count} ({})", approvals.given.join(", ")) }
+}
+
+/// What `run` and the deciding commands print on stdout when a run waits: CLI.md's waiting line, as it
+/// is, then each quorum call still open with its count on a line of its own (so a run that waits after
+/// an approval says it waits for more approvers, not that the approval was lost), then the commands
+/// that decide it.
 pub fn waiting_lines(run: &RunView) -> String {
     let id = &run.id;
+    let quorums: String = run
+        .awaiting_decision()
+        .filter_map(|call| call.approvals.as_ref().map(|a| format!("{} has {}\n", call.call_id, approvals_count(a))))
+        .collect();
     format!(
         "run {id} is waiting for approval\n\
+         {quorums}\
          approve: tollgate approve {id}\n\
          deny:    tollgate deny {id} --reason TEXT\n\
          details: tollgate show {id}\n"
@@ -214,7 +231,8 @@ pub fn waiting_lines(run: &RunView) -> String {
 pub fn held_calls_summary(run: &RunView) -> String {
     let mut out = String::new();
     for call in run.awaiting_decision() {
-        out.push_str(&format!("{} {} wants to run: {}\n", call.call_id, call.tool, call.arguments));
+        let count = call.approvals.as_ref().map(|a| format!(", with {}", approvals_count(a))).unwrap_or_default();
+        out.push_str(&format!("{} {} wants to run{count}: {}\n", call.call_id, call.tool, call.arguments));
         if let Some(preview) = &call.preview {
             for line in preview.lines() {
                 out.push_str(&format!("  {line}\n"));
@@ -271,6 +289,99 @@ mod tests {
              \n  call_2  write  gate ask  IN DOUBT: it may already have run\n\
              \x20   arguments {\"text\":\"b\"}\n\
              \x20   awaiting a decision\n"
+        );
+    }
+
+    /// A run waiting on `calls` (JSON call objects of docs/api.md).
+    fn waiting_run(calls: serde_json::Value) -> RunView {
+        RunView::from_json(serde_json::json!({
+            "id": "run-1", "agent": "demo", "status": "waiting_for_approval", "input": "hello", "output": null,
+            "termination_reason": null, "iterations": 1, "usage": {"input_tokens": 1, "output_tokens": 1},
+            "version": 3, "created_by": "local", "created_at": "2026-11-29T10:00:00.000Z",
+            "updated_at": "2026-11-29T10:00:01.000Z", "finished_at": null, "error": null,
+            "pending": {"turn_digest": "sha256:02", "expires_at": null, "calls": calls}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A held `fs_write` call that waits, with `approvals` (null for a single decision).
+    fn open_call(id: &str, approvals: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"call_id": id, "tool": "fs_write", "arguments": {"path": "n"}, "gate": "ask",
+            "preview": null, "in_doubt": false, "decision": null, "state": "waiting", "takes_decision": true,
+            "result": null, "approvals": approvals})
+    }
+
+    #[test]
+    fn a_quorum_count_says_how_many_of_how_many_and_who() {
+        let count = |required, given: &[&str]| {
+            approvals_count(&Approvals { required, given: given.iter().map(|g| (*g).to_owned()).collect() })
+        };
+        assert_eq!(count(2, &[]), "0 of 2 approvals");
+        assert_eq!(count(2, &["alice"]), "1 of 2 approvals (alice)");
+        assert_eq!(count(3, &["alice", "bob"]), "2 of 3 approvals (alice, bob)");
+    }
+
+    #[test]
+    fn a_quorum_call_shows_its_count_in_show_and_when_the_run_waits() {
+        let run = waiting_run(serde_json::json!([
+            open_call("call_1", serde_json::json!({"required": 2, "given": ["alice"]})),
+            open_call("call_2", serde_json::json!({"required": 3, "given": []})),
+            open_call("call_3", serde_json::Value::Null),
+        ]));
+        let shown = held_turn(run.pending.as_ref().unwrap_or_else(|| panic!("no held turn")));
+        assert_eq!(
+            shown,
+            "\nheld turn sha256:02\n\
+             \n  call_1  fs_write  gate ask\n\
+             \x20   arguments {\"path\":\"n\"}\n\
+             \x20   1 of 2 approvals (alice)\n\
+             \x20   awaiting a decision\n\
+             \n  call_2  fs_write  gate ask\n\
+             \x20   arguments {\"path\":\"n\"}\n\
+             \x20   0 of 3 approvals\n\
+             \x20   awaiting a decision\n\
+             \n  call_3  fs_write  gate ask\n\
+             \x20   arguments {\"path\":\"n\"}\n\
+             \x20   awaiting a decision\n"
+        );
+        assert_eq!(
+            waiting_lines(&run).lines().take(3).collect::<Vec<_>>(),
+            ["run run-1 is waiting for approval", "call_1 has 1 of 2 approvals (alice)", "call_2 has 0 of 3 approvals"]
+        );
+        assert_eq!(
+            held_calls_summary(&run),
+            "call_1 fs_write wants to run, with 1 of 2 approvals (alice): {\"path\":\"n\"}\n\
+             call_2 fs_write wants to run, with 0 of 3 approvals: {\"path\":\"n\"}\n\
+             call_3 fs_write wants to run: {\"path\":\"n\"}\n"
+        );
+    }
+
+    #[test]
+    fn a_run_without_a_quorum_keeps_the_plain_waiting_line() {
+        let run = waiting_run(serde_json::json!([open_call("call_1", serde_json::Value::Null)]));
+        assert_eq!(
+            waiting_lines(&run),
+            "run run-1 is waiting for approval\n\
+             approve: tollgate approve run-1\n\
+             deny:    tollgate deny run-1 --reason TEXT\n\
+             details: tollgate show run-1\n"
+        );
+    }
+
+    #[test]
+    fn a_settled_quorum_call_shows_who_approved_it_beside_its_decision() {
+        let mut decided = open_call("call_1", serde_json::json!({"required": 2, "given": ["alice", "bob"]}));
+        decided["state"] = "decided".into();
+        decided["takes_decision"] = false.into();
+        decided["decision"] =
+            serde_json::json!({"action": "approve", "actor": "bob", "at": "2026-11-29T10:00:02.000Z"});
+        let run = waiting_run(serde_json::json!([decided, open_call("call_2", serde_json::Value::Null)]));
+        let shown = held_turn(run.pending.as_ref().unwrap_or_else(|| panic!("no held turn")));
+        assert!(shown.contains("    2 of 2 approvals (alice, bob)\n    decided approve by bob\n"), "{shown}");
+        assert_eq!(
+            waiting_lines(&run).lines().next(),
+            Some("run run-1 is waiting for approval"),
+            "only a quorum call still open is named"
         );
     }
 

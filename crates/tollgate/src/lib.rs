@@ -216,9 +216,9 @@ pub use held::{Decisions, Held};
 // run, a held call or an event carries (`Gate`, `RunStatus`, `Decision`, `Usage`, ...) are the wire's
 // types, which the runtime's errors and the tools' gates use too.
 pub use tollgate_agent_core::scripted::{Script, ScriptError};
+pub use tollgate_agent_core::{ApprovalError, DecisionError, Requirement, TurnDigest};
 pub use tollgate_agent_core::{BoxFuture, Clock, Millis, SystemClock};
 pub use tollgate_agent_core::{ChainBreak, ChainKey, ChainKeys, Conflict, StoreError, TransitionError};
-pub use tollgate_agent_core::{DecisionError, TurnDigest};
 pub use tollgate_agent_core::{
     FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse, ToolCall,
     ToolResult, ToolSpec,
@@ -246,11 +246,11 @@ pub use tollgate_agent_core::typed::{JsonSchema, schemars};
 /// [`ModelResponse`]).
 pub mod wire {
     pub use tollgate_agent_protocol::{
-        Agent as AgentInfo, AgentList, ApproveDecision, Call, CallDecision, CallResult, CallState, CancelRequest,
-        Decision, DecisionRequest, DenyDecision, EditDecision, Event, EventData, EventDataError, EventKind, EventPage,
-        Gate, Health, HeldTurn, PROBLEM_BASE, PROBLEM_JSON, Problem, ProblemType, PurgeRequest, PurgeResult,
-        RecordedDecision, RespondDecision, Run, RunError, RunPage, RunStatus, StartRunRequest, TerminationReason,
-        Tool as ToolInfo, ToolList, Usage,
+        Agent as AgentInfo, AgentList, Approvals, ApproveDecision, Call, CallDecision, CallResult, CallState,
+        CancelRequest, Decision, DecisionRequest, DenyDecision, EditDecision, Event, EventData, EventDataError,
+        EventKind, EventPage, Gate, Health, HeldTurn, PROBLEM_BASE, PROBLEM_JSON, Problem, ProblemType, PurgeRequest,
+        PurgeResult, RecordedDecision, RespondDecision, Run, RunError, RunPage, RunStatus, StartRunRequest,
+        TerminationReason, Tool as ToolInfo, ToolList, Usage,
     };
 
     /// The typed `data` of each event kind ([`EventData::from_kind`]).
@@ -263,7 +263,7 @@ pub mod wire {
     }
 }
 pub use tollgate_agent_protocol::{
-    Call, CallResult, CallState, Decision, Event, EventKind, Gate, RecordedDecision, Run, RunStatus, Usage,
+    Approvals, Call, CallResult, CallState, Decision, Event, EventKind, Gate, RecordedDecision, Run, RunStatus, Usage,
 };
 
 /// The built-in tools, confined to a workspace folder: `fs_list`, `fs_read`, `fs_search`, `fs_write`,

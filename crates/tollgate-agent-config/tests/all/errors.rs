@@ -369,7 +369,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
         (
             "in a policy rule",
             with_agent("[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"\nreason = \"x\"", ""),
-            "tollgate.toml: agents[0].policy[0].reason: unknown key (known keys here: tool, when, gate)",
+            "tollgate.toml: agents[0].policy[0].reason: unknown key (known keys here: tool, when, gate, approvals)",
         ),
         (
             "in auth",
@@ -392,6 +392,53 @@ fn unknown_keys_are_named_with_the_known_ones() {
         panic!("expected an unknown key")
     };
     assert_eq!(key, "workspace.rot");
+}
+
+#[test]
+fn a_policy_rule_that_asks_may_need_a_quorum() -> anyhow::Result<()> {
+    let config = parse(&with_agent(
+        "[[agents.policy]]\ntool = \"pay\"\ngate = \"ask\"\napprovals = 2\n\
+         [[agents.policy]]\ntool = \"refund\"\ngate = \"ask\"\n",
+        "",
+    ))?;
+    let approvals: Vec<_> = config.agents[0].policy.iter().map(|rule| rule.approvals.map(|n| n.get())).collect();
+    assert_eq!(approvals, [Some(2), None], "absent means a single decision");
+
+    const EXPECTED: &str = "expected an integer of 2 or more (leave `approvals` out for a single decision)";
+    let rule = |gate: &str, approvals: &str| {
+        with_agent(&format!("[[agents.policy]]\ntool = \"pay\"\ngate = \"{gate}\"\napprovals = {approvals}"), "")
+    };
+    check(&[
+        ("one", rule("ask", "1"), &format!("tollgate.toml: agents[0].policy[0].approvals: {EXPECTED}, got 1")),
+        ("zero", rule("ask", "0"), &format!("tollgate.toml: agents[0].policy[0].approvals: {EXPECTED}, got 0")),
+        ("negative", rule("ask", "-2"), &format!("tollgate.toml: agents[0].policy[0].approvals: {EXPECTED}, got -2")),
+        (
+            "a string",
+            rule("ask", "\"2\""),
+            &format!("tollgate.toml: agents[0].policy[0].approvals: {EXPECTED}, got \"2\""),
+        ),
+        ("a float", rule("ask", "2.5"), &format!("tollgate.toml: agents[0].policy[0].approvals: {EXPECTED}, got 2.5")),
+        (
+            "beyond 32 bits",
+            rule("ask", "4294967296"),
+            &format!("tollgate.toml: agents[0].policy[0].approvals: {EXPECTED}, got 4294967296"),
+        ),
+        (
+            "on an allow rule",
+            rule("allow", "2"),
+            r#"tollgate.toml: agents[0].policy[0].approvals: only a rule with gate = "ask" takes approvals; this rule's gate is "allow""#,
+        ),
+        (
+            "on the second rule, which forbids",
+            with_agent(
+                "[[agents.policy]]\ntool = \"pay\"\ngate = \"ask\"\napprovals = 3\n\
+                 [[agents.policy]]\ntool = \"shell\"\ngate = \"forbid\"\napprovals = 2\n",
+                "",
+            ),
+            r#"tollgate.toml: agents[0].policy[1].approvals: only a rule with gate = "ask" takes approvals; this rule's gate is "forbid""#,
+        ),
+    ]);
+    Ok(())
 }
 
 #[test]

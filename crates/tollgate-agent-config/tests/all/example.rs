@@ -118,6 +118,7 @@ fn agents_and_policy() -> anyhow::Result<()> {
             tool: Glob::new("fs_write"),
             when: vec![ArgumentMatch { pointer: "/path".into(), pattern: Glob::new("notes/**") }],
             gate: PolicyGate::Allow,
+            approvals: None,
         }],
     };
     assert_eq!(config.agents, [writer]);

@@ -94,7 +94,13 @@ fn the_kinds_v1_never_wrote_and_the_null_fields_are_written_as_today() {
             map.insert("actor".into(), json!("system"));
         }
         same_as_written(
-            DecisionMade { decision: decision.into(), call_id: "call_2".into(), actor: "system".into() }.into(),
+            DecisionMade {
+                decision: decision.into(),
+                call_id: "call_2".into(),
+                actor: "system".into(),
+                approvals: None,
+            }
+            .into(),
             expected,
         );
     }

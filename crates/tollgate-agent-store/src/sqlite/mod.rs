@@ -93,6 +93,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 3, name: "run_metadata", sql: include_str!("../../migrations/sqlite/0003_run_metadata.sql") },
     Migration { version: 4, name: "commit_log", sql: include_str!("../../migrations/sqlite/0004_commit_log.sql") },
     Migration { version: 5, name: "queue_index", sql: include_str!("../../migrations/sqlite/0005_queue_index.sql") },
+    Migration { version: 6, name: "approvals", sql: include_str!("../../migrations/sqlite/0006_approvals.sql") },
 ];
 
 // Shared by the readers and the writer (which reads a run as its batch left it).

@@ -9,8 +9,8 @@ use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection};
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate_agent_core::RunStatus;
 use tollgate_agent_core::store::{RunStore, StoreError};
+use tollgate_agent_core::{Approval, ApprovalId, Requirement, RunStatus};
 use tollgate_agent_store::seal::SealReport;
 use tollgate_agent_store::{PostgresStore, ScratchSchema, StoreOptions};
 
@@ -287,8 +287,13 @@ async fn two_nodes_taking_turns_on_one_run_never_write_on_a_stale_row() -> anyho
                     json!({"schema_version": 1, "calls": ["call_1"]}).to_string(),
                 ),
                 turn_digest: TurnDigest(format!("sha256:{}", "ab".repeat(32))),
-                required: vec!["call_1".to_owned()],
-                decisions: Default::default(),
+                approvals: vec![Approval::pending(
+                    ApprovalId::new("ap-1"),
+                    run.id.clone(),
+                    "call_1",
+                    Requirement::SINGLE,
+                    None,
+                )],
                 expires_at: None,
             };
             let suspend =
@@ -304,8 +309,8 @@ async fn two_nodes_taking_turns_on_one_run_never_write_on_a_stale_row() -> anyho
                 .await?;
             assert_eq!((waiting.version, waiting.last_seq), (run.version + 1, seq + 1), "round {round}: suspend");
             let decision = RecordedDecision { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 };
-            let decide = Transition::Decide {
-                decisions: vec![("call_1".to_owned(), decision)],
+            let decide = Transition::Vote {
+                votes: vec![("call_1".to_owned(), decision)],
                 resume: Some(Lease { owner: owner.to_owned(), expires_at: lease_until }),
             };
             run = next_node()
@@ -404,8 +409,7 @@ async fn grouped_writes_of_many_runs_each_get_the_answer_they_would_get_alone() 
                 let held = HeldTurn {
                     suspension: StoredSuspension::from_stored(json!({"schema_version": 1, "calls": ["c"]}).to_string()),
                     turn_digest: TurnDigest(format!("sha256:{}", "ab".repeat(32))),
-                    required: vec!["c".to_owned()],
-                    decisions: Default::default(),
+                    approvals: vec![Approval::pending(ApprovalId::new("ap-c"), id(n), "c", Requirement::SINGLE, None)],
                     expires_at: None,
                 };
                 let suspend = Transition::Suspend { held, iterations: 1, usage: Usage::default() };

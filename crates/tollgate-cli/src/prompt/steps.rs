@@ -4,7 +4,7 @@
 //! Pure functions of [`StoredEvent`]s, so the terminal shows exactly what the audit record says and
 //! nothing the log does not. The final answer is not repeated here: `run` prints it on stdout.
 
-use crate::render::one_line;
+use crate::render::{approvals_count, one_line};
 use std::collections::HashSet;
 use tollgate_agent_core::{EventKind, StoredEvent};
 use tollgate_agent_protocol::event_data::{self as data, LoggedDecision};
@@ -134,9 +134,11 @@ fn tool_result(finished: &data::ToolFinished) -> String {
     format!("  {mark} {} {}{verb}: {shown}", finished.call_id, finished.tool)
 }
 
+/// One decision as a line; on a quorum call, with the call's approvals after it (` · 1 of 2 approvals
+/// (alice)`).
 fn decision(made: &data::DecisionMade) -> String {
     let (call, actor) = (&made.call_id, &made.actor);
-    match &made.decision {
+    let line = match &made.decision {
         LoggedDecision::Approve => format!("✓ {call} approved by {actor}"),
         LoggedDecision::Deny { reason } => {
             format!("✗ {call} denied by {actor}: {}", one_line(reason.as_deref().unwrap_or_default(), TEXT_WIDTH))
@@ -147,6 +149,10 @@ fn decision(made: &data::DecisionMade) -> String {
         LoggedDecision::Respond { result } => {
             format!("↩ {call} answered by {actor}: {}", one_line(result.as_deref().unwrap_or_default(), RESULT_WIDTH))
         }
+    };
+    match &made.approvals {
+        Some(approvals) => format!("{line} · {}", approvals_count(approvals)),
+        None => line,
     }
 }
 
@@ -254,6 +260,26 @@ mod tests {
         assert_eq!(
             decided(json!({"action": "respond", "result": "done", "call_id": "c", "actor": "local"})),
             "↩ c answered by local: done"
+        );
+    }
+
+    #[test]
+    fn a_vote_on_a_quorum_call_shows_the_count_after_it() {
+        let decided = |data: Value| lines_of(&event(EventKind::Decision, 1, data)).concat();
+        assert_eq!(
+            decided(json!({"action": "approve", "call_id": "c", "actor": "alice",
+                           "approvals": {"required": 2, "given": ["alice"]}})),
+            "✓ c approved by alice · 1 of 2 approvals (alice)"
+        );
+        assert_eq!(
+            decided(json!({"action": "approve", "call_id": "c", "actor": "bob",
+                           "approvals": {"required": 2, "given": ["alice", "bob"]}})),
+            "✓ c approved by bob · 2 of 2 approvals (alice, bob)"
+        );
+        assert_eq!(
+            decided(json!({"action": "deny", "reason": "no", "call_id": "c", "actor": "carol",
+                           "approvals": {"required": 3, "given": ["alice"]}})),
+            "✗ c denied by carol: no · 1 of 3 approvals (alice)"
         );
     }
 

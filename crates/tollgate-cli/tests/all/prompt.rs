@@ -475,6 +475,91 @@ fn with_a_long_key_and_a_cut_stream_the_line_shows_the_whole_text() -> Result<()
     Ok(())
 }
 
+/// The question asked for a quorum call (a policy rule's `approvals = N`), which takes only approve or deny.
+const QUORUM_CHOICES: &str = "approve (y), deny (n), quit (q)?";
+
+/// V2.md §4, quorum: a call a policy rule gives `approvals = 2` shows its count at the prompt, is offered
+/// only approve and deny (an `e` is refused with why), and after the person's approval is not asked
+/// again: the prompt says it waits for another approver and leaves the run waiting (exit 3), the waiting
+/// line naming the count. Locally, where every decision is `local`'s, a second approval is a conflict;
+/// through a server each token is an approver, and a second one completes the quorum and the run.
+#[test]
+fn a_quorum_call_takes_approve_or_deny_and_waits_for_a_second_approver() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let script = serde_json::json!({"turns": [
+        {"text": "Writing.", "tool_calls": [{"name": "fs_write", "arguments": {"path": "note.txt", "content": "{{input}}"}}]},
+        {"text": "Saved note.txt.", "when_denied": {"text": "Not written."}}
+    ]});
+    std::fs::write(sandbox.dir.join("script.json"), script.to_string())?;
+    std::fs::write(
+        sandbox.dir.join("tollgate.toml"),
+        "[[providers]]\nname = \"script\"\nkind = \"scripted\"\nscript = \"script.json\"\n\n\
+         [[agents]]\nname = \"writer\"\nprovider = \"script\"\ntools = [\"fs_write\"]\n\n\
+         [[agents.policy]]\ntool = \"fs_write\"\ngate = \"ask\"\napprovals = 2\n\n\
+         [[auth.tokens]]\nname = \"alice\"\ntoken = \"alice-secret\"\nroles = [\"runner\", \"approver\"]\n\n\
+         [[auth.tokens]]\nname = \"bob\"\ntoken = \"bob-secret\"\nroles = [\"approver\"]\n",
+    )?;
+
+    // Locally: the count, the choices without edit and respond, and an `e` refused with why.
+    let mut terminal = sandbox.on_terminal(&["run", "hello"], &[])?;
+    terminal.expect("call_1 fs_write wants to run")?;
+    terminal.expect("0 of 2 approvals")?;
+    terminal.expect("it runs once 2 different people approve it, and one deny denies it")?;
+    terminal.expect(QUORUM_CHOICES)?;
+    terminal.type_line("e")?;
+    terminal.expect("`e` is not taken here: call_1 needs 2 approvals, so it takes only approve or deny")?;
+    let shown = approve_the_first_of_two(terminal, "local")?;
+    assert!(!shown.contains(CHOICES), "never offered edit or respond: {shown}");
+    assert_eq!(shown.matches(QUORUM_CHOICES).count(), 2, "not asked again after approving: {shown}");
+    assert_eq!(sandbox.workspace_file("note.txt"), None, "one approval of two runs nothing");
+    let id = started_id(&shown)?;
+    assert!(sandbox.plain(0, &["show", &id])?.contains("    1 of 2 approvals (local)\n"));
+    // `local` approved already: a second approval from here is a conflict (exit 4), recording nothing.
+    sandbox.plain(4, &["approve", &id])?;
+    assert_eq!(sandbox.decisions(&id)?.len(), 1);
+
+    // Through a server, as alice: the same prompt; her approval leaves the run waiting for bob's.
+    let server = sandbox.serve()?;
+    let mut terminal =
+        sandbox.on_terminal(&["--server", &server.url, "run", "hi"], &[("TOLLGATE_TOKEN", "alice-secret")])?;
+    terminal.expect("0 of 2 approvals")?;
+    let shown = approve_the_first_of_two(terminal, "alice")?;
+    let id = started_id(&shown)?;
+    let bob = sandbox
+        .command(&["--server", &server.url, "approve", &id], &[("TOLLGATE_TOKEN", "bob-secret")])
+        .stdin(Stdio::null())
+        .output()?;
+    assert_eq!(bob.status.code(), Some(0), "{bob:?}");
+    assert_eq!(String::from_utf8(bob.stdout)?, "Saved note.txt.\n");
+    assert_eq!(sandbox.workspace_file("note.txt").as_deref(), Some("hi"));
+    let decisions = sandbox.decisions(&id)?;
+    let approvals: Vec<&Value> = decisions.iter().map(|d| &d["approvals"]).collect();
+    assert_eq!(
+        approvals,
+        [
+            &serde_json::json!({"required": 2, "given": ["alice"]}),
+            &serde_json::json!({"required": 2, "given": ["alice", "bob"]})
+        ]
+    );
+    Ok(())
+}
+
+/// Answers `y` to the question about `call_1`, a call that needs 2 approvals and has none, as `actor`;
+/// checks that the prompt then waits for another approver and leaves the run waiting (exit 3). Returns
+/// all the terminal showed.
+fn approve_the_first_of_two(mut terminal: Terminal, actor: &str) -> Result<String> {
+    terminal.expect(QUORUM_CHOICES)?;
+    terminal.type_line("y")?;
+    terminal.expect(&format!("✓ call_1 approved by {actor} · 1 of 2 approvals ({actor})"))?;
+    terminal
+        .expect(&format!("call_1 has 1 of 2 approvals ({actor}): it waits for 1 more approval, from someone else"))?;
+    terminal.expect("is waiting for approval")?;
+    terminal.expect(&format!("call_1 has 1 of 2 approvals ({actor})\r\napprove: tollgate approve"))?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 3, "{shown}");
+    Ok(shown)
+}
+
 /// A model provider on loopback that refuses every request (400) with `message` as its error: what a
 /// hostile or broken endpoint sends back. Lives as long as the test process.
 fn refusing_provider(message: &'static str) -> Result<String> {

@@ -10,7 +10,6 @@ use anyhow::{Context, ensure};
 use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
-use tollgate_agent_core::Metadata;
 use tollgate_agent_core::event::{ChainBreak, EventKind, NewEvent, event_hash, verify_chain, verify_chain_with};
 use tollgate_agent_core::run::{
     HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
@@ -21,6 +20,7 @@ use tollgate_agent_core::store::{
 use tollgate_agent_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
 use tollgate_agent_core::transcript::Usage;
+use tollgate_agent_core::{Approval, ApprovalError, ApprovalId, Metadata, Requirement};
 use tollgate_agent_store::seal::SealReport;
 use tollgate_agent_store::{DataKey, DataKeys, StoreOptions};
 
@@ -73,8 +73,10 @@ fn held(calls: &[&str], expires_at: Option<Millis>) -> HeldTurn {
     HeldTurn {
         suspension: StoredSuspension::from_stored(json!({"schema_version": 1, "calls": calls}).to_string()),
         turn_digest: TurnDigest(format!("sha256:{}", "ab".repeat(32))),
-        required: calls.iter().map(|c| (*c).to_owned()).collect(),
-        decisions: Default::default(),
+        approvals: calls
+            .iter()
+            .map(|c| Approval::pending(ApprovalId::new(format!("ap-{c}")), "run", *c, Requirement::SINGLE, expires_at))
+            .collect(),
         expires_at,
     }
 }
@@ -88,8 +90,8 @@ fn suspend(calls: &[&str], expires_at: Option<Millis>) -> Transition {
 }
 
 fn decide(call: &str, decision: Decision) -> Transition {
-    Transition::Decide {
-        decisions: vec![(call.to_owned(), RecordedDecision { decision, actor: "alice".into(), at: T0 + 5 })],
+    Transition::Vote {
+        votes: vec![(call.to_owned(), RecordedDecision { decision, actor: "alice".into(), at: T0 + 5 })],
         resume: None,
     }
 }
@@ -240,8 +242,64 @@ pub async fn a_waiting_run_round_trips<H: Harness>(h: &H) -> anyhow::Result<()> 
     let read = store.get(&waiting.id).await?;
     ensure!(read == decided, "\n{read:?}\n{decided:?}");
     let pending = read.held_turn().context("a waiting run has its held turn")?;
-    ensure!(pending.decisions.len() == 1 && pending.expires_at == Some(T0 + 1_000));
+    ensure!(pending.decisions().len() == 1 && pending.expires_at == Some(T0 + 1_000));
     ensure!(read.usage == Usage { input_tokens: 120, output_tokens: 30 } && read.iterations == 1);
+    Ok(())
+}
+
+/// A quorum call's approval is stored with its run: each vote is a compare-and-set on the run's version
+/// (of two votes on the version read, one commits and the other conflicts), a refused vote (the same
+/// actor twice, an edit) changes nothing, and the vote that settles the last open approval claims the
+/// resume in the same transaction, keeping every vote.
+pub async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let run = create_running(&*store, 1, "demo").await?;
+    let mut held = held(&["call_1", "call_2"], None);
+    held.approvals[0].requirement = Requirement::new(std::num::NonZeroU32::new(2).context("two")?);
+    let suspend = Transition::Suspend { held, iterations: 1, usage: Usage::default() };
+    let waiting = store.transition(&run.id, Guard::Lease(OWNER.into()), suspend, vec![], T0 + 10).await?;
+    let vote = |call: &str, actor: &str, decision: Decision| Transition::Vote {
+        votes: vec![(call.to_owned(), RecordedDecision { decision, actor: actor.into(), at: T0 + 20 })],
+        resume: None,
+    };
+    let at = Guard::Version(waiting.version);
+    let alice = store.transition(&run.id, at.clone(), vote("call_1", "alice", Decision::Approve), vec![], T0 + 20);
+    let bob = store.transition(&run.id, at, vote("call_1", "bob", Decision::Approve), vec![], T0 + 20);
+    let (alice, bob) = tokio::join!(alice, bob);
+    let first = match (alice, bob) {
+        (Ok(first), Err(StoreError::Conflict { .. })) | (Err(StoreError::Conflict { .. }), Ok(first)) => first,
+        other => anyhow::bail!("one vote on the version read commits, the other conflicts: {other:?}"),
+    };
+    ensure!(first.status() == RunStatus::WaitingForApproval);
+    let approval = first.held_turn().and_then(|h| h.approval("call_1")).context("approval")?;
+    ensure!(approval.is_pending() && approval.approvals_given().len() == 1, "{approval:?}");
+    let voter = approval.approvals_given()[0].to_owned();
+
+    let again = store
+        .transition(&run.id, Guard::Version(first.version), vote("call_1", &voter, Decision::Approve), vec![], T0 + 21)
+        .await;
+    ensure!(
+        matches!(again, Err(StoreError::Transition(TransitionError::Approval(ApprovalError::AlreadyApproved { .. })))),
+        "{again:?}"
+    );
+    let edit = vote("call_1", "carol", Decision::Edit { arguments: json!({}) });
+    let edit = store.transition(&run.id, Guard::Version(first.version), edit, vec![], T0 + 21).await;
+    ensure!(matches!(edit, Err(StoreError::Transition(TransitionError::Approval(_)))), "{edit:?}");
+    ensure!(store.get(&run.id).await? == first, "a refused vote changes nothing");
+
+    let other = if voter == "alice" { "bob" } else { "alice" };
+    let both = Transition::Vote {
+        votes: vec![
+            ("call_1".to_owned(), RecordedDecision { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
+            ("call_2".to_owned(), RecordedDecision { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
+        ],
+        resume: Some(lease("node-r", T0 + 90_000)),
+    };
+    let resumed = store.transition(&run.id, Guard::Version(first.version), both, vec![], T0 + 22).await?;
+    ensure!(resumed.status() == RunStatus::Running && resumed.lease().is_some_and(|l| l.owner == "node-r"));
+    let kept = resumed.held_turn().context("kept while the resume runs")?;
+    ensure!(kept.complete_for_resume() && kept.approval("call_1").is_some_and(|a| a.votes.len() == 2));
+    ensure!(store.get(&run.id).await? == resumed);
     Ok(())
 }
 
@@ -566,8 +624,8 @@ pub async fn every_transition_from_every_status_matches_apply<H: Harness>(h: &H)
     let statuses = ["queued", "running", "waiting", "waiting_decided", "completed", "failed", "cancelled", "expired"];
     let transitions = || {
         let mut all = all_transitions();
-        all.push(Transition::Decide {
-            decisions: vec![(
+        all.push(Transition::Vote {
+            votes: vec![(
                 "call_1".to_owned(),
                 RecordedDecision { decision: Decision::Approve, actor: "alice".into(), at: T0 + 5 },
             )],
@@ -1892,8 +1950,8 @@ pub async fn an_older_sealed_suspension_does_not_open<H: Harness>(h: &H) -> anyh
         .transition(
             &waiting.id,
             Guard::Version(waiting.version),
-            Transition::Decide {
-                decisions: vec![(
+            Transition::Vote {
+                votes: vec![(
                     "call_1".into(),
                     RecordedDecision { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 },
                 )],
@@ -2076,6 +2134,7 @@ macro_rules! all_contract_tests {
             legal_transitions_walk_the_cycle,
             illegal_transitions_change_nothing,
             every_transition_from_every_status_matches_apply,
+            quorum_votes_are_compare_and_sets_on_the_run,
             version_guard_conflicts,
             lease_guard_and_append,
             events_are_numbered_and_chained,

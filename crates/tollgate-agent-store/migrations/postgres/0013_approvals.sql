@@ -1,0 +1,9 @@
+-- Approvals as records. From this version on, the `decisions` column of a held turn holds the turn's
+-- approval records: a JSON array with one object per required call (its requirement — how many
+-- distinct people must approve it —, the votes taken, and where it stands), in place of v1's JSON
+-- object of one decision per call id. The column may be sealed (`[store] encryption`), so the rows are
+-- not rewritten here: the store reads both forms, the v1 form as single approvals decided where a
+-- decision is recorded, and writes the new form at a run's next change (docs/design.md, "Approvals").
+--
+-- This version has no statement of its own: it is recorded so that a build older than approvals
+-- refuses the database (`NewerSchema`) instead of reading an approval array as corrupt decisions.
