@@ -126,10 +126,10 @@ pub use error::ConfigError;
 pub use glob::Glob;
 pub use load::{ConfigFile, ConfigLoader, FoundBy, load};
 pub use model::{
-    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, HttpProviderConfig, McpCommand,
-    McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind,
-    RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig,
-    StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EventKind, HttpProviderConfig,
+    McpCommand, McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig,
+    ProviderKind, RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode, ScriptedProviderConfig,
+    ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
 };
 pub use secret::Secret;
 

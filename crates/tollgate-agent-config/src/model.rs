@@ -516,88 +516,11 @@ pub struct WebhookConfig {
     /// `secret` for the `X-Tollgate-Signature` HMAC, when given.
     pub secret: Option<Secret>,
     /// `events`: the event kinds delivered, each once, in config order; every kind when the key is absent.
-    pub events: Vec<WebhookEvent>,
+    pub events: Vec<EventKind>,
 }
 
-/// An event kind a webhook can subscribe to (docs/events.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum WebhookEvent {
-    /// `run_started`
-    RunStarted,
-    /// `model_request`
-    ModelRequest,
-    /// `model_response`
-    ModelResponse,
-    /// `tool_started`
-    ToolStarted,
-    /// `tool_finished`
-    ToolFinished,
-    /// `approval_requested`
-    ApprovalRequested,
-    /// `decision`
-    Decision,
-    /// `run_resumed`
-    RunResumed,
-    /// `run_taken_over`
-    RunTakenOver,
-    /// `run_completed`
-    RunCompleted,
-    /// `run_failed`
-    RunFailed,
-    /// `run_cancelled`
-    RunCancelled,
-    /// `run_expired`
-    RunExpired,
-}
-
-impl WebhookEvent {
-    /// Every event kind, in the order docs/api.md lists them.
-    pub const ALL: [WebhookEvent; 13] = [
-        WebhookEvent::RunStarted,
-        WebhookEvent::ModelRequest,
-        WebhookEvent::ModelResponse,
-        WebhookEvent::ToolStarted,
-        WebhookEvent::ToolFinished,
-        WebhookEvent::ApprovalRequested,
-        WebhookEvent::Decision,
-        WebhookEvent::RunResumed,
-        WebhookEvent::RunTakenOver,
-        WebhookEvent::RunCompleted,
-        WebhookEvent::RunFailed,
-        WebhookEvent::RunCancelled,
-        WebhookEvent::RunExpired,
-    ];
-
-    /// The event kind as written in the config and in events.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WebhookEvent::RunStarted => "run_started",
-            WebhookEvent::ModelRequest => "model_request",
-            WebhookEvent::ModelResponse => "model_response",
-            WebhookEvent::ToolStarted => "tool_started",
-            WebhookEvent::ToolFinished => "tool_finished",
-            WebhookEvent::ApprovalRequested => "approval_requested",
-            WebhookEvent::Decision => "decision",
-            WebhookEvent::RunResumed => "run_resumed",
-            WebhookEvent::RunTakenOver => "run_taken_over",
-            WebhookEvent::RunCompleted => "run_completed",
-            WebhookEvent::RunFailed => "run_failed",
-            WebhookEvent::RunCancelled => "run_cancelled",
-            WebhookEvent::RunExpired => "run_expired",
-        }
-    }
-
-    /// The event kind named `name`, if any.
-    pub fn parse(name: &str) -> Option<WebhookEvent> {
-        WebhookEvent::ALL.into_iter().find(|e| e.as_str() == name)
-    }
-}
-
-impl fmt::Display for WebhookEvent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// An event kind a webhook can subscribe to (docs/events.md): the wire's `EventKind`, the one list of kinds.
+pub use tollgate_agent_protocol::EventKind;
 
 /// The password of `scheme://user:password@host/...`, when there is one.
 fn url_password(url: &str) -> Option<String> {
@@ -638,10 +561,6 @@ mod tests {
         for role in Role::ALL {
             assert_eq!(Role::parse(role.as_str()), Some(role));
         }
-        for event in WebhookEvent::ALL {
-            assert_eq!(WebhookEvent::parse(event.as_str()), Some(event));
-        }
         assert_eq!(Role::parse("root"), None);
-        assert_eq!(WebhookEvent::parse("run_done"), None);
     }
 }

@@ -15,10 +15,10 @@ use toml::{Table, Value};
 
 use crate::duration::EXPECTED_DURATION;
 use crate::model::{
-    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, HttpProviderConfig, McpCommand,
-    McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind,
-    RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig,
-    StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WebhookEvent, WorkspaceConfig,
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EventKind, HttpProviderConfig,
+    McpCommand, McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig,
+    ProviderKind, RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode, ScriptedProviderConfig,
+    ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
 };
 use crate::{ConfigError, EnvVars, Glob, Secret, defaults, parse_addr, parse_duration};
 
@@ -600,10 +600,10 @@ impl Parser<'_> {
             let secret = entry.get("secret").map(|(value, at)| self.secret(value, &at)).transpose()?;
             let events = match entry.get("events") {
                 Some((value, at)) => {
-                    let mut events: Vec<WebhookEvent> = Vec::new();
+                    let mut events: Vec<EventKind> = Vec::new();
                     for (name, at) in string_list(value, &at)? {
-                        let event = WebhookEvent::parse(name).ok_or_else(|| {
-                            let known = WebhookEvent::ALL.map(WebhookEvent::as_str).join(", ");
+                        let event = EventKind::parse(name).ok_or_else(|| {
+                            let known = EventKind::ALL.map(EventKind::as_str).join(", ");
                             at.invalid(format!("expected an event kind ({known}), got {name:?}"))
                         })?;
                         if !events.contains(&event) {
@@ -615,7 +615,7 @@ impl Parser<'_> {
                     }
                     events
                 }
-                None => WebhookEvent::ALL.to_vec(),
+                None => EventKind::ALL.to_vec(),
             };
             webhooks.push(WebhookConfig { url, secret, events });
         }

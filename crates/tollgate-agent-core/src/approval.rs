@@ -21,7 +21,7 @@
 //! [`Transition::Vote`](crate::Transition::Vote) applies each vote here, and the vote that settles the
 //! last open approval claims the resume in the same transaction (docs/design.md, "Approvals").
 
-use crate::run::{Millis, RecordedDecision};
+use crate::run::{Millis, Vote};
 use crate::suspension::Decision;
 use serde::{Deserialize, Serialize};
 use std::num::NonZeroU32;
@@ -164,7 +164,7 @@ impl ApprovalState {
 pub enum ApprovalCommand {
     /// A person's (or `system`'s) vote: its action, actor and time, as a decision is recorded today.
     /// Pending → decided when it settles the approval, pending → pending (one more approval) otherwise.
-    Vote(RecordedDecision),
+    Vote(Vote),
     /// Pending → expired: the run's deadline passed and the run ended `expired`.
     Expire {
         /// When.
@@ -292,7 +292,7 @@ pub struct Approval {
     /// What the call needs before it counts as approved.
     pub requirement: Requirement,
     /// The votes taken, oldest first (refused votes are not kept).
-    pub votes: Vec<RecordedDecision>,
+    pub votes: Vec<Vote>,
     /// Where it stands.
     #[serde(flatten)]
     pub state: ApprovalState,
@@ -358,10 +358,10 @@ impl Approval {
 
     /// The vote that settled a decided approval, with the decision it settled on: the last vote taken
     /// (its `approve` for a quorum, its only vote for a single approval, the first `deny`).
-    pub fn settled_by(&self) -> Option<RecordedDecision> {
+    pub fn settled_by(&self) -> Option<Vote> {
         let ApprovalState::Decided { decision, at } = &self.state else { return None };
         let actor = self.votes.last().map_or_else(String::new, |v| v.actor.clone());
-        Some(RecordedDecision { decision: decision.clone(), actor, at: *at })
+        Some(Vote { decision: decision.clone(), actor, at: *at })
     }
 
     /// Applies a command, or says why it cannot apply. Pure: the caller persists the result.
@@ -428,7 +428,7 @@ mod tests {
     const T: Millis = 1_764_410_400_000;
 
     fn vote(actor: &str, decision: Decision) -> ApprovalCommand {
-        ApprovalCommand::Vote(RecordedDecision { decision, actor: actor.to_owned(), at: T + 10 })
+        ApprovalCommand::Vote(Vote { decision, actor: actor.to_owned(), at: T + 10 })
     }
 
     fn approve(actor: &str) -> ApprovalCommand {

@@ -18,85 +18,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// The kinds of event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    /// A run began.
-    RunStarted,
-    /// A model call is about to be made.
-    ModelRequest,
-    /// A model call answered.
-    ModelResponse,
-    /// A call is about to run (committed first for ask-gated calls).
-    ToolStarted,
-    /// A call ran.
-    ToolFinished,
-    /// A turn is held at the gate.
-    ApprovalRequested,
-    /// A person (or the system) decided one call.
-    Decision,
-    /// A waiting run resumed.
-    RunResumed,
-    /// Another process took over a running run whose lease expired.
-    RunTakenOver,
-    /// The run completed.
-    RunCompleted,
-    /// The run failed.
-    RunFailed,
-    /// The run was cancelled.
-    RunCancelled,
-    /// The run's approval deadline passed.
-    RunExpired,
-}
-
-impl EventKind {
-    /// Every kind.
-    pub const ALL: [EventKind; 13] = [
-        EventKind::RunStarted,
-        EventKind::ModelRequest,
-        EventKind::ModelResponse,
-        EventKind::ToolStarted,
-        EventKind::ToolFinished,
-        EventKind::ApprovalRequested,
-        EventKind::Decision,
-        EventKind::RunResumed,
-        EventKind::RunTakenOver,
-        EventKind::RunCompleted,
-        EventKind::RunFailed,
-        EventKind::RunCancelled,
-        EventKind::RunExpired,
-    ];
-
-    /// The snake_case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::RunStarted => "run_started",
-            EventKind::ModelRequest => "model_request",
-            EventKind::ModelResponse => "model_response",
-            EventKind::ToolStarted => "tool_started",
-            EventKind::ToolFinished => "tool_finished",
-            EventKind::ApprovalRequested => "approval_requested",
-            EventKind::Decision => "decision",
-            EventKind::RunResumed => "run_resumed",
-            EventKind::RunTakenOver => "run_taken_over",
-            EventKind::RunCompleted => "run_completed",
-            EventKind::RunFailed => "run_failed",
-            EventKind::RunCancelled => "run_cancelled",
-            EventKind::RunExpired => "run_expired",
-        }
-    }
-
-    /// Parses the snake_case name.
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == text)
-    }
-
-    /// True for the kinds that end a run.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, EventKind::RunCompleted | EventKind::RunFailed | EventKind::RunCancelled | EventKind::RunExpired)
-    }
-}
+/// The kinds of event: the wire's type (docs/events.md), so an event's `kind` is one type from the store
+/// to the API.
+pub use tollgate_agent_protocol::EventKind;
 
 /// An event before the store numbers and chains it.
 #[derive(Clone, Debug, PartialEq)]

@@ -71,7 +71,7 @@ pub use model::{
 };
 pub use redact::{RedactedStream, Redactor};
 pub use run::{
-    HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
+    HeldTurn, Lease, Millis, RunError, RunErrorKind, RunRecord, RunState, RunStatus, Transition, TransitionError, Vote,
     rfc3339,
 };
 pub use store::{
@@ -79,7 +79,7 @@ pub use store::{
     RunStore, StoreChange, StoreError, StoreHosts, SystemClock,
 };
 pub use suspension::{
-    CallState, Decision, DecisionError, Decisions, HeldCall, SCHEMA_VERSION, StoredSuspension, Suspension,
+    Decision, DecisionError, Decisions, HeldCall, HeldCallState, SCHEMA_VERSION, StoredSuspension, Suspension,
     SuspensionError, TurnDigest,
 };
 pub use tool::{

@@ -5,6 +5,7 @@ use crate::tool::ToolSpec;
 use crate::transcript::{Message, ToolCall, Usage};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use tollgate_agent_protocol::RunErrorKind;
 
 /// One request to a model.
 #[derive(Clone, Copy, Debug)]
@@ -116,18 +117,18 @@ impl ModelError {
     }
 
     /// A stable short name for the kind, used in events and API errors.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> RunErrorKind {
         match self {
-            ModelError::Connection(_) => "model_connection",
-            ModelError::Timeout(_) => "model_timeout",
-            ModelError::RateLimited { .. } => "model_rate_limited",
-            ModelError::Server { .. } => "model_server_error",
-            ModelError::Auth { .. } => "model_auth",
-            ModelError::ContextLength(_) => "model_context_length",
-            ModelError::BadRequest { .. } => "model_bad_request",
-            ModelError::InvalidResponse(_) => "model_invalid_response",
-            ModelError::Refusal(_) => "model_refusal",
-            ModelError::Script(_) => "script",
+            ModelError::Connection(_) => RunErrorKind::ModelConnection,
+            ModelError::Timeout(_) => RunErrorKind::ModelTimeout,
+            ModelError::RateLimited { .. } => RunErrorKind::ModelRateLimited,
+            ModelError::Server { .. } => RunErrorKind::ModelServerError,
+            ModelError::Auth { .. } => RunErrorKind::ModelAuth,
+            ModelError::ContextLength(_) => RunErrorKind::ModelContextLength,
+            ModelError::BadRequest { .. } => RunErrorKind::ModelBadRequest,
+            ModelError::InvalidResponse(_) => RunErrorKind::ModelInvalidResponse,
+            ModelError::Refusal(_) => RunErrorKind::ModelRefusal,
+            ModelError::Script(_) => RunErrorKind::Script,
         }
     }
 }

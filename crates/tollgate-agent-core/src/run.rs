@@ -49,18 +49,13 @@ fn expanded_rfc3339(at: Millis) -> String {
 /// A run's status: the wire's type, so a run object's `status` and the runtime's compare.
 pub use tollgate_agent_protocol::RunStatus;
 
-/// Why a run failed, as shown to users: never a secret, never a stack.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunError {
-    /// A stable short name, e.g. `model_timeout`, `corrupt_suspension`.
-    pub kind: String,
-    /// A sentence for people.
-    pub message: String,
-}
+/// Why a run failed, as shown to users (never a secret, never a stack), and its kind: the wire's types.
+pub use tollgate_agent_protocol::{RunError, RunErrorKind};
 
-/// A decision as recorded: who, when, what.
+/// A vote: one actor's decision on a held call's approval, and when it was cast (a decision as recorded;
+/// a single approval is settled by its first vote, a quorum by several).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RecordedDecision {
+pub struct Vote {
     /// The decision.
     #[serde(flatten)]
     pub decision: Decision,
@@ -102,7 +97,7 @@ impl HeldTurn {
     }
 
     /// The decision this call settled on, with the actor and time of the vote that settled it.
-    pub fn decided(&self, call_id: &str) -> Option<RecordedDecision> {
+    pub fn decided(&self, call_id: &str) -> Option<Vote> {
         self.approval(call_id).and_then(Approval::settled_by)
     }
 
@@ -422,7 +417,7 @@ pub enum Transition {
     /// turn kept), which resumes it.
     Vote {
         /// The votes, by call id, in the order they are taken.
-        votes: Vec<(String, RecordedDecision)>,
+        votes: Vec<(String, Vote)>,
         /// Claim the resume with this lease.
         resume: Option<Lease>,
     },
@@ -554,7 +549,7 @@ mod tests {
         assert_eq!(waiting.status(), RunStatus::WaitingForApproval);
         assert!(waiting.held_turn().is_some() && waiting.lease().is_none());
 
-        let decision = RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: T + 2 };
+        let decision = Vote { decision: Decision::Approve, actor: "bob".into(), at: T + 2 };
         let early = waiting.apply(&Transition::Claim { lease: lease("node-a", T + 9) }, T + 2);
         assert_eq!(
             early,
@@ -590,7 +585,7 @@ mod tests {
         let cancelled = waiting.apply(&Transition::Cancel, T + 5)?;
         assert_eq!(cancelled.termination_reason(), Some(TerminationReason::Cancelled));
         assert!(cancelled.held_turn().is_none() && cancelled.output().is_none());
-        let error = RunError { kind: "k".into(), message: "m".into() };
+        let error = RunError::new(RunErrorKind::Store, "m");
         let failed = resumed.apply(&Transition::Fail { error: error.clone() }, T + 6)?;
         assert_eq!((failed.error(), failed.termination_reason()), (Some(&error), Some(TerminationReason::Error)));
         assert!(failed.held_turn().is_none() && failed.lease().is_none());

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
+use tollgate_agent_protocol::RunErrorKind;
 
 /// The suspension format this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -39,7 +40,7 @@ impl TurnDigest {
 ///
 /// Stored as `{"call_id","tool","arguments","gate","preview","in_doubt","settled"}` (in that order, the
 /// v1 suspension format), followed by `"observed"` only when the preview observed something (so a call
-/// without one is stored, read and digested exactly as v1 wrote it): [`CallState`] is written as the
+/// without one is stored, read and digested exactly as v1 wrote it): [`HeldCallState`] is written as the
 /// `gate`, `in_doubt` and `settled` it stood for, and a stored combination that no state stands for (say,
 /// `in_doubt` with a result) is refused.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,7 +58,7 @@ pub struct HeldCall {
     /// the call runs on a person's approval ([`ToolContext::observed`](crate::ToolContext)).
     pub observed: Option<Value>,
     /// Where the call stands.
-    pub state: CallState,
+    pub state: HeldCallState,
     /// How many distinct people must approve it when it asks ([`Tool::requirement`](crate::Tool)): one
     /// decision for most calls, a quorum where a policy rule says `approvals = N`. Stored and digested
     /// as `"approvals": N` only for a quorum, so a call one decision settles is stored as v1 wrote it.
@@ -66,7 +67,7 @@ pub struct HeldCall {
 
 /// Where a held call stands: whether it runs, waits for a person, or already has its result.
 #[derive(Clone, Debug, PartialEq)]
-pub enum CallState {
+pub enum HeldCallState {
     /// Refused before the gate or by it (unknown tool, bad arguments, forbidden, a repeated call id):
     /// it never runs, and this error result is its answer. Stored as gate `forbid` with the result.
     Refused(ToolResult),
@@ -87,29 +88,29 @@ impl HeldCall {
     /// doubt or finished), `allow` otherwise.
     pub fn gate(&self) -> Gate {
         match self.state {
-            CallState::Refused(_) => Gate::Forbid,
-            CallState::Allowed => Gate::Allow,
-            CallState::Asks | CallState::InDoubt | CallState::Finished(_) => Gate::Ask,
+            HeldCallState::Refused(_) => Gate::Forbid,
+            HeldCallState::Allowed => Gate::Allow,
+            HeldCallState::Asks | HeldCallState::InDoubt | HeldCallState::Finished(_) => Gate::Ask,
         }
     }
 
     /// True when the call started and its end was never recorded.
     pub fn in_doubt(&self) -> bool {
-        matches!(self.state, CallState::InDoubt)
+        matches!(self.state, HeldCallState::InDoubt)
     }
 
     /// The call's result when it is already settled and will neither run nor take a decision: a refusal
     /// or a result recorded before a crash.
     pub fn settled(&self) -> Option<&ToolResult> {
         match &self.state {
-            CallState::Refused(result) | CallState::Finished(result) => Some(result),
-            CallState::Allowed | CallState::Asks | CallState::InDoubt => None,
+            HeldCallState::Refused(result) | HeldCallState::Finished(result) => Some(result),
+            HeldCallState::Allowed | HeldCallState::Asks | HeldCallState::InDoubt => None,
         }
     }
 
     /// True when this call needs a person's decision before the run can resume.
     pub fn takes_decision(&self) -> bool {
-        matches!(self.state, CallState::Asks | CallState::InDoubt)
+        matches!(self.state, HeldCallState::Asks | HeldCallState::InDoubt)
     }
 
     /// Why a decision naming this call is refused, or `None` when it [takes one](Self::takes_decision):
@@ -120,8 +121,8 @@ impl HeldCall {
         }
         let call_id = self.call_id.clone();
         Some(match self.state {
-            CallState::Finished(_) => DecisionError::AlreadyRan { call_id },
-            CallState::Refused(_) | CallState::Allowed | CallState::Asks | CallState::InDoubt => {
+            HeldCallState::Finished(_) => DecisionError::AlreadyRan { call_id },
+            HeldCallState::Refused(_) | HeldCallState::Allowed | HeldCallState::Asks | HeldCallState::InDoubt => {
                 DecisionError::NotDecidable { call_id, gate: self.gate() }
             }
         })
@@ -186,11 +187,11 @@ impl<'de> Deserialize<'de> for HeldCall {
             HeldCallIn::deserialize(deserializer)?;
         let requirement = approvals.map_or(Requirement::SINGLE, Requirement::new);
         let state = match (gate, in_doubt, settled) {
-            (Gate::Forbid, false, Some(result)) => CallState::Refused(result),
-            (Gate::Allow, false, None) => CallState::Allowed,
-            (Gate::Ask, false, None) => CallState::Asks,
-            (Gate::Ask, true, None) => CallState::InDoubt,
-            (Gate::Ask, false, Some(result)) => CallState::Finished(result),
+            (Gate::Forbid, false, Some(result)) => HeldCallState::Refused(result),
+            (Gate::Allow, false, None) => HeldCallState::Allowed,
+            (Gate::Ask, false, None) => HeldCallState::Asks,
+            (Gate::Ask, true, None) => HeldCallState::InDoubt,
+            (Gate::Ask, false, Some(result)) => HeldCallState::Finished(result),
             (gate, in_doubt, settled) => {
                 return Err(serde::de::Error::custom(format!(
                     "held call `{call_id}` has gate {gate}, in_doubt {in_doubt} and {}: no call is in that state",
@@ -348,7 +349,7 @@ impl Suspension {
         let Some(call) = self.calls.iter_mut().find(|c| c.call_id == call_id && c.takes_decision()) else {
             return false;
         };
-        call.state = CallState::InDoubt;
+        call.state = HeldCallState::InDoubt;
         self.turn_digest = compute_digest(&self.calls, &self.tools);
         true
     }
@@ -359,7 +360,7 @@ impl Suspension {
         let Some(call) = self.calls.iter_mut().find(|c| c.call_id == result.call_id && c.takes_decision()) else {
             return false;
         };
-        call.state = CallState::Finished(result);
+        call.state = HeldCallState::Finished(result);
         self.turn_digest = compute_digest(&self.calls, &self.tools);
         true
     }
@@ -396,40 +397,9 @@ fn compute_digest(calls: &[HeldCall], tools: &[ToolPin]) -> TurnDigest {
     TurnDigest(format!("sha256:{}", canonical_sha256(&json!({"calls": calls, "schemas": schemas}))))
 }
 
-/// A person's answer for one held call.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Decision {
-    /// Run the call as the model asked.
-    Approve,
-    /// Run the call with these arguments instead (validated against the tool's schema).
-    Edit {
-        /// The approver's arguments.
-        arguments: Value,
-    },
-    /// Do not run it; the model is told why.
-    Deny {
-        /// The approver's reason, passed to the model.
-        reason: String,
-    },
-    /// Do not run it; this text is the call's result.
-    Respond {
-        /// The substituted result.
-        result: String,
-    },
-}
-
-impl Decision {
-    /// The action's name: `approve`, `edit`, `deny` or `respond`.
-    pub fn action(&self) -> &'static str {
-        match self {
-            Decision::Approve => "approve",
-            Decision::Edit { .. } => "edit",
-            Decision::Deny { .. } => "deny",
-            Decision::Respond { .. } => "respond",
-        }
-    }
-}
+/// A person's answer for one held call (`approve`, `edit`, `deny`, `respond`): the wire's type, one
+/// enum from a request's decision to the stored vote and the resume.
+pub use tollgate_agent_protocol::Decision;
 
 /// Decisions keyed by `call_id` (never by position).
 pub type Decisions = BTreeMap<String, Decision>;
@@ -469,13 +439,13 @@ pub enum DecisionError {
 
 impl DecisionError {
     /// A stable short name for the error kind.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> RunErrorKind {
         match self {
-            DecisionError::UnknownCall(_) => "unknown_call",
-            DecisionError::NotDecidable { .. } => "not_decidable",
-            DecisionError::AlreadyRan { .. } => "already_ran",
-            DecisionError::Missing(_) => "missing_decisions",
-            DecisionError::InvalidEdit { .. } => "invalid_arguments",
+            DecisionError::UnknownCall(_) => RunErrorKind::UnknownCall,
+            DecisionError::NotDecidable { .. } => RunErrorKind::NotDecidable,
+            DecisionError::AlreadyRan { .. } => RunErrorKind::AlreadyRan,
+            DecisionError::Missing(_) => RunErrorKind::MissingDecisions,
+            DecisionError::InvalidEdit { .. } => RunErrorKind::InvalidArguments,
         }
     }
 }
@@ -494,7 +464,7 @@ mod tests {
         }
     }
 
-    fn call(state: CallState) -> HeldCall {
+    fn call(state: HeldCallState) -> HeldCall {
         HeldCall {
             call_id: "c1".into(),
             tool: "write".into(),
@@ -511,14 +481,14 @@ mod tests {
         let settled = r#"{"call_id":"c1","tool":"write","content":"no","is_error":true}"#;
         let cases = [
             (
-                CallState::Refused(result("c1", "no")),
+                HeldCallState::Refused(result("c1", "no")),
                 format!(r#""gate":"forbid","preview":null,"in_doubt":false,"settled":{settled}"#),
             ),
-            (CallState::Allowed, r#""gate":"allow","preview":null,"in_doubt":false,"settled":null"#.to_owned()),
-            (CallState::Asks, r#""gate":"ask","preview":null,"in_doubt":false,"settled":null"#.to_owned()),
-            (CallState::InDoubt, r#""gate":"ask","preview":null,"in_doubt":true,"settled":null"#.to_owned()),
+            (HeldCallState::Allowed, r#""gate":"allow","preview":null,"in_doubt":false,"settled":null"#.to_owned()),
+            (HeldCallState::Asks, r#""gate":"ask","preview":null,"in_doubt":false,"settled":null"#.to_owned()),
+            (HeldCallState::InDoubt, r#""gate":"ask","preview":null,"in_doubt":true,"settled":null"#.to_owned()),
             (
-                CallState::Finished(result("c1", "no")),
+                HeldCallState::Finished(result("c1", "no")),
                 format!(r#""gate":"ask","preview":null,"in_doubt":false,"settled":{settled}"#),
             ),
         ];
@@ -537,7 +507,7 @@ mod tests {
     #[test]
     fn an_observation_is_stored_and_digested_only_when_present() -> Result<(), SuspensionError> {
         let observed = json!({"kind": "file", "size": 13});
-        let held = HeldCall { observed: Some(observed.clone()), ..call(CallState::Asks) };
+        let held = HeldCall { observed: Some(observed.clone()), ..call(HeldCallState::Asks) };
         let text = serde_json::to_string(&held).map_err(|e| SuspensionError::Invalid(e.to_string()))?;
         assert!(text.ends_with(r#""settled":null,"observed":{"kind":"file","size":13}}"#), "{text}");
         let read: HeldCall = serde_json::from_str(&text).map_err(|e| SuspensionError::Invalid(e.to_string()))?;
@@ -545,7 +515,7 @@ mod tests {
 
         let suspension =
             |call: HeldCall| Suspension::new(1, Vec::new(), vec![call], Counters::default(), Vec::new(), Vec::new());
-        let without = suspension(call(CallState::Asks));
+        let without = suspension(call(HeldCallState::Asks));
         let with = suspension(held.clone());
         let other = suspension(HeldCall { observed: Some(json!({"kind": "file", "size": 14})), ..held });
         assert_ne!(with.turn_digest, without.turn_digest, "the observation is digested");
@@ -585,7 +555,8 @@ mod tests {
     fn a_stored_suspension_reads_as_the_general_path_reads_it() -> Result<(), SuspensionError> {
         let transcript = vec![Message::user("hello \u{e9} \"quoted\"\n")];
         let tools = vec![ToolPin { name: "write".into(), schema_hash: "sha256:abc".into() }];
-        let held = Suspension::new(2, transcript, vec![call(CallState::Asks)], Counters::default(), Vec::new(), tools);
+        let held =
+            Suspension::new(2, transcript, vec![call(HeldCallState::Asks)], Counters::default(), Vec::new(), tools);
         let text = held.to_json()?;
         let general =
             Suspension::from_value(serde_json::from_str(&text).map_err(|e| SuspensionError::Invalid(e.to_string()))?)?;
@@ -618,36 +589,47 @@ mod tests {
 
     #[test]
     fn recovery_marks_only_calls_that_take_a_decision() {
-        let mut suspension =
-            Suspension::new(1, Vec::new(), vec![call(CallState::Allowed)], Counters::default(), Vec::new(), Vec::new());
+        let mut suspension = Suspension::new(
+            1,
+            Vec::new(),
+            vec![call(HeldCallState::Allowed)],
+            Counters::default(),
+            Vec::new(),
+            Vec::new(),
+        );
         let before = suspension.turn_digest.clone();
         assert!(!suspension.mark_in_doubt("c1") && !suspension.settle(result("c1", "x")), "an allowed call just runs");
-        suspension.calls[0].state = CallState::Asks;
+        suspension.calls[0].state = HeldCallState::Asks;
         assert!(suspension.mark_in_doubt("c1"));
         assert!(suspension.calls[0].in_doubt() && suspension.calls[0].takes_decision());
         assert!(suspension.settle(result("c1", "done")));
-        assert_eq!(suspension.calls[0].state, CallState::Finished(result("c1", "done")));
+        assert_eq!(suspension.calls[0].state, HeldCallState::Finished(result("c1", "done")));
         assert!(!suspension.calls[0].takes_decision() && suspension.turn_digest != before);
         assert!(!suspension.mark_in_doubt("c1") && !suspension.mark_in_doubt("nope"));
     }
 
     #[test]
     fn a_decision_on_a_call_that_takes_none_is_refused_saying_why() {
-        assert_eq!(call(CallState::Asks).refuse_decision(), None);
-        assert_eq!(call(CallState::InDoubt).refuse_decision(), None);
+        assert_eq!(call(HeldCallState::Asks).refuse_decision(), None);
+        assert_eq!(call(HeldCallState::InDoubt).refuse_decision(), None);
         assert_eq!(
-            call(CallState::Finished(result("c1", "done"))).refuse_decision(),
+            call(HeldCallState::Finished(result("c1", "done"))).refuse_decision(),
             Some(DecisionError::AlreadyRan { call_id: "c1".into() })
         );
         assert_eq!(
-            call(CallState::Allowed).refuse_decision(),
+            call(HeldCallState::Allowed).refuse_decision(),
             Some(DecisionError::NotDecidable { call_id: "c1".into(), gate: Gate::Allow })
         );
         assert_eq!(
-            call(CallState::Refused(result("c1", "no"))).refuse_decision(),
+            call(HeldCallState::Refused(result("c1", "no"))).refuse_decision(),
             Some(DecisionError::NotDecidable { call_id: "c1".into(), gate: Gate::Forbid })
         );
-        for state in [CallState::Asks, CallState::InDoubt, CallState::Allowed, CallState::Finished(result("c1", "x"))] {
+        for state in [
+            HeldCallState::Asks,
+            HeldCallState::InDoubt,
+            HeldCallState::Allowed,
+            HeldCallState::Finished(result("c1", "x")),
+        ] {
             let held = call(state);
             assert_eq!(held.refuse_decision().is_none(), held.takes_decision(), "{held:?}");
         }

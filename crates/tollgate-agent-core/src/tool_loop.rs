@@ -12,7 +12,7 @@ use crate::BoxFuture;
 use crate::approval::Requirement;
 use crate::model::{ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse};
 use crate::redact::Redactor;
-use crate::suspension::{CallState, Decision, DecisionError, Decisions, HeldCall, Suspension};
+use crate::suspension::{Decision, DecisionError, Decisions, HeldCall, HeldCallState, Suspension};
 use crate::tool::{Gate, Preview, RegisteredTool, RunScope, ToolContext, ToolPin, ToolRegistry, ToolSpec};
 use crate::transcript::{Counters, Invocation, Message, ToolCall, ToolResult};
 use futures_util::{FutureExt, StreamExt};
@@ -61,37 +61,8 @@ impl Default for LoopConfig {
     }
 }
 
-/// Why a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TerminationReason {
-    /// The model answered without calls.
-    Completed,
-    /// The iteration cap was reached; a closing completion gave the output.
-    MaxIterations,
-    /// The token budget was used up.
-    BudgetExhausted,
-    /// The run failed.
-    Error,
-    /// Someone cancelled it.
-    Cancelled,
-    /// Its approval deadline passed with `on_expiry = "cancel"`.
-    Expired,
-}
-
-impl TerminationReason {
-    /// The snake_case name used in JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TerminationReason::Completed => "completed",
-            TerminationReason::MaxIterations => "max_iterations",
-            TerminationReason::BudgetExhausted => "budget_exhausted",
-            TerminationReason::Error => "error",
-            TerminationReason::Cancelled => "cancelled",
-            TerminationReason::Expired => "expired",
-        }
-    }
-}
+/// Why a run ended: the wire's type, as a run object's `termination_reason` carries it.
+pub use tollgate_agent_protocol::TerminationReason;
 
 /// A finished run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -269,13 +240,13 @@ pub struct StartingCall {
 }
 
 /// The transcript, counters and trace carried through a segment.
-struct RunState {
+struct LoopState {
     transcript: Vec<Message>,
     counters: Counters,
     trace: Vec<Invocation>,
 }
 
-impl RunState {
+impl LoopState {
     fn finish(self, output: Option<String>, reason: TerminationReason) -> Outcome {
         Outcome::Completed(Completion {
             output,
@@ -422,7 +393,7 @@ impl ToolLoop {
             transcript.push(Message::system(prompt.clone()));
         }
         transcript.push(Message::user(input));
-        let state = RunState { transcript, counters: Counters::default(), trace: Vec::new() };
+        let state = LoopState { transcript, counters: Counters::default(), trace: Vec::new() };
         self.drive(scope, state, hooks).await
     }
 
@@ -435,13 +406,13 @@ impl ToolLoop {
     ) -> Result<Outcome, LoopError> {
         self.check_decisions(&suspension, decisions).await?;
         let Suspension { round, transcript, calls, counters, trace, tools: pins, .. } = suspension;
-        let mut state = RunState { transcript, counters, trace };
+        let mut state = LoopState { transcript, counters, trace };
         let steps = self.plan_resumed_turn(calls, decisions, &pins);
         self.execute_turn(scope, round, &mut state, steps, hooks).await?;
         self.drive(scope, state, hooks).await
     }
 
-    async fn drive(&self, scope: &RunScope, mut state: RunState, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
+    async fn drive(&self, scope: &RunScope, mut state: LoopState, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
         let max_iterations = self.config.max_iterations.max(1);
         loop {
             if state.counters.iterations >= max_iterations {
@@ -482,7 +453,11 @@ impl ToolLoop {
                         "Tool {} was not run: call id `{}` is used twice in one turn.",
                         call.name, call.call_id
                     );
-                    held.push(held_call(call, CallState::Refused(error_result(call, refusal)), Requirement::SINGLE));
+                    held.push(held_call(
+                        call,
+                        HeldCallState::Refused(error_result(call, refusal)),
+                        Requirement::SINGLE,
+                    ));
                 }
             }
             if held.iter().any(HeldCall::takes_decision) {
@@ -513,7 +488,7 @@ impl ToolLoop {
     }
 
     /// The closing completion at the iteration cap: no tools offered, any calls it makes are dropped.
-    async fn close_at_cap(&self, mut state: RunState, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
+    async fn close_at_cap(&self, mut state: LoopState, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
         let round = state.counters.iterations + 1;
         let response = self.call_model(round, &state.transcript, &[], hooks).await?;
         state.counters.usage.add(response.usage);
@@ -521,7 +496,7 @@ impl ToolLoop {
         Ok(state.finish(response.text, TerminationReason::MaxIterations))
     }
 
-    async fn suspend(&self, round: u32, state: RunState, mut held: Vec<HeldCall>) -> Suspension {
+    async fn suspend(&self, round: u32, state: LoopState, mut held: Vec<HeldCall>) -> Suspension {
         for call in held.iter_mut().filter(|c| c.settled().is_none()) {
             if let Some(registered) = self.tools.get(&call.tool) {
                 let preview = guarded_future(|| registered.tool().observed_preview(&call.arguments)).await.flatten();
@@ -539,13 +514,13 @@ impl ToolLoop {
     async fn check_call(&self, call: &ToolCall) -> HeldCall {
         match self.gate_of(call).await {
             Ok((state, requirement)) => held_call(call, state, requirement),
-            Err(message) => held_call(call, CallState::Refused(error_result(call, message)), Requirement::SINGLE),
+            Err(message) => held_call(call, HeldCallState::Refused(error_result(call, message)), Requirement::SINGLE),
         }
     }
 
     /// Where a call stands after its checks and its gate (allowed or asks, with how many people must
     /// approve it), or why it is refused.
-    async fn gate_of(&self, call: &ToolCall) -> Result<(CallState, Requirement), String> {
+    async fn gate_of(&self, call: &ToolCall) -> Result<(HeldCallState, Requirement), String> {
         let name = &call.name;
         if let Some(problem) = &call.malformed_arguments {
             return Err(format!("Tool {name} was not run: its arguments are not valid JSON ({problem})."));
@@ -563,8 +538,8 @@ impl ToolLoop {
             .ok_or_else(failed)?
             .map_err(|problem| format!("Tool {name} was not run: {problem}"))?;
         match guarded(|| tool.gate(&call.arguments)).ok_or_else(failed)? {
-            Gate::Allow => Ok((CallState::Allowed, Requirement::SINGLE)),
-            Gate::Ask => Ok((CallState::Asks, guarded(|| tool.requirement(&call.arguments)).ok_or_else(failed)?)),
+            Gate::Allow => Ok((HeldCallState::Allowed, Requirement::SINGLE)),
+            Gate::Ask => Ok((HeldCallState::Asks, guarded(|| tool.requirement(&call.arguments)).ok_or_else(failed)?)),
             Gate::Forbid => Err(format!("Tool {name} is forbidden by policy and was not run.")),
         }
     }
@@ -580,8 +555,8 @@ impl ToolLoop {
         // there when it runs.
         let observed = if gate == Gate::Allow { None } else { call.observed };
         match call.state {
-            CallState::Refused(result) | CallState::Finished(result) => Step::Settled(result),
-            CallState::Allowed | CallState::Asks | CallState::InDoubt => Step::Run {
+            HeldCallState::Refused(result) | HeldCallState::Finished(result) => Step::Settled(result),
+            HeldCallState::Allowed | HeldCallState::Asks | HeldCallState::InDoubt => Step::Run {
                 call_id: call.call_id,
                 tool: call.tool,
                 arguments: call.arguments,
@@ -686,7 +661,7 @@ impl ToolLoop {
         &self,
         scope: &RunScope,
         round: u32,
-        state: &mut RunState,
+        state: &mut LoopState,
         steps: Vec<Step>,
         hooks: &dyn LoopHooks,
     ) -> Result<(), LoopError> {
@@ -846,7 +821,7 @@ impl AgentLoop for ToolLoop {
     }
 }
 
-fn record(state: &mut RunState, round: u32, arguments: &Value, result: ToolResult, results: &mut Vec<ToolResult>) {
+fn record(state: &mut LoopState, round: u32, arguments: &Value, result: ToolResult, results: &mut Vec<ToolResult>) {
     state.counters.tool_invocations += 1;
     state.trace.push(Invocation {
         round,
@@ -859,7 +834,7 @@ fn record(state: &mut RunState, round: u32, arguments: &Value, result: ToolResul
 }
 
 /// A call of the turn being held, in this state, without a preview yet.
-fn held_call(call: &ToolCall, state: CallState, requirement: Requirement) -> HeldCall {
+fn held_call(call: &ToolCall, state: HeldCallState, requirement: Requirement) -> HeldCall {
     HeldCall {
         call_id: call.call_id.clone(),
         tool: call.name.clone(),

@@ -63,6 +63,6 @@ pub use request::{
     RespondDecision, StartRunRequest, decide_forms,
 };
 pub use run::{
-    Approvals, Call, CallResult, CallState, Decision, Gate, HeldTurn, RecordedDecision, Run, RunError, RunPage,
-    RunStatus, TerminationReason, Usage,
+    Approvals, Call, CallResult, CallState, Decision, Gate, Pending, RecordedDecision, Run, RunError, RunErrorKind,
+    RunPage, RunStatus, TerminationReason, Usage,
 };

@@ -169,10 +169,147 @@ impl Usage {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunError {
-    /// A stable short name, e.g. `model_timeout`.
-    pub kind: String,
+    /// A stable short name, e.g. `model_timeout` (one of `RunErrorKind`'s; docs/api.md lists them).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub kind: RunErrorKind,
     /// A sentence for people.
     pub message: String,
+}
+
+impl RunError {
+    /// An error of this kind, with its sentence for people.
+    pub fn new(kind: RunErrorKind, message: impl Into<String>) -> RunError {
+        RunError { kind, message: message.into() }
+    }
+}
+
+/// The kind of a run's error (`error.kind`), on the wire as its snake_case name. Every error Tollgate
+/// writes has one of the named kinds; [`RunErrorKind::Other`] keeps a name this build does not know (a
+/// stored run written by another build) as it was, so such a run still reads.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RunErrorKind {
+    /// The model could not be reached, or its stream was cut, after the retries.
+    ModelConnection,
+    /// The model did not answer in time, after the retries.
+    ModelTimeout,
+    /// The provider kept refusing for rate limits, after the retries.
+    ModelRateLimited,
+    /// The provider answered 5xx, after the retries.
+    ModelServerError,
+    /// The provider refused the credentials.
+    ModelAuth,
+    /// The conversation no longer fits the model's context.
+    ModelContextLength,
+    /// The provider refused the request as malformed.
+    ModelBadRequest,
+    /// The model's answer could not be read.
+    ModelInvalidResponse,
+    /// The model refused to answer.
+    ModelRefusal,
+    /// The scripted model ran out of turns or its script does not fit.
+    Script,
+    /// A resume named a call the held turn does not have.
+    UnknownCall,
+    /// A resume decided a call that takes no decision.
+    NotDecidable,
+    /// A resume decided a call that already ran before a crash.
+    AlreadyRan,
+    /// A resume lacked a decision for a call that needs one.
+    MissingDecisions,
+    /// A resume's edited arguments fail the tool's schema or checks.
+    InvalidArguments,
+    /// The run's progress could not be stored.
+    Store,
+    /// The held turn could not be stored as JSON.
+    UnstorableSuspension,
+    /// The stored held turn cannot be read (corrupt, or from an unknown version).
+    CorruptSuspension,
+    /// The run was taken over again and again without a new step.
+    CrashLoop,
+    /// A kind this build does not know, as stored.
+    Other(String),
+}
+
+impl RunErrorKind {
+    /// Every named kind.
+    pub const NAMED: [RunErrorKind; 19] = [
+        RunErrorKind::ModelConnection,
+        RunErrorKind::ModelTimeout,
+        RunErrorKind::ModelRateLimited,
+        RunErrorKind::ModelServerError,
+        RunErrorKind::ModelAuth,
+        RunErrorKind::ModelContextLength,
+        RunErrorKind::ModelBadRequest,
+        RunErrorKind::ModelInvalidResponse,
+        RunErrorKind::ModelRefusal,
+        RunErrorKind::Script,
+        RunErrorKind::UnknownCall,
+        RunErrorKind::NotDecidable,
+        RunErrorKind::AlreadyRan,
+        RunErrorKind::MissingDecisions,
+        RunErrorKind::InvalidArguments,
+        RunErrorKind::Store,
+        RunErrorKind::UnstorableSuspension,
+        RunErrorKind::CorruptSuspension,
+        RunErrorKind::CrashLoop,
+    ];
+
+    /// The snake_case name on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            RunErrorKind::ModelConnection => "model_connection",
+            RunErrorKind::ModelTimeout => "model_timeout",
+            RunErrorKind::ModelRateLimited => "model_rate_limited",
+            RunErrorKind::ModelServerError => "model_server_error",
+            RunErrorKind::ModelAuth => "model_auth",
+            RunErrorKind::ModelContextLength => "model_context_length",
+            RunErrorKind::ModelBadRequest => "model_bad_request",
+            RunErrorKind::ModelInvalidResponse => "model_invalid_response",
+            RunErrorKind::ModelRefusal => "model_refusal",
+            RunErrorKind::Script => "script",
+            RunErrorKind::UnknownCall => "unknown_call",
+            RunErrorKind::NotDecidable => "not_decidable",
+            RunErrorKind::AlreadyRan => "already_ran",
+            RunErrorKind::MissingDecisions => "missing_decisions",
+            RunErrorKind::InvalidArguments => "invalid_arguments",
+            RunErrorKind::Store => "store",
+            RunErrorKind::UnstorableSuspension => "unstorable_suspension",
+            RunErrorKind::CorruptSuspension => "corrupt_suspension",
+            RunErrorKind::CrashLoop => "crash_loop",
+            RunErrorKind::Other(name) => name,
+        }
+    }
+
+    /// The kind named `name`: a named kind, or [`RunErrorKind::Other`].
+    pub fn parse(name: &str) -> RunErrorKind {
+        RunErrorKind::NAMED.into_iter().find(|k| k.as_str() == name).unwrap_or_else(|| RunErrorKind::Other(name.into()))
+    }
+}
+
+impl From<&str> for RunErrorKind {
+    fn from(name: &str) -> RunErrorKind {
+        RunErrorKind::parse(name)
+    }
+}
+
+impl std::fmt::Display for RunErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for RunErrorKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunErrorKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(RunErrorKind::parse(&name))
+    }
 }
 
 /// A person's answer for one call, without who or when: the `action` and its own fields. A recorded
@@ -340,8 +477,7 @@ pub struct CallResult {
 /// The held turn of a waiting run (`pending`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
-#[cfg_attr(feature = "openapi", schema(as = Pending))]
-pub struct HeldTurn {
+pub struct Pending {
     /// `sha256:` + 64 lowercase hex digits; decisions name it.
     pub turn_digest: String,
     /// The approval deadline (RFC 3339 UTC), if the agent has one.
@@ -394,7 +530,7 @@ pub struct Run {
     pub error: Option<RunError>,
     /// The held turn, while waiting for approval (null otherwise).
     #[cfg_attr(feature = "openapi", schema(required = true))]
-    pub pending: Option<HeldTurn>,
+    pub pending: Option<Pending>,
 }
 
 impl Run {
@@ -439,3 +575,22 @@ impl utoipa::PartialSchema for RecordedDecision {
 
 #[cfg(feature = "openapi")]
 impl utoipa::ToSchema for RecordedDecision {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_error_kind_is_its_name_and_an_unknown_name_is_kept() -> Result<(), serde_json::Error> {
+        for kind in RunErrorKind::NAMED {
+            let text = serde_json::to_string(&kind)?;
+            assert_eq!(text, format!("\"{kind}\""));
+            assert_eq!(serde_json::from_str::<RunErrorKind>(&text)?, kind);
+        }
+        let newer: RunError = serde_json::from_str(r#"{"kind":"tool_exploded","message":"m"}"#)?;
+        assert_eq!(newer.kind, RunErrorKind::Other("tool_exploded".into()));
+        assert_eq!(serde_json::to_string(&newer)?, r#"{"kind":"tool_exploded","message":"m"}"#);
+        assert_eq!(RunErrorKind::from("crash_loop"), RunErrorKind::CrashLoop);
+        Ok(())
+    }
+}

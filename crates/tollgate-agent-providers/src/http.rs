@@ -282,7 +282,7 @@ impl Endpoint {
                     tracing::warn!(
                         provider = self.provider,
                         model,
-                        kind = error.kind(),
+                        kind = %error.kind(),
                         retries,
                         error = %error,
                         "model call failed"
@@ -294,7 +294,7 @@ impl Endpoint {
             tracing::warn!(
                 provider = self.provider,
                 model,
-                kind = error.kind(),
+                kind = %error.kind(),
                 retry = retries,
                 of = self.max_retries,
                 delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),

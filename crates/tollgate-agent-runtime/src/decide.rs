@@ -19,8 +19,8 @@ use crate::error::DecideError;
 use crate::{DecisionSet, events};
 use std::collections::HashSet;
 use tollgate_agent_core::{
-    ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, HeldTurn, Lease, Millis, NewEvent,
-    RecordedDecision, RunRecord, RunState, StartingCall, Suspension, Transition,
+    ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, HeldTurn, Lease, Millis, NewEvent, RunRecord,
+    RunState, StartingCall, Suspension, Transition, Vote,
 };
 
 /// A decision request as a caller sends it.
@@ -156,7 +156,7 @@ pub fn plan_decision(
     // The votes applied, in the request's order, to the held turn as read: the same rules the store's
     // compare-and-set applies (`RunRecord::apply`), so a vote refused here is never committed.
     let mut after = pending.clone();
-    let mut recorded: Vec<(String, RecordedDecision)> = Vec::with_capacity(decided.len());
+    let mut recorded: Vec<(String, Vote)> = Vec::with_capacity(decided.len());
     let mut events: Vec<NewEvent> = Vec::with_capacity(decided.len() + 2);
     for (call_id, decision) in &decided {
         let call = held.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.clone()))?;
@@ -168,7 +168,7 @@ pub fn plan_decision(
             .iter_mut()
             .find(|a| &a.call_id == call_id)
             .ok_or_else(|| DecisionError::NotDecidable { call_id: call_id.clone(), gate: call.gate() })?;
-        let vote = RecordedDecision { decision: decision.clone(), actor: actor.to_owned(), at: now };
+        let vote = Vote { decision: decision.clone(), actor: actor.to_owned(), at: now };
         *approval = approval.apply(&ApprovalCommand::Vote(vote.clone())).map_err(refused_vote)?;
         events.push(events::decision(now, held.round, call_id, &vote, approval));
         recorded.push((call_id.clone(), vote));
@@ -205,14 +205,14 @@ mod tests {
     use super::*;
     use serde_json::json;
     use tollgate_agent_core::{
-        Approval, CallState, Counters, EventKind, Gate, Requirement, RunStatus, StoredSuspension, ToolResult,
+        Approval, Counters, EventKind, Gate, HeldCallState, Requirement, RunStatus, StoredSuspension, ToolResult,
         TurnDigest,
     };
 
     const NOW: Millis = 1_796_000_000_000;
     const DIGEST: &str = "sha256:held";
 
-    fn call(id: &str, state: CallState) -> tollgate_agent_core::HeldCall {
+    fn call(id: &str, state: HeldCallState) -> tollgate_agent_core::HeldCall {
         tollgate_agent_core::HeldCall {
             call_id: id.into(),
             tool: "write".into(),
@@ -230,7 +230,11 @@ mod tests {
             schema_version: tollgate_agent_core::SCHEMA_VERSION,
             round: 2,
             transcript: Vec::new(),
-            calls: vec![call("a", CallState::Asks), call("b", CallState::Asks), call("c", CallState::Allowed)],
+            calls: vec![
+                call("a", HeldCallState::Asks),
+                call("b", HeldCallState::Asks),
+                call("c", HeldCallState::Allowed),
+            ],
             counters: Counters::default(),
             trace: Vec::new(),
             tools: Vec::new(),
@@ -251,7 +255,7 @@ mod tests {
                     if !decided.contains(&id) {
                         return pending;
                     }
-                    let vote = RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: NOW - 5 };
+                    let vote = Vote { decision: Decision::Approve, actor: "bob".into(), at: NOW - 5 };
                     pending.apply(&ApprovalCommand::Vote(vote)).unwrap_or_else(|e| panic!("{e}"))
                 })
                 .collect(),
@@ -379,7 +383,7 @@ mod tests {
             matches!(allowed, Err(DecideError::Invalid(DecisionError::NotDecidable { call_id, gate: Gate::Allow })) if call_id == "c")
         );
         let mut finished = held();
-        finished.calls[0].state = CallState::Finished(ToolResult {
+        finished.calls[0].state = HeldCallState::Finished(ToolResult {
             call_id: "a".into(),
             tool: "write".into(),
             content: "ok".into(),
@@ -402,14 +406,14 @@ mod tests {
     #[test]
     fn a_finished_call_is_skipped_alike_by_approve_all_and_by_deciding_the_rest() {
         let mut recovered = held();
-        recovered.calls[0].state = CallState::Finished(ToolResult {
+        recovered.calls[0].state = HeldCallState::Finished(ToolResult {
             call_id: "a".into(),
             tool: "write".into(),
             content: "ok".into(),
             is_error: false,
             denied: false,
         });
-        recovered.calls[1].state = CallState::InDoubt;
+        recovered.calls[1].state = HeldCallState::InDoubt;
         let mut run = waiting(&[]);
         if let RunState::Waiting(pending) = &mut run.state {
             pending.approvals.retain(|a| recovered.call(&a.call_id).is_some_and(|c| c.takes_decision()));

@@ -17,8 +17,8 @@ use std::sync::{Arc, PoisonError};
 use std::task::Poll;
 use tollgate_agent_core::{
     Approval, ApprovalId, BoxFuture, Conflict, Decisions, Guard, HeldCall, HeldTurn, LoopError, Metadata, Millis,
-    NewEvent, Outcome, RunError, RunRecord, RunStatus, StartingCall, StoreError, Suspension, SuspensionError,
-    Transition, TurnDigest,
+    NewEvent, Outcome, RunError, RunErrorKind, RunRecord, RunStatus, StartingCall, StoreError, Suspension,
+    SuspensionError, Transition, TurnDigest,
 };
 
 /// How often a model call under way looks whether its run ended elsewhere, while the store does not
@@ -284,7 +284,7 @@ impl Inner {
                     }
                     Err(error) => {
                         // Never reported as waiting on a turn that was not stored.
-                        let error = RunError { kind: "unstorable_suspension".into(), message: error.to_string() };
+                        let error = RunError::new(RunErrorKind::UnstorableSuspension, error.to_string());
                         events.push(events::run_failed(now, hooks.round(), &error));
                         Transition::Fail { error }
                     }
@@ -310,11 +310,9 @@ impl Inner {
             }
             Err(error) => {
                 let error = match &error {
-                    LoopError::Model { source, .. } => {
-                        RunError { kind: source.kind().to_owned(), message: error.to_string() }
-                    }
-                    LoopError::Decision(e) => RunError { kind: e.kind().to_owned(), message: e.to_string() },
-                    LoopError::Hook(e) => RunError { kind: "store".into(), message: e.to_string() },
+                    LoopError::Model { source, .. } => RunError::new(source.kind(), error.to_string()),
+                    LoopError::Decision(e) => RunError::new(e.kind(), e.to_string()),
+                    LoopError::Hook(e) => RunError::new(RunErrorKind::Store, e.to_string()),
                 };
                 events.push(events::run_failed(now, hooks.round(), &error));
                 Transition::Fail { error }
@@ -339,8 +337,7 @@ impl Inner {
             Err(error) => error,
         };
         tracing::error!(run = %run.id, %error, "could not commit the end of a segment; failing the run");
-        let failure =
-            RunError { kind: "store".into(), message: format!("the run's progress could not be stored: {error}") };
+        let failure = RunError::new(RunErrorKind::Store, format!("the run's progress could not be stored: {error}"));
         let event = events::run_failed(now, hooks.round(), &failure);
         match self.commit_end(&run.id, unborn.as_ref(), Transition::Fail { error: failure }, vec![event], now).await {
             Ok(next) => {
@@ -388,7 +385,7 @@ impl Inner {
 
     /// Fails a run whose stored state cannot be read, leaving every other run alone.
     pub(crate) async fn fail_corrupt(&self, run: &RunRecord, detail: &str) {
-        let error = RunError { kind: "corrupt_suspension".into(), message: detail.to_owned() };
+        let error = RunError::new(RunErrorKind::CorruptSuspension, detail);
         self.fail_claimed(run, error).await;
     }
 
@@ -400,7 +397,7 @@ impl Inner {
              reaching a new step; it is not driven again (see [runtime] max_takeovers). The last segment \
              may stop any process that drives it: check the server's logs and the run's last events"
         );
-        self.fail_claimed(run, RunError { kind: "crash_loop".into(), message }).await;
+        self.fail_claimed(run, RunError::new(RunErrorKind::CrashLoop, message)).await;
     }
 
     /// Fails a run this process holds (claimed at `run.version`) with `error`.

@@ -5,8 +5,8 @@
 use crate::wire;
 use serde_json::Value;
 use tollgate_agent_core::{
-    Approval, EventKind, Millis, ModelResponse, NewEvent, RecordedDecision, RunError, RunRecord, Suspension,
-    TerminationReason, ToolResult, ToolSpec, rfc3339,
+    Approval, EventKind, Millis, ModelResponse, NewEvent, RunError, RunRecord, Suspension, TerminationReason,
+    ToolResult, ToolSpec, Vote, rfc3339,
 };
 use tollgate_agent_protocol::event_data as data;
 
@@ -80,15 +80,9 @@ pub(crate) fn approval_requested(at: Millis, suspension: &Suspension, expires_at
 }
 
 /// `decision`: one vote, with its approval's count after it when the call is a quorum.
-pub(crate) fn decision(
-    at: Millis,
-    round: u32,
-    call_id: &str,
-    recorded: &RecordedDecision,
-    approval: &Approval,
-) -> NewEvent {
+pub(crate) fn decision(at: Millis, round: u32, call_id: &str, recorded: &Vote, approval: &Approval) -> NewEvent {
     let made = data::DecisionMade {
-        decision: wire::decision(&recorded.decision).into(),
+        decision: recorded.decision.clone().into(),
         call_id: call_id.to_owned(),
         actor: recorded.actor.clone(),
         approvals: wire::approvals(approval),
@@ -108,13 +102,12 @@ pub(crate) fn run_taken_over(at: Millis, round: u32, owner: &str, previous_owner
 }
 
 pub(crate) fn run_completed(at: Millis, round: u32, output: Option<&str>, reason: TerminationReason) -> NewEvent {
-    let completed =
-        data::RunCompleted { output: output.map(str::to_owned), termination_reason: wire::termination_reason(reason) };
+    let completed = data::RunCompleted { output: output.map(str::to_owned), termination_reason: reason };
     event(at, EventKind::RunCompleted, round, completed)
 }
 
 pub(crate) fn run_failed(at: Millis, round: u32, error: &RunError) -> NewEvent {
-    event(at, EventKind::RunFailed, round, data::RunFailed { error: wire::run_error(error) })
+    event(at, EventKind::RunFailed, round, data::RunFailed { error: error.clone() })
 }
 
 pub(crate) fn run_cancelled(at: Millis, round: u32, actor: &str, reason: Option<&str>) -> NewEvent {

@@ -13,7 +13,7 @@
 
 use crate::error::SweepError;
 use crate::workers::Slot;
-use crate::{Runtime, Work, decisions_for, events, suspend_transition, wire};
+use crate::{Runtime, Work, decisions_for, events, suspend_transition};
 use std::collections::BTreeMap;
 use tollgate_agent_core::{Approval, EventKind, Guard, RunRecord, StoredEvent, ToolResult, Transition};
 use tollgate_agent_protocol::{EventData, EventDataError};
@@ -158,8 +158,7 @@ fn ledger(events: &[StoredEvent], round: u32) -> Result<BTreeMap<String, Option<
         if !matches!(event.kind, EventKind::ToolStarted | EventKind::ToolFinished) {
             continue;
         }
-        let data =
-            EventData::from_kind(wire::event_kind(event.kind), event.data.clone()).map_err(|e| (event.seq, e))?;
+        let data = EventData::from_kind(event.kind, event.data.clone()).map_err(|e| (event.seq, e))?;
         match data {
             EventData::ToolStarted(started) => {
                 ledger.insert(started.call_id, None);

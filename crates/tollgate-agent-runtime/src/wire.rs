@@ -1,76 +1,18 @@
 //! The runtime's types as the wire types of `tollgate-agent-protocol`: the one place core meets the protocol.
 //!
 //! Both sides are foreign to this crate, so these are functions rather than `From` impls (the orphan
-//! rule). `Gate`, `RunStatus` and `Usage` need none: core uses the wire's. Every other enum is converted with an
-//! exhaustive `match`: a new reason, event kind or decision in core does not compile until its wire form
-//! is chosen here.
+//! rule). The enums that exist on the wire need none: core uses the protocol's `RunStatus`, `Gate`,
+//! `Usage`, `EventKind`, `TerminationReason` and `Decision` as they are. What is converted here is what
+//! core keeps in another shape (times as milliseconds, a held call's state with its result, a run's
+//! record with its lease): a new field there does not compile until its wire form is chosen here.
 
-use tollgate_agent_core::{
-    Approval, CallState, Decision, EventKind, HeldCall, RecordedDecision, RunError, RunRecord, RunState, StoredEvent,
-    TerminationReason, rfc3339,
-};
+use tollgate_agent_core::{Approval, HeldCall, HeldCallState, RunRecord, RunState, StoredEvent, Vote, rfc3339};
 use tollgate_agent_protocol as wire;
 
-/// A termination reason on the wire.
-pub fn termination_reason(reason: TerminationReason) -> wire::TerminationReason {
-    match reason {
-        TerminationReason::Completed => wire::TerminationReason::Completed,
-        TerminationReason::MaxIterations => wire::TerminationReason::MaxIterations,
-        TerminationReason::BudgetExhausted => wire::TerminationReason::BudgetExhausted,
-        TerminationReason::Error => wire::TerminationReason::Error,
-        TerminationReason::Cancelled => wire::TerminationReason::Cancelled,
-        TerminationReason::Expired => wire::TerminationReason::Expired,
-    }
-}
-
-/// An event kind on the wire.
-pub fn event_kind(kind: EventKind) -> wire::EventKind {
-    match kind {
-        EventKind::RunStarted => wire::EventKind::RunStarted,
-        EventKind::ModelRequest => wire::EventKind::ModelRequest,
-        EventKind::ModelResponse => wire::EventKind::ModelResponse,
-        EventKind::ToolStarted => wire::EventKind::ToolStarted,
-        EventKind::ToolFinished => wire::EventKind::ToolFinished,
-        EventKind::ApprovalRequested => wire::EventKind::ApprovalRequested,
-        EventKind::Decision => wire::EventKind::Decision,
-        EventKind::RunResumed => wire::EventKind::RunResumed,
-        EventKind::RunTakenOver => wire::EventKind::RunTakenOver,
-        EventKind::RunCompleted => wire::EventKind::RunCompleted,
-        EventKind::RunFailed => wire::EventKind::RunFailed,
-        EventKind::RunCancelled => wire::EventKind::RunCancelled,
-        EventKind::RunExpired => wire::EventKind::RunExpired,
-    }
-}
-
-/// A run's error on the wire.
-pub fn run_error(error: &RunError) -> wire::RunError {
-    wire::RunError { kind: error.kind.clone(), message: error.message.clone() }
-}
-
-/// A decision on the wire.
-pub fn decision(decision: &Decision) -> wire::Decision {
-    match decision {
-        Decision::Approve => wire::Decision::Approve,
-        Decision::Edit { arguments } => wire::Decision::Edit { arguments: arguments.clone() },
-        Decision::Deny { reason } => wire::Decision::Deny { reason: reason.clone() },
-        Decision::Respond { result } => wire::Decision::Respond { result: result.clone() },
-    }
-}
-
-/// A wire decision as the runtime's (a request body's decision, after its defaults are applied).
-pub fn decision_from_wire(decision: wire::Decision) -> Decision {
-    match decision {
-        wire::Decision::Approve => Decision::Approve,
-        wire::Decision::Edit { arguments } => Decision::Edit { arguments },
-        wire::Decision::Deny { reason } => Decision::Deny { reason },
-        wire::Decision::Respond { result } => Decision::Respond { result },
-    }
-}
-
 /// A recorded decision on the wire: the decision, who, and when.
-pub fn recorded_decision(recorded: &RecordedDecision) -> wire::RecordedDecision {
+pub fn recorded_decision(recorded: &Vote) -> wire::RecordedDecision {
     wire::RecordedDecision {
-        decision: decision(&recorded.decision),
+        decision: recorded.decision.clone(),
         actor: recorded.actor.clone(),
         at: rfc3339(recorded.at),
     }
@@ -89,14 +31,14 @@ pub fn gated_call(call: &HeldCall) -> wire::event_data::GatedCall {
 }
 
 /// Where a held call stands on the wire, given the decision recorded for it so far.
-pub fn call_state(call: &HeldCall, recorded: Option<&RecordedDecision>) -> wire::CallState {
+pub fn call_state(call: &HeldCall, recorded: Option<&Vote>) -> wire::CallState {
     match (&call.state, recorded) {
-        (CallState::Finished(_), _) => wire::CallState::Finished,
-        (CallState::Refused(_), _) => wire::CallState::Refused,
-        (CallState::Allowed, _) => wire::CallState::Allowed,
-        (CallState::Asks | CallState::InDoubt, Some(_)) => wire::CallState::Decided,
-        (CallState::InDoubt, None) => wire::CallState::InDoubt,
-        (CallState::Asks, None) => wire::CallState::Waiting,
+        (HeldCallState::Finished(_), _) => wire::CallState::Finished,
+        (HeldCallState::Refused(_), _) => wire::CallState::Refused,
+        (HeldCallState::Allowed, _) => wire::CallState::Allowed,
+        (HeldCallState::Asks | HeldCallState::InDoubt, Some(_)) => wire::CallState::Decided,
+        (HeldCallState::InDoubt, None) => wire::CallState::InDoubt,
+        (HeldCallState::Asks, None) => wire::CallState::Waiting,
     }
 }
 
@@ -114,10 +56,10 @@ pub fn approvals(approval: &Approval) -> Option<wire::Approvals> {
 /// it from here, and `decide` refuses the others); its `decision` is the one its approval settled on.
 pub fn call(call: &HeldCall, approval: Option<&Approval>) -> wire::Call {
     let result = match &call.state {
-        CallState::Finished(result) => {
+        HeldCallState::Finished(result) => {
             Some(wire::CallResult { content: result.content.clone(), is_error: result.is_error })
         }
-        CallState::Refused(_) | CallState::Allowed | CallState::Asks | CallState::InDoubt => None,
+        HeldCallState::Refused(_) | HeldCallState::Allowed | HeldCallState::Asks | HeldCallState::InDoubt => None,
     };
     let recorded = approval.and_then(Approval::settled_by);
     wire::Call {
@@ -140,7 +82,7 @@ pub fn event(event: &StoredEvent) -> wire::Event {
     wire::Event {
         seq: event.seq,
         at: event.at.clone(),
-        kind: event_kind(event.kind),
+        kind: event.kind,
         round: event.round,
         data: event.data.clone(),
         hash: event.hash.clone(),
@@ -158,7 +100,7 @@ pub fn run(run: &RunRecord) -> wire::Run {
                 .inspect_err(|error| tracing::warn!(run = %run.id, %error, "the held turn cannot be read"))
                 .map(|s| s.calls.iter().map(|held| call(held, pending.approval(&held.call_id))).collect())
                 .unwrap_or_default();
-            Some(wire::HeldTurn {
+            Some(wire::Pending {
                 turn_digest: pending.turn_digest.0.clone(),
                 expires_at: pending.expires_at.map(rfc3339),
                 calls,
@@ -178,7 +120,7 @@ pub fn run(run: &RunRecord) -> wire::Run {
         input: run.input.clone(),
         metadata: run.metadata.as_map().clone(),
         output: run.output().map(str::to_owned),
-        termination_reason: run.termination_reason().map(termination_reason),
+        termination_reason: run.termination_reason(),
         iterations: run.iterations,
         usage: run.usage,
         version: run.version,
@@ -186,7 +128,7 @@ pub fn run(run: &RunRecord) -> wire::Run {
         created_at: rfc3339(run.created_at),
         updated_at: rfc3339(run.updated_at),
         finished_at: run.finished_at().map(rfc3339),
-        error: run.error().map(run_error),
+        error: run.error().cloned(),
         pending,
     }
 }
@@ -218,7 +160,7 @@ mod tests {
     use serde_json::{Value, json};
     use tollgate_agent_core::ToolResult;
 
-    fn held(state: CallState) -> HeldCall {
+    fn held(state: HeldCallState) -> HeldCall {
         HeldCall {
             call_id: "call_1".into(),
             tool: "write".into(),
@@ -236,7 +178,8 @@ mod tests {
 
     /// The approval of `call_1`, decided by bob's approval.
     fn approved() -> Approval {
-        let vote = RecordedDecision { decision: Decision::Approve, actor: "bob".into(), at: 1_796_000_000_000 };
+        let vote =
+            Vote { decision: tollgate_agent_core::Decision::Approve, actor: "bob".into(), at: 1_796_000_000_000 };
         let pending = Approval::pending("ap".into(), "run", "call_1", tollgate_agent_core::Requirement::SINGLE, None);
         pending.apply(&tollgate_agent_core::ApprovalCommand::Vote(vote)).unwrap_or_else(|e| panic!("{e}"))
     }
@@ -250,23 +193,23 @@ mod tests {
     #[test]
     fn each_call_state_is_shown_with_whether_it_takes_a_decision() {
         let cases = [
-            (held(CallState::Asks), None, json!(["waiting", true, null, "ask", false])),
-            (held(CallState::InDoubt), None, json!(["in_doubt", true, null, "ask", true])),
+            (held(HeldCallState::Asks), None, json!(["waiting", true, null, "ask", false])),
+            (held(HeldCallState::InDoubt), None, json!(["in_doubt", true, null, "ask", true])),
             (
-                held(CallState::Finished(result("wrote a", false))),
+                held(HeldCallState::Finished(result("wrote a", false))),
                 None,
                 json!(["finished", false, {"content": "wrote a", "is_error": false}, "ask", false]),
             ),
             (
-                held(CallState::Finished(result("disk full", true))),
+                held(HeldCallState::Finished(result("disk full", true))),
                 None,
                 json!(["finished", false, {"content": "disk full", "is_error": true}, "ask", false]),
             ),
-            (held(CallState::Asks), Some(approved()), json!(["decided", false, null, "ask", false])),
-            (held(CallState::InDoubt), Some(approved()), json!(["decided", false, null, "ask", true])),
-            (held(CallState::Allowed), None, json!(["allowed", false, null, "allow", false])),
+            (held(HeldCallState::Asks), Some(approved()), json!(["decided", false, null, "ask", false])),
+            (held(HeldCallState::InDoubt), Some(approved()), json!(["decided", false, null, "ask", true])),
+            (held(HeldCallState::Allowed), None, json!(["allowed", false, null, "allow", false])),
             (
-                held(CallState::Refused(result("unknown tool", true))),
+                held(HeldCallState::Refused(result("unknown tool", true))),
                 None,
                 json!(["refused", false, null, "forbid", false]),
             ),
@@ -279,11 +222,11 @@ mod tests {
     #[test]
     fn a_call_takes_a_decision_on_the_wire_exactly_when_the_runtime_would_accept_one() {
         for state in [
-            CallState::Asks,
-            CallState::InDoubt,
-            CallState::Finished(result("x", false)),
-            CallState::Allowed,
-            CallState::Refused(result("x", true)),
+            HeldCallState::Asks,
+            HeldCallState::InDoubt,
+            HeldCallState::Finished(result("x", false)),
+            HeldCallState::Allowed,
+            HeldCallState::Refused(result("x", true)),
         ] {
             let call = held(state);
             for recorded in [None, Some(approved())] {

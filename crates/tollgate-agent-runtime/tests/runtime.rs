@@ -1437,7 +1437,7 @@ async fn a_run_taken_over_again_and_again_without_a_new_step_is_failed_as_a_cras
         let failed = last.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(failed.status(), RunStatus::Failed, "{name}");
         let error = failed.error().cloned().unwrap_or_else(|| panic!("{name}: no error"));
-        assert_eq!(error.kind, "crash_loop", "{name}");
+        assert_eq!(error.kind, tollgate_agent_core::RunErrorKind::CrashLoop, "{name}");
         assert!(error.message.contains("taken over 3 times in a row"), "{name}: {}", error.message);
         let taken =
             event_fields(&last, &run.id, &[EventKind::RunTakenOver], &["owner", "previous_owner", "takeovers"]).await;

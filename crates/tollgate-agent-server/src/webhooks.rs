@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
-use tollgate_agent_core::{Clock, Millis, ReaderHold, StoreError, StoredEvent};
+use tollgate_agent_core::{Clock, EventKind, Millis, ReaderHold, StoreError, StoredEvent};
 use tollgate_agent_runtime::{RunNotice, Runtime};
 
 /// One webhook receiver.
@@ -57,8 +57,9 @@ pub struct WebhookTarget {
     /// The HMAC-SHA256 key for `X-Tollgate-Signature` (as it is) and for `webhook-signature` (as
     /// [`standard_key`] reads it).
     pub secret: String,
-    /// The event kinds to deliver (e.g. `approval_requested`, `run_completed`); `*` means every kind.
-    pub events: Vec<String>,
+    /// The event kinds to deliver (e.g. `approval_requested`, `run_completed`); `EventKind::ALL` for
+    /// every kind.
+    pub events: Vec<EventKind>,
 }
 
 impl std::fmt::Debug for WebhookTarget {
@@ -463,11 +464,11 @@ impl Reader {
     /// Queues an event for every target that lists its kind. Never waits.
     fn offer(&self, run_id: &str, event: &StoredEvent, now: Millis, under_way: &Arc<AtomicUsize>) {
         let Some(queue) = &self.queue else { return };
-        let kind = event.kind.as_str();
+        let kind = event.kind;
         let expired = too_old(&event.at, now);
         let mut body = None;
         for (i, target) in self.targets.iter().enumerate() {
-            if !target.events.iter().any(|e| e == kind || e == "*") {
+            if !target.events.contains(&kind) {
                 continue;
             }
             if expired {
@@ -482,8 +483,13 @@ impl Reader {
                 })
                 .clone();
             under_way.fetch_add(1, Ordering::AcqRel);
-            let job =
-                Job { target: i, body, kind, delivery: format!("{run_id}:{}", event.seq), page: under_way.clone() };
+            let job = Job {
+                target: i,
+                body,
+                kind: kind.as_str(),
+                delivery: format!("{run_id}:{}", event.seq),
+                page: under_way.clone(),
+            };
             self.metrics.webhook_queued(true);
             if queue.try_send(job).is_err() {
                 self.metrics.webhook_queued(false);
@@ -684,7 +690,7 @@ mod tests {
 
     #[test]
     fn debug_never_prints_the_secret() {
-        let target = WebhookTarget { url: "http://127.0.0.1:9/h".into(), secret: "s3cret".into(), events: vec![] };
+        let target = WebhookTarget { url: "http://127.0.0.1:9/h".into(), secret: "s3cret".into(), events: Vec::new() };
         assert!(!format!("{target:?}").contains("s3cret"));
     }
 }

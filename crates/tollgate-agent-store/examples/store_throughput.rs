@@ -18,7 +18,7 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate_agent_core::event::{EventKind, NewEvent};
-use tollgate_agent_core::run::{HeldTurn, Lease, RecordedDecision, RunRecord, RunStatus, Transition};
+use tollgate_agent_core::run::{HeldTurn, Lease, RunRecord, RunStatus, Transition, Vote};
 use tollgate_agent_core::store::{Guard, RunStore};
 use tollgate_agent_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
@@ -118,7 +118,7 @@ async fn phase_two(store: &dyn RunStore, i: usize) -> anyhow::Result<()> {
     let run = store.get(&id).await?;
     anyhow::ensure!(run.status() == RunStatus::WaitingForApproval);
     let owner = format!("worker-{}", i % 32);
-    let decision = RecordedDecision { decision: Decision::Approve, actor: "local".into(), at: T0 + 2 };
+    let decision = Vote { decision: Decision::Approve, actor: "local".into(), at: T0 + 2 };
     let events = vec![
         event(EventKind::Decision, 1, json!({"call_id": "call_1", "action": "approve", "actor": "local"})),
         event(EventKind::RunResumed, 1, json!({"actor": "local"})),

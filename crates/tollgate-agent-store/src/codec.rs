@@ -16,7 +16,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use tollgate_agent_core::event::{ChainKey, EventKind, HashForm, NewEvent, StoredEvent, chain_with};
 use tollgate_agent_core::run::{
-    HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
+    HeldTurn, Lease, Millis, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError, Vote,
 };
 use tollgate_agent_core::suspension::{StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
@@ -184,7 +184,7 @@ fn decode_approvals(
         }
         return Ok(approvals);
     }
-    let mut decisions: BTreeMap<String, RecordedDecision> = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let mut decisions: BTreeMap<String, Vote> = serde_json::from_value(value).map_err(|e| e.to_string())?;
     let approvals = required
         .iter()
         .map(|call_id| {
@@ -901,7 +901,7 @@ mod tests {
         let pending = |call: &str, requirement| {
             Approval::pending(ApprovalId::new(format!("ap-{call}")), id.clone(), call, requirement, Some(9_000))
         };
-        let denied = pending("call_1", Requirement::SINGLE).apply(&ApprovalCommand::Vote(RecordedDecision {
+        let denied = pending("call_1", Requirement::SINGLE).apply(&ApprovalCommand::Vote(Vote {
             decision: Decision::Deny { reason: "no".into() },
             actor: "alice".into(),
             at: 2_000,
@@ -923,7 +923,7 @@ mod tests {
         let failed =
             waiting.apply(&Transition::Fail { error: RunError { kind: "k".into(), message: "m".into() } }, 5)?;
         assert_eq!(RunRow::encode(&failed, None, None)?.decode(None)?, failed);
-        let approve = |actor: &str| RecordedDecision { decision: Decision::Approve, actor: actor.into(), at: 3_000 };
+        let approve = |actor: &str| Vote { decision: Decision::Approve, actor: actor.into(), at: 3_000 };
         // A quorum of two: the first approval keeps the run waiting, the second resumes it.
         let half =
             waiting.apply(&Transition::Vote { votes: vec![("call_2".into(), approve("bob"))], resume: None }, 3_000)?;
@@ -984,11 +984,7 @@ mod tests {
         assert_eq!(held.approvals[0].id.as_str(), format!("{}/call_1", run.id));
         assert_eq!(
             held.decided("call_1"),
-            Some(RecordedDecision {
-                decision: Decision::Deny { reason: "no".into() },
-                actor: "alice".into(),
-                at: 2_000
-            })
+            Some(Vote { decision: Decision::Deny { reason: "no".into() }, actor: "alice".into(), at: 2_000 })
         );
         assert!(held.approvals[1].is_pending() && !held.approvals[1].requirement.is_quorum());
         // Written back in the new form, it reads the same.

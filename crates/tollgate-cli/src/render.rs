@@ -5,7 +5,7 @@
 use crate::view::{RunView, millis};
 use serde_json::Value;
 use tollgate_agent_core::{Millis, RunStatus, StoredEvent};
-use tollgate_agent_protocol::{Approvals, CallState, Decision, HeldTurn};
+use tollgate_agent_protocol::{Approvals, CallState, Decision, Pending};
 
 /// Input longer than this many characters is cut in the runs table.
 const INPUT_WIDTH: usize = 40;
@@ -122,7 +122,7 @@ pub fn run_details(run: &RunView, now: Millis) -> String {
 }
 
 /// The held turn of a run: digest, deadline, and every call.
-fn held_turn(pending: &HeldTurn) -> String {
+fn held_turn(pending: &Pending) -> String {
     let mut out = format!("\nheld turn {}\n", pending.turn_digest);
     if let Some(expires) = &pending.expires_at {
         out.push_str(&format!("decide before {expires}\n"));
@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn a_held_turn_after_a_crash_shows_what_ran_with_its_result_and_what_is_in_doubt() {
-        let pending: HeldTurn = serde_json::from_value(serde_json::json!({
+        let pending: Pending = serde_json::from_value(serde_json::json!({
             "turn_digest": "sha256:01", "expires_at": null, "calls": [
                 {"call_id": "call_1", "tool": "write", "arguments": {"text": "a"}, "gate": "ask", "preview": null,
                  "in_doubt": false, "decision": null, "state": "finished", "takes_decision": false,

@@ -52,7 +52,7 @@ pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
             .map(|w| WebhookTarget {
                 url: w.url.clone(),
                 secret: w.secret.as_ref().map(|s| s.expose().to_owned()).unwrap_or_default(),
-                events: w.events.iter().map(|e| e.as_str().to_owned()).collect(),
+                events: w.events.clone(),
             })
             .collect(),
         retention: Retention {

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 use tollgate_agent_core::{Millis, RunRecord, RunStatus};
-use tollgate_agent_protocol::{Call, HeldTurn, Run, RunError, Usage};
+use tollgate_agent_protocol::{Call, Pending, Run, RunError, Usage};
 
 /// One run: the docs/api.md object as it is ([`RunView::json`]) and its fields, typed by
 /// [`tollgate_agent_protocol::Run`].
@@ -44,7 +44,7 @@ pub struct RunView {
     /// Why it failed.
     pub error: Option<RunError>,
     /// The held turn, while it waits for approval.
-    pub pending: Option<HeldTurn>,
+    pub pending: Option<Pending>,
 }
 
 impl RunView {

@@ -142,11 +142,7 @@ impl Decisions {
 
     pub(crate) fn into_set(self) -> tollgate_agent_runtime::DecisionSet {
         match self.set {
-            Set::Each(each) => tollgate_agent_runtime::DecisionSet::Each(
-                each.into_iter()
-                    .map(|(id, decision)| (id, tollgate_agent_runtime::wire::decision_from_wire(decision)))
-                    .collect(),
-            ),
+            Set::Each(each) => tollgate_agent_runtime::DecisionSet::Each(each),
             Set::ApproveAll => tollgate_agent_runtime::DecisionSet::ApproveAll,
             Set::DenyAll(reason) => tollgate_agent_runtime::DecisionSet::DenyAll { reason },
         }

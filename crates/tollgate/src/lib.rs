@@ -248,9 +248,9 @@ pub mod wire {
     pub use tollgate_agent_protocol::{
         Agent as AgentInfo, AgentList, Approvals, ApproveDecision, Call, CallDecision, CallResult, CallState,
         CancelRequest, Decision, DecisionRequest, DenyDecision, EditDecision, Event, EventData, EventDataError,
-        EventKind, EventPage, Gate, Health, HeldTurn, PROBLEM_BASE, PROBLEM_JSON, Problem, ProblemType, PurgeRequest,
-        PurgeResult, RecordedDecision, RespondDecision, Run, RunError, RunPage, RunStatus, StartRunRequest,
-        TerminationReason, Tool as ToolInfo, ToolList, Usage,
+        EventKind, EventPage, Gate, Health, PROBLEM_BASE, PROBLEM_JSON, Pending, Problem, ProblemType, PurgeRequest,
+        PurgeResult, RecordedDecision, RespondDecision, Run, RunError, RunErrorKind, RunPage, RunStatus,
+        StartRunRequest, TerminationReason, Tool as ToolInfo, ToolList, Usage,
     };
 
     /// The typed `data` of each event kind ([`EventData::from_kind`]).

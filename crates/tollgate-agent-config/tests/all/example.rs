@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use crate::support::loader;
 use tollgate_agent_config::{
-    AgentConfig, ArgumentMatch, Config, ConfigSource, Glob, HttpProviderConfig, McpCommand, McpServerConfig, OnExpiry,
-    PolicyGate, PolicyRule, ProviderConfig, ProviderKind, Role, ScriptedProviderConfig, Secret, StoreBackend,
-    TokenConfig, WebhookConfig, WebhookEvent,
+    AgentConfig, ArgumentMatch, Config, ConfigSource, EventKind, Glob, HttpProviderConfig, McpCommand, McpServerConfig,
+    OnExpiry, PolicyGate, PolicyRule, ProviderConfig, ProviderKind, Role, ScriptedProviderConfig, Secret, StoreBackend,
+    TokenConfig, WebhookConfig,
 };
 
 const EXAMPLE: &str = include_str!("../fixtures/tollgate.toml");
@@ -137,7 +137,7 @@ fn webhooks() -> anyhow::Result<()> {
         [WebhookConfig {
             url: "http://127.0.0.1:9000/hook".into(),
             secret: Some(Secret::new("hook-secret")),
-            events: vec![WebhookEvent::ApprovalRequested, WebhookEvent::RunCompleted, WebhookEvent::RunFailed],
+            events: vec![EventKind::ApprovalRequested, EventKind::RunCompleted, EventKind::RunFailed],
         }]
     );
     Ok(())

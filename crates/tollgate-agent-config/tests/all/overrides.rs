@@ -199,7 +199,7 @@ fn env_secrets_are_resolved_and_literals_kept() -> anyhow::Result<()> {
     assert_eq!(config.mcp_servers[0].env.get("DEBUG").map(Secret::expose), Some(""));
     assert_eq!(config.webhooks[0].secret.as_ref().map(Secret::expose), Some("hook"));
     assert_eq!(config.webhooks[0].url, "https://hooks.example.com/tollgate", "trailing slash trimmed");
-    assert_eq!(config.webhooks[0].events, tollgate_agent_config::WebhookEvent::ALL, "no events key: every kind");
+    assert_eq!(config.webhooks[0].events, tollgate_agent_config::EventKind::ALL, "no events key: every kind");
     Ok(())
 }
 

@@ -10,7 +10,7 @@
 use proptest::prelude::*;
 use std::num::NonZeroU32;
 use tollgate_agent_core::{
-    Approval, ApprovalCommand, ApprovalError, ApprovalState, Decision, Millis, RecordedDecision, Requirement,
+    Approval, ApprovalCommand, ApprovalError, ApprovalState, Decision, Millis, Requirement, Vote,
 };
 
 const ACTORS: [&str; 5] = ["alice", "bob", "carol", "dave", "system"];
@@ -46,7 +46,7 @@ fn decision(action: u8) -> Decision {
 fn command(op: &Op, at: Millis) -> ApprovalCommand {
     match *op {
         Op::Vote { actor, action } => {
-            ApprovalCommand::Vote(RecordedDecision { decision: decision(action), actor: ACTORS[actor].into(), at })
+            ApprovalCommand::Vote(Vote { decision: decision(action), actor: ACTORS[actor].into(), at })
         }
         Op::Expire => ApprovalCommand::Expire { at },
         Op::Escalate => ApprovalCommand::Escalate { at, notified: vec!["ops".into()] },

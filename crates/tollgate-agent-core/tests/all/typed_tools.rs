@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, CallState, Completion, Decision, DecisionError, Decisions, Gate, IntoTool, LoopConfig, LoopError,
+    AgentLoop, Completion, Decision, DecisionError, Decisions, Gate, HeldCallState, IntoTool, LoopConfig, LoopError,
     Message, NoHooks, Outcome, Preview, RunScope, Suspension, Tool, ToolContext, ToolError, ToolLoop, ToolOutput,
     ToolRegistry, ToolResult, TypedTool, args_schema, tool_fn,
 };
@@ -163,8 +163,8 @@ async fn the_gate_and_the_preview_read_the_typed_arguments() {
 
     let small = suspension.call("call_1").unwrap_or_else(|| panic!("call_1 held"));
     let large = suspension.call("call_2").unwrap_or_else(|| panic!("call_2 held"));
-    assert_eq!(small.state, CallState::Allowed);
-    assert_eq!(large.state, CallState::Asks, "250 is above 100");
+    assert_eq!(small.state, HeldCallState::Allowed);
+    assert_eq!(large.state, HeldCallState::Asks, "250 is above 100");
     assert_eq!(large.preview.as_deref(), Some("pay 250 EUR to carol"));
     assert!(transfer.calls().is_empty(), "nothing of a turn that asks runs before the decision");
 
@@ -396,11 +396,14 @@ async fn a_tool_fn_runs_gates_and_previews_from_its_typed_arguments() {
 
     let suspension = suspended(agent.start(&scope, "refund", &NoHooks).await);
 
-    let states: Vec<&CallState> = ["call_1", "call_2", "call_3"]
+    let states: Vec<&HeldCallState> = ["call_1", "call_2", "call_3"]
         .iter()
         .map(|id| &suspension.call(id).unwrap_or_else(|| panic!("{id} held")).state)
         .collect();
-    assert!(matches!(states[..], [CallState::Allowed, CallState::Refused(_), CallState::Asks]), "{states:?}");
+    assert!(
+        matches!(states[..], [HeldCallState::Allowed, HeldCallState::Refused(_), HeldCallState::Asks]),
+        "{states:?}"
+    );
     let held = suspension.call("call_3").and_then(|c| c.preview.clone());
     assert_eq!(held.as_deref(), Some("refund 500 EUR on A-2"));
 

@@ -88,7 +88,7 @@ async fn failing_run<M: ModelClient + std::fmt::Debug + 'static>(model: M, trail
         Ok(outcome) => anyhow::bail!("expected a 401 failure, got {outcome:?}"),
     };
     let LoopError::Model { source, .. } = &error else { anyhow::bail!("expected a model error, got {error}") };
-    assert_eq!(source.kind(), "model_auth");
+    assert_eq!(source.kind().as_str(), "model_auth");
     assert!(error.to_string().contains("[redacted]"), "the echo is replaced: {error}");
     trail.add(error.to_string());
     trail.add(format!("{error:?}"));

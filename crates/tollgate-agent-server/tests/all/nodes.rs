@@ -79,7 +79,9 @@ async fn another_nodes_commits_wake_waiters_and_streams_at_once() {
     let node_b = store_b.node().to_owned();
     // Both nodes deliver to one receiver, as nodes behind one load balancer are configured alike.
     let (url_hooks, hooks) = receiver(StatusCode::OK).await;
-    let hook = |url: String| vec![WebhookTarget { url, secret: "s".into(), events: vec!["*".into()] }];
+    let hook = |url: String| {
+        vec![WebhookTarget { url, secret: "s".into(), events: tollgate_agent_core::EventKind::ALL.to_vec() }]
+    };
     let config = |store: PostgresStore, webhooks| Config {
         backend: Backend::Postgres(url.clone()),
         store: Some(Arc::new(store)),

@@ -37,7 +37,8 @@ fn promtool() -> Option<PathBuf> {
 async fn promtool_finds_no_problem_in_the_metrics() {
     let Some(promtool) = promtool() else { return };
     let (url, hooks) = receiver(StatusCode::OK).await;
-    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["run_completed".into()] }];
+    let webhooks =
+        vec![WebhookTarget { url, secret: "s".into(), events: vec![tollgate_agent_core::EventKind::RunCompleted] }];
     let server = Server::start(Config { webhooks, ..Default::default() }).await;
     let run = server.waiting_run(SCRIBE, "metrics").await;
     let stream = server

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tollgate_agent_core::EventKind;
 use tollgate_agent_server::WebhookTarget;
 
 #[derive(Clone, Default)]
@@ -93,9 +94,9 @@ async fn signed_deliveries_and_a_failing_receiver_that_blocks_nothing() {
         WebhookTarget {
             url: good_url,
             secret: "hook-secret".into(),
-            events: vec!["approval_requested".into(), "run_completed".into()],
+            events: vec![EventKind::ApprovalRequested, EventKind::RunCompleted],
         },
-        WebhookTarget { url: bad_url, secret: "other".into(), events: vec!["*".into()] },
+        WebhookTarget { url: bad_url, secret: "other".into(), events: EventKind::ALL.to_vec() },
     ];
     let server = Server::start(Config { webhooks, ..Default::default() }).await;
 
@@ -166,7 +167,7 @@ fn whsec(key: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn standard_webhooks_signatures_verify_with_the_pypi_package_and_replays_do_not() {
     let Some(python) = common::python(&["standardwebhooks"]) else { return };
-    let kinds = vec!["approval_requested".to_owned(), "run_completed".to_owned()];
+    let kinds = vec![EventKind::ApprovalRequested, EventKind::RunCompleted];
     let (plain_url, plain) = receiver(StatusCode::NO_CONTENT).await;
     let (whsec_url, whsec_received) = receiver(StatusCode::NO_CONTENT).await;
     // A plain secret is the key as it is; a `whsec_` secret is the key in base64 (docs/api.md).
@@ -242,7 +243,7 @@ async fn a_whsec_secret_that_is_not_base64_is_refused_at_start() {
         webhooks: vec![WebhookTarget {
             url: "http://127.0.0.1:9/hook".into(),
             secret: "whsec_not base64!".into(),
-            events: vec!["*".into()],
+            events: EventKind::ALL.to_vec(),
         }],
         ..Default::default()
     };
@@ -258,7 +259,7 @@ async fn a_bad_webhook_url_is_refused_at_start() {
     let runtime = Server::start(Config::default()).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
     let options = tollgate_agent_server::ServerOptions {
-        webhooks: vec![WebhookTarget { url: "not a url".into(), secret: "s".into(), events: vec!["*".into()] }],
+        webhooks: vec![WebhookTarget { url: "not a url".into(), secret: "s".into(), events: EventKind::ALL.to_vec() }],
         ..Default::default()
     };
     let refused =
@@ -270,7 +271,7 @@ async fn a_bad_webhook_url_is_refused_at_start() {
 #[tokio::test]
 async fn shutdown_flushes_queued_deliveries() {
     let (url, received) = receiver(StatusCode::OK).await;
-    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["run_cancelled".into()] }];
+    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec![EventKind::RunCancelled] }];
     let server = Server::start(Config { webhooks, ..Default::default() }).await;
     let run = server.waiting_run(SCRIBE, "last words").await;
     let cancelled = server.post(&format!("/v1/runs/{}/cancel", id(&run)), json!({})).await;
@@ -296,7 +297,7 @@ async fn a_run_started_elsewhere_delivers_from_its_held_turn_on_each_event_once(
     first.stop().await;
 
     let (url, hooks) = receiver(StatusCode::OK).await;
-    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["*".into()] }];
+    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: EventKind::ALL.to_vec() }];
     let second = Server::start(Config { store: Some(store), webhooks, ..Default::default() }).await;
     let done = second.approve_and_wait(&run).await;
     assert_eq!(done.body["status"], "completed", "{}", done.body);
@@ -331,7 +332,7 @@ async fn the_feed_hands_on_this_servers_commits_without_reading_them_back() {
         let store = tollgate_agent_testkit::FailingStore::logging(inner);
         let store = Arc::new(if tapping { store.tapping() } else { store });
         let (url, hooks) = receiver(StatusCode::OK).await;
-        let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["*".into()] }];
+        let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: EventKind::ALL.to_vec() }];
         let server = Server::start(Config { store: Some(store.clone()), webhooks, ..Default::default() }).await;
         let run = server.waiting_run(SCRIBE, "tapped").await;
         let done = server.approve_and_wait(&run).await;
@@ -372,7 +373,7 @@ async fn the_feed_hands_on_this_servers_commits_without_reading_them_back() {
 #[tokio::test]
 async fn a_delivery_under_way_at_shutdown_is_made_by_the_next_server() {
     let (stuck_url, stuck) = hanging_receiver().await;
-    let hook = |url| vec![WebhookTarget { url, secret: "s".into(), events: vec!["run_completed".into()] }];
+    let hook = |url| vec![WebhookTarget { url, secret: "s".into(), events: vec![EventKind::RunCompleted] }];
     let first = Server::start(Config { webhooks: hook(stuck_url), ..Default::default() }).await;
     let run = first.waiting_run(SCRIBE, "under way").await;
     let done = first.approve_and_wait(&run).await;
@@ -397,7 +398,7 @@ async fn a_delivery_under_way_at_shutdown_is_made_by_the_next_server() {
 async fn a_backlog_larger_than_the_queue_is_delivered_without_a_drop() {
     let (url_1, hooks_1) = receiver(StatusCode::OK).await;
     let (url_2, hooks_2) = receiver(StatusCode::OK).await;
-    let all = |url: &String| WebhookTarget { url: url.clone(), secret: "s".into(), events: vec!["*".into()] };
+    let all = |url: &String| WebhookTarget { url: url.clone(), secret: "s".into(), events: EventKind::ALL.to_vec() };
     let targets = vec![all(&url_1), all(&url_2)];
     // The reader gets its position from a first server, which then stops.
     let first = Server::start(Config { webhooks: targets.clone(), ..Default::default() }).await;
@@ -450,7 +451,7 @@ async fn a_position_ahead_of_the_database_is_dropped_for_the_end_of_the_log() {
     let planted = store.hold_reader("webhooks", "a node before the restore", Some("9000000000"), now - 1, now).await;
     assert!(matches!(planted, Ok(tollgate_agent_core::ReaderHold::Held { .. })), "{planted:?}");
     let (url, hooks) = receiver(StatusCode::OK).await;
-    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec!["run_completed".into()] }];
+    let webhooks = vec![WebhookTarget { url, secret: "s".into(), events: vec![EventKind::RunCompleted] }];
     let server = Server::start(Config { store: Some(store), webhooks, ..Default::default() }).await;
     let run = server.waiting_run(SCRIBE, "after a restore").await;
     let done = server.approve_and_wait(&run).await;

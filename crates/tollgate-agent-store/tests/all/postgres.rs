@@ -254,7 +254,7 @@ async fn two_nodes_taking_turns_on_one_run_never_write_on_a_stale_row() -> anyho
     use tollgate_agent_core::store::{Conflict, Guard};
     use tollgate_agent_core::suspension::{Decision, StoredSuspension, TurnDigest};
     use tollgate_agent_core::transcript::Usage;
-    use tollgate_agent_core::{EventKind, HeldTurn, NewEvent, RecordedDecision};
+    use tollgate_agent_core::{EventKind, HeldTurn, NewEvent, Vote};
     let Some(harness) = setup().await? else { return Ok(()) };
     let result = async {
         let a: Arc<dyn RunStore> = Arc::new(PostgresStore::open(&harness.url).await?);
@@ -308,7 +308,7 @@ async fn two_nodes_taking_turns_on_one_run_never_write_on_a_stale_row() -> anyho
                 )
                 .await?;
             assert_eq!((waiting.version, waiting.last_seq), (run.version + 1, seq + 1), "round {round}: suspend");
-            let decision = RecordedDecision { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 };
+            let decision = Vote { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 };
             let decide = Transition::Vote {
                 votes: vec![("call_1".to_owned(), decision)],
                 resume: Some(Lease { owner: owner.to_owned(), expires_at: lease_until }),

@@ -9,7 +9,6 @@ use std::collections::HashSet;
 use tollgate_agent_core::{EventKind, StoredEvent};
 use tollgate_agent_protocol::event_data::{self as data, LoggedDecision};
 use tollgate_agent_protocol::{EventData, Gate};
-use tollgate_agent_runtime::wire;
 
 /// A model's text longer than this many characters is cut.
 const TEXT_WIDTH: usize = 160;
@@ -20,7 +19,7 @@ const RESULT_WIDTH: usize = 72;
 
 /// The event's data typed by its kind; a line saying so when it cannot be read.
 fn typed(event: &StoredEvent) -> Result<EventData, String> {
-    EventData::from_kind(wire::event_kind(event.kind), event.data.clone())
+    EventData::from_kind(event.kind, event.data.clone())
         .map_err(|e| format!("? event {} cannot be read: {e}", event.seq))
 }
 

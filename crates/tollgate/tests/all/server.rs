@@ -77,7 +77,7 @@ async fn the_mounted_api_delivers_its_webhooks() {
         .await;
     let pay = Pay::default();
     let tollgate = tollgate_on("sqlite::memory:", &pay).await;
-    let hook = |url: String| WebhookTarget { url, secret: "s".into(), events: vec!["run_completed".into()] };
+    let hook = |url: String| WebhookTarget { url, secret: "s".into(), events: vec![tollgate::EventKind::RunCompleted] };
     let refused =
         tollgate.router_with(&ServerOptions { webhooks: vec![hook("not a url".into())], ..Default::default() });
     assert!(matches!(refused, Err(tollgate::server::ServerError::Options(_))), "{:?}", refused.err());

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use tollgate_agent_core::event::{ChainBreak, EventKind, NewEvent, event_hash, verify_chain, verify_chain_with};
 use tollgate_agent_core::run::{
-    HeldTurn, Lease, Millis, RecordedDecision, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError,
+    HeldTurn, Lease, Millis, RunError, RunRecord, RunState, RunStatus, Transition, TransitionError, Vote,
 };
 use tollgate_agent_core::store::{
     Conflict, EVENT_PAGE, Guard, IntegrityCheck, RunQuery, RunStore, StoreError, events_after,
@@ -91,7 +91,7 @@ fn suspend(calls: &[&str], expires_at: Option<Millis>) -> Transition {
 
 fn decide(call: &str, decision: Decision) -> Transition {
     Transition::Vote {
-        votes: vec![(call.to_owned(), RecordedDecision { decision, actor: "alice".into(), at: T0 + 5 })],
+        votes: vec![(call.to_owned(), Vote { decision, actor: "alice".into(), at: T0 + 5 })],
         resume: None,
     }
 }
@@ -259,7 +259,7 @@ pub async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: &H) -> 
     let suspend = Transition::Suspend { held, iterations: 1, usage: Usage::default() };
     let waiting = store.transition(&run.id, Guard::Lease(OWNER.into()), suspend, vec![], T0 + 10).await?;
     let vote = |call: &str, actor: &str, decision: Decision| Transition::Vote {
-        votes: vec![(call.to_owned(), RecordedDecision { decision, actor: actor.into(), at: T0 + 20 })],
+        votes: vec![(call.to_owned(), Vote { decision, actor: actor.into(), at: T0 + 20 })],
         resume: None,
     };
     let at = Guard::Version(waiting.version);
@@ -290,8 +290,8 @@ pub async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: &H) -> 
     let other = if voter == "alice" { "bob" } else { "alice" };
     let both = Transition::Vote {
         votes: vec![
-            ("call_1".to_owned(), RecordedDecision { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
-            ("call_2".to_owned(), RecordedDecision { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
+            ("call_1".to_owned(), Vote { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
+            ("call_2".to_owned(), Vote { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
         ],
         resume: Some(lease("node-r", T0 + 90_000)),
     };
@@ -625,10 +625,7 @@ pub async fn every_transition_from_every_status_matches_apply<H: Harness>(h: &H)
     let transitions = || {
         let mut all = all_transitions();
         all.push(Transition::Vote {
-            votes: vec![(
-                "call_1".to_owned(),
-                RecordedDecision { decision: Decision::Approve, actor: "alice".into(), at: T0 + 5 },
-            )],
+            votes: vec![("call_1".to_owned(), Vote { decision: Decision::Approve, actor: "alice".into(), at: T0 + 5 })],
             resume: Some(lease("node-r", T0 + 90_000)),
         });
         all
@@ -1953,7 +1950,7 @@ pub async fn an_older_sealed_suspension_does_not_open<H: Harness>(h: &H) -> anyh
             Transition::Vote {
                 votes: vec![(
                     "call_1".into(),
-                    RecordedDecision { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 },
+                    Vote { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 },
                 )],
                 resume: Some(lease(OWNER, T0 + 60_000)),
             },
