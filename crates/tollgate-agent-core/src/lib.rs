@@ -75,8 +75,9 @@ pub use run::{
     rfc3339,
 };
 pub use store::{
-    Claimed, Clock, CommitTap, CommittedPage, Conflict, Guard, IdGen, IntegrityCheck, ReaderHold, RunPage, RunQuery,
-    RunStore, StoreChange, StoreError, StoreHosts, SystemClock,
+    ChangeFeed, Claimed, Clock, CommitTap, CommittedPage, Conflict, EventLog, Guard, IdGen, IntegrityCheck, ReaderHold,
+    RunPage, RunQuery, RunQueue, RunRows, RunStore, Schedules, StoreChange, StoreError, StoreHealth, StoreHosts,
+    SystemClock,
 };
 pub use suspension::{
     Decision, DecisionError, Decisions, HeldCall, HeldCallState, SCHEMA_VERSION, StoredSuspension, Suspension,

@@ -8,7 +8,7 @@
 //! - events are numbered from 1 without gaps and chained by [`crate::event::chain`];
 //! - a run that is not found, a stale guard, or a transition that does not apply is an error, never a
 //!   silent success;
-//! - a store shared by several nodes may announce the changes the others commit ([`RunStore::changes`]):
+//! - a store shared by several nodes may announce the changes the others commit ([`ChangeFeed::changes`]):
 //!   which run and where it stands, never its data;
 //! - a store may hand the events of its own commits to a [`CommitTap`] ([`RunStore::tap_commits`]),
 //!   after the commit and before the write returns, so that its process need not read them back;
@@ -256,7 +256,7 @@ pub struct StoreHosts {
     pub none_would_do: u64,
 }
 
-/// A change to a run committed by another node sharing the store's database, as [`RunStore::changes`]
+/// A change to a run committed by another node sharing the store's database, as [`ChangeFeed::changes`]
 /// announces it: which run and where it now stands, never its data (no input, no arguments, no events).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreChange {
@@ -314,7 +314,7 @@ pub struct CommittedPage {
     /// Commits may still enter the log before `next` without being announced to this reader: transactions
     /// were under way when it read (PostgreSQL; a commit waits in the log for every older transaction of
     /// the database cluster, Tollgate's or not, and one that is not Tollgate's announces nothing when it
-    /// ends). A reader that waits for announcements ([`RunStore::changes`]) reads again after a while.
+    /// ends). A reader that waits for announcements ([`ChangeFeed::changes`]) reads again after a while.
     pub pending: bool,
 }
 
@@ -336,8 +336,10 @@ pub enum ReaderHold {
     },
 }
 
-/// Runs, their transitions and their event logs.
-pub trait RunStore: Send + Sync {
+/// Run rows and their transitions: a run is created, read and listed, and changes only by a compare-and-set that commits
+/// its events with it. A held turn's approvals are part of the row (a vote is a [`Transition::Vote`]), so a vote and
+/// the resume it claims are one commit.
+pub trait RunRows: Send + Sync {
     /// Inserts a new run with its first events.
     fn create(&self, run: RunRecord, events: Vec<NewEvent>) -> BoxFuture<'_, Result<RunRecord, StoreError>>;
 
@@ -371,7 +373,24 @@ pub trait RunStore: Send + Sync {
         events: Vec<NewEvent>,
         lease_until: Millis,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
+}
 
+/// The event log, read: a run's events in order, and the keys its chain is verified by.
+pub trait EventLog: Send + Sync {
+    /// Events of a run with seq > `after`, at most `limit`, in order.
+    fn events<'a>(&'a self, id: &'a str, after: u64, limit: u32)
+    -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>>;
+
+    /// The keys this store chains events with and verifies keyed hashes by
+    /// ([`crate::event::verify_chain_with`]): `None` (the default) for a store whose events are
+    /// chained unkeyed. A store that wraps another answers for the one it wraps.
+    fn chain_keys(&self) -> Option<&crate::event::ChainKeys> {
+        None
+    }
+}
+
+/// The queue of runs waiting for a worker: claimed in order, oldest first.
+pub trait RunQueue: Send + Sync {
     /// Claims up to `limit` queued runs of `agents` for this node's free workers, in one statement:
     /// applies [`Transition::Claim`] with `lease` to each and answers them as claimed, oldest queued
     /// first — by when each was queued (its `updated_at`: a new run when it was created, a run queued to
@@ -395,18 +414,26 @@ pub trait RunStore: Send + Sync {
     /// [`Claimed::queued_at`] it will be claimed with — or `None` when no run is queued. For the
     /// queue's age on `/metrics` (`tollgate_queue_oldest_seconds`).
     fn oldest_queued(&self) -> BoxFuture<'_, Result<Option<Millis>, StoreError>>;
+}
 
-    /// How many runs have each status (statuses without runs are left out).
-    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>>;
-
-    /// Events of a run with seq > `after`, at most `limit`, in order.
-    fn events<'a>(&'a self, id: &'a str, after: u64, limit: u32)
-    -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>>;
-
+/// What is due at a time: deadlines and expired leases, and retention.
+pub trait Schedules: Send + Sync {
     /// Waiting runs whose deadline is at or before `now`, and running runs whose lease expired, oldest
     /// first, at most `limit`.
     fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>>;
 
+    /// Deletes up to `batch` runs (with their events): terminal runs finished before `terminal_before`,
+    /// and waiting runs last updated before `waiting_before`. Returns how many went.
+    fn purge(
+        &self,
+        terminal_before: Millis,
+        waiting_before: Millis,
+        batch: u32,
+    ) -> BoxFuture<'_, Result<u64, StoreError>>;
+}
+
+/// Whether the store can write and is sound, and how many runs it holds by status.
+pub trait StoreHealth: Send + Sync {
     /// Proves that the store can write now: commits a tiny write (one row of its `health` table,
     /// through the same path as every other write) and answers once it is durable. For `/readyz`.
     ///
@@ -424,15 +451,13 @@ pub trait RunStore: Send + Sync {
     /// is not an error: it is a line of the answer.
     fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>>;
 
-    /// Deletes up to `batch` runs (with their events): terminal runs finished before `terminal_before`,
-    /// and waiting runs last updated before `waiting_before`. Returns how many went.
-    fn purge(
-        &self,
-        terminal_before: Millis,
-        waiting_before: Millis,
-        batch: u32,
-    ) -> BoxFuture<'_, Result<u64, StoreError>>;
+    /// How many runs have each status (statuses without runs are left out).
+    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>>;
+}
 
+/// What other processes commit: the commit log with its named readers, the change announcements of a shared
+/// database, and a tap of this process's own commits.
+pub trait ChangeFeed: Send + Sync {
     /// The commit log: the events every process commits to this store's database, in commits, from
     /// after position `after` (a [`CommittedPage::next`] of this store), about `limit` at a time (the
     /// PostgreSQL store counts a run's events of one commit as one, SQLite each event). `after = None`
@@ -480,7 +505,7 @@ pub trait RunStore: Send + Sync {
     }
 
     /// Whether every commit another process makes to this store's database is announced through
-    /// [`RunStore::changes`] now: true from the listener's [`StoreChange::Resync`] until its
+    /// [`ChangeFeed::changes`] now: true from the listener's [`StoreChange::Resync`] until its
     /// [`StoreChange::Lost`], so followers may wait on announcements alone; false (the default) for a
     /// store that announces nothing.
     fn announces_changes(&self) -> bool {
@@ -488,7 +513,7 @@ pub trait RunStore: Send + Sync {
     }
 
     /// Hands `tap` the events of every later commit made through this store (never another process's:
-    /// [`RunStore::changes`] announces those), so that a follower of this process's own commits has
+    /// [`ChangeFeed::changes`] announces those), so that a follower of this process's own commits has
     /// them without reading them back. The store holds the tap only as long as its caller holds the
     /// `Arc`. Answers whether it will: false (the default) for a store that cannot, whose followers
     /// read the events instead. A commit whose answer is lost (the connection broke after it) is not
@@ -497,14 +522,13 @@ pub trait RunStore: Send + Sync {
         let _ = tap;
         false
     }
-
-    /// The keys this store chains events with and verifies keyed hashes by
-    /// ([`crate::event::verify_chain_with`]): `None` (the default) for a store whose events are
-    /// chained unkeyed. A store that wraps another answers for the one it wraps.
-    fn chain_keys(&self) -> Option<&crate::event::ChainKeys> {
-        None
-    }
 }
+
+/// The whole store: every concern above, as each backend provides it. A component takes the concerns it
+/// needs (`Arc<dyn RunStore>` upcasts to any of them); this is what a backend is opened as.
+pub trait RunStore: RunRows + EventLog + RunQueue + Schedules + StoreHealth + ChangeFeed {}
+
+impl<T: RunRows + EventLog + RunQueue + Schedules + StoreHealth + ChangeFeed + ?Sized> RunStore for T {}
 
 /// How many events [`events_after`] asks the store for at a time.
 pub const EVENT_PAGE: u32 = 1000;
@@ -514,7 +538,7 @@ pub const EVENT_PAGE: u32 = 1000;
 ///
 /// # Errors
 /// The store's: [`StoreError::NotFound`] for a run that does not exist, and any error of a page read.
-pub async fn events_after<S: RunStore + ?Sized>(
+pub async fn events_after<S: EventLog + ?Sized>(
     store: &S,
     id: &str,
     after: u64,

@@ -226,7 +226,7 @@ impl Inner {
 
     /// The status run `id` is stored with (a read that fails says nothing: the segment goes on).
     async fn status(&self, id: &str) -> Option<RunStatus> {
-        self.store.get(id).await.ok().map(|run| run.status())
+        self.store.rows.get(id).await.ok().map(|run| run.status())
     }
 
     /// Runs the loop for one segment and commits where it ended; answers the run as committed.
@@ -366,13 +366,13 @@ impl Inner {
         if let Some(created) = unborn {
             let ended = created.apply(&transition, now).map_err(StoreError::Transition)?;
             let events = std::iter::once(events::run_started(created)).chain(events).collect();
-            return self.store.create(ended, events).await;
+            return self.store.rows.create(ended, events).await;
         }
         self.until_stored(id, "end of segment", |attempt| {
             let (transition, events) = (transition.clone(), events.clone());
             async move {
                 let guard = Guard::Lease(self.node.clone());
-                match self.store.transition(id, guard, transition, events.clone(), now).await {
+                match self.store.rows.transition(id, guard, transition, events.clone(), now).await {
                     Err(error @ StoreError::Conflict { .. }) if attempt.retry => {
                         self.stored_already(id, &events).await.ok_or(error)
                     }
@@ -407,6 +407,7 @@ impl Inner {
         let error_kind = error.kind.clone();
         match self
             .store
+            .rows
             .transition(&run.id, Guard::Version(run.version), Transition::Fail { error }, vec![event], now)
             .await
         {

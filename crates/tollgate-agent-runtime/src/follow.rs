@@ -44,7 +44,7 @@ struct Followed {
 
 impl Recent {
     /// Taps `store`'s commits into a new cache; `None` (and no cache) when the store cannot tap.
-    pub(crate) fn tapping(store: &dyn tollgate_agent_core::RunStore) -> Option<(Arc<Recent>, CommitTap)> {
+    pub(crate) fn tapping(store: &dyn tollgate_agent_core::ChangeFeed) -> Option<(Arc<Recent>, CommitTap)> {
         let recent = Arc::new(Recent::default());
         let kept = Arc::clone(&recent);
         let tap: CommitTap = Arc::new(move |run_id: &str, events: &[StoredEvent]| kept.keep(run_id, events));
@@ -197,7 +197,7 @@ impl Follower {
                 let kept = self.recent.as_ref().and_then(|recent| recent.between(&self.id, self.cursor, head.last_seq));
                 let page = match kept {
                     Some(page) => page,
-                    None => self.runtime.inner.store.events(&self.id, self.cursor, PAGE).await?,
+                    None => self.runtime.inner.store.log.events(&self.id, self.cursor, PAGE).await?,
                 };
                 if let Some(last) = page.last() {
                     self.cursor = last.seq;

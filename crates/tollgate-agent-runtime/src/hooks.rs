@@ -118,7 +118,7 @@ impl PersistHooks {
             *lease = self.inner.lease(self.inner.clock.now());
         }
         let all = std::iter::once(events::run_started(&run)).chain(events).collect();
-        let created = self.inner.store.create(created, all).await?;
+        let created = self.inner.store.rows.create(created, all).await?;
         self.inner.notify_created(&created);
         Ok(())
     }
@@ -136,7 +136,7 @@ impl PersistHooks {
                         return Ok(run.last_seq);
                     }
                     let until = self.inner.clock.now() + self.inner.lease_ms;
-                    self.inner.store.append(&self.run_id, &self.inner.node, events, until).await
+                    self.inner.store.rows.append(&self.run_id, &self.inner.node, events, until).await
                 }
             })
             .await?;

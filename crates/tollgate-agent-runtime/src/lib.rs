@@ -87,6 +87,7 @@ pub mod maintenance;
 mod outage;
 pub mod privacy;
 mod recovery;
+mod stores;
 pub mod view;
 pub mod wire;
 pub mod workers;
@@ -106,8 +107,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast};
 use tollgate_agent_core::{
-    AgentLoop, ChainBreak, Clock, Conflict, Decision, Guard, IdGen, Lease, Millis, RunPage, RunQuery, RunRecord,
-    RunState, RunStatus, RunStore, StoreChange, StoreError, StoredEvent, Transition, verify_chain_with,
+    AgentLoop, ChainBreak, ChangeFeed, Clock, Conflict, Decision, EventLog, Guard, IdGen, Lease, Millis, RunPage,
+    RunQuery, RunRecord, RunState, RunStatus, RunStore, StoreChange, StoreError, StoreHealth, StoredEvent, Transition,
+    verify_chain_with,
 };
 use workers::Pool;
 
@@ -319,7 +321,8 @@ pub struct Runtime {
 }
 
 pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn RunStore>,
+    /// The store, one handle per concern ([`stores`]).
+    pub(crate) store: stores::Stores,
     pub(crate) agents: Vec<Arc<AgentSpec>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn IdGen>,
@@ -355,9 +358,9 @@ impl Runtime {
         let (notices, _) = broadcast::channel(4096);
         let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX).max(1000);
         let deltas = live::Deltas::new(options.privacy, options.redactor.clone());
-        let store = privacy::filtered(store, options.privacy, options.redactor);
-        forward_remote_changes(store.as_ref(), &notices);
-        let (recent, tap) = follow::Recent::tapping(store.as_ref()).unzip();
+        let store = stores::Stores::new(store, options.privacy, options.redactor);
+        forward_remote_changes(store.feed.as_ref(), &notices);
+        let (recent, tap) = follow::Recent::tapping(store.feed.as_ref()).unzip();
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -381,9 +384,21 @@ impl Runtime {
         }
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn RunStore> {
-        &self.inner.store
+    /// The store's event logs, to read (`GET /v1/runs/{id}/events`, SSE, `doctor`): events are written only
+    /// through the runtime's commands.
+    pub fn event_log(&self) -> &Arc<dyn EventLog> {
+        &self.inner.store.log
+    }
+
+    /// The store's health: its write probe (`/readyz`), its integrity check and its counts.
+    pub fn health(&self) -> &Arc<dyn StoreHealth> {
+        &self.inner.store.health
+    }
+
+    /// What other processes commit to the store, its commit log and readers, and this process's tap (SSE,
+    /// webhooks, `/metrics`).
+    pub fn change_feed(&self) -> &Arc<dyn ChangeFeed> {
+        &self.inner.store.feed
     }
 
     /// The agents, the default first.
@@ -520,7 +535,7 @@ impl Runtime {
     async fn create_run(&self, request: StartRun<'_>, leased: bool) -> Result<(RunRecord, Arc<AgentSpec>), StartError> {
         let (run, spec) = self.inner.new_run(request, leased)?;
         let started = events::run_started(&run);
-        let run = self.inner.store.create(run, vec![started]).await.map_err(StartError::Store)?;
+        let run = self.inner.store.rows.create(run, vec![started]).await.map_err(StartError::Store)?;
         self.inner.notify_created(&run);
         Ok((run, spec))
     }
@@ -613,7 +628,7 @@ impl Runtime {
 
     /// Reads a run.
     pub async fn get(&self, id: &str) -> Result<RunRecord, ReadError> {
-        Ok(self.inner.store.get(id).await?)
+        Ok(self.inner.store.rows.get(id).await?)
     }
 
     /// Resolves a unique id prefix (or a whole id) to a full id.
@@ -624,7 +639,7 @@ impl Runtime {
         if !plausible {
             return Err(ResolveError::InvalidPrefix(prefix.to_owned()));
         }
-        match self.inner.store.resolve_prefix(prefix).await {
+        match self.inner.store.rows.resolve_prefix(prefix).await {
             Ok(id) => Ok(id),
             Err(StoreError::NotFound(_)) => Err(ResolveError::NotFound(prefix.to_owned())),
             Err(StoreError::Conflict { conflict: Conflict::AmbiguousPrefix { prefix, matches, more }, .. }) => {
@@ -636,12 +651,12 @@ impl Runtime {
 
     /// Lists runs, newest first.
     pub async fn list(&self, query: RunQuery) -> Result<RunPage, StoreError> {
-        self.inner.store.list(query).await
+        self.inner.store.rows.list(query).await
     }
 
     /// How many runs have each status, every status listed (zero where none).
     pub async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        let counted = self.inner.store.count_by_status().await?;
+        let counted = self.inner.store.health.count_by_status().await?;
         Ok(RunStatus::ALL
             .iter()
             .map(|status| (*status, counted.iter().find(|(s, _)| s == status).map_or(0, |(_, n)| *n)))
@@ -652,20 +667,20 @@ impl Runtime {
     /// [`ReadError::NotFound`] (the store says so: its run is not read first). The events of a run
     /// whose own row is damaged stay readable.
     pub async fn events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, ReadError> {
-        Ok(self.inner.store.events(id, after, limit).await?)
+        Ok(self.inner.store.log.events(id, after, limit).await?)
     }
 
     /// Every event of a run after `after`, however many pages that takes (see [`Runtime::events`]).
     pub async fn all_events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, ReadError> {
-        Ok(tollgate_agent_core::store::events_after(&*self.inner.store, id, after).await?)
+        Ok(tollgate_agent_core::store::events_after(&*self.inner.store.log, id, after).await?)
     }
 
     /// Checks a run's hash chain: `Ok(Err(break))` names the first bad event.
     pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, ReadError> {
-        let run = self.inner.store.get(id).await?;
-        let all = tollgate_agent_core::store::events_after(&*self.inner.store, id, 0).await?;
+        let run = self.inner.store.rows.get(id).await?;
+        let all = tollgate_agent_core::store::events_after(&*self.inner.store.log, id, 0).await?;
         // Keyed hashes are checked with the store's chain keys (docs/events.md).
-        let keys = self.inner.store.chain_keys();
+        let keys = self.inner.store.log.chain_keys();
         Ok(verify_chain_with(&all, run.last_seq, &run.last_hash, keys).map(|()| run.last_seq))
     }
 
@@ -803,7 +818,7 @@ impl Runtime {
             }
         }
         let guard = Guard::Version(run.version);
-        let next = match self.inner.store.transition(&run.id, guard, plan.transition, plan.events, now).await {
+        let next = match self.inner.store.rows.transition(&run.id, guard, plan.transition, plan.events, now).await {
             Ok(next) => next,
             // Someone acted on the run since it was read: read it again and decide on what is stored.
             Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => {
@@ -854,6 +869,7 @@ impl Runtime {
             match self
                 .inner
                 .store
+                .rows
                 .transition(id, Guard::Version(run.version), Transition::Cancel, vec![event], now)
                 .await
             {
@@ -916,7 +932,7 @@ fn settled(status: RunStatus) -> bool {
 /// Turns the changes other nodes commit, as the store announces them, into [`Origin::Remote`] notices
 /// (and its resyncs into [`Origin::Resync`]), in a task that ends with the runtime's notices or the
 /// store's announcements. Nothing for a store that announces nothing, or outside a tokio runtime.
-fn forward_remote_changes(store: &dyn RunStore, notices: &broadcast::Sender<RunNotice>) {
+fn forward_remote_changes(store: &dyn ChangeFeed, notices: &broadcast::Sender<RunNotice>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     let Some(mut changes) = store.changes() else { return };
     let notices = notices.downgrade();
@@ -953,7 +969,7 @@ impl Inner {
     /// `poll` while the store does not announce other processes' commits, else `None` (see
     /// [`Runtime::recheck_after`]).
     pub(crate) fn announced_poll(&self, poll: Duration) -> Option<Duration> {
-        if self.store.announces_changes() { None } else { Some(poll) }
+        if self.store.feed.announces_changes() { None } else { Some(poll) }
     }
 
     pub(crate) fn lease(&self, now: Millis) -> Lease {

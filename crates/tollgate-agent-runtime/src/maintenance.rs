@@ -224,7 +224,7 @@ impl Runtime {
     /// run is logged and the sweep goes on.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
         let now = self.clock().now();
-        let due = self.store().due(now, SWEEP_BATCH).await?;
+        let due = self.inner().store.schedules.due(now, SWEEP_BATCH).await?;
         let mut acted = 0;
         for run in due {
             let result = match run.status() {
@@ -265,6 +265,7 @@ impl Runtime {
                 let event = events::run_expired(now, run.iterations, deadline);
                 let next = inner
                     .store
+                    .rows
                     .transition(&run.id, Guard::Version(run.version), Transition::Expire, vec![event], now)
                     .await?;
                 inner.notify(&next);
@@ -279,7 +280,7 @@ impl Runtime {
         let ids: Vec<String> = inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
         for id in ids {
             let until = inner.clock.now() + inner.lease_ms;
-            if let Err(e) = inner.store.append(&id, &inner.node, Vec::new(), until).await {
+            if let Err(e) = inner.store.rows.append(&id, &inner.node, Vec::new(), until).await {
                 tracing::debug!(run = %id, error = %e, "lease not renewed");
             }
         }
@@ -290,7 +291,7 @@ impl Runtime {
     pub async fn purge(&self, terminal_before: Millis, waiting_before: Millis) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
-            let n = self.store().purge(terminal_before, waiting_before, PURGE_BATCH).await?;
+            let n = self.inner().store.schedules.purge(terminal_before, waiting_before, PURGE_BATCH).await?;
             total += n;
             if n < u64::from(PURGE_BATCH) {
                 return Ok(total);

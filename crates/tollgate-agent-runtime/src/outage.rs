@@ -64,12 +64,12 @@ impl Inner {
     /// The run as stored, when its log ends with `events` (compared by kind, round and time): a write
     /// of them whose answer was lost took effect. `None` when it does not, or when the log cannot be read.
     pub(crate) async fn stored_already(&self, run_id: &str, events: &[NewEvent]) -> Option<RunRecord> {
-        let run = self.store.get(run_id).await.ok()?;
+        let run = self.store.rows.get(run_id).await.ok()?;
         let count = u64::try_from(events.len()).ok()?;
         if events.is_empty() || run.last_seq < count {
             return None;
         }
-        let tail = self.store.events(run_id, run.last_seq - count, u32::try_from(count).ok()?).await.ok()?;
+        let tail = self.store.log.events(run_id, run.last_seq - count, u32::try_from(count).ok()?).await.ok()?;
         let same = tail.len() == events.len()
             && tail.iter().zip(events).all(|(stored, new)| {
                 stored.kind == new.kind && stored.round == new.round && stored.at == rfc3339(new.at)

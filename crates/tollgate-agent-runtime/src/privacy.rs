@@ -1,8 +1,8 @@
 //! What the event log keeps: the privacy level applied to every event before it is stored, and the
 //! redactor that keeps configured secrets out of events, run errors and outputs.
 //!
-//! Both work as a layer over the store (`filtered`), the one place every event of every writer passes
-//! through, so no writer can forget them. They act before the store chains the events: the hash chain
+//! Both work as a layer over the store's run rows (`filtered`), the one concern that writes events, so
+//! every event of every writer passes through it and no writer can forget them. They act before the store chains the events: the hash chain
 //! covers exactly what is stored, and `verify` holds. The suspension (the held turn) is not touched — the
 //! approver still sees the held calls in full — and neither are the run's own input and output columns
 //! (encrypt them at rest with `[[privacy.keys]]` instead).
@@ -15,13 +15,11 @@
 
 use std::sync::Arc;
 
-use futures_util::stream::BoxStream;
 use serde_json::{Map, Value};
 use tollgate_agent_core::redact::Redactor;
 use tollgate_agent_core::{
-    BoxFuture, Claimed, CommitTap, CommittedPage, EventKind, Guard, IntegrityCheck, Lease, Millis, NewEvent,
-    ReaderHold, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunStore, StoreChange, StoreError, StoreHosts,
-    StoredEvent, Transition,
+    BoxFuture, EventKind, Guard, Millis, NewEvent, RunPage, RunQuery, RunRecord, RunRows, RunState, RunStore,
+    StoreError, Transition,
 };
 
 /// How much of the content of runs the event log keeps (`[privacy] level`).
@@ -100,22 +98,23 @@ fn shape(value: &Value) -> Value {
     }
 }
 
-/// `store` with the privacy level and the redactor applied to everything written through it; `store`
-/// itself when there is nothing to apply (level `full`, no secrets), so the default costs nothing.
-pub(crate) fn filtered(store: Arc<dyn RunStore>, level: PrivacyLevel, redactor: Redactor) -> Arc<dyn RunStore> {
+/// The run rows of `store` with the privacy level and the redactor applied to everything written through
+/// them; `store`'s rows themselves when there is nothing to apply (level `full`, no secrets), so the
+/// default costs nothing. Only rows write events: the other concerns of the store need no layer.
+pub(crate) fn filtered(store: Arc<dyn RunStore>, level: PrivacyLevel, redactor: Redactor) -> Arc<dyn RunRows> {
     if level == PrivacyLevel::Full && redactor.is_empty() {
         return store;
     }
-    Arc::new(FilteredStore { inner: store, level, redactor })
+    Arc::new(FilteredRows { inner: store, level, redactor })
 }
 
-struct FilteredStore {
-    inner: Arc<dyn RunStore>,
+struct FilteredRows {
+    inner: Arc<dyn RunRows>,
     level: PrivacyLevel,
     redactor: Redactor,
 }
 
-impl FilteredStore {
+impl FilteredRows {
     fn events(&self, mut events: Vec<NewEvent>) -> Vec<NewEvent> {
         for event in &mut events {
             self.redactor.redact_value(&mut event.data);
@@ -143,7 +142,7 @@ impl FilteredStore {
     }
 }
 
-impl RunStore for FilteredStore {
+impl RunRows for FilteredRows {
     fn create(&self, run: RunRecord, events: Vec<NewEvent>) -> BoxFuture<'_, Result<RunRecord, StoreError>> {
         let (run, events) = (self.record(run), self.events(events));
         self.inner.create(run, events)
@@ -182,94 +181,6 @@ impl RunStore for FilteredStore {
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         let events = self.events(events);
         self.inner.append(id, owner, events, lease_until)
-    }
-
-    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {
-        self.inner.count_by_status()
-    }
-
-    fn claim_queued<'a>(
-        &'a self,
-        agents: &'a [String],
-        limit: u32,
-        lease: Lease,
-        now: Millis,
-    ) -> BoxFuture<'a, Result<Vec<Claimed>, StoreError>> {
-        self.inner.claim_queued(agents, limit, lease, now)
-    }
-
-    fn oldest_queued(&self) -> BoxFuture<'_, Result<Option<Millis>, StoreError>> {
-        self.inner.oldest_queued()
-    }
-
-    fn events<'a>(
-        &'a self,
-        id: &'a str,
-        after: u64,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>> {
-        self.inner.events(id, after, limit)
-    }
-
-    fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
-        self.inner.due(now, limit)
-    }
-
-    fn purge(
-        &self,
-        terminal_before: Millis,
-        waiting_before: Millis,
-        batch: u32,
-    ) -> BoxFuture<'_, Result<u64, StoreError>> {
-        self.inner.purge(terminal_before, waiting_before, batch)
-    }
-
-    fn probe_write(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.inner.probe_write()
-    }
-
-    fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
-        self.inner.check_integrity(depth)
-    }
-
-    fn committed<'a>(&'a self, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Result<CommittedPage, StoreError>> {
-        self.inner.committed(after, limit)
-    }
-
-    fn hold_reader<'a>(
-        &'a self,
-        name: &'a str,
-        holder: &'a str,
-        position: Option<&'a str>,
-        until: Millis,
-        now: Millis,
-    ) -> BoxFuture<'a, Result<ReaderHold, StoreError>> {
-        self.inner.hold_reader(name, holder, position, until, now)
-    }
-
-    fn release_reader<'a>(&'a self, name: &'a str, holder: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.release_reader(name, holder)
-    }
-
-    fn changes(&self) -> Option<BoxStream<'static, StoreChange>> {
-        self.inner.changes()
-    }
-
-    fn announces_changes(&self) -> bool {
-        self.inner.announces_changes()
-    }
-
-    fn hosts(&self) -> Option<StoreHosts> {
-        self.inner.hosts()
-    }
-
-    // The inner store chains and taps what this layer already filtered: a tap sees the events as stored.
-    fn tap_commits(&self, tap: &CommitTap) -> bool {
-        self.inner.tap_commits(tap)
-    }
-
-    fn chain_keys(&self) -> Option<&tollgate_agent_core::event::ChainKeys> {
-        self.inner.chain_keys()
     }
 }
 

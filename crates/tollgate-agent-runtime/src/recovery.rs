@@ -37,6 +37,7 @@ pub(crate) async fn take_over(runtime: &Runtime, run: &RunRecord) -> Result<(), 
     let taken = events::run_taken_over(now, run.iterations, &inner.node, previous_owner, takeovers);
     let claimed = inner
         .store
+        .rows
         .transition(
             &run.id,
             Guard::Version(run.version),
@@ -137,7 +138,8 @@ async fn resume_claimed(runtime: &Runtime, claimed: RunRecord, slot: Slot) -> Re
             return Ok(());
         }
     };
-    let next = inner.store.transition(&run.id, Guard::Lease(inner.node.clone()), transition, vec![event], now).await?;
+    let next =
+        inner.store.rows.transition(&run.id, Guard::Lease(inner.node.clone()), transition, vec![event], now).await?;
     inner.notify(&next);
     tracing::warn!(run = %run.id, calls = ?in_doubt, "calls in doubt after a crash; the run waits for a person");
     Ok(())
@@ -145,7 +147,7 @@ async fn resume_claimed(runtime: &Runtime, claimed: RunRecord, slot: Slot) -> Re
 
 /// Every event of a run, in order.
 async fn events_of(runtime: &Runtime, run_id: &str) -> Result<Vec<StoredEvent>, SweepError> {
-    Ok(tollgate_agent_core::store::events_after(&*runtime.inner().store, run_id, 0).await?)
+    Ok(tollgate_agent_core::store::events_after(&*runtime.inner().store.log, run_id, 0).await?)
 }
 
 /// For each call of the held round since the last resume: `Some(result)` when it finished, `None`

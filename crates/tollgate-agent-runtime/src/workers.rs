@@ -218,7 +218,7 @@ impl Runtime {
     /// [`RunStore::oldest_queued`]: tollgate_agent_core::RunStore::oldest_queued
     pub async fn oldest_queued_wait(&self) -> Result<Option<Duration>, tollgate_agent_core::StoreError> {
         let inner = self.inner();
-        let oldest = inner.store.oldest_queued().await?;
+        let oldest = inner.store.queue.oldest_queued().await?;
         let now = inner.clock.now();
         Ok(oldest.map(|queued_at| Duration::from_millis(u64::try_from(now.saturating_sub(queued_at)).unwrap_or(0))))
     }
@@ -243,7 +243,7 @@ async fn claim_loop(inner: Weak<Inner>, mut notices: broadcast::Receiver<crate::
         }
         let now = strong.clock.now();
         let limit = u32::try_from(slots.len()).unwrap_or(1);
-        let claim = strong.store.claim_queued(&agents, limit, strong.lease(now), now).await;
+        let claim = strong.store.queue.claim_queued(&agents, limit, strong.lease(now), now).await;
         draining = claim.as_ref().is_ok_and(|claimed| claimed.len() == slots.len());
         match claim {
             Ok(claimed) if !claimed.is_empty() => {

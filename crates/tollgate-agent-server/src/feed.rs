@@ -120,7 +120,7 @@ pub(crate) fn spawn(runtime: Runtime, metrics: Arc<Metrics>, stop: oneshot::Rece
     let tap: CommitTap = Arc::new(move |run_id: &str, events: &[StoredEvent]| {
         holder.lock().unwrap_or_else(PoisonError::into_inner).hold(run_id, events);
     });
-    if !runtime.store().tap_commits(&tap) {
+    if !runtime.change_feed().tap_commits(&tap) {
         tracing::debug!("the store does not tap its commits: the event feed reads them");
     }
     let changes = runtime.changes();
@@ -177,7 +177,7 @@ impl Feed {
         }
         while cursor.seq < change.last_seq {
             self.metrics.feed_read();
-            let page = match self.runtime.store().events(run_id, cursor.seq, PAGE).await {
+            let page = match self.runtime.event_log().events(run_id, cursor.seq, PAGE).await {
                 Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(run = %run_id, error = %e, "event feed cannot read events");
@@ -215,7 +215,7 @@ impl Feed {
         let mut overflowed = false;
         while after < last_seq {
             self.metrics.feed_read();
-            let Ok(page) = self.runtime.store().events(run_id, after, 1000).await else { break };
+            let Ok(page) = self.runtime.event_log().events(run_id, after, 1000).await else { break };
             let Some(last) = page.last().map(|e| e.seq) else { break };
             for event in page {
                 if event.seq <= last_seq && event.kind == EventKind::ApprovalRequested {

@@ -245,7 +245,7 @@ impl Metrics {
             "Waits of this process's runs for a store that could not take their progress (full, read-only, unreachable); each run goes on once the store takes writes.",
             runtime.outage_waits(),
         );
-        if let Some(hosts) = runtime.store().hosts() {
+        if let Some(hosts) = runtime.change_feed().hosts() {
             render_store_hosts(&mut out, &hosts);
         }
 

@@ -498,7 +498,7 @@ pub(crate) fn readyz_route() -> axum::routing::MethodRouter<AppState> {
     )
 )]
 pub(crate) async fn readyz(state: AppState, readiness: std::sync::Arc<Readiness>) -> Response {
-    let probe = async { state.runtime.store().probe_write().await.map_err(ApiError::from) };
+    let probe = async { state.runtime.health().probe_write().await.map_err(ApiError::from) };
     match readiness.check(std::time::Instant::now(), state.ready_timeout, probe).await {
         Ok(()) => Json(Health { status: "ready".to_owned() }).into_response(),
         Err(problem) => problem.not_ready(),

@@ -313,7 +313,7 @@ impl Reader {
         if holding {
             self.advance();
             let _ = self.store(true).await;
-            if let Err(error) = self.runtime.store().release_reader(READER, self.runtime.node_id()).await {
+            if let Err(error) = self.runtime.change_feed().release_reader(READER, self.runtime.node_id()).await {
                 tracing::warn!(%error, "cannot release the webhook reader; another node takes it when its hold ends");
             }
             self.metrics.webhook_reader_held(false);
@@ -325,7 +325,8 @@ impl Reader {
     async fn take(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<bool> {
         let now = self.runtime.clock().now();
         let until = now + millis(self.runtime.lease_length());
-        let wait = match self.runtime.store().hold_reader(READER, self.runtime.node_id(), None, until, now).await {
+        let wait = match self.runtime.change_feed().hold_reader(READER, self.runtime.node_id(), None, until, now).await
+        {
             Ok(ReaderHold::Held { position }) => match self.start(position).await {
                 Ok(()) => return Some(true),
                 Err(error) => {
@@ -353,7 +354,7 @@ impl Reader {
     async fn start(&mut self, position: Option<String>) -> Result<(), StoreError> {
         let at = match position {
             Some(position) => position,
-            None => self.runtime.store().committed(None, 1).await?.next,
+            None => self.runtime.change_feed().committed(None, 1).await?.next,
         };
         self.restart_at(at);
         // Another node taking the reader meanwhile is found at the next store.
@@ -411,7 +412,7 @@ impl Reader {
     /// full, [`PAGES_PER_READ`] pages (so the hold is renewed between them), or the queue has too little
     /// room for another page (the events wait in the log meanwhile, rather than be dropped).
     async fn read(&mut self) -> Read {
-        let store = self.runtime.store().clone();
+        let store = self.runtime.change_feed().clone();
         for _ in 0..PAGES_PER_READ {
             if self.queue.as_ref().is_none_or(|queue| queue.capacity() < QUEUE / 2) {
                 return Read::QueueFull;
@@ -525,7 +526,8 @@ impl Reader {
         let now = self.runtime.clock().now();
         let until = now + millis(self.runtime.lease_length());
         let position = self.done_to.clone();
-        match self.runtime.store().hold_reader(READER, self.runtime.node_id(), Some(&position), until, now).await {
+        match self.runtime.change_feed().hold_reader(READER, self.runtime.node_id(), Some(&position), until, now).await
+        {
             Ok(ReaderHold::Held { .. }) => {
                 self.stored = Some(position);
                 self.last_store = Some(Instant::now());

@@ -102,7 +102,7 @@ struct Payload {
 }
 
 /// One store's listener and the broadcast it feeds.
-pub(crate) struct ChangeFeed {
+pub(crate) struct Announcements {
     node: String,
     /// The store's hosts: the listener connects to the one in use.
     targets: Arc<Targets>,
@@ -113,9 +113,9 @@ pub(crate) struct ChangeFeed {
     stop: Mutex<Option<oneshot::Sender<()>>>,
 }
 
-impl ChangeFeed {
+impl Announcements {
     /// A feed for the store tagged `node`, connecting to the host of `targets` in use each time it
-    /// connects; nothing connects until [`ChangeFeed::subscribe`].
+    /// connects; nothing connects until [`Announcements::subscribe`].
     pub(crate) fn new(node: String, targets: Arc<Targets>) -> Self {
         let (changes, _) = broadcast::channel(BUFFER);
         Self { node, targets, changes, listening: Arc::new(AtomicBool::new(false)), stop: Mutex::new(None) }
@@ -160,7 +160,7 @@ impl ChangeFeed {
     }
 }
 
-/// The task behind a [`ChangeFeed`].
+/// The task behind a [`Announcements`].
 struct Listener {
     node: String,
     targets: Arc<Targets>,

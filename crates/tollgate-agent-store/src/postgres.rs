@@ -39,7 +39,7 @@ use crate::migrations::{self, Migration};
 use crate::pg_connections::{Connections, Held, PING_IF_IDLE_FOR};
 use crate::pg_groups::{Answer, Grouped, Groups, Runner, each_alone_after};
 use crate::pg_nodelay;
-use crate::pg_notify::{self, ChangeFeed};
+use crate::pg_notify::{self, Announcements};
 use crate::pg_targets::Targets;
 use crate::taps::Taps;
 use futures_util::stream::BoxStream;
@@ -53,8 +53,8 @@ use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
 use tollgate_agent_core::run::{Lease, Millis, RunRecord, RunStatus, Transition};
 use tollgate_agent_core::store::{
-    Claimed, CommittedPage, Conflict, Guard, IntegrityCheck, ReaderHold, RunPage, RunQuery, RunStore, StoreChange,
-    StoreError,
+    ChangeFeed, Claimed, CommittedPage, Conflict, EventLog, Guard, IntegrityCheck, ReaderHold, RunPage, RunQuery,
+    RunQueue, RunRows, Schedules, StoreChange, StoreError, StoreHealth,
 };
 
 impl Columns for PgRow {
@@ -794,7 +794,7 @@ pub struct PostgresStore {
     /// Seals and opens the encrypted columns; `None`: plaintext.
     keys: Option<Arc<DataKeys>>,
     /// The changes other nodes commit (see [`crate::pg_notify`]).
-    feed: Arc<ChangeFeed>,
+    feed: Arc<Announcements>,
     /// The rows writes plan on before reading (see [`RowCache`]).
     cache: Arc<RowCache>,
     /// Handed each commit's events (see [`RunStore::tap_commits`]).
@@ -904,7 +904,7 @@ impl PostgresStore {
             tracing::debug!(%error, "cannot close the migration connection cleanly");
         }
         migrated?;
-        let feed = Arc::new(ChangeFeed::new(node, Arc::clone(&targets)));
+        let feed = Arc::new(Announcements::new(node, Arc::clone(&targets)));
         let make_pool = {
             let targets = Arc::clone(&targets);
             let wait = store_options.connect_timeout;
@@ -1700,7 +1700,7 @@ async fn migrate(connection: &mut PgConnection, secrets: &Secrets) -> Result<(),
     tx.commit().await.map_err(error)
 }
 
-impl RunStore for PostgresStore {
+impl RunRows for PostgresStore {
     fn create(&self, run: RunRecord, events: Vec<NewEvent>) -> BoxFuture<'_, Result<RunRecord, StoreError>> {
         Box::pin(self.create_run(run, events))
     }
@@ -1742,7 +1742,9 @@ impl RunStore for PostgresStore {
             Ok(last_seq)
         })
     }
+}
 
+impl EventLog for PostgresStore {
     fn events<'a>(
         &'a self,
         id: &'a str,
@@ -1752,10 +1754,12 @@ impl RunStore for PostgresStore {
         Box::pin(self.read_events(id, after, limit))
     }
 
-    fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
-        Box::pin(self.due_runs(now, limit))
+    fn chain_keys(&self) -> Option<&tollgate_agent_core::event::ChainKeys> {
+        self.keys().map(DataKeys::chain_keys)
     }
+}
 
+impl RunQueue for PostgresStore {
     fn claim_queued<'a>(
         &'a self,
         agents: &'a [String],
@@ -1774,9 +1778,11 @@ impl RunStore for PostgresStore {
     fn oldest_queued(&self) -> BoxFuture<'_, Result<Option<Millis>, StoreError>> {
         Box::pin(self.oldest_queued_at())
     }
+}
 
-    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {
-        Box::pin(self.count_runs())
+impl Schedules for PostgresStore {
+    fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(self.due_runs(now, limit))
     }
 
     fn purge(
@@ -1787,6 +1793,12 @@ impl RunStore for PostgresStore {
     ) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(self.purge_runs(terminal_before, waiting_before, batch))
     }
+}
+
+impl StoreHealth for PostgresStore {
+    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {
+        Box::pin(self.count_runs())
+    }
 
     fn probe_write(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.probe())
@@ -1795,7 +1807,9 @@ impl RunStore for PostgresStore {
     fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
         Box::pin(self.check_tables(depth))
     }
+}
 
+impl ChangeFeed for PostgresStore {
     fn committed<'a>(&'a self, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Result<CommittedPage, StoreError>> {
         Box::pin(self.read_committed(after, limit))
     }
@@ -1830,10 +1844,6 @@ impl RunStore for PostgresStore {
     fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
         self.taps.add(tap);
         true
-    }
-
-    fn chain_keys(&self) -> Option<&tollgate_agent_core::event::ChainKeys> {
-        self.keys().map(DataKeys::chain_keys)
     }
 }
 

@@ -402,7 +402,7 @@ impl FailingStore {
     }
 }
 
-impl tollgate_agent_core::RunStore for FailingStore {
+impl tollgate_agent_core::RunRows for FailingStore {
     fn create(
         &self,
         run: tollgate_agent_core::RunRecord,
@@ -421,6 +421,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
         self.log(format!("create {}", run.status()));
         self.through_outage(self.inner.create(run, events))
     }
+
     fn get<'a>(
         &'a self,
         id: &'a str,
@@ -428,15 +429,18 @@ impl tollgate_agent_core::RunStore for FailingStore {
         self.run_reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.broken_with().unwrap_or_else(|| self.inner.get(id))
     }
+
     fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, tollgate_agent_core::StoreError>> {
         self.inner.resolve_prefix(prefix)
     }
+
     fn list(
         &self,
         query: tollgate_agent_core::RunQuery,
     ) -> BoxFuture<'_, Result<tollgate_agent_core::RunPage, tollgate_agent_core::StoreError>> {
         self.broken_with().unwrap_or_else(|| self.inner.list(query))
     }
+
     fn transition<'a>(
         &'a self,
         id: &'a str,
@@ -451,6 +455,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
         self.log(format!("transition {}", transition.name()));
         self.through_outage(self.inner.transition(id, guard, transition, events, now))
     }
+
     fn append<'a>(
         &'a self,
         id: &'a str,
@@ -461,6 +466,9 @@ impl tollgate_agent_core::RunStore for FailingStore {
         self.log("append".into());
         self.through_outage(self.inner.append(id, owner, events, lease_until))
     }
+}
+
+impl tollgate_agent_core::EventLog for FailingStore {
     fn events<'a>(
         &'a self,
         id: &'a str,
@@ -479,14 +487,9 @@ impl tollgate_agent_core::RunStore for FailingStore {
             self.inner.events(id, after, limit).await
         })
     }
-    fn count_by_status(
-        &self,
-    ) -> BoxFuture<'_, Result<Vec<(tollgate_agent_core::RunStatus, u64)>, tollgate_agent_core::StoreError>> {
-        self.inner.count_by_status()
-    }
-    fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
-        self.taps && self.inner.tap_commits(tap)
-    }
+}
+
+impl tollgate_agent_core::RunQueue for FailingStore {
     fn claim_queued<'a>(
         &'a self,
         agents: &'a [String],
@@ -504,11 +507,15 @@ impl tollgate_agent_core::RunStore for FailingStore {
             Ok(claimed)
         })
     }
+
     fn oldest_queued(
         &self,
     ) -> BoxFuture<'_, Result<Option<tollgate_agent_core::Millis>, tollgate_agent_core::StoreError>> {
         self.inner.oldest_queued()
     }
+}
+
+impl tollgate_agent_core::Schedules for FailingStore {
     fn due(
         &self,
         now: tollgate_agent_core::Millis,
@@ -516,6 +523,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
     ) -> BoxFuture<'_, Result<Vec<tollgate_agent_core::RunRecord>, tollgate_agent_core::StoreError>> {
         self.inner.due(now, limit)
     }
+
     fn purge(
         &self,
         terminal_before: tollgate_agent_core::Millis,
@@ -524,15 +532,32 @@ impl tollgate_agent_core::RunStore for FailingStore {
     ) -> BoxFuture<'_, Result<u64, tollgate_agent_core::StoreError>> {
         self.inner.purge(terminal_before, waiting_before, batch)
     }
+}
+
+impl tollgate_agent_core::StoreHealth for FailingStore {
+    fn count_by_status(
+        &self,
+    ) -> BoxFuture<'_, Result<Vec<(tollgate_agent_core::RunStatus, u64)>, tollgate_agent_core::StoreError>> {
+        self.inner.count_by_status()
+    }
+
     fn probe_write(&self) -> BoxFuture<'_, Result<(), tollgate_agent_core::StoreError>> {
         self.broken_with().unwrap_or_else(|| self.inner.probe_write())
     }
+
     fn check_integrity(
         &self,
         depth: tollgate_agent_core::IntegrityCheck,
     ) -> BoxFuture<'_, Result<Vec<String>, tollgate_agent_core::StoreError>> {
         self.inner.check_integrity(depth)
     }
+}
+
+impl tollgate_agent_core::ChangeFeed for FailingStore {
+    fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
+        self.taps && self.inner.tap_commits(tap)
+    }
+
     fn committed<'a>(
         &'a self,
         after: Option<&'a str>,
@@ -540,6 +565,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
     ) -> BoxFuture<'a, Result<tollgate_agent_core::CommittedPage, tollgate_agent_core::StoreError>> {
         self.broken_with().unwrap_or_else(|| self.inner.committed(after, limit))
     }
+
     fn hold_reader<'a>(
         &'a self,
         name: &'a str,
@@ -550,6 +576,7 @@ impl tollgate_agent_core::RunStore for FailingStore {
     ) -> BoxFuture<'a, Result<tollgate_agent_core::ReaderHold, tollgate_agent_core::StoreError>> {
         self.broken_with().unwrap_or_else(|| self.inner.hold_reader(name, holder, position, until, now))
     }
+
     fn release_reader<'a>(
         &'a self,
         name: &'a str,

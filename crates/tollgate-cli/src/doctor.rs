@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use tollgate_agent_core::canonical::canonical_sha256;
 use tollgate_agent_core::redact::Redactor;
 use tollgate_agent_core::{
-    EventKind, IntegrityCheck, RunQuery, RunRecord, RunState, RunStore, StoreError, StoredEvent, verify_chain_with,
+    EventKind, IntegrityCheck, RunQuery, RunRecord, RunState, StoreError, StoreHealth, StoredEvent, verify_chain_with,
 };
 use tollgate_agent_runtime::Runtime;
 
@@ -113,9 +113,9 @@ pub async fn doctor(ctx: &Context) -> Result<Exit, CliError> {
 
 /// Checks the database, then every run.
 pub async fn check(runtime: &Runtime, form: &LogForm) -> Summary {
-    let store = runtime.store();
+    let (log, health) = (runtime.event_log(), runtime.health());
     let mut summary = Summary {
-        database_problems: match store.check_integrity(IntegrityCheck::Full).await {
+        database_problems: match health.check_integrity(IntegrityCheck::Full).await {
             Ok(problems) => problems,
             Err(error) => vec![error.to_string()],
         },
@@ -123,7 +123,7 @@ pub async fn check(runtime: &Runtime, form: &LogForm) -> Summary {
     };
     let mut cursor = None;
     loop {
-        let page = match store.list(RunQuery { status: None, agent: None, limit: PAGE, cursor }).await {
+        let page = match runtime.list(RunQuery { status: None, agent: None, limit: PAGE, cursor }).await {
             Ok(page) => page,
             Err(error) => {
                 summary.incomplete = Some(format!("cannot list every run: {error}"));
@@ -132,7 +132,7 @@ pub async fn check(runtime: &Runtime, form: &LogForm) -> Summary {
         };
         for id in page.skipped {
             summary.runs_checked += 1;
-            let error = match store.get(&id).await {
+            let error = match runtime.get(&id).await {
                 Err(error) => error.to_string(),
                 Ok(_) => "its row could not be read while listing".to_owned(),
             };
@@ -140,7 +140,7 @@ pub async fn check(runtime: &Runtime, form: &LogForm) -> Summary {
         }
         for run in page.runs {
             summary.runs_checked += 1;
-            let events = match tollgate_agent_core::store::events_after(&**store, &run.id, 0).await {
+            let events = match tollgate_agent_core::store::events_after(&**log, &run.id, 0).await {
                 Ok(events) => events,
                 Err(StoreError::NotFound(_)) => {
                     summary.runs_checked -= 1; // purged meanwhile
@@ -151,7 +151,7 @@ pub async fn check(runtime: &Runtime, form: &LogForm) -> Summary {
                     continue;
                 }
             };
-            match verify_chain_with(&events, run.last_seq, &run.last_hash, store.chain_keys()) {
+            match verify_chain_with(&events, run.last_seq, &run.last_hash, log.chain_keys()) {
                 Ok(()) => summary.chains_intact += 1,
                 Err(broken) => summary.broken_chains.push(BrokenChain {
                     id: run.id.clone(),
@@ -289,7 +289,7 @@ fn render(summary: &Summary) -> String {
 /// `serve`'s check at start: SQLite's `PRAGMA quick_check` (PostgreSQL: each table readable). A
 /// database that fails it is refused (exit 2, as for a store that cannot be opened), naming what is
 /// wrong and `tollgate doctor`.
-pub async fn refuse_corrupt(store: &dyn RunStore) -> Result<(), CliError> {
+pub async fn refuse_corrupt(store: &dyn StoreHealth) -> Result<(), CliError> {
     let problems = match store.check_integrity(IntegrityCheck::Quick).await {
         Ok(problems) => problems,
         Err(error) => vec![error.to_string()],

@@ -16,7 +16,7 @@ pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
     let config = &local.config;
     refuse_networked_shell_without_tokens(config)?;
     // A damaged database is refused before anything is served from it (SQLite's `quick_check`).
-    crate::doctor::refuse_corrupt(local.runtime.store().as_ref()).await?;
+    crate::doctor::refuse_corrupt(local.runtime.health().as_ref()).await?;
     // Runs started over HTTP use the workspace tools: the folder must exist before any call is checked.
     local.ensure_workspace()?;
     let options = ServerOptions {

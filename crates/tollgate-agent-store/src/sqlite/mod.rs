@@ -72,7 +72,8 @@ use tollgate_agent_core::BoxFuture;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
 use tollgate_agent_core::run::{Lease, Millis, RunRecord, RunStatus, Transition};
 use tollgate_agent_core::store::{
-    Claimed, CommittedPage, Guard, IntegrityCheck, ReaderHold, RunPage, RunQuery, RunStore, StoreError,
+    ChangeFeed, Claimed, CommittedPage, EventLog, Guard, IntegrityCheck, ReaderHold, RunPage, RunQuery, RunQueue,
+    RunRows, Schedules, StoreError, StoreHealth,
 };
 use writer::{Outcome, QUEUE_CAPACITY, Request, WriteOp, Writer};
 
@@ -369,7 +370,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl RunStore for SqliteStore {
+impl RunRows for SqliteStore {
     fn create(&self, run: RunRecord, events: Vec<NewEvent>) -> BoxFuture<'_, Result<RunRecord, StoreError>> {
         Box::pin(self.write_record(Request::Create { run, events }))
     }
@@ -408,7 +409,9 @@ impl RunStore for SqliteStore {
         let request = Request::Append { id: id.to_owned(), owner: owner.to_owned(), events, lease_until };
         Box::pin(self.write_count(request))
     }
+}
 
+impl EventLog for SqliteStore {
     fn events<'a>(
         &'a self,
         id: &'a str,
@@ -418,14 +421,12 @@ impl RunStore for SqliteStore {
         Box::pin(async move { self.read_events(id, after, limit) })
     }
 
-    fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
-        Box::pin(async move { self.due_runs(now, limit) })
+    fn chain_keys(&self) -> Option<&tollgate_agent_core::event::ChainKeys> {
+        self.keys.as_deref().map(DataKeys::chain_keys)
     }
+}
 
-    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {
-        Box::pin(async move { self.count_runs() })
-    }
-
+impl RunQueue for SqliteStore {
     fn claim_queued<'a>(
         &'a self,
         agents: &'a [String],
@@ -479,14 +480,11 @@ impl RunStore for SqliteStore {
     fn oldest_queued(&self) -> BoxFuture<'_, Result<Option<Millis>, StoreError>> {
         Box::pin(async move { self.oldest_queued_at() })
     }
+}
 
-    fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
-        self.committer.taps.add(tap);
-        true
-    }
-
-    fn chain_keys(&self) -> Option<&tollgate_agent_core::event::ChainKeys> {
-        self.keys.as_deref().map(DataKeys::chain_keys)
+impl Schedules for SqliteStore {
+    fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(async move { self.due_runs(now, limit) })
     }
 
     fn purge(
@@ -498,6 +496,12 @@ impl RunStore for SqliteStore {
         let request = Request::Purge { terminal_before, waiting_before, batch };
         Box::pin(self.write_count(request))
     }
+}
+
+impl StoreHealth for SqliteStore {
+    fn count_by_status(&self) -> BoxFuture<'_, Result<Vec<(RunStatus, u64)>, StoreError>> {
+        Box::pin(async move { self.count_runs() })
+    }
 
     fn probe_write(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         let request = Request::Probe { at: migrations::now_millis() };
@@ -506,6 +510,13 @@ impl RunStore for SqliteStore {
 
     fn check_integrity(&self, depth: IntegrityCheck) -> BoxFuture<'_, Result<Vec<String>, StoreError>> {
         Box::pin(async move { self.check_file(depth) })
+    }
+}
+
+impl ChangeFeed for SqliteStore {
+    fn tap_commits(&self, tap: &tollgate_agent_core::CommitTap) -> bool {
+        self.committer.taps.add(tap);
+        true
     }
 
     fn committed<'a>(&'a self, after: Option<&'a str>, limit: u32) -> BoxFuture<'a, Result<CommittedPage, StoreError>> {

@@ -9,7 +9,7 @@ use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection};
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate_agent_core::store::{RunStore, StoreError};
+use tollgate_agent_core::store::{ChangeFeed, RunRows, RunStore, StoreError};
 use tollgate_agent_core::{Approval, ApprovalId, Requirement, RunStatus};
 use tollgate_agent_store::seal::SealReport;
 use tollgate_agent_store::{PostgresStore, ScratchSchema, StoreOptions};

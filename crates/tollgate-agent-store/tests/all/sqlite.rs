@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_agent_core::event::{EventKind, NewEvent, verify_chain};
 use tollgate_agent_core::run::{RunStatus, Transition};
-use tollgate_agent_core::store::{Guard, IntegrityCheck, RunQuery, RunStore, StoreError};
+use tollgate_agent_core::store::{
+    EventLog, Guard, IntegrityCheck, RunQuery, RunRows, RunStore, StoreError, StoreHealth,
+};
 use tollgate_agent_store::seal::SealReport;
 use tollgate_agent_store::{SqliteStore, StoreOptions};
 
