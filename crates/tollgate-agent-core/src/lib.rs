@@ -89,7 +89,7 @@ pub use tool::{
 };
 pub use tool_loop::{
     AgentLoop, Completion, HookError, ITERATION_LIMIT_RESULT, LoopConfig, LoopError, LoopEvent, LoopHooks, NoHooks,
-    Outcome, StartingCall, TerminationReason, ToolLoop, cap_result,
+    Outcome, ResumePlan, StartingCall, TerminationReason, ToolLoop, cap_result,
 };
 pub use transcript::{Counters, Invocation, Message, ToolCall, ToolResult, Usage};
 pub use typed::{FnTool, IntoTool, Typed, TypedTool, args_schema, tool_fn};

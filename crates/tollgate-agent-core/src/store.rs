@@ -10,11 +10,11 @@
 //!   silent success;
 //! - a store shared by several nodes may announce the changes the others commit ([`ChangeFeed::changes`]):
 //!   which run and where it stands, never its data;
-//! - a store may hand the events of its own commits to a [`CommitTap`] ([`RunStore::tap_commits`]),
+//! - a store may hand the events of its own commits to a [`CommitTap`] ([`ChangeFeed::tap_commits`]),
 //!   after the commit and before the write returns, so that its process need not read them back;
-//! - every commit, by any process, is in the store's commit log ([`RunStore::committed`]) in an order
+//! - every commit, by any process, is in the store's commit log ([`ChangeFeed::committed`]) in an order
 //!   whose positions never skip a commit, and a named reader of that log is held by one holder at a
-//!   time ([`RunStore::hold_reader`]) with its position stored, so that a durable consumer (webhook
+//!   time ([`ChangeFeed::hold_reader`]) with its position stored, so that a durable consumer (webhook
 //!   deliveries) continues after a crash where it was, on any node.
 
 use crate::BoxFuture;
@@ -191,7 +191,7 @@ impl StoreError {
     }
 }
 
-/// How deep [`RunStore::check_integrity`] looks.
+/// How deep [`StoreHealth::check_integrity`] looks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntegrityCheck {
     /// Fast enough for every start of `serve` (SQLite's `PRAGMA quick_check`: the structure of every
@@ -240,7 +240,7 @@ pub struct RunPage {
     pub skipped: Vec<String>,
 }
 
-/// The hosts a store may reach its database on, and where it stands among them ([`RunStore::hosts`]): a
+/// The hosts a store may reach its database on, and where it stands among them ([`ChangeFeed::hosts`]): a
 /// PostgreSQL store's URL may name every member of a highly available cluster, and the store follows
 /// the one that will do (the writable primary) across a failover.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -281,7 +281,7 @@ pub enum StoreChange {
     Lost,
 }
 
-/// A queued run a worker has claimed ([`RunStore::claim_queued`]).
+/// A queued run a worker has claimed ([`RunQueue::claim_queued`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Claimed {
     /// The run as claimed: running under the worker's lease.
@@ -291,13 +291,13 @@ pub struct Claimed {
     pub queued_at: Millis,
 }
 
-/// Receives the events of each commit made through a store ([`RunStore::tap_commits`]): the run's id and
-/// the events the commit appended, in seq order, exactly as [`RunStore::events`] serves them. It is
+/// Receives the events of each commit made through a store ([`ChangeFeed::tap_commits`]): the run's id and
+/// the events the commit appended, in seq order, exactly as [`EventLog::events`] serves them. It is
 /// called on the committing thread after the commit and before the write that made it returns (a
 /// commit without events calls nothing), so it must be quick and must never block or wait.
 pub type CommitTap = Arc<dyn Fn(&str, &[StoredEvent]) + Send + Sync>;
 
-/// One page of a store's commit log ([`RunStore::committed`]).
+/// One page of a store's commit log ([`ChangeFeed::committed`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CommittedPage {
     /// Events committed after the position read from, each with its run's id: commits in the order of
@@ -318,7 +318,7 @@ pub struct CommittedPage {
     pub pending: bool,
 }
 
-/// Who holds a named reader of the commit log ([`RunStore::hold_reader`]).
+/// Who holds a named reader of the commit log ([`ChangeFeed::hold_reader`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReaderHold {
     /// The caller holds it, until the time it asked for. `position` is the reader's stored position

@@ -18,6 +18,7 @@ use crate::transcript::{Counters, Invocation, Message, ToolCall, ToolResult};
 use futures_util::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -207,23 +208,48 @@ pub trait AgentLoop: Send + Sync {
         decision: &'a Decision,
     ) -> BoxFuture<'a, Result<(), DecisionError>>;
 
-    /// The call that resuming `suspension` with `decisions` will run first, when it is one a person
-    /// decided (approved or edited) and nothing runs before it: its `tool_started` may then be committed
-    /// together with the claim of the resume, saving a commit. `None` otherwise, and by default, in which
-    /// case every decided call's `tool_started` is committed on its own as the call starts.
-    fn first_decided_call(&self, _suspension: &Suspension, _decisions: &Decisions) -> Option<StartingCall> {
-        None
-    }
+    /// Plans resuming `suspension` with a decision for every call that takes one, once ([`ResumePlan`]).
+    /// Refuses decisions that do not fit the turn (an unknown call, one that takes no decision, one
+    /// missing); edited arguments the live tool refuses are planned as that call's error result, and
+    /// said by [`ResumePlan::refused_edit`].
+    fn plan_resume<'a>(
+        &'a self,
+        suspension: &'a Suspension,
+        decisions: &'a Decisions,
+    ) -> BoxFuture<'a, Result<ResumePlan, DecisionError>>;
 
-    /// Resumes a suspension with a decision for every call that takes one. `scope` is the run's, as
-    /// at its start: the suspension does not carry it.
+    /// Executes a plan made by [`plan_resume`](Self::plan_resume) for `suspension`: the held turn's calls
+    /// as planned, then the loop goes on. `scope` is the run's, as at its start: the suspension does not
+    /// carry it.
+    fn resume_planned<'a>(
+        &'a self,
+        scope: &'a RunScope,
+        suspension: Suspension,
+        plan: ResumePlan,
+        hooks: &'a dyn LoopHooks,
+    ) -> BoxFuture<'a, Result<Outcome, LoopError>>;
+
+    /// Resumes a suspension with a decision for every call that takes one: plans it, refusing edited
+    /// arguments the live tool refuses ([`DecisionError::InvalidEdit`]), and executes the plan. `scope`
+    /// is the run's, as at its start: the suspension does not carry it.
     fn resume<'a>(
         &'a self,
         scope: &'a RunScope,
         suspension: Suspension,
         decisions: &'a Decisions,
         hooks: &'a dyn LoopHooks,
-    ) -> BoxFuture<'a, Result<Outcome, LoopError>>;
+    ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
+        Box::pin(async move {
+            let plan = self.plan_resume(&suspension, decisions).await?;
+            // Arguments failing the tool's schema or checks refuse the resume; arguments the gate forbids
+            // are the call's error result, as any gate that changed since the turn was held.
+            if let Some((call_id, refusal)) = plan.refused.iter().find(|(_, r)| !r.forbidden) {
+                let (call_id, message) = (call_id.clone(), refusal.message.clone());
+                return Err(DecisionError::InvalidEdit { call_id, message }.into());
+            }
+            self.resume_planned(scope, suspension, plan, hooks).await
+        })
+    }
 }
 
 /// A call about to run, as [`LoopEvent::ToolStarted`] will announce it.
@@ -260,18 +286,87 @@ impl LoopState {
 
 /// A call of a turn on its way to exactly one result. `observed` is what the preview a person approved
 /// the call on observed: `None` for an allowed call and for edited arguments (never previewed).
+#[derive(Clone, Debug, PartialEq)]
 enum Step {
     Settled(ToolResult),
     Run { call_id: String, tool: String, arguments: Value, gate: Gate, edited: bool, observed: Option<Value> },
 }
 
 /// A call about to be invoked: what its `tool_started` names, and what its context carries.
+/// `announced`: its `tool_started` was committed already (with the claim of the resume), so the hook is
+/// not told again.
 struct Invoked<'a> {
     call_id: &'a str,
     tool: &'a str,
     gate: Gate,
     edited: bool,
     observed: Option<Value>,
+    announced: bool,
+}
+
+/// What resuming a held turn does, planned once ([`AgentLoop::plan_resume`]) from the suspension and a
+/// decision for every call that takes one, against the live tools: each call of the turn runs (with the
+/// arguments it runs with) or has its result (a denial, a response, a refusal). Executed by
+/// [`AgentLoop::resume_planned`] as it is, without planning or checking anything again.
+///
+/// A call that cannot run as decided when the plan is made — its tool gone or changed, its gate now
+/// `forbid`, its policy now asking for more approvals, edited arguments its tool now refuses — is planned
+/// as its own error result, so the rest of the turn runs and the run goes on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResumePlan {
+    round: u32,
+    steps: Vec<Step>,
+    /// Edits the live tool refused while planning, by call id, with why: each such call ends as its
+    /// error result.
+    refused: BTreeMap<String, Refusal>,
+    /// The call whose `tool_started` was committed with the claim of the resume (see
+    /// [`ResumePlan::commit_first_start`]).
+    started: Option<String>,
+}
+
+impl ResumePlan {
+    /// The model call whose turn it resumes.
+    pub fn round(&self) -> u32 {
+        self.round
+    }
+
+    /// The call the plan runs first, when a person decided it (approved or edited) and nothing runs
+    /// before it: its `tool_started` may be committed together with the claim of the resume.
+    pub fn first_decided(&self) -> Option<StartingCall> {
+        match self.steps.iter().find(|step| matches!(step, Step::Run { .. }))? {
+            Step::Run { call_id, tool, arguments, gate, .. } if *gate != Gate::Allow => Some(StartingCall {
+                call_id: call_id.clone(),
+                tool: tool.clone(),
+                arguments: arguments.clone(),
+                gate: *gate,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Marks the start of [`first_decided`](Self::first_decided) as committed (with the claim): the
+    /// loop runs the call without announcing its `tool_started` again. Answers that call, if any.
+    pub fn commit_first_start(&mut self) -> Option<StartingCall> {
+        let first = self.first_decided()?;
+        self.started = Some(first.call_id.clone());
+        Some(first)
+    }
+
+    /// Why the live tool refused the edited arguments of `call_id` when the plan was made (they fail its
+    /// schema or checks, or its gate forbids them), if it did.
+    pub fn refused_edit(&self, call_id: &str) -> Option<&str> {
+        self.refused.get(call_id).map(|r| r.message.as_str())
+    }
+}
+
+/// An edit the live tool refused while planning a resume.
+#[derive(Clone, Debug, PartialEq)]
+struct Refusal {
+    /// Why.
+    message: String,
+    /// The tool's gate forbids the arguments (a policy matter, which the resume's recheck reports as the
+    /// call's error result), rather than the arguments failing its schema or checks.
+    forbidden: bool,
 }
 
 /// The provider-neutral tool loop.
@@ -309,23 +404,24 @@ impl ToolLoop {
         decision: &Decision,
     ) -> Result<(), DecisionError> {
         self.check_decided(suspension, call_id, decision).await?;
-        if let Decision::Edit { arguments } = decision
-            && let Some(call) = suspension.call(call_id)
-            && let Some(registered) = self.tools.get(&call.tool)
-        {
-            // An edit cannot take a call where policy forbids it: refused before anything is recorded,
-            // rather than recorded as the approver's and then not run. (A gate that changes after the
-            // decision was taken is the resume's recheck: the call then gets an error result.)
-            let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.to_owned(), message };
-            match guarded(|| registered.tool().gate(arguments)) {
-                Some(Gate::Forbid) => {
-                    return Err(invalid(format!("policy forbids {} with them, so the edit is refused", call.tool)));
-                }
-                None => return Err(invalid(format!("tool {} failed to check the arguments", call.tool))),
-                Some(Gate::Allow | Gate::Ask) => {}
+        self.forbidden_edit(suspension, call_id, decision).map_or(Ok(()), Err)
+    }
+
+    /// An edit into arguments its tool's gate (policy included) forbids: refused before anything is
+    /// recorded, rather than recorded as the approver's and then not run. (A gate that changes after the
+    /// decision was taken is the resume's recheck: the call then gets an error result.)
+    fn forbidden_edit(&self, suspension: &Suspension, call_id: &str, decision: &Decision) -> Option<DecisionError> {
+        let Decision::Edit { arguments } = decision else { return None };
+        let call = suspension.call(call_id)?;
+        let registered = self.tools.get(&call.tool)?;
+        let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.to_owned(), message };
+        match guarded(|| registered.tool().gate(arguments)) {
+            Some(Gate::Forbid) => {
+                Some(invalid(format!("policy forbids {} with them, so the edit is refused", call.tool)))
             }
+            None => Some(invalid(format!("tool {} failed to check the arguments", call.tool))),
+            Some(Gate::Allow | Gate::Ask) => None,
         }
-        Ok(())
     }
 
     /// What a decision must pass to resume a suspension: the call exists and takes a decision, and edited
@@ -380,13 +476,6 @@ impl ToolLoop {
         missing_decisions(suspension, decisions)
     }
 
-    fn check_decisions_shape(&self, suspension: &Suspension, decisions: &Decisions) -> Result<(), DecisionError> {
-        for (call_id, decision) in decisions {
-            self.check_decision_shape(suspension, call_id, decision)?;
-        }
-        missing_decisions(suspension, decisions)
-    }
-
     async fn start_run(&self, scope: &RunScope, input: &str, hooks: &dyn LoopHooks) -> Result<Outcome, LoopError> {
         let mut transcript = Vec::with_capacity(2 * self.config.max_iterations as usize + 2);
         if let Some(prompt) = &self.config.system_prompt {
@@ -397,18 +486,72 @@ impl ToolLoop {
         self.drive(scope, state, hooks).await
     }
 
+    /// [`AgentLoop::plan_resume`]: the decisions checked against the turn, each edit against the live
+    /// tool (once: a refusal becomes the call's error result), and the steps re-checked against the live
+    /// tool set.
+    async fn plan_resume_of(
+        &self,
+        suspension: &Suspension,
+        decisions: &Decisions,
+    ) -> Result<ResumePlan, DecisionError> {
+        for call_id in decisions.keys() {
+            let call = suspension.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.clone()))?;
+            if let Some(refused) = call.refuse_decision() {
+                return Err(refused);
+            }
+        }
+        missing_decisions(suspension, decisions)?;
+        let mut refused = BTreeMap::new();
+        let mut decisions = decisions.clone();
+        for (call_id, decision) in &mut decisions {
+            if !matches!(decision, Decision::Edit { .. }) {
+                continue;
+            }
+            match self.check_decided(suspension, call_id, decision).await {
+                Err(error) => {
+                    let message = match error {
+                        DecisionError::InvalidEdit { message, .. } => message,
+                        other => other.to_string(),
+                    };
+                    let tool = suspension.call(call_id).map_or("", |c| c.tool.as_str());
+                    let result =
+                        format!("Tool {tool} was not run: the approver's edited arguments are refused: {message}");
+                    *decision = Decision::Respond { result };
+                    refused.insert(call_id.clone(), Refusal { message, forbidden: false });
+                }
+                // Arguments the gate forbids: the recheck below makes the call its error result.
+                Ok(()) => {
+                    if let Some(DecisionError::InvalidEdit { message, .. }) =
+                        self.forbidden_edit(suspension, call_id, decision)
+                    {
+                        refused.insert(call_id.clone(), Refusal { message, forbidden: true });
+                    }
+                }
+            }
+        }
+        let mut steps = self.plan_resumed_turn(suspension.calls.clone(), &decisions, &suspension.tools);
+        // An edit refused for its arguments is its call's error result (not a response the approver gave).
+        for step in &mut steps {
+            if let Step::Settled(result) = step
+                && refused.get(&result.call_id).is_some_and(|r| !r.forbidden)
+            {
+                result.is_error = true;
+            }
+        }
+        Ok(ResumePlan { round: suspension.round, steps, refused, started: None })
+    }
+
     async fn resume_run(
         &self,
         scope: &RunScope,
         suspension: Suspension,
-        decisions: &Decisions,
+        plan: ResumePlan,
         hooks: &dyn LoopHooks,
     ) -> Result<Outcome, LoopError> {
-        self.check_decisions(&suspension, decisions).await?;
-        let Suspension { round, transcript, calls, counters, trace, tools: pins, .. } = suspension;
+        let Suspension { round, transcript, counters, trace, .. } = suspension;
         let mut state = LoopState { transcript, counters, trace };
-        let steps = self.plan_resumed_turn(calls, decisions, &pins);
-        self.execute_turn(scope, round, &mut state, steps, hooks).await?;
+        let ResumePlan { steps, started, .. } = plan;
+        self.execute_turn(scope, round, &mut state, steps, started.as_deref(), hooks).await?;
         self.drive(scope, state, hooks).await
     }
 
@@ -464,7 +607,7 @@ impl ToolLoop {
                 return Ok(Outcome::Suspended(self.suspend(round, state, held).await));
             }
             let steps = held.into_iter().map(|c| self.step_without_decision(c)).collect();
-            self.execute_turn(scope, round, &mut state, steps, hooks).await?;
+            self.execute_turn(scope, round, &mut state, steps, None, hooks).await?;
         }
     }
 
@@ -663,6 +806,7 @@ impl ToolLoop {
         round: u32,
         state: &mut LoopState,
         steps: Vec<Step>,
+        started: Option<&str>,
         hooks: &dyn LoopHooks,
     ) -> Result<(), LoopError> {
         let mut results: Vec<ToolResult> = Vec::with_capacity(steps.len());
@@ -679,8 +823,14 @@ impl ToolLoop {
                     }
                     if batch.len() == 1 {
                         let (call_id, tool, arguments, edited) = batch.remove(0);
-                        let call =
-                            Invoked { call_id: &call_id, tool: &tool, gate: Gate::Allow, edited, observed: None };
+                        let call = Invoked {
+                            call_id: &call_id,
+                            tool: &tool,
+                            gate: Gate::Allow,
+                            edited,
+                            observed: None,
+                            announced: false,
+                        };
                         let result = self.invoke(scope, round, call, arguments, hooks).await?;
                         record(state, round, &result.1, result.0, &mut results);
                     } else {
@@ -692,6 +842,7 @@ impl ToolLoop {
                                     gate: Gate::Allow,
                                     edited,
                                     observed: None,
+                                    announced: false,
                                 };
                                 self.invoke(scope, round, call, arguments, hooks).await
                             }),
@@ -706,7 +857,8 @@ impl ToolLoop {
                     }
                 }
                 Step::Run { call_id, tool, arguments, gate, edited, observed } => {
-                    let call = Invoked { call_id: &call_id, tool: &tool, gate, edited, observed };
+                    let announced = started == Some(call_id.as_str());
+                    let call = Invoked { call_id: &call_id, tool: &tool, gate, edited, observed, announced };
                     let (result, arguments) = self.invoke(scope, round, call, arguments, hooks).await?;
                     record(state, round, &arguments, result, &mut results);
                 }
@@ -726,8 +878,10 @@ impl ToolLoop {
         arguments: Value,
         hooks: &dyn LoopHooks,
     ) -> Result<(ToolResult, Value), HookError> {
-        let Invoked { call_id, tool, gate, edited, observed } = call;
-        hooks.on_event(LoopEvent::ToolStarted { round, call_id, tool, arguments: &arguments, gate }).await?;
+        let Invoked { call_id, tool, gate, edited, observed, announced } = call;
+        if !announced {
+            hooks.on_event(LoopEvent::ToolStarted { round, call_id, tool, arguments: &arguments, gate }).await?;
+        }
         let (content, is_error) = match self.tools.get(tool) {
             Some(registered) => {
                 let ctx = scope.tool_context(call_id).with_observed(observed);
@@ -797,27 +951,22 @@ impl AgentLoop for ToolLoop {
         Box::pin(self.start_run(scope, input, hooks))
     }
 
-    fn first_decided_call(&self, suspension: &Suspension, decisions: &Decisions) -> Option<StartingCall> {
-        // The tools' own checks of edited arguments ran when the decisions were taken (and run again
-        // when the resume starts); here only what needs no I/O is checked.
-        self.check_decisions_shape(suspension, decisions).ok()?;
-        let steps = self.plan_resumed_turn(suspension.calls.clone(), decisions, &suspension.tools);
-        match steps.into_iter().find(|step| matches!(step, Step::Run { .. }))? {
-            Step::Run { call_id, tool, arguments, gate, .. } if gate != Gate::Allow => {
-                Some(StartingCall { call_id, tool, arguments, gate })
-            }
-            _ => None,
-        }
+    fn plan_resume<'a>(
+        &'a self,
+        suspension: &'a Suspension,
+        decisions: &'a Decisions,
+    ) -> BoxFuture<'a, Result<ResumePlan, DecisionError>> {
+        Box::pin(self.plan_resume_of(suspension, decisions))
     }
 
-    fn resume<'a>(
+    fn resume_planned<'a>(
         &'a self,
         scope: &'a RunScope,
         suspension: Suspension,
-        decisions: &'a Decisions,
+        plan: ResumePlan,
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
-        Box::pin(self.resume_run(scope, suspension, decisions, hooks))
+        Box::pin(self.resume_run(scope, suspension, plan, hooks))
     }
 }
 

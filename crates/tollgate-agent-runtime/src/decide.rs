@@ -13,14 +13,16 @@
 //!   people decide at the same moment.
 //!
 //! Checking edited arguments against the live tool is the agent loop's (`AgentLoop::check_decision`,
-//! asynchronous); the runtime does it on the planned decisions before it commits them.
+//! asynchronous); the runtime does it on the planned decisions before it commits them, in the I/O half
+//! below (`Runtime::decide` and its kin): read the run, plan, check, compare-and-set, and read again and
+//! plan again when another request committed first.
 
-use crate::error::DecideError;
-use crate::{DecisionSet, events};
+use crate::error::{DecideError, DriveError};
+use crate::{DECIDE_ATTEMPTS, DecisionSet, Runtime, Settled, Work, events};
 use std::collections::HashSet;
 use tollgate_agent_core::{
-    ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, HeldTurn, Lease, Millis, NewEvent, RunRecord,
-    RunState, StartingCall, Suspension, Transition, Vote,
+    ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, Guard, HeldTurn, Lease, Millis, NewEvent,
+    RunRecord, RunState, RunStatus, StartingCall, StoreError, Suspension, Transition, Vote,
 };
 
 /// A decision request as a caller sends it.
@@ -114,20 +116,39 @@ fn refused_vote(error: ApprovalError) -> DecideError {
     }
 }
 
-/// Plans what `request` does to `run`, whose held turn is `held` (parsed from the run's stored
-/// suspension), at `now`. `resume_lease` is the lease a completing request claims (none: it queues
-/// the run for a worker instead); `first_decided`
-/// names the call a resume with these decisions runs first when a person decided it
-/// (`AgentLoop::first_decided_call`).
-pub fn plan_decision(
+/// The votes a decision request casts on the run as read — phase one of [`plan_decision`], pure: each
+/// applied by its approval's rules to the held turn, refused here exactly as the store's compare-and-set
+/// would refuse it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Votes {
+    /// The decisions this request records, in the request's order.
+    pub decided: Vec<(String, Decision)>,
+    /// The same, as votes (with actor and time), for the transition.
+    recorded: Vec<(String, Vote)>,
+    /// The held turn with the votes taken.
+    pub after: HeldTurn,
+    /// One `decision` event per vote, then `run_resumed` when the votes settle the turn.
+    events: Vec<NewEvent>,
+    /// The held turn's round.
+    round: u32,
+}
+
+impl Votes {
+    /// True when the votes settle the last open approval: the run resumes.
+    pub fn completes(&self) -> bool {
+        self.after.complete_for_resume()
+    }
+}
+
+/// Plans the votes `request` casts on `run`, whose held turn is `held` (parsed from the run's stored
+/// suspension), at `now`: phase one of a decision, pure.
+pub fn plan_votes(
     run: &RunRecord,
     held: &Suspension,
     request: &DecisionRequest<'_>,
     rules: DeciderRules,
     now: Millis,
-    resume_lease: Option<Lease>,
-    first_decided: impl FnOnce(&Suspension, &Decisions) -> Option<StartingCall>,
-) -> Result<DecisionPlan, DecideError> {
+) -> Result<Votes, DecideError> {
     check_request(request.set)?;
     let pending = admit(run, request, rules)?;
     let actor = request.actor;
@@ -173,31 +194,252 @@ pub fn plan_decision(
         events.push(events::decision(now, held.round, call_id, &vote, approval));
         recorded.push((call_id.clone(), vote));
     }
-    let completes = after.complete_for_resume();
-    if completes {
+    if after.complete_for_resume() {
         events.push(events::run_resumed(now, held.round, actor));
     }
-    let resume = if completes && resume_lease.is_some() {
-        // The resume's first call, when a person decided it and nothing runs before it, has its
-        // `tool_started` committed with the claim: one commit less between the decision and the call.
-        let started = first_decided(held, &after.decisions());
+    Ok(Votes { decided, recorded, after, events, round: held.round })
+}
+
+/// Phase two of a decision, pure: the transition that commits `votes` on `run` as read at `now`, and its
+/// events. `resume_lease`, for votes that settle the turn, claims the resume in the same transaction
+/// (none: the run is queued for a worker); `started` is the call the claimed resume runs first when a
+/// person decided it ([`ResumePlan::commit_first_start`](tollgate_agent_core::ResumePlan::commit_first_start)): its `tool_started` rides with the claim,
+/// one commit less between the decision and the call.
+pub fn finish_decision(
+    run: &RunRecord,
+    votes: Votes,
+    now: Millis,
+    resume_lease: Option<Lease>,
+    started: Option<StartingCall>,
+) -> DecisionPlan {
+    let completes = votes.completes();
+    let Votes { decided, recorded, mut events, round, .. } = votes;
+    let resume = (completes && resume_lease.is_some()).then(|| {
         if let Some(call) = &started {
-            events.push(events::tool_started(
-                now,
-                held.round,
-                &run.id,
-                &call.call_id,
-                &call.tool,
-                &call.arguments,
-                call.gate,
-            ));
+            let event =
+                events::tool_started(now, round, &run.id, &call.call_id, &call.tool, &call.arguments, call.gate);
+            events.push(event);
         }
-        Some(PlannedResume { started })
-    } else {
-        None
-    };
+        PlannedResume { started }
+    });
     let transition = Transition::Vote { votes: recorded, resume: resume_lease.filter(|_| completes) };
-    Ok(DecisionPlan { decided, transition, events, resume })
+    DecisionPlan { decided, transition, events, resume }
+}
+
+/// Plans what `request` does to `run` (both phases, no I/O between): [`plan_votes`], then
+/// [`finish_decision`] with `first_decided` naming, from every decision of the settled turn, the call a
+/// claimed resume runs first.
+pub fn plan_decision(
+    run: &RunRecord,
+    held: &Suspension,
+    request: &DecisionRequest<'_>,
+    rules: DeciderRules,
+    now: Millis,
+    resume_lease: Option<Lease>,
+    first_decided: impl FnOnce(&Decisions) -> Option<StartingCall>,
+) -> Result<DecisionPlan, DecideError> {
+    let votes = plan_votes(run, held, request, rules, now)?;
+    let started =
+        (votes.completes() && resume_lease.is_some()).then(|| first_decided(&votes.after.decisions())).flatten();
+    Ok(finish_decision(run, votes, now, resume_lease, started))
+}
+
+/// The I/O half of a decision request: the checks that need the live agent, the compare-and-set of the votes
+/// [`plan_decision`] planned (read again and planned again when another request committed first), and
+/// the resume it claims.
+impl Runtime {
+    /// Whether `actor` may decide the calls of a run of `agent` started by `created_by` (the agent's
+    /// `forbid_self_approval`). [`decide`](Self::decide) checks the same; a caller asks first to avoid
+    /// asking a person for decisions that would be refused.
+    pub fn check_decider(&self, agent: &str, created_by: &str, actor: &str) -> Result<(), DecideError> {
+        let spec = self.inner.agent(agent).ok_or_else(|| DecideError::UnknownAgent(agent.to_owned()))?;
+        if spec.forbid_self_approval && actor == created_by {
+            return Err(DecideError::SelfApprovalForbidden { agent: agent.to_owned(), actor: actor.to_owned() });
+        }
+        Ok(())
+    }
+
+    /// Checks one decision against run `id`'s held turn, as [`decide`](Self::decide) would (the call takes
+    /// a decision, edited arguments pass the live tool's checks), without recording anything.
+    pub async fn check_decision(&self, id: &str, call_id: &str, decision: &Decision) -> Result<(), DecideError> {
+        let run = self.get(id).await?;
+        let RunState::Waiting(pending) = &run.state else {
+            return Err(DecideError::NotWaiting { id: run.id.clone(), status: run.status() });
+        };
+        let spec = self.inner.agent(&run.agent).ok_or_else(|| DecideError::UnknownAgent(run.agent.clone()))?;
+        let suspension = pending
+            .suspension
+            .parse()
+            .map_err(|e| DecideError::CorruptSuspension { id: run.id.clone(), detail: e.to_string() })?;
+        Ok(spec.agent_loop.check_decision(&suspension, call_id, decision).await?)
+    }
+
+    /// Records decisions for a waiting run. The request whose decisions complete the held turn's set
+    /// resumes the run (in the background); the answer is the run after the decisions were recorded.
+    pub async fn decide(
+        &self,
+        id: &str,
+        turn_digest: &str,
+        set: DecisionSet,
+        actor: &str,
+    ) -> Result<RunRecord, DecideError> {
+        let request = DecisionRequest { turn_digest, set: &set, actor };
+        self.decide_from(None, id, &request, &mut None).await
+    }
+
+    /// Records decisions on a run the caller has just loaded, starting from that record (no second read
+    /// while it is current; if it is not, or is refused, the run is read again and decided on as stored),
+    /// and, when they resume the run, answers once it waits again or has ended. Otherwise answers as
+    /// [`decide`](Self::decide) does.
+    pub async fn decide_and_wait(
+        &self,
+        loaded: &RunRecord,
+        turn_digest: &str,
+        set: DecisionSet,
+        actor: &str,
+    ) -> Result<RunRecord, DecideError> {
+        let (done, driven) = tokio::sync::oneshot::channel();
+        let mut waiter = Some(done);
+        let request = DecisionRequest { turn_digest, set: &set, actor };
+        let decided = self.decide_from(Some(loaded), &loaded.id, &request, &mut waiter).await?;
+        if !matches!(decided.status(), RunStatus::Running | RunStatus::Queued) {
+            return Ok(decided);
+        }
+        if waiter.is_none() {
+            // This request resumed the run: the drive it started answers with where the run settled.
+            match driven.await {
+                Ok(Ok(settled_run)) => return Ok(settled_run),
+                Ok(Err(DriveError::Store(error))) => return Err(DecideError::Store(error)),
+                Ok(Err(DriveError::ChangedHands { .. } | DriveError::Released { .. })) | Err(_) => {}
+            }
+        }
+        // Resumed by another request, queued for a worker, or the drive lost the run to another process
+        // or gave it back: wait on the store.
+        Ok(self.wait_settled(&loaded.id).await?)
+    }
+
+    /// Decides on `loaded` first when given, then on the run as stored, reading it again each time
+    /// another decision commits first. `waiter`, if any, is handed to the drive when these decisions
+    /// resume the run.
+    async fn decide_from(
+        &self,
+        loaded: Option<&RunRecord>,
+        id: &str,
+        request: &DecisionRequest<'_>,
+        waiter: &mut Option<Settled>,
+    ) -> Result<RunRecord, DecideError> {
+        check_request(request.set)?;
+        if let Some(run) = loaded
+            && let Ok(decided) = self.try_decide(run, request, waiter).await
+        {
+            return Ok(decided);
+        }
+        for _ in 0..DECIDE_ATTEMPTS {
+            let run = self.get(id).await?;
+            match self.try_decide(&run, request, waiter).await {
+                Err(DecideError::LostRace { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(DecideError::LostRace { id: id.to_owned() })
+    }
+
+    /// One attempt on the run as read: plan the votes ([`plan_votes`]), check this request's edits with
+    /// the live tools and, when the votes settle the turn, plan the resume once (`AgentLoop::plan_resume`),
+    /// commit on the read's version ([`finish_decision`]), and hand the drive the plan the claim was made on.
+    async fn try_decide(
+        &self,
+        run: &RunRecord,
+        request: &DecisionRequest<'_>,
+        waiter: &mut Option<Settled>,
+    ) -> Result<RunRecord, DecideError> {
+        let spec = self.inner.agent(&run.agent).ok_or_else(|| DecideError::UnknownAgent(run.agent.clone()))?;
+        let rules = DeciderRules { forbid_self_approval: spec.forbid_self_approval };
+        // Refusals that need no parse of the held turn come first: a corrupt turn is failed only on a
+        // request that would otherwise be decided.
+        let pending = admit(run, request, rules)?;
+        let suspension = match pending.suspension.parse() {
+            Ok(s) => s,
+            Err(e) => {
+                self.inner.fail_corrupt(run, &e.to_string()).await;
+                return Err(DecideError::CorruptSuspension { id: run.id.clone(), detail: e.to_string() });
+            }
+        };
+        let now = self.inner.clock.now();
+        let votes = plan_votes(run, &suspension, request, rules, now)?;
+        // Each edit of this request is checked against the live tool once, before anything is recorded:
+        // with the resume's plan when the votes settle the turn (the plan checks every edit of the turn,
+        // and this request's are refused rather than planned as errors), else on its own.
+        let mut resume_plan = None;
+        if votes.completes() {
+            let plan = spec.agent_loop.plan_resume(&suspension, &votes.after.decisions()).await?;
+            if let Some((call_id, message)) =
+                votes.decided.iter().find_map(|(call_id, _)| plan.refused_edit(call_id).map(|m| (call_id, m)))
+            {
+                let refused = DecisionError::InvalidEdit { call_id: call_id.clone(), message: message.to_owned() };
+                tracing::warn!(run = %run.id, call = %call_id, actor = %request.actor, reason = %refused, "decision refused");
+                return Err(refused.into());
+            }
+            resume_plan = Some(plan);
+        } else {
+            for (call_id, decision) in votes.decided.iter().filter(|(_, d)| matches!(d, Decision::Edit { .. })) {
+                if let Err(refused) = spec.agent_loop.check_decision(&suspension, call_id, decision).await {
+                    // Nothing is recorded on the run (the call still waits for a decision); the process's
+                    // log keeps who tried what and why it was refused.
+                    let (actor, action) = (request.actor, decision.action());
+                    tracing::warn!(run = %run.id, call = %call_id, %actor, %action, reason = %refused, "decision refused");
+                    return Err(refused.into());
+                }
+            }
+        }
+        // A free worker resumes the run in the same transaction as the votes that settle its turn;
+        // without one (all busy, or shutting down) those votes queue it for any node's worker.
+        let slot = resume_plan.is_some().then(|| self.inner.pool.try_slot()).flatten();
+        let lease = slot.as_ref().map(|_| self.inner.lease(now));
+        let started = match (&mut resume_plan, &lease) {
+            (Some(plan), Some(_)) => plan.commit_first_start(),
+            _ => None,
+        };
+        let plan = finish_decision(run, votes, now, lease, started);
+        let guard = Guard::Version(run.version);
+        let next = match self.inner.store.rows.transition(&run.id, guard, plan.transition, plan.events, now).await {
+            Ok(next) => next,
+            // Someone acted on the run since it was read: read it again and decide on what is stored.
+            Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => {
+                return Err(DecideError::LostRace { id: run.id.clone() });
+            }
+            Err(StoreError::NotFound(id)) => return Err(DecideError::NotFound(id)),
+            Err(
+                error @ (StoreError::Duplicate(_)
+                | StoreError::Corrupt { .. }
+                | StoreError::Undecryptable { .. }
+                | StoreError::NewerSchema { .. }
+                | StoreError::DiskFull(_)
+                | StoreError::ReadOnly(_)
+                | StoreError::CorruptDatabase(_)
+                | StoreError::Unreachable(_)
+                | StoreError::Database(_)),
+            ) => return Err(DecideError::Store(error)),
+        };
+        self.inner.notify(&next);
+        if let (Some(_), Some(resume_plan), Some(slot)) = (plan.resume, resume_plan, slot)
+            && next.status() == RunStatus::Running
+        {
+            // The drive executes the plan made here, as it is: nothing is planned or checked again.
+            self.inner.spawn_drive(
+                next.clone(),
+                spec,
+                Work::Resume { suspension, plan: Some(resume_plan) },
+                waiter.take(),
+                slot,
+            );
+        } else if next.status() == RunStatus::Queued {
+            // A process that queues work claims it too (no-op once its claim loop runs).
+            self.start_workers();
+            self.inner.pool.queued();
+        }
+        Ok(next)
+    }
 }
 
 #[cfg(test)]
@@ -270,7 +512,7 @@ mod tests {
 
     fn plan(run: &RunRecord, set: DecisionSet, actor: &str, rules: DeciderRules) -> Result<DecisionPlan, DecideError> {
         let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor };
-        plan_decision(run, &held(), &request, rules, NOW, Some(lease()), |_, _| None)
+        plan_decision(run, &held(), &request, rules, NOW, Some(lease()), |_| None)
     }
 
     fn each(list: &[(&str, Decision)]) -> DecisionSet {
@@ -286,7 +528,7 @@ mod tests {
         let set = DecisionSet::ApproveAll;
         let request = DecisionRequest { turn_digest: "sha256:old", set: &set, actor: "bob" };
         let refused =
-            plan_decision(&waiting(&[]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |_, _| None);
+            plan_decision(&waiting(&[]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |_| None);
         assert!(matches!(refused, Err(DecideError::StaleDigest { current }) if current.as_str() == DIGEST));
     }
 
@@ -318,18 +560,11 @@ mod tests {
         };
         let set = each(&[("b", Decision::Deny { reason: "no".into() })]);
         let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "carol" };
-        let planned = plan_decision(
-            &waiting(&["a"]),
-            &held(),
-            &request,
-            DeciderRules::default(),
-            NOW,
-            Some(lease()),
-            |_, all| {
+        let planned =
+            plan_decision(&waiting(&["a"]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |all| {
                 assert_eq!(all.len(), 2, "the resume sees every decision, the recorded one included");
                 Some(started.clone())
-            },
-        );
+            });
         let planned = planned.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(planned.resume, Some(PlannedResume { started: Some(started) }));
         assert_eq!(kinds(&planned), vec![EventKind::Decision, EventKind::RunResumed, EventKind::ToolStarted]);
@@ -393,7 +628,7 @@ mod tests {
         let set = each(&[("a", Decision::Approve)]);
         let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
         let settled =
-            plan_decision(&waiting(&[]), &finished, &request, DeciderRules::default(), NOW, Some(lease()), |_, _| None);
+            plan_decision(&waiting(&[]), &finished, &request, DeciderRules::default(), NOW, Some(lease()), |_| None);
         assert!(
             matches!(&settled, Err(DecideError::Invalid(DecisionError::AlreadyRan { call_id })) if call_id == "a"),
             "{settled:?}"
@@ -420,7 +655,7 @@ mod tests {
         }
         let plan_on = |set: DecisionSet| {
             let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
-            plan_decision(&run, &recovered, &request, DeciderRules::default(), NOW, Some(lease()), |_, _| None)
+            plan_decision(&run, &recovered, &request, DeciderRules::default(), NOW, Some(lease()), |_| None)
                 .unwrap_or_else(|e| panic!("{e}"))
         };
         let all = plan_on(DecisionSet::ApproveAll);

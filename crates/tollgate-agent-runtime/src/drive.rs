@@ -17,7 +17,7 @@ use std::sync::{Arc, PoisonError};
 use std::task::Poll;
 use tollgate_agent_core::{
     Approval, ApprovalId, BoxFuture, Conflict, Decisions, Guard, HeldCall, HeldTurn, LoopError, Metadata, Millis,
-    NewEvent, Outcome, RunError, RunErrorKind, RunRecord, RunStatus, StartingCall, StoreError, Suspension,
+    NewEvent, Outcome, ResumePlan, RunError, RunErrorKind, RunRecord, RunStatus, StoreError, Suspension,
     SuspensionError, Transition, TurnDigest,
 };
 
@@ -62,11 +62,13 @@ impl Drop for InFlight {
 pub(crate) enum Work {
     Start,
     Create,
-    /// `started`: the call whose `tool_started` was committed with the claim.
+    /// `plan`: the resume as the deciding request planned it when it claimed the resume (its first
+    /// call's `tool_started` committed with the claim), executed as it is; `None` for a run claimed from
+    /// the queue or recovered after a crash, whose resume is planned here, once, from the decisions its
+    /// approvals settled on.
     Resume {
         suspension: Suspension,
-        decisions: Decisions,
-        started: Option<StartingCall>,
+        plan: Option<ResumePlan>,
     },
 }
 
@@ -234,21 +236,23 @@ impl Inner {
         self: &Arc<Self>,
         run: RunRecord,
         spec: Arc<AgentSpec>,
-        mut work: Work,
+        work: Work,
     ) -> Result<RunRecord, DriveError> {
-        let started = match &mut work {
-            Work::Start | Work::Create => None,
-            Work::Resume { started, .. } => started.take(),
-        };
         let unborn = matches!(work, Work::Create).then(|| run.clone());
-        let hooks = PersistHooks::new(Arc::clone(self), run.id.clone(), started, unborn);
+        let hooks = PersistHooks::new(Arc::clone(self), run.id.clone(), unborn);
         // The run's id and metadata as stored: a resume in another process has them as the start did.
         let scope = run.scope();
         let segment = async {
             match work {
                 Work::Start | Work::Create => spec.agent_loop.start(&scope, &run.input, &hooks).await,
-                Work::Resume { suspension, decisions, .. } => {
-                    spec.agent_loop.resume(&scope, suspension, &decisions, &hooks).await
+                Work::Resume { suspension, plan: Some(plan) } => {
+                    spec.agent_loop.resume_planned(&scope, suspension, plan, &hooks).await
+                }
+                Work::Resume { suspension, plan: None } => {
+                    // Planned once, here: an edit its tool now refuses is that call's error result.
+                    let decisions = decisions_for(&suspension, run.held_turn());
+                    let plan = spec.agent_loop.plan_resume(&suspension, &decisions).await?;
+                    spec.agent_loop.resume_planned(&scope, suspension, plan, &hooks).await
                 }
             }
         };

@@ -8,7 +8,7 @@
 //! quiet poll interval while the store does not announce other processes' commits).
 //!
 //! The events of this process's own commits need no read at all: the runtime taps its store's commits
-//! ([`RunStore::tap_commits`](tollgate_agent_core::RunStore::tap_commits)) and keeps, for each run some
+//! ([`ChangeFeed::tap_commits`](tollgate_agent_core::ChangeFeed::tap_commits)) and keeps, for each run some
 //! follower follows, the events committed since (up to [`RECENT_PER_RUN`] per run). A follower woken
 //! by such a commit takes them from there; it reads the store for what is not there (another node's
 //! commits, those before it started, a store that does not tap).

@@ -8,8 +8,7 @@ use crate::live::RoundText;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::{
-    BoxFuture, Gate, HookError, LoopEvent, LoopHooks, ModelDelta, NewEvent, RunRecord, RunState, StartingCall,
-    StoreError,
+    BoxFuture, Gate, HookError, LoopEvent, LoopHooks, ModelDelta, NewEvent, RunRecord, RunState, StoreError,
 };
 
 pub(crate) struct PersistHooks {
@@ -27,8 +26,6 @@ struct State {
     buffer: Vec<NewEvent>,
     model_calls: u32,
     round: u32,
-    /// The call whose `tool_started` was committed with the claim of this resume, until it starts.
-    started_with_claim: Option<StartingCall>,
     /// A run not in the store yet (as created), until its first durable write.
     unborn: Option<RunRecord>,
     /// The segment stopped at a step boundary because this process is shutting down.
@@ -39,16 +36,11 @@ struct State {
 }
 
 impl PersistHooks {
-    pub(crate) fn new(
-        inner: Arc<Inner>,
-        run_id: String,
-        started_with_claim: Option<StartingCall>,
-        unborn: Option<RunRecord>,
-    ) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, run_id: String, unborn: Option<RunRecord>) -> Self {
         Self {
             inner,
             run_id,
-            state: Mutex::new(State { started_with_claim, unborn, ..State::default() }),
+            state: Mutex::new(State { unborn, ..State::default() }),
             round_text: Mutex::new(RoundText::default()),
             in_model_call: AtomicBool::new(false),
         }
@@ -164,12 +156,10 @@ impl LoopHooks for PersistHooks {
         {
             let mut state = self.lock();
             // Shutting down: stop at this step boundary, before the next model call or tool call (a
-            // call whose start was committed with the claim is under way already, and runs).
+            // call whose start was committed with the claim of the resume is under way already, and
+            // runs: the loop does not announce its start again).
             let boundary = match &event {
-                LoopEvent::ModelRequest { .. } => true,
-                LoopEvent::ToolStarted { call_id, .. } => {
-                    state.started_with_claim.as_ref().is_none_or(|c| c.call_id != *call_id)
-                }
+                LoopEvent::ModelRequest { .. } | LoopEvent::ToolStarted { .. } => true,
                 LoopEvent::ModelResponse { .. } | LoopEvent::ToolFinished { .. } => false,
             };
             if boundary && (state.released || !self.inner.pool.accepting()) {
@@ -194,23 +184,9 @@ impl LoopHooks for PersistHooks {
                     state.buffer.push(events::model_response(now, round, response));
                 }
                 LoopEvent::ToolStarted { round, call_id, tool, arguments, gate } => {
-                    // The start committed with the claim is the first one; it is not committed again.
-                    let committed = state.started_with_claim.take().is_some_and(|c| {
-                        c.call_id == call_id && c.tool == tool && &c.arguments == arguments && c.gate == gate
-                    });
-                    if !committed {
-                        state.buffer.push(events::tool_started(
-                            now,
-                            round,
-                            &self.run_id,
-                            call_id,
-                            tool,
-                            arguments,
-                            gate,
-                        ));
-                        if gate != Gate::Allow {
-                            flush = Some(std::mem::take(&mut state.buffer));
-                        }
+                    state.buffer.push(events::tool_started(now, round, &self.run_id, call_id, tool, arguments, gate));
+                    if gate != Gate::Allow {
+                        flush = Some(std::mem::take(&mut state.buffer));
                     }
                 }
                 LoopEvent::ToolFinished { round, result } => {

@@ -75,6 +75,7 @@
 pub use live::{LiveDelta, LiveText, RunDeltas};
 pub use privacy::PrivacyLevel;
 use tollgate_agent_core::Redactor;
+mod cancel;
 mod changes;
 pub mod decide;
 mod drive;
@@ -86,9 +87,12 @@ pub mod live;
 pub mod maintenance;
 mod outage;
 pub mod privacy;
+mod reads;
 mod recovery;
+mod start;
 mod stores;
 pub mod view;
+mod waits;
 pub mod wire;
 pub mod workers;
 
@@ -100,16 +104,15 @@ pub use maintenance::{Maintenance, Retention, Schedule};
 pub use workers::{WorkerStats, default_workers};
 
 use changes::ChangeSets;
-pub(crate) use drive::{Settled, Work, decisions_for, suspend_transition};
-use error::{DriveError, SweepError};
+pub(crate) use drive::{Settled, Work, suspend_transition};
+use error::SweepError;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast};
 use tollgate_agent_core::{
-    AgentLoop, ChainBreak, ChangeFeed, Clock, Conflict, Decision, EventLog, Guard, IdGen, Lease, Millis, RunPage,
-    RunQuery, RunRecord, RunState, RunStatus, RunStore, StoreChange, StoreError, StoreHealth, StoredEvent, Transition,
-    verify_chain_with,
+    AgentLoop, ChangeFeed, Clock, Decision, EventLog, IdGen, Lease, Millis, RunRecord, RunStatus, RunStore,
+    StoreChange, StoreHealth,
 };
 use workers::Pool;
 
@@ -210,7 +213,7 @@ impl Default for RuntimeOptions {
 pub const DEFAULT_MAX_TAKEOVERS: u32 = 3;
 
 /// A change to a run, broadcast in process as it commits: this process's own changes, and (from a
-/// store several nodes share, see [`RunStore::changes`]) those another node committed.
+/// store several nodes share, see [`ChangeFeed::changes`]) those another node committed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunNotice {
     /// The run (empty for [`Origin::Resync`]).
@@ -432,7 +435,7 @@ impl Runtime {
     }
 
     /// Live notices of run changes: those committed by this process and, when the store announces
-    /// them ([`RunStore::changes`]: PostgreSQL), those committed by other nodes ([`Origin::Remote`]).
+    /// them ([`ChangeFeed::changes`]: PostgreSQL), those committed by other nodes ([`Origin::Remote`]).
     pub fn subscribe(&self) -> broadcast::Receiver<RunNotice> {
         self.inner.notices.subscribe()
     }
@@ -475,425 +478,6 @@ impl Runtime {
     /// behind. Other nodes' changes are not in it.
     pub fn changes(&self) -> ChangeSet {
         self.inner.changes.open()
-    }
-
-    /// How a follower of one run waits: until a notice on `notices` says run `id` moved past `seq` (or
-    /// says to resync, or the follower fell behind), or — while the store does not announce other
-    /// processes' commits — until `fallback` passes (see [`recheck_after`](Self::recheck_after)).
-    /// Answers the notice that woke it, if one did (a resync's among them).
-    pub async fn wait_for_run(
-        &self,
-        notices: &mut broadcast::Receiver<RunNotice>,
-        id: &str,
-        seq: u64,
-        fallback: Duration,
-    ) -> Option<RunNotice> {
-        let mut woke = None;
-        let woken = async {
-            loop {
-                match notices.recv().await {
-                    Ok(notice) if notice.wakes(id, seq) => {
-                        woke = Some(notice);
-                        return;
-                    }
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    // No more notices: only the fallback ends the wait.
-                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-                }
-            }
-        };
-        self.wait_or_recheck(fallback, woken).await;
-        woke
-    }
-
-    /// Starts a run: driven in this process, in the background, when one of its workers is free
-    /// (answered as created, `running`), else queued for the first free worker of any node (answered
-    /// `queued`, see [`enqueue`](Self::enqueue)).
-    pub async fn start(&self, request: StartRun<'_>) -> Result<RunRecord, StartError> {
-        let Some(slot) = self.inner.pool.try_slot() else {
-            return self.enqueue(request).await;
-        };
-        let (run, spec) = self.create_run(request, true).await?;
-        self.inner.spawn_drive(run.clone(), spec, Work::Start, None, slot);
-        Ok(run)
-    }
-
-    /// Creates a run `queued` and answers it so: the first free worker of any node sharing the store
-    /// claims it ([`start_workers`](Self::start_workers), which this starts for this process if it
-    /// has not yet), oldest first.
-    pub async fn enqueue(&self, request: StartRun<'_>) -> Result<RunRecord, StartError> {
-        let (run, _) = self.create_run(request, false).await?;
-        // A process that queues work claims it too (no-op once its claim loop runs).
-        self.start_workers();
-        self.inner.pool.queued();
-        Ok(run)
-    }
-
-    /// Creates and stores a run with its `run_started` event: leased to this process (`running`) or
-    /// `queued`.
-    async fn create_run(&self, request: StartRun<'_>, leased: bool) -> Result<(RunRecord, Arc<AgentSpec>), StartError> {
-        let (run, spec) = self.inner.new_run(request, leased)?;
-        let started = events::run_started(&run);
-        let run = self.inner.store.rows.create(run, vec![started]).await.map_err(StartError::Store)?;
-        self.inner.notify_created(&run);
-        Ok((run, spec))
-    }
-
-    /// [`wait_settled`](Self::wait_settled) for a run this request started: gone meanwhile is
-    /// [`StartError::Vanished`].
-    async fn wait_started(&self, id: &str) -> Result<RunRecord, StartError> {
-        self.wait_settled(id).await.map_err(|error| match error {
-            ReadError::NotFound(id) => StartError::Vanished(id),
-            ReadError::Store(error) => StartError::Store(error),
-        })
-    }
-
-    /// Starts a run and answers once it waits for approval or has ended.
-    ///
-    /// Until then only the caller, who is waiting, knows of the run, so it is not committed on its own:
-    /// its creation rides with its first durable write (the held turn, the end, or the progress committed
-    /// before a second model call), one commit less. Should the process die before that, no run is left
-    /// behind and the caller's request fails; nothing was promised to anyone.
-    pub async fn start_and_wait(&self, request: StartRun<'_>) -> Result<RunRecord, StartError> {
-        let Some(slot) = self.inner.pool.try_slot() else {
-            // Every worker is busy (or this process is shutting down): queued, and followed in the store.
-            let run = self.enqueue(request).await?;
-            return self.wait_started(&run.id).await;
-        };
-        let (run, spec) = self.inner.new_run(request, true)?;
-        let id = run.id.clone();
-        // Driven in a task of its own (so that many runs started at once from one task still run side by
-        // side and commit together), which answers here.
-        let (done, driven) = tokio::sync::oneshot::channel();
-        self.inner.spawn_drive(run, spec, Work::Create, Some(done), slot);
-        match driven.await {
-            Ok(Ok(run)) => Ok(run),
-            Ok(Err(DriveError::Store(error))) => Err(StartError::Store(error)),
-            // Stored, then changed hands (cancelled, taken over, or given back at shutdown): wait on the
-            // stored run.
-            Ok(Err(DriveError::ChangedHands { .. } | DriveError::Released { .. })) | Err(_) => {
-                self.wait_started(&id).await
-            }
-        }
-    }
-
-    /// Waits until a run waits for approval or has ended. A notice that carries a settled record newer
-    /// than the last state read answers without another read; any other settled notice, a lag, a
-    /// resync, or — while the store does not announce other processes' commits — a quiet half second
-    /// reads the run again (another process may drive it).
-    pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, ReadError> {
-        let notices = self.subscribe();
-        let run = self.get(id).await?;
-        self.wait_settled_from(run, notices).await
-    }
-
-    /// [`Runtime::wait_settled`] from `run` as a call of this runtime committed it (a start, a
-    /// decision), with `notices` [subscribed](Runtime::subscribe) before that call: every later
-    /// commit is among them, so the wait begins without reading the run again.
-    pub async fn wait_settled_from(
-        &self,
-        run: RunRecord,
-        mut notices: broadcast::Receiver<RunNotice>,
-    ) -> Result<RunRecord, ReadError> {
-        let id = run.id.clone();
-        let id = id.as_str();
-        let mut run = run;
-        loop {
-            if settled(run.status()) {
-                return Ok(run);
-            }
-            let version = run.version;
-            let wait = async {
-                loop {
-                    match notices.recv().await {
-                        Ok(notice) if notice.run_id == id && settled(notice.status) => {
-                            return notice.run.filter(|r| r.version > version);
-                        }
-                        Ok(notice) if notice.origin == Origin::Resync => return None,
-                        Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(_)) => return None,
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            };
-            let mut woke = None;
-            self.wait_or_recheck(WAIT_RECHECK, async { woke = wait.await }).await;
-            run = match woke {
-                Some(committed) => Arc::unwrap_or_clone(committed),
-                None => self.get(id).await?,
-            };
-        }
-    }
-
-    /// Reads a run.
-    pub async fn get(&self, id: &str) -> Result<RunRecord, ReadError> {
-        Ok(self.inner.store.rows.get(id).await?)
-    }
-
-    /// Resolves a unique id prefix (or a whole id) to a full id.
-    pub async fn resolve(&self, prefix: &str) -> Result<String, ResolveError> {
-        let plausible = !prefix.is_empty()
-            && prefix.len() <= RUN_ID_LEN
-            && prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
-        if !plausible {
-            return Err(ResolveError::InvalidPrefix(prefix.to_owned()));
-        }
-        match self.inner.store.rows.resolve_prefix(prefix).await {
-            Ok(id) => Ok(id),
-            Err(StoreError::NotFound(_)) => Err(ResolveError::NotFound(prefix.to_owned())),
-            Err(StoreError::Conflict { conflict: Conflict::AmbiguousPrefix { prefix, matches, more }, .. }) => {
-                Err(ResolveError::Ambiguous { prefix, matches, more })
-            }
-            Err(other) => Err(ResolveError::Store(other)),
-        }
-    }
-
-    /// Lists runs, newest first.
-    pub async fn list(&self, query: RunQuery) -> Result<RunPage, StoreError> {
-        self.inner.store.rows.list(query).await
-    }
-
-    /// How many runs have each status, every status listed (zero where none).
-    pub async fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        let counted = self.inner.store.health.count_by_status().await?;
-        Ok(RunStatus::ALL
-            .iter()
-            .map(|status| (*status, counted.iter().find(|(s, _)| s == status).map_or(0, |(_, n)| *n)))
-            .collect())
-    }
-
-    /// A run's events after `after` (at most `limit`). A run that does not exist is
-    /// [`ReadError::NotFound`] (the store says so: its run is not read first). The events of a run
-    /// whose own row is damaged stay readable.
-    pub async fn events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, ReadError> {
-        Ok(self.inner.store.log.events(id, after, limit).await?)
-    }
-
-    /// Every event of a run after `after`, however many pages that takes (see [`Runtime::events`]).
-    pub async fn all_events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, ReadError> {
-        Ok(tollgate_agent_core::store::events_after(&*self.inner.store.log, id, after).await?)
-    }
-
-    /// Checks a run's hash chain: `Ok(Err(break))` names the first bad event.
-    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, ReadError> {
-        let run = self.inner.store.rows.get(id).await?;
-        let all = tollgate_agent_core::store::events_after(&*self.inner.store.log, id, 0).await?;
-        // Keyed hashes are checked with the store's chain keys (docs/events.md).
-        let keys = self.inner.store.log.chain_keys();
-        Ok(verify_chain_with(&all, run.last_seq, &run.last_hash, keys).map(|()| run.last_seq))
-    }
-
-    /// Whether `actor` may decide the calls of a run of `agent` started by `created_by` (the agent's
-    /// `forbid_self_approval`). [`decide`](Self::decide) checks the same; a caller asks first to avoid
-    /// asking a person for decisions that would be refused.
-    pub fn check_decider(&self, agent: &str, created_by: &str, actor: &str) -> Result<(), DecideError> {
-        let spec = self.inner.agent(agent).ok_or_else(|| DecideError::UnknownAgent(agent.to_owned()))?;
-        if spec.forbid_self_approval && actor == created_by {
-            return Err(DecideError::SelfApprovalForbidden { agent: agent.to_owned(), actor: actor.to_owned() });
-        }
-        Ok(())
-    }
-
-    /// Checks one decision against run `id`'s held turn, as [`decide`](Self::decide) would (the call takes
-    /// a decision, edited arguments pass the live tool's checks), without recording anything.
-    pub async fn check_decision(&self, id: &str, call_id: &str, decision: &Decision) -> Result<(), DecideError> {
-        let run = self.get(id).await?;
-        let RunState::Waiting(pending) = &run.state else {
-            return Err(DecideError::NotWaiting { id: run.id.clone(), status: run.status() });
-        };
-        let spec = self.inner.agent(&run.agent).ok_or_else(|| DecideError::UnknownAgent(run.agent.clone()))?;
-        let suspension = pending
-            .suspension
-            .parse()
-            .map_err(|e| DecideError::CorruptSuspension { id: run.id.clone(), detail: e.to_string() })?;
-        Ok(spec.agent_loop.check_decision(&suspension, call_id, decision).await?)
-    }
-
-    /// Records decisions for a waiting run. The request whose decisions complete the held turn's set
-    /// resumes the run (in the background); the answer is the run after the decisions were recorded.
-    pub async fn decide(
-        &self,
-        id: &str,
-        turn_digest: &str,
-        set: DecisionSet,
-        actor: &str,
-    ) -> Result<RunRecord, DecideError> {
-        let request = DecisionRequest { turn_digest, set: &set, actor };
-        self.decide_from(None, id, &request, &mut None).await
-    }
-
-    /// Records decisions on a run the caller has just loaded, starting from that record (no second read
-    /// while it is current; if it is not, or is refused, the run is read again and decided on as stored),
-    /// and, when they resume the run, answers once it waits again or has ended. Otherwise answers as
-    /// [`decide`](Self::decide) does.
-    pub async fn decide_and_wait(
-        &self,
-        loaded: &RunRecord,
-        turn_digest: &str,
-        set: DecisionSet,
-        actor: &str,
-    ) -> Result<RunRecord, DecideError> {
-        let (done, driven) = tokio::sync::oneshot::channel();
-        let mut waiter = Some(done);
-        let request = DecisionRequest { turn_digest, set: &set, actor };
-        let decided = self.decide_from(Some(loaded), &loaded.id, &request, &mut waiter).await?;
-        if !matches!(decided.status(), RunStatus::Running | RunStatus::Queued) {
-            return Ok(decided);
-        }
-        if waiter.is_none() {
-            // This request resumed the run: the drive it started answers with where the run settled.
-            match driven.await {
-                Ok(Ok(settled_run)) => return Ok(settled_run),
-                Ok(Err(DriveError::Store(error))) => return Err(DecideError::Store(error)),
-                Ok(Err(DriveError::ChangedHands { .. } | DriveError::Released { .. })) | Err(_) => {}
-            }
-        }
-        // Resumed by another request, queued for a worker, or the drive lost the run to another process
-        // or gave it back: wait on the store.
-        Ok(self.wait_settled(&loaded.id).await?)
-    }
-
-    /// Decides on `loaded` first when given, then on the run as stored, reading it again each time
-    /// another decision commits first. `waiter`, if any, is handed to the drive when these decisions
-    /// resume the run.
-    async fn decide_from(
-        &self,
-        loaded: Option<&RunRecord>,
-        id: &str,
-        request: &DecisionRequest<'_>,
-        waiter: &mut Option<Settled>,
-    ) -> Result<RunRecord, DecideError> {
-        decide::check_request(request.set)?;
-        if let Some(run) = loaded
-            && let Ok(decided) = self.try_decide(run, request, waiter).await
-        {
-            return Ok(decided);
-        }
-        for _ in 0..DECIDE_ATTEMPTS {
-            let run = self.get(id).await?;
-            match self.try_decide(&run, request, waiter).await {
-                Err(DecideError::LostRace { .. }) => continue,
-                other => return other,
-            }
-        }
-        Err(DecideError::LostRace { id: id.to_owned() })
-    }
-
-    /// One attempt on the run as read: plan ([`decide::plan_decision`]), check edits with the live
-    /// tools, commit on the read's version, and start the resume the plan claims.
-    async fn try_decide(
-        &self,
-        run: &RunRecord,
-        request: &DecisionRequest<'_>,
-        waiter: &mut Option<Settled>,
-    ) -> Result<RunRecord, DecideError> {
-        let spec = self.inner.agent(&run.agent).ok_or_else(|| DecideError::UnknownAgent(run.agent.clone()))?;
-        let rules = DeciderRules { forbid_self_approval: spec.forbid_self_approval };
-        // Refusals that need no parse of the held turn come first: a corrupt turn is failed only on a
-        // request that would otherwise be decided.
-        let pending = decide::admit(run, request, rules)?;
-        let suspension = match pending.suspension.parse() {
-            Ok(s) => s,
-            Err(e) => {
-                self.inner.fail_corrupt(run, &e.to_string()).await;
-                return Err(DecideError::CorruptSuspension { id: run.id.clone(), detail: e.to_string() });
-            }
-        };
-        let now = self.inner.clock.now();
-        // A free worker resumes the run in the same transaction as the decisions that complete its set;
-        // without one (all busy, or shutting down) those decisions queue it for any node's worker.
-        let slot = self.inner.pool.try_slot();
-        let lease = slot.as_ref().map(|_| self.inner.lease(now));
-        let plan = decide::plan_decision(run, &suspension, request, rules, now, lease, |s, all| {
-            spec.agent_loop.first_decided_call(s, all)
-        })?;
-        for (call_id, decision) in &plan.decided {
-            if let Err(refused) = spec.agent_loop.check_decision(&suspension, call_id, decision).await {
-                // Nothing is recorded on the run (the call still waits for a decision); the process's log
-                // keeps who tried what and why it was refused.
-                let (actor, action) = (request.actor, decision.action());
-                tracing::warn!(run = %run.id, call = %call_id, %actor, %action, reason = %refused, "decision refused");
-                return Err(refused.into());
-            }
-        }
-        let guard = Guard::Version(run.version);
-        let next = match self.inner.store.rows.transition(&run.id, guard, plan.transition, plan.events, now).await {
-            Ok(next) => next,
-            // Someone acted on the run since it was read: read it again and decide on what is stored.
-            Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => {
-                return Err(DecideError::LostRace { id: run.id.clone() });
-            }
-            Err(StoreError::NotFound(id)) => return Err(DecideError::NotFound(id)),
-            Err(
-                error @ (StoreError::Duplicate(_)
-                | StoreError::Corrupt { .. }
-                | StoreError::Undecryptable { .. }
-                | StoreError::NewerSchema { .. }
-                | StoreError::DiskFull(_)
-                | StoreError::ReadOnly(_)
-                | StoreError::CorruptDatabase(_)
-                | StoreError::Unreachable(_)
-                | StoreError::Database(_)),
-            ) => return Err(DecideError::Store(error)),
-        };
-        self.inner.notify(&next);
-        if let (Some(resume), Some(slot)) = (plan.resume, slot)
-            && next.status() == RunStatus::Running
-        {
-            let decisions = decisions_for(&suspension, next.held_turn());
-            self.inner.spawn_drive(
-                next.clone(),
-                spec,
-                Work::Resume { suspension, decisions, started: resume.started },
-                waiter.take(),
-                slot,
-            );
-        } else if next.status() == RunStatus::Queued {
-            // A process that queues work claims it too (no-op once its claim loop runs).
-            self.start_workers();
-            self.inner.pool.queued();
-        }
-        Ok(next)
-    }
-
-    /// Cancels a run that has not finished.
-    pub async fn cancel(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<RunRecord, CancelError> {
-        for _ in 0..DECIDE_ATTEMPTS {
-            let run = self.get(id).await?;
-            if run.status().is_terminal() {
-                return Err(CancelError::AlreadyTerminal { id: run.id.clone(), status: run.status() });
-            }
-            let now = self.inner.clock.now();
-            let event = events::run_cancelled(now, run.iterations, actor, reason);
-            match self
-                .inner
-                .store
-                .rows
-                .transition(id, Guard::Version(run.version), Transition::Cancel, vec![event], now)
-                .await
-            {
-                Ok(next) => {
-                    self.inner.notify(&next);
-                    return Ok(next);
-                }
-                // Changed since it was read (the driving process committed a step): read it again.
-                Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => continue,
-                Err(StoreError::NotFound(id)) => return Err(CancelError::NotFound(id)),
-                Err(
-                    error @ (StoreError::Duplicate(_)
-                    | StoreError::Corrupt { .. }
-                    | StoreError::Undecryptable { .. }
-                    | StoreError::NewerSchema { .. }
-                    | StoreError::DiskFull(_)
-                    | StoreError::ReadOnly(_)
-                    | StoreError::CorruptDatabase(_)
-                    | StoreError::Unreachable(_)
-                    | StoreError::Database(_)),
-                ) => return Err(CancelError::Store(error)),
-            }
-        }
-        Err(CancelError::LostRace { id: id.to_owned() })
     }
 
     /// Waits until every run this process drives has reached its next durable state.

@@ -13,7 +13,7 @@
 
 use crate::error::SweepError;
 use crate::workers::Slot;
-use crate::{Runtime, Work, decisions_for, events, suspend_transition};
+use crate::{Runtime, Work, events, suspend_transition};
 use std::collections::BTreeMap;
 use tollgate_agent_core::{Approval, EventKind, Guard, RunRecord, StoredEvent, ToolResult, Transition};
 use tollgate_agent_protocol::{EventData, EventDataError};
@@ -119,8 +119,7 @@ async fn resume_claimed(runtime: &Runtime, claimed: RunRecord, slot: Slot) -> Re
         }
     }
     if in_doubt.is_empty() {
-        let decisions = decisions_for(&suspension, Some(&pending));
-        inner.spawn_drive(claimed, spec, Work::Resume { suspension, decisions, started: None }, None, slot);
+        inner.spawn_drive(claimed, spec, Work::Resume { suspension, plan: None }, None, slot);
         return Ok(());
     }
     // Keep the approvals of calls that never started; the in-doubt ones need people again.

@@ -6,7 +6,7 @@
 //! work is not refused and not dropped: a run is created `queued`, completing decisions queue the run
 //! (with its held turn), a takeover waits for the next sweep, and the claim loop waits for a slot.
 //! Queued runs are claimed by the loop of whichever node has a free slot first
-//! ([`RunStore::claim_queued`](tollgate_agent_core::RunStore::claim_queued): `FOR UPDATE SKIP LOCKED`
+//! ([`RunQueue::claim_queued`](tollgate_agent_core::RunQueue::claim_queued): `FOR UPDATE SKIP LOCKED`
 //! on PostgreSQL), oldest queued first — new runs and resumes by when each began to wait — and as many
 //! at once as the node has free workers (up to [`CLAIM_BATCH`] in one statement), so that after a
 //! burst the queue drains at the speed of the workers rather than of one claim after another. A look
@@ -211,11 +211,11 @@ impl Runtime {
     }
 
     /// How long the run that has waited longest in the queue (of any agent, for any node) has waited
-    /// by this process's clock — from when it was queued ([`RunStore::oldest_queued`]) — or `None` when
+    /// by this process's clock — from when it was queued ([`RunQueue::oldest_queued`]) — or `None` when
     /// no run is queued. `/metrics` shows it as `tollgate_queue_oldest_seconds`: a queue whose oldest
     /// run keeps ageing is not being drained (no node has a free worker, or none has its agent).
     ///
-    /// [`RunStore::oldest_queued`]: tollgate_agent_core::RunStore::oldest_queued
+    /// [`RunQueue::oldest_queued`]: tollgate_agent_core::RunQueue::oldest_queued
     pub async fn oldest_queued_wait(&self) -> Result<Option<Duration>, tollgate_agent_core::StoreError> {
         let inner = self.inner();
         let oldest = inner.store.queue.oldest_queued().await?;

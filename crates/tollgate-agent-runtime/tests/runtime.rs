@@ -581,6 +581,36 @@ async fn thirty_two_approvers_racing_on_a_quorum_resume_once() {
     }
 }
 
+/// The changed-target case: an edit recorded by a partial decision, its arguments forbidden by the time
+/// the last decision settles the turn. The resume is planned once, by that last decision: the edited
+/// call ends as its own error result, the rest of the turn runs, and the run completes (never failed).
+#[tokio::test]
+async fn an_edit_whose_target_changed_before_the_turn_settled_is_its_calls_error_result() {
+    let changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = Arc::clone(&changed);
+    let write = write_tool().gate_fn(move |args| {
+        let edited = args["text"] == "edited";
+        if edited && seen.load(std::sync::atomic::Ordering::SeqCst) { Gate::Forbid } else { Gate::Ask }
+    });
+    let setup = Setup::new(two_writes(), vec![write]);
+    let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
+    let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+    let d = digest(&run);
+    let edit = DecisionSet::Each(vec![("call_1".into(), Decision::Edit { arguments: json!({"text": "edited"}) })]);
+    let partial = runtime.decide(&run.id, &d, edit, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(partial.status(), RunStatus::WaitingForApproval);
+
+    changed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let last = DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]);
+    runtime.decide(&run.id, &d, last, "carol").await.unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((done.status(), done.output()), (RunStatus::Completed, Some("done")));
+    assert_eq!(setup.tools[0].calls(), vec![("call_2".to_owned(), json!({"text": "b"}))], "only the approved call ran");
+    let finished =
+        event_fields(&runtime, &run.id, &[EventKind::ToolStarted, EventKind::ToolFinished], &["call_id"]).await;
+    assert_eq!(finished, vec![json!(["tool_started", "call_2"]), json!(["tool_finished", "call_2"])]);
+}
+
 #[tokio::test]
 async fn self_approval_can_be_forbidden() {
     let mut setup = Setup::new(one_write(), vec![write_tool()]);

@@ -6,7 +6,7 @@
 //! run changed since the feed last looked, and the feed reads each such run's events from its cursor.
 //!
 //! The events come from the commits themselves: the store hands each commit's events to the feed's
-//! commit tap ([`RunStore::tap_commits`](tollgate_agent_core::RunStore::tap_commits)) before the write
+//! commit tap ([`ChangeFeed::tap_commits`](tollgate_agent_core::ChangeFeed::tap_commits)) before the write
 //! returns, so the feed reads nothing back while it keeps up. It reads from the store only what it was
 //! not handed: when the store does not tap, when more than [`MAX_HELD`] events wait for it (the tap
 //! then drops a run's events until the feed has caught up with it), or when a commit's answer was lost.

@@ -113,7 +113,7 @@
 //! backoff ([`WebhookRetry`]); receivers dedupe by `X-Tollgate-Delivery` and order by `event.seq`.
 //! Deliveries run in the background from a bounded queue, which the log fills only while it has room: a
 //! slow or failing receiver never blocks or fails a run, and a backlog waits in the log. The events come from the store's commit log
-//! ([`RunStore::committed`](tollgate_agent_core::RunStore::committed)), through its `webhooks` reader,
+//! ([`ChangeFeed::committed`](tollgate_agent_core::ChangeFeed::committed)), through its `webhooks` reader,
 //! which one node at a time holds: every process's commits are delivered, once by whichever node holds
 //! it, and a crash or a restart leaves the stored position behind the deliveries not yet ended, so the
 //! next holder makes them.

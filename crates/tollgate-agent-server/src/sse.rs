@@ -3,7 +3,7 @@
 //! Each event goes out as `id: SEQ`, `event: KIND`, `data: EVENT_JSON`. The stream starts after
 //! `Last-Event-ID` (or `?after=`; the header wins), reads the store from there, then waits for the
 //! runtime's notices about the run: this process's commits and, on PostgreSQL, other nodes' (announced
-//! by the store, see `RunStore::changes`). It follows the run with a [`Follower`]: one read of events
+//! by the store, see `ChangeFeed::changes`). It follows the run with a [`Follower`]: one read of events
 //! per change it is woken for, a read of the run only after a resync notice or a lag, and polling
 //! (every second) only while the store does not announce other processes' commits
 //! (`Runtime::recheck_after`: SQLite, or a PostgreSQL listener that is down). It ends right after the

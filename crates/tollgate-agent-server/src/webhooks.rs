@@ -16,9 +16,9 @@
 //! exponential backoff; receivers dedupe by `X-Tollgate-Delivery` and order by `event.seq`. It never
 //! blocks or fails a run.
 //!
-//! The events come from the store's commit log ([`RunStore::committed`]), which holds every commit of
+//! The events come from the store's commit log ([`ChangeFeed::committed`]), which holds every commit of
 //! every process sharing the database, through its reader named `webhooks`, which one node at a time
-//! holds ([`RunStore::hold_reader`]) for the length of a run's lease, renewed while it runs. The
+//! holds ([`ChangeFeed::hold_reader`]) for the length of a run's lease, renewed while it runs. The
 //! holder reads the log as commits are announced (and every second while some commit may go
 //! unannounced: on SQLite, where another process such as the CLI announces nothing, while the
 //! PostgreSQL listener is not listening, or while the last read found transactions under way), queues the
@@ -33,8 +33,8 @@
 //! day after its commit (a log that no node read for that long) is not delivered, and is counted as
 //! expired.
 //!
-//! [`RunStore::committed`]: tollgate_agent_core::RunStore::committed
-//! [`RunStore::hold_reader`]: tollgate_agent_core::RunStore::hold_reader
+//! [`ChangeFeed::committed`]: tollgate_agent_core::ChangeFeed::committed
+//! [`ChangeFeed::hold_reader`]: tollgate_agent_core::ChangeFeed::hold_reader
 
 use crate::metrics::{Delivery, Metrics};
 use base64::Engine as _;

@@ -1,8 +1,8 @@
-//! What both stores share for the commit log ([`RunStore::committed`]) and its named readers
-//! ([`RunStore::hold_reader`]): positions and the reader table's statements.
+//! What both stores share for the commit log ([`ChangeFeed::committed`]) and its named readers
+//! ([`ChangeFeed::hold_reader`]): positions and the reader table's statements.
 //!
-//! [`RunStore::committed`]: tollgate_agent_core::RunStore::committed
-//! [`RunStore::hold_reader`]: tollgate_agent_core::RunStore::hold_reader
+//! [`ChangeFeed::committed`]: tollgate_agent_core::ChangeFeed::committed
+//! [`ChangeFeed::hold_reader`]: tollgate_agent_core::ChangeFeed::hold_reader
 
 use tollgate_agent_core::StoreError;
 

@@ -54,11 +54,13 @@
 //!   [`StoreError::CorruptDatabase`], a connection that fails or a lock held past the busy timeout
 //!   [`StoreError::Unreachable`] (retryable), anything else [`StoreError::Database`] (retryable).
 //!   None contains the password of the URL the store was opened with.
-//! - [`RunStore::probe_write`] commits a write to the one-row `health` table (for `/readyz`);
-//!   [`RunStore::check_integrity`] is SQLite's `quick_check` / `integrity_check`, or a read of every
-//!   table on PostgreSQL.
-//! - [`RunStore::changes`] on PostgreSQL: the changes other nodes commit, announced by each write through
-//!   LISTEN/NOTIFY on one dedicated connection per store (see [`pg_notify`]); SQLite announces none.
+//! - [`StoreHealth::probe_write`](tollgate_agent_core::StoreHealth::probe_write) commits a write to the
+//!   one-row `health` table (for `/readyz`);
+//!   [`StoreHealth::check_integrity`](tollgate_agent_core::StoreHealth::check_integrity) is SQLite's
+//!   `quick_check` / `integrity_check`, or a read of every table on PostgreSQL.
+//! - [`ChangeFeed::changes`](tollgate_agent_core::ChangeFeed::changes) on PostgreSQL: the changes other
+//!   nodes commit, announced by each write through LISTEN/NOTIFY on one dedicated connection per store
+//!   (see [`pg_notify`]); SQLite announces none.
 //! - Optional encryption at rest ([`StoreOptions::data_keys`], see [`encryption`]): the run's
 //!   suspension and decisions and each event's data are stored sealed with AES-256-GCM, bound to the
 //!   run's version (and an event's seq and chain form), below the hash chain, which is then keyed

@@ -1,6 +1,6 @@
 //! How a [`crate::PostgresStore`] learns of the changes other nodes commit: PostgreSQL's LISTEN/NOTIFY.
 //!
-//! Every statement that writes a run (`postgres.rs`: create, transition, append; a trigger on `runs` did
+//! Every statement that writes a run (`postgres/rows.rs`: create, transition, append; a trigger on `runs` did
 //! this until migration 10) ends, for the row it inserted or updated to a new version or chain head, with
 //! `pg_notify('tollgate_runs', payload)` — since migration 6 only
 //! while a listener of another node is recorded in the schema's `listeners` table (each listener
@@ -22,7 +22,7 @@
 //! [`StoreChange::Resync`] (also once after the first LISTEN, for what committed before it): followers
 //! read their runs again, and keep polling for [`SETTLE`] (a write that looked for listeners
 //! just before this one recorded itself announces nothing); then a second `Resync`, and from there
-//! followers wait on notifications alone (`RunStore::announces_changes`). When a connection that
+//! followers wait on notifications alone (`ChangeFeed::announces_changes`). When a connection that
 //! listened is lost the feed sends [`StoreChange::Lost`]: followers read again and poll until it is
 //! back. A connection that has been quiet for [`QUIET_CHECK`] is pinged ([`PING_TIMEOUT`]), so a
 //! connection dropped silently is noticed within 10 s.

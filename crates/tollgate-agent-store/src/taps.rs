@@ -1,4 +1,4 @@
-//! The commit taps of a store ([`RunStore::tap_commits`](tollgate_agent_core::RunStore::tap_commits)):
+//! The commit taps of a store ([`ChangeFeed::tap_commits`](tollgate_agent_core::ChangeFeed::tap_commits)):
 //! each backend fires them after a commit, with the events it wrote, before the write returns.
 
 use std::panic::AssertUnwindSafe;

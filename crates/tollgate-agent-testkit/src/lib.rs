@@ -266,7 +266,7 @@ impl tollgate_agent_core::Clock for ManualClock {
 pub struct FailingStore {
     inner: Arc<dyn tollgate_agent_core::RunStore>,
     fail: &'static str,
-    /// What reads and [`tollgate_agent_core::RunStore::probe_write`] answer (`None`: the inner store's).
+    /// What reads and [`tollgate_agent_core::StoreHealth::probe_write`] answer (`None`: the inner store's).
     broken: Option<tollgate_agent_core::StoreError>,
     writes: Mutex<Vec<String>>,
     /// How long each read of events waits first (`None`: not at all).
@@ -381,7 +381,7 @@ impl FailingStore {
         Self { broken: Some(error), ..Self::new(inner, "") }
     }
 
-    /// Passes commit taps ([`tollgate_agent_core::RunStore::tap_commits`]) to the inner store.
+    /// Passes commit taps ([`tollgate_agent_core::ChangeFeed::tap_commits`]) to the inner store.
     pub fn tapping(self) -> Self {
         Self { taps: true, ..self }
     }

@@ -873,23 +873,37 @@ async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
         LoopConfig::default(),
     );
     let held = reload(&suspended(agent.start(&RunScope::new("run-1"), "go", &NoHooks).await));
-    let first = |d: &Decisions| agent.first_decided_call(&held, d).map(|c| (c.call_id, c.arguments, c.gate));
+    let first = async |d: &Decisions| {
+        let plan = agent.plan_resume(&held, d).await.ok()?;
+        plan.first_decided().map(|c| (c.call_id, c.arguments, c.gate))
+    };
 
     let approve_both = decisions(&[("call_1", Decision::Approve), ("call_2", Decision::Approve)]);
-    assert_eq!(first(&approve_both), Some(("call_1".into(), args("a"), Gate::Ask)));
+    assert_eq!(first(&approve_both).await, Some(("call_1".into(), args("a"), Gate::Ask)));
     let edited = decisions(&[("call_1", Decision::Edit { arguments: args("c") }), ("call_2", Decision::Approve)]);
-    assert_eq!(first(&edited), Some(("call_1".into(), args("c"), Gate::Ask)), "an edit runs with its arguments");
+    assert_eq!(first(&edited).await, Some(("call_1".into(), args("c"), Gate::Ask)), "an edit runs with its arguments");
     let deny_first = decisions(&[
         ("call_1", Decision::Deny { reason: "no".into() }),
         ("call_2", Decision::Edit { arguments: args("d") }),
     ]);
-    assert_eq!(first(&deny_first), Some(("call_2".into(), args("d"), Gate::Ask)), "a denied call does not run");
+    assert_eq!(first(&deny_first).await, Some(("call_2".into(), args("d"), Gate::Ask)), "a denied call does not run");
     let none_run = decisions(&[
         ("call_1", Decision::Deny { reason: "no".into() }),
         ("call_2", Decision::Respond { result: "ok".into() }),
     ]);
-    assert_eq!(first(&none_run), None);
-    assert_eq!(first(&decisions(&[("call_1", Decision::Approve)])), None, "an incomplete set resumes nothing");
+    assert_eq!(first(&none_run).await, None);
+    assert_eq!(first(&decisions(&[("call_1", Decision::Approve)])).await, None, "an incomplete set resumes nothing");
+
+    // A plan whose first start was committed with the claim runs that call without announcing its start
+    // again; the next call's start is announced as usual.
+    let mut plan = agent.plan_resume(&held, &approve_both).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.commit_first_start().map(|c| c.call_id), Some("call_1".to_owned()));
+    let hooks = RecordingHooks::default();
+    completed(agent.resume_planned(&RunScope::new("run-1"), held.clone(), plan, &hooks).await);
+    let calls: Vec<String> = hooks.lines().into_iter().filter(|e| e.starts_with("tool_")).collect();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert!(calls[0].starts_with("tool_finished 1 call_1"), "{calls:?}");
+    assert!(calls[1].starts_with("tool_started 1 call_2") && calls[2].starts_with("tool_finished 1 call_2"));
 
     // The hooks see exactly that call start first.
     let hooks = RecordingHooks::default();
@@ -904,5 +918,39 @@ async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
         LoopConfig::default(),
     );
     let held = reload(&suspended(mixed.start(&RunScope::new("run-2"), "go", &NoHooks).await));
-    assert_eq!(mixed.first_decided_call(&held, &decisions(&[("call_2", Decision::Approve)])), None);
+    let plan = mixed.plan_resume(&held, &decisions(&[("call_2", Decision::Approve)])).await;
+    assert_eq!(plan.map(|p| p.first_decided()), Ok(None));
+}
+
+/// An edit planned after its tool began to refuse those arguments (the target changed between the
+/// decision and the resume) is planned as that call's error result, said by `refused_edit`: the rest of
+/// the turn runs and the run goes on. `resume` (plan and execute in one) refuses the edit instead.
+#[tokio::test]
+async fn an_edit_the_tool_refuses_at_planning_is_its_calls_error_result_and_the_rest_runs() {
+    let write = write_tool().schema(json!({"type": "object", "required": ["path"]}));
+    let agent = agent(
+        one_turn(json!([
+            {"name": "write", "arguments": {"path": "a", "content": "x"}},
+            {"name": "write", "arguments": {"path": "b", "content": "y"}}
+        ])),
+        &[&write],
+        LoopConfig::default(),
+    );
+    let held = reload(&suspended(agent.start(&RunScope::new("run"), "go", &NoHooks).await));
+    let decided = decisions(&[
+        ("call_1", Decision::Edit { arguments: json!({"content": "no path"}) }),
+        ("call_2", Decision::Approve),
+    ]);
+    let plan = agent.plan_resume(&held, &decided).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(plan.refused_edit("call_1").is_some_and(|m| m.contains("path")), "{plan:?}");
+    assert_eq!(plan.refused_edit("call_2"), None);
+    let done = completed(agent.resume_planned(&RunScope::new("run"), held.clone(), plan, &NoHooks).await);
+    assert_eq!(write.call_count(), 1, "only the approved call ran");
+    let first = done.transcript.iter().find_map(|m| match m {
+        Message::Tool(r) if r.call_id == "call_1" => Some(r.clone()),
+        _ => None,
+    });
+    assert!(first.is_some_and(|r| r.is_error && r.content.contains("edited arguments are refused")));
+    let refused = agent.resume(&RunScope::new("run"), held, &decided, &NoHooks).await;
+    assert!(matches!(refused, Err(LoopError::Decision(DecisionError::InvalidEdit { .. }))), "{refused:?}");
 }

@@ -42,8 +42,8 @@
 //! They are short index lookups (at most a page of rows), so they do not hold an async worker long.
 //!
 //! The module is split along those seams:
-//! - this file: [`SqliteStore`] (the [`RunStore`] facade), the URL and connection settings, open,
-//!   migrations and close;
+//! - this file: [`SqliteStore`] (the [`RunStore`](tollgate_agent_core::RunStore) facade), the URL and
+//!   connection settings, open, migrations and close;
 //! - `writer`: the write path — the request queue, the writer thread, group commit, the inline commit
 //!   of a lone write, and the savepoint per operation;
 //! - `readers`: the pool of read connections and every query that runs on it;
@@ -119,7 +119,7 @@ impl Columns for rusqlite::Row<'_> {
     }
 }
 
-/// The SQLite [`RunStore`].
+/// The SQLite [`RunStore`](tollgate_agent_core::RunStore).
 ///
 /// Durability: the database is in WAL mode with `synchronous = FULL`, so a write is acknowledged only
 /// after the WAL has been fsynced — a committed transition survives a crash of the process and of the

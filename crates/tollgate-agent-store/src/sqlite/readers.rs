@@ -23,7 +23,7 @@ const IDLE_READERS: usize = 8;
 pub(super) const SELECT_EVENTS: &str =
     "SELECT seq, at, kind, round, data, hash FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
 
-/// The commit log after event id `?1`, at most `?2` events, in id order (see `RunStore::committed`).
+/// The commit log after event id `?1`, at most `?2` events, in id order (see `ChangeFeed::committed`).
 const SELECT_COMMITTED: &str =
     "SELECT seq, at, kind, round, data, hash, run_id, id FROM events WHERE id > ?1 ORDER BY id LIMIT ?2";
 /// The end of the commit log: the last event id ever given (AUTOINCREMENT's, which deletions keep).

@@ -50,7 +50,7 @@ pub(super) const PURGE: &str = "DELETE FROM runs WHERE id IN (\
      ORDER BY updated_at LIMIT ?3) \
      LIMIT ?3)";
 
-/// The probe of [`tollgate_agent_core::RunStore::probe_write`], then [`PROBE_CLEAR`]: a new row of `health`
+/// The probe of [`tollgate_agent_core::StoreHealth::probe_write`], then [`PROBE_CLEAR`]: a new row of `health`
 /// with a page's worth of bytes, so that the probe needs a free page as a run's write does (see the
 /// migration `0002_health.sql`).
 pub(super) const PROBE: &str = "INSERT INTO health (probed_at, padding) \
@@ -58,7 +58,7 @@ pub(super) const PROBE: &str = "INSERT INTO health (probed_at, padding) \
 
 /// Leaves only the row the probe just wrote.
 const PROBE_CLEAR: &str = "DELETE FROM health WHERE id < last_insert_rowid()";
-/// Takes, renews or keeps a reader's hold (see `RunStore::hold_reader`); changes no row when another
+/// Takes, renews or keeps a reader's hold (see `ChangeFeed::hold_reader`); changes no row when another
 /// holds it.
 const HOLD_READER: &str = "INSERT INTO log_readers AS r (name, holder, held_until, position, updated_at) \
      VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \

@@ -1,0 +1,45 @@
+//! Cancelling a run that has not ended.
+
+use crate::{CancelError, DECIDE_ATTEMPTS, Runtime, events};
+use tollgate_agent_core::{Guard, RunRecord, StoreError, Transition};
+
+impl Runtime {
+    /// Cancels a run that has not finished.
+    pub async fn cancel(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<RunRecord, CancelError> {
+        for _ in 0..DECIDE_ATTEMPTS {
+            let run = self.get(id).await?;
+            if run.status().is_terminal() {
+                return Err(CancelError::AlreadyTerminal { id: run.id.clone(), status: run.status() });
+            }
+            let now = self.inner.clock.now();
+            let event = events::run_cancelled(now, run.iterations, actor, reason);
+            match self
+                .inner
+                .store
+                .rows
+                .transition(id, Guard::Version(run.version), Transition::Cancel, vec![event], now)
+                .await
+            {
+                Ok(next) => {
+                    self.inner.notify(&next);
+                    return Ok(next);
+                }
+                // Changed since it was read (the driving process committed a step): read it again.
+                Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => continue,
+                Err(StoreError::NotFound(id)) => return Err(CancelError::NotFound(id)),
+                Err(
+                    error @ (StoreError::Duplicate(_)
+                    | StoreError::Corrupt { .. }
+                    | StoreError::Undecryptable { .. }
+                    | StoreError::NewerSchema { .. }
+                    | StoreError::DiskFull(_)
+                    | StoreError::ReadOnly(_)
+                    | StoreError::CorruptDatabase(_)
+                    | StoreError::Unreachable(_)
+                    | StoreError::Database(_)),
+                ) => return Err(CancelError::Store(error)),
+            }
+        }
+        Err(CancelError::LostRace { id: id.to_owned() })
+    }
+}
