@@ -304,6 +304,13 @@ struct Invoked<'a> {
     announced: bool,
 }
 
+impl<'a> Invoked<'a> {
+    /// An allow-gated call: nothing observed to check, its start announced as it starts.
+    fn allowed(call_id: &'a str, tool: &'a str, edited: bool) -> Invoked<'a> {
+        Invoked { call_id, tool, gate: Gate::Allow, edited, observed: None, announced: false }
+    }
+}
+
 /// What resuming a held turn does, planned once ([`AgentLoop::plan_resume`]) from the suspension and a
 /// decision for every call that takes one, against the live tools: each call of the turn runs (with the
 /// arguments it runs with) or has its result (a denial, a response, a refusal). Executed by
@@ -823,28 +830,14 @@ impl ToolLoop {
                     }
                     if batch.len() == 1 {
                         let (call_id, tool, arguments, edited) = batch.remove(0);
-                        let call = Invoked {
-                            call_id: &call_id,
-                            tool: &tool,
-                            gate: Gate::Allow,
-                            edited,
-                            observed: None,
-                            announced: false,
-                        };
+                        let call = Invoked::allowed(&call_id, &tool, edited);
                         let result = self.invoke(scope, round, call, arguments, hooks).await?;
                         record(state, round, &result.1, result.0, &mut results);
                     } else {
                         let outcomes: Vec<Result<(ToolResult, Value), HookError>> = futures_util::stream::iter(
                             batch.into_iter().map(|(call_id, tool, arguments, edited)| async move {
-                                let call = Invoked {
-                                    call_id: &call_id,
-                                    tool: &tool,
-                                    gate: Gate::Allow,
-                                    edited,
-                                    observed: None,
-                                    announced: false,
-                                };
-                                self.invoke(scope, round, call, arguments, hooks).await
+                                self.invoke(scope, round, Invoked::allowed(&call_id, &tool, edited), arguments, hooks)
+                                    .await
                             }),
                         )
                         .buffered(self.config.concurrency.max(1))

@@ -1,7 +1,8 @@
 //! Cancelling a run that has not ended.
 
+use crate::error::CasFailure;
 use crate::{CancelError, DECIDE_ATTEMPTS, Runtime, events};
-use tollgate_agent_core::{Guard, RunRecord, StoreError, Transition};
+use tollgate_agent_core::{Guard, RunRecord, Transition};
 
 impl Runtime {
     /// Cancels a run that has not finished.
@@ -24,20 +25,12 @@ impl Runtime {
                     self.inner.notify(&next);
                     return Ok(next);
                 }
-                // Changed since it was read (the driving process committed a step): read it again.
-                Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => continue,
-                Err(StoreError::NotFound(id)) => return Err(CancelError::NotFound(id)),
-                Err(
-                    error @ (StoreError::Duplicate(_)
-                    | StoreError::Corrupt { .. }
-                    | StoreError::Undecryptable { .. }
-                    | StoreError::NewerSchema { .. }
-                    | StoreError::DiskFull(_)
-                    | StoreError::ReadOnly(_)
-                    | StoreError::CorruptDatabase(_)
-                    | StoreError::Unreachable(_)
-                    | StoreError::Database(_)),
-                ) => return Err(CancelError::Store(error)),
+                Err(failed) => match CasFailure::from(failed) {
+                    // Changed since it was read (the driving process committed a step): read it again.
+                    CasFailure::Overtaken => continue,
+                    CasFailure::NotFound(id) => return Err(CancelError::NotFound(id)),
+                    CasFailure::Store(error) => return Err(CancelError::Store(error)),
+                },
             }
         }
         Err(CancelError::LostRace { id: id.to_owned() })

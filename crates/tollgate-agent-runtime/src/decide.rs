@@ -17,12 +17,12 @@
 //! below (`Runtime::decide` and its kin): read the run, plan, check, compare-and-set, and read again and
 //! plan again when another request committed first.
 
-use crate::error::{DecideError, DriveError};
+use crate::error::{CasFailure, DecideError, DriveError};
 use crate::{DECIDE_ATTEMPTS, DecisionSet, Runtime, Settled, Work, events};
 use std::collections::HashSet;
 use tollgate_agent_core::{
     ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, Guard, HeldTurn, Lease, Millis, NewEvent,
-    RunRecord, RunState, RunStatus, StartingCall, StoreError, Suspension, Transition, Vote,
+    RunRecord, RunState, RunStatus, StartingCall, Suspension, Transition, Vote,
 };
 
 /// A decision request as a caller sends it.
@@ -404,22 +404,14 @@ impl Runtime {
         let guard = Guard::Version(run.version);
         let next = match self.inner.store.rows.transition(&run.id, guard, plan.transition, plan.events, now).await {
             Ok(next) => next,
-            // Someone acted on the run since it was read: read it again and decide on what is stored.
-            Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => {
-                return Err(DecideError::LostRace { id: run.id.clone() });
+            Err(failed) => {
+                return Err(match CasFailure::from(failed) {
+                    // Someone acted on the run since it was read: read it again and decide on what is stored.
+                    CasFailure::Overtaken => DecideError::LostRace { id: run.id.clone() },
+                    CasFailure::NotFound(id) => DecideError::NotFound(id),
+                    CasFailure::Store(error) => DecideError::Store(error),
+                });
             }
-            Err(StoreError::NotFound(id)) => return Err(DecideError::NotFound(id)),
-            Err(
-                error @ (StoreError::Duplicate(_)
-                | StoreError::Corrupt { .. }
-                | StoreError::Undecryptable { .. }
-                | StoreError::NewerSchema { .. }
-                | StoreError::DiskFull(_)
-                | StoreError::ReadOnly(_)
-                | StoreError::CorruptDatabase(_)
-                | StoreError::Unreachable(_)
-                | StoreError::Database(_)),
-            ) => return Err(DecideError::Store(error)),
         };
         self.inner.notify(&next);
         if let (Some(_), Some(resume_plan), Some(slot)) = (plan.resume, resume_plan, slot)

@@ -338,10 +338,35 @@ impl SweepError {
     }
 }
 
-/// A store's answer that means another writer got to the run first.
+/// A store's answer that means another writer got to the run first (or purged it).
 fn store_overtaken(error: &StoreError) -> bool {
+    !matches!(cas_failure(error), CasKind::Store)
+}
+
+/// What a compare-and-set's failure means to a command that read the run first (a decision, a cancel).
+pub(crate) enum CasFailure {
+    /// Someone acted on the run since it was read (another decision, a step of its driver): read it
+    /// again and act on what is stored.
+    Overtaken,
+    /// The run is gone (purged).
+    NotFound(String),
+    /// The store failed; the command fails with it.
+    Store(StoreError),
+}
+
+/// [`CasFailure`] without its data.
+enum CasKind {
+    Overtaken,
+    NotFound,
+    Store,
+}
+
+/// The one list of store errors by what they mean to a compare-and-set: a new kind does not compile
+/// until it is placed here.
+fn cas_failure(error: &StoreError) -> CasKind {
     match error {
-        StoreError::NotFound(_) | StoreError::Conflict { .. } | StoreError::Transition(_) => true,
+        StoreError::Conflict { .. } | StoreError::Transition(_) => CasKind::Overtaken,
+        StoreError::NotFound(_) => CasKind::NotFound,
         StoreError::Duplicate(_)
         | StoreError::Corrupt { .. }
         | StoreError::Undecryptable { .. }
@@ -350,6 +375,16 @@ fn store_overtaken(error: &StoreError) -> bool {
         | StoreError::ReadOnly(_)
         | StoreError::CorruptDatabase(_)
         | StoreError::Unreachable(_)
-        | StoreError::Database(_) => false,
+        | StoreError::Database(_) => CasKind::Store,
+    }
+}
+
+impl From<StoreError> for CasFailure {
+    fn from(error: StoreError) -> CasFailure {
+        match (cas_failure(&error), error) {
+            (CasKind::NotFound, StoreError::NotFound(id)) => CasFailure::NotFound(id),
+            (CasKind::Overtaken | CasKind::NotFound, _) => CasFailure::Overtaken,
+            (CasKind::Store, error) => CasFailure::Store(error),
+        }
     }
 }
