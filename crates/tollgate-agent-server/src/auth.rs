@@ -63,7 +63,7 @@ impl std::fmt::Debug for ApiToken {
 
 /// The authenticated caller of one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Caller {
+pub(crate) struct Caller {
     /// The actor name recorded on events.
     pub actor: String,
     roles: Vec<Role>,
@@ -71,12 +71,12 @@ pub struct Caller {
 
 impl Caller {
     /// True when the caller holds `role` (admin holds every role).
-    pub fn has(&self, role: Role) -> bool {
+    pub(crate) fn has(&self, role: Role) -> bool {
         self.roles.contains(&Role::Admin) || self.roles.contains(&role)
     }
 
     /// 403 unless the caller holds `role`.
-    pub fn require(&self, role: Role, to: &str) -> Result<(), ApiError> {
+    pub(crate) fn require(&self, role: Role, to: &str) -> Result<(), ApiError> {
         if self.has(role) {
             Ok(())
         } else {

@@ -14,7 +14,7 @@ use tollgate_agent_runtime::{CancelError, DecideError, ReadError, ResolveError, 
 pub use tollgate_agent_protocol::{PROBLEM_BASE, PROBLEM_JSON, ProblemType as ProblemKind};
 
 /// The HTTP status of a kind of problem.
-pub fn http_status(kind: ProblemKind) -> StatusCode {
+pub(crate) fn http_status(kind: ProblemKind) -> StatusCode {
     StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 

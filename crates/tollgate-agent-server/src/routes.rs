@@ -91,7 +91,7 @@ pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, Ra
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// Only runs with this status.
     #[param(value_type = Option<tollgate_agent_protocol::RunStatus>)]
     status: Option<String>,
@@ -158,7 +158,7 @@ pub(crate) async fn get_run(State(state): State<AppState>, _caller: Caller, RunI
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct EventsQuery {
+pub(crate) struct EventsQuery {
     /// Only events with a greater seq (for SSE, like `Last-Event-ID`, which wins when both are given).
     #[param(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
     after: Option<u64>,
@@ -384,7 +384,7 @@ pub(crate) async fn agents(State(state): State<AppState>, _caller: Caller) -> Ap
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ToolsQuery {
+pub(crate) struct ToolsQuery {
     /// List this agent's tools with their effective gates (policy applied).
     agent: Option<String>,
 }

@@ -205,7 +205,7 @@ fn decode_approvals(
 impl RunRow {
     /// The row for a record. With data keys its sealed columns are encrypted; `before` is the record
     /// and the stored row this one replaces (for a value that did not change, see [`sealed_column`]).
-    pub fn encode(
+    pub(crate) fn encode(
         run: &RunRecord,
         keys: Option<&DataKeys>,
         before: Option<(&RunRecord, &RunRow)>,
@@ -275,7 +275,7 @@ impl RunRow {
 
     /// The record this row holds (its sealed columns opened with `keys`), or [`StoreError::Corrupt`] /
     /// [`StoreError::Undecryptable`].
-    pub fn decode(self, keys: Option<&DataKeys>) -> Result<RunRecord, StoreError> {
+    pub(crate) fn decode(self, keys: Option<&DataKeys>) -> Result<RunRecord, StoreError> {
         let id = self.id;
         let corrupt = |detail: String| StoreError::Corrupt { id: id.clone(), detail };
         let place = |column| Place { run_id: &id, column, at: At::Version(self.version) };
@@ -531,7 +531,7 @@ pub(crate) struct EventRow {
 
 impl EventRow {
     /// The row for a chained event, its data sealed with `keys` (bound to the run and the seq).
-    pub fn encode(run_id: &str, event: &StoredEvent, keys: Option<&DataKeys>) -> Result<EventRow, StoreError> {
+    pub(crate) fn encode(run_id: &str, event: &StoredEvent, keys: Option<&DataKeys>) -> Result<EventRow, StoreError> {
         let seq = to_sql_int(event.seq);
         let data = encode_json(run_id, "event data", &event.data)?;
         Ok(EventRow {
@@ -704,7 +704,7 @@ pub(crate) struct Secrets(Vec<String>);
 impl Secrets {
     /// The password of `scheme://user:PASSWORD@host/…` and of a `password=` query parameter, both as
     /// written and percent-decoded.
-    pub fn from_url(url: &str) -> Secrets {
+    pub(crate) fn from_url(url: &str) -> Secrets {
         let mut found = Vec::new();
         if let Some((_, rest)) = url.split_once("://") {
             let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
@@ -730,7 +730,7 @@ impl Secrets {
     }
 
     /// The text with every secret replaced by `***`.
-    pub fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         self.0.iter().fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "***"))
     }
 }

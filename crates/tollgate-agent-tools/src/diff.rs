@@ -18,7 +18,7 @@ enum Op {
 
 /// A unified diff from `old` to `new` for the file `path`, or `None` when the change is too large to
 /// diff line by line (the caller summarises it).
-pub fn unified_diff(path: &str, old: &str, new: &str) -> Option<String> {
+pub(crate) fn unified_diff(path: &str, old: &str, new: &str) -> Option<String> {
     let a: Vec<&str> = old.split_inclusive('\n').collect();
     let b: Vec<&str> = new.split_inclusive('\n').collect();
     let ops = line_ops(&a, &b)?;

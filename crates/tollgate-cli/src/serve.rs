@@ -12,7 +12,7 @@ use tollgate_agent_config::{Config, ConfigSource, Role as ConfigRole};
 use tollgate_agent_server::{ApiToken, Retention, Role, ServerOptions, WebhookTarget};
 
 /// Maps the configuration onto the server's options and serves until a shutdown signal.
-pub async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
+pub(crate) async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
     let config = &local.config;
     refuse_networked_shell_without_tokens(config)?;
     // A damaged database is refused before anything is served from it (SQLite's `quick_check`).

@@ -9,20 +9,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tollgate_agent_config::{Config, ConfigError, ConfigLoader, EnvVars};
 
 /// The current folder of [`loader`]; nothing is read from it.
-pub const CWD: &str = "/srv/app";
+pub(crate) const CWD: &str = "/srv/app";
 
 /// A loader with `env` and the current folder [`CWD`].
-pub fn loader(env: &[(&str, &str)]) -> ConfigLoader {
+pub(crate) fn loader(env: &[(&str, &str)]) -> ConfigLoader {
     ConfigLoader::new(env.iter().copied().collect::<EnvVars>(), CWD)
 }
 
 /// Parses `text` as `/srv/app/tollgate.toml` with an empty environment.
-pub fn parse(text: &str) -> Result<Config, ConfigError> {
+pub(crate) fn parse(text: &str) -> Result<Config, ConfigError> {
     loader(&[]).load_str("tollgate.toml", text)
 }
 
 /// The message of the error parsing `text` must give; panics when it parses.
-pub fn error(text: &str) -> String {
+pub(crate) fn error(text: &str) -> String {
     match parse(text) {
         Ok(config) => panic!("expected an error, parsed {config:#?}"),
         Err(error) => error.to_string(),
@@ -30,10 +30,10 @@ pub fn error(text: &str) -> String {
 }
 
 /// A folder under the system temp folder, removed on drop.
-pub struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    pub fn new() -> anyhow::Result<TempDir> {
+    pub(crate) fn new() -> anyhow::Result<TempDir> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!("tollgate-agent-config-test-{}-{n}", std::process::id()));
@@ -43,12 +43,12 @@ impl TempDir {
         Ok(TempDir(path.canonicalize()?))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 
     /// Writes `text` to `relative` (creating folders) and returns the file's path.
-    pub fn write(&self, relative: &str, text: &str) -> anyhow::Result<PathBuf> {
+    pub(crate) fn write(&self, relative: &str, text: &str) -> anyhow::Result<PathBuf> {
         let path = self.0.join(relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;

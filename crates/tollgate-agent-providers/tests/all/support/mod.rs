@@ -13,11 +13,11 @@ use tollgate_agent_testkit::TestTool;
 use wiremock::{Request, ResponseTemplate};
 
 /// The key the tests configure; no log line, error or event may contain it.
-pub const API_KEY: &str = "sk-tollgate-test-7f3a9c1e5b2d4086";
+pub(crate) const API_KEY: &str = "sk-tollgate-test-7f3a9c1e5b2d4086";
 
 /// Settings that keep tests fast: short backoff, a short timeout, two retries; plain (not streamed)
 /// answers, as the wire-format tests expect (`streaming.rs` turns streaming on).
-pub fn settings(base_url: &str) -> ProviderSettings {
+pub(crate) fn settings(base_url: &str) -> ProviderSettings {
     ProviderSettings {
         base_url: Some(base_url.to_owned()),
         api_key: Some(ApiKey::new(API_KEY)),
@@ -31,7 +31,7 @@ pub fn settings(base_url: &str) -> ProviderSettings {
 }
 
 /// Two tools offered in the single-request tests.
-pub fn specs() -> Vec<ToolSpec> {
+pub(crate) fn specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
             name: "fs_read".into(),
@@ -51,7 +51,7 @@ pub fn specs() -> Vec<ToolSpec> {
 }
 
 /// The tools of the resume scenarios: four that ask, one that is allowed.
-pub struct Tools {
+pub(crate) struct Tools {
     pub fs_write: TestTool,
     pub fs_delete: TestTool,
     pub shell: TestTool,
@@ -60,7 +60,7 @@ pub struct Tools {
 }
 
 impl Tools {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let asks = |name: &str| TestTool::new(name).gate(Gate::Ask);
         Self {
             fs_write: asks("fs_write"),
@@ -71,7 +71,7 @@ impl Tools {
         }
     }
 
-    pub fn registry(&self) -> anyhow::Result<Arc<ToolRegistry>> {
+    pub(crate) fn registry(&self) -> anyhow::Result<Arc<ToolRegistry>> {
         let mut registry = ToolRegistry::new();
         for tool in [&self.fs_write, &self.fs_delete, &self.shell, &self.http_request, &self.fs_read] {
             registry.register(tool.shared())?;
@@ -81,7 +81,7 @@ impl Tools {
 }
 
 /// A loop over `model` with the scenario tools.
-pub fn tool_loop(
+pub(crate) fn tool_loop(
     model: Arc<dyn tollgate_agent_core::ModelClient>,
     tools: &Tools,
     name: &str,
@@ -92,7 +92,7 @@ pub fn tool_loop(
 }
 
 /// A Chat Completions answer with one choice.
-pub fn openai_answer(message: Value, finish_reason: &str) -> Value {
+pub(crate) fn openai_answer(message: Value, finish_reason: &str) -> Value {
     json!({
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -104,22 +104,22 @@ pub fn openai_answer(message: Value, finish_reason: &str) -> Value {
 }
 
 /// One entry of a Chat Completions `tool_calls` array.
-pub fn openai_call(id: &str, name: &str, arguments: &str) -> Value {
+pub(crate) fn openai_call(id: &str, name: &str, arguments: &str) -> Value {
     json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
 }
 
 /// A Chat Completions answer carrying these calls.
-pub fn openai_calls(calls: Vec<Value>) -> Value {
+pub(crate) fn openai_calls(calls: Vec<Value>) -> Value {
     openai_answer(json!({"role": "assistant", "content": null, "tool_calls": calls, "refusal": null}), "tool_calls")
 }
 
 /// A Chat Completions text answer.
-pub fn openai_text(text: &str) -> Value {
+pub(crate) fn openai_text(text: &str) -> Value {
     openai_answer(json!({"role": "assistant", "content": text, "refusal": null}), "stop")
 }
 
 /// A Messages answer.
-pub fn anthropic_answer(content: Vec<Value>, stop_reason: &str) -> Value {
+pub(crate) fn anthropic_answer(content: Vec<Value>, stop_reason: &str) -> Value {
     json!({
         "id": "msg_test",
         "type": "message",
@@ -133,18 +133,18 @@ pub fn anthropic_answer(content: Vec<Value>, stop_reason: &str) -> Value {
 }
 
 /// A `tool_use` block.
-pub fn anthropic_call(id: &str, name: &str, input: Value) -> Value {
+pub(crate) fn anthropic_call(id: &str, name: &str, input: Value) -> Value {
     json!({"type": "tool_use", "id": id, "name": name, "input": input})
 }
 
 /// A `text` block.
-pub fn anthropic_text(text: &str) -> Value {
+pub(crate) fn anthropic_text(text: &str) -> Value {
     json!({"type": "text", "text": text})
 }
 
 /// A responder that answers the Nth request with `turns[N]`, where N is the number of assistant messages
 /// in the request body (both wire formats name the role `assistant`), so it follows the run statelessly.
-pub fn by_turn(turns: Vec<Value>) -> impl Fn(&Request) -> ResponseTemplate + Send + Sync {
+pub(crate) fn by_turn(turns: Vec<Value>) -> impl Fn(&Request) -> ResponseTemplate + Send + Sync {
     move |request: &Request| {
         let body: Value = request.body_json().unwrap_or_default();
         let done =
@@ -157,14 +157,14 @@ pub fn by_turn(turns: Vec<Value>) -> impl Fn(&Request) -> ResponseTemplate + Sen
 }
 
 /// The JSON bodies the mock server received, in order.
-pub async fn bodies(server: &wiremock::MockServer) -> anyhow::Result<Vec<Value>> {
+pub(crate) async fn bodies(server: &wiremock::MockServer) -> anyhow::Result<Vec<Value>> {
     let requests = server.received_requests().await.ok_or_else(|| anyhow::anyhow!("request recording is off"))?;
     requests.iter().map(|r| Ok(r.body_json::<Value>()?)).collect()
 }
 
 /// Chat Completions: every `tool_calls` entry is answered by exactly one `tool` message, in call order,
 /// right after its assistant message, and no other `tool` message appears.
-pub fn check_openai_calls_answered(body: &Value) -> Result<(), String> {
+pub(crate) fn check_openai_calls_answered(body: &Value) -> Result<(), String> {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let mut i = 0;
     while i < messages.len() {
@@ -188,7 +188,7 @@ pub fn check_openai_calls_answered(body: &Value) -> Result<(), String> {
 }
 
 /// Panics unless [`check_openai_calls_answered`] passes.
-pub fn assert_openai_calls_answered(body: &Value) {
+pub(crate) fn assert_openai_calls_answered(body: &Value) {
     if let Err(problem) = check_openai_calls_answered(body) {
         panic!("{problem}");
     }
@@ -197,7 +197,7 @@ pub fn assert_openai_calls_answered(body: &Value) {
 /// Messages: roles alternate, and the `tool_use` blocks of each assistant message are answered by exactly
 /// one `tool_result` block each, in call order, at the start of the user message that follows; no
 /// `tool_result` answers anything else.
-pub fn check_anthropic_calls_answered(body: &Value) -> Result<(), String> {
+pub(crate) fn check_anthropic_calls_answered(body: &Value) -> Result<(), String> {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     if messages.windows(2).any(|pair| pair[0]["role"] == pair[1]["role"]) {
         return Err("roles must alternate".into());
@@ -231,7 +231,7 @@ pub fn check_anthropic_calls_answered(body: &Value) -> Result<(), String> {
 }
 
 /// Panics unless [`check_anthropic_calls_answered`] passes.
-pub fn assert_anthropic_calls_answered(body: &Value) {
+pub(crate) fn assert_anthropic_calls_answered(body: &Value) {
     if let Err(problem) = check_anthropic_calls_answered(body) {
         panic!("{problem}");
     }
@@ -243,7 +243,7 @@ pub fn assert_anthropic_calls_answered(body: &Value) {
 /// emitted it: a scoped (`set_default`) subscriber per test raced with the other tests of this binary
 /// over tracing's per-callsite interest cache, and a record was sometimes lost.
 #[derive(Clone, Default)]
-pub struct LogCapture {
+pub(crate) struct LogCapture {
     buffer: Arc<Mutex<Vec<u8>>>,
 }
 
@@ -269,7 +269,7 @@ impl std::io::Write for ThreadWriter {
 }
 
 /// Stops capturing on this thread when dropped.
-pub struct CaptureGuard;
+pub(crate) struct CaptureGuard;
 
 impl Drop for CaptureGuard {
     fn drop(&mut self) {
@@ -279,7 +279,7 @@ impl Drop for CaptureGuard {
 
 impl LogCapture {
     /// Captures this thread's records, at the most verbose level, until the guard drops.
-    pub fn install(&self) -> CaptureGuard {
+    pub(crate) fn install(&self) -> CaptureGuard {
         static GLOBAL: std::sync::Once = std::sync::Once::new();
         GLOBAL.call_once(|| {
             let subscriber = tracing_subscriber::fmt()
@@ -294,20 +294,20 @@ impl LogCapture {
     }
 
     /// What was written so far.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.buffer.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
     }
 }
 
 /// Hooks that keep the full `Debug` text of every loop event, the raw material of a run's event log.
 #[derive(Clone, Default)]
-pub struct DebugHooks {
+pub(crate) struct DebugHooks {
     events: Arc<Mutex<Vec<String>>>,
 }
 
 impl DebugHooks {
     /// Every event so far.
-    pub fn events(&self) -> Vec<String> {
+    pub(crate) fn events(&self) -> Vec<String> {
         self.events.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }

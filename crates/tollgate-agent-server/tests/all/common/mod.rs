@@ -18,7 +18,7 @@ use tollgate_agent_testkit::{TestTool, postgres_url, scratch_dir};
 
 /// Which store the server runs on.
 #[derive(Clone, Debug, Default)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// A fresh SQLite file.
     #[default]
     Sqlite,
@@ -27,7 +27,7 @@ pub enum Backend {
 }
 
 /// The backends to run a test on: SQLite always, PostgreSQL when `TOLLGATE_TEST_POSTGRES_URL` is set.
-pub fn backends() -> Vec<Backend> {
+pub(crate) fn backends() -> Vec<Backend> {
     let mut backends = vec![Backend::Sqlite];
     if let Some(url) = postgres_url() {
         backends.push(Backend::Postgres(url));
@@ -37,7 +37,7 @@ pub fn backends() -> Vec<Backend> {
 
 /// How to start a test server.
 #[derive(Clone, Default)]
-pub struct Config {
+pub(crate) struct Config {
     /// The store.
     pub backend: Backend,
     /// API tokens (none: auth off).
@@ -60,7 +60,7 @@ pub struct Config {
 }
 
 /// Tokens for auth tests: `alice` runner, `bob` approver, `carol` runner + approver, `root` admin.
-pub fn tokens() -> Vec<ApiToken> {
+pub(crate) fn tokens() -> Vec<ApiToken> {
     let token = |name: &str, roles: Vec<Role>| ApiToken { name: name.into(), token: format!("{name}-token"), roles };
     vec![
         token("alice", vec![Role::Runner]),
@@ -72,7 +72,7 @@ pub fn tokens() -> Vec<ApiToken> {
 
 /// The tools every agent here uses, sharing their call logs with the test.
 #[derive(Clone)]
-pub struct Tools {
+pub(crate) struct Tools {
     /// `write`: gate ask, schema `{"text": string}` required, preview `write a note`.
     pub write: TestTool,
     /// `list`: gate allow.
@@ -104,17 +104,17 @@ impl Tools {
 /// `scribe` (the default): turn 1 holds `write` (ask) of the input, `list` (allow) and `nuke` (forbid);
 /// turn 2 answers `done` (streamed in two deltas, `do` and `ne`), or `Not written.` when the write was
 /// denied.
-pub const SCRIBE: &str = "scribe";
+pub(crate) const SCRIBE: &str = "scribe";
 /// `scribe-pair`: turn 1 holds two `write` calls (`a`, `b`); turn 2 answers `done`.
-pub const PAIR: &str = "scribe-pair";
+pub(crate) const PAIR: &str = "scribe-pair";
 /// `scribe-guarded`: as `scribe` with one `write` call, and `forbid_self_approval`.
-pub const GUARDED: &str = "scribe-guarded";
+pub(crate) const GUARDED: &str = "scribe-guarded";
 /// `scribe-slow`: turn 1 calls `pause` (allow, takes [`PAUSE`]); turn 2 holds a `write`; then `done`.
-pub const SLOW: &str = "scribe-slow";
+pub(crate) const SLOW: &str = "scribe-slow";
 /// How long a `pause` call takes.
-pub const PAUSE: Duration = Duration::from_millis(400);
+pub(crate) const PAUSE: Duration = Duration::from_millis(400);
 /// `talker` (with [`Config::talker`]): no tools, its model an OpenAI-compatible server, streamed.
-pub const TALKER: &str = "talker";
+pub(crate) const TALKER: &str = "talker";
 
 /// An allow-gated tool that takes [`PAUSE`] to answer: a step still in flight when a test acts.
 struct Pause {
@@ -238,7 +238,7 @@ fn talker(base_url: &str, max_retries: u32) -> AgentSpec {
 }
 
 /// Opens a store for a backend.
-pub async fn open_store(backend: &Backend) -> Arc<dyn RunStore> {
+pub(crate) async fn open_store(backend: &Backend) -> Arc<dyn RunStore> {
     let url = match backend {
         Backend::Sqlite => format!("sqlite://{}", scratch_dir("server").join("tollgate.db").display()),
         // A schema of its own: the worker pools of tests running side by side claim only their own runs.
@@ -258,7 +258,7 @@ pub async fn open_store(backend: &Backend) -> Arc<dyn RunStore> {
 }
 
 /// A running server.
-pub struct Server {
+pub(crate) struct Server {
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     /// A plain client.
@@ -275,7 +275,7 @@ pub struct Server {
 
 impl Server {
     /// Starts a server.
-    pub async fn start(config: Config) -> Server {
+    pub(crate) async fn start(config: Config) -> Server {
         let store = match &config.store {
             Some(store) => store.clone(),
             None => open_store(&config.backend).await,
@@ -321,12 +321,12 @@ impl Server {
     }
 
     /// The URL of a path.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// Shuts the server down gracefully and checks it returned cleanly.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -340,7 +340,7 @@ impl Server {
 
     /// Sends a request with an optional token and JSON body; returns the status, headers and body
     /// (parsed as JSON when it is JSON, else a string).
-    pub async fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Reply {
+    pub(crate) async fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Reply {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         let mut request = self.client.request(method, self.url(path));
         if let Some(token) = token {
@@ -353,17 +353,17 @@ impl Server {
     }
 
     /// GET without a token.
-    pub async fn get(&self, path: &str) -> Reply {
+    pub(crate) async fn get(&self, path: &str) -> Reply {
         self.call("GET", path, None, None).await
     }
 
     /// POST JSON without a token.
-    pub async fn post(&self, path: &str, body: Value) -> Reply {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Reply {
         self.call("POST", path, None, Some(body)).await
     }
 
     /// POST raw bytes with a content type.
-    pub async fn post_raw(&self, path: &str, content_type: Option<&str>, body: Vec<u8>) -> Reply {
+    pub(crate) async fn post_raw(&self, path: &str, content_type: Option<&str>, body: Vec<u8>) -> Reply {
         let mut request = self.client.post(self.url(path)).body(body);
         if let Some(content_type) = content_type {
             request = request.header("content-type", content_type);
@@ -373,7 +373,7 @@ impl Server {
 
     /// Starts a run of `agent` with `wait: true` and returns it (it is waiting for approval).
     /// `POST /v1/runs/{id}/decisions` approving every held call of `run` (as read), with `wait`.
-    pub async fn approve_and_wait(&self, run: &Value) -> Reply {
+    pub(crate) async fn approve_and_wait(&self, run: &Value) -> Reply {
         self.post(
             &format!("/v1/runs/{}/decisions", id(run)),
             json!({"turn_digest": digest(run), "approve_all": true, "wait": true}),
@@ -381,7 +381,7 @@ impl Server {
         .await
     }
 
-    pub async fn waiting_run(&self, agent: &str, input: &str) -> Value {
+    pub(crate) async fn waiting_run(&self, agent: &str, input: &str) -> Value {
         let reply = self.post("/v1/runs", json!({"agent": agent, "input": input, "wait": true})).await;
         assert_eq!(reply.status, 201, "{}", reply.body);
         assert_eq!(reply.body["status"], "waiting_for_approval", "{}", reply.body);
@@ -389,7 +389,7 @@ impl Server {
     }
 
     /// How many runs the store holds (at most 500).
-    pub async fn run_count(&self) -> usize {
+    pub(crate) async fn run_count(&self) -> usize {
         let page = self
             .store
             .list(tollgate_agent_core::RunQuery { limit: 500, ..Default::default() })
@@ -399,7 +399,7 @@ impl Server {
     }
 
     /// Waits (bounded) until the run is terminal and returns it.
-    pub async fn settled(&self, id: &str) -> Value {
+    pub(crate) async fn settled(&self, id: &str) -> Value {
         let run = tokio::time::timeout(Duration::from_secs(20), self.runtime.wait_settled(id))
             .await
             .unwrap_or_else(|_| panic!("run {id} did not settle within 20 s"))
@@ -408,7 +408,7 @@ impl Server {
     }
 
     /// The kinds of a run's events, in order.
-    pub async fn event_kinds(&self, id: &str) -> Vec<String> {
+    pub(crate) async fn event_kinds(&self, id: &str) -> Vec<String> {
         let reply = self.get(&format!("/v1/runs/{id}/events")).await;
         assert_eq!(reply.status, 200, "{}", reply.body);
         reply.body["events"]
@@ -420,7 +420,7 @@ impl Server {
 
 /// An answer.
 #[derive(Debug)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// The status code.
     pub status: u16,
     /// The headers.
@@ -439,12 +439,12 @@ impl Reply {
     }
 
     /// The content type.
-    pub fn content_type(&self) -> &str {
+    pub(crate) fn content_type(&self) -> &str {
         self.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default()
     }
 
     /// Asserts a problem+json answer with this status and type slug.
-    pub fn assert_problem(&self, status: u16, slug: &str) {
+    pub(crate) fn assert_problem(&self, status: u16, slug: &str) {
         assert_eq!(self.status, status, "{}", self.body);
         assert_eq!(self.content_type(), "application/problem+json", "{}", self.body);
         assert_eq!(self.body["type"], format!("https://tollgate.dev/problems/{slug}"), "{}", self.body);
@@ -454,19 +454,19 @@ impl Reply {
 }
 
 /// The turn digest of a waiting run's JSON.
-pub fn digest(run: &Value) -> String {
+pub(crate) fn digest(run: &Value) -> String {
     run["pending"]["turn_digest"].as_str().unwrap_or_default().to_owned()
 }
 
 /// The id of a run's JSON.
-pub fn id(run: &Value) -> String {
+pub(crate) fn id(run: &Value) -> String {
     run["id"].as_str().unwrap_or_default().to_owned()
 }
 
 /// The Python of the venv holding the test tools (PyPI, pinned in `.ci/python/requirements.txt`):
 /// `TOLLGATE_TEST_PYTHON`, else `.ci/python/venv/bin/python`, if it imports every one of `modules`.
 /// `None` (with a note) when it does not outside CI; a panic under CI (env `CI`), which runs these tests.
-pub fn python(modules: &[&str]) -> Option<PathBuf> {
+pub(crate) fn python(modules: &[&str]) -> Option<PathBuf> {
     let python = std::env::var_os("TOLLGATE_TEST_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/python/venv/bin/python"));
@@ -491,7 +491,7 @@ pub fn python(modules: &[&str]) -> Option<PathBuf> {
 }
 
 /// Runs `command`, failing the test with its output when it fails; answers its standard output.
-pub fn run_command(command: &mut Command) -> String {
+pub(crate) fn run_command(command: &mut Command) -> String {
     let output = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
     assert!(
         output.status.success(),

@@ -26,7 +26,7 @@ use tollgate_agent_store::{DataKey, DataKeys, StoreOptions};
 
 /// A backend under test: a store on a fresh database, plus raw SQL on that same database (to tamper
 /// with rows as an attacker or a disk fault would).
-pub trait Harness: Send + Sync + 'static {
+pub(crate) trait Harness: Send + Sync + 'static {
     /// The store.
     fn store(&self) -> Arc<dyn RunStore>;
     /// Runs one SQL statement directly on the database.
@@ -47,11 +47,11 @@ pub trait Harness: Send + Sync + 'static {
 }
 
 /// 2025-11-29T10:00:00Z.
-pub const T0: Millis = 1_764_410_400_000;
+pub(crate) const T0: Millis = 1_764_410_400_000;
 const OWNER: &str = "node-a";
 
 /// A UUIDv7-shaped id; `n` orders them like creation time does.
-pub fn id(n: u64) -> String {
+pub(crate) fn id(n: u64) -> String {
     format!("01980000-0000-7000-8000-{n:012x}")
 }
 
@@ -64,7 +64,7 @@ fn lease(owner: &str, expires_at: Millis) -> Lease {
 }
 
 /// A new running run of `agent`, created at `T0 + n`.
-pub fn running_run(n: u64, agent: &str) -> RunRecord {
+pub(crate) fn running_run(n: u64, agent: &str) -> RunRecord {
     let at = T0 + i64::try_from(n).unwrap_or(0);
     RunRecord::new(id(n), agent.to_owned(), format!("input {n}"), "local".into(), at, Some(lease(OWNER, at + 30_000)))
 }
@@ -133,7 +133,7 @@ fn all_transitions() -> Vec<Transition> {
 }
 
 /// The `run_started` event of a new run.
-pub fn started(run: &RunRecord) -> NewEvent {
+pub(crate) fn started(run: &RunRecord) -> NewEvent {
     event(EventKind::RunStarted, 0, json!({"agent": run.agent, "input": run.input, "actor": "local"}))
 }
 
@@ -193,7 +193,7 @@ fn is_refused<T: std::fmt::Debug>(result: &Result<T, StoreError>) -> bool {
 // The cases.
 
 /// create, get, and a duplicate id.
-pub async fn create_get_and_duplicate<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn create_get_and_duplicate<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let created = create_running(&*store, 1, "demo").await?;
     ensure!(created.last_seq == 1, "create chains its first event");
@@ -227,7 +227,7 @@ pub async fn create_get_and_duplicate<H: Harness>(h: &H) -> anyhow::Result<()> {
 }
 
 /// Every field of a waiting run survives storage, including decisions and the deadline.
-pub async fn a_waiting_run_round_trips<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_waiting_run_round_trips<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let waiting = create_waiting(&*store, 1, &["call_1", "call_2"], Some(T0 + 1_000)).await?;
     let decided = store
@@ -251,7 +251,7 @@ pub async fn a_waiting_run_round_trips<H: Harness>(h: &H) -> anyhow::Result<()> 
 /// (of two votes on the version read, one commits and the other conflicts), a refused vote (the same
 /// actor twice, an edit) changes nothing, and the vote that settles the last open approval claims the
 /// resume in the same transaction, keeping every vote.
-pub async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let run = create_running(&*store, 1, "demo").await?;
     let mut held = held(&["call_1", "call_2"], None);
@@ -306,7 +306,7 @@ pub async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: &H) -> 
 /// A run's metadata is stored with it and comes back unchanged through every transition, an append
 /// and `list`; it is kept out of the events. A run without metadata (and a row from before the
 /// column, NULL) reads as an empty object; a column that is not a JSON object is corrupt.
-pub async fn metadata_round_trips_and_never_changes<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn metadata_round_trips_and_never_changes<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let metadata = Metadata::try_from(json!({
         "customer": "acme \"east\" ✓ 😀",
@@ -359,7 +359,7 @@ pub async fn metadata_round_trips_and_never_changes<H: Harness>(h: &H) -> anyhow
 }
 
 /// list: newest first, filters by status and agent, cursor pages that neither skip nor repeat.
-pub async fn list_filters_and_pages<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn list_filters_and_pages<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     for n in 1..=7 {
         let agent = if n % 2 == 0 { "writer" } else { "demo" };
@@ -434,7 +434,7 @@ pub async fn list_filters_and_pages<H: Harness>(h: &H) -> anyhow::Result<()> {
 }
 
 /// resolve_prefix: unique, ambiguous (with the count), missing.
-pub async fn resolve_prefix_finds_one_run<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn resolve_prefix_finds_one_run<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     for n in [0x10, 0x11, 0x12, 0x20] {
         create_running(&*store, n, "demo").await?;
@@ -462,7 +462,7 @@ pub async fn resolve_prefix_finds_one_run<H: Harness>(h: &H) -> anyhow::Result<(
 
 /// The whole approval cycle: running → waiting → decided → running → completed, with versions,
 /// leases, and one event log.
-pub async fn legal_transitions_walk_the_cycle<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn legal_transitions_walk_the_cycle<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let run = create_running(&*store, 1, "demo").await?;
     let waiting = create_waiting_from(&*store, &run).await?;
@@ -534,7 +534,7 @@ async fn create_waiting_from(store: &dyn RunStore, run: &RunRecord) -> anyhow::R
 
 /// Transitions that do not apply are refused and change nothing — above all, a terminal run never
 /// changes again.
-pub async fn illegal_transitions_change_nothing<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn illegal_transitions_change_nothing<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let mut n = 0;
     for status in [RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled, RunStatus::Expired] {
@@ -618,7 +618,7 @@ pub async fn illegal_transitions_change_nothing<H: Harness>(h: &H) -> anyhow::Re
 
 /// From every status, every transition: the store answers exactly what the pure
 /// `RunRecord::apply` says — the same new record, or the same refusal, and then nothing changed.
-pub async fn every_transition_from_every_status_matches_apply<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn every_transition_from_every_status_matches_apply<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let mut n = 0;
     let statuses = ["queued", "running", "waiting", "waiting_decided", "completed", "failed", "cancelled", "expired"];
@@ -694,7 +694,7 @@ pub async fn every_transition_from_every_status_matches_apply<H: Harness>(h: &H)
 }
 
 /// A stale version is a conflict, and the run is left as the winner wrote it.
-pub async fn version_guard_conflicts<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn version_guard_conflicts<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let waiting = create_waiting(&*store, 1, &["call_1", "call_2"], None).await?;
     let v = waiting.version;
@@ -723,7 +723,7 @@ pub async fn version_guard_conflicts<H: Harness>(h: &H) -> anyhow::Result<()> {
 
 /// The lease guard: only the owner of a running run transitions or appends; append renews the lease
 /// without a version bump.
-pub async fn lease_guard_and_append<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn lease_guard_and_append<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let run = create_running(&*store, 1, "demo").await?;
     let wrong_owner = store.transition(&run.id, Guard::Lease("intruder".into()), complete(), vec![], T0).await;
@@ -766,7 +766,7 @@ pub async fn lease_guard_and_append<H: Harness>(h: &H) -> anyhow::Result<()> {
 
 /// Events are numbered from 1 without gaps across create, transitions and appends; `after` and
 /// `limit` page through them; the chain verifies.
-pub async fn events_are_numbered_and_chained<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn events_are_numbered_and_chained<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let run = create_running(&*store, 1, "demo").await?;
     store
@@ -813,7 +813,7 @@ pub async fn events_are_numbered_and_chained<H: Harness>(h: &H) -> anyhow::Resul
 }
 
 /// `events_after` reads a log longer than a page whole, and from any seq on, across page boundaries.
-pub async fn events_after_reads_every_page<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn events_after_reads_every_page<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let run = create_running(&*store, 1, "demo").await?;
     let page = u64::from(EVENT_PAGE);
@@ -839,7 +839,7 @@ pub async fn events_after_reads_every_page<H: Harness>(h: &H) -> anyhow::Result<
 }
 
 /// An event edited directly in the database is caught by `verify_chain`, at its seq.
-pub async fn an_edited_event_breaks_the_chain<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn an_edited_event_breaks_the_chain<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
     store
@@ -871,7 +871,7 @@ pub async fn an_edited_event_breaks_the_chain<H: Harness>(h: &H) -> anyhow::Resu
 }
 
 /// due: waiting runs past their deadline and running runs past their lease, oldest first.
-pub async fn due_finds_expired_deadlines_and_leases<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn due_finds_expired_deadlines_and_leases<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let now = T0 + 1_000_000;
     create_waiting(&*store, 1, &["call_1"], Some(now - 10)).await?; // due 3rd
@@ -897,7 +897,7 @@ pub async fn due_finds_expired_deadlines_and_leases<H: Harness>(h: &H) -> anyhow
 
 /// purge: terminal runs by finished_at, waiting runs by updated_at, in batches, events with them;
 /// running and recent runs stay.
-pub async fn counts_by_status<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn counts_by_status<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     ensure!(store.count_by_status().await?.is_empty(), "an empty store counts nothing");
     create_running(&*store, 1, "demo").await?;
@@ -917,7 +917,7 @@ pub async fn counts_by_status<H: Harness>(h: &H) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn purge_windows_and_batches<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn purge_windows_and_batches<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let old = T0 + 1_000;
     let new = T0 + 9_000;
@@ -968,7 +968,7 @@ pub async fn purge_windows_and_batches<H: Harness>(h: &H) -> anyhow::Result<()> 
 }
 
 /// A database written by a newer Tollgate is refused on open.
-pub async fn a_newer_schema_is_refused<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_newer_schema_is_refused<H: Harness>(h: &H) -> anyhow::Result<()> {
     h.store();
     ensure!(h.open_again().await.is_ok(), "opening a current database twice is fine");
     h.execute("INSERT INTO tollgate_migrations (version, name, applied_at) VALUES (999, 'from_the_future', 0)".into())
@@ -982,7 +982,7 @@ pub async fn a_newer_schema_is_refused<H: Harness>(h: &H) -> anyhow::Result<()> 
 }
 
 /// A row that cannot be decoded is `Corrupt` for that run only; the others keep working.
-pub async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let bad = create_waiting(&*store, 1, &["call_1"], Some(T0)).await?;
     let good = create_waiting(&*store, 2, &["call_1"], Some(T0)).await?;
@@ -1036,7 +1036,7 @@ pub async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyhow::Res
 
 /// Writes racing each other, some of them failing: each is answered for itself, and a failed one
 /// undoes nothing of the others (on SQLite they share one group commit).
-pub async fn concurrent_writes_fail_alone<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn concurrent_writes_fail_alone<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     for n in 0..16 {
         create_running(&*store, n, "demo").await?;
@@ -1087,7 +1087,7 @@ pub async fn concurrent_writes_fail_alone<H: Harness>(h: &H) -> anyhow::Result<(
 
 /// A write that fails after it has begun writing (here: its events collide with existing ones because
 /// the run's chain head was set back in the database) leaves no trace, and other writes go on.
-pub async fn a_write_failing_midway_leaves_no_trace<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_write_failing_midway_leaves_no_trace<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let broken = create_waiting(&*store, 1, &["call_1"], None).await?;
     let healthy = create_waiting(&*store, 2, &["call_1"], None).await?;
@@ -1122,7 +1122,7 @@ pub async fn a_write_failing_midway_leaves_no_trace<H: Harness>(h: &H) -> anyhow
 /// A takeover is planned on a lease seen expired, but the owner renews the lease first (a renewal does
 /// not bump the version, so the version guard alone lets the takeover through): the takeover must fail
 /// with a conflict, checked on the lease as stored when it commits, and the owner keeps the run.
-pub async fn a_renewal_before_a_takeover_wins<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_renewal_before_a_takeover_wins<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let run = create_running(&*store, 1, "demo").await?;
     let expired_at = T0 + 1 + 30_000;
@@ -1169,7 +1169,7 @@ pub async fn a_renewal_before_a_takeover_wins<H: Harness>(h: &H) -> anyhow::Resu
 }
 
 /// 32 tasks claim one waiting run with the same version guard at once: exactly one wins.
-pub async fn exactly_one_of_32_racing_claims_wins<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn exactly_one_of_32_racing_claims_wins<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
     let decided = store
@@ -1221,7 +1221,7 @@ async fn claim_one(
 /// A queued run (new, or queued with its held turn) is claimed by the queue, oldest queued first, with
 /// the lease asked for; cancelled or running runs are never claimed; a released run is queued again
 /// with its held turn and claimed again; an empty queue answers nothing.
-pub async fn queued_runs_are_claimed_oldest_first_and_released_back<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn queued_runs_are_claimed_oldest_first_and_released_back<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     ensure!(store.oldest_queued().await?.is_none(), "nothing queued yet");
     ensure!(claim_one(&*store, "node-a", T0 + 60_000, T0).await?.is_none(), "nothing queued yet");
@@ -1289,7 +1289,9 @@ pub async fn queued_runs_are_claimed_oldest_first_and_released_back<H: Harness>(
 /// (whose id, from its creation, is older than every new run's) goes after the new runs queued before
 /// it and before those queued after it, so neither class waits behind the other without bound. A claim
 /// of several takes the oldest ones, each once, and the next claim goes on where it stopped.
-pub async fn new_runs_and_resumes_are_claimed_in_the_order_they_were_queued<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn new_runs_and_resumes_are_claimed_in_the_order_they_were_queued<H: Harness>(
+    h: &H,
+) -> anyhow::Result<()> {
     let store = h.store();
     // Runs 1..=3 wait for a decision (held since T0 + 10); runs 11..=16 are new, queued at T0 + 100,
     // T0 + 200, ... T0 + 600; the decisions queue runs 1..=3 at T0 + 250, T0 + 450 and T0 + 650.
@@ -1328,7 +1330,7 @@ pub async fn new_runs_and_resumes_are_claimed_in_the_order_they_were_queued<H: H
 
 /// Queued runs that cannot be read are passed over, and others are claimed in their place: a claim of
 /// two whose two oldest queued runs are corrupt takes the next two. The corrupt ones stay queued.
-pub async fn queued_runs_that_cannot_be_read_are_passed_over<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn queued_runs_that_cannot_be_read_are_passed_over<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     for n in 1..=6 {
         let at = T0 + i64::try_from(n)?;
@@ -1347,16 +1349,16 @@ pub async fn queued_runs_that_cannot_be_read_are_passed_over<H: Harness>(h: &H) 
 }
 
 /// How many runs [`FILLED_QUEUED_AT`]'s queue holds.
-pub const FILLED_RUNS: i64 = 100_000;
+pub(crate) const FILLED_RUNS: i64 = 100_000;
 
 /// The SQL expression of when run `n` of a filled queue was queued: an order unlike the ids'. The
 /// backends' tests fill `runs` with runs `id(1..=FILLED_RUNS)`, every tenth of agent `demo` and the
 /// others of `other`, run `n` queued at this (`n` and `T0` written in).
-pub const FILLED_QUEUED_AT: &str = "T0 + (n * 7919) % 100003";
+pub(crate) const FILLED_QUEUED_AT: &str = "T0 + (n * 7919) % 100003";
 
 /// On a queue filled as [`FILLED_QUEUED_AT`] says, a claim of 64 takes the 64 oldest queued runs of
 /// `demo` in one go, oldest first, and the oldest queued run left is the oldest of the others.
-pub async fn a_filled_queue_is_claimed_oldest_first(store: &dyn RunStore) -> anyhow::Result<()> {
+pub(crate) async fn a_filled_queue_is_claimed_oldest_first(store: &dyn RunStore) -> anyhow::Result<()> {
     let queued_at = |n: i64| T0 + (n * 7919) % 100_003; // FILLED_QUEUED_AT
     let mut demo: Vec<(Millis, String, i64)> = (1..=FILLED_RUNS)
         .filter(|n| n % 10 == 0)
@@ -1377,7 +1379,7 @@ pub async fn a_filled_queue_is_claimed_oldest_first(store: &dyn RunStore) -> any
 /// Two stores on one database (two nodes), eight workers each, claim a queue of 60 runs at once, up
 /// to three at a time: every run is claimed exactly once, none is left, and no claim fails for having
 /// raced another.
-pub async fn racing_workers_of_two_nodes_never_claim_a_run_twice<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn racing_workers_of_two_nodes_never_claim_a_run_twice<H: Harness>(h: &H) -> anyhow::Result<()> {
     let nodes = [h.store(), h.open_again().await?];
     for n in 1..=60 {
         let at = T0 + i64::try_from(n % 7)?;
@@ -1422,7 +1424,7 @@ pub async fn racing_workers_of_two_nodes_never_claim_a_run_twice<H: Harness>(h: 
 /// The owner's appends race each other and a lease-guarded suspend of the same run: writers to one run
 /// queue up, none is lost or fails for having raced. Each append lands (before the suspend) or is told
 /// the run no longer runs (after it); the landed ones and the suspend's event make one gapless chain.
-pub async fn racing_appends_and_a_transition_make_one_chain<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn racing_appends_and_a_transition_make_one_chain<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let run = create_running(&*store, 1, "demo").await?;
     let start = Arc::new(tokio::sync::Barrier::new(17));
@@ -1485,7 +1487,7 @@ fn tap_into(tapped: &Tapped) -> tollgate_agent_core::CommitTap {
 /// alone and many at once (grouped), sealed or not — with its events exactly as `events` serves them
 /// afterwards: every event once, in order, nothing of a refused write, nothing another store of the
 /// same database committed, nothing once the tap is dropped.
-pub async fn a_commit_tap_sees_each_commit_as_stored<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_commit_tap_sees_each_commit_as_stored<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.open_with(keyring(&[("k1", 1)])?).await?;
     let tapped = Tapped::default();
     let tap = tap_into(&tapped);
@@ -1541,7 +1543,7 @@ pub async fn a_commit_tap_sees_each_commit_as_stored<H: Harness>(h: &H) -> anyho
 /// Reads the commit log from `from` in pages of `limit` until `expected` events (read or passed over)
 /// are in, or 10 s pass: the events, the runs of those passed over, and where the log ends. (A
 /// PostgreSQL log waits for every older transaction of the cluster, other tests' included, to end.)
-pub async fn read_log(
+pub(crate) async fn read_log(
     store: &dyn RunStore,
     from: &str,
     limit: u32,
@@ -1552,7 +1554,7 @@ pub async fn read_log(
 
 /// [`read_log`], leaving out the first event of run `pre_start` (one committed just before the log's
 /// start, which PostgreSQL may read too: at least once).
-pub async fn read_log_after(
+pub(crate) async fn read_log_after(
     store: &dyn RunStore,
     from: &str,
     limit: u32,
@@ -1583,7 +1585,7 @@ pub async fn read_log_after(
 /// `events` serves them (sealed data opened), nothing from a refused write, and nothing from before
 /// the start but, on PostgreSQL, possibly the commit made just before it. Read again from its end it is empty; a damaged event is passed over and named; a position
 /// the store did not give is refused.
-pub async fn the_commit_log_holds_every_commit_once<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn the_commit_log_holds_every_commit_once<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.open_with(keyring(&[("k1", 1)])?).await?;
     let before = create_running(&*store, 1, "demo").await?;
     let start = store.committed(None, 100).await?;
@@ -1659,7 +1661,7 @@ pub async fn the_commit_log_holds_every_commit_once<H: Harness>(h: &H) -> anyhow
 
 /// A named reader of the log is held by one holder at a time, until its hold ends or is released; its
 /// position is stored only by its holder and outlives every hold; 16 racing holders get one hold.
-pub async fn a_log_reader_has_one_holder_at_a_time<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_log_reader_has_one_holder_at_a_time<H: Harness>(h: &H) -> anyhow::Result<()> {
     use tollgate_agent_core::ReaderHold;
     let store = h.store();
     let held = |position: Option<&str>| ReaderHold::Held { position: position.map(str::to_owned) };
@@ -1734,7 +1736,7 @@ fn ensure_undecryptable<T: std::fmt::Debug>(
 /// With data keys, suspensions, decisions and event data are stored sealed and read back as written;
 /// the chain (over the plaintext) verifies; an unchanged value is not sealed again; an event's sealed
 /// data moved to another event does not open.
-pub async fn encrypted_values_round_trip<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn encrypted_values_round_trip<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.open_with(keyring(&[("k1", 1)])?).await?;
     let waiting = create_waiting(&*store, 1, &["call_1", "call_2"], Some(T0 + 1_000)).await?;
     let by_id = format!("id = '{}'", waiting.id);
@@ -1785,7 +1787,7 @@ pub async fn encrypted_values_round_trip<H: Harness>(h: &H) -> anyhow::Result<()
 
 /// A store without the key a value names (no keys, another id, or another key under the same id) fails
 /// that run's reads with an error naming the run and the key id; other runs still read and list.
-pub async fn a_missing_or_wrong_key_fails_clearly<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_missing_or_wrong_key_fails_clearly<H: Harness>(h: &H) -> anyhow::Result<()> {
     let sealed = h.open_with(keyring(&[("k1", 1)])?).await?;
     let secret = create_waiting(&*sealed, 1, &["call_1"], None).await?;
 
@@ -1815,7 +1817,7 @@ pub async fn a_missing_or_wrong_key_fails_clearly<H: Harness>(h: &H) -> anyhow::
 
 /// A new first key seals new values while the old key still opens old ones (and still verifies the
 /// hashes it keyed); dropping the old key leaves only the runs it sealed unreadable.
-pub async fn rotating_keys_keeps_old_values_readable<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn rotating_keys_keeps_old_values_readable<H: Harness>(h: &H) -> anyhow::Result<()> {
     let first = h.open_with(keyring(&[("k1", 1)])?).await?;
     let a = create_waiting(&*first, 1, &["call_1"], None).await?;
 
@@ -1848,7 +1850,7 @@ pub async fn rotating_keys_keeps_old_values_readable<H: Harness>(h: &H) -> anyho
 /// Encryption turned on for a database with plaintext runs: they are refused (as planted plaintext
 /// would be) until the seal migration seals them, in batches; then they read, verify (their old events
 /// unkeyed, new ones keyed) and go on; a second migration seals nothing.
-pub async fn plain_runs_are_refused_until_sealed<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn plain_runs_are_refused_until_sealed<H: Harness>(h: &H) -> anyhow::Result<()> {
     let plain = create_waiting(&*h.store(), 1, &["call_1"], None).await?;
     let done = create_terminal(&*h.store(), 2, RunStatus::Completed, T0 + 5).await?;
     let third = create_waiting(&*h.store(), 3, &["call_1"], None).await?;
@@ -1903,7 +1905,7 @@ fn ensure_plaintext_refused<T: std::fmt::Debug>(result: Result<T, StoreError>, r
 /// A plaintext suspension written by SQL into a sealed run is refused — by `get`, by a decision and
 /// by the migration (the run holds sealed values, so the plaintext was planted) — never read as the
 /// held turn.
-pub async fn a_planted_plaintext_suspension_is_refused<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_planted_plaintext_suspension_is_refused<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.open_with(keyring(&[("k1", 1)])?).await?;
     let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
     let planted = json!({"schema_version": 1, "calls": ["rm -rf"]}).to_string();
@@ -1938,7 +1940,7 @@ pub async fn a_planted_plaintext_suspension_is_refused<H: Harness>(h: &H) -> any
 
 /// The suspension a run held at an earlier version, put back by SQL after the run moved on, does not
 /// open (its associated data names the older version), so the finished call is not offered again.
-pub async fn an_older_sealed_suspension_does_not_open<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn an_older_sealed_suspension_does_not_open<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.open_with(keyring(&[("k1", 1)])?).await?;
     let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
     let by_id = format!("id = '{}'", waiting.id);
@@ -1998,7 +2000,7 @@ fn seal_v1(key: [u8; 32], run: &str, column: &str, plain: &str) -> anyhow::Resul
 
 /// A run's column sealed as `enc:v1` (no version bound) is refused until the migration seals it as v2;
 /// then it reads.
-pub async fn a_v1_sealed_column_is_refused_until_sealed_again<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_v1_sealed_column_is_refused_until_sealed_again<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.open_with(keyring(&[("k1", 1)])?).await?;
     let waiting = create_waiting(&*h.store(), 1, &["call_1"], None).await?;
     let plain_turn = stored_text(h, "suspension", "runs", format!("id = '{}'", waiting.id)).await?;
@@ -2018,7 +2020,7 @@ pub async fn a_v1_sealed_column_is_refused_until_sealed_again<H: Harness>(h: &H)
 /// A keyed chain rewritten by SQL without the key does not pass: an edited event whose hashes are
 /// recomputed with plain sha256 is a downgrade at its seq, and a whole log recomputed that way no longer
 /// opens (each event's data is bound to its chain key); a payload replaced by plaintext is refused.
-pub async fn a_keyed_chain_rewritten_without_the_key_fails<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn a_keyed_chain_rewritten_without_the_key_fails<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.open_with(keyring(&[("k1", 1)])?).await?;
     let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
     let events = store.events(&waiting.id, 0, 10).await?;
@@ -2064,7 +2066,7 @@ pub async fn a_keyed_chain_rewritten_without_the_key_fails<H: Harness>(h: &H) ->
 /// run purged leave none of their text in the file (after a checkpoint). PostgreSQL is not covered
 /// (dead tuples stay until VACUUM, see docs/configuration.md), so there the case only checks that the
 /// option opens the store.
-pub async fn secure_delete_leaves_no_deleted_text<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn secure_delete_leaves_no_deleted_text<H: Harness>(h: &H) -> anyhow::Result<()> {
     let options = StoreOptions { secure_delete: true, ..StoreOptions::default() };
     let store = h.open_with(options).await?;
     let marker = "the-secret-argument-8c41e7";
@@ -2105,7 +2107,7 @@ macro_rules! contract_tests {
 
 /// `probe_write` commits (its one row is there, rewritten each time) and a sound database checks clean
 /// at both depths.
-pub async fn the_write_probe_commits_and_a_sound_database_checks_clean<H: Harness>(h: &H) -> anyhow::Result<()> {
+pub(crate) async fn the_write_probe_commits_and_a_sound_database_checks_clean<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     create_running(&*store, 1, "demo").await?;
     store.probe_write().await?;

@@ -9,13 +9,13 @@ use tollgate_agent_core::{Tool, ToolContext, ToolOutput, ToolRegistry};
 use tollgate_agent_testkit::scratch_dir;
 
 /// A fresh workspace folder, and a folder beside it (outside the workspace) holding `secret.txt`.
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub root: PathBuf,
     pub outside: PathBuf,
 }
 
 impl Fixture {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let base = scratch_dir("tools");
         let root = base.join("workspace");
         let outside = base.join("outside");
@@ -27,39 +27,39 @@ impl Fixture {
     }
 
     /// The built-in tool `name` over this workspace.
-    pub fn tool(&self, name: &str) -> Arc<dyn Tool> {
+    pub(crate) fn tool(&self, name: &str) -> Arc<dyn Tool> {
         tollgate_agent_tools::builtin_tool(&self.root, name).unwrap_or_else(|| panic!("no tool {name}"))
     }
 
     /// Writes a workspace file, creating its folders.
-    pub fn put(&self, path: &str, content: impl AsRef<[u8]>) {
+    pub(crate) fn put(&self, path: &str, content: impl AsRef<[u8]>) {
         put_file(&self.root.join(path), content);
     }
 
     /// Writes an executable file (mode 755) at `path`, absolute or inside the workspace.
-    pub fn put_executable(&self, path: &Path, content: &str) {
+    pub(crate) fn put_executable(&self, path: &Path, content: &str) {
         let path = self.root.join(path);
         put_file(&path, content);
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
     }
 
-    pub fn read(&self, path: &str) -> Option<String> {
+    pub(crate) fn read(&self, path: &str) -> Option<String> {
         std::fs::read_to_string(self.root.join(path)).ok()
     }
 
     /// Plants a symlink `name` in the workspace root pointing at `target`.
-    pub fn plant_link(&self, name: &str, target: &Path) {
+    pub(crate) fn plant_link(&self, name: &str, target: &Path) {
         std::os::unix::fs::symlink(target, self.root.join(name)).unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// The workspace root with symlinks resolved, as tools show it.
-    pub fn canonical_root(&self) -> PathBuf {
+    pub(crate) fn canonical_root(&self) -> PathBuf {
         self.root.canonicalize().unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// A registry of every built-in tool over this workspace.
-    pub fn registry(&self) -> ToolRegistry {
+    pub(crate) fn registry(&self) -> ToolRegistry {
         let mut registry = ToolRegistry::new();
         for tool in tollgate_agent_tools::builtin_tools(&self.root) {
             registry.register(tool).unwrap_or_else(|e| panic!("{e}"));
@@ -76,14 +76,14 @@ fn put_file(path: &Path, content: impl AsRef<[u8]>) {
 }
 
 /// Calls a tool; a failure of the tool itself (not an error result) fails the test.
-pub async fn call(tool: &Arc<dyn Tool>, args: Value) -> ToolOutput {
+pub(crate) async fn call(tool: &Arc<dyn Tool>, args: Value) -> ToolOutput {
     let ctx = ToolContext::new("run-1", "call_1");
     tool.call(args, ctx).await.unwrap_or_else(|e| panic!("tool failed internally: {e}"))
 }
 
 /// Asserts that `validate` refuses `args` with a message containing `needle`, that there is no preview
 /// of what cannot run, and that a call made anyway is an error result saying the same.
-pub async fn assert_refused(tool: &Arc<dyn Tool>, args: Value, needle: &str) {
+pub(crate) async fn assert_refused(tool: &Arc<dyn Tool>, args: Value, needle: &str) {
     let name = tool.name().to_owned();
     let refused = tool.validate(&args).await;
     assert!(refused.as_ref().is_err_and(|e| e.contains(needle)), "{name} {args}: {refused:?}");
@@ -93,12 +93,12 @@ pub async fn assert_refused(tool: &Arc<dyn Tool>, args: Value, needle: &str) {
 }
 
 /// How long a file tool may take in the tests that plant something that could block it.
-pub const PROMPT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const PROMPT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs `work` on its own thread and runtime and returns its output, failing the test if it takes longer
 /// than [`PROMPT`]. A tool blocked inside a synchronous call (a FIFO opened for reading) would block a
 /// runtime's timer too; on its own thread it is abandoned instead, and the test fails rather than hangs.
-pub fn promptly<T, F>(what: &str, work: impl FnOnce() -> F + Send + 'static) -> T
+pub(crate) fn promptly<T, F>(what: &str, work: impl FnOnce() -> F + Send + 'static) -> T
 where
     T: Send + 'static,
     F: std::future::Future<Output = T>,
@@ -116,7 +116,7 @@ where
 
 /// Every entry below `dir` (symlinks not followed) with the content of each regular file, to compare a
 /// folder before and after.
-pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+pub(crate) fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
     let mut seen = std::collections::BTreeMap::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(folder) = pending.pop() {
@@ -134,7 +134,7 @@ pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8
 }
 
 /// Makes a FIFO at `path`.
-pub fn mkfifo(path: &Path) {
+pub(crate) fn mkfifo(path: &Path) {
     let mode = rustix::fs::Mode::from_raw_mode(0o644);
     rustix::fs::mknodat(rustix::fs::CWD, path, rustix::fs::FileType::Fifo, mode, 0)
         .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));

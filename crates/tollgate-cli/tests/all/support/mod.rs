@@ -9,19 +9,19 @@ use std::process::{Command, Stdio};
 
 /// What one invocation of the binary gave back.
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Outcome {
-    pub fn json(&self) -> Result<Value> {
+    pub(crate) fn json(&self) -> Result<Value> {
         serde_json::from_str(&self.stdout).with_context(|| format!("stdout is not JSON: {self:?}"))
     }
 
     /// The run id of the waiting line `run ID is waiting for approval`.
-    pub fn waiting_id(&self) -> Result<String> {
+    pub(crate) fn waiting_id(&self) -> Result<String> {
         let line = self
             .stdout
             .lines()
@@ -35,7 +35,7 @@ impl Outcome {
     }
 }
 
-pub fn is_uuid_v7(id: &str) -> bool {
+pub(crate) fn is_uuid_v7(id: &str) -> bool {
     let groups: Vec<&str> = id.split('-').collect();
     groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
         && id.chars().all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c))
@@ -44,7 +44,7 @@ pub fn is_uuid_v7(id: &str) -> bool {
 
 /// The real `tollgate` binary in `dir`, stdin not a terminal, with none of the ambient `TOLLGATE_*`
 /// variables that would point it elsewhere, plus `env`.
-pub fn tollgate_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {
+pub(crate) fn tollgate_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {
     let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(args)
         .current_dir(dir)
@@ -65,7 +65,7 @@ pub fn tollgate_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Ou
 
 /// `tollgate serve --addr ADDR` in `dir`, stdin not a terminal, its output discarded, with none of the
 /// ambient `TOLLGATE_*` variables that would point it elsewhere; spawn it (after any change).
-pub fn serve_in(dir: &Path, addr: &str) -> Command {
+pub(crate) fn serve_in(dir: &Path, addr: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     command
         .args(["serve", "--addr", addr])
@@ -81,7 +81,7 @@ pub fn serve_in(dir: &Path, addr: &str) -> Command {
 }
 
 /// `tollgate --config CONFIG --json doctor` in `dir`: its report.
-pub fn doctor_report(dir: &Path, config: &Path) -> Result<Value> {
+pub(crate) fn doctor_report(dir: &Path, config: &Path) -> Result<Value> {
     let doctor = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .arg("--config")
         .arg(config)
@@ -98,4 +98,4 @@ pub fn doctor_report(dir: &Path, config: &Path) -> Result<Value> {
 /// Held by the tests that load the machine most — real servers under traffic with a database or a disk
 /// failing under them, and the soak — so that no two of them run at once on a small CI machine: each
 /// bounds how long an answer may take, and two at once on two cores starved each other's servers.
-pub static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
