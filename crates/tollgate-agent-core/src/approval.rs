@@ -113,8 +113,7 @@ pub struct Escalation {
 }
 
 /// Where an approval stands. Only [`ApprovalState::Pending`] takes commands; the other states are final.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum ApprovalState {
     /// Waiting for votes.
@@ -277,7 +276,12 @@ impl ApprovalError {
 ///
 /// Votes are kept in every state, in the order they were taken, so a decided, expired or cancelled
 /// approval still says who voted. The requirement is kept too: it does not change with the state.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Stored as one flat JSON object, without the fields a fresh approval leaves at their defaults: `id`,
+/// `run`, `root` (absent when it is the run itself), `call_id`, `approvals` (absent for 1), `votes`
+/// (absent when none), `state` (`pending`, `decided`, `expired`, `cancelled`) and that state's own
+/// fields — `due` and `escalated` when set, `decision` and `at`, or `at`.
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Approval {
     /// The approval's id.
@@ -294,8 +298,117 @@ pub struct Approval {
     /// The votes taken, oldest first (refused votes are not kept).
     pub votes: Vec<Vote>,
     /// Where it stands.
-    #[serde(flatten)]
     pub state: ApprovalState,
+}
+
+/// The state's name in an approval's stored form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum StateName {
+    Pending,
+    Decided,
+    Expired,
+    Cancelled,
+}
+
+/// An approval as written: flat, borrowing the record ([`Approval`]'s stored form).
+#[derive(Serialize)]
+struct ApprovalOut<'a> {
+    id: &'a ApprovalId,
+    run: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    root: Option<&'a str>,
+    call_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approvals: Option<u32>,
+    #[serde(skip_serializing_if = "<[Vote]>::is_empty")]
+    votes: &'a [Vote],
+    state: StateName,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    due: Option<Millis>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    escalated: Option<&'a Escalation>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decision: Option<&'a Decision>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    at: Option<Millis>,
+}
+
+/// An approval as read back ([`Approval`]'s stored form); a combination no state has is refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalIn {
+    id: ApprovalId,
+    run: String,
+    #[serde(default)]
+    root: Option<String>,
+    call_id: String,
+    #[serde(default)]
+    approvals: Option<NonZeroU32>,
+    #[serde(default)]
+    votes: Vec<Vote>,
+    state: StateName,
+    #[serde(default)]
+    due: Option<Millis>,
+    #[serde(default)]
+    escalated: Option<Escalation>,
+    #[serde(default)]
+    decision: Option<Decision>,
+    #[serde(default)]
+    at: Option<Millis>,
+}
+
+impl Serialize for Approval {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (state, due, escalated, decision, at) = match &self.state {
+            ApprovalState::Pending { due, escalated } => (StateName::Pending, *due, escalated.as_ref(), None, None),
+            ApprovalState::Decided { decision, at } => (StateName::Decided, None, None, Some(decision), Some(*at)),
+            ApprovalState::Expired { at } => (StateName::Expired, None, None, None, Some(*at)),
+            ApprovalState::Cancelled { at } => (StateName::Cancelled, None, None, None, Some(*at)),
+        };
+        ApprovalOut {
+            id: &self.id,
+            run: &self.run,
+            root: (self.root != self.run).then_some(self.root.as_str()),
+            call_id: &self.call_id,
+            approvals: self.requirement.is_quorum().then(|| self.requirement.approvals()),
+            votes: &self.votes,
+            state,
+            due,
+            escalated,
+            decision,
+            at,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Approval {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let ApprovalIn { id, run, root, call_id, approvals, votes, state, due, escalated, decision, at } =
+            ApprovalIn::deserialize(deserializer)?;
+        if state != StateName::Pending && (due.is_some() || escalated.is_some()) {
+            return Err(serde::de::Error::custom(format!(
+                "approval of call `{call_id}` has a due time or an escalation and is not pending"
+            )));
+        }
+        let state = match (state, decision, at) {
+            (StateName::Pending, None, None) => ApprovalState::Pending { due, escalated },
+            (StateName::Decided, Some(decision), Some(at)) => ApprovalState::Decided { decision, at },
+            (StateName::Expired, None, Some(at)) => ApprovalState::Expired { at },
+            (StateName::Cancelled, None, Some(at)) => ApprovalState::Cancelled { at },
+            (state, decision, at) => {
+                return Err(serde::de::Error::custom(format!(
+                    "approval of call `{call_id}` is {state:?} with {} and {}: no approval is in that state",
+                    if decision.is_some() { "a decision" } else { "no decision" },
+                    if at.is_some() { "a time" } else { "no time" },
+                )));
+            }
+        };
+        let requirement = approvals.map_or(Requirement::SINGLE, Requirement::new);
+        let root = root.unwrap_or_else(|| run.clone());
+        Ok(Approval { id, run, root, call_id, requirement, votes, state })
+    }
 }
 
 impl Approval {
@@ -604,16 +717,24 @@ mod tests {
     }
 
     #[test]
-    fn the_record_is_plain_json_with_its_state_flattened() {
+    fn the_record_is_one_flat_object_without_defaults() {
+        // A fresh single approval of a top run: nothing beyond what identifies it and its state.
+        let fresh = approval(Requirement::SINGLE);
+        let stored = serde_json::to_value(&fresh).unwrap();
+        assert_eq!(
+            stored,
+            json!({"id": "ap-1", "run": "run-1", "call_id": "call_1", "state": "pending", "due": T + 1_000})
+        );
+        assert_eq!(serde_json::from_value::<Approval>(stored).unwrap(), fresh);
+
         let a = applied(approval(quorum(2)).under_root("root-1"), &[approve("alice")]);
         let stored = serde_json::to_value(&a).unwrap();
         assert_eq!(
             stored,
             json!({
-                "id": "ap-1", "run": "run-1", "root": "root-1", "call_id": "call_1",
-                "requirement": {"approvals": 2},
+                "id": "ap-1", "run": "run-1", "root": "root-1", "call_id": "call_1", "approvals": 2,
                 "votes": [{"action": "approve", "actor": "alice", "at": T + 10}],
-                "state": "pending", "due": T + 1_000, "escalated": null,
+                "state": "pending", "due": T + 1_000,
             })
         );
         assert_eq!(serde_json::from_value::<Approval>(stored).unwrap(), a);
@@ -622,6 +743,23 @@ mod tests {
         assert_eq!(stored["state"], "decided");
         assert_eq!(stored["decision"], json!({"action": "deny", "reason": "no"}));
         assert_eq!(serde_json::from_value::<Approval>(stored).unwrap(), decided);
+        for ended in
+            [ApprovalCommand::Expire { at: T }, ApprovalCommand::Escalate { at: T, notified: vec!["ops".into()] }]
+        {
+            let a = approval(Requirement::SINGLE).apply(&ended).unwrap();
+            assert_eq!(serde_json::from_value::<Approval>(serde_json::to_value(&a).unwrap()).unwrap(), a);
+        }
+        // Combinations no state has are refused.
+        for broken in [
+            json!({"id": "a", "run": "r", "call_id": "c", "state": "decided", "at": 1}),
+            json!({"id": "a", "run": "r", "call_id": "c", "state": "expired"}),
+            json!({"id": "a", "run": "r", "call_id": "c", "state": "pending", "at": 1}),
+            json!({"id": "a", "run": "r", "call_id": "c", "state": "expired", "at": 1, "due": 2}),
+            json!({"id": "a", "run": "r", "call_id": "c", "state": "pending", "approvals": 0}),
+            json!({"id": "a", "run": "r", "call_id": "c", "state": "pending", "extra": 1}),
+        ] {
+            assert!(serde_json::from_value::<Approval>(broken.clone()).is_err(), "{broken}");
+        }
     }
 
     #[test]

@@ -172,19 +172,17 @@ fn decode_approvals(
     text: Option<&str>,
     due: Option<Millis>,
 ) -> Result<Vec<Approval>, String> {
-    let value: Value = match text {
-        Some(text) => serde_json::from_str(text).map_err(|e| e.to_string())?,
-        None => Value::Object(serde_json::Map::new()),
-    };
-    if value.is_array() {
-        let approvals: Vec<Approval> = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    // The form is told by the first character, so the text is parsed once, straight into its type.
+    let text = text.unwrap_or("{}");
+    if text.trim_start().starts_with('[') {
+        let approvals: Vec<Approval> = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let calls: Vec<&str> = approvals.iter().map(|a| a.call_id.as_str()).collect();
         if calls != required.iter().map(String::as_str).collect::<Vec<_>>() {
             return Err(format!("its approvals ({}) are not those of the required calls", calls.join(", ")));
         }
         return Ok(approvals);
     }
-    let mut decisions: BTreeMap<String, Vote> = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let mut decisions: BTreeMap<String, Vote> = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let approvals = required
         .iter()
         .map(|call_id| {
