@@ -163,6 +163,35 @@
 //! let model = Model::custom(Echo, "echo");
 //! # let _ = model;
 //! ```
+//! A quorum's refusals are matchable, a tool can ask for one, and a held call and a failed run say what
+//! they carry in this crate's types:
+//! ```
+//! use tollgate::{ApprovalError, Call, DecideError, Requirement, Tool};
+//! use tollgate::wire::{Approvals, RunError, RunErrorKind};
+//! fn second_approval(error: &DecideError) -> Option<&str> {
+//!     match error {
+//!         DecideError::Vote(ApprovalError::AlreadyApproved { actor, .. }) => Some(actor),
+//!         DecideError::Vote(refused) if !refused.is_conflict() => None, // an edit on a quorum call: 422
+//!         _ => None,
+//!     }
+//! }
+//! fn missing(call: &Call) -> u32 {
+//!     call.approvals.as_ref().map_or(0, Approvals::missing)
+//! }
+//! fn crashed(error: &RunError) -> bool {
+//!     error.kind == RunErrorKind::CrashLoop
+//! }
+//! fn needs_two(tool: &dyn Tool, args: &serde_json::Value) -> bool {
+//!     tool.requirement(args) == Requirement::new(std::num::NonZeroU32::MIN.saturating_add(1))
+//! }
+//! # let _ = (second_approval, missing, crashed, needs_two);
+//! ```
+//! ```compile_fail,E0599
+//! use tollgate::wire::RunError;
+//! fn kind(error: &RunError) -> usize {
+//!     error.kind.len() // a failed run's kind is a `RunErrorKind`, not a string
+//! }
+//! ```
 //! The wire's listings of agents and tools are [`wire::AgentInfo`] and [`wire::ToolInfo`], so `Agent`
 //! and `Tool` name only the builder's agent and the tool trait:
 //! ```compile_fail,E0432
