@@ -121,6 +121,10 @@ pub struct GatedCall {
     pub preview: Option<String>,
     /// Started before a crash and never finished.
     pub in_doubt: bool,
+    /// On a quorum call (`approvals = N`): how many distinct people must approve it, and who has
+    /// already (`[]` for a turn just held). Absent for a call one decision settles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<crate::Approvals>,
 }
 
 /// `approval_requested`: a turn is held at the gate.

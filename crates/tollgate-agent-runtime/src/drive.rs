@@ -80,16 +80,17 @@ pub(crate) fn decisions_for(suspension: &Suspension, pending: Option<&HeldTurn>)
     decided
 }
 
-/// The transition that stores a suspension as the run `run_id`'s held turn, or why it cannot be stored:
-/// one approval per call that takes a decision, under the call's requirement — `kept`'s approval of
-/// that call when there is one (recovery keeps what people decided on calls that never started), else a
-/// new pending one.
+/// The transition that stores a suspension as the run `run_id`'s held turn at `now`, with its
+/// `approval_requested` event, or why it cannot be stored: one approval per call that takes a decision,
+/// under the call's requirement — `kept`'s approval of that call when there is one (recovery keeps what
+/// people decided on calls that never started), else a new pending one.
 pub(crate) fn suspend_transition(
     run_id: &str,
     suspension: &Suspension,
     mut kept: Vec<Approval>,
     expires_at: Option<Millis>,
-) -> Result<Transition, SuspensionError> {
+    now: Millis,
+) -> Result<(Transition, NewEvent), SuspensionError> {
     let approvals = suspension
         .decidable_calls()
         .map(|call| match kept.iter().position(|a| a.call_id == call.call_id) {
@@ -106,7 +107,9 @@ pub(crate) fn suspend_transition(
         approvals,
         expires_at,
     };
-    Ok(Transition::Suspend { held, iterations: suspension.counters.iterations, usage: suspension.counters.usage })
+    let requested = events::approval_requested(now, suspension, &held);
+    let (iterations, usage) = (suspension.counters.iterations, suspension.counters.usage);
+    Ok((Transition::Suspend { held, iterations, usage }, requested))
 }
 
 impl Inner {
@@ -281,9 +284,9 @@ impl Inner {
             Ok(Outcome::Suspended(suspension)) => {
                 let expires_at =
                     spec.approval_ttl.map(|ttl| now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)));
-                match suspend_transition(&run.id, &suspension, Vec::new(), expires_at) {
-                    Ok(transition) => {
-                        events.push(events::approval_requested(now, &suspension, expires_at));
+                match suspend_transition(&run.id, &suspension, Vec::new(), expires_at, now) {
+                    Ok((transition, requested)) => {
+                        events.push(requested);
                         transition
                     }
                     Err(error) => {

@@ -5,7 +5,7 @@
 use crate::wire;
 use serde_json::Value;
 use tollgate_agent_core::{
-    Approval, EventKind, Millis, ModelResponse, NewEvent, RunError, RunRecord, Suspension, TerminationReason,
+    Approval, EventKind, HeldTurn, Millis, ModelResponse, NewEvent, RunError, RunRecord, Suspension, TerminationReason,
     ToolResult, ToolSpec, Vote, rfc3339,
 };
 use tollgate_agent_protocol::event_data as data;
@@ -70,11 +70,13 @@ pub(crate) fn tool_finished(at: Millis, round: u32, result: &ToolResult) -> NewE
     event(at, EventKind::ToolFinished, round, finished)
 }
 
-pub(crate) fn approval_requested(at: Millis, suspension: &Suspension, expires_at: Option<Millis>) -> NewEvent {
+/// `approval_requested`: the held turn `held` of `suspension`, each call with its approval's count when
+/// it is a quorum call.
+pub(crate) fn approval_requested(at: Millis, suspension: &Suspension, held: &HeldTurn) -> NewEvent {
     let requested = data::ApprovalRequested {
         turn_digest: suspension.turn_digest.0.clone(),
-        calls: suspension.calls.iter().map(wire::gated_call).collect(),
-        expires_at: expires_at.map(rfc3339),
+        calls: suspension.calls.iter().map(|call| wire::gated_call(call, held.approval(&call.call_id))).collect(),
+        expires_at: held.expires_at.map(rfc3339),
     };
     event(at, EventKind::ApprovalRequested, suspension.round, requested)
 }

@@ -129,16 +129,15 @@ async fn resume_claimed(runtime: &Runtime, claimed: RunRecord, slot: Slot) -> Re
         .filter(|a| !in_doubt.contains(&a.call_id) && suspension.call(&a.call_id).is_some_and(|c| c.takes_decision()))
         .cloned()
         .collect();
-    let event = events::approval_requested(now, &suspension, pending.expires_at);
-    let transition = match suspend_transition(&run.id, &suspension, kept, pending.expires_at) {
-        Ok(transition) => transition,
+    let (transition, requested) = match suspend_transition(&run.id, &suspension, kept, pending.expires_at, now) {
+        Ok(suspended) => suspended,
         Err(e) => {
             inner.fail_corrupt(&claimed, &e.to_string()).await;
             return Ok(());
         }
     };
-    let next =
-        inner.store.rows.transition(&run.id, Guard::Lease(inner.node.clone()), transition, vec![event], now).await?;
+    let guard = Guard::Lease(inner.node.clone());
+    let next = inner.store.rows.transition(&run.id, guard, transition, vec![requested], now).await?;
     inner.notify(&next);
     tracing::warn!(run = %run.id, calls = ?in_doubt, "calls in doubt after a crash; the run waits for a person");
     Ok(())

@@ -18,8 +18,8 @@ pub fn recorded_decision(recorded: &Vote) -> wire::RecordedDecision {
     }
 }
 
-/// A held call as `approval_requested` lists it.
-pub fn gated_call(call: &HeldCall) -> wire::event_data::GatedCall {
+/// A held call as `approval_requested` lists it, with its approval's count when it is a quorum call.
+pub fn gated_call(call: &HeldCall, approval: Option<&Approval>) -> wire::event_data::GatedCall {
     wire::event_data::GatedCall {
         call_id: call.call_id.clone(),
         tool: call.tool.clone(),
@@ -27,6 +27,7 @@ pub fn gated_call(call: &HeldCall) -> wire::event_data::GatedCall {
         gate: call.gate(),
         preview: call.preview.clone(),
         in_doubt: call.in_doubt(),
+        approvals: approval.and_then(approvals),
     }
 }
 

@@ -476,6 +476,13 @@ async fn a_quorum_call_runs_after_its_nth_distinct_approval() {
         let d = digest(&run);
         let approval = run.held_turn().and_then(|h| h.approval("call_1")).cloned();
         assert_eq!(approval.map(|a| a.required()), Some(2), "{backend}: the requirement is the tool's");
+        let requested = runtime.events(&run.id, 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
+        let requested = requested.iter().find(|e| e.kind == EventKind::ApprovalRequested).map(|e| e.data.clone());
+        assert_eq!(
+            requested.map(|d| d["calls"][0]["approvals"].clone()),
+            Some(json!({"required": 2, "given": []})),
+            "{backend}: approval_requested says how many people the call needs"
+        );
         let each = |decision: Decision| DecisionSet::Each(vec![("call_1".to_owned(), decision)]);
 
         let first = runtime.decide(&run.id, &d, each(Decision::Approve), "bob").await;

@@ -67,6 +67,7 @@ fn the_kinds_v1_never_wrote_and_the_null_fields_are_written_as_today() {
                 gate: Gate::Ask,
                 preview: Some("create a".into()),
                 in_doubt: true,
+                approvals: None,
             }],
             expires_at: Some("2026-11-29T11:00:00.000Z".into()),
         }
