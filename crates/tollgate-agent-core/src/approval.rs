@@ -251,16 +251,6 @@ impl ApprovalError {
         }
     }
 
-    /// The call whose approval refused the command.
-    pub fn call_id(&self) -> &str {
-        match self {
-            ApprovalError::Closed { call_id, .. }
-            | ApprovalError::AlreadyApproved { call_id, .. }
-            | ApprovalError::QuorumAction { call_id, .. }
-            | ApprovalError::AlreadyEscalated { call_id } => call_id,
-        }
-    }
-
     /// True for a conflict (HTTP 409): the approval's state or another vote is in the way, and the same
     /// request could have succeeded earlier. False for a vote that can never fit this call (HTTP 422).
     pub fn is_conflict(&self) -> bool {

@@ -96,11 +96,6 @@ impl HeldTurn {
         self.approvals.iter().find(|a| a.call_id == call_id)
     }
 
-    /// The decision this call settled on, with the actor and time of the vote that settled it.
-    pub fn decided(&self, call_id: &str) -> Option<Vote> {
-        self.approval(call_id).and_then(Approval::settled_by)
-    }
-
     /// The decision of every decided approval, by call id: what a resume runs.
     pub fn decisions(&self) -> Decisions {
         self.approvals.iter().filter_map(|a| a.decision().map(|d| (a.call_id.clone(), d.clone()))).collect()

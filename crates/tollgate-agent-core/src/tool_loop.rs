@@ -321,7 +321,6 @@ impl<'a> Invoked<'a> {
 /// as its own error result, so the rest of the turn runs and the run goes on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResumePlan {
-    round: u32,
     steps: Vec<Step>,
     /// Edits the live tool refused while planning, by call id, with why: each such call ends as its
     /// error result.
@@ -332,11 +331,6 @@ pub struct ResumePlan {
 }
 
 impl ResumePlan {
-    /// The model call whose turn it resumes.
-    pub fn round(&self) -> u32 {
-        self.round
-    }
-
     /// The call the plan runs first, when a person decided it (approved or edited) and nothing runs
     /// before it: its `tool_started` may be committed together with the claim of the resume.
     pub fn first_decided(&self) -> Option<StartingCall> {
@@ -509,24 +503,13 @@ impl ToolLoop {
         }
         missing_decisions(suspension, decisions)?;
         let mut refused = BTreeMap::new();
-        let mut decisions = decisions.clone();
-        for (call_id, decision) in &mut decisions {
-            if !matches!(decision, Decision::Edit { .. }) {
-                continue;
-            }
+        for (call_id, decision) in decisions.iter().filter(|(_, d)| matches!(d, Decision::Edit { .. })) {
             match self.check_decided(suspension, call_id, decision).await {
-                Err(error) => {
-                    let message = match error {
-                        DecisionError::InvalidEdit { message, .. } => message,
-                        other => other.to_string(),
-                    };
-                    let tool = suspension.call(call_id).map_or("", |c| c.tool.as_str());
-                    let result =
-                        format!("Tool {tool} was not run: the approver's edited arguments are refused: {message}");
-                    *decision = Decision::Respond { result };
+                Err(DecisionError::InvalidEdit { message, .. }) => {
                     refused.insert(call_id.clone(), Refusal { message, forbidden: false });
                 }
-                // Arguments the gate forbids: the recheck below makes the call its error result.
+                Err(other) => return Err(other),
+                // Arguments the gate forbids: the recheck of the steps makes the call its error result.
                 Ok(()) => {
                     if let Some(DecisionError::InvalidEdit { message, .. }) =
                         self.forbidden_edit(suspension, call_id, decision)
@@ -536,16 +519,20 @@ impl ToolLoop {
                 }
             }
         }
-        let mut steps = self.plan_resumed_turn(suspension.calls.clone(), &decisions, &suspension.tools);
-        // An edit refused for its arguments is its call's error result (not a response the approver gave).
+        let mut steps = self.plan_resumed_turn(suspension.calls.clone(), decisions, &suspension.tools);
+        // An edit refused for its arguments is its call's error result instead of running.
         for step in &mut steps {
-            if let Step::Settled(result) = step
-                && refused.get(&result.call_id).is_some_and(|r| !r.forbidden)
+            if let Step::Run { call_id, tool, .. } = step
+                && let Some(Refusal { message, forbidden: false }) = refused.get(call_id.as_str())
             {
-                result.is_error = true;
+                let content =
+                    format!("Tool {tool} was not run: the approver's edited arguments are refused: {message}");
+                let content = cap_result(content, self.config.result_cap_bytes);
+                let (call_id, tool) = (call_id.clone(), tool.clone());
+                *step = Step::Settled(ToolResult { call_id, tool, content, is_error: true, denied: false });
             }
         }
-        Ok(ResumePlan { round: suspension.round, steps, refused, started: None })
+        Ok(ResumePlan { steps, refused, started: None })
     }
 
     async fn resume_run(

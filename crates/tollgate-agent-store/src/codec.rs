@@ -981,7 +981,7 @@ mod tests {
         assert_eq!(held.required().collect::<Vec<_>>(), ["call_1", "call_2"]);
         assert_eq!(held.approvals[0].id.as_str(), format!("{}/call_1", run.id));
         assert_eq!(
-            held.decided("call_1"),
+            held.approval("call_1").and_then(Approval::settled_by),
             Some(Vote { decision: Decision::Deny { reason: "no".into() }, actor: "alice".into(), at: 2_000 })
         );
         assert!(held.approvals[1].is_pending() && !held.approvals[1].requirement.is_quorum());
