@@ -6,7 +6,7 @@
 //! ```rust
 //! use tollgate_agent_app::App;
 //! use tollgate_agent_config::{ConfigLoader, EnvVars};
-//! use tollgate_agent_core::RunStatus;
+//! use tollgate_agent_core::{Actor, RunStatus};
 //! use tollgate_agent_runtime::{DecisionSet, StartRun};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -21,7 +21,7 @@
 //! let run = app.runtime.start_and_wait(StartRun::new("hello", "alice")).await?;
 //! assert_eq!(run.status(), RunStatus::WaitingForApproval); // its `fs_write` call waits at the gate
 //! let digest = run.held_turn().map(|held| held.turn_digest.as_str().to_owned()).unwrap_or_default();
-//! let done = app.runtime.decide_and_wait(&run, &digest, DecisionSet::ApproveAll, "bob").await?;
+//! let done = app.runtime.decide_and_wait(&run, &digest, DecisionSet::ApproveAll, &Actor::from("bob")).await?;
 //! assert_eq!(done.output(), Some("Saved note.txt."));
 //! assert_eq!(std::fs::read_to_string(app.workspace.join("note.txt"))?, "hello");
 //! app.shutdown().await;

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use tollgate_agent_app::App;
 use tollgate_agent_config::{ConfigLoader, EnvVars};
-use tollgate_agent_core::{Decision, Gate, RunStatus};
+use tollgate_agent_core::{Actor, Decision, Gate, RunStatus};
 use tollgate_agent_runtime::{DecisionSet, OnExpiry, StartRun};
 use tollgate_agent_testkit::scratch_dir;
 use wiremock::matchers::{method, path};
@@ -81,7 +81,7 @@ on_expiry = "cancel"
     assert_eq!(run.status(), RunStatus::WaitingForApproval);
     let digest = run.held_turn().map(|p| p.turn_digest.0.clone()).unwrap_or_default();
     let set = DecisionSet::Each(vec![("call_a".into(), Decision::Approve)]);
-    app.runtime.decide(&run.id, &digest, set, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    app.runtime.decide(&run.id, &digest, set, &Actor::from("bob")).await.unwrap_or_else(|e| panic!("{e}"));
     let done = app.runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.error());
     assert_eq!(done.output(), Some("done"));
@@ -184,7 +184,10 @@ tools = ["files__*"]
     }
     assert!(!files.join("note.txt").exists(), "nothing of the held turn ran");
     let digest = run.held_turn().map(|p| p.turn_digest.0.clone()).unwrap_or_default();
-    app.runtime.decide(&run.id, &digest, DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    app.runtime
+        .decide(&run.id, &digest, DecisionSet::ApproveAll, &Actor::from("bob"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let done = app.runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.error());
     assert_eq!(std::fs::read_to_string(files.join("note.txt")).ok().as_deref(), Some("from the gate"));
@@ -261,7 +264,7 @@ async fn an_embedders_own_tool_is_offered_where_the_config_names_it_under_the_ag
     let digest = run.held_turn().map(|h| h.turn_digest.to_string()).unwrap_or_default();
     let done = app
         .runtime
-        .decide_and_wait(&run, &digest, DecisionSet::ApproveAll, "bob")
+        .decide_and_wait(&run, &digest, DecisionSet::ApproveAll, &Actor::from("bob"))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status(), RunStatus::Completed);
@@ -282,10 +285,11 @@ async fn a_policy_quorum_holds_the_call_until_that_many_people_approve() {
     let run = app.runtime.start_and_wait(StartRun::new("refund me", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(run.status(), RunStatus::WaitingForApproval);
     let digest = run.held_turn().map(|h| h.turn_digest.to_string()).unwrap_or_default();
+    let (bob, carol) = (Actor::from("bob"), Actor::from("carol"));
     let decide = |run, actor| app.runtime.decide_and_wait(run, &digest, DecisionSet::ApproveAll, actor);
-    let once = decide(&run, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    let once = decide(&run, &bob).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(once.status(), RunStatus::WaitingForApproval, "one approval of two");
-    let done = decide(&once, "carol").await.unwrap_or_else(|e| panic!("{e}"));
+    let done = decide(&once, &carol).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.error());
     assert_eq!(done.output(), Some("ok"));
 }
@@ -340,7 +344,7 @@ tools = ["fs_delete", "fs_write"]
     std::fs::write(files.join("notes.txt"), "one\nmine\n").unwrap_or_else(|e| panic!("{e}"));
 
     let set = DecisionSet::Each(vec![("call_1".into(), Decision::Approve), ("call_2".into(), Decision::Approve)]);
-    app.runtime.decide(&run.id, &held.turn_digest.0, set, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    app.runtime.decide(&run.id, &held.turn_digest.0, set, &Actor::from("bob")).await.unwrap_or_else(|e| panic!("{e}"));
     let done = app.runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status(), RunStatus::Completed, "{:?}", done.error());
 

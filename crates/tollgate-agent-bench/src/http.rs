@@ -13,7 +13,7 @@ use crate::{BenchError, PhaseReport, approval_runtime, cpu_time, err, report};
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tollgate_agent_core::RunStatus;
+use tollgate_agent_core::{RunId, RunStatus};
 
 /// One request's bound.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -85,7 +85,7 @@ async fn phases(
     // Phase 1: start N runs; each answers once its suspension is committed.
     let cpu0 = cpu_time();
     let started = Instant::now();
-    let results: Vec<Result<(String, String, Duration), BenchError>> = crate::in_flight(0..n, clients, |i| {
+    let results: Vec<Result<(RunId, String, Duration), BenchError>> = crate::in_flight(0..n, clients, |i| {
         let url = format!("{base}/v1/runs");
         async move {
             before_deadline(deadline)?;
@@ -95,9 +95,8 @@ async fn phases(
             if run["status"] != RunStatus::WaitingForApproval.as_str() {
                 return Err(BenchError(format!("run {} answered {} instead of waiting", run["id"], run["status"])));
             }
-            let id = run["id"].as_str().unwrap_or_default().to_owned();
             let digest = run["pending"]["turn_digest"].as_str().unwrap_or_default().to_owned();
-            Ok((id, digest, t.elapsed()))
+            Ok((served_id(&run), digest, t.elapsed()))
         }
     })
     .await;
@@ -154,7 +153,7 @@ pub(crate) fn before_deadline(deadline: Instant) -> Result<(), BenchError> {
 /// of the turn `digest` with `wait: true`; the answer must be 200 with run `id` completed.
 pub(crate) async fn approve_until_completed(
     request: reqwest::RequestBuilder,
-    id: &str,
+    id: &RunId,
     digest: &str,
 ) -> Result<(), BenchError> {
     let body = json!({"turn_digest": digest, "decisions": [{"call_id": "call_1", "action": "approve"}], "wait": true});
@@ -163,6 +162,11 @@ pub(crate) async fn approve_until_completed(
         return Err(BenchError(format!("run {id} answered {} instead of completed", run["status"])));
     }
     Ok(())
+}
+
+/// The id of a run as the API served it (`""` when it has none: reading that run then fails).
+pub(crate) fn served_id(run: &Value) -> RunId {
+    RunId::from(run["id"].as_str().unwrap_or_default())
 }
 
 pub(crate) async fn send(request: reqwest::RequestBuilder, expected: u16) -> Result<Value, BenchError> {

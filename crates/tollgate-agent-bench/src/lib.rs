@@ -52,8 +52,8 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tollgate_agent_core::{
-    BoxFuture, Gate, LoopConfig, NoHooks, Outcome, RunScope, RunStatus, RunStore, SystemClock, Tool, ToolContext,
-    ToolError, ToolLoop, ToolOutput, ToolRegistry,
+    Actor, BoxFuture, Gate, LoopConfig, NoHooks, Outcome, RunId, RunScope, RunStatus, RunStore, SystemClock, Tool,
+    ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry,
 };
 use tollgate_agent_providers::{Script, ScriptedModel};
 use tollgate_agent_runtime::{
@@ -62,6 +62,9 @@ use tollgate_agent_runtime::{
 
 /// The worker pool of the benchmarks' runtimes: more than any workload keeps in flight.
 const BENCH_WORKERS: usize = 1024;
+
+/// The actor that starts and decides the in-process workloads' runs.
+const BENCH_ACTOR: &str = "bench";
 
 /// One measured phase.
 #[derive(Clone, Debug, Serialize)]
@@ -203,20 +206,22 @@ async fn approval_cycle_here(
     // Phase 1: start N runs; each suspends at write_note and is committed waiting.
     let cpu0 = cpu_time();
     let started = Instant::now();
-    let results: Vec<Result<(String, Duration), BenchError>> = crate::in_flight(0..n, concurrency.max(1), |i| {
+    let results: Vec<Result<(RunId, Duration), BenchError>> = crate::in_flight(0..n, concurrency.max(1), |i| {
         let runtime = runtime.clone();
         async move { start_waiting(&runtime, i).await }
     })
     .await;
-    let (ids, latencies): (Vec<String>, Vec<Duration>) =
+    let (ids, latencies): (Vec<RunId>, Vec<Duration>) =
         results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
     let phase1 = report(&format!("{label} phase 1: start → waiting (c={concurrency})"), started, cpu0, latencies, None);
 
     // Phase 2: load each run fresh, decide, let it complete.
     let cpu0 = cpu_time();
     let started = Instant::now();
+    let actor = Actor::new(BENCH_ACTOR);
     let results: Vec<Result<(Duration, usize), BenchError>> = crate::in_flight(ids, concurrency.max(1), |id| {
         let runtime = runtime.clone();
+        let actor = &actor;
         async move {
             let t = Instant::now();
             let run = runtime.get(&id).await.map_err(err)?;
@@ -224,7 +229,7 @@ async fn approval_cycle_here(
             let bytes = pending.suspension.as_str().len();
             let set =
                 if deny { DecisionSet::DenyAll { reason: "not allowed".into() } } else { DecisionSet::ApproveAll };
-            let done = runtime.decide_and_wait(&run, pending.turn_digest.as_str(), set, "bench").await.map_err(err)?;
+            let done = runtime.decide_and_wait(&run, pending.turn_digest.as_str(), set, actor).await.map_err(err)?;
             if done.status() != RunStatus::Completed {
                 return Err(BenchError(format!("run {id} ended {}", done.status())));
             }
@@ -423,10 +428,10 @@ where
 
 /// Phase 1 of workload A for run `i`: start it and wait until it is committed waiting at the gate.
 /// Returns its id and how long that took.
-pub(crate) async fn start_waiting(runtime: &Runtime, i: u64) -> Result<(String, Duration), BenchError> {
+pub(crate) async fn start_waiting(runtime: &Runtime, i: u64) -> Result<(RunId, Duration), BenchError> {
     let t = Instant::now();
-    let run =
-        runtime.start_and_wait(StartRun::new(&format!("Save a note saying hello {i}"), "bench")).await.map_err(err)?;
+    let input = format!("Save a note saying hello {i}");
+    let run = runtime.start_and_wait(StartRun::new(&input, BENCH_ACTOR)).await.map_err(err)?;
     if run.status() != RunStatus::WaitingForApproval {
         return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status())));
     }

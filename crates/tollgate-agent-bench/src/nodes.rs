@@ -30,7 +30,7 @@
 //! **The checks.** N completed runs, each with exactly one `tool_started` event (the tool ran once),
 //! and run i's note, holding `hello {i}`, in the workspace of node `(i + 1) % N` and nowhere else.
 
-use crate::http::{REQUEST_TIMEOUT, approve_until_completed, before_deadline, send};
+use crate::http::{REQUEST_TIMEOUT, approve_until_completed, before_deadline, send, served_id};
 use crate::soak::{ServeChild, drop_schema, free_port, fresh_schema, is_postgres, proc_status_kib, toml_string};
 use crate::{BenchError, CpuTime, PhaseReport, cpu_time, cpu_time_of, err, report};
 use serde::Serialize;
@@ -38,7 +38,7 @@ use serde_json::json;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tollgate_agent_core::{EventKind, RunStatus, RunStore};
+use tollgate_agent_core::{EventKind, RunId, RunStatus, RunStore};
 
 /// The agent the nodes serve.
 pub const AGENT: &str = "bench";
@@ -267,7 +267,7 @@ async fn phases(
     // Phase 1: run i starts on node i % N; each answers once its suspension is committed.
     let (cpu0, nodes0) = (cpu_time(), nodes_cpu(pids));
     let started = Instant::now();
-    let results: Vec<Result<(u64, String, String, Duration), BenchError>> = crate::in_flight(0..n, clients, |i| {
+    let results: Vec<Result<(u64, RunId, String, Duration), BenchError>> = crate::in_flight(0..n, clients, |i| {
         let url = format!("{}/v1/runs", bases[node(i)]);
         async move {
             before_deadline(deadline)?;
@@ -277,9 +277,8 @@ async fn phases(
             if run["status"] != RunStatus::WaitingForApproval.as_str() {
                 return Err(BenchError(format!("run {} answered {} instead of waiting", run["id"], run["status"])));
             }
-            let id = run["id"].as_str().unwrap_or_default().to_owned();
             let digest = run["pending"]["turn_digest"].as_str().unwrap_or_default().to_owned();
-            Ok((i, id, digest, t.elapsed()))
+            Ok((i, served_id(&run), digest, t.elapsed()))
         }
     })
     .await;
@@ -304,7 +303,7 @@ async fn phases(
         bytes += run.held_turn().map_or(0, |p| p.suspension.as_str().len());
     }
     let mean_bytes = bytes as f64 / held.len().max(1) as f64;
-    let ids: Vec<String> = held.iter().map(|(_, id, _)| id.clone()).collect();
+    let ids: Vec<RunId> = held.iter().map(|(_, id, _)| id.clone()).collect();
 
     // Phase 2: run i's decision goes to node (i + 1) % N; the answer comes once the run completed.
     let (cpu0, nodes0) = (cpu_time(), nodes_cpu(pids));

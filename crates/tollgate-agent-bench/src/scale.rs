@@ -16,11 +16,13 @@
 //! sampled run completed, the tool ran once per sampled run with each text once, and each listing
 //! returned only waiting runs, as many as the limit allows.
 
-use crate::{BenchError, CpuTime, PhaseReport, approval_runtime, cpu_time, err, percentile, phase_report, report};
+use crate::{
+    BENCH_ACTOR, BenchError, CpuTime, PhaseReport, approval_runtime, cpu_time, err, percentile, phase_report, report,
+};
 use futures_util::StreamExt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
-use tollgate_agent_core::{RunQuery, RunStatus};
+use tollgate_agent_core::{Actor, RunId, RunQuery, RunStatus};
 use tollgate_agent_runtime::DecisionSet;
 
 /// How many waiting runs are decided and timed, by default: enough that the p99 is the tenth slowest,
@@ -49,7 +51,7 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
     // Fill: N runs, each committed waiting at the gate. Only the sampled ids are kept.
     let cpu0 = cpu_time();
     let started = Instant::now();
-    let mut picked: Vec<String> = Vec::with_capacity(sample as usize);
+    let mut picked: Vec<RunId> = Vec::with_capacity(sample as usize);
     let mut micros: Vec<u32> = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
     let mut fills = futures_util::stream::iter(0..n)
         .map(|i| {
@@ -97,13 +99,14 @@ pub async fn scale(store_url: &str, n: u64, sample: usize) -> Result<Vec<PhaseRe
     let started = Instant::now();
     let mut latencies = Vec::with_capacity(picked.len());
     let mut bytes = 0usize;
+    let actor = Actor::new(BENCH_ACTOR);
     for id in &picked {
         let t = Instant::now();
         let run = runtime.get(id).await.map_err(err)?;
         let pending = run.held_turn().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
         bytes += pending.suspension.as_str().len();
         let done = runtime
-            .decide_and_wait(&run, pending.turn_digest.as_str(), DecisionSet::ApproveAll, "bench")
+            .decide_and_wait(&run, pending.turn_digest.as_str(), DecisionSet::ApproveAll, &actor)
             .await
             .map_err(err)?;
         if done.status() != RunStatus::Completed {

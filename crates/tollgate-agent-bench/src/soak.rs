@@ -64,7 +64,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tollgate_agent_core::{EventKind, RunQuery, RunStatus, verify_chain_with};
+use tollgate_agent_core::{CallId, EventKind, RunId, RunQuery, RunStatus, verify_chain_with};
 use tollgate_agent_store::ScratchSchema;
 
 /// The child's `[server] lease`: short, so runs of a killed process are taken over during the soak.
@@ -400,7 +400,7 @@ async fn soak_on(options: &SoakOptions, url: &str, note: &dyn Fn(String)) -> Res
     report.rss = rss.report();
 
     note("soak: auditing every run in the store".to_owned());
-    let created: Vec<String> = shared.created.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let created: Vec<RunId> = shared.created.lock().unwrap_or_else(PoisonError::into_inner).clone();
     report.runs_seen_created = created.len() as u64;
     audit(url, &workspace.join(LEDGER), &created, &mut report).await?;
     Ok(report)
@@ -668,7 +668,7 @@ struct Shared {
     base: String,
     stop: AtomicBool,
     /// Ids of the runs seen created, in order.
-    created: Mutex<Vec<String>>,
+    created: Mutex<Vec<RunId>>,
     counts: Counters,
     /// Examples of unexpected answers.
     unexpected: Mutex<Vec<String>>,
@@ -740,7 +740,7 @@ impl Shared {
     }
 
     /// One of the last [`RECENT`] runs seen created.
-    fn recent(&self, rng: &mut Rng) -> Option<String> {
+    fn recent(&self, rng: &mut Rng) -> Option<RunId> {
         let created = self.created.lock().unwrap_or_else(PoisonError::into_inner);
         let window = &created[created.len().saturating_sub(RECENT)..];
         (!window.is_empty()).then(|| window[rng.below(window.len())].clone())
@@ -795,7 +795,7 @@ async fn start(shared: &Shared, rng: &mut Rng, input: &str) -> bool {
         Answer::Status(201, run) => {
             match run["id"].as_str() {
                 Some(id) => {
-                    shared.created.lock().unwrap_or_else(PoisonError::into_inner).push(id.to_owned());
+                    shared.created.lock().unwrap_or_else(PoisonError::into_inner).push(RunId::from(id));
                     bump(&shared.counts.starts);
                 }
                 None => shared.unexpected("a start", 201, &run),
@@ -873,7 +873,7 @@ async fn decide(shared: &Shared, rng: &mut Rng) -> bool {
 }
 
 /// Run `id` as served: `Some(Some(run))`, `Some(None)` after an unexpected answer, `None` unreached.
-async fn get_run(shared: &Shared, id: &str) -> Option<Option<Value>> {
+async fn get_run(shared: &Shared, id: &RunId) -> Option<Option<Value>> {
     match shared.send(reqwest::Method::GET, &format!("/v1/runs/{id}"), None).await {
         Answer::Status(200, run) => {
             bump(&shared.counts.reads);
@@ -970,14 +970,14 @@ async fn list_all(shared: &Shared, status: RunStatus) -> Vec<Value> {
 }
 
 /// Reads every run in the store and the ledger, and fills in the report's checks.
-async fn audit(url: &str, ledger: &Path, created: &[String], report: &mut SoakReport) -> Result<(), BenchError> {
+async fn audit(url: &str, ledger: &Path, created: &[RunId], report: &mut SoakReport) -> Result<(), BenchError> {
     let store = tollgate_agent_store::open(url).await.map_err(err)?;
-    let mut executions: HashMap<(String, String), u64> = HashMap::new();
+    let mut executions: HashMap<(String, CallId), u64> = HashMap::new();
     match std::fs::read_to_string(ledger) {
         Ok(text) => {
             for line in text.lines() {
                 if let Some((input, call)) = line.trim().rsplit_once(' ') {
-                    *executions.entry((input.to_owned(), call.to_owned())).or_default() += 1;
+                    *executions.entry((input.to_owned(), CallId::from(call))).or_default() += 1;
                 }
             }
         }
@@ -992,14 +992,14 @@ async fn audit(url: &str, ledger: &Path, created: &[String], report: &mut SoakRe
             problems.push(text);
         }
     };
-    let mut stored: HashSet<String> = HashSet::new();
+    let mut stored: HashSet<RunId> = HashSet::new();
     let mut cursor: Option<String> = None;
     loop {
         let page =
             store.list(RunQuery { status: None, agent: None, limit: 500, cursor: cursor.take() }).await.map_err(err)?;
         for id in &page.skipped {
             report.unreadable += 1;
-            stored.insert(id.clone());
+            stored.insert(RunId::from(id));
             example(format!("run {id} cannot be read"));
         }
         for run in &page.runs {
@@ -1018,11 +1018,12 @@ async fn audit(url: &str, ledger: &Path, created: &[String], report: &mut SoakRe
                     example(format!("run {}: the hash chain breaks at seq {}: {e}", run.id, e.seq()));
                 }
             }
-            let mut started: HashMap<String, u64> = HashMap::new();
+            let mut started: HashMap<CallId, u64> = HashMap::new();
             for event in &events {
                 match event.kind {
                     EventKind::ToolStarted => {
-                        *started.entry(event.data["call_id"].as_str().unwrap_or_default().to_owned()).or_default() += 1;
+                        let call = CallId::from(event.data["call_id"].as_str().unwrap_or_default());
+                        *started.entry(call).or_default() += 1;
                     }
                     EventKind::ApprovalRequested => {
                         let calls = event.data["calls"].as_array().into_iter().flatten();
@@ -1032,7 +1033,7 @@ async fn audit(url: &str, ledger: &Path, created: &[String], report: &mut SoakRe
                 }
             }
             for call in ["call_1", "call_2"] {
-                let ran = executions.remove(&(run.input.clone(), call.to_owned())).unwrap_or(0);
+                let ran = executions.remove(&(run.input.clone(), CallId::from(call))).unwrap_or(0);
                 let starts = started.get(call).copied().unwrap_or(0);
                 if ran > starts {
                     report.duplicated += 1;
@@ -1064,6 +1065,7 @@ async fn audit(url: &str, ledger: &Path, created: &[String], report: &mut SoakRe
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_agent_core::Actor;
     use tollgate_agent_runtime::DecisionSet;
 
     /// The audit is what makes the soak worth running: it must catch each kind of failure it reports.
@@ -1080,7 +1082,7 @@ mod tests {
         let run = runtime.get(&done).await.unwrap_or_else(|e| panic!("{e}"));
         let digest = run.held_turn().map(|p| p.turn_digest.as_str().to_owned()).unwrap_or_default();
         let finished = runtime
-            .decide_and_wait(&run, &digest, DecisionSet::ApproveAll, "soak")
+            .decide_and_wait(&run, &digest, DecisionSet::ApproveAll, &Actor::from("soak"))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(finished.status(), RunStatus::Completed);
@@ -1096,7 +1098,7 @@ mod tests {
 
         // The same call ran twice on one tool_started; a line names no run; a run seen created is gone.
         std::fs::write(&ledger, format!("{honest}{honest}soak-9-9 call_2\n")).unwrap_or_else(|e| panic!("{e}"));
-        let created = vec![done, waiting, "0193b0c6-0000-7000-8000-000000000000".to_owned()];
+        let created = vec![done, waiting, RunId::new("0193b0c6-0000-7000-8000-000000000000")];
         let mut report = SoakReport::default();
         audit(&url, &ledger, &created, &mut report).await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((report.lost, report.duplicated, report.unaccounted, report.stuck), (1, 1, 1, 1), "{report:?}");

@@ -25,41 +25,8 @@ use crate::run::{Millis, Vote};
 use crate::suspension::Decision;
 use serde::{Deserialize, Serialize};
 use std::num::NonZeroU32;
-
-/// An approval's id: a plain string on the wire and on disk.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ApprovalId(String);
-
-impl ApprovalId {
-    /// An id from its text.
-    pub fn new(id: impl Into<String>) -> ApprovalId {
-        ApprovalId(id.into())
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for ApprovalId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<&str> for ApprovalId {
-    fn from(id: &str) -> ApprovalId {
-        ApprovalId::new(id)
-    }
-}
-
-impl From<String> for ApprovalId {
-    fn from(id: String) -> ApprovalId {
-        ApprovalId(id)
-    }
-}
+pub use tollgate_agent_protocol::ApprovalId;
+use tollgate_agent_protocol::{Actor, CallId, RunId};
 
 /// What a call needs before it counts as approved: `approve` votes from this many distinct actors (at
 /// least 1). Stored as `{"approvals": N}`; 0 is refused when read.
@@ -207,7 +174,7 @@ pub enum ApprovalError {
     #[error("the approval of call `{call_id}` is {state} and takes no {command}")]
     Closed {
         /// The call.
-        call_id: String,
+        call_id: CallId,
         /// The approval's state: `decided`, `expired` or `cancelled`.
         state: &'static str,
         /// The command refused.
@@ -217,15 +184,15 @@ pub enum ApprovalError {
     #[error("{actor} already approved call `{call_id}`: its approvals must come from distinct people")]
     AlreadyApproved {
         /// The call.
-        call_id: String,
+        call_id: CallId,
         /// Who approved twice.
-        actor: String,
+        actor: Actor,
     },
     /// An `edit` or `respond` vote on a quorum call, which takes only `approve` and `deny`. 422.
     #[error("call `{call_id}` needs {required} approvals and takes only approve or deny, not {action}")]
     QuorumAction {
         /// The call.
-        call_id: String,
+        call_id: CallId,
         /// The refused action.
         action: &'static str,
         /// How many approvals the call needs.
@@ -235,7 +202,7 @@ pub enum ApprovalError {
     #[error("the approval of call `{call_id}` was escalated already")]
     AlreadyEscalated {
         /// The call.
-        call_id: String,
+        call_id: CallId,
     },
 }
 
@@ -277,12 +244,12 @@ pub struct Approval {
     /// The approval's id.
     pub id: ApprovalId,
     /// The id of the run that holds the call.
-    pub run: String,
+    pub run: RunId,
     /// The id of that run's root run, where it is decided: the run itself for a top run, the top of the
     /// tree for a sub-agent's run.
-    pub root: String,
+    pub root: RunId,
     /// The held call's id.
-    pub call_id: String,
+    pub call_id: CallId,
     /// What the call needs before it counts as approved.
     pub requirement: Requirement,
     /// The votes taken, oldest first (refused votes are not kept).
@@ -305,10 +272,10 @@ enum StateName {
 #[derive(Serialize)]
 struct ApprovalOut<'a> {
     id: &'a ApprovalId,
-    run: &'a str,
+    run: &'a RunId,
     #[serde(skip_serializing_if = "Option::is_none")]
-    root: Option<&'a str>,
-    call_id: &'a str,
+    root: Option<&'a RunId>,
+    call_id: &'a CallId,
     #[serde(skip_serializing_if = "Option::is_none")]
     approvals: Option<u32>,
     #[serde(skip_serializing_if = "<[Vote]>::is_empty")]
@@ -329,10 +296,10 @@ struct ApprovalOut<'a> {
 #[serde(deny_unknown_fields)]
 struct ApprovalIn {
     id: ApprovalId,
-    run: String,
+    run: RunId,
     #[serde(default)]
-    root: Option<String>,
-    call_id: String,
+    root: Option<RunId>,
+    call_id: CallId,
     #[serde(default)]
     approvals: Option<NonZeroU32>,
     #[serde(default)]
@@ -359,7 +326,7 @@ impl Serialize for Approval {
         ApprovalOut {
             id: &self.id,
             run: &self.run,
-            root: (self.root != self.run).then_some(self.root.as_str()),
+            root: (self.root != self.run).then_some(&self.root),
             call_id: &self.call_id,
             approvals: self.requirement.is_quorum().then(|| self.requirement.approvals()),
             votes: &self.votes,
@@ -405,8 +372,8 @@ impl Approval {
     /// A pending approval of a top run's call (its root is the run itself), with no votes.
     pub fn pending(
         id: ApprovalId,
-        run: impl Into<String>,
-        call_id: impl Into<String>,
+        run: impl Into<RunId>,
+        call_id: impl Into<CallId>,
         requirement: Requirement,
         due: Option<Millis>,
     ) -> Approval {
@@ -423,7 +390,7 @@ impl Approval {
     }
 
     /// The same approval, for a call of a sub-agent's run decided at the root run `root`.
-    pub fn under_root(mut self, root: impl Into<String>) -> Approval {
+    pub fn under_root(mut self, root: impl Into<RunId>) -> Approval {
         self.root = root.into();
         self
     }
@@ -435,11 +402,11 @@ impl Approval {
 
     /// The distinct actors whose vote lets the call run (`approve`, or `edit` on a single approval), in
     /// the order they voted (`pending.calls[].approvals.given`; empty before any approval).
-    pub fn approvals_given(&self) -> Vec<&str> {
-        let mut given: Vec<&str> = Vec::new();
+    pub fn approvals_given(&self) -> Vec<&Actor> {
+        let mut given: Vec<&Actor> = Vec::new();
         for vote in &self.votes {
             let approving = matches!(vote.decision, Decision::Approve | Decision::Edit { .. });
-            if approving && !given.contains(&vote.actor.as_str()) {
+            if approving && !given.contains(&&vote.actor) {
                 given.push(&vote.actor);
             }
         }
@@ -463,7 +430,7 @@ impl Approval {
     /// (its `approve` for a quorum, its only vote for a single approval, the first `deny`).
     pub fn settled_by(&self) -> Option<Vote> {
         let ApprovalState::Decided { decision, at } = &self.state else { return None };
-        let actor = self.votes.last().map_or_else(String::new, |v| v.actor.clone());
+        let actor = self.votes.last().map_or_else(Actor::default, |v| v.actor.clone());
         Some(Vote { decision: decision.clone(), actor, at: *at })
     }
 
@@ -491,7 +458,7 @@ impl Approval {
                         required: self.required(),
                     });
                 }
-                if matches!(vote.decision, Decision::Approve) && self.approvals_given().contains(&vote.actor.as_str()) {
+                if matches!(vote.decision, Decision::Approve) && self.approvals_given().contains(&&vote.actor) {
                     return Err(ApprovalError::AlreadyApproved {
                         call_id: self.call_id.clone(),
                         actor: vote.actor.clone(),
@@ -531,7 +498,7 @@ mod tests {
     const T: Millis = 1_764_410_400_000;
 
     fn vote(actor: &str, decision: Decision) -> ApprovalCommand {
-        ApprovalCommand::Vote(Vote { decision, actor: actor.to_owned(), at: T + 10 })
+        ApprovalCommand::Vote(Vote { decision, actor: actor.into(), at: T + 10 })
     }
 
     fn approve(actor: &str) -> ApprovalCommand {

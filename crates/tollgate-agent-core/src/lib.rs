@@ -83,6 +83,7 @@ pub use suspension::{
     Decision, DecisionError, Decisions, HeldCall, HeldCallState, SCHEMA_VERSION, StoredSuspension, Suspension,
     SuspensionError, TurnDigest,
 };
+pub use tollgate_agent_protocol::{Actor, CallId, RunId};
 pub use tool::{
     Gate, PolicyPath, Preview, RegisteredTool, RegistryError, RunScope, Tool, ToolContext, ToolError, ToolOutput,
     ToolPin, ToolRegistry, ToolSpec,

@@ -13,6 +13,7 @@ use crate::tool::RunScope;
 use crate::tool_loop::TerminationReason;
 use crate::transcript::Usage;
 use serde::{Deserialize, Serialize};
+use tollgate_agent_protocol::{Actor, CallId, RunId};
 
 /// Milliseconds since the Unix epoch, UTC.
 pub type Millis = i64;
@@ -60,7 +61,7 @@ pub struct Vote {
     #[serde(flatten)]
     pub decision: Decision,
     /// Who decided (a token's name, `local`, or `system` for expiry).
-    pub actor: String,
+    pub actor: Actor,
     /// When.
     pub at: Millis,
 }
@@ -87,13 +88,13 @@ impl HeldTurn {
     }
 
     /// The ids of the calls that need people, in the model's order.
-    pub fn required(&self) -> impl Iterator<Item = &str> {
-        self.approvals.iter().map(|a| a.call_id.as_str())
+    pub fn required(&self) -> impl Iterator<Item = &CallId> {
+        self.approvals.iter().map(|a| &a.call_id)
     }
 
     /// The approval of this call, if it needs people.
-    pub fn approval(&self, call_id: &str) -> Option<&Approval> {
-        self.approvals.iter().find(|a| a.call_id == call_id)
+    pub fn approval(&self, call_id: &CallId) -> Option<&Approval> {
+        self.approvals.iter().find(|a| &a.call_id == call_id)
     }
 
     /// The decision of every decided approval, by call id: what a resume runs.
@@ -186,7 +187,7 @@ impl RunState {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunRecord {
     /// UUIDv7.
-    pub id: String,
+    pub id: RunId,
     /// The agent's name.
     pub agent: String,
     /// The run's input.
@@ -200,7 +201,7 @@ pub struct RunRecord {
     /// Bumped by every transition; the compare-and-set key.
     pub version: u64,
     /// The actor who started it.
-    pub created_by: String,
+    pub created_by: Actor,
     /// Creation time.
     pub created_at: Millis,
     /// Last transition time.
@@ -219,14 +220,7 @@ pub const GENESIS_HASH: &str = "000000000000000000000000000000000000000000000000
 impl RunRecord {
     /// A new run, `running` under a lease (or `queued` when `lease` is None), version 1, without metadata
     /// (see [`with_metadata`](Self::with_metadata)).
-    pub fn new(
-        id: String,
-        agent: String,
-        input: String,
-        created_by: String,
-        now: Millis,
-        lease: Option<Lease>,
-    ) -> Self {
+    pub fn new(id: RunId, agent: String, input: String, created_by: Actor, now: Millis, lease: Option<Lease>) -> Self {
         Self {
             id,
             agent,
@@ -412,7 +406,7 @@ pub enum Transition {
     /// turn kept), which resumes it.
     Vote {
         /// The votes, by call id, in the order they are taken.
-        votes: Vec<(String, Vote)>,
+        votes: Vec<(CallId, Vote)>,
         /// Claim the resume with this lease.
         resume: Option<Lease>,
     },

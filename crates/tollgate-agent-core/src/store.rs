@@ -22,6 +22,7 @@ use crate::event::{NewEvent, StoredEvent};
 use crate::run::{Lease, Millis, RunRecord, RunStatus, Transition, TransitionError, rfc3339};
 use futures_util::stream::BoxStream;
 use std::sync::Arc;
+use tollgate_agent_protocol::RunId;
 
 /// What a transition or append checks before it writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -263,7 +264,7 @@ pub enum StoreChange {
     /// Run `id` committed a change (created, transitioned or appended to).
     Run {
         /// The run.
-        id: String,
+        id: RunId,
         /// Its version after the change.
         version: u64,
         /// Its status after the change.
@@ -295,20 +296,20 @@ pub struct Claimed {
 /// the events the commit appended, in seq order, exactly as [`EventLog::events`] serves them. It is
 /// called on the committing thread after the commit and before the write that made it returns (a
 /// commit without events calls nothing), so it must be quick and must never block or wait.
-pub type CommitTap = Arc<dyn Fn(&str, &[StoredEvent]) + Send + Sync>;
+pub type CommitTap = Arc<dyn Fn(&RunId, &[StoredEvent]) + Send + Sync>;
 
 /// One page of a store's commit log ([`ChangeFeed::committed`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CommittedPage {
     /// Events committed after the position read from, each with its run's id: commits in the order of
     /// the log, a commit's events one after another in seq order (a page may end inside a commit).
-    pub events: Vec<(String, StoredEvent)>,
+    pub events: Vec<(RunId, StoredEvent)>,
     /// Where the next read continues: after these events or, when the page is not full, after every
     /// commit the log holds so far. Text only the store that gave it reads.
     pub next: String,
     /// Events that could not be read (damaged, or sealed with a key this process lacks), passed over:
     /// the run's id and why.
-    pub skipped: Vec<(String, StoreError)>,
+    pub skipped: Vec<(RunId, StoreError)>,
     /// The page is full: more can be read at once.
     pub more: bool,
     /// Commits may still enter the log before `next` without being announced to this reader: transactions
@@ -344,11 +345,11 @@ pub trait RunRows: Send + Sync {
     fn create(&self, run: RunRecord, events: Vec<NewEvent>) -> BoxFuture<'_, Result<RunRecord, StoreError>>;
 
     /// Reads a run.
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<RunRecord, StoreError>>;
+    fn get<'a>(&'a self, id: &'a RunId) -> BoxFuture<'a, Result<RunRecord, StoreError>>;
 
     /// Finds the one run whose id starts with `prefix`: `NotFound` when none, [`Conflict::AmbiguousPrefix`]
     /// when several.
-    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, StoreError>>;
+    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<RunId, StoreError>>;
 
     /// Lists runs, newest first (by id, which is a UUIDv7 and so ordered by creation time).
     fn list(&self, query: RunQuery) -> BoxFuture<'_, Result<RunPage, StoreError>>;
@@ -357,7 +358,7 @@ pub trait RunRows: Send + Sync {
     /// transaction. Returns the new record.
     fn transition<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         guard: Guard,
         transition: Transition,
         events: Vec<NewEvent>,
@@ -368,7 +369,7 @@ pub trait RunRows: Send + Sync {
     /// With no events it only renews the lease. Returns the last seq.
     fn append<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         owner: &'a str,
         events: Vec<NewEvent>,
         lease_until: Millis,
@@ -378,8 +379,12 @@ pub trait RunRows: Send + Sync {
 /// The event log, read: a run's events in order, and the keys its chain is verified by.
 pub trait EventLog: Send + Sync {
     /// Events of a run with seq > `after`, at most `limit`, in order.
-    fn events<'a>(&'a self, id: &'a str, after: u64, limit: u32)
-    -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>>;
+    fn events<'a>(
+        &'a self,
+        id: &'a RunId,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>>;
 
     /// The keys this store chains events with and verifies keyed hashes by
     /// ([`crate::event::verify_chain_with`]): `None` (the default) for a store whose events are
@@ -540,7 +545,7 @@ pub const EVENT_PAGE: u32 = 1000;
 /// The store's: [`StoreError::NotFound`] for a run that does not exist, and any error of a page read.
 pub async fn events_after<S: EventLog + ?Sized>(
     store: &S,
-    id: &str,
+    id: &RunId,
     after: u64,
 ) -> Result<Vec<StoredEvent>, StoreError> {
     let mut events: Vec<StoredEvent> = Vec::new();
@@ -574,5 +579,5 @@ impl Clock for SystemClock {
 /// Run ids, injected so tests are deterministic.
 pub trait IdGen: Send + Sync {
     /// A new run id: a lowercase hyphenated UUIDv7 in production.
-    fn run_id(&self) -> String;
+    fn run_id(&self) -> RunId;
 }

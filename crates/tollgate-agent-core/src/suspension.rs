@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
+use tollgate_agent_protocol::CallId;
 use tollgate_agent_protocol::RunErrorKind;
 
 /// The suspension format this build writes and reads.
@@ -46,7 +47,7 @@ impl TurnDigest {
 #[derive(Clone, Debug, PartialEq)]
 pub struct HeldCall {
     /// The model's id for the call.
-    pub call_id: String,
+    pub call_id: CallId,
     /// The tool named.
     pub tool: String,
     /// The model's arguments.
@@ -148,7 +149,7 @@ struct HeldCallOut<'a> {
 /// A held call as read back (the v1 format); see [`HeldCall`].
 #[derive(Deserialize)]
 struct HeldCallIn {
-    call_id: String,
+    call_id: CallId,
     tool: String,
     arguments: Value,
     gate: Gate,
@@ -338,15 +339,15 @@ impl Suspension {
     }
 
     /// The held call with this id.
-    pub fn call(&self, call_id: &str) -> Option<&HeldCall> {
-        self.calls.iter().find(|c| c.call_id == call_id)
+    pub fn call(&self, call_id: &CallId) -> Option<&HeldCall> {
+        self.calls.iter().find(|c| &c.call_id == call_id)
     }
 
     /// Marks a call that takes a decision in doubt (started, never finished) and recomputes the digest,
     /// so a decision made on the earlier view of the turn is stale. Returns false when there is no such
     /// call or it takes no decision.
-    pub fn mark_in_doubt(&mut self, call_id: &str) -> bool {
-        let Some(call) = self.calls.iter_mut().find(|c| c.call_id == call_id && c.takes_decision()) else {
+    pub fn mark_in_doubt(&mut self, call_id: &CallId) -> bool {
+        let Some(call) = self.calls.iter_mut().find(|c| &c.call_id == call_id && c.takes_decision()) else {
             return false;
         };
         call.state = HeldCallState::InDoubt;
@@ -402,19 +403,19 @@ fn compute_digest(calls: &[HeldCall], tools: &[ToolPin]) -> TurnDigest {
 pub use tollgate_agent_protocol::Decision;
 
 /// Decisions keyed by `call_id` (never by position).
-pub type Decisions = BTreeMap<String, Decision>;
+pub type Decisions = BTreeMap<CallId, Decision>;
 
 /// A set of decisions that cannot resume a suspension. Nothing ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecisionError {
     /// No held call has this id.
     #[error("no held call has id `{0}`")]
-    UnknownCall(String),
+    UnknownCall(CallId),
     /// The call runs or is refused without a person's decision.
     #[error("call `{call_id}` has gate `{gate}` and takes no decision")]
     NotDecidable {
         /// The call.
-        call_id: String,
+        call_id: CallId,
         /// Its gate.
         gate: Gate,
     },
@@ -422,16 +423,16 @@ pub enum DecisionError {
     #[error("call `{call_id}` already ran before a crash (its result is recorded) and takes no decision")]
     AlreadyRan {
         /// The call.
-        call_id: String,
+        call_id: CallId,
     },
     /// Some held calls have no decision yet.
     #[error("held calls without a decision: {}", .0.join(", "))]
-    Missing(Vec<String>),
+    Missing(Vec<CallId>),
     /// Edited arguments fail the tool's schema or checks.
     #[error("edited arguments for call `{call_id}` are invalid: {message}")]
     InvalidEdit {
         /// The call.
-        call_id: String,
+        call_id: CallId,
         /// What is wrong with them.
         message: String,
     },
@@ -597,15 +598,15 @@ mod tests {
             Vec::new(),
             Vec::new(),
         );
-        let before = suspension.turn_digest.clone();
-        assert!(!suspension.mark_in_doubt("c1") && !suspension.settle(result("c1", "x")), "an allowed call just runs");
+        let (c1, before) = (CallId::from("c1"), suspension.turn_digest.clone());
+        assert!(!suspension.mark_in_doubt(&c1) && !suspension.settle(result("c1", "x")), "an allowed call just runs");
         suspension.calls[0].state = HeldCallState::Asks;
-        assert!(suspension.mark_in_doubt("c1"));
+        assert!(suspension.mark_in_doubt(&c1));
         assert!(suspension.calls[0].in_doubt() && suspension.calls[0].takes_decision());
         assert!(suspension.settle(result("c1", "done")));
         assert_eq!(suspension.calls[0].state, HeldCallState::Finished(result("c1", "done")));
         assert!(!suspension.calls[0].takes_decision() && suspension.turn_digest != before);
-        assert!(!suspension.mark_in_doubt("c1") && !suspension.mark_in_doubt("nope"));
+        assert!(!suspension.mark_in_doubt(&c1) && !suspension.mark_in_doubt(&CallId::from("nope")));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
+use tollgate_agent_protocol::{CallId, RunId};
 
 /// The gate's verdict for one call: the wire's type, so a held call's `gate` and a tool's compare.
 pub use tollgate_agent_protocol::Gate;
@@ -66,9 +67,9 @@ impl From<MetadataValueError> for ToolError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolContext {
     /// The run the call belongs to.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The model's id for the call.
-    pub call_id: String,
+    pub call_id: CallId,
     /// The run's metadata, as given when it was started (empty when none was).
     pub metadata: Metadata,
     /// What the call's preview observed ([`Preview::observed`]), when a person approved the call on that
@@ -80,7 +81,7 @@ pub struct ToolContext {
 
 impl ToolContext {
     /// The context of call `call_id` of run `run_id`, without metadata or observation.
-    pub fn new(run_id: impl Into<String>, call_id: impl Into<String>) -> Self {
+    pub fn new(run_id: impl Into<RunId>, call_id: impl Into<CallId>) -> Self {
         Self { run_id: run_id.into(), call_id: call_id.into(), metadata: Metadata::new(), observed: None }
     }
 
@@ -106,14 +107,14 @@ impl ToolContext {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunScope {
     /// The run's id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The run's metadata (stored with the run, so a resume in another process has it too).
     pub metadata: Metadata,
 }
 
 impl RunScope {
     /// The scope of run `run_id`, without metadata.
-    pub fn new(run_id: impl Into<String>) -> Self {
+    pub fn new(run_id: impl Into<RunId>) -> Self {
         Self { run_id: run_id.into(), metadata: Metadata::new() }
     }
 
@@ -124,7 +125,7 @@ impl RunScope {
     }
 
     /// The context a tool gets for call `call_id` of this run.
-    pub fn tool_context(&self, call_id: impl Into<String>) -> ToolContext {
+    pub fn tool_context(&self, call_id: impl Into<CallId>) -> ToolContext {
         ToolContext::new(self.run_id.clone(), call_id).with_metadata(self.metadata.clone())
     }
 }

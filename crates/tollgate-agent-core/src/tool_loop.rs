@@ -21,6 +21,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use tollgate_agent_protocol::CallId;
 
 /// The error result a call gets when the iteration cap is reached with calls still pending.
 pub const ITERATION_LIMIT_RESULT: &str = "not executed: iteration limit reached";
@@ -114,7 +115,7 @@ pub enum LoopEvent<'a> {
         /// The model call whose turn holds the call.
         round: u32,
         /// The call's id.
-        call_id: &'a str,
+        call_id: &'a CallId,
         /// The tool.
         tool: &'a str,
         /// The arguments it will run with.
@@ -204,7 +205,7 @@ pub trait AgentLoop: Send + Sync {
     fn check_decision<'a>(
         &'a self,
         suspension: &'a Suspension,
-        call_id: &'a str,
+        call_id: &'a CallId,
         decision: &'a Decision,
     ) -> BoxFuture<'a, Result<(), DecisionError>>;
 
@@ -256,7 +257,7 @@ pub trait AgentLoop: Send + Sync {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StartingCall {
     /// The call's id.
-    pub call_id: String,
+    pub call_id: CallId,
     /// The tool.
     pub tool: String,
     /// The arguments it will run with (an edit's, when edited).
@@ -289,14 +290,14 @@ impl LoopState {
 #[derive(Clone, Debug, PartialEq)]
 enum Step {
     Settled(ToolResult),
-    Run { call_id: String, tool: String, arguments: Value, gate: Gate, edited: bool, observed: Option<Value> },
+    Run { call_id: CallId, tool: String, arguments: Value, gate: Gate, edited: bool, observed: Option<Value> },
 }
 
 /// A call about to be invoked: what its `tool_started` names, and what its context carries.
 /// `announced`: its `tool_started` was committed already (with the claim of the resume), so the hook is
 /// not told again.
 struct Invoked<'a> {
-    call_id: &'a str,
+    call_id: &'a CallId,
     tool: &'a str,
     gate: Gate,
     edited: bool,
@@ -306,7 +307,7 @@ struct Invoked<'a> {
 
 impl<'a> Invoked<'a> {
     /// An allow-gated call: nothing observed to check, its start announced as it starts.
-    fn allowed(call_id: &'a str, tool: &'a str, edited: bool) -> Invoked<'a> {
+    fn allowed(call_id: &'a CallId, tool: &'a str, edited: bool) -> Invoked<'a> {
         Invoked { call_id, tool, gate: Gate::Allow, edited, observed: None, announced: false }
     }
 }
@@ -324,10 +325,10 @@ pub struct ResumePlan {
     steps: Vec<Step>,
     /// Edits the live tool refused while planning, by call id, with why: each such call ends as its
     /// error result.
-    refused: BTreeMap<String, Refusal>,
+    refused: BTreeMap<CallId, Refusal>,
     /// The call whose `tool_started` was committed with the claim of the resume (see
     /// [`ResumePlan::commit_first_start`]).
-    started: Option<String>,
+    started: Option<CallId>,
 }
 
 impl ResumePlan {
@@ -355,7 +356,7 @@ impl ResumePlan {
 
     /// Why the live tool refused the edited arguments of `call_id` when the plan was made (they fail its
     /// schema or checks, or its gate forbids them), if it did.
-    pub fn refused_edit(&self, call_id: &str) -> Option<&str> {
+    pub fn refused_edit(&self, call_id: &CallId) -> Option<&str> {
         self.refused.get(call_id).map(|r| r.message.as_str())
     }
 }
@@ -401,7 +402,7 @@ impl ToolLoop {
     pub async fn check_decision(
         &self,
         suspension: &Suspension,
-        call_id: &str,
+        call_id: &CallId,
         decision: &Decision,
     ) -> Result<(), DecisionError> {
         self.check_decided(suspension, call_id, decision).await?;
@@ -411,11 +412,11 @@ impl ToolLoop {
     /// An edit into arguments its tool's gate (policy included) forbids: refused before anything is
     /// recorded, rather than recorded as the approver's and then not run. (A gate that changes after the
     /// decision was taken is the resume's recheck: the call then gets an error result.)
-    fn forbidden_edit(&self, suspension: &Suspension, call_id: &str, decision: &Decision) -> Option<DecisionError> {
+    fn forbidden_edit(&self, suspension: &Suspension, call_id: &CallId, decision: &Decision) -> Option<DecisionError> {
         let Decision::Edit { arguments } = decision else { return None };
         let call = suspension.call(call_id)?;
         let registered = self.tools.get(&call.tool)?;
-        let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.to_owned(), message };
+        let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.clone(), message };
         match guarded(|| registered.tool().gate(arguments)) {
             Some(Gate::Forbid) => {
                 Some(invalid(format!("policy forbids {} with them, so the edit is refused", call.tool)))
@@ -430,7 +431,7 @@ impl ToolLoop {
     async fn check_decided(
         &self,
         suspension: &Suspension,
-        call_id: &str,
+        call_id: &CallId,
         decision: &Decision,
     ) -> Result<(), DecisionError> {
         self.check_decision_shape(suspension, call_id, decision)?;
@@ -438,7 +439,7 @@ impl ToolLoop {
             && let Some(call) = suspension.call(call_id)
             && let Some(registered) = self.tools.get(&call.tool)
         {
-            let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.to_owned(), message };
+            let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.clone(), message };
             guarded_future(|| registered.tool().validate(arguments))
                 .await
                 .unwrap_or_else(|| Err(format!("tool {} failed to check the arguments", call.tool)))
@@ -452,17 +453,17 @@ impl ToolLoop {
     fn check_decision_shape(
         &self,
         suspension: &Suspension,
-        call_id: &str,
+        call_id: &CallId,
         decision: &Decision,
     ) -> Result<(), DecisionError> {
-        let call = suspension.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.to_owned()))?;
+        let call = suspension.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.clone()))?;
         if let Some(refused) = call.refuse_decision() {
             return Err(refused);
         }
         if let Decision::Edit { arguments } = decision {
             // A vanished tool is reported when the call would run; there is no schema to check against.
             if let Some(registered) = self.tools.get(&call.tool) {
-                let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.to_owned(), message };
+                let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.clone(), message };
                 registered.check_arguments(arguments).map_err(invalid)?;
             }
         }
@@ -837,7 +838,7 @@ impl ToolLoop {
                     }
                 }
                 Step::Run { call_id, tool, arguments, gate, edited, observed } => {
-                    let announced = started == Some(call_id.as_str());
+                    let announced = started == Some(&call_id);
                     let call = Invoked { call_id: &call_id, tool: &tool, gate, edited, observed, announced };
                     let (result, arguments) = self.invoke(scope, round, call, arguments, hooks).await?;
                     record(state, round, &arguments, result, &mut results);
@@ -873,8 +874,7 @@ impl ToolLoop {
         if edited {
             content = format!("[arguments edited by the approver: {arguments}]\n{content}");
         }
-        let result =
-            ToolResult { call_id: call_id.to_owned(), tool: tool.to_owned(), content, is_error, denied: false };
+        let result = ToolResult { call_id: call_id.clone(), tool: tool.to_owned(), content, is_error, denied: false };
         hooks.on_event(LoopEvent::ToolFinished { round, result: &result }).await?;
         Ok((result, arguments))
     }
@@ -883,20 +883,20 @@ impl ToolLoop {
     async fn run_tool(
         &self,
         registered: &RegisteredTool,
-        call_id: &str,
+        call_id: &CallId,
         ctx: ToolContext,
         arguments: Value,
     ) -> (String, bool) {
         let name = registered.tool().name();
         let failed = || (format!("Tool {name} failed."), true);
         let Some(future) = guarded(|| registered.tool().call(arguments, ctx)) else {
-            tracing::error!(tool = name, call_id, "tool panicked");
+            tracing::error!(tool = name, %call_id, "tool panicked");
             return failed();
         };
         match AssertUnwindSafe(future).catch_unwind().await {
             Ok(Ok(output)) => (output.content, output.is_error),
             Ok(Err(error)) => {
-                tracing::warn!(tool = name, call_id, %error, "tool failed");
+                tracing::warn!(tool = name, %call_id, %error, "tool failed");
                 failed()
             }
             Err(panic) => {
@@ -905,7 +905,7 @@ impl ToolLoop {
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
-                tracing::error!(tool = name, call_id, panic = %message, "tool panicked");
+                tracing::error!(tool = name, %call_id, panic = %message, "tool panicked");
                 failed()
             }
         }
@@ -916,7 +916,7 @@ impl AgentLoop for ToolLoop {
     fn check_decision<'a>(
         &'a self,
         suspension: &'a Suspension,
-        call_id: &'a str,
+        call_id: &'a CallId,
         decision: &'a Decision,
     ) -> BoxFuture<'a, Result<(), DecisionError>> {
         Box::pin(ToolLoop::check_decision(self, suspension, call_id, decision))
@@ -992,7 +992,7 @@ async fn guarded_future<'a, T>(f: impl FnOnce() -> BoxFuture<'a, T>) -> Option<T
 
 /// The decidable calls without a decision, as an error naming them.
 fn missing_decisions(suspension: &Suspension, decisions: &Decisions) -> Result<(), DecisionError> {
-    let missing: Vec<String> = suspension
+    let missing: Vec<CallId> = suspension
         .decidable_calls()
         .filter(|c| !decisions.contains_key(&c.call_id))
         .map(|c| c.call_id.clone())

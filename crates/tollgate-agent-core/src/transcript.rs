@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tollgate_agent_protocol::CallId;
 
 /// One entry of a run's transcript.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -49,7 +50,7 @@ impl Message {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// The model's id for the call; results and decisions are keyed by it.
-    pub call_id: String,
+    pub call_id: CallId,
     /// The tool the model asked for.
     pub name: String,
     /// The arguments as JSON (an object for every well-formed call).
@@ -62,7 +63,7 @@ pub struct ToolCall {
 
 impl ToolCall {
     /// A well-formed call.
-    pub fn new(call_id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+    pub fn new(call_id: impl Into<CallId>, name: impl Into<String>, arguments: Value) -> Self {
         Self { call_id: call_id.into(), name: name.into(), arguments, malformed_arguments: None }
     }
 }
@@ -71,7 +72,7 @@ impl ToolCall {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
     /// The call this answers.
-    pub call_id: String,
+    pub call_id: CallId,
     /// The tool the call named.
     pub tool: String,
     /// What the model reads: the tool's output, an error message, or a substituted answer.
@@ -104,7 +105,7 @@ pub struct Invocation {
     /// The model call (round) whose turn held the call.
     pub round: u32,
     /// The call's id.
-    pub call_id: String,
+    pub call_id: CallId,
     /// The tool that ran.
     pub tool: String,
     /// The arguments it ran with (the approver's, after an edit).

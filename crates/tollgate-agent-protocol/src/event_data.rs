@@ -15,6 +15,7 @@
 //! original JSON and uses these types only to read it.
 
 use crate::event::EventKind;
+use crate::ids::{Actor, CallId};
 use crate::run::{Decision, Gate, RunError, TerminationReason, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -31,7 +32,8 @@ pub struct RunStarted {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub input: Option<String>,
     /// Who started it.
-    pub actor: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub actor: Actor,
 }
 
 /// `model_request`: a model call is about to be made.
@@ -49,7 +51,8 @@ pub struct ModelRequest {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ModelToolCall {
     /// The model's id for the call.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
     /// The tool named.
     pub tool: String,
     /// The model's arguments.
@@ -75,7 +78,8 @@ pub struct ModelResponse {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ToolStarted {
     /// The model's id for the call.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
     /// The tool.
     pub tool: String,
     /// The arguments it runs with (the approver's, after an edit).
@@ -92,7 +96,8 @@ pub struct ToolStarted {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct ToolFinished {
     /// The model's id for the call.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
     /// The tool.
     pub tool: String,
     /// True when the tool failed.
@@ -108,7 +113,8 @@ pub struct ToolFinished {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct GatedCall {
     /// The model's id for the call.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
     /// The tool named.
     pub tool: String,
     /// The model's arguments.
@@ -200,9 +206,11 @@ pub struct DecisionMade {
     #[serde(flatten)]
     pub decision: LoggedDecision,
     /// The call decided.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
     /// Who decided (`system` for expiry).
-    pub actor: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub actor: Actor,
     /// On a quorum call (`approvals = N`): its approvals after this vote. Absent for a call one
     /// decision settles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -214,7 +222,8 @@ pub struct DecisionMade {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunResumed {
     /// Whose decision completed the set.
-    pub actor: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub actor: Actor,
 }
 
 /// `run_taken_over`: a process took over a running run whose lease had expired (the process driving it
@@ -256,7 +265,8 @@ pub struct RunFailed {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct RunCancelled {
     /// Who cancelled it.
-    pub actor: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub actor: Actor,
     /// Why, if they said.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub reason: Option<String>,

@@ -50,6 +50,7 @@ mod event;
 pub mod event_data;
 #[doc(hidden)]
 pub mod fuzzing;
+mod ids;
 mod problem;
 mod request;
 mod run;
@@ -57,6 +58,7 @@ mod run;
 pub use catalog::{Agent, AgentList, Health, PurgeResult, Tool, ToolList};
 pub use event::{Event, EventKind, EventPage};
 pub use event_data::{EventData, EventDataError};
+pub use ids::{Actor, ApprovalId, CallId, RunId};
 pub use problem::{PROBLEM_BASE, PROBLEM_JSON, Problem, ProblemType};
 pub use request::{
     ApproveDecision, CallDecision, CancelRequest, DecisionRequest, DenyDecision, EditDecision, PurgeRequest,

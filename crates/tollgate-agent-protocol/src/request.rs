@@ -7,6 +7,7 @@
 //! `DecideRequest` schema is one of its three forms), so the OpenAPI document refuses exactly what the
 //! server refuses.
 
+use crate::ids::CallId;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 #[cfg(feature = "openapi")]
@@ -61,7 +62,8 @@ fn object_or_null<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<O
 #[serde(deny_unknown_fields)]
 pub struct ApproveDecision {
     /// The held call.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
 }
 
 /// `edit`: run the call with these arguments instead (checked against the tool's schema).
@@ -70,7 +72,8 @@ pub struct ApproveDecision {
 #[serde(deny_unknown_fields)]
 pub struct EditDecision {
     /// The held call.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
     /// The approver's arguments: a JSON object.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub arguments: Value,
@@ -82,7 +85,8 @@ pub struct EditDecision {
 #[serde(deny_unknown_fields)]
 pub struct DenyDecision {
     /// The held call.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
     /// The reason given to the model (the server records `no reason given` when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -94,7 +98,8 @@ pub struct DenyDecision {
 #[serde(deny_unknown_fields)]
 pub struct RespondDecision {
     /// The held call.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
     /// The result given in the tool's place.
     pub result: String,
 }
@@ -119,7 +124,7 @@ pub enum CallDecision {
 
 impl CallDecision {
     /// The held call this decision is for.
-    pub fn call_id(&self) -> &str {
+    pub fn call_id(&self) -> &CallId {
         match self {
             CallDecision::Approve(d) => &d.call_id,
             CallDecision::Edit(d) => &d.call_id,

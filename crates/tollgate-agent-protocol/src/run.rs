@@ -4,6 +4,7 @@
 //! A field that the API always writes, `null` when empty, is an `Option` without `skip_serializing_if`
 //! and is marked `required` in the schema (present, nullable).
 
+use crate::ids::{Actor, CallId, RunId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 #[cfg(feature = "openapi")]
@@ -360,7 +361,7 @@ pub struct RecordedDecision {
     #[serde(flatten)]
     pub decision: Decision,
     /// Who decided (a token's name, `local`, or `system` for expiry).
-    pub actor: String,
+    pub actor: Actor,
     /// When (RFC 3339 UTC).
     pub at: String,
 }
@@ -371,7 +372,8 @@ pub struct RecordedDecision {
 #[cfg_attr(feature = "openapi", schema(as = HeldCall))]
 pub struct Call {
     /// The model's id for the call.
-    pub call_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub call_id: CallId,
     /// The tool named.
     pub tool: String,
     /// The model's arguments.
@@ -411,7 +413,8 @@ pub struct Approvals {
     /// How many distinct actors must approve the call (2 or more).
     pub required: u32,
     /// The actors who approved it, in the order they did (`[]` before the first approval).
-    pub given: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub given: Vec<Actor>,
 }
 
 impl Approvals {
@@ -492,7 +495,8 @@ pub struct Pending {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Run {
     /// UUIDv7, lowercase, hyphenated.
-    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub id: RunId,
     /// The agent's name.
     pub agent: String,
     /// Current status.
@@ -517,7 +521,8 @@ pub struct Run {
     /// Bumped by every change.
     pub version: u64,
     /// The actor who started it.
-    pub created_by: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub created_by: Actor,
     /// RFC 3339 UTC.
     pub created_at: String,
     /// RFC 3339 UTC.

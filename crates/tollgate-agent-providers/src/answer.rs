@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 use std::collections::HashSet;
-use tollgate_agent_core::{FinishReason, Message, ModelError, ToolCall};
+use tollgate_agent_core::{CallId, FinishReason, Message, ModelError, ToolCall};
 
 /// A call's arguments as the model sent them: JSON text (OpenAI) or an already parsed value (Anthropic).
 pub(crate) enum RawArguments {
@@ -20,7 +20,7 @@ pub(crate) enum RawArguments {
 }
 
 /// Builds a call from the model's id, name and arguments; the id is fixed later by [`assign_call_ids`].
-pub(crate) fn tool_call(call_id: Option<String>, name: String, arguments: RawArguments) -> ToolCall {
+pub(crate) fn tool_call(call_id: Option<CallId>, name: String, arguments: RawArguments) -> ToolCall {
     let (arguments, malformed_arguments) = match arguments {
         // Local models often send "" (or nothing) for a tool that takes no arguments.
         RawArguments::Text(text) if text.trim().is_empty() => (Value::Object(serde_json::Map::new()), None),
@@ -42,7 +42,7 @@ pub(crate) fn tool_call(call_id: Option<String>, name: String, arguments: RawArg
 /// Gives every call without an id, or with an id already used in the transcript or earlier in this turn,
 /// a fresh `call_N` (N counted from the calls already in the transcript, skipping ids in use).
 pub(crate) fn assign_call_ids(calls: &mut [ToolCall], transcript: &[Message]) {
-    let mut used: HashSet<String> = transcript
+    let mut used: HashSet<CallId> = transcript
         .iter()
         .flat_map(|m| match m {
             Message::Assistant { tool_calls, .. } => tool_calls.iter().map(|c| c.call_id.clone()).collect(),
@@ -50,13 +50,13 @@ pub(crate) fn assign_call_ids(calls: &mut [ToolCall], transcript: &[Message]) {
         })
         .collect();
     // A generated id must not take the id a later call of this turn brought along.
-    let this_turn: HashSet<String> = calls.iter().map(|c| c.call_id.clone()).collect();
+    let this_turn: HashSet<CallId> = calls.iter().map(|c| c.call_id.clone()).collect();
     let mut next = used.len();
     for call in calls.iter_mut() {
         if call.call_id.is_empty() || used.contains(&call.call_id) {
             let fresh = loop {
                 next += 1;
-                let candidate = format!("call_{next}");
+                let candidate = CallId::from(format!("call_{next}"));
                 if !used.contains(&candidate) && !this_turn.contains(&candidate) {
                     break candidate;
                 }

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::fmt;
 use tollgate_agent_core::{
-    BoxFuture, FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse,
-    NoDeltas, ToolSpec, Usage,
+    BoxFuture, CallId, FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest,
+    ModelResponse, NoDeltas, ToolSpec, Usage,
 };
 
 /// Anthropic's own endpoint, used when the settings name no `base_url`.
@@ -381,7 +381,7 @@ enum Block {
     },
     ToolUse {
         #[serde(default)]
-        id: Option<String>,
+        id: Option<CallId>,
         name: String,
         #[serde(default)]
         input: Value,

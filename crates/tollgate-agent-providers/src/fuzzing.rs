@@ -18,7 +18,7 @@ use crate::{ApiKey, ProviderSettings};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::OnceLock;
-use tollgate_agent_core::{Message, ModelDelta, ModelDeltas, ModelError, ModelResponse, ToolCall};
+use tollgate_agent_core::{CallId, Message, ModelDelta, ModelDeltas, ModelError, ModelResponse, ToolCall};
 
 /// The API key the checks' adapters hold; an error that contains it breaks the redaction promise.
 pub const FUZZ_API_KEY: &str = "sk-fuzz-0123456789abcdef";
@@ -145,10 +145,10 @@ fn check_response(response: &ModelResponse, transcript: &[Message]) -> Result<()
     if response.text.is_none() && response.tool_calls.is_empty() {
         return Err("the response has neither text nor tool calls".into());
     }
-    let mut ids: HashSet<&str> = transcript
+    let mut ids: HashSet<&CallId> = transcript
         .iter()
         .flat_map(|m| match m {
-            Message::Assistant { tool_calls, .. } => tool_calls.iter().map(|c| c.call_id.as_str()).collect(),
+            Message::Assistant { tool_calls, .. } => tool_calls.iter().map(|c| &c.call_id).collect(),
             _ => Vec::new(),
         })
         .collect();

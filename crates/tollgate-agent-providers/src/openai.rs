@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::fmt;
 use tollgate_agent_core::{
-    BoxFuture, FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse,
-    NoDeltas, ToolCall, ToolSpec, Usage,
+    BoxFuture, CallId, FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest,
+    ModelResponse, NoDeltas, ToolCall, ToolSpec, Usage,
 };
 
 /// OpenAI's own endpoint, used when the settings name no `base_url`.
@@ -317,7 +317,7 @@ struct ChoiceMessage {
 #[derive(Deserialize)]
 struct WireToolCall {
     #[serde(default)]
-    id: Option<String>,
+    id: Option<CallId>,
     #[serde(default)]
     function: Option<WireFunction>,
 }

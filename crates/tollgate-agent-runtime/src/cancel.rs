@@ -2,11 +2,11 @@
 
 use crate::error::CasFailure;
 use crate::{CancelError, DECIDE_ATTEMPTS, Runtime, events};
-use tollgate_agent_core::{Guard, RunRecord, Transition};
+use tollgate_agent_core::{Actor, Guard, RunId, RunRecord, Transition};
 
 impl Runtime {
     /// Cancels a run that has not finished.
-    pub async fn cancel(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<RunRecord, CancelError> {
+    pub async fn cancel(&self, id: &RunId, actor: &Actor, reason: Option<&str>) -> Result<RunRecord, CancelError> {
         for _ in 0..DECIDE_ATTEMPTS {
             let run = self.get(id).await?;
             if run.status().is_terminal() {

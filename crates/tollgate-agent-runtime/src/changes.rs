@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use tokio::sync::Notify;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::RunStatus;
 
 /// Where a run stands after the last change this process made to it.
@@ -22,12 +23,12 @@ pub struct Changed {
 
 #[derive(Default)]
 pub(crate) struct Pending {
-    runs: Mutex<HashMap<String, Changed>>,
+    runs: Mutex<HashMap<RunId, Changed>>,
     wake: Notify,
 }
 
 impl Pending {
-    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Changed>> {
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Changed>> {
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -40,7 +41,7 @@ pub struct ChangeSet {
 impl ChangeSet {
     /// Waits until a run has changed, then takes every run changed so far (each once, with its latest
     /// seq and status).
-    pub async fn next(&self) -> HashMap<String, Changed> {
+    pub async fn next(&self) -> HashMap<RunId, Changed> {
         loop {
             let woken = self.pending.wake.notified();
             let taken = self.take();
@@ -52,7 +53,7 @@ impl ChangeSet {
     }
 
     /// Takes every run changed so far, without waiting (empty when none has).
-    pub fn take(&self) -> HashMap<String, Changed> {
+    pub fn take(&self) -> HashMap<RunId, Changed> {
         std::mem::take(&mut *self.pending.runs())
     }
 }
@@ -69,7 +70,7 @@ impl ChangeSets {
     }
 
     /// Records a change of run `id` in every open set (a set dropped is forgotten).
-    pub(crate) fn record(&self, id: &str, changed: Changed) {
+    pub(crate) fn record(&self, id: &RunId, changed: Changed) {
         let mut sets = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if sets.is_empty() {
             return;
@@ -108,7 +109,7 @@ mod tests {
         for seq in 1..=200_u64 {
             for run in 0..100 {
                 let status = if seq == 200 { RunStatus::Completed } else { RunStatus::Running };
-                sets.record(&format!("run-{run}"), Changed { last_seq: seq, status, created: seq == 1 });
+                sets.record(&RunId::from(format!("run-{run}")), Changed { last_seq: seq, status, created: seq == 1 });
             }
         }
         let taken = set.next().await;
@@ -118,8 +119,8 @@ mod tests {
         assert!(set.take().is_empty(), "taken once");
         // An out-of-order older seq never replaces a newer one.
         let seventh = Changed { last_seq: 7, status: RunStatus::Running, created: false };
-        sets.record("run-0", seventh);
-        sets.record("run-0", Changed { last_seq: 5, status: RunStatus::WaitingForApproval, created: false });
+        sets.record(&"run-0".into(), seventh);
+        sets.record(&"run-0".into(), Changed { last_seq: 5, status: RunStatus::WaitingForApproval, created: false });
         assert_eq!(set.take().get("run-0"), Some(&seventh));
     }
 
@@ -130,11 +131,11 @@ mod tests {
         let waiting = tokio::spawn(async move { set.next().await });
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiting.is_finished(), "nothing changed yet");
-        sets.record("r", Changed { last_seq: 1, status: RunStatus::Running, created: true });
+        sets.record(&"r".into(), Changed { last_seq: 1, status: RunStatus::Running, created: true });
         let taken = tokio::time::timeout(Duration::from_secs(5), waiting).await;
         assert!(matches!(taken, Ok(Ok(ref runs)) if runs.len() == 1), "{taken:?}");
         // The set was moved into the task and dropped with it: recording forgets it.
-        sets.record("r", Changed { last_seq: 2, status: RunStatus::Running, created: false });
+        sets.record(&"r".into(), Changed { last_seq: 2, status: RunStatus::Running, created: false });
         assert!(sets.0.lock().unwrap_or_else(PoisonError::into_inner).is_empty());
     }
 }

@@ -20,6 +20,7 @@
 use crate::error::{CasFailure, DecideError, DriveError};
 use crate::{DECIDE_ATTEMPTS, DecisionSet, Runtime, Settled, Work, events};
 use std::collections::HashSet;
+use tollgate_agent_core::{Actor, CallId, RunId};
 use tollgate_agent_core::{
     ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, Guard, HeldTurn, Lease, Millis, NewEvent,
     RunRecord, RunState, RunStatus, StartingCall, Suspension, Transition, Vote,
@@ -33,7 +34,7 @@ pub struct DecisionRequest<'a> {
     /// The decisions.
     pub set: &'a DecisionSet,
     /// Who decides.
-    pub actor: &'a str,
+    pub actor: &'a Actor,
 }
 
 /// What the agent's rules say about who may decide (from its `AgentSpec`).
@@ -48,7 +49,7 @@ pub struct DeciderRules {
 pub struct DecisionPlan {
     /// The decisions this request records, in the request's order (each still to be checked against
     /// the live tool before the commit).
-    pub decided: Vec<(String, Decision)>,
+    pub decided: Vec<(CallId, Decision)>,
     /// The transition to commit on the run's version as read: `Transition::Decide`, with the resume's
     /// lease when the set is complete and a worker is free here (complete without one: the run is
     /// queued).
@@ -83,9 +84,9 @@ pub fn check_request(set: &DecisionSet) -> Result<(), DecideError> {
 }
 
 /// Whether `actor` may decide the calls of `run` under its agent's rules.
-pub fn check_decider(run: &RunRecord, actor: &str, rules: DeciderRules) -> Result<(), DecideError> {
-    if rules.forbid_self_approval && actor == run.created_by {
-        return Err(DecideError::SelfApprovalForbidden { agent: run.agent.clone(), actor: actor.to_owned() });
+pub fn check_decider(run: &RunRecord, actor: &Actor, rules: DeciderRules) -> Result<(), DecideError> {
+    if rules.forbid_self_approval && *actor == run.created_by {
+        return Err(DecideError::SelfApprovalForbidden { agent: run.agent.clone(), actor: actor.clone() });
     }
     Ok(())
 }
@@ -122,9 +123,9 @@ fn refused_vote(error: ApprovalError) -> DecideError {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Votes {
     /// The decisions this request records, in the request's order.
-    pub decided: Vec<(String, Decision)>,
+    pub decided: Vec<(CallId, Decision)>,
     /// The same, as votes (with actor and time), for the transition.
-    recorded: Vec<(String, Vote)>,
+    recorded: Vec<(CallId, Vote)>,
     /// The held turn with the votes taken.
     pub after: HeldTurn,
     /// One `decision` event per vote, then `run_resumed` when the votes settle the turn.
@@ -153,7 +154,7 @@ pub fn plan_votes(
     let pending = admit(run, request, rules)?;
     let actor = request.actor;
     let open = || pending.approvals.iter().filter(|a| a.is_pending());
-    let decided: Vec<(String, Decision)> = match request.set {
+    let decided: Vec<(CallId, Decision)> = match request.set {
         DecisionSet::Each(list) => list.clone(),
         // One approval by this actor for each open approval it has not approved yet.
         DecisionSet::ApproveAll => open()
@@ -167,17 +168,16 @@ pub fn plan_votes(
     if decided.is_empty() {
         // Open approvals left mean this actor approved each already: a second approval is a conflict.
         return Err(match open().next() {
-            Some(a) => DecideError::Vote(ApprovalError::AlreadyApproved {
-                call_id: a.call_id.clone(),
-                actor: actor.to_owned(),
-            }),
+            Some(a) => {
+                DecideError::Vote(ApprovalError::AlreadyApproved { call_id: a.call_id.clone(), actor: actor.clone() })
+            }
             None => DecideError::NothingToDecide,
         });
     }
     // The votes applied, in the request's order, to the held turn as read: the same rules the store's
     // compare-and-set applies (`RunRecord::apply`), so a vote refused here is never committed.
     let mut after = pending.clone();
-    let mut recorded: Vec<(String, Vote)> = Vec::with_capacity(decided.len());
+    let mut recorded: Vec<(CallId, Vote)> = Vec::with_capacity(decided.len());
     let mut events: Vec<NewEvent> = Vec::with_capacity(decided.len() + 2);
     for (call_id, decision) in &decided {
         let call = held.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.clone()))?;
@@ -189,7 +189,7 @@ pub fn plan_votes(
             .iter_mut()
             .find(|a| &a.call_id == call_id)
             .ok_or_else(|| DecisionError::NotDecidable { call_id: call_id.clone(), gate: call.gate() })?;
-        let vote = Vote { decision: decision.clone(), actor: actor.to_owned(), at: now };
+        let vote = Vote { decision: decision.clone(), actor: actor.clone(), at: now };
         *approval = approval.apply(&ApprovalCommand::Vote(vote.clone())).map_err(refused_vote)?;
         events.push(events::decision(now, held.round, call_id, &vote, approval));
         recorded.push((call_id.clone(), vote));
@@ -251,17 +251,17 @@ impl Runtime {
     /// Whether `actor` may decide the calls of a run of `agent` started by `created_by` (the agent's
     /// `forbid_self_approval`). [`decide`](Self::decide) checks the same; a caller asks first to avoid
     /// asking a person for decisions that would be refused.
-    pub fn check_decider(&self, agent: &str, created_by: &str, actor: &str) -> Result<(), DecideError> {
+    pub fn check_decider(&self, agent: &str, created_by: &Actor, actor: &Actor) -> Result<(), DecideError> {
         let spec = self.inner.agent(agent).ok_or_else(|| DecideError::UnknownAgent(agent.to_owned()))?;
         if spec.forbid_self_approval && actor == created_by {
-            return Err(DecideError::SelfApprovalForbidden { agent: agent.to_owned(), actor: actor.to_owned() });
+            return Err(DecideError::SelfApprovalForbidden { agent: agent.to_owned(), actor: actor.clone() });
         }
         Ok(())
     }
 
     /// Checks one decision against run `id`'s held turn, as [`decide`](Self::decide) would (the call takes
     /// a decision, edited arguments pass the live tool's checks), without recording anything.
-    pub async fn check_decision(&self, id: &str, call_id: &str, decision: &Decision) -> Result<(), DecideError> {
+    pub async fn check_decision(&self, id: &RunId, call_id: &CallId, decision: &Decision) -> Result<(), DecideError> {
         let run = self.get(id).await?;
         let RunState::Waiting(pending) = &run.state else {
             return Err(DecideError::NotWaiting { id: run.id.clone(), status: run.status() });
@@ -278,10 +278,10 @@ impl Runtime {
     /// resumes the run (in the background); the answer is the run after the decisions were recorded.
     pub async fn decide(
         &self,
-        id: &str,
+        id: &RunId,
         turn_digest: &str,
         set: DecisionSet,
-        actor: &str,
+        actor: &Actor,
     ) -> Result<RunRecord, DecideError> {
         let request = DecisionRequest { turn_digest, set: &set, actor };
         self.decide_from(None, id, &request, &mut None).await
@@ -296,7 +296,7 @@ impl Runtime {
         loaded: &RunRecord,
         turn_digest: &str,
         set: DecisionSet,
-        actor: &str,
+        actor: &Actor,
     ) -> Result<RunRecord, DecideError> {
         let (done, driven) = tokio::sync::oneshot::channel();
         let mut waiter = Some(done);
@@ -324,7 +324,7 @@ impl Runtime {
     async fn decide_from(
         &self,
         loaded: Option<&RunRecord>,
-        id: &str,
+        id: &RunId,
         request: &DecisionRequest<'_>,
         waiter: &mut Option<Settled>,
     ) -> Result<RunRecord, DecideError> {
@@ -341,7 +341,7 @@ impl Runtime {
                 other => return other,
             }
         }
-        Err(DecideError::LostRace { id: id.to_owned() })
+        Err(DecideError::LostRace { id: id.clone() })
     }
 
     /// One attempt on the run as read: plan the votes ([`plan_votes`]), check this request's edits with
@@ -503,12 +503,12 @@ mod tests {
     }
 
     fn plan(run: &RunRecord, set: DecisionSet, actor: &str, rules: DeciderRules) -> Result<DecisionPlan, DecideError> {
-        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor };
+        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &Actor::from(actor) };
         plan_decision(run, &held(), &request, rules, NOW, Some(lease()), |_| None)
     }
 
     fn each(list: &[(&str, Decision)]) -> DecisionSet {
-        DecisionSet::Each(list.iter().map(|(id, d)| ((*id).to_owned(), d.clone())).collect())
+        DecisionSet::Each(list.iter().map(|(id, d)| (CallId::from(*id), d.clone())).collect())
     }
 
     fn kinds(plan: &DecisionPlan) -> Vec<EventKind> {
@@ -518,7 +518,7 @@ mod tests {
     #[test]
     fn a_stale_digest_is_refused_naming_the_held_turn() {
         let set = DecisionSet::ApproveAll;
-        let request = DecisionRequest { turn_digest: "sha256:old", set: &set, actor: "bob" };
+        let request = DecisionRequest { turn_digest: "sha256:old", set: &set, actor: &"bob".into() };
         let refused =
             plan_decision(&waiting(&[]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |_| None);
         assert!(matches!(refused, Err(DecideError::StaleDigest { current }) if current.as_str() == DIGEST));
@@ -551,7 +551,7 @@ mod tests {
             gate: Gate::Ask,
         };
         let set = each(&[("b", Decision::Deny { reason: "no".into() })]);
-        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "carol" };
+        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"carol".into() };
         let planned =
             plan_decision(&waiting(&["a"]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |all| {
                 assert_eq!(all.len(), 2, "the resume sees every decision, the recorded one included");
@@ -587,14 +587,14 @@ mod tests {
     fn approve_all_and_deny_all_decide_only_the_undecided_calls() {
         let approved = plan(&waiting(&["a"]), DecisionSet::ApproveAll, "bob", DeciderRules::default());
         let approved = approved.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(approved.decided, vec![("b".to_owned(), Decision::Approve)]);
+        assert_eq!(approved.decided, vec![(CallId::from("b"), Decision::Approve)]);
         assert!(approved.resume.is_some());
 
         let denied =
             plan(&waiting(&[]), DecisionSet::DenyAll { reason: "late".into() }, "bob", DeciderRules::default());
         let denied = denied.unwrap_or_else(|e| panic!("{e}"));
         let reason = Decision::Deny { reason: "late".into() };
-        assert_eq!(denied.decided, vec![("a".to_owned(), reason.clone()), ("b".to_owned(), reason)]);
+        assert_eq!(denied.decided, vec![(CallId::from("a"), reason.clone()), (CallId::from("b"), reason)]);
         assert_eq!(kinds(&denied), vec![EventKind::Decision, EventKind::Decision, EventKind::RunResumed]);
 
         let nothing = plan(&waiting(&["a", "b"]), DecisionSet::ApproveAll, "bob", DeciderRules::default());
@@ -618,7 +618,7 @@ mod tests {
             denied: false,
         });
         let set = each(&[("a", Decision::Approve)]);
-        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
+        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into() };
         let settled =
             plan_decision(&waiting(&[]), &finished, &request, DeciderRules::default(), NOW, Some(lease()), |_| None);
         assert!(
@@ -646,17 +646,21 @@ mod tests {
             pending.approvals.retain(|a| recovered.call(&a.call_id).is_some_and(|c| c.takes_decision()));
         }
         let plan_on = |set: DecisionSet| {
-            let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: "bob" };
+            let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into() };
             plan_decision(&run, &recovered, &request, DeciderRules::default(), NOW, Some(lease()), |_| None)
                 .unwrap_or_else(|e| panic!("{e}"))
         };
         let all = plan_on(DecisionSet::ApproveAll);
         let one = plan_on(each(&[("b", Decision::Approve)]));
-        assert_eq!(all.decided, vec![("b".to_owned(), Decision::Approve)], "approve_all passes over the finished call");
+        assert_eq!(
+            all.decided,
+            vec![(CallId::from("b"), Decision::Approve)],
+            "approve_all passes over the finished call"
+        );
         assert_eq!(one, all, "deciding the remaining call resumes exactly as approve_all does");
         assert!(one.resume.is_some());
         let denied = plan_on(DecisionSet::DenyAll { reason: "no".into() });
-        assert_eq!(denied.decided, vec![("b".to_owned(), Decision::Deny { reason: "no".into() })]);
+        assert_eq!(denied.decided, vec![(CallId::from("b"), Decision::Deny { reason: "no".into() })]);
     }
 
     #[test]

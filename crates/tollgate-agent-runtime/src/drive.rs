@@ -15,6 +15,7 @@ use crate::{AgentSpec, Inner, StartRun, events};
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
 use std::task::Poll;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::{
     Approval, ApprovalId, BoxFuture, Conflict, Decisions, Guard, HeldCall, HeldTurn, LoopError, Metadata, Millis,
     NewEvent, Outcome, ResumePlan, RunError, RunErrorKind, RunRecord, RunStatus, StoreError, Suspension,
@@ -32,13 +33,13 @@ pub(crate) type Settled = tokio::sync::oneshot::Sender<Result<RunRecord, DriveEr
 /// [`Runtime::drain`](crate::Runtime::drain) waits for it, and it holds one worker of the pool.
 pub(crate) struct InFlight {
     inner: Arc<Inner>,
-    id: String,
+    id: RunId,
     /// Given back first when dropped, so that a drain that returns finds the worker free.
     slot: Option<Slot>,
 }
 
 impl InFlight {
-    pub(crate) fn enter(inner: &Arc<Inner>, id: &str, slot: Slot) -> Self {
+    pub(crate) fn enter(inner: &Arc<Inner>, id: &RunId, slot: Slot) -> Self {
         inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned());
         Self { inner: Arc::clone(inner), id: id.to_owned(), slot: Some(slot) }
     }
@@ -85,7 +86,7 @@ pub(crate) fn decisions_for(suspension: &Suspension, pending: Option<&HeldTurn>)
 /// under the call's requirement — `kept`'s approval of that call when there is one (recovery keeps what
 /// people decided on calls that never started), else a new pending one.
 pub(crate) fn suspend_transition(
-    run_id: &str,
+    run_id: &RunId,
     suspension: &Suspension,
     mut kept: Vec<Approval>,
     expires_at: Option<Millis>,
@@ -134,7 +135,7 @@ impl Inner {
             self.ids.run_id(),
             spec.name.clone(),
             input.to_owned(),
-            actor.to_owned(),
+            actor,
             now,
             leased.then(|| self.lease(now)),
         )
@@ -174,7 +175,7 @@ impl Inner {
     /// one load and no wake-up.
     async fn unless_ended_elsewhere<F>(
         &self,
-        id: &str,
+        id: &RunId,
         hooks: &PersistHooks,
         segment: F,
     ) -> Result<Result<Outcome, LoopError>, RunStatus>
@@ -203,7 +204,7 @@ impl Inner {
 
     /// Answers once run `id` has ended (from a notice, or a read after a resync, a lag, or each
     /// [`ENDED_RECHECK`] while the store announces nothing); never otherwise.
-    async fn ended_during_call(&self, id: &str) -> RunStatus {
+    async fn ended_during_call(&self, id: &RunId) -> RunStatus {
         let mut notices = self.notices.subscribe();
         let poll = self.announced_poll(ENDED_RECHECK);
         loop {
@@ -215,7 +216,7 @@ impl Inner {
             };
             let status = tokio::select! {
                 notice = notices.recv() => match notice {
-                    Ok(notice) if notice.run_id == id => Some(notice.status),
+                    Ok(notice) if &notice.run_id == id => Some(notice.status),
                     Ok(notice) if notice.origin != crate::Origin::Resync => None,
                     // A resync or a lag: whether this run ended is unknown; look.
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => self.status(id).await,
@@ -230,7 +231,7 @@ impl Inner {
     }
 
     /// The status run `id` is stored with (a read that fails says nothing: the segment goes on).
-    async fn status(&self, id: &str) -> Option<RunStatus> {
+    async fn status(&self, id: &RunId) -> Option<RunStatus> {
         self.store.rows.get(id).await.ok().map(|run| run.status())
     }
 
@@ -334,7 +335,7 @@ impl Inner {
             Err(StoreError::Conflict { id, conflict }) => {
                 // Cancelled meanwhile, or another process took the run over: it owns the run now.
                 tracing::info!(run = %id, %conflict, "run changed hands while driving; stopping");
-                return Err(DriveError::ChangedHands { id, conflict });
+                return Err(DriveError::ChangedHands { id: id.into(), conflict });
             }
             Err(error) if error.is_outage() => {
                 // Given up at shutdown while the store still refuses: not the run's fault.
@@ -364,7 +365,7 @@ impl Inner {
     /// in one attempt: it was never acknowledged to anyone (its starter waits for this write).
     async fn commit_end(
         &self,
-        id: &str,
+        id: &RunId,
         unborn: Option<&RunRecord>,
         transition: Transition,
         events: Vec<NewEvent>,

@@ -7,7 +7,9 @@
 //! Operations that can only fail in the store (`list`, `count_by_status`, `purge`, `sweep`) answer
 //! [`StoreError`] itself.
 
-use tollgate_agent_core::{ApprovalError, DecisionError, MetadataError, RunStatus, StoreError, TurnDigest};
+use tollgate_agent_core::{
+    Actor, ApprovalError, CallId, DecisionError, MetadataError, RunId, RunStatus, StoreError, TurnDigest,
+};
 
 /// Why [`Runtime::start`](crate::Runtime::start) or
 /// [`start_and_wait`](crate::Runtime::start_and_wait) started no run (or lost sight of it).
@@ -25,7 +27,7 @@ pub enum StartError {
     InvalidMetadata(#[from] MetadataError),
     /// `start_and_wait`: the run was stored, then deleted (purged) before it settled. Not retryable.
     #[error("run {0} not found")]
-    Vanished(String),
+    Vanished(RunId),
     /// The store failed; retryable when the store error is.
     #[error(transparent)]
     Store(StoreError),
@@ -50,7 +52,7 @@ impl StartError {
 pub enum ReadError {
     /// No run has this id. Not retryable.
     #[error("run {0} not found")]
-    NotFound(String),
+    NotFound(RunId),
     /// The store failed; retryable when the store error is.
     #[error(transparent)]
     Store(StoreError),
@@ -69,7 +71,7 @@ impl ReadError {
 impl From<StoreError> for ReadError {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::NotFound(id) => ReadError::NotFound(id),
+            StoreError::NotFound(id) => ReadError::NotFound(id.into()),
             other => ReadError::Store(other),
         }
     }
@@ -120,7 +122,7 @@ impl ResolveError {
 pub enum DecideError {
     /// No run has this id. Not retryable.
     #[error("run {0} not found")]
-    NotFound(String),
+    NotFound(RunId),
     /// The run's agent is not configured in this process. Not retryable here.
     #[error("unknown agent `{0}`")]
     UnknownAgent(String),
@@ -128,7 +130,7 @@ pub enum DecideError {
     #[error("run {id} is {status}, not waiting for approval")]
     NotWaiting {
         /// The run.
-        id: String,
+        id: RunId,
         /// Its status now.
         status: RunStatus,
     },
@@ -143,7 +145,7 @@ pub enum DecideError {
     #[error("call `{call_id}` is already decided")]
     AlreadyDecided {
         /// The call.
-        call_id: String,
+        call_id: CallId,
     },
     /// A vote the call's approval refuses: on a quorum call (`approvals = N`), the same actor's second
     /// approval ([`ApprovalError::AlreadyApproved`], a conflict) or an `edit` / `respond`
@@ -158,7 +160,7 @@ pub enum DecideError {
         /// The run's agent.
         agent: String,
         /// The actor who started the run and tried to decide it.
-        actor: String,
+        actor: Actor,
     },
     /// `approve_all` / `deny_all` on a turn whose every held call is already decided. Not retryable.
     #[error("every held call is already decided")]
@@ -170,7 +172,7 @@ pub enum DecideError {
     #[error("call `{call_id}` is decided twice in one request")]
     DecidedTwice {
         /// The call.
-        call_id: String,
+        call_id: CallId,
     },
     /// A decision does not fit the held turn: an unknown call, a call that takes no decision, edited
     /// arguments the tool rejects. Not retryable.
@@ -181,7 +183,7 @@ pub enum DecideError {
     #[error("run {id} failed: {detail}")]
     CorruptSuspension {
         /// The run.
-        id: String,
+        id: RunId,
         /// Why the held turn cannot be read.
         detail: String,
     },
@@ -189,7 +191,7 @@ pub enum DecideError {
     #[error("the run kept changing while deciding; try again")]
     LostRace {
         /// The run.
-        id: String,
+        id: RunId,
     },
     /// The store failed; retryable when the store error is.
     #[error(transparent)]
@@ -232,12 +234,12 @@ impl From<ReadError> for DecideError {
 pub enum CancelError {
     /// No run has this id. Not retryable.
     #[error("run {0} not found")]
-    NotFound(String),
+    NotFound(RunId),
     /// The run has already ended. Not retryable.
     #[error("run {id} is already {status}")]
     AlreadyTerminal {
         /// The run.
-        id: String,
+        id: RunId,
         /// How it ended.
         status: RunStatus,
     },
@@ -246,7 +248,7 @@ pub enum CancelError {
     #[error("the run kept changing while cancelling; try again")]
     LostRace {
         /// The run.
-        id: String,
+        id: RunId,
     },
     /// The store failed; retryable when the store error is.
     #[error(transparent)]
@@ -281,7 +283,7 @@ pub(crate) enum DriveError {
     #[error("run {id} changed hands while it was driven: {conflict}")]
     ChangedHands {
         /// The run.
-        id: String,
+        id: RunId,
         /// What the store found.
         conflict: tollgate_agent_core::Conflict,
     },
@@ -290,7 +292,7 @@ pub(crate) enum DriveError {
     #[error("run {id} was given back at shutdown")]
     Released {
         /// The run.
-        id: String,
+        id: RunId,
     },
     /// Neither the end of the segment nor the run's failure could be stored.
     #[error(transparent)]
@@ -349,7 +351,7 @@ pub(crate) enum CasFailure {
     /// again and act on what is stored.
     Overtaken,
     /// The run is gone (purged).
-    NotFound(String),
+    NotFound(RunId),
     /// The store failed; the command fails with it.
     Store(StoreError),
 }
@@ -382,7 +384,7 @@ fn cas_failure(error: &StoreError) -> CasKind {
 impl From<StoreError> for CasFailure {
     fn from(error: StoreError) -> CasFailure {
         match (cas_failure(&error), error) {
-            (CasKind::NotFound, StoreError::NotFound(id)) => CasFailure::NotFound(id),
+            (CasKind::NotFound, StoreError::NotFound(id)) => CasFailure::NotFound(id.into()),
             (CasKind::Overtaken | CasKind::NotFound, _) => CasFailure::Overtaken,
             (CasKind::Store, error) => CasFailure::Store(error),
         }

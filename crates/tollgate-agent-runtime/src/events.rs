@@ -4,6 +4,7 @@
 
 use crate::wire;
 use serde_json::Value;
+use tollgate_agent_core::{Actor, CallId, RunId};
 use tollgate_agent_core::{
     Approval, EventKind, HeldTurn, Millis, ModelResponse, NewEvent, RunError, RunRecord, Suspension, TerminationReason,
     ToolResult, ToolSpec, Vote, rfc3339,
@@ -44,14 +45,14 @@ pub(crate) fn model_response(at: Millis, round: u32, response: &ModelResponse) -
 pub(crate) fn tool_started(
     at: Millis,
     round: u32,
-    run_id: &str,
-    call_id: &str,
+    run_id: &RunId,
+    call_id: &CallId,
     tool: &str,
     arguments: &Value,
     gate: tollgate_agent_core::Gate,
 ) -> NewEvent {
     let started = data::ToolStarted {
-        call_id: call_id.to_owned(),
+        call_id: call_id.clone(),
         tool: tool.to_owned(),
         arguments: arguments.clone(),
         gate,
@@ -82,18 +83,18 @@ pub(crate) fn approval_requested(at: Millis, suspension: &Suspension, held: &Hel
 }
 
 /// `decision`: one vote, with its approval's count after it when the call is a quorum.
-pub(crate) fn decision(at: Millis, round: u32, call_id: &str, recorded: &Vote, approval: &Approval) -> NewEvent {
+pub(crate) fn decision(at: Millis, round: u32, call_id: &CallId, recorded: &Vote, approval: &Approval) -> NewEvent {
     let made = data::DecisionMade {
         decision: recorded.decision.clone().into(),
-        call_id: call_id.to_owned(),
+        call_id: call_id.clone(),
         actor: recorded.actor.clone(),
         approvals: wire::approvals(approval),
     };
     event(at, EventKind::Decision, round, made)
 }
 
-pub(crate) fn run_resumed(at: Millis, round: u32, actor: &str) -> NewEvent {
-    event(at, EventKind::RunResumed, round, data::RunResumed { actor: actor.to_owned() })
+pub(crate) fn run_resumed(at: Millis, round: u32, actor: &Actor) -> NewEvent {
+    event(at, EventKind::RunResumed, round, data::RunResumed { actor: actor.clone() })
 }
 
 /// `run_taken_over`: `owner` took the run over from `previous_owner`, the `takeovers`th time in a row
@@ -112,8 +113,8 @@ pub(crate) fn run_failed(at: Millis, round: u32, error: &RunError) -> NewEvent {
     event(at, EventKind::RunFailed, round, data::RunFailed { error: error.clone() })
 }
 
-pub(crate) fn run_cancelled(at: Millis, round: u32, actor: &str, reason: Option<&str>) -> NewEvent {
-    let cancelled = data::RunCancelled { actor: actor.to_owned(), reason: reason.map(str::to_owned) };
+pub(crate) fn run_cancelled(at: Millis, round: u32, actor: &Actor, reason: Option<&str>) -> NewEvent {
+    let cancelled = data::RunCancelled { actor: actor.clone(), reason: reason.map(str::to_owned) };
     event(at, EventKind::RunCancelled, round, cancelled)
 }
 

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::broadcast;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::{CommitTap, RunRecord, RunStatus, StoredEvent};
 
 /// Events read per store query.
@@ -30,7 +31,7 @@ pub const RECENT_PER_RUN: usize = 1_000;
 /// hands them over. Nothing is kept of a run nobody follows.
 #[derive(Default)]
 pub(crate) struct Recent {
-    runs: Mutex<HashMap<String, Followed>>,
+    runs: Mutex<HashMap<RunId, Followed>>,
     /// How many followers there are, all runs together: without any, a commit costs one load.
     followers: AtomicUsize,
 }
@@ -47,15 +48,15 @@ impl Recent {
     pub(crate) fn tapping(store: &dyn tollgate_agent_core::ChangeFeed) -> Option<(Arc<Recent>, CommitTap)> {
         let recent = Arc::new(Recent::default());
         let kept = Arc::clone(&recent);
-        let tap: CommitTap = Arc::new(move |run_id: &str, events: &[StoredEvent]| kept.keep(run_id, events));
+        let tap: CommitTap = Arc::new(move |run_id: &RunId, events: &[StoredEvent]| kept.keep(run_id, events));
         store.tap_commits(&tap).then_some((recent, tap))
     }
 
-    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Followed>> {
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Followed>> {
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn keep(&self, run_id: &str, events: &[StoredEvent]) {
+    fn keep(&self, run_id: &RunId, events: &[StoredEvent]) {
         if self.followers.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -73,12 +74,12 @@ impl Recent {
         }
     }
 
-    fn follow(&self, run_id: &str) {
+    fn follow(&self, run_id: &RunId) {
         self.runs().entry(run_id.to_owned()).or_default().followers += 1;
         self.followers.fetch_add(1, Ordering::AcqRel);
     }
 
-    fn unfollow(&self, run_id: &str) {
+    fn unfollow(&self, run_id: &RunId) {
         let mut runs = self.runs();
         if let Some(followed) = runs.get_mut(run_id) {
             followed.followers = followed.followers.saturating_sub(1);
@@ -90,7 +91,7 @@ impl Recent {
     }
 
     /// The events of run `run_id` after seq `after` through `through`, if every one of them is kept.
-    fn between(&self, run_id: &str, after: u64, through: u64) -> Option<Vec<StoredEvent>> {
+    fn between(&self, run_id: &RunId, after: u64, through: u64) -> Option<Vec<StoredEvent>> {
         let wanted = usize::try_from(through.checked_sub(after)?).ok().filter(|n| *n > 0)?;
         let runs = self.runs();
         let events = &runs.get(run_id)?.events;
@@ -112,7 +113,7 @@ struct Head {
 pub struct Follower {
     runtime: Runtime,
     notices: broadcast::Receiver<RunNotice>,
-    id: String,
+    id: RunId,
     cursor: u64,
     head: Option<Head>,
     poll: Duration,
@@ -140,7 +141,7 @@ impl Runtime {
     /// Follows run `id`'s events after seq `after` as they commit. It subscribes to the runtime's
     /// notices now, so nothing committed after this call is missed. While the store does not announce
     /// other processes' commits it also looks again every `poll` (see [`Runtime::recheck_after`]).
-    pub fn follow(&self, id: &str, after: u64, poll: Duration) -> Follower {
+    pub fn follow(&self, id: &RunId, after: u64, poll: Duration) -> Follower {
         let recent = self.inner.recent.clone();
         if let Some(recent) = &recent {
             recent.follow(id);
@@ -234,25 +235,26 @@ mod tests {
     #[test]
     fn kept_events_serve_a_range_only_whole_and_only_while_followed() {
         let recent = Recent::default();
-        recent.keep("r", &events(1..=3));
-        assert_eq!(seqs(recent.between("r", 0, 3)), None, "nobody followed r: nothing kept");
-        recent.follow("r");
+        let (r, other) = (RunId::from("r"), RunId::from("other"));
+        recent.keep(&r, &events(1..=3));
+        assert_eq!(seqs(recent.between(&r, 0, 3)), None, "nobody followed r: nothing kept");
+        recent.follow(&r);
         // Two commits that reached the tap out of order, one of them twice.
-        recent.keep("r", &events(6..=7));
-        recent.keep("r", &events(4..=5));
-        recent.keep("r", &events(6..=6));
-        recent.keep("other", &events(1..=2));
-        assert_eq!(seqs(recent.between("r", 3, 7)), Some(vec![4, 5, 6, 7]));
-        assert_eq!(seqs(recent.between("r", 5, 6)), Some(vec![6]));
-        assert_eq!(seqs(recent.between("r", 2, 7)), None, "3 was never kept: the caller reads");
-        assert_eq!(seqs(recent.between("r", 7, 9)), None, "8 and 9 are not there yet");
-        assert_eq!(seqs(recent.between("r", 7, 7)), None, "nothing wanted");
-        assert_eq!(seqs(recent.between("other", 0, 2)), None, "not followed");
+        recent.keep(&r, &events(6..=7));
+        recent.keep(&r, &events(4..=5));
+        recent.keep(&r, &events(6..=6));
+        recent.keep(&other, &events(1..=2));
+        assert_eq!(seqs(recent.between(&r, 3, 7)), Some(vec![4, 5, 6, 7]));
+        assert_eq!(seqs(recent.between(&r, 5, 6)), Some(vec![6]));
+        assert_eq!(seqs(recent.between(&r, 2, 7)), None, "3 was never kept: the caller reads");
+        assert_eq!(seqs(recent.between(&r, 7, 9)), None, "8 and 9 are not there yet");
+        assert_eq!(seqs(recent.between(&r, 7, 7)), None, "nothing wanted");
+        assert_eq!(seqs(recent.between(&other, 0, 2)), None, "not followed");
         // The oldest go past the limit.
-        recent.keep("r", &events(8..=(RECENT_PER_RUN as u64 + 7)));
-        assert_eq!(seqs(recent.between("r", 3, 5)), None);
-        assert_eq!(seqs(recent.between("r", 8, 9)), Some(vec![9]));
-        recent.unfollow("r");
+        recent.keep(&r, &events(8..=(RECENT_PER_RUN as u64 + 7)));
+        assert_eq!(seqs(recent.between(&r, 3, 5)), None);
+        assert_eq!(seqs(recent.between(&r, 8, 9)), Some(vec![9]));
+        recent.unfollow(&r);
         assert!(recent.runs().is_empty(), "forgotten with its last follower");
         assert_eq!(recent.followers.load(Ordering::Acquire), 0);
     }

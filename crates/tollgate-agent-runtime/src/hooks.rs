@@ -7,13 +7,14 @@ use crate::events;
 use crate::live::RoundText;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::{
     BoxFuture, Gate, HookError, LoopEvent, LoopHooks, ModelDelta, NewEvent, RunRecord, RunState, StoreError,
 };
 
 pub(crate) struct PersistHooks {
     inner: Arc<Inner>,
-    run_id: String,
+    run_id: RunId,
     state: Mutex<State>,
     /// The live text of the current model call ([`crate::live`]).
     round_text: Mutex<RoundText>,
@@ -36,7 +37,7 @@ struct State {
 }
 
 impl PersistHooks {
-    pub(crate) fn new(inner: Arc<Inner>, run_id: String, unborn: Option<RunRecord>) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, run_id: RunId, unborn: Option<RunRecord>) -> Self {
         Self {
             inner,
             run_id,

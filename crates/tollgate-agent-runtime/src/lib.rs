@@ -38,7 +38,7 @@
 //! let run = runtime.start_and_wait(StartRun::new("Tell Ada hello", "alice")).await?;
 //! assert_eq!(run.status(), RunStatus::WaitingForApproval); // stored: any process may decide it
 //! let digest = run.held_turn().map(|held| held.turn_digest.to_string()).unwrap_or_default();
-//! let run = runtime.decide_and_wait(&run, &digest, DecisionSet::ApproveAll, "bob").await?;
+//! let run = runtime.decide_and_wait(&run, &digest, DecisionSet::ApproveAll, &Actor::from("bob")).await?;
 //! assert_eq!(run.output(), Some("Sent."));
 //! # Ok(()) }
 //! ```
@@ -75,6 +75,7 @@
 pub use live::{LiveDelta, LiveText, RunDeltas};
 pub use privacy::PrivacyLevel;
 use tollgate_agent_core::Redactor;
+use tollgate_agent_core::{Actor, CallId, RunId};
 mod cancel;
 mod changes;
 pub mod decide;
@@ -217,7 +218,7 @@ pub const DEFAULT_MAX_TAKEOVERS: u32 = 3;
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunNotice {
     /// The run (empty for [`Origin::Resync`]).
-    pub run_id: String,
+    pub run_id: RunId,
     /// Its status after the change.
     pub status: RunStatus,
     /// Its last event's seq after the change.
@@ -244,8 +245,8 @@ pub enum Origin {
 
 impl RunNotice {
     /// Whether a follower of run `id` that has seen up to `seq` should read it again.
-    pub fn wakes(&self, id: &str, seq: u64) -> bool {
-        self.origin == Origin::Resync || (self.run_id == id && self.last_seq > seq)
+    pub fn wakes(&self, id: &RunId, seq: u64) -> bool {
+        self.origin == Origin::Resync || (&self.run_id == id && self.last_seq > seq)
     }
 }
 
@@ -266,7 +267,7 @@ pub struct StartRun<'a> {
     /// What the agent is asked to do: not empty, not only white space.
     pub input: &'a str,
     /// Who starts it, on the record (`run_started`, the run's `created_by`).
-    pub actor: &'a str,
+    pub actor: Actor,
     /// Handed to every tool call of the run ([`ToolContext::metadata`](tollgate_agent_core::ToolContext))
     /// and stored with it, so a resume in any process has it too; shown on the run, never in its events.
     /// Within [`Metadata`](tollgate_agent_core::Metadata)'s limits (16 KiB as JSON, 16 levels deep), else
@@ -276,8 +277,8 @@ pub struct StartRun<'a> {
 
 impl<'a> StartRun<'a> {
     /// A run of the default agent on `input`, started by `actor`, without metadata.
-    pub fn new(input: &'a str, actor: &'a str) -> Self {
-        Self { agent: None, input, actor, metadata: serde_json::Map::new() }
+    pub fn new(input: &'a str, actor: impl Into<Actor>) -> Self {
+        Self { agent: None, input, actor: actor.into(), metadata: serde_json::Map::new() }
     }
 
     /// Runs this agent instead of the default one.
@@ -297,7 +298,7 @@ impl<'a> StartRun<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub enum DecisionSet {
     /// One decision per named call.
-    Each(Vec<(String, Decision)>),
+    Each(Vec<(CallId, Decision)>),
     /// Approve every held call not yet decided.
     ApproveAll,
     /// Deny every held call not yet decided, with a reason.
@@ -312,8 +313,8 @@ pub enum DecisionSet {
 pub struct UuidV7Ids;
 
 impl IdGen for UuidV7Ids {
-    fn run_id(&self) -> String {
-        uuid::Uuid::now_v7().to_string()
+    fn run_id(&self) -> RunId {
+        RunId::new(uuid::Uuid::now_v7().to_string())
     }
 }
 
@@ -333,7 +334,7 @@ pub(crate) struct Inner {
     pub(crate) lease_ms: i64,
     pub(crate) max_takeovers: u32,
     pub(crate) notices: broadcast::Sender<RunNotice>,
-    pub(crate) in_flight: Mutex<HashSet<String>>,
+    pub(crate) in_flight: Mutex<HashSet<RunId>>,
     pub(crate) idle: Notify,
     /// Waits of this process's drives for a store that could not take their progress ([`outage`]).
     pub(crate) outage_waits: std::sync::atomic::AtomicU64,
@@ -447,7 +448,7 @@ impl Runtime {
     }
 
     /// Run `id`'s live text, from now on ([`RunDeltas`] over [`deltas`](Self::deltas)).
-    pub fn run_deltas(&self, id: &str) -> RunDeltas {
+    pub fn run_deltas(&self, id: &RunId) -> RunDeltas {
         RunDeltas::new(self.deltas(), id)
     }
 
@@ -528,7 +529,7 @@ fn forward_remote_changes(store: &dyn ChangeFeed, notices: &broadcast::Sender<Ru
                     RunNotice { run_id: id, status, last_seq, run: None, origin: Origin::Remote }
                 }
                 StoreChange::Resync | StoreChange::Lost => RunNotice {
-                    run_id: String::new(),
+                    run_id: RunId::default(),
                     status: RunStatus::Running,
                     last_seq: 0,
                     run: None,
@@ -584,7 +585,7 @@ impl Inner {
         });
     }
 
-    pub(crate) fn notify_seq(&self, run_id: &str, last_seq: u64) {
+    pub(crate) fn notify_seq(&self, run_id: &RunId, last_seq: u64) {
         self.changes.record(run_id, Changed { last_seq, status: RunStatus::Running, created: false });
         let _ = self.notices.send(RunNotice {
             run_id: run_id.to_owned(),

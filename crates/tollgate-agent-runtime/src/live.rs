@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 use tokio::sync::broadcast;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::{ModelDelta, RedactedStream, Redactor};
 
 use crate::PrivacyLevel;
@@ -28,7 +29,7 @@ const CAPACITY: usize = 4096;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveDelta {
     /// The run whose model call it is.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The model call (the `round` of its `model_request` and `model_response` events).
     pub round: u32,
     /// What it says.
@@ -48,13 +49,13 @@ pub enum LiveText {
 /// other runs' are skipped, and what a receiver that fell behind lost is gone (deltas are live only).
 pub struct RunDeltas {
     receiver: broadcast::Receiver<Arc<LiveDelta>>,
-    run_id: String,
+    run_id: RunId,
 }
 
 impl RunDeltas {
     /// Run `run_id`'s deltas from `receiver` (subscribed whenever the caller needed it: before the run
     /// started, say, so that none of its first model call is missed).
-    pub fn new(receiver: broadcast::Receiver<Arc<LiveDelta>>, run_id: impl Into<String>) -> Self {
+    pub fn new(receiver: broadcast::Receiver<Arc<LiveDelta>>, run_id: impl Into<RunId>) -> Self {
         Self { receiver, run_id: run_id.into() }
     }
 
@@ -100,7 +101,7 @@ impl Deltas {
 
     /// Sends what `round_text` still holds of `run_id`'s round `round`, redacted: the model call answered,
     /// so no more text can complete a secret. Nothing when the round held nothing back.
-    pub(crate) fn finish(&self, run_id: &str, round: u32, round_text: &mut RoundText) {
+    pub(crate) fn finish(&self, run_id: &RunId, round: u32, round_text: &mut RoundText) {
         let Some(redactor) = &self.redactor else { return };
         if round_text.round != round {
             return;
@@ -113,7 +114,7 @@ impl Deltas {
     }
 
     /// Sends one delta of `run_id`'s round, through `round_text` (the run's state of its current round).
-    pub(crate) fn send(&self, run_id: &str, round: u32, delta: ModelDelta<'_>, round_text: &mut RoundText) {
+    pub(crate) fn send(&self, run_id: &RunId, round: u32, delta: ModelDelta<'_>, round_text: &mut RoundText) {
         let Some(redactor) = &self.redactor else { return };
         // Without secrets nothing is kept of a round: with nobody listening there is nothing to do. (With
         // secrets the round's text is kept even then, so a receiver that comes mid-round gets no part of
@@ -179,11 +180,12 @@ mod tests {
     fn without_secrets_every_delta_goes_out_as_it_is() {
         let deltas = Deltas::new(PrivacyLevel::Full, Redactor::default());
         let mut receiver = deltas.subscribe();
+        let run = RunId::from("r");
         let mut round = RoundText::default();
-        deltas.send("r", 1, ModelDelta::Text("hel"), &mut round);
-        deltas.send("r", 1, ModelDelta::Text("lo"), &mut round);
-        deltas.send("r", 1, ModelDelta::Reset, &mut round);
-        deltas.send("r", 2, ModelDelta::Text("again"), &mut round);
+        deltas.send(&run, 1, ModelDelta::Text("hel"), &mut round);
+        deltas.send(&run, 1, ModelDelta::Text("lo"), &mut round);
+        deltas.send(&run, 1, ModelDelta::Reset, &mut round);
+        deltas.send(&run, 2, ModelDelta::Text("again"), &mut round);
         assert_eq!(received(&mut receiver), [text("hel"), text("lo"), LiveText::Reset, text("again")]);
     }
 
@@ -192,7 +194,8 @@ mod tests {
         for level in [PrivacyLevel::Redacted, PrivacyLevel::Metadata] {
             let deltas = Deltas::new(level, Redactor::default());
             let mut receiver = deltas.subscribe();
-            deltas.send("r", 1, ModelDelta::Text("hello"), &mut RoundText::default());
+            let run = RunId::from("r");
+            deltas.send(&run, 1, ModelDelta::Text("hello"), &mut RoundText::default());
             assert!(received(&mut receiver).is_empty(), "{level:?}");
         }
     }
@@ -215,6 +218,7 @@ mod tests {
         let redactor = Redactor::new([secret]);
         let deltas = Deltas::new(PrivacyLevel::Full, redactor.clone());
         let mut receiver = deltas.subscribe();
+        let run = RunId::from("r");
         let mut round = RoundText::default();
         let said = format!(
             "{}the key is {secret} and that is all, said the model at length today{}",
@@ -223,7 +227,7 @@ mod tests {
         );
         let chars: Vec<char> = said.chars().collect();
         for piece in chars.chunks(3) {
-            deltas.send("r", 1, ModelDelta::Text(&piece.iter().collect::<String>()), &mut round);
+            deltas.send(&run, 1, ModelDelta::Text(&piece.iter().collect::<String>()), &mut round);
         }
         let out = joined(received(&mut receiver));
         for n in 6..=secret.len() {
@@ -237,9 +241,9 @@ mod tests {
         assert_eq!(redactor.open_tail(&said), 1);
         assert_eq!(out, whole[..whole.len() - 1]);
         // ... and goes out when it answers: the round's deltas add up to its redacted text.
-        deltas.finish("r", 1, &mut round);
+        deltas.finish(&run, 1, &mut round);
         assert_eq!(format!("{out}{}", joined(received(&mut receiver))), whole);
-        deltas.finish("r", 1, &mut round);
+        deltas.finish(&run, 1, &mut round);
         assert!(received(&mut receiver).is_empty(), "nothing is sent twice");
     }
 
@@ -251,20 +255,21 @@ mod tests {
         let secret = "sk-proj-0123456789abcdefghijklmnopqrstuv";
         let deltas = Deltas::new(PrivacyLevel::Full, Redactor::new([secret]));
         let mut receiver = deltas.subscribe();
+        let run = RunId::from("r");
         let mut round = RoundText::default();
         for piece in ["ok, your key: ", &secret[..10], &secret[10..30]] {
-            deltas.send("r", 3, ModelDelta::Text(piece), &mut round);
+            deltas.send(&run, 3, ModelDelta::Text(piece), &mut round);
         }
         assert_eq!(received(&mut receiver), [text("ok, your key: ")]);
-        deltas.finish("r", 2, &mut round);
+        deltas.finish(&run, 2, &mut round);
         assert!(received(&mut receiver).is_empty(), "another round's end sends nothing of this one");
-        deltas.finish("r", 3, &mut round);
+        deltas.finish(&run, 3, &mut round);
         assert_eq!(received(&mut receiver), [text("[redacted]")], "30 of 40 characters: a long prefix");
         for piece in ["and: ", &secret[..10], &secret[10..]] {
-            deltas.send("r", 4, ModelDelta::Text(piece), &mut round);
+            deltas.send(&run, 4, ModelDelta::Text(piece), &mut round);
         }
         assert_eq!(received(&mut receiver), [text("and: "), text("[redacted]")]);
-        deltas.finish("r", 4, &mut round);
+        deltas.finish(&run, 4, &mut round);
         assert!(received(&mut receiver).is_empty(), "nothing was held");
     }
 
@@ -304,6 +309,7 @@ mod tests {
         for _ in 0..100 {
             let deltas = Deltas::new(PrivacyLevel::Full, redactor.clone());
             let mut receiver = deltas.subscribe();
+            let run = RunId::from("r");
             let mut round = RoundText::default();
             // A first attempt cut somewhere, then the whole answer again.
             let cut = random(chars.len());
@@ -312,11 +318,11 @@ mod tests {
                 while at < attempt.len() {
                     let end = (at + 1 + random(12)).min(attempt.len());
                     let piece: String = attempt[at..end].iter().collect();
-                    deltas.send("r", 1, ModelDelta::Text(&piece), &mut round);
+                    deltas.send(&run, 1, ModelDelta::Text(&piece), &mut round);
                     at = end;
                 }
                 if attempt.len() < chars.len() {
-                    deltas.send("r", 1, ModelDelta::Reset, &mut round);
+                    deltas.send(&run, 1, ModelDelta::Reset, &mut round);
                 }
             }
             let mut got = received(&mut receiver);
@@ -324,7 +330,7 @@ mod tests {
             let streamed = joined(got.split_off(after_reset));
             assert!(whole.starts_with(&streamed), "{streamed:?}");
             assert!(whole.len() - streamed.len() <= 3, "held back: {:?}", &whole[streamed.len()..]);
-            deltas.finish("r", 1, &mut round);
+            deltas.finish(&run, 1, &mut round);
             let rest = received(&mut receiver);
             assert_eq!(format!("{streamed}{}", joined(rest.clone())), whole);
             for piece in got.into_iter().chain(rest) {

@@ -13,6 +13,7 @@ use crate::{DecisionSet, OnExpiry, Runtime, events, recovery};
 use std::sync::PoisonError;
 use std::time::Duration;
 use tokio::sync::watch;
+use tollgate_agent_core::{Actor, RunId};
 use tollgate_agent_core::{Guard, Millis, RunRecord, RunStatus, StoreError, Transition};
 
 const SYSTEM_ACTOR: &str = "system";
@@ -255,7 +256,7 @@ impl Runtime {
                     &run.id,
                     pending.turn_digest.as_str(),
                     DecisionSet::DenyAll { reason: EXPIRY_REASON.into() },
-                    SYSTEM_ACTOR,
+                    &Actor::from(SYSTEM_ACTOR),
                 )
                 .await?;
             }
@@ -277,7 +278,7 @@ impl Runtime {
     /// Renews the leases of the runs this process drives (the scheduler does it every third of the lease).
     pub async fn renew_leases(&self) {
         let inner = self.inner();
-        let ids: Vec<String> = inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
+        let ids: Vec<RunId> = inner.in_flight.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect();
         for id in ids {
             let until = inner.clock.now() + inner.lease_ms;
             if let Err(e) = inner.store.rows.append(&id, &inner.node, Vec::new(), until).await {

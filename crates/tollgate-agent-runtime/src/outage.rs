@@ -16,6 +16,7 @@
 
 use crate::Inner;
 use std::time::Duration;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::{NewEvent, RunRecord, StoreError, rfc3339};
 
 /// The first wait after a write met an outage.
@@ -32,7 +33,12 @@ impl Inner {
     /// Runs `write` until the store takes it or refuses it for a reason other than an outage; an
     /// outage is waited out (see the module's documentation) while this process takes work. `what`
     /// names the write in the log.
-    pub(crate) async fn until_stored<T, F, Fut>(&self, run_id: &str, what: &str, mut write: F) -> Result<T, StoreError>
+    pub(crate) async fn until_stored<T, F, Fut>(
+        &self,
+        run_id: &RunId,
+        what: &str,
+        mut write: F,
+    ) -> Result<T, StoreError>
     where
         F: FnMut(Attempt) -> Fut,
         Fut: std::future::Future<Output = Result<T, StoreError>>,
@@ -63,7 +69,7 @@ impl Inner {
 
     /// The run as stored, when its log ends with `events` (compared by kind, round and time): a write
     /// of them whose answer was lost took effect. `None` when it does not, or when the log cannot be read.
-    pub(crate) async fn stored_already(&self, run_id: &str, events: &[NewEvent]) -> Option<RunRecord> {
+    pub(crate) async fn stored_already(&self, run_id: &RunId, events: &[NewEvent]) -> Option<RunRecord> {
         let run = self.store.rows.get(run_id).await.ok()?;
         let count = u64::try_from(events.len()).ok()?;
         if events.is_empty() || run.last_seq < count {

@@ -14,6 +14,7 @@
 //! | `metadata` | nothing: those fields are `null`; kinds, ids, tool names, gates, flags, usage and actors stay |
 
 use std::sync::Arc;
+use tollgate_agent_core::RunId;
 
 use serde_json::{Map, Value};
 use tollgate_agent_core::redact::Redactor;
@@ -148,11 +149,11 @@ impl RunRows for FilteredRows {
         self.inner.create(run, events)
     }
 
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
+    fn get<'a>(&'a self, id: &'a RunId) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
         self.inner.get(id)
     }
 
-    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
+    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<RunId, StoreError>> {
         self.inner.resolve_prefix(prefix)
     }
 
@@ -162,7 +163,7 @@ impl RunRows for FilteredRows {
 
     fn transition<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         guard: Guard,
         transition: Transition,
         events: Vec<NewEvent>,
@@ -174,7 +175,7 @@ impl RunRows for FilteredRows {
 
     fn append<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         owner: &'a str,
         events: Vec<NewEvent>,
         lease_until: Millis,

@@ -1,18 +1,19 @@
 //! Reading runs and their logs: by id or prefix, listed, counted, events, and the chain verified.
 
 use crate::{RUN_ID_LEN, ReadError, ResolveError, Runtime};
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::{
     ChainBreak, Conflict, RunPage, RunQuery, RunRecord, RunStatus, StoreError, StoredEvent, verify_chain_with,
 };
 
 impl Runtime {
     /// Reads a run.
-    pub async fn get(&self, id: &str) -> Result<RunRecord, ReadError> {
+    pub async fn get(&self, id: &RunId) -> Result<RunRecord, ReadError> {
         Ok(self.inner.store.rows.get(id).await?)
     }
 
     /// Resolves a unique id prefix (or a whole id) to a full id.
-    pub async fn resolve(&self, prefix: &str) -> Result<String, ResolveError> {
+    pub async fn resolve(&self, prefix: &str) -> Result<RunId, ResolveError> {
         let plausible = !prefix.is_empty()
             && prefix.len() <= RUN_ID_LEN
             && prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
@@ -46,17 +47,17 @@ impl Runtime {
     /// A run's events after `after` (at most `limit`). A run that does not exist is
     /// [`ReadError::NotFound`] (the store says so: its run is not read first). The events of a run
     /// whose own row is damaged stay readable.
-    pub async fn events(&self, id: &str, after: u64, limit: u32) -> Result<Vec<StoredEvent>, ReadError> {
+    pub async fn events(&self, id: &RunId, after: u64, limit: u32) -> Result<Vec<StoredEvent>, ReadError> {
         Ok(self.inner.store.log.events(id, after, limit).await?)
     }
 
     /// Every event of a run after `after`, however many pages that takes (see [`Runtime::events`]).
-    pub async fn all_events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, ReadError> {
+    pub async fn all_events(&self, id: &RunId, after: u64) -> Result<Vec<StoredEvent>, ReadError> {
         Ok(tollgate_agent_core::store::events_after(&*self.inner.store.log, id, after).await?)
     }
 
     /// Checks a run's hash chain: `Ok(Err(break))` names the first bad event.
-    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, ReadError> {
+    pub async fn verify(&self, id: &RunId) -> Result<Result<u64, ChainBreak>, ReadError> {
         let run = self.inner.store.rows.get(id).await?;
         let all = tollgate_agent_core::store::events_after(&*self.inner.store.log, id, 0).await?;
         // Keyed hashes are checked with the store's chain keys (docs/events.md).

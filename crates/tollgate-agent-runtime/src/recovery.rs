@@ -16,6 +16,7 @@ use crate::workers::Slot;
 use crate::{Runtime, Work, events, suspend_transition};
 use std::collections::BTreeMap;
 use tollgate_agent_core::{Approval, EventKind, Guard, RunRecord, StoredEvent, ToolResult, Transition};
+use tollgate_agent_core::{CallId, RunId};
 use tollgate_agent_protocol::{EventData, EventDataError};
 
 /// Takes over a running run whose lease expired, with one of this process's workers; without a free
@@ -144,14 +145,14 @@ async fn resume_claimed(runtime: &Runtime, claimed: RunRecord, slot: Slot) -> Re
 }
 
 /// Every event of a run, in order.
-async fn events_of(runtime: &Runtime, run_id: &str) -> Result<Vec<StoredEvent>, SweepError> {
+async fn events_of(runtime: &Runtime, run_id: &RunId) -> Result<Vec<StoredEvent>, SweepError> {
     Ok(tollgate_agent_core::store::events_after(&*runtime.inner().store.log, run_id, 0).await?)
 }
 
 /// For each call of the held round since the last resume: `Some(result)` when it finished, `None`
 /// when it started and never finished. Reads every event's data typed by its kind, so it holds at every
 /// privacy level; an event whose data does not fit its kind is named by its seq.
-fn ledger(events: &[StoredEvent], round: u32) -> Result<BTreeMap<String, Option<ToolResult>>, (u64, EventDataError)> {
+fn ledger(events: &[StoredEvent], round: u32) -> Result<BTreeMap<CallId, Option<ToolResult>>, (u64, EventDataError)> {
     let start = events.iter().rposition(|e| e.kind == EventKind::RunResumed).map_or(0, |i| i + 1);
     let mut ledger = BTreeMap::new();
     for event in events[start..].iter().filter(|e| e.round == round) {

@@ -4,6 +4,7 @@
 use crate::error::DriveError;
 use crate::{AgentSpec, ReadError, Runtime, StartError, StartRun, Work, events};
 use std::sync::Arc;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::RunRecord;
 
 impl Runtime {
@@ -42,7 +43,7 @@ impl Runtime {
 
     /// [`wait_settled`](Self::wait_settled) for a run this request started: gone meanwhile is
     /// [`StartError::Vanished`].
-    async fn wait_started(&self, id: &str) -> Result<RunRecord, StartError> {
+    async fn wait_started(&self, id: &RunId) -> Result<RunRecord, StartError> {
         self.wait_settled(id).await.map_err(|error| match error {
             ReadError::NotFound(id) => StartError::Vanished(id),
             ReadError::Store(error) => StartError::Store(error),

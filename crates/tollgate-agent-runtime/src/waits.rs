@@ -4,6 +4,7 @@ use crate::{Origin, ReadError, RunNotice, Runtime, WAIT_RECHECK, settled};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::RunRecord;
 
 impl Runtime {
@@ -14,7 +15,7 @@ impl Runtime {
     pub async fn wait_for_run(
         &self,
         notices: &mut broadcast::Receiver<RunNotice>,
-        id: &str,
+        id: &RunId,
         seq: u64,
         fallback: Duration,
     ) -> Option<RunNotice> {
@@ -41,7 +42,7 @@ impl Runtime {
     /// than the last state read answers without another read; any other settled notice, a lag, a
     /// resync, or — while the store does not announce other processes' commits — a quiet half second
     /// reads the run again (another process may drive it).
-    pub async fn wait_settled(&self, id: &str) -> Result<RunRecord, ReadError> {
+    pub async fn wait_settled(&self, id: &RunId) -> Result<RunRecord, ReadError> {
         let notices = self.subscribe();
         let run = self.get(id).await?;
         self.wait_settled_from(run, notices).await
@@ -56,7 +57,7 @@ impl Runtime {
         mut notices: broadcast::Receiver<RunNotice>,
     ) -> Result<RunRecord, ReadError> {
         let id = run.id.clone();
-        let id = id.as_str();
+        let id = &id;
         let mut run = run;
         loop {
             if settled(run.status()) {
@@ -66,7 +67,7 @@ impl Runtime {
             let wait = async {
                 loop {
                     match notices.recv().await {
-                        Ok(notice) if notice.run_id == id && settled(notice.status) => {
+                        Ok(notice) if &notice.run_id == id && settled(notice.status) => {
                             return notice.run.filter(|r| r.version > version);
                         }
                         Ok(notice) if notice.origin == Origin::Resync => return None,

@@ -48,7 +48,7 @@ pub fn call_state(call: &HeldCall, recorded: Option<&Vote>) -> wire::CallState {
 pub fn approvals(approval: &Approval) -> Option<wire::Approvals> {
     approval.requirement.is_quorum().then(|| wire::Approvals {
         required: approval.required(),
-        given: approval.approvals_given().into_iter().map(str::to_owned).collect(),
+        given: approval.approvals_given().into_iter().cloned().collect(),
     })
 }
 

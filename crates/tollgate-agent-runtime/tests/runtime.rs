@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate_agent_core::{ApprovalError, DecisionError};
+use tollgate_agent_core::{Actor, ApprovalError, CallId, DecisionError, RunId};
 use tollgate_agent_core::{
     Clock, Decision, EventKind, Gate, Guard, HeldTurn, LoopConfig, Metadata, MetadataError, RunQuery, RunRecord,
     RunStatus, RunStore, StoredSuspension, ToolLoop, ToolRegistry, Transition, TurnDigest,
@@ -104,12 +104,12 @@ fn digest(run: &RunRecord) -> String {
     run.held_turn().map(|p| p.turn_digest.0.clone()).unwrap_or_default()
 }
 
-async fn event_kinds(runtime: &Runtime, id: &str) -> Vec<EventKind> {
+async fn event_kinds(runtime: &Runtime, id: &RunId) -> Vec<EventKind> {
     runtime.events(id, 0, 1000).await.unwrap_or_default().into_iter().map(|e| e.kind).collect()
 }
 
 /// For each event of one of `kinds`, in order: its kind's name and the named fields of its data.
-async fn event_fields(runtime: &Runtime, id: &str, kinds: &[EventKind], fields: &[&str]) -> Vec<Value> {
+async fn event_fields(runtime: &Runtime, id: &RunId, kinds: &[EventKind], fields: &[&str]) -> Vec<Value> {
     let events = runtime.events(id, 0, 1000).await.unwrap_or_default();
     events
         .into_iter()
@@ -135,7 +135,12 @@ async fn approve_runs_the_tool_once_and_the_log_verifies() {
         assert_eq!(view["pending"]["calls"][0]["preview"], "write a note", "{backend}");
 
         let decided = runtime
-            .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
+            .decide(
+                &run.id,
+                &digest(&run),
+                DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]),
+                &"bob".into(),
+            )
             .await
             .unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(decided.status(), RunStatus::Running, "{backend}");
@@ -147,7 +152,7 @@ async fn approve_runs_the_tool_once_and_the_log_verifies() {
         assert_eq!(done.status(), RunStatus::Completed, "{backend}");
         assert_eq!(done.output(), Some("done"));
         assert!(done.held_turn().is_none(), "{backend}: finishing clears the held turn");
-        assert_eq!(setup.tools[0].calls(), vec![("call_1".to_owned(), json!({"text": "hello"}))]);
+        assert_eq!(setup.tools[0].calls(), vec![(CallId::from("call_1"), json!({"text": "hello"}))]);
         assert_eq!(runtime.verify(&run.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
         assert_eq!(
             event_kinds(&runtime, &run.id).await,
@@ -196,7 +201,10 @@ async fn an_approval_cycle_costs_one_write_to_wait_and_two_to_finish() {
         assert_eq!(store.writes(), vec!["create waiting_for_approval"], "{backend}");
         assert_eq!(runtime.get(&run.id).await.ok().map(|r| r.last_seq), Some(run.last_seq), "{backend}");
         // The approval claims the resume with the call's ledger entry; the end is the second write.
-        runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+        runtime
+            .decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(done.status(), RunStatus::Completed, "{backend}");
         assert_eq!(
@@ -273,7 +281,7 @@ async fn a_run_resumed_by_another_runtime_on_the_same_file_gives_its_tools_the_m
     assert_eq!(run.status(), RunStatus::WaitingForApproval);
     assert_eq!(run.metadata, metadata);
     assert_eq!(tollgate_agent_runtime::view::run_json(&run)["metadata"], given, "shown on the run");
-    let seen: Vec<(String, Metadata)> = first.tools[0].contexts().into_iter().map(|c| (c.run_id, c.metadata)).collect();
+    let seen: Vec<(RunId, Metadata)> = first.tools[0].contexts().into_iter().map(|c| (c.run_id, c.metadata)).collect();
     assert_eq!(seen, vec![(run.id.clone(), metadata.clone())], "the first segment's call");
     let events = runtime.events(&run.id, 0, 100).await.unwrap_or_default();
     assert!(events.iter().all(|e| !e.data.to_string().contains("acme")), "metadata stays out of the events");
@@ -286,13 +294,13 @@ async fn a_run_resumed_by_another_runtime_on_the_same_file_gives_its_tools_the_m
     let loaded = runtime.get(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded.metadata, metadata);
     let done = runtime
-        .decide_and_wait(&loaded, &digest(&loaded), DecisionSet::ApproveAll, "bob")
+        .decide_and_wait(&loaded, &digest(&loaded), DecisionSet::ApproveAll, &"bob".into())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status(), RunStatus::Completed);
-    let seen: Vec<(String, String, Metadata)> =
+    let seen: Vec<(RunId, CallId, Metadata)> =
         second.tools[1].contexts().into_iter().map(|c| (c.run_id, c.call_id, c.metadata)).collect();
-    assert_eq!(seen, vec![(run.id.clone(), "call_2".to_owned(), metadata.clone())], "the resumed segment's call");
+    assert_eq!(seen, vec![(run.id.clone(), CallId::from("call_2"), metadata.clone())], "the resumed segment's call");
     assert_eq!(done.metadata, metadata);
 
     // Metadata over the limit starts nothing.
@@ -318,10 +326,10 @@ async fn an_edited_call_has_one_ledger_entry_with_the_arguments_it_ran_with() {
             ("call_1".into(), Decision::Edit { arguments: json!({"text": "edited"}) }),
             ("call_2".into(), Decision::Respond { result: "already written".into() }),
         ]);
-        let done = runtime.decide_and_wait(&run, &digest(&run), set, "bob").await;
+        let done = runtime.decide_and_wait(&run, &digest(&run), set, &"bob".into()).await;
         let done = done.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(done.status(), RunStatus::Completed, "{backend}");
-        assert_eq!(setup.tools[0].calls(), vec![("call_1".to_owned(), json!({"text": "edited"}))], "{backend}");
+        assert_eq!(setup.tools[0].calls(), vec![(CallId::from("call_1"), json!({"text": "edited"}))], "{backend}");
         assert_eq!(
             event_fields(&runtime, &run.id, &[EventKind::ToolStarted], &["call_id", "arguments"]).await,
             vec![json!(["tool_started", "call_1", {"text": "edited"}])],
@@ -337,7 +345,7 @@ async fn deny_all_gives_the_model_the_reason_and_runs_nothing() {
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
     let run = runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     runtime
-        .decide(&run.id, &digest(&run), DecisionSet::DenyAll { reason: "not on a Friday".into() }, "bob")
+        .decide(&run.id, &digest(&run), DecisionSet::DenyAll { reason: "not on a Friday".into() }, &"bob".into())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
@@ -353,23 +361,23 @@ async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
     let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let d = digest(&run);
-    let each = |id: &str, decision: Decision| DecisionSet::Each(vec![(id.to_owned(), decision)]);
+    let each = |id: &str, decision: Decision| DecisionSet::Each(vec![(id.into(), decision)]);
 
-    let stale = runtime.decide(&run.id, "sha256:0000", each("call_1", Decision::Approve), "bob").await;
+    let stale = runtime.decide(&run.id, "sha256:0000", each("call_1", Decision::Approve), &"bob".into()).await;
     assert!(matches!(stale, Err(DecideError::StaleDigest { current }) if current.0 == d));
-    let unknown = runtime.decide(&run.id, &d, each("call_9", Decision::Approve), "bob").await;
+    let unknown = runtime.decide(&run.id, &d, each("call_9", Decision::Approve), &"bob".into()).await;
     assert!(matches!(unknown, Err(DecideError::Invalid(DecisionError::UnknownCall(id))) if id == "call_9"));
-    let empty = runtime.decide(&run.id, &d, DecisionSet::Each(vec![]), "bob").await;
+    let empty = runtime.decide(&run.id, &d, DecisionSet::Each(vec![]), &"bob".into()).await;
     assert!(matches!(empty, Err(DecideError::NoDecisions)));
 
-    let partial = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
+    let partial = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), &"bob".into()).await;
     let partial = partial.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(partial.status(), RunStatus::WaitingForApproval, "one of two calls decided: still waiting");
     assert_eq!(setup.tools[0].call_count(), 0);
-    let again = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
+    let again = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), &"bob".into()).await;
     assert!(matches!(again, Err(DecideError::AlreadyDecided { call_id }) if call_id == "call_1"));
 
-    runtime.decide(&run.id, &d, DecisionSet::ApproveAll, "carol").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime.decide(&run.id, &d, DecisionSet::ApproveAll, &"carol".into()).await.unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status(), RunStatus::Completed);
     assert_eq!(setup.tools[0].call_count(), 2);
@@ -384,7 +392,7 @@ async fn partial_decisions_wait_for_the_rest_and_errors_change_nothing() {
             json!(["tool_finished", "call_2"]),
         ]
     );
-    let after = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), "bob").await;
+    let after = runtime.decide(&run.id, &d, each("call_1", Decision::Approve), &"bob".into()).await;
     assert!(
         matches!(after, Err(DecideError::NotWaiting { status: RunStatus::Completed, .. })),
         "a finished run takes no decision"
@@ -401,11 +409,11 @@ async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
     // Someone else decides the first call after this caller loaded the run.
     let loaded = runtime.get(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     runtime
-        .decide(&run.id, &d, DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
+        .decide(&run.id, &d, DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), &"bob".into())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     // Approving "all" on the stale record is decided on the run as stored: only call_2 is left.
-    let done = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, "carol").await;
+    let done = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, &"carol".into()).await;
     let done = done.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status(), RunStatus::Completed, "answers once the resumed run has ended");
     assert_eq!(setup.tools[0].call_count(), 2);
@@ -415,13 +423,13 @@ async fn decide_and_wait_starts_from_the_loaded_run_and_rereads_a_stale_one() {
     );
 
     // On a run that has ended, the loaded record's answer is the stored run's: a conflict.
-    let late = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, "dave").await;
+    let late = runtime.decide_and_wait(&loaded, &d, DecisionSet::ApproveAll, &"dave".into()).await;
     assert!(matches!(late, Err(DecideError::NotWaiting { .. })), "{late:?}");
 
     // A partial decision answers at once, still waiting.
     let other = runtime.start_and_wait(StartRun::new("y", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let each = DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]);
-    let partial = runtime.decide_and_wait(&other, &digest(&other), each, "bob").await;
+    let partial = runtime.decide_and_wait(&other, &digest(&other), each, &"bob".into()).await;
     assert_eq!(partial.ok().map(|r| r.status()), Some(RunStatus::WaitingForApproval));
 }
 
@@ -439,7 +447,12 @@ async fn thirty_two_concurrent_deciders_resume_once() {
             let (id, d) = (run.id.clone(), d.clone());
             tasks.push(tokio::spawn(async move {
                 runtime
-                    .decide(&id, &d, DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), &format!("a{i}"))
+                    .decide(
+                        &id,
+                        &d,
+                        DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]),
+                        &Actor::from(format!("a{i}")),
+                    )
                     .await
             }));
         }
@@ -474,7 +487,7 @@ async fn a_quorum_call_runs_after_its_nth_distinct_approval() {
         let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
         let run = runtime.start_and_wait(StartRun::new("pay", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
         let d = digest(&run);
-        let approval = run.held_turn().and_then(|h| h.approval("call_1")).cloned();
+        let approval = run.held_turn().and_then(|h| h.approval(&"call_1".into())).cloned();
         assert_eq!(approval.map(|a| a.required()), Some(2), "{backend}: the requirement is the tool's");
         let requested = runtime.events(&run.id, 0, 100).await.unwrap_or_else(|e| panic!("{e}"));
         let requested = requested.iter().find(|e| e.kind == EventKind::ApprovalRequested).map(|e| e.data.clone());
@@ -483,9 +496,9 @@ async fn a_quorum_call_runs_after_its_nth_distinct_approval() {
             Some(json!({"required": 2, "given": []})),
             "{backend}: approval_requested says how many people the call needs"
         );
-        let each = |decision: Decision| DecisionSet::Each(vec![("call_1".to_owned(), decision)]);
+        let each = |decision: Decision| DecisionSet::Each(vec![("call_1".into(), decision)]);
 
-        let first = runtime.decide(&run.id, &d, each(Decision::Approve), "bob").await;
+        let first = runtime.decide(&run.id, &d, each(Decision::Approve), &"bob".into()).await;
         let first = first.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(first.status(), RunStatus::WaitingForApproval, "{backend}: one of two approvals");
         let shown = tollgate_agent_runtime::wire::run(&first);
@@ -497,29 +510,32 @@ async fn a_quorum_call_runs_after_its_nth_distinct_approval() {
             "{backend}"
         );
 
-        let twice = runtime.decide(&run.id, &d, each(Decision::Approve), "bob").await;
+        let twice = runtime.decide(&run.id, &d, each(Decision::Approve), &"bob".into()).await;
         assert!(
             matches!(&twice, Err(DecideError::Vote(ApprovalError::AlreadyApproved { actor, .. })) if actor == "bob"),
             "{twice:?}"
         );
-        let all_again = runtime.decide(&run.id, &d, DecisionSet::ApproveAll, "bob").await;
+        let all_again = runtime.decide(&run.id, &d, DecisionSet::ApproveAll, &"bob".into()).await;
         assert!(
             matches!(all_again, Err(DecideError::Vote(ApprovalError::AlreadyApproved { .. }))),
             "{backend}: approve_all counts once"
         );
-        let edit = runtime.decide(&run.id, &d, each(Decision::Edit { arguments: json!({"text": "x"}) }), "carol").await;
+        let edit = runtime
+            .decide(&run.id, &d, each(Decision::Edit { arguments: json!({"text": "x"}) }), &"carol".into())
+            .await;
         assert!(
             matches!(edit, Err(DecideError::Vote(ApprovalError::QuorumAction { action: "edit", required: 2, .. }))),
             "{edit:?}"
         );
-        let respond = runtime.decide(&run.id, &d, each(Decision::Respond { result: "ok".into() }), "carol").await;
+        let respond =
+            runtime.decide(&run.id, &d, each(Decision::Respond { result: "ok".into() }), &"carol".into()).await;
         assert!(
             matches!(respond, Err(DecideError::Vote(ApprovalError::QuorumAction { action: "respond", .. }))),
             "{respond:?}"
         );
         assert_eq!(setup.tools[0].call_count(), 0, "{backend}: nothing ran");
 
-        runtime.decide(&run.id, &d, DecisionSet::ApproveAll, "carol").await.unwrap_or_else(|e| panic!("{e}"));
+        runtime.decide(&run.id, &d, DecisionSet::ApproveAll, &"carol".into()).await.unwrap_or_else(|e| panic!("{e}"));
         let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(done.status(), RunStatus::Completed, "{backend}");
         assert_eq!(done.output(), Some("done"), "{backend}");
@@ -544,11 +560,11 @@ async fn one_deny_denies_a_quorum_call() {
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
     let run = runtime.start_and_wait(StartRun::new("pay", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let d = digest(&run);
-    let each = |decision: Decision| DecisionSet::Each(vec![("call_1".to_owned(), decision)]);
+    let each = |decision: Decision| DecisionSet::Each(vec![("call_1".into(), decision)]);
     for actor in ["bob", "carol"] {
-        runtime.decide(&run.id, &d, each(Decision::Approve), actor).await.unwrap_or_else(|e| panic!("{e}"));
+        runtime.decide(&run.id, &d, each(Decision::Approve), &actor.into()).await.unwrap_or_else(|e| panic!("{e}"));
     }
-    let denied = runtime.decide(&run.id, &d, each(Decision::Deny { reason: "too much".into() }), "carol").await;
+    let denied = runtime.decide(&run.id, &d, each(Decision::Deny { reason: "too much".into() }), &"carol".into()).await;
     denied.unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((done.status(), done.output()), (RunStatus::Completed, Some("Not written.")));
@@ -567,7 +583,9 @@ async fn thirty_two_approvers_racing_on_a_quorum_resume_once() {
         let tasks: Vec<_> = (0..32)
             .map(|i| {
                 let (runtime, id, d) = (runtime.clone(), run.id.clone(), d.clone());
-                tokio::spawn(async move { runtime.decide(&id, &d, DecisionSet::ApproveAll, &format!("a{i}")).await })
+                tokio::spawn(async move {
+                    runtime.decide(&id, &d, DecisionSet::ApproveAll, &Actor::from(format!("a{i}"))).await
+                })
             })
             .collect();
         let mut landed = 0;
@@ -604,15 +622,19 @@ async fn an_edit_whose_target_changed_before_the_turn_settled_is_its_calls_error
     let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let d = digest(&run);
     let edit = DecisionSet::Each(vec![("call_1".into(), Decision::Edit { arguments: json!({"text": "edited"}) })]);
-    let partial = runtime.decide(&run.id, &d, edit, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    let partial = runtime.decide(&run.id, &d, edit, &"bob".into()).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(partial.status(), RunStatus::WaitingForApproval);
 
     changed.store(true, std::sync::atomic::Ordering::SeqCst);
     let last = DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]);
-    runtime.decide(&run.id, &d, last, "carol").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime.decide(&run.id, &d, last, &"carol".into()).await.unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((done.status(), done.output()), (RunStatus::Completed, Some("done")));
-    assert_eq!(setup.tools[0].calls(), vec![("call_2".to_owned(), json!({"text": "b"}))], "only the approved call ran");
+    assert_eq!(
+        setup.tools[0].calls(),
+        vec![(CallId::from("call_2"), json!({"text": "b"}))],
+        "only the approved call ran"
+    );
     let finished =
         event_fields(&runtime, &run.id, &[EventKind::ToolStarted, EventKind::ToolFinished], &["call_id"]).await;
     assert_eq!(finished, vec![json!(["tool_started", "call_2"]), json!(["tool_finished", "call_2"])]);
@@ -624,14 +646,14 @@ async fn self_approval_can_be_forbidden() {
     setup.forbid_self_approval = true;
     let runtime = setup.runtime(sqlite().await, &ManualClock::at(T0), "node-a");
     let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
-    let own = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "alice").await;
+    let own = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"alice".into()).await;
     assert!(matches!(own, Err(DecideError::SelfApprovalForbidden { actor, .. }) if actor == "alice"));
     assert!(matches!(
-        runtime.check_decider("writer", "alice", "alice"),
+        runtime.check_decider("writer", &"alice".into(), &"alice".into()),
         Err(DecideError::SelfApprovalForbidden { .. })
     ));
-    assert!(runtime.check_decider("writer", "alice", "bob").is_ok());
-    let other = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await;
+    assert!(runtime.check_decider("writer", &"alice".into(), &"bob".into()).is_ok());
+    let other = runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"bob".into()).await;
     assert!(other.is_ok());
 }
 
@@ -708,7 +730,7 @@ async fn a_corrupt_suspension_fails_only_its_run() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 
-    let refused = runtime.decide(&record.id, "sha256:abc", DecisionSet::ApproveAll, "bob").await;
+    let refused = runtime.decide(&record.id, "sha256:abc", DecisionSet::ApproveAll, &"bob".into()).await;
     assert!(
         matches!(&refused, Err(DecideError::CorruptSuspension { detail, .. }) if detail.contains("schema_version 99")),
         "{refused:?}"
@@ -718,7 +740,7 @@ async fn a_corrupt_suspension_fails_only_its_run() {
     assert_eq!(failed.error().as_ref().map(|e| e.kind.as_str()), Some("corrupt_suspension"));
 
     runtime
-        .decide(&healthy.id, &digest(&healthy), DecisionSet::ApproveAll, "bob")
+        .decide(&healthy.id, &digest(&healthy), DecisionSet::ApproveAll, &"bob".into())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&healthy.id).await.unwrap_or_else(|e| panic!("{e}"));
@@ -749,10 +771,11 @@ async fn cancel_and_purge() {
     let runtime = setup.runtime(sqlite().await, &clock, "node-a");
     let waiting = runtime.start_and_wait(StartRun::new("keep", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
     let cancelled = runtime.start_and_wait(StartRun::new("drop", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
-    let c = runtime.cancel(&cancelled.id, "alice", Some("changed my mind")).await.unwrap_or_else(|e| panic!("{e}"));
+    let c =
+        runtime.cancel(&cancelled.id, &"alice".into(), Some("changed my mind")).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.status(), RunStatus::Cancelled);
     assert!(matches!(
-        runtime.cancel(&cancelled.id, "alice", None).await,
+        runtime.cancel(&cancelled.id, &"alice".into(), None).await,
         Err(CancelError::AlreadyTerminal { status: RunStatus::Cancelled, .. })
     ));
 
@@ -779,7 +802,10 @@ async fn crash_child_process() {
     let setup = Setup::new(one_write(), vec![write_tool().behaviour(tollgate_agent_testkit::Behaviour::Hang)]);
     let runtime = setup.runtime(store, &ManualClock::at(T0), "node-child");
     let run = runtime.start_and_wait(StartRun::new("crash", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
-    runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
 
@@ -789,7 +815,7 @@ async fn crash_child_process() {
 async fn crash_child_when(
     child: &str,
     reached: impl Fn(&tollgate_agent_core::StoredEvent) -> bool,
-) -> (Arc<dyn RunStore>, String) {
+) -> (Arc<dyn RunStore>, RunId) {
     let dir = scratch_dir("crash");
     let db = dir.join("tollgate.db");
     let mut process = std::process::Command::new(std::env::current_exe().unwrap_or_else(|e| panic!("{e}")))
@@ -843,7 +869,10 @@ async fn a_call_started_but_never_finished_is_in_doubt_after_a_crash() {
     assert_eq!(setup.tools[0].call_count(), 0, "nothing runs again without a decision");
     assert_eq!(runtime.sweep().await.ok(), Some(0), "a sweep does not touch it again");
 
-    runtime.decide(&run_id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .decide(&run_id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(done.status(), RunStatus::Completed);
     assert_eq!(setup.tools[0].call_count(), 1, "run again once a person approved");
@@ -873,7 +902,10 @@ async fn crash_child_process_after_the_first_call() {
     let setup = Setup::new(write_then_send(), vec![write_tool(), send]);
     let runtime = setup.runtime(store, &ManualClock::at(T0), "node-child");
     let run = runtime.start_and_wait(StartRun::new("crash", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
-    runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
 
@@ -892,7 +924,7 @@ async fn crashed_between_two_calls(setup: &Setup) -> (Runtime, RunRecord) {
 }
 
 /// Every `tool_started` and `tool_finished` of the run, as (kind, call_id).
-async fn tool_ledger(runtime: &Runtime, id: &str) -> Vec<Value> {
+async fn tool_ledger(runtime: &Runtime, id: &RunId) -> Vec<Value> {
     event_fields(runtime, id, &[EventKind::ToolStarted, EventKind::ToolFinished], &["call_id"]).await
 }
 
@@ -932,7 +964,7 @@ async fn after_a_crash_between_two_calls_the_view_says_which_ran_and_deciding_th
 
     // Deciding call_1 is refused, saying it already ran; nothing is recorded.
     let refused = runtime
-        .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), "bob")
+        .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_1".into(), Decision::Approve)]), &"bob".into())
         .await;
     assert!(
         matches!(&refused, Err(DecideError::Invalid(DecisionError::AlreadyRan { call_id })) if call_id == "call_1"),
@@ -943,7 +975,7 @@ async fn after_a_crash_between_two_calls_the_view_says_which_ran_and_deciding_th
 
     // Deciding call_2 alone completes the set and resumes.
     runtime
-        .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]), "bob")
+        .decide(&run.id, &digest(&run), DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]), &"bob".into())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
@@ -960,13 +992,16 @@ async fn after_a_crash_between_two_calls_approve_all_ends_as_deciding_the_rest_d
     let per_call = Setup::new(write_then_send(), vec![write_tool(), send_tool()]);
     let (runtime, run) = crashed_between_two_calls(&per_call).await;
     let decide_call_2 = DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]);
-    runtime.decide(&run.id, &digest(&run), decide_call_2, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime.decide(&run.id, &digest(&run), decide_call_2, &"bob".into()).await.unwrap_or_else(|e| panic!("{e}"));
     let one_by_one = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     let one_by_one_kinds = event_kinds(&runtime, &run.id).await;
 
     let all = Setup::new(write_then_send(), vec![write_tool(), send_tool()]);
     let (runtime, run) = crashed_between_two_calls(&all).await;
-    runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+    runtime
+        .decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         event_fields(&runtime, &run.id, &[EventKind::Decision], &["call_id", "action"]).await,
@@ -1011,7 +1046,7 @@ async fn privacy_levels_shape_what_events_keep() {
             let held = run.held_turn().map(|p| p.suspension.as_str().to_owned()).unwrap_or_default();
             assert!(held.contains(input), "{backend} {level:?}: the held turn keeps the call in full");
             let done = runtime
-                .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, "bob")
+                .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
                 .await
                 .unwrap_or_else(|e| panic!("{backend}: {e}"));
             assert_eq!(done.status(), RunStatus::Completed, "{backend} {level:?}");
@@ -1052,7 +1087,7 @@ async fn the_closing_completion_at_the_iteration_cap_and_run_completed_are_round
             runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
         let done = runtime
-            .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, "bob")
+            .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
             .await
             .unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(done.status(), RunStatus::Completed, "{backend}");
@@ -1172,7 +1207,7 @@ async fn a_full_pool_queues_starts_and_resumes_and_drives_them_all() {
         let mut statuses = Vec::new();
         for run in &waiting {
             let decided = runtime
-                .decide(&run.id, &digest(run), DecisionSet::ApproveAll, "bob")
+                .decide(&run.id, &digest(run), DecisionSet::ApproveAll, &"bob".into())
                 .await
                 .unwrap_or_else(|e| panic!("{backend}: {e}"));
             statuses.push(decided.status());
@@ -1257,8 +1292,10 @@ async fn stopping_gives_runs_back_and_another_node_continues_at_once() {
         let a = pooled(&setup, store.clone(), &clock, "node-a", 4);
         let run = a.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
-        let decided =
-            a.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+        let decided = a
+            .decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(decided.status(), RunStatus::Running, "{backend}: A resumes it (the write runs)");
 
         a.stop_taking_work();
@@ -1330,7 +1367,10 @@ async fn a_follower_reads_one_page_per_change_and_ends_with_the_run() {
         assert_eq!(first.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=run.last_seq).collect::<Vec<_>>());
         assert_eq!(reads(&store), (before.0 + 1, before.1), "{backend}: one read of events, none of the run");
 
-        runtime.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+        runtime
+            .decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(done.status(), RunStatus::Completed, "{backend}");
         let before = reads(&store);
@@ -1358,7 +1398,7 @@ async fn a_follower_reads_one_page_per_change_and_ends_with_the_run() {
         let end = late.next().await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert!(end.is_none(), "{backend}: {end:?}");
         assert_eq!(reads(&store), (before.0, before.1 + 1), "{backend}: one read of the run");
-        let mut missing = runtime.follow("0198f000-0000-7000-8000-000000000000", 0, Duration::from_secs(60));
+        let mut missing = runtime.follow(&"0198f000-0000-7000-8000-000000000000".into(), 0, Duration::from_secs(60));
         let gone = missing.next().await;
         assert!(matches!(gone, Err(ReadError::NotFound(_))), "{backend}: {gone:?}");
     }
@@ -1432,7 +1472,7 @@ async fn cancel_during_a_streamed_model_call_aborts_the_call() {
         assert_eq!(delta.text, tollgate_agent_runtime::LiveText::Text("thinking".into()), "{backend}");
         assert!(!dropped.load(std::sync::atomic::Ordering::SeqCst), "{backend}: the call is under way");
 
-        runtime.cancel(&run.id, "bob", Some("too slow")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        runtime.cancel(&run.id, &"bob".into(), Some("too slow")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         let cancelled_at = std::time::Instant::now();
         while !dropped.load(std::sync::atomic::Ordering::SeqCst) {
             assert!(cancelled_at.elapsed() < Duration::from_secs(5), "{backend}: the call was not dropped");
@@ -1507,7 +1547,7 @@ async fn a_takeover_that_reaches_a_new_step_starts_the_count_again() {
     for n in 1..=4_i64 {
         let runtime = setup.runtime(store.clone(), &ManualClock::at(T0 + n * 120_000), &format!("node-{n}"));
         runtime
-            .decide(&held.id, &digest(&held), DecisionSet::ApproveAll, "bob")
+            .decide(&held.id, &digest(&held), DecisionSet::ApproveAll, &"bob".into())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let later = setup.runtime(store.clone(), &ManualClock::at(T0 + n * 120_000 + 60_000), &format!("node-{n}b"));
@@ -1555,7 +1595,7 @@ async fn a_store_outage_never_fails_a_run_and_it_goes_on_once_the_store_takes_wr
             let runtime = setup.runtime(store, &clock, "node-a");
             let run = runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
             let decided = runtime
-                .decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob")
+                .decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
                 .await
                 .unwrap_or_else(|e| panic!("{case}: {e}"));
             assert_eq!(decided.status(), RunStatus::Running, "{case}");
@@ -1598,7 +1638,9 @@ async fn a_write_given_up_at_shutdown_leaves_the_run_to_its_lease_not_failed() {
         let clock = ManualClock::at(T0);
         let a = setup.runtime(store, &clock, "node-a");
         let run = a.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
-        a.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, "bob").await.unwrap_or_else(|e| panic!("{e}"));
+        a.decide(&run.id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         outage.begin(StoreError::DiskFull("SQLITE_FULL".into()), false);
         until_failed(&outage, 2).await;
         a.stop_taking_work();

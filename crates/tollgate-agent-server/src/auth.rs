@@ -16,6 +16,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
+use tollgate_agent_core::Actor;
 
 /// A role a token grants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -65,7 +66,7 @@ impl std::fmt::Debug for ApiToken {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Caller {
     /// The actor name recorded on events.
-    pub actor: String,
+    pub actor: Actor,
     roles: Vec<Role>,
 }
 
@@ -103,7 +104,7 @@ impl Auth {
         let table = tokens
             .iter()
             .filter(|t| !t.token.is_empty())
-            .map(|t| (digest(&t.token), Caller { actor: t.name.clone(), roles: t.roles.clone() }))
+            .map(|t| (digest(&t.token), Caller { actor: Actor::from(&t.name), roles: t.roles.clone() }))
             .collect();
         Self { tokens: Some(table) }
     }
@@ -130,7 +131,7 @@ impl Auth {
     fn caller_of(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         let Some(table) = &self.tokens else {
             return Ok(Caller {
-                actor: LOCAL_ACTOR.to_owned(),
+                actor: Actor::from(LOCAL_ACTOR),
                 roles: vec![Role::Runner, Role::Approver, Role::Admin],
             });
         };

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tollgate_agent_core::{CommitTap, EventKind, RunStatus, StoredEvent};
+use tollgate_agent_core::{CallId, CommitTap, EventKind, RunId, RunStatus, StoredEvent};
 use tollgate_agent_protocol::event_data as data;
 use tollgate_agent_runtime::{Changed, Runtime};
 
@@ -41,7 +41,7 @@ const MAX_HELD: usize = 20_000;
 /// The events this process committed, as the commit tap handed them, waiting for the feed.
 #[derive(Default)]
 struct Held {
-    runs: HashMap<String, HeldRun>,
+    runs: HashMap<RunId, HeldRun>,
     /// Events held, all runs together.
     events: usize,
 }
@@ -55,7 +55,7 @@ struct HeldRun {
 }
 
 impl Held {
-    fn hold(&mut self, run_id: &str, events: &[StoredEvent]) {
+    fn hold(&mut self, run_id: &RunId, events: &[StoredEvent]) {
         let Some(last) = events.last().map(|e| e.seq) else { return };
         if !self.runs.contains_key(run_id) {
             self.runs.insert(run_id.to_owned(), HeldRun::default());
@@ -73,7 +73,7 @@ impl Held {
 
     /// The events held of run `run_id` up to `last_seq`, in seq order (later ones stay held); `None`
     /// when none are or some were dropped, so the caller reads.
-    fn take(&mut self, run_id: &str, last_seq: u64) -> Option<Vec<StoredEvent>> {
+    fn take(&mut self, run_id: &RunId, last_seq: u64) -> Option<Vec<StoredEvent>> {
         let run = self.runs.get_mut(run_id)?;
         if run.dropped_through > 0 {
             // A run dropped holds nothing; it is held again once the feed has looked past the drop.
@@ -99,13 +99,13 @@ struct Cursor {
     seq: u64,
     status: Option<RunStatus>,
     model_request: Option<(u32, i64)>,
-    tools: HashMap<String, (String, i64)>,
+    tools: HashMap<CallId, (String, i64)>,
 }
 
 struct Feed {
     runtime: Runtime,
     metrics: Arc<Metrics>,
-    runs: HashMap<String, Cursor>,
+    runs: HashMap<RunId, Cursor>,
     held: Arc<Mutex<Held>>,
     /// The store holds the tap only while this does.
     _tap: CommitTap,
@@ -117,7 +117,7 @@ pub(crate) fn spawn(runtime: Runtime, metrics: Arc<Metrics>, stop: oneshot::Rece
     // The tap first: a commit between the two is held and handed on with the run's next change.
     let held = Arc::new(Mutex::new(Held::default()));
     let holder = held.clone();
-    let tap: CommitTap = Arc::new(move |run_id: &str, events: &[StoredEvent]| {
+    let tap: CommitTap = Arc::new(move |run_id: &RunId, events: &[StoredEvent]| {
         holder.lock().unwrap_or_else(PoisonError::into_inner).hold(run_id, events);
     });
     if !runtime.change_feed().tap_commits(&tap) {
@@ -144,7 +144,7 @@ pub(crate) fn spawn(runtime: Runtime, metrics: Arc<Metrics>, stop: oneshot::Rece
 }
 
 impl Feed {
-    async fn process(&mut self, run_id: &str, change: Changed) {
+    async fn process(&mut self, run_id: &RunId, change: Changed) {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner).take(run_id, change.last_seq);
         let mut cursor = match self.runs.remove(run_id) {
             Some(cursor) => cursor,
@@ -205,7 +205,7 @@ impl Feed {
     /// Where to start for a run first seen at this change (its last event `last_seq`), and the events
     /// read to find it from the last `approval_requested` on (those after the start are handed on);
     /// none kept when there were more than [`KEPT`] of them (the caller reads them again instead).
-    async fn start_for_unknown(&self, run_id: &str, last_seq: u64) -> (u64, Vec<StoredEvent>) {
+    async fn start_for_unknown(&self, run_id: &RunId, last_seq: u64) -> (u64, Vec<StoredEvent>) {
         if last_seq <= 1 {
             return (0, Vec::new());
         }
@@ -298,32 +298,32 @@ mod tests {
     #[test]
     fn held_events_come_out_in_order_up_to_the_change_and_the_rest_stay() {
         let mut held = Held::default();
-        assert_eq!(seqs(held.take("r", 9)), None, "nothing held: the caller reads");
+        assert_eq!(seqs(held.take(&"r".into(), 9)), None, "nothing held: the caller reads");
         // Two commits that reached the tap out of order.
-        held.hold("r", &events(5..=6));
-        held.hold("r", &events(3..=4));
-        held.hold("r", &[]);
-        assert_eq!(seqs(held.take("r", 4)), Some(vec![3, 4]));
+        held.hold(&"r".into(), &events(5..=6));
+        held.hold(&"r".into(), &events(3..=4));
+        held.hold(&"r".into(), &[]);
+        assert_eq!(seqs(held.take(&"r".into(), 4)), Some(vec![3, 4]));
         assert_eq!(held.events, 2, "5 and 6 stay for the next change");
-        assert_eq!(seqs(held.take("r", 6)), Some(vec![5, 6]));
+        assert_eq!(seqs(held.take(&"r".into(), 6)), Some(vec![5, 6]));
         assert!(held.runs.is_empty() && held.events == 0, "taken whole: forgotten");
     }
 
     #[test]
     fn past_the_limit_a_run_is_read_until_the_feed_has_looked_past_what_was_dropped() {
         let mut held = Held::default();
-        held.hold("big", &events(1..=MAX_HELD as u64));
-        held.hold("r", &events(1..=2));
+        held.hold(&"big".into(), &events(1..=MAX_HELD as u64));
+        held.hold(&"r".into(), &events(1..=2));
         assert_eq!(held.events, MAX_HELD, "no room for r");
-        held.hold("r", &events(3..=3));
-        assert_eq!(seqs(held.take("r", 2)), None, "dropped: read");
-        assert_eq!(seqs(held.take("big", MAX_HELD as u64)).map(|s| s.len()), Some(MAX_HELD));
+        held.hold(&"r".into(), &events(3..=3));
+        assert_eq!(seqs(held.take(&"r".into(), 2)), None, "dropped: read");
+        assert_eq!(seqs(held.take(&"big".into(), MAX_HELD as u64)).map(|s| s.len()), Some(MAX_HELD));
         // Room again, but r dropped up to 3: what comes now is not held until the feed is past 3.
-        held.hold("r", &events(4..=4));
-        assert_eq!(seqs(held.take("r", 3)), None, "still behind what was dropped");
-        assert_eq!(seqs(held.take("r", 4)), None, "4 was dropped too: read");
-        held.hold("r", &events(5..=5));
-        assert_eq!(seqs(held.take("r", 5)), Some(vec![5]), "past the drop: held again");
+        held.hold(&"r".into(), &events(4..=4));
+        assert_eq!(seqs(held.take(&"r".into(), 3)), None, "still behind what was dropped");
+        assert_eq!(seqs(held.take(&"r".into(), 4)), None, "4 was dropped too: read");
+        held.hold(&"r".into(), &events(5..=5));
+        assert_eq!(seqs(held.take(&"r".into(), 5)), Some(vec![5]), "past the drop: held again");
         assert!(held.runs.is_empty() && held.events == 0);
     }
 }

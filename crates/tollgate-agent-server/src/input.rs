@@ -103,9 +103,9 @@ pub(crate) fn parse_query<T: DeserializeOwned>(uri: &axum::http::Uri) -> Result<
 }
 
 /// A run id from the path: a lowercase, hyphenated UUID, else 404.
-pub(crate) struct RunId(pub String);
+pub(crate) struct RunPath(pub tollgate_agent_core::RunId);
 
-impl FromRequestParts<AppState> for RunId {
+impl FromRequestParts<AppState> for RunPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
@@ -115,7 +115,7 @@ impl FromRequestParts<AppState> for RunId {
         if !is_run_id(&id) {
             return Err(ApiError::not_found(format!("no run has id `{id}` (run ids are UUIDs)")));
         }
-        Ok(RunId(id))
+        Ok(RunPath(id.into()))
     }
 }
 

@@ -3,7 +3,7 @@
 //! 422 / 403. Nothing reaches the runtime before the request is known to be well-formed.
 
 use crate::auth::{Caller, Role};
-use crate::input::{RawBody, RunId, is_run_id, parse_json, parse_optional_json, parse_query};
+use crate::input::{RawBody, RunPath, is_run_id, parse_json, parse_optional_json, parse_query};
 use crate::problem::{ApiError, ProblemKind};
 use crate::{AppState, duration};
 use axum::Json;
@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::sync::broadcast;
-use tollgate_agent_core::{Decision, RunQuery, RunRecord, RunStatus};
+use tollgate_agent_core::{CallId, Decision, RunQuery, RunRecord, RunStatus};
 use tollgate_agent_protocol::{
     AgentList, CallDecision, CancelRequest, DecisionRequest, EventPage, Health, Problem, PurgeRequest, PurgeResult,
     Run, RunPage, StartRunRequest, ToolList,
@@ -68,7 +68,7 @@ impl AppState {
 pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, RawBody(body): RawBody) -> ApiResult {
     caller.require(Role::Runner, "start runs")?;
     let StartRunRequest { agent, input, metadata, wait } = parse_json(&body)?;
-    let actor = &caller.actor;
+    let actor = caller.actor.clone();
     let start = StartRun { agent: agent.as_deref(), input: &input, actor, metadata: metadata.unwrap_or_default() };
     // With `wait`, driven here at once when a worker is free; without, queued for the first free worker
     // of any node (answered `queued`, with no wait for a worker).
@@ -149,7 +149,7 @@ pub(crate) async fn list_runs(State(state): State<AppState>, _caller: Caller, ur
     ),
     security(("bearer" = []))
 )]
-pub(crate) async fn get_run(State(state): State<AppState>, _caller: Caller, RunId(id): RunId) -> ApiResult {
+pub(crate) async fn get_run(State(state): State<AppState>, _caller: Caller, RunPath(id): RunPath) -> ApiResult {
     let run = state.runtime.get(&id).await?;
     Ok(Json(run_view(&run)).into_response())
 }
@@ -201,7 +201,7 @@ fn seq_in_range(seq: u64, what: &str) -> Result<u64, ApiError> {
 pub(crate) async fn run_events(
     State(state): State<AppState>,
     caller: Caller,
-    RunId(id): RunId,
+    RunPath(id): RunPath,
     peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     uri: Uri,
@@ -274,7 +274,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 pub(crate) async fn decide(
     State(state): State<AppState>,
     caller: Caller,
-    RunId(id): RunId,
+    RunPath(id): RunPath,
     RawBody(body): RawBody,
 ) -> ApiResult {
     caller.require(Role::Approver, "decide held calls")?;
@@ -320,7 +320,7 @@ pub(crate) fn decision_set(request: &DecisionRequest) -> Result<DecisionSet, Api
     }
 }
 
-fn decision(item: &CallDecision) -> (String, Decision) {
+fn decision(item: &CallDecision) -> (CallId, Decision) {
     let decision = match item {
         CallDecision::Approve(_) => Decision::Approve,
         CallDecision::Edit(edit) => Decision::Edit { arguments: edit.arguments.clone() },
@@ -329,7 +329,7 @@ fn decision(item: &CallDecision) -> (String, Decision) {
         }
         CallDecision::Respond(respond) => Decision::Respond { result: respond.result.clone() },
     };
-    (item.call_id().to_owned(), decision)
+    (item.call_id().clone(), decision)
 }
 
 /// Cancel a run that has not finished.
@@ -351,7 +351,7 @@ fn decision(item: &CallDecision) -> (String, Decision) {
 pub(crate) async fn cancel_run(
     State(state): State<AppState>,
     caller: Caller,
-    RunId(id): RunId,
+    RunPath(id): RunPath,
     RawBody(body): RawBody,
 ) -> ApiResult {
     caller.require(Role::Runner, "cancel runs")?;

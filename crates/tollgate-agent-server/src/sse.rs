@@ -31,7 +31,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
-use tollgate_agent_core::StoredEvent;
+use tollgate_agent_core::{RunId, StoredEvent};
 use tollgate_agent_runtime::{Follower, LiveDelta, LiveText, ReadError, RunDeltas, Runtime};
 
 /// How often a quiet stream looks at the store again while another process's commits are not
@@ -107,7 +107,7 @@ pub(crate) struct Stream {
 /// Answers the SSE form of the events endpoint.
 pub(crate) async fn respond(
     runtime: Runtime,
-    id: String,
+    id: RunId,
     stream: Stream,
     client: StreamClient,
 ) -> Result<Response, ApiError> {
@@ -138,7 +138,7 @@ pub(crate) async fn respond(
 }
 
 struct Tail {
-    id: String,
+    id: RunId,
     follower: Follower,
     /// The live text of the run's model calls, when asked for (`deltas=true`).
     deltas: Option<RunDeltas>,

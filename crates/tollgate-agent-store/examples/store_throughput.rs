@@ -23,17 +23,17 @@ use tollgate_agent_core::store::{Guard, RunStore};
 use tollgate_agent_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
 use tollgate_agent_core::transcript::Usage;
-use tollgate_agent_core::{Approval, ApprovalId, Requirement};
+use tollgate_agent_core::{Approval, ApprovalId, Requirement, RunId};
 
 const T0: i64 = 1_764_410_400_000;
 
 /// Ids unique to this process's start time, so that the check can be rerun on the same database.
-fn run_id(i: usize) -> String {
+fn run_id(i: usize) -> RunId {
     static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let prefix = PREFIX.get_or_init(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
     });
-    format!("{:08x}-{:04x}-7000-8000-{i:012x}", prefix >> 16, prefix & 0xffff)
+    RunId::from(format!("{:08x}-{:04x}-7000-8000-{i:012x}", prefix >> 16, prefix & 0xffff))
 }
 
 fn event(kind: EventKind, round: u32, data: serde_json::Value) -> NewEvent {

@@ -236,7 +236,7 @@ impl RunRow {
             })
             .transpose()?;
         Ok(RunRow {
-            id: run.id.clone(),
+            id: run.id.to_string(),
             agent: run.agent.clone(),
             status: run.status().as_str().to_owned(),
             version: to_sql_int(run.version),
@@ -246,7 +246,7 @@ impl RunRow {
             iterations: i64::from(run.iterations),
             input_tokens: to_sql_int(run.usage.input_tokens),
             output_tokens: to_sql_int(run.usage.output_tokens),
-            created_by: run.created_by.clone(),
+            created_by: run.created_by.to_string(),
             created_at: run.created_at,
             updated_at: run.updated_at,
             finished_at: run.finished_at(),
@@ -403,13 +403,13 @@ impl RunRow {
             iterations,
             usage,
             version: unsigned("version", self.version)?,
-            created_by: self.created_by,
+            created_by: self.created_by.into(),
             created_at: self.created_at,
             updated_at: self.updated_at,
             last_seq: unsigned("last_seq", self.last_seq)?,
             last_hash: self.last_hash,
             state,
-            id,
+            id: id.into(),
         })
     }
 }
@@ -620,7 +620,7 @@ pub(crate) fn plan_transition(
     let mut next = current.apply(transition, now).map_err(|refused| match refused {
         // Someone renewed the lease since the taker read the run: the takeover lost a race.
         TransitionError::LeaseHeld { owner, expires_at } => {
-            StoreError::Conflict { id: current.id.clone(), conflict: Conflict::LeaseHeld { owner, expires_at } }
+            StoreError::Conflict { id: current.id.to_string(), conflict: Conflict::LeaseHeld { owner, expires_at } }
         }
         refused => StoreError::Transition(refused),
     })?;
@@ -981,7 +981,7 @@ mod tests {
         assert_eq!(held.required().collect::<Vec<_>>(), ["call_1", "call_2"]);
         assert_eq!(held.approvals[0].id.as_str(), format!("{}/call_1", run.id));
         assert_eq!(
-            held.approval("call_1").and_then(Approval::settled_by),
+            held.approval(&"call_1".into()).and_then(Approval::settled_by),
             Some(Vote { decision: Decision::Deny { reason: "no".into() }, actor: "alice".into(), at: 2_000 })
         );
         assert!(held.approvals[1].is_pending() && !held.approvals[1].requirement.is_quorum());

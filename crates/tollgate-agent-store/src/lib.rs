@@ -5,19 +5,20 @@
 //!
 //! ```
 //! # use serde_json::json;
-//! # use tollgate_agent_core::{Clock, EventKind, IntegrityCheck, NewEvent, RunRecord, RunStatus, SystemClock};
+//! # use tollgate_agent_core::{Clock, EventKind, IntegrityCheck, NewEvent, RunId, RunRecord, RunStatus, SystemClock};
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # #[cfg(feature = "sqlite")] {
 //! let store = tollgate_agent_store::open("sqlite::memory:").await?; // or sqlite://FILE, postgres://…
 //! let now = SystemClock.now();
-//! let run = RunRecord::new("run-1".into(), "writer".into(), "Save a note".into(), "alice".into(), now, None);
+//! let id = RunId::from("run-1");
+//! let run = RunRecord::new(id.clone(), "writer".into(), "Save a note".into(), "alice".into(), now, None);
 //! let started = NewEvent { at: now, kind: EventKind::RunStarted, round: 0, data: json!({"input": "Save a note"}) };
 //! store.create(run, vec![started]).await?; // the run and its first events, in one transaction
 //!
-//! let run = store.get("run-1").await?;
+//! let run = store.get(&id).await?;
 //! assert_eq!((run.status(), run.last_seq), (RunStatus::Queued, 1));
-//! let events = store.events("run-1", 0, 100).await?;
+//! let events = store.events(&id, 0, 100).await?;
 //! assert!(tollgate_agent_core::verify_chain(&events, run.last_seq, &run.last_hash).is_ok());
 //! store.probe_write().await?; // what `/readyz` asks
 //! assert!(store.check_integrity(IntegrityCheck::Quick).await?.is_empty());

@@ -295,6 +295,6 @@ impl Listener {
             tracing::warn!(run = %payload.id, status = %payload.status, "ignoring a change notification with an unknown status");
             return None;
         };
-        Some(StoreChange::Run { id: payload.id, version: payload.version, status, last_seq: payload.last_seq })
+        Some(StoreChange::Run { id: payload.id.into(), version: payload.version, status, last_seq: payload.last_seq })
     }
 }

@@ -3,9 +3,9 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{PoisonError, RwLock, Weak};
-use tollgate_agent_core::{CommitTap, StoredEvent};
+use tollgate_agent_core::{CommitTap, RunId, StoredEvent};
 
-type WeakTap = Weak<dyn Fn(&str, &[StoredEvent]) + Send + Sync>;
+type WeakTap = Weak<dyn Fn(&RunId, &[StoredEvent]) + Send + Sync>;
 
 /// The taps a store was given, each held weakly: dropped by its caller, it is forgotten.
 #[derive(Default)]
@@ -21,7 +21,7 @@ impl Taps {
 
     /// Hands a commit's events of run `run_id` to every tap. A tap that panics is logged and the
     /// commit goes on: it was already durable.
-    pub(crate) fn fire(&self, run_id: &str, events: &[StoredEvent]) {
+    pub(crate) fn fire(&self, run_id: &RunId, events: &[StoredEvent]) {
         if events.is_empty() {
             return;
         }
@@ -56,23 +56,24 @@ mod tests {
         let taps = Taps::default();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let kept = seen.clone();
-        let tap: CommitTap = Arc::new(move |run: &str, events: &[StoredEvent]| {
+        let tap: CommitTap = Arc::new(move |run: &RunId, events: &[StoredEvent]| {
             kept.lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push((run.to_owned(), events.iter().map(|e| e.seq).collect::<Vec<_>>()));
+                .push((run.clone(), events.iter().map(|e| e.seq).collect::<Vec<_>>()));
         });
-        let panicking: CommitTap = Arc::new(|_: &str, _: &[StoredEvent]| panic!("a broken follower"));
+        let panicking: CommitTap = Arc::new(|_: &RunId, _: &[StoredEvent]| panic!("a broken follower"));
         taps.add(&panicking);
         taps.add(&tap);
-        taps.fire("r", &[event(1), event(2)]);
-        taps.fire("r", &[]);
+        let run = RunId::from("r");
+        taps.fire(&run, &[event(1), event(2)]);
+        taps.fire(&run, &[]);
         assert_eq!(
             *seen.lock().unwrap_or_else(PoisonError::into_inner),
-            vec![("r".to_owned(), vec![1, 2])],
+            vec![(run.clone(), vec![1, 2])],
             "once, and nothing for no events"
         );
         drop(tap);
-        taps.fire("r", &[event(3)]);
+        taps.fire(&run, &[event(3)]);
         assert_eq!(seen.lock().unwrap_or_else(PoisonError::into_inner).len(), 1, "a dropped tap is forgotten");
         taps.add(&panicking);
         assert_eq!(

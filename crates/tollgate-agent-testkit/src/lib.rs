@@ -9,7 +9,7 @@
 //! use std::sync::Arc;
 //! use tollgate_agent_core::scripted::{Script, ScriptedModel};
 //! use tollgate_agent_core::{
-//!     AgentLoop, Decision, Decisions, Gate, LoopConfig, Outcome, RunScope, ToolLoop, ToolRegistry,
+//!     AgentLoop, CallId, Decision, Decisions, Gate, LoopConfig, Outcome, RunScope, ToolLoop, ToolRegistry,
 //! };
 //! use tollgate_agent_testkit::{RecordingHooks, TestTool};
 //!
@@ -26,7 +26,7 @@
 //! assert_eq!(write.call_count(), 0); // held at the gate: nothing ran
 //! let approve: Decisions = held.decidable_calls().map(|c| (c.call_id.clone(), Decision::Approve)).collect();
 //! agent.resume(&scope, held, &approve, &hooks).await?;
-//! assert_eq!(write.calls(), [("call_1".to_owned(), json!({"text": "hi"}))]);
+//! assert_eq!(write.calls(), [(CallId::from("call_1"), json!({"text": "hi"}))]);
 //! assert!(hooks.lines().contains(&"tool_started 1 call_1 write ask".to_owned()));
 //! # Ok(()) }
 //! ```
@@ -40,7 +40,8 @@ use serde_json::{Value, json};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::{
-    BoxFuture, Gate, HookError, LoopEvent, LoopHooks, Requirement, Tool, ToolContext, ToolError, ToolOutput,
+    BoxFuture, CallId, Gate, HookError, LoopEvent, LoopHooks, Requirement, RunId, Tool, ToolContext, ToolError,
+    ToolOutput,
 };
 
 /// What a [`TestTool`] does when called.
@@ -76,7 +77,7 @@ pub struct TestTool {
     preview: Option<String>,
     requirement: Requirement,
     behaviour: Behaviour,
-    calls: Arc<Mutex<Vec<(String, Value)>>>,
+    calls: Arc<Mutex<Vec<(CallId, Value)>>>,
     contexts: Arc<Mutex<Vec<ToolContext>>>,
 }
 
@@ -134,7 +135,7 @@ impl TestTool {
     }
 
     /// Every invocation so far: (call id, arguments).
-    pub fn calls(&self) -> Vec<(String, Value)> {
+    pub fn calls(&self) -> Vec<(CallId, Value)> {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
@@ -424,13 +425,13 @@ impl tollgate_agent_core::RunRows for FailingStore {
 
     fn get<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
     ) -> BoxFuture<'a, Result<tollgate_agent_core::RunRecord, tollgate_agent_core::StoreError>> {
         self.run_reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.broken_with().unwrap_or_else(|| self.inner.get(id))
     }
 
-    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, tollgate_agent_core::StoreError>> {
+    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<RunId, tollgate_agent_core::StoreError>> {
         self.inner.resolve_prefix(prefix)
     }
 
@@ -443,7 +444,7 @@ impl tollgate_agent_core::RunRows for FailingStore {
 
     fn transition<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         guard: tollgate_agent_core::Guard,
         transition: tollgate_agent_core::Transition,
         events: Vec<tollgate_agent_core::NewEvent>,
@@ -458,7 +459,7 @@ impl tollgate_agent_core::RunRows for FailingStore {
 
     fn append<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         owner: &'a str,
         events: Vec<tollgate_agent_core::NewEvent>,
         lease_until: tollgate_agent_core::Millis,
@@ -471,7 +472,7 @@ impl tollgate_agent_core::RunRows for FailingStore {
 impl tollgate_agent_core::EventLog for FailingStore {
     fn events<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         after: u64,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<tollgate_agent_core::StoredEvent>, tollgate_agent_core::StoreError>> {

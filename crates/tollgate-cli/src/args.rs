@@ -4,6 +4,7 @@
 use crate::duration::parse_duration;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use std::time::Duration;
+use tollgate_agent_core::CallId;
 
 /// The `tollgate` command line.
 #[derive(Debug, Parser)]
@@ -135,7 +136,7 @@ pub struct ApproveArgs {
     pub run: String,
     /// A held call to approve (repeatable); without it, every undecided call.
     #[arg(long = "call", value_name = "ID")]
-    pub calls: Vec<String>,
+    pub calls: Vec<CallId>,
 }
 
 /// `tollgate deny`.
@@ -145,7 +146,7 @@ pub struct DenyArgs {
     pub run: String,
     /// A held call to deny (repeatable); without it, every undecided call.
     #[arg(long = "call", value_name = "ID")]
-    pub calls: Vec<String>,
+    pub calls: Vec<CallId>,
     /// Why, passed to the model.
     #[arg(long, value_name = "TEXT")]
     pub reason: String,
@@ -158,7 +159,7 @@ pub struct EditArgs {
     pub run: String,
     /// The held call to run with new arguments.
     #[arg(long = "call", value_name = "ID")]
-    pub call: String,
+    pub call: CallId,
     /// The new arguments, a JSON object.
     #[arg(long = "args", value_name = "JSON")]
     pub arguments: String,
@@ -171,7 +172,7 @@ pub struct RespondArgs {
     pub run: String,
     /// The held call to answer.
     #[arg(long = "call", value_name = "ID")]
-    pub call: String,
+    pub call: CallId,
     /// The result the model receives in the tool's place.
     #[arg(long, value_name = "TEXT")]
     pub result: String,

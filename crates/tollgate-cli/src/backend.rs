@@ -11,7 +11,7 @@ use crate::remote::{EventFeed, Remote};
 use crate::view::RunView;
 use serde_json::Value;
 use std::time::Duration;
-use tollgate_agent_core::{ChainBreak, Decision, RunStatus, StoredEvent};
+use tollgate_agent_core::{Actor, CallId, ChainBreak, Decision, RunId, RunStatus, StoredEvent};
 use tollgate_agent_runtime::DecisionSet;
 
 /// Where the runs are.
@@ -65,7 +65,7 @@ impl Backend {
     }
 
     /// Reads one run by its full id.
-    pub async fn get(&self, id: &str) -> Result<RunView, CliError> {
+    pub async fn get(&self, id: &RunId) -> Result<RunView, CliError> {
         match self {
             Backend::Local(local) => local.get(id).await,
             Backend::Remote(remote) => remote.get(id).await,
@@ -73,7 +73,7 @@ impl Backend {
     }
 
     /// The full id of the one run whose id starts with `prefix`; exit 1 naming it when none or several.
-    pub async fn resolve(&self, prefix: &str) -> Result<String, CliError> {
+    pub async fn resolve(&self, prefix: &str) -> Result<RunId, CliError> {
         match self {
             Backend::Local(local) => local.resolve(prefix).await,
             Backend::Remote(remote) => remote.resolve(prefix).await,
@@ -81,7 +81,7 @@ impl Backend {
     }
 
     /// Waits until run `id` waits for approval or has ended.
-    pub async fn wait_settled(&self, id: &str) -> Result<RunView, CliError> {
+    pub async fn wait_settled(&self, id: &RunId) -> Result<RunView, CliError> {
         match self {
             Backend::Local(local) => local.wait_settled(id).await,
             Backend::Remote(remote) => remote.wait_settled(id).await,
@@ -102,7 +102,7 @@ impl Backend {
     }
 
     /// A run's events after seq `after` (0 for all).
-    pub async fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, CliError> {
+    pub async fn events(&self, id: &RunId, after: u64) -> Result<Vec<StoredEvent>, CliError> {
         match self {
             Backend::Local(local) => local.events(id, after).await,
             Backend::Remote(remote) => remote.events(id, after).await,
@@ -120,7 +120,7 @@ impl Backend {
     }
 
     /// Cancels a run that has not finished.
-    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<RunView, CliError> {
+    pub async fn cancel(&self, id: &RunId, reason: Option<&str>) -> Result<RunView, CliError> {
         match self {
             Backend::Local(local) => local.cancel(id, reason).await,
             Backend::Remote(remote) => remote.cancel(id, reason).await,
@@ -145,7 +145,7 @@ impl Backend {
     }
 
     /// Checks run `id`'s hash chain: the number of events when intact, else where it breaks.
-    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, CliError> {
+    pub async fn verify(&self, id: &RunId) -> Result<Result<u64, ChainBreak>, CliError> {
         match self {
             Backend::Local(local) => local.verify(id).await,
             Backend::Remote(remote) => remote.verify(id).await,
@@ -153,7 +153,7 @@ impl Backend {
     }
 
     /// A watch on run `id`'s changes. Open it before reading the run, so no change in between is missed.
-    pub fn watch(&self, id: &str) -> Watch {
+    pub fn watch(&self, id: &RunId) -> Watch {
         match self {
             Backend::Local(local) => Watch::Local(local.watch(id)),
             Backend::Remote(remote) => Watch::Remote(Box::new(remote.feed(id))),
@@ -171,16 +171,16 @@ impl Backend {
 
     /// The actor decisions sent from here are recorded as, when this command line knows it: locally
     /// [`ACTOR`](crate::local::ACTOR); through a server the name of the token, which only the server knows.
-    pub fn actor(&self) -> Option<&str> {
+    pub fn actor(&self) -> Option<&Actor> {
         match self {
-            Backend::Local(_) => Some(crate::local::ACTOR),
+            Backend::Local(local) => Some(local.actor()),
             Backend::Remote(_) => None,
         }
     }
 
     /// Checks one decision against `run`'s held turn before anything is sent, where that can be done
     /// here: locally with the agent's own loop; through the API the server checks it when it is sent.
-    pub async fn check_decision(&self, run: &RunView, call_id: &str, decision: &Decision) -> Result<(), String> {
+    pub async fn check_decision(&self, run: &RunView, call_id: &CallId, decision: &Decision) -> Result<(), String> {
         match self {
             Backend::Local(local) => local.check_decision(&run.id, call_id, decision).await,
             Backend::Remote(_) => Ok(()),

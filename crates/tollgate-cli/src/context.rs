@@ -7,7 +7,7 @@ use crate::render;
 use crate::view::RunView;
 use serde_json::Value;
 use std::io::Write;
-use tollgate_agent_core::RunStatus;
+use tollgate_agent_core::{RunId, RunStatus};
 use tollgate_agent_runtime::DecisionSet;
 
 /// What every command works with: the backend and the output options.
@@ -53,7 +53,7 @@ impl Context {
     }
 
     /// The full id of the one run whose id starts with `prefix`.
-    pub async fn resolve(&self, prefix: &str) -> Result<String, CliError> {
+    pub async fn resolve(&self, prefix: &str) -> Result<RunId, CliError> {
         if prefix.trim().is_empty() {
             return Err(CliError::usage("a run id (or a unique prefix of one) is required"));
         }

@@ -25,7 +25,8 @@ use std::collections::BTreeMap;
 use tollgate_agent_core::canonical::canonical_sha256;
 use tollgate_agent_core::redact::Redactor;
 use tollgate_agent_core::{
-    EventKind, IntegrityCheck, RunQuery, RunRecord, RunState, StoreError, StoreHealth, StoredEvent, verify_chain_with,
+    EventKind, IntegrityCheck, RunId, RunQuery, RunRecord, RunState, StoreError, StoreHealth, StoredEvent,
+    verify_chain_with,
 };
 use tollgate_agent_runtime::Runtime;
 
@@ -59,7 +60,7 @@ pub struct Summary {
 #[derive(Debug, Serialize)]
 pub struct BrokenChain {
     /// The run.
-    pub id: String,
+    pub id: RunId,
     /// The first event that does not verify.
     pub first_bad_seq: u64,
     /// How it breaks.
@@ -70,7 +71,7 @@ pub struct BrokenChain {
 #[derive(Debug, Serialize)]
 pub struct Mismatch {
     /// The run.
-    pub id: String,
+    pub id: RunId,
     /// What disagrees.
     pub message: String,
 }
@@ -88,7 +89,7 @@ pub struct LogForm {
 #[derive(Debug, Serialize)]
 pub struct Unreadable {
     /// The run.
-    pub id: String,
+    pub id: RunId,
     /// The store's error.
     pub error: String,
 }
@@ -130,7 +131,7 @@ pub async fn check(runtime: &Runtime, form: &LogForm) -> Summary {
                 break;
             }
         };
-        for id in page.skipped {
+        for id in page.skipped.into_iter().map(RunId::from) {
             summary.runs_checked += 1;
             let error = match runtime.get(&id).await {
                 Err(error) => error.to_string(),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tollgate_agent_app::App;
 use tollgate_agent_config::{Config, ConfigLoader};
-use tollgate_agent_core::{ChainBreak, Decision, RunQuery, RunRecord, RunStatus, StoredEvent};
+use tollgate_agent_core::{Actor, CallId, ChainBreak, Decision, RunId, RunQuery, RunRecord, RunStatus, StoredEvent};
 use tollgate_agent_runtime::{
     DecideError as Refused, DecisionSet, LiveDelta, LiveText, Maintenance, RunDeltas, RunNotice, Runtime, Schedule,
     StartRun,
@@ -38,6 +38,8 @@ pub struct Local {
     /// The configuration in force.
     pub config: Config,
     pub(crate) app: App,
+    /// [`ACTOR`], as the runtime takes it.
+    actor: Actor,
     /// The model's live text, subscribed to before the last run was started (so its first model call's
     /// text is not missed), for the watch of that run.
     early_text: std::sync::Mutex<Option<broadcast::Receiver<Arc<LiveDelta>>>>,
@@ -59,8 +61,14 @@ impl Local {
             workspace: app.workspace.clone(),
             config,
             app,
+            actor: Actor::new(ACTOR),
             early_text: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The actor everything done from this command line is recorded as: [`ACTOR`].
+    pub fn actor(&self) -> &Actor {
+        &self.actor
     }
 
     /// Stops what the process started (MCP servers).
@@ -100,21 +108,21 @@ impl Local {
     ) -> Result<RunView, CliError> {
         self.ensure_workspace()?;
         *self.early_text.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(self.runtime.deltas());
-        view(&self.runtime.start(StartRun { agent, input, actor: ACTOR, metadata }).await?)
+        view(&self.runtime.start(StartRun { agent, input, actor: self.actor.clone(), metadata }).await?)
     }
 
     /// Reads one run.
-    pub async fn get(&self, id: &str) -> Result<RunView, CliError> {
+    pub async fn get(&self, id: &RunId) -> Result<RunView, CliError> {
         view(&self.runtime.get(id).await?)
     }
 
     /// The full id of the one run whose id starts with `prefix` (the store looks it up by index).
-    pub async fn resolve(&self, prefix: &str) -> Result<String, CliError> {
+    pub async fn resolve(&self, prefix: &str) -> Result<RunId, CliError> {
         Ok(self.runtime.resolve(prefix).await?)
     }
 
     /// Waits until run `id` waits for approval or has ended.
-    pub async fn wait_settled(&self, id: &str) -> Result<RunView, CliError> {
+    pub async fn wait_settled(&self, id: &RunId) -> Result<RunView, CliError> {
         view(&self.runtime.wait_settled(id).await?)
     }
 
@@ -130,7 +138,7 @@ impl Local {
     }
 
     /// A run's events after seq `after`.
-    pub async fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, CliError> {
+    pub async fn events(&self, id: &RunId, after: u64) -> Result<Vec<StoredEvent>, CliError> {
         Ok(self.runtime.all_events(id, after).await?)
     }
 
@@ -138,7 +146,7 @@ impl Local {
     pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecisionRefused> {
         self.ensure_workspace().map_err(DecisionRefused::Failed)?;
         let digest = run.pending.as_ref().map(|p| p.turn_digest.clone()).unwrap_or_default();
-        match self.runtime.decide(&run.id, &digest, set.clone(), ACTOR).await {
+        match self.runtime.decide(&run.id, &digest, set.clone(), &self.actor).await {
             Ok(next) => view(&next).map_err(DecisionRefused::Failed),
             Err(error) => Err(match &error {
                 Refused::NotWaiting { .. }
@@ -160,8 +168,8 @@ impl Local {
     }
 
     /// Cancels a run that has not finished.
-    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<RunView, CliError> {
-        view(&self.runtime.cancel(id, ACTOR, reason).await?)
+    pub async fn cancel(&self, id: &RunId, reason: Option<&str>) -> Result<RunView, CliError> {
+        view(&self.runtime.cancel(id, &self.actor, reason).await?)
     }
 
     /// Applies retention now: terminal runs older than `older_than` (else the configured window) and
@@ -193,25 +201,25 @@ impl Local {
 
     /// Checks run `id`'s hash chain against its recorded head: the number of events when it is intact,
     /// else where it breaks.
-    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, CliError> {
+    pub async fn verify(&self, id: &RunId) -> Result<Result<u64, ChainBreak>, CliError> {
         Ok(self.runtime.verify(id).await?)
     }
 
     /// A watch on run `id`'s changes in this process.
-    pub fn watch(&self, id: &str) -> LocalWatch {
+    pub fn watch(&self, id: &RunId) -> LocalWatch {
         let early = self.early_text.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         LocalWatch {
             notices: self.runtime.subscribe(),
             deltas: RunDeltas::new(early.unwrap_or_else(|| self.runtime.deltas()), id),
             text: Vec::new(),
-            run_id: id.to_owned(),
+            run_id: id.clone(),
             runtime: self.runtime.clone(),
         }
     }
 
     /// Whether this command line (the actor [`ACTOR`]) may decide `run`, as the runtime rules it.
     pub fn may_decide(&self, run: &RunView) -> Result<(), String> {
-        self.runtime.check_decider(&run.agent, &run.created_by, ACTOR).map_err(|error| match error {
+        self.runtime.check_decider(&run.agent, &run.created_by, &self.actor).map_err(|error| match error {
             Refused::UnknownAgent(agent) => {
                 format!("run {} belongs to agent `{agent}`, which this configuration does not have", run.id)
             }
@@ -221,7 +229,7 @@ impl Local {
 
     /// Checks a decision against the held turn of run `run_id` as the runtime would (the call takes a
     /// decision, edited arguments pass the tool's checks), before it is sent.
-    pub async fn check_decision(&self, run_id: &str, call_id: &str, decision: &Decision) -> Result<(), String> {
+    pub async fn check_decision(&self, run_id: &RunId, call_id: &CallId, decision: &Decision) -> Result<(), String> {
         self.runtime.check_decision(run_id, call_id, decision).await.map_err(|e| e.to_string())
     }
 }
@@ -234,7 +242,7 @@ pub struct LocalWatch {
     deltas: RunDeltas,
     /// This run's live text received and not taken yet.
     text: Vec<(u32, LiveText)>,
-    run_id: String,
+    run_id: RunId,
     runtime: Runtime,
 }
 

@@ -45,7 +45,7 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
-use tollgate_agent_core::{Decision, EventKind, RunStatus};
+use tollgate_agent_core::{Actor, CallId, Decision, EventKind, RunId, RunStatus};
 use tollgate_agent_protocol::Call;
 use tollgate_agent_runtime::{DecisionSet, LiveText};
 /// The question asked for each held call.
@@ -67,7 +67,7 @@ pub(crate) fn is_interactive() -> bool {
 
 /// Follows run `run_id` on the terminal until it ends, or until the person leaves it waiting; asks at
 /// every gate it reaches. Returns the run as it settled.
-pub(crate) async fn follow_on_terminal(ctx: &Context, run_id: &str) -> Result<RunView, CliError> {
+pub(crate) async fn follow_on_terminal(ctx: &Context, run_id: &RunId) -> Result<RunView, CliError> {
     let backend = ctx.backend();
     let mut watch = backend.watch(run_id);
     let mut steps = Steps::new(ctx.is_quiet());
@@ -132,7 +132,7 @@ impl Steps {
     }
 
     /// Prints the events committed since the last call.
-    async fn catch_up(&mut self, backend: &Backend, run_id: &str) -> Result<(), CliError> {
+    async fn catch_up(&mut self, backend: &Backend, run_id: &RunId) -> Result<(), CliError> {
         for event in backend.events(run_id, self.after).await? {
             self.after = event.seq;
             if let Some(activity) = steps::activity(&event) {
@@ -264,11 +264,11 @@ enum AtGate {
 /// The quorum calls this prompt approved, by turn digest and call id. The person at the terminal may
 /// not approve them again, so while they wait for other approvers they are not asked about.
 #[derive(Debug, Default)]
-struct ApprovedHere(HashSet<(String, String)>);
+struct ApprovedHere(HashSet<(String, CallId)>);
 
 impl ApprovedHere {
     /// Notes the approvals of quorum calls among `decisions`, sent for the held turn `digest` of `open`.
-    fn note(&mut self, digest: &str, open: &[&Call], decisions: &[(String, Decision)]) {
+    fn note(&mut self, digest: &str, open: &[&Call], decisions: &[(CallId, Decision)]) {
         for (call_id, decision) in decisions {
             let quorum = open.iter().any(|c| &c.call_id == call_id && c.approvals.is_some());
             if quorum && matches!(decision, Decision::Approve) {
@@ -280,7 +280,7 @@ impl ApprovedHere {
     /// True when `call` is a quorum call of the held turn `digest` that the person at the terminal
     /// approved already: approved from this prompt, or `actor` (the one decisions from here are recorded
     /// as, when known) is among its approvers.
-    fn waits_for_others(&self, digest: &str, call: &Call, actor: Option<&str>) -> bool {
+    fn waits_for_others(&self, digest: &str, call: &Call, actor: Option<&Actor>) -> bool {
         let Some(approvals) = &call.approvals else { return false };
         self.0.contains(&(digest.to_owned(), call.call_id.clone()))
             || actor.is_some_and(|me| approvals.given.iter().any(|given| given == me))
@@ -574,7 +574,7 @@ mod tests {
             result: None,
             approvals: Some(tollgate_agent_protocol::Approvals {
                 required: 2,
-                given: given.iter().map(|g| (*g).to_owned()).collect(),
+                given: given.iter().copied().map(Actor::from).collect(),
             }),
         }
     }
@@ -612,8 +612,8 @@ mod tests {
         assert!(!approved.waits_for_others("sha256:a", &plain, None), "a single decision settles a plain call");
         // Approved elsewhere by the actor this command line decides as.
         let fresh = ApprovedHere::default();
-        assert!(fresh.waits_for_others("sha256:a", &after, Some("bob")));
-        assert!(!fresh.waits_for_others("sha256:a", &after, Some("local")));
+        assert!(fresh.waits_for_others("sha256:a", &after, Some(&Actor::from("bob"))));
+        assert!(!fresh.waits_for_others("sha256:a", &after, Some(&Actor::from("local"))));
         // A deny is not an approval: the call is not waiting on anyone.
         let mut denied = ApprovedHere::default();
         denied.note("sha256:a", &[&open], &[("call_1".into(), Decision::Deny { reason: "no".into() })]);

@@ -28,7 +28,7 @@ use crate::view::RunView;
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use tollgate_agent_core::{ChainBreak, Decision, RunStatus, StoredEvent, verify_chain};
+use tollgate_agent_core::{CallId, ChainBreak, Decision, RunId, RunStatus, StoredEvent, verify_chain};
 use tollgate_agent_protocol::{
     ApproveDecision, CallDecision, CancelRequest, DecisionRequest, DenyDecision, EditDecision, Problem, PurgeRequest,
     PurgeResult, RespondDecision, RunPage, StartRunRequest,
@@ -172,11 +172,17 @@ impl Remote {
     }
 
     /// The error for a request about run `id`: a 404 means the run is gone.
-    fn run_error(&self, error: HttpError, id: &str) -> CliError {
+    fn run_error(&self, error: HttpError, id: &RunId) -> CliError {
         self.error(error, |_| CliError::failed(format!("run {id} not found")))
     }
 
-    async fn run_call(&self, method: Method, path: &str, id: &str, body: Option<&Value>) -> Result<RunView, CliError> {
+    async fn run_call(
+        &self,
+        method: Method,
+        path: &str,
+        id: &RunId,
+        body: Option<&Value>,
+    ) -> Result<RunView, CliError> {
         let json = self.call(method, self.url(path, &[]), body).await.map_err(|e| self.run_error(e, id))?;
         self.view(json)
     }
@@ -216,16 +222,16 @@ impl Remote {
     }
 
     /// Reads one run.
-    pub async fn get(&self, id: &str) -> Result<RunView, CliError> {
+    pub async fn get(&self, id: &RunId) -> Result<RunView, CliError> {
         self.run_call(Method::GET, &format!("v1/runs/{id}"), id, None).await
     }
 
     /// The full id of the one run whose id starts with `prefix` (see the module's notes on the cost).
-    pub async fn resolve(&self, prefix: &str) -> Result<String, CliError> {
+    pub async fn resolve(&self, prefix: &str) -> Result<RunId, CliError> {
         let none = || CliError::failed(format!("no run matches `{prefix}`"));
         if is_full_id(prefix) {
             return match self.call(Method::GET, self.url(&format!("v1/runs/{prefix}"), &[]), None).await {
-                Ok(_) => Ok(prefix.to_owned()),
+                Ok(_) => Ok(RunId::from(prefix)),
                 Err(error) => Err(self.error(error, |_| none())),
             };
         }
@@ -263,7 +269,7 @@ impl Remote {
     }
 
     /// Waits until run `id` waits for approval or has ended, following its live events.
-    pub async fn wait_settled(&self, id: &str) -> Result<RunView, CliError> {
+    pub async fn wait_settled(&self, id: &RunId) -> Result<RunView, CliError> {
         let mut feed = self.feed(id);
         loop {
             let run = self.get(id).await?;
@@ -296,7 +302,7 @@ impl Remote {
     }
 
     /// A run's events after seq `after` (the server answers them all).
-    pub async fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, CliError> {
+    pub async fn events(&self, id: &RunId, after: u64) -> Result<Vec<StoredEvent>, CliError> {
         let url = self.url(&format!("v1/runs/{id}/events"), &[("after", &after.to_string())]);
         let answer = self.call(Method::GET, url, None).await.map_err(|e| self.run_error(e, id))?;
         serde_json::from_value(answer["events"].clone())
@@ -335,7 +341,7 @@ impl Remote {
     }
 
     /// Cancels a run that has not finished.
-    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<RunView, CliError> {
+    pub async fn cancel(&self, id: &RunId, reason: Option<&str>) -> Result<RunView, CliError> {
         let body = request_body(&CancelRequest { reason: reason.map(str::to_owned) });
         self.run_call(Method::POST, &format!("v1/runs/{id}/cancel"), id, Some(&body)).await
     }
@@ -390,7 +396,7 @@ impl Remote {
 
     /// Checks run `id`'s hash chain as served (see the module's notes): the number of events when it is
     /// intact, else where it breaks.
-    pub async fn verify(&self, id: &str) -> Result<Result<u64, ChainBreak>, CliError> {
+    pub async fn verify(&self, id: &RunId) -> Result<Result<u64, ChainBreak>, CliError> {
         let events = self.events(id, 0).await?;
         let head = events.last().map(|e| e.hash.clone()).unwrap_or_default();
         let count = events.len() as u64;
@@ -398,10 +404,10 @@ impl Remote {
     }
 
     /// A follower of run `id`'s live events, from its first.
-    pub fn feed(&self, id: &str) -> EventFeed {
+    pub fn feed(&self, id: &RunId) -> EventFeed {
         EventFeed {
             remote: self.clone(),
-            run_id: id.to_owned(),
+            run_id: id.clone(),
             last_seq: 0,
             response: None,
             buffer: Vec::new(),
@@ -411,7 +417,7 @@ impl Remote {
 
     /// Opens the live stream after `after`, with the model's live text (`deltas=true`); `None` when the
     /// run has ended and every event was sent (204).
-    async fn open_stream(&self, id: &str, after: u64) -> Result<Option<reqwest::Response>, String> {
+    async fn open_stream(&self, id: &RunId, after: u64) -> Result<Option<reqwest::Response>, String> {
         let url = self.url(&format!("v1/runs/{id}/events"), &[("deltas", "true")]);
         let mut request = self.request(Method::GET, url).header(reqwest::header::ACCEPT, "text/event-stream");
         if after > 0 {
@@ -429,7 +435,7 @@ impl Remote {
 /// Follows a run's live events (SSE) as a signal that the run changed; the caller reads the run itself.
 pub struct EventFeed {
     remote: Remote,
-    run_id: String,
+    run_id: RunId,
     /// The seq of the last event received: a new stream starts after it.
     last_seq: u64,
     response: Option<reqwest::Response>,
@@ -551,8 +557,8 @@ fn request_body<T: serde::Serialize>(request: &T) -> Value {
 }
 
 /// One decision of a `decisions` body.
-fn call_decision(call_id: &str, decision: &Decision) -> CallDecision {
-    let call_id = call_id.to_owned();
+fn call_decision(call_id: &CallId, decision: &Decision) -> CallDecision {
+    let call_id = call_id.clone();
     match decision {
         Decision::Approve => CallDecision::Approve(ApproveDecision { call_id }),
         Decision::Edit { arguments } => CallDecision::Edit(EditDecision { call_id, arguments: arguments.clone() }),
@@ -622,7 +628,7 @@ mod tests {
     #[test]
     fn sse_blocks_count_events_and_track_the_last_seq() {
         let Ok(remote) = Remote::new("http://127.0.0.1:1", None) else { panic!("a valid URL") };
-        let mut feed = remote.feed("r");
+        let mut feed = remote.feed(&RunId::from("r"));
         assert_eq!(feed.take(b": keep-alive\n\n"), 0, "a comment is no event");
         assert_eq!(feed.take(b"id: 3\nevent: decision\ndata: {}\n\nid: 4\nevent: run_resumed\nda"), 1);
         assert_eq!(feed.last_seq, 3);

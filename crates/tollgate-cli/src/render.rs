@@ -73,7 +73,7 @@ pub fn runs_table(runs: &[RunView], now: Millis) -> String {
     let mut rows = vec![vec!["ID".into(), "AGENT".into(), "STATUS".into(), "AGE".into(), "INPUT".into()]];
     rows.extend(runs.iter().map(|run| {
         vec![
-            run.id.clone(),
+            run.id.to_string(),
             run.agent.clone(),
             run.status.to_string(),
             age_of(now, &run.created_at),
@@ -86,7 +86,7 @@ pub fn runs_table(runs: &[RunView], now: Millis) -> String {
 /// One run as `show` prints it: its fields, then the held turn with each call's preview and decision.
 pub fn run_details(run: &RunView, now: Millis) -> String {
     let mut rows: Vec<Vec<String>> = vec![
-        vec!["run".into(), run.id.clone()],
+        vec!["run".into(), run.id.to_string()],
         vec!["agent".into(), run.agent.clone()],
         vec!["status".into(), run.status.to_string()],
         vec!["input".into(), one_line(&run.input, 200)],
@@ -258,6 +258,7 @@ pub fn unfinished_reason(run: &RunView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_agent_core::Actor;
 
     #[test]
     fn ages_use_the_largest_whole_unit() {
@@ -314,7 +315,7 @@ mod tests {
     #[test]
     fn a_quorum_count_says_how_many_of_how_many_and_who() {
         let count = |required, given: &[&str]| {
-            approvals_count(&Approvals { required, given: given.iter().map(|g| (*g).to_owned()).collect() })
+            approvals_count(&Approvals { required, given: given.iter().copied().map(Actor::from).collect() })
         };
         assert_eq!(count(2, &[]), "0 of 2 approvals");
         assert_eq!(count(2, &["alice"]), "1 of 2 approvals (alice)");

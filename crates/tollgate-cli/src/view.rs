@@ -6,7 +6,7 @@
 //! fields.
 
 use serde_json::Value;
-use tollgate_agent_core::{Millis, RunRecord, RunStatus};
+use tollgate_agent_core::{Actor, Millis, RunId, RunRecord, RunStatus};
 use tollgate_agent_protocol::{Call, Pending, Run, RunError, Usage};
 
 /// One run: the docs/api.md object as it is ([`RunView::json`]) and its fields, typed by
@@ -16,7 +16,7 @@ pub struct RunView {
     /// The run object exactly as built or received, for `--json`.
     pub json: Value,
     /// The run's id.
-    pub id: String,
+    pub id: RunId,
     /// The agent's name.
     pub agent: String,
     /// Its status.
@@ -34,7 +34,7 @@ pub struct RunView {
     /// Tokens so far.
     pub usage: Usage,
     /// Who started it.
-    pub created_by: String,
+    pub created_by: Actor,
     /// When it was started (RFC 3339).
     pub created_at: String,
     /// Its last change (RFC 3339).

@@ -6,6 +6,7 @@ use futures_util::stream::BoxStream;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tollgate_agent_protocol::RunId;
 use tollgate_agent_runtime::{Follower, ReadError, Runtime};
 
 /// How long the stream waits for a notice before it reads the store again while the store does not
@@ -26,7 +27,7 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 #[must_use = "a stream does nothing unless polled"]
 pub struct EventStream {
     runtime: Runtime,
-    run_id: String,
+    run_id: RunId,
     after: u64,
     poll_interval: Duration,
     inner: Option<BoxStream<'static, Result<Event, ReadError>>>,
@@ -43,7 +44,7 @@ impl std::fmt::Debug for EventStream {
 }
 
 impl EventStream {
-    pub(crate) fn new(runtime: Runtime, run_id: String) -> Self {
+    pub(crate) fn new(runtime: Runtime, run_id: RunId) -> Self {
         Self { runtime, run_id, after: 0, poll_interval: DEFAULT_POLL_INTERVAL, inner: None }
     }
 

@@ -2,7 +2,7 @@
 
 use crate::Decision;
 use serde_json::Value;
-use tollgate_agent_protocol::Call;
+use tollgate_agent_protocol::{Actor, Call, CallId, RunId};
 
 /// The turn a waiting run holds at the gate: what a person decides on. From [`Tollgate::pending`].
 ///
@@ -13,13 +13,13 @@ use tollgate_agent_protocol::Call;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Held {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The turn's digest (`sha256:` + hex).
     pub digest: String,
     /// The approval deadline (RFC 3339 UTC), if the agent has one.
     pub expires_at: Option<String>,
     /// The actor who started the run.
-    pub started_by: String,
+    pub started_by: Actor,
     /// Every call of the held turn, allow-gated ones too; [`awaiting`](Self::awaiting) gives those
     /// that take a decision.
     pub calls: Vec<Call>,
@@ -32,8 +32,8 @@ impl Held {
     }
 
     /// The call with this id.
-    pub fn call(&self, call_id: &str) -> Option<&Call> {
-        self.calls.iter().find(|c| c.call_id == call_id)
+    pub fn call(&self, call_id: &CallId) -> Option<&Call> {
+        self.calls.iter().find(|c| &c.call_id == call_id)
     }
 
     fn with(&self, set: Set) -> Decisions {
@@ -70,35 +70,35 @@ impl Held {
 #[derive(Clone, Debug, PartialEq)]
 #[must_use = "decisions do nothing until sent with `Tollgate::decide`"]
 pub struct Decisions {
-    pub(crate) run_id: String,
+    pub(crate) run_id: RunId,
     pub(crate) digest: String,
     pub(crate) set: Set,
     /// The calls that awaited a decision when these were made from a [`Held`] (for turning an
     /// approve-all or deny-all into per-call decisions).
-    awaiting: Vec<String>,
+    awaiting: Vec<CallId>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Set {
-    Each(Vec<(String, Decision)>),
+    Each(Vec<(CallId, Decision)>),
     ApproveAll,
     DenyAll(String),
 }
 
 impl Decisions {
     /// Decisions on a turn known by its run id and digest (e.g. sent by an approver's browser).
-    pub fn for_turn(run_id: impl Into<String>, digest: impl Into<String>) -> Self {
+    pub fn for_turn(run_id: impl Into<RunId>, digest: impl Into<String>) -> Self {
         Self { run_id: run_id.into(), digest: digest.into(), set: Set::Each(Vec::new()), awaiting: Vec::new() }
     }
 
     /// The run they are for.
-    pub fn run_id(&self) -> &str {
+    pub fn run_id(&self) -> &RunId {
         &self.run_id
     }
 
     /// Adds one decision, replacing an earlier one for the same call in this set (after
     /// [`Held::approve_all`] or [`Held::deny_all`], the other calls keep that decision).
-    pub fn decide(mut self, call_id: impl Into<String>, decision: Decision) -> Self {
+    pub fn decide(mut self, call_id: impl Into<CallId>, decision: Decision) -> Self {
         let call_id = call_id.into();
         match &mut self.set {
             Set::Each(each) => {
@@ -111,7 +111,7 @@ impl Decisions {
                     Set::DenyAll(reason) => Decision::Deny { reason: reason.clone() },
                     _ => Decision::Approve,
                 };
-                let mut each: Vec<(String, Decision)> =
+                let mut each: Vec<(CallId, Decision)> =
                     self.awaiting.iter().filter(|id| **id != call_id).map(|id| (id.clone(), all.clone())).collect();
                 each.push((call_id, decision));
                 self.set = Set::Each(each);
@@ -121,22 +121,22 @@ impl Decisions {
     }
 
     /// Runs the call as the model asked.
-    pub fn approve(self, call_id: impl Into<String>) -> Self {
+    pub fn approve(self, call_id: impl Into<CallId>) -> Self {
         self.decide(call_id, Decision::Approve)
     }
 
     /// Runs the call with these arguments instead (checked against the tool's schema).
-    pub fn edit(self, call_id: impl Into<String>, arguments: Value) -> Self {
+    pub fn edit(self, call_id: impl Into<CallId>, arguments: Value) -> Self {
         self.decide(call_id, Decision::Edit { arguments })
     }
 
     /// Does not run the call; the model is told `reason`.
-    pub fn deny(self, call_id: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn deny(self, call_id: impl Into<CallId>, reason: impl Into<String>) -> Self {
         self.decide(call_id, Decision::Deny { reason: reason.into() })
     }
 
     /// Does not run the call; `result` is its result for the model.
-    pub fn respond(self, call_id: impl Into<String>, result: impl Into<String>) -> Self {
+    pub fn respond(self, call_id: impl Into<CallId>, result: impl Into<String>) -> Self {
         self.decide(call_id, Decision::Respond { result: result.into() })
     }
 

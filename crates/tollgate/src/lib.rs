@@ -192,6 +192,20 @@
 //!     error.kind.len() // a failed run's kind is a `RunErrorKind`, not a string
 //! }
 //! ```
+//! Identifiers are typed ([`RunId`], [`CallId`], [`Actor`], [`ApprovalId`]): the same JSON strings as
+//! ever, but one cannot be passed where another is meant:
+//! ```
+//! use tollgate::{Held, Run, Tollgate};
+//! async fn reread(tollgate: &Tollgate, held: &Held) -> Result<Run, tollgate::ReadError> {
+//!     tollgate.get(&held.run_id).await
+//! }
+//! ```
+//! ```compile_fail,E0308
+//! use tollgate::{Held, Run, Tollgate};
+//! async fn reread(tollgate: &Tollgate, held: &Held) -> Result<Run, tollgate::ReadError> {
+//!     tollgate.get(&held.calls[0].call_id).await // a call id is not a run id
+//! }
+//! ```
 //! The wire's listings of agents and tools are [`wire::AgentInfo`] and [`wire::ToolInfo`], so `Agent`
 //! and `Tool` name only the builder's agent and the tool trait:
 //! ```compile_fail,E0432
@@ -292,7 +306,8 @@ pub mod wire {
     }
 }
 pub use tollgate_agent_protocol::{
-    Approvals, Call, CallResult, CallState, Decision, Event, EventKind, Gate, RecordedDecision, Run, RunStatus, Usage,
+    Actor, ApprovalId, Approvals, Call, CallId, CallResult, CallState, Decision, Event, EventKind, Gate,
+    RecordedDecision, Run, RunId, RunStatus, Usage,
 };
 
 /// The built-in tools, confined to a workspace folder: `fs_list`, `fs_read`, `fs_search`, `fs_write`,
@@ -374,12 +389,12 @@ pub enum BuildError {
 pub enum PendingError {
     /// No run has this id.
     #[error("run {0} not found")]
-    NotFound(String),
+    NotFound(RunId),
     /// The run is not waiting for approval (it runs, or has ended).
     #[error("run {id} is {}, not waiting for approval", status.as_str())]
     NotWaiting {
         /// The run.
-        id: String,
+        id: RunId,
         /// Its status.
         status: RunStatus,
     },
@@ -481,20 +496,20 @@ impl Tollgate {
             tollgate: self,
             input: input.into(),
             agent: None,
-            actor: DEFAULT_ACTOR.to_owned(),
+            actor: Actor::from(DEFAULT_ACTOR),
             metadata: serde_json::Map::new(),
             wait: false,
         }
     }
 
     /// The run with this id.
-    pub async fn get(&self, id: &str) -> Result<Run, ReadError> {
+    pub async fn get(&self, id: &RunId) -> Result<Run, ReadError> {
         let run = self.runtime.get(id).await?;
         Ok(tollgate_agent_runtime::wire::run(&run))
     }
 
     /// The full id of the one run whose id starts with `prefix` (at least 4 characters).
-    pub async fn resolve(&self, prefix: &str) -> Result<String, ResolveError> {
+    pub async fn resolve(&self, prefix: &str) -> Result<RunId, ResolveError> {
         self.runtime.resolve(prefix).await
     }
 
@@ -517,13 +532,13 @@ impl Tollgate {
     }
 
     /// Waits until the run waits for approval or has ended, and gives it.
-    pub async fn wait(&self, id: &str) -> Result<Run, ReadError> {
+    pub async fn wait(&self, id: &RunId) -> Result<Run, ReadError> {
         let run = self.runtime.wait_settled(id).await?;
         Ok(tollgate_agent_runtime::wire::run(&run))
     }
 
     /// The turn a waiting run holds at the gate, with every call, its preview and where it stands.
-    pub async fn pending(&self, id: &str) -> Result<Held, PendingError> {
+    pub async fn pending(&self, id: &RunId) -> Result<Held, PendingError> {
         let run = self.get(id).await?;
         match run.pending {
             Some(held) if run.status == RunStatus::WaitingForApproval => Ok(Held {
@@ -541,23 +556,23 @@ impl Tollgate {
     /// answer is the run after the decisions were recorded (`running` when they completed the set and
     /// resumed it), or with [`Decide::wait`] the run once it waits again or has ended.
     pub fn decide(&self, decisions: Decisions) -> Decide<'_> {
-        Decide { tollgate: self, decisions, actor: DEFAULT_ACTOR.to_owned(), wait: false }
+        Decide { tollgate: self, decisions, actor: Actor::from(DEFAULT_ACTOR), wait: false }
     }
 
     /// Cancels a run that has not ended; `reason` goes on the record.
-    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<Run, CancelError> {
-        self.cancel_by(id, DEFAULT_ACTOR, reason).await
+    pub async fn cancel(&self, id: &RunId, reason: Option<&str>) -> Result<Run, CancelError> {
+        self.cancel_by(id, &Actor::from(DEFAULT_ACTOR), reason).await
     }
 
     /// Cancels a run on behalf of `actor`.
-    pub async fn cancel_by(&self, id: &str, actor: &str, reason: Option<&str>) -> Result<Run, CancelError> {
+    pub async fn cancel_by(&self, id: &RunId, actor: &Actor, reason: Option<&str>) -> Result<Run, CancelError> {
         let run = self.runtime.cancel(id, actor, reason).await?;
         Ok(tollgate_agent_runtime::wire::run(&run))
     }
 
     /// A run's events, live (see [`EventStream`]); `.after(seq)` to start later.
-    pub fn events(&self, id: &str) -> EventStream {
-        EventStream::new(self.runtime.clone(), id.to_owned())
+    pub fn events(&self, id: &RunId) -> EventStream {
+        EventStream::new(self.runtime.clone(), id.clone())
     }
 
     /// The model's live text, as this process's streaming model calls receive it: every run's deltas
@@ -569,7 +584,7 @@ impl Tollgate {
 
     /// Checks a run's hash-chained event log from the first event to the run's recorded head; the answer
     /// is the number of events checked.
-    pub async fn verify(&self, id: &str) -> Result<u64, VerifyError> {
+    pub async fn verify(&self, id: &RunId) -> Result<u64, VerifyError> {
         self.runtime.verify(id).await?.map_err(VerifyError::Broken)
     }
 
@@ -632,7 +647,7 @@ pub struct Start<'a> {
     tollgate: &'a Tollgate,
     input: String,
     agent: Option<String>,
-    actor: String,
+    actor: Actor,
     metadata: serde_json::Map<String, serde_json::Value>,
     wait: bool,
 }
@@ -645,7 +660,7 @@ impl Start<'_> {
     }
 
     /// Who starts it, on the record (default [`DEFAULT_ACTOR`]).
-    pub fn by(mut self, actor: impl Into<String>) -> Self {
+    pub fn by(mut self, actor: impl Into<Actor>) -> Self {
         self.actor = actor.into();
         self
     }
@@ -674,7 +689,7 @@ impl<'a> IntoFuture for Start<'a> {
             let request = tollgate_agent_runtime::StartRun {
                 agent: self.agent.as_deref(),
                 input: &self.input,
-                actor: &self.actor,
+                actor: self.actor,
                 metadata: self.metadata,
             };
             let run = if self.wait { runtime.start_and_wait(request).await? } else { runtime.start(request).await? };
@@ -688,13 +703,13 @@ impl<'a> IntoFuture for Start<'a> {
 pub struct Decide<'a> {
     tollgate: &'a Tollgate,
     decisions: Decisions,
-    actor: String,
+    actor: Actor,
     wait: bool,
 }
 
 impl Decide<'_> {
     /// Who decides, on the record (default [`DEFAULT_ACTOR`]).
-    pub fn by(mut self, actor: impl Into<String>) -> Self {
+    pub fn by(mut self, actor: impl Into<Actor>) -> Self {
         self.actor = actor.into();
         self
     }

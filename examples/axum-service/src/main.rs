@@ -20,7 +20,9 @@ use axum::{Json, Router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tollgate::{Agent, Gate, ListQuery, Model, RunStatus, Tollgate, ToolContext, ToolError, ToolOutput, TypedTool};
+use tollgate::{
+    Agent, Gate, ListQuery, Model, RunId, RunStatus, Tollgate, ToolContext, ToolError, ToolOutput, TypedTool,
+};
 
 /// Refunds an order.
 #[derive(Deserialize, JsonSchema)]
@@ -125,7 +127,7 @@ struct DecisionBody {
 
 async fn decide(
     State(tollgate): State<Tollgate>,
-    Path(run_id): Path<String>,
+    Path(run_id): Path<RunId>,
     Json(body): Json<DecisionBody>,
 ) -> Response {
     let held = match tollgate.pending(&run_id).await {

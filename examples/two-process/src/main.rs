@@ -12,7 +12,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::process::ExitCode;
-use tollgate::{Agent, Gate, Model, Tollgate, ToolContext, ToolError, ToolOutput, TypedTool};
+use tollgate::{Agent, Gate, Model, RunId, Tollgate, ToolContext, ToolError, ToolOutput, TypedTool};
 
 /// Deletes files matching a pattern.
 #[derive(Deserialize, JsonSchema)]
@@ -64,7 +64,7 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         }
         [command, db, id] if command == "show" => {
             let tollgate = tollgate(db).await?;
-            let held = tollgate.pending(id).await?;
+            let held = tollgate.pending(&RunId::from(id)).await?;
             println!("digest {}", held.digest);
             for call in held.awaiting() {
                 println!("{} {} {}", call.call_id, call.tool, call.arguments);
@@ -73,10 +73,11 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         }
         [command, db, id] if command == "approve" => {
             let tollgate = tollgate(db).await?;
-            let held = tollgate.pending(id).await?;
+            let id = RunId::from(id);
+            let held = tollgate.pending(&id).await?;
             let run = tollgate.decide(held.approve_all()).by("bob").wait().await?;
             println!("{} {}: {}", run.id, run.status.as_str(), run.output.unwrap_or_default());
-            tollgate.verify(id).await?;
+            tollgate.verify(&id).await?;
             tollgate.shutdown().await;
         }
         _ => return Err("usage: example-two-process start DB INPUT | show DB RUN_ID | approve DB RUN_ID".into()),

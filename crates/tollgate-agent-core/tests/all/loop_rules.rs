@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, BoxFuture, Completion, Counters, Decision, DecisionError, Decisions, Gate, HookError,
+    AgentLoop, BoxFuture, CallId, Completion, Counters, Decision, DecisionError, Decisions, Gate, HookError,
     ITERATION_LIMIT_RESULT, LoopConfig, LoopError, LoopEvent, LoopHooks, Message, Metadata, ModelClient, ModelError,
     ModelRequest, ModelResponse, NoHooks, Outcome, RunScope, SCHEMA_VERSION, Suspension, SuspensionError,
     TerminationReason, Tool, ToolContext, ToolError, ToolLoop, ToolOutput, ToolRegistry, ToolResult, Usage,
@@ -56,7 +56,7 @@ fn suspended(outcome: Result<Outcome, LoopError>) -> Suspension {
 }
 
 fn decisions(list: &[(&str, Decision)]) -> Decisions {
-    list.iter().map(|(id, d)| ((*id).to_owned(), d.clone())).collect()
+    list.iter().map(|(id, d)| (CallId::from(*id), d.clone())).collect()
 }
 
 /// The one result a call got in a transcript.
@@ -530,7 +530,8 @@ async fn an_edit_into_forbidden_arguments_is_refused_when_checked() {
     let agent = agent(one_turn(calls), &[&list, &write], LoopConfig::default());
     let suspension = suspended(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
     let forbidden = Decision::Edit { arguments: json!({"path": "keep/a.txt", "content": "x"}) };
-    match agent.check_decision(&suspension, "call_2", &forbidden).await {
+    let call_2 = CallId::from("call_2");
+    match agent.check_decision(&suspension, &call_2, &forbidden).await {
         Err(DecisionError::InvalidEdit { call_id, message }) => {
             assert_eq!(call_id, "call_2");
             assert_eq!(message, "policy forbids write with them, so the edit is refused");
@@ -538,7 +539,7 @@ async fn an_edit_into_forbidden_arguments_is_refused_when_checked() {
         other => panic!("expected InvalidEdit, got {other:?}"),
     }
     let allowed = Decision::Edit { arguments: json!({"path": "b.txt", "content": "x"}) };
-    assert_eq!(agent.check_decision(&suspension, "call_2", &allowed).await, Ok(()));
+    assert_eq!(agent.check_decision(&suspension, &call_2, &allowed).await, Ok(()));
 
     let done = completed(
         agent.resume(&RunScope::new("run"), reload(&suspension), &decisions(&[("call_2", forbidden)]), &NoHooks).await,
@@ -724,7 +725,7 @@ async fn hooks_see_each_executed_call_start_before_it_finishes_and_nothing_for_s
             "tool_finished 1 call_5 write error=false",
         ]
     );
-    let ran: Vec<String> = write.calls().into_iter().map(|(id, _)| id).collect();
+    let ran: Vec<CallId> = write.calls().into_iter().map(|(id, _)| id).collect();
     assert_eq!(ran, ["call_2", "call_5"]);
 }
 
@@ -849,7 +850,7 @@ async fn a_call_id_used_twice_in_one_turn_never_rides_on_another_calls_approval(
         other => panic!("expected a suspension, got {other:?}"),
     };
     assert_eq!(suspension.decidable_calls().count(), 1, "only the first call with the id takes a decision");
-    let decisions: Decisions = [("dup".to_owned(), Decision::Approve)].into();
+    let decisions: Decisions = [(CallId::from("dup"), Decision::Approve)].into();
     let done = completed(agent.resume(&RunScope::new("run"), suspension, &decisions, &NoHooks).await);
     assert_eq!(write.call_count(), 1, "the second call with the same id did not run");
     let refusals = done.transcript.iter().filter(|m| matches!(m, Message::Tool(r) if r.is_error)).count();
@@ -897,7 +898,7 @@ async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
     // A plan whose first start was committed with the claim runs that call without announcing its start
     // again; the next call's start is announced as usual.
     let mut plan = agent.plan_resume(&held, &approve_both).await.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(plan.commit_first_start().map(|c| c.call_id), Some("call_1".to_owned()));
+    assert_eq!(plan.commit_first_start().map(|c| c.call_id), Some(CallId::from("call_1")));
     let hooks = RecordingHooks::default();
     completed(agent.resume_planned(&RunScope::new("run-1"), held.clone(), plan, &hooks).await);
     let calls: Vec<String> = hooks.lines().into_iter().filter(|e| e.starts_with("tool_")).collect();
@@ -942,8 +943,8 @@ async fn an_edit_the_tool_refuses_at_planning_is_its_calls_error_result_and_the_
         ("call_2", Decision::Approve),
     ]);
     let plan = agent.plan_resume(&held, &decided).await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(plan.refused_edit("call_1").is_some_and(|m| m.contains("path")), "{plan:?}");
-    assert_eq!(plan.refused_edit("call_2"), None);
+    assert!(plan.refused_edit(&CallId::from("call_1")).is_some_and(|m| m.contains("path")), "{plan:?}");
+    assert_eq!(plan.refused_edit(&CallId::from("call_2")), None);
     let done = completed(agent.resume_planned(&RunScope::new("run"), held.clone(), plan, &NoHooks).await);
     assert_eq!(write.call_count(), 1, "only the approved call ran");
     let first = done.transcript.iter().find_map(|m| match m {

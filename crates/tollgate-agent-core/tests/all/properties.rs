@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, BoxFuture, Completion, Decision, Decisions, Gate, HeldCall, ITERATION_LIMIT_RESULT, LoopConfig, Message,
-    ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, RunScope, Suspension, ToolLoop,
+    AgentLoop, BoxFuture, CallId, Completion, Decision, Decisions, Gate, HeldCall, ITERATION_LIMIT_RESULT, LoopConfig,
+    Message, ModelClient, ModelError, ModelRequest, ModelResponse, NoHooks, Outcome, RunScope, Suspension, ToolLoop,
     ToolRegistry, ToolResult,
 };
 use tollgate_agent_testkit::TestTool;
@@ -310,7 +310,7 @@ impl Toolbox {
     }
 
     /// Every invocation so far: call id → (tool, arguments), with every call id that ran more than once.
-    fn invocations(&self) -> (BTreeMap<String, (String, Value)>, Vec<String>) {
+    fn invocations(&self) -> (BTreeMap<CallId, (String, Value)>, Vec<CallId>) {
         let mut ran = BTreeMap::new();
         let mut repeated = Vec::new();
         for (tool, name) in self.tools.iter().zip(TOOLS) {
@@ -452,7 +452,7 @@ fn check_run(case: &Case, toolbox: &Toolbox, run: &Run) -> Result<(), TestCaseEr
         })
         .collect();
     let (ran, repeated) = toolbox.invocations();
-    prop_assert_eq!(repeated, Vec::<String>::new(), "a call ran twice");
+    prop_assert_eq!(repeated, Vec::<CallId>::new(), "a call ran twice");
 
     // Invariant: an ask-gated call runs only with an approve or edit decision for its own call_id.
     for (call_id, (tool, arguments)) in &ran {

@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, Completion, Decision, Decisions, Gate, LoopConfig, NoHooks, Outcome, RunScope, Suspension, ToolLoop,
-    ToolRegistry,
+    AgentLoop, CallId, Completion, Decision, Decisions, Gate, LoopConfig, NoHooks, Outcome, RunScope, Suspension,
+    ToolLoop, ToolRegistry,
 };
 use tollgate_agent_testkit::{Behaviour, TestTool};
 
@@ -31,7 +31,7 @@ async fn suspend(agent: &ToolLoop, input: &str) -> Suspension {
 }
 
 async fn complete(agent: &ToolLoop, suspension: Suspension, decisions: &[(&str, Decision)]) -> Completion {
-    let decisions: Decisions = decisions.iter().map(|(id, d)| ((*id).to_owned(), d.clone())).collect();
+    let decisions: Decisions = decisions.iter().map(|(id, d)| (CallId::from(*id), d.clone())).collect();
     match agent.resume(&RunScope::new("run"), suspension, &decisions, &NoHooks).await {
         Ok(Outcome::Completed(c)) => c,
         other => panic!("expected a completion, got {other:?}"),
@@ -80,7 +80,7 @@ async fn edit() {
     let suspension = suspend(&agent, "hello").await;
     let arguments = json!({"path": "draft.txt", "content": "hi"});
     let done = complete(&agent, suspension, &[("call_1", Decision::Edit { arguments: arguments.clone() })]).await;
-    assert_eq!(write.calls(), vec![("call_1".to_owned(), arguments)]);
+    assert_eq!(write.calls(), vec![(CallId::from("call_1"), arguments)]);
     insta::assert_json_snapshot!(done);
 }
 
@@ -133,7 +133,7 @@ async fn second_suspension_after_resume() {
     ]});
     let agent = agent(script, &[&write], config());
     let first = suspend(&agent, "two notes").await;
-    let decisions: Decisions = [("call_1".to_owned(), Decision::Approve)].into();
+    let decisions: Decisions = [(CallId::from("call_1"), Decision::Approve)].into();
     let second = match agent.resume(&RunScope::new("run"), first, &decisions, &NoHooks).await {
         Ok(Outcome::Suspended(s)) => s,
         other => panic!("expected a second suspension, got {other:?}"),

@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, Completion, Decision, DecisionError, Decisions, Gate, HeldCallState, IntoTool, LoopConfig, LoopError,
-    Message, NoHooks, Outcome, Preview, RunScope, Suspension, Tool, ToolContext, ToolError, ToolLoop, ToolOutput,
-    ToolRegistry, ToolResult, TypedTool, args_schema, tool_fn,
+    AgentLoop, CallId, Completion, Decision, DecisionError, Decisions, Gate, HeldCallState, IntoTool, LoopConfig,
+    LoopError, Message, NoHooks, Outcome, Preview, RunScope, Suspension, Tool, ToolContext, ToolError, ToolLoop,
+    ToolOutput, ToolRegistry, ToolResult, TypedTool, args_schema, tool_fn,
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -127,7 +127,7 @@ fn result<'a>(transcript: &'a [Message], call_id: &str) -> &'a ToolResult {
 }
 
 fn decide(call_id: &str, decision: Decision) -> Decisions {
-    [(call_id.to_owned(), decision)].into_iter().collect()
+    [(CallId::from(call_id), decision)].into_iter().collect()
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -161,8 +161,8 @@ async fn the_gate_and_the_preview_read_the_typed_arguments() {
 
     let suspension = suspended(agent.start(&scope, "pay", &NoHooks).await);
 
-    let small = suspension.call("call_1").unwrap_or_else(|| panic!("call_1 held"));
-    let large = suspension.call("call_2").unwrap_or_else(|| panic!("call_2 held"));
+    let small = suspension.call(&CallId::from("call_1")).unwrap_or_else(|| panic!("call_1 held"));
+    let large = suspension.call(&CallId::from("call_2")).unwrap_or_else(|| panic!("call_2 held"));
     assert_eq!(small.state, HeldCallState::Allowed);
     assert_eq!(large.state, HeldCallState::Asks, "250 is above 100");
     assert_eq!(large.preview.as_deref(), Some("pay 250 EUR to carol"));
@@ -398,13 +398,13 @@ async fn a_tool_fn_runs_gates_and_previews_from_its_typed_arguments() {
 
     let states: Vec<&HeldCallState> = ["call_1", "call_2", "call_3"]
         .iter()
-        .map(|id| &suspension.call(id).unwrap_or_else(|| panic!("{id} held")).state)
+        .map(|id| &suspension.call(&CallId::from(*id)).unwrap_or_else(|| panic!("{id} held")).state)
         .collect();
     assert!(
         matches!(states[..], [HeldCallState::Allowed, HeldCallState::Refused(_), HeldCallState::Asks]),
         "{states:?}"
     );
-    let held = suspension.call("call_3").and_then(|c| c.preview.clone());
+    let held = suspension.call(&CallId::from("call_3")).and_then(|c| c.preview.clone());
     assert_eq!(held.as_deref(), Some("refund 500 EUR on A-2"));
 
     let done = completed(agent.resume(&scope, suspension, &decide("call_3", Decision::Approve), &NoHooks).await);
@@ -466,7 +466,7 @@ async fn the_observation_of_an_approved_preview_reaches_the_call_and_no_other() 
     let scope = RunScope::new("run");
 
     let held = suspended(agent.start(&scope, "pay", &NoHooks).await);
-    let carol = held.call("call_2").unwrap_or_else(|| panic!("call_2 held"));
+    let carol = held.call(&CallId::from("call_2")).unwrap_or_else(|| panic!("call_2 held"));
     assert_eq!(carol.preview.as_deref(), Some("pay 250 to carol"));
     assert_eq!(carol.observed, Some(json!({"account": "carol", "balance": 1000})));
     // Stored and read back with the observation, which the digest binds.
@@ -475,7 +475,7 @@ async fn the_observation_of_an_approved_preview_reaches_the_call_and_no_other() 
 
     let edited = json!({"to": "dave", "amount": 200, "currency": "EUR"});
     let decisions: Decisions =
-        [("call_2".to_owned(), Decision::Approve), ("call_3".to_owned(), Decision::Edit { arguments: edited })]
+        [(CallId::from("call_2"), Decision::Approve), (CallId::from("call_3"), Decision::Edit { arguments: edited })]
             .into_iter()
             .collect();
     completed(agent.resume(&scope, held, &decisions, &NoHooks).await);

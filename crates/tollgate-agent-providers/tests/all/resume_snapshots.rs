@@ -5,7 +5,9 @@
 use crate::support::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use tollgate_agent_core::{AgentLoop, Decision, Decisions, ModelClient, Outcome, RunScope, Suspension, ToolLoop};
+use tollgate_agent_core::{
+    AgentLoop, CallId, Decision, Decisions, ModelClient, Outcome, RunScope, Suspension, ToolLoop,
+};
 use tollgate_agent_providers::{AnthropicModel, OpenAiModel};
 use tollgate_agent_testkit::RecordingHooks;
 use wiremock::matchers::{method, path};
@@ -96,7 +98,7 @@ impl Provider {
 }
 
 fn decide(pairs: &[(&str, Decision)]) -> Decisions {
-    pairs.iter().map(|(id, d)| ((*id).to_owned(), d.clone())).collect()
+    pairs.iter().map(|(id, d)| (CallId::from(*id), d.clone())).collect()
 }
 
 async fn resume(agent: &ToolLoop, suspension: Suspension, decisions: &Decisions) -> anyhow::Result<Outcome> {
@@ -131,9 +133,12 @@ async fn scenario(provider: Provider) -> anyhow::Result<()> {
     let Outcome::Suspended(second) = resume(&agent, first, &decisions).await? else {
         anyhow::bail!("the second turn holds an ask-gated write");
     };
-    assert_eq!(tools.fs_write.calls(), vec![("call_w1".to_owned(), json!({"path": "note.txt", "content": "hello"}))]);
+    assert_eq!(
+        tools.fs_write.calls(),
+        vec![(CallId::from("call_w1"), json!({"path": "note.txt", "content": "hello"}))]
+    );
     assert_eq!(tools.fs_delete.call_count(), 0, "denied");
-    assert_eq!(tools.shell.calls(), vec![("call_s3".to_owned(), edited)], "ran with the approver's arguments");
+    assert_eq!(tools.shell.calls(), vec![(CallId::from("call_s3"), edited)], "ran with the approver's arguments");
     assert_eq!(tools.http_request.call_count(), 0, "answered by the approver");
     assert_eq!(tools.fs_read.call_count(), 0, "nothing of a held turn runs, allowed calls included");
 

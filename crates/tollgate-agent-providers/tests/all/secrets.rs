@@ -4,7 +4,7 @@
 use crate::support::*;
 use serde_json::json;
 use std::sync::Arc;
-use tollgate_agent_core::{AgentLoop, Decision, Decisions, LoopError, ModelClient, Outcome, RunScope};
+use tollgate_agent_core::{AgentLoop, CallId, Decision, Decisions, LoopError, ModelClient, Outcome, RunScope};
 use tollgate_agent_providers::{AnthropicModel, OpenAiModel};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -60,7 +60,7 @@ async fn openai_run(trail: &mut Trail) -> anyhow::Result<()> {
     trail.add(format!("{outcome:?}"));
     let Outcome::Suspended(suspension) = outcome else { anyhow::bail!("fs_write asks") };
     trail.add(suspension.to_json().unwrap_or_else(|e| panic!("{e}")));
-    let decisions: Decisions = [("call_1".to_owned(), Decision::Approve)].into_iter().collect();
+    let decisions: Decisions = [(CallId::from("call_1"), Decision::Approve)].into_iter().collect();
     let done = agent.resume(&RunScope::new("run-secret"), suspension, &decisions, &hooks).await?;
     trail.add(format!("{done:?}"));
     assert!(matches!(done, Outcome::Completed(ref c) if c.output.as_deref() == Some("Saved.")));

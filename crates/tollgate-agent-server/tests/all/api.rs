@@ -1,6 +1,7 @@
 //! Every endpoint of docs/api.md through a real socket: the success cases and the documented errors.
 
 use crate::common;
+use tollgate_agent_core::RunId;
 
 use crate::common::{Config, GUARDED, PAIR, SCRIBE, Server, backends, digest, id};
 use serde_json::{Value, json};
@@ -188,7 +189,7 @@ async fn list_runs_pages_newest_first_and_filters() {
             None => break,
         }
     }
-    let mut expected: Vec<String> = ids.clone();
+    let mut expected: Vec<RunId> = ids.clone();
     expected.push(pair.clone());
     expected.push(id(&done));
     expected.reverse();
@@ -317,7 +318,7 @@ async fn edit_respond_and_deny() {
         )
         .await;
     assert_eq!(reply.body["status"], "completed", "{}", reply.body);
-    assert_eq!(server.tools.write.calls(), vec![("call_1".to_owned(), json!({"text": "edited"}))]);
+    assert_eq!(server.tools.write.calls(), vec![("call_1".into(), json!({"text": "edited"}))]);
 
     let responded = server.waiting_run(SCRIBE, "respond").await;
     let reply = server
@@ -515,11 +516,12 @@ async fn the_event_feed_counts_every_event_of_a_burst_it_falls_behind() {
         let runtime = server.runtime.clone();
         tokio::spawn(async move {
             let input = format!("burst {i}");
-            let request = StartRun { agent: Some(SCRIBE), input: &input, actor: "local", metadata: Default::default() };
+            let request =
+                StartRun { agent: Some(SCRIBE), input: &input, actor: "local".into(), metadata: Default::default() };
             let run = runtime.start_and_wait(request).await.unwrap_or_else(|e| panic!("{e}"));
             let digest = run.held_turn().map(|held| held.turn_digest.as_str().to_owned()).unwrap_or_default();
             runtime
-                .decide_and_wait(&run, &digest, DecisionSet::ApproveAll, "local")
+                .decide_and_wait(&run, &digest, DecisionSet::ApproveAll, &"local".into())
                 .await
                 .unwrap_or_else(|e| panic!("{e}"))
         })

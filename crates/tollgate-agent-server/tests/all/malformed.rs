@@ -5,9 +5,10 @@
 use crate::common::{Config, SCRIBE, Server, digest, id};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tollgate_agent_core::RunId;
 
 /// What the store holds, to compare before and after.
-async fn snapshot(server: &Server, ids: &[String]) -> (usize, Vec<Value>, Vec<usize>) {
+async fn snapshot(server: &Server, ids: &[RunId]) -> (usize, Vec<Value>, Vec<usize>) {
     let mut runs = Vec::new();
     let mut events = Vec::new();
     for id in ids {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::RunStore;
 use tollgate_agent_store::StoreOptions;
 use tollgate_agent_testkit::{postgres_url, scratch_dir};
@@ -61,7 +62,7 @@ async fn ready_again(server: &Server) {
 /// Starts runs one after another (each with `wait: true`, so an acknowledged run is waiting for
 /// approval) until `stop` turns true. Answers the ids acknowledged (201) and how many starts were
 /// refused with 503; any other answer fails the test (a store outage is never a 500).
-async fn traffic(server: &Server, mut stop: watch::Receiver<bool>) -> (Vec<String>, usize) {
+async fn traffic(server: &Server, mut stop: watch::Receiver<bool>) -> (Vec<RunId>, usize) {
     let (mut acknowledged, mut refused) = (Vec::new(), 0);
     let mut n = 0;
     while !*stop.borrow_and_update() {
@@ -86,7 +87,7 @@ async fn traffic(server: &Server, mut stop: watch::Receiver<bool>) -> (Vec<Strin
 /// Starts runs ([`traffic`]) while `outage` takes the database away and brings it back; then waits
 /// until the server is ready again and lets some more runs through. Answers the runs acknowledged
 /// throughout, every one of them checked ([`nothing_lost`]).
-async fn under_traffic(server: &Server, outage: impl Future<Output = ()>) -> Vec<String> {
+async fn under_traffic(server: &Server, outage: impl Future<Output = ()>) -> Vec<RunId> {
     let (stop_traffic, traffic_stops) = watch::channel(false);
     let sequence = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -103,7 +104,7 @@ async fn under_traffic(server: &Server, outage: impl Future<Output = ()>) -> Vec
 }
 
 /// Every acknowledged run is there with its events, and its hash chain verifies.
-async fn nothing_lost(server: &Server, acknowledged: &[String]) {
+async fn nothing_lost(server: &Server, acknowledged: &[RunId]) {
     for run in acknowledged {
         let read = server.get(&format!("/v1/runs/{run}")).await;
         assert_eq!(read.status, 200, "acknowledged run {run}: {}", read.body);

@@ -15,6 +15,7 @@ use sha2::Sha256;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tollgate_agent_core::EventKind;
+use tollgate_agent_core::RunId;
 use tollgate_agent_server::WebhookTarget;
 
 #[derive(Clone, Default)]
@@ -123,7 +124,7 @@ async fn signed_deliveries_and_a_failing_receiver_that_blocks_nothing() {
         let payload: Value = serde_json::from_slice(body).unwrap_or_else(|e| panic!("{e}"));
         let kind = payload["event"]["kind"].as_str().unwrap_or_default().to_owned();
         assert_eq!(header("x-tollgate-event"), kind);
-        let run_id = payload["run_id"].as_str().unwrap_or_default().to_owned();
+        let run_id = RunId::from(payload["run_id"].as_str().unwrap_or_default());
         assert_eq!(header("x-tollgate-delivery"), format!("{run_id}:{}", payload["event"]["seq"]));
         // The event is exactly as the events endpoint serves it.
         let events = server.get(&format!("/v1/runs/{run_id}/events")).await.body["events"].clone();
@@ -132,7 +133,7 @@ async fn signed_deliveries_and_a_failing_receiver_that_blocks_nothing() {
         seen.push((run_id, kind));
     }
     seen.sort();
-    let mut expected: Vec<(String, String)> = ids
+    let mut expected: Vec<(RunId, String)> = ids
         .iter()
         .flat_map(|id| [(id.clone(), "approval_requested".to_owned()), (id.clone(), "run_completed".to_owned())])
         .collect();

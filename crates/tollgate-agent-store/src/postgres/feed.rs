@@ -75,8 +75,8 @@ impl PostgresStore {
                 last = Some((tx, run_id.clone(), last_seq));
             }
             match decode_event(&run_id, row, self.keys()) {
-                Ok(event) => page.events.push((run_id, event)),
-                Err(error) => page.skipped.push((run_id, error)),
+                Ok(event) => page.events.push((run_id.into(), event)),
+                Err(error) => page.skipped.push((run_id.into(), error)),
             }
         }
         page.more = batches >= limit.max(1);

@@ -5,6 +5,7 @@ use super::PostgresStore;
 use crate::codec::decode_event;
 use crate::encryption::DataKeys;
 use tollgate_agent_core::BoxFuture;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::event::StoredEvent;
 use tollgate_agent_core::store::{EventLog, StoreError};
 
@@ -45,7 +46,7 @@ impl PostgresStore {
 impl EventLog for PostgresStore {
     fn events<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         after: u64,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>> {

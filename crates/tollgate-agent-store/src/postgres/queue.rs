@@ -101,7 +101,7 @@ impl PostgresStore {
             return Ok(Vec::new());
         }
         let written = self.write_grouped(&mut tx, CLAIM_RUNS.as_str(), GroupColumns::transitions(&planned)).await?;
-        if let Some(changed) = planned.iter().find(|plan| !written.contains(&plan.next.id)) {
+        if let Some(changed) = planned.iter().find(|plan| !written.contains(plan.next.id.as_str())) {
             // Locked since they were read: no one else can have changed them.
             return Err(StoreError::Database(format!("queued run {} changed under its claim", changed.next.id)));
         }

@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 use tollgate_agent_core::BoxFuture;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
 use tollgate_agent_core::run::{Millis, RunRecord, RunStatus, Transition};
 use tollgate_agent_core::store::{Conflict, Guard, RunPage, RunQuery, RunRows, StoreError};
@@ -281,7 +282,7 @@ impl GroupKind for PlannedCreate {
     }
 
     fn answer(self, store: &PostgresStore, created: &mut HashSet<String>) -> Answer<Option<RunRecord>> {
-        if !created.contains(&self.run.id) {
+        if !created.contains(self.run.id.as_str()) {
             return Ok(None);
         }
         store.cache.put(self.row);
@@ -326,7 +327,7 @@ impl GroupKind for PlannedTransition {
     }
 
     fn answer(self, store: &PostgresStore, written: &mut HashSet<String>) -> Answer<Option<RunRecord>> {
-        if !written.contains(&self.next.id) {
+        if !written.contains(self.next.id.as_str()) {
             return Ok(None);
         }
         store.cache.put(self.changes);
@@ -613,7 +614,7 @@ impl PostgresStore {
         self.creates
             .run(PlannedCreate { run, row, columns, stored }, self.runner())
             .await?
-            .ok_or(StoreError::Duplicate(id))
+            .ok_or_else(|| StoreError::Duplicate(id.into_string()))
     }
 
     /// What makes the statements of `W`'s groups (see [`crate::pg_groups`]).
@@ -684,7 +685,7 @@ impl PostgresStore {
     /// may have moved), nor does a row changed since: then it is made again on the row read.
     async fn transition_run(
         &self,
-        id: &str,
+        id: &RunId,
         guard: Guard,
         transition: Transition,
         events: Vec<NewEvent>,
@@ -708,7 +709,7 @@ impl PostgresStore {
     async fn transition_on(
         &self,
         connection: &mut PgConnection,
-        id: &str,
+        id: &RunId,
         guard: Guard,
         transition: Transition,
         events: Vec<NewEvent>,
@@ -725,7 +726,7 @@ impl PostgresStore {
         let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
         let planned = self.plan_transition_on(row, &guard, &transition, events, now)?;
         let Some((next, stored)) = self.write_transition(&mut tx, planned).await? else {
-            return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
+            return Err(StoreError::Conflict { id: id.to_string(), conflict: Conflict::ConcurrentUpdate });
         };
         tx.commit().await.map_err(self.db_error("cannot commit"))?;
         self.taps.fire(id, &stored);
@@ -784,7 +785,7 @@ impl PostgresStore {
     ) -> Result<Option<(RunRecord, Vec<StoredEvent>)>, StoreError> {
         let PlannedTransition { next, changes, columns, stored, read_as } = planned;
         let query = bind_run_changes!(sqlx::query_scalar(UPDATE_RUN), &changes)
-            .bind(&next.id)
+            .bind(next.id.as_str())
             .bind(read_as.0)
             .bind(read_as.1)
             .bind(read_as.2);
@@ -803,7 +804,7 @@ impl PostgresStore {
     async fn append_on(
         &self,
         connection: &mut PgConnection,
-        id: &str,
+        id: &RunId,
         owner: &str,
         events: Vec<NewEvent>,
         lease_until: Millis,
@@ -829,7 +830,7 @@ impl PostgresStore {
         let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
         let planned = self.plan_append_on(row, owner, events, lease_until)?;
         let Some((last_seq, stored)) = self.write_append(&mut tx, planned).await? else {
-            return Err(StoreError::Conflict { id: id.to_owned(), conflict: Conflict::ConcurrentUpdate });
+            return Err(StoreError::Conflict { id: id.to_string(), conflict: Conflict::ConcurrentUpdate });
         };
         tx.commit().await.map_err(self.db_error("cannot commit"))?;
         self.taps.fire(id, &stored);
@@ -981,12 +982,12 @@ impl RunRows for PostgresStore {
         Box::pin(self.create_run(run, events))
     }
 
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
+    fn get<'a>(&'a self, id: &'a RunId) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
         Box::pin(self.get_run(id))
     }
 
-    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
-        Box::pin(self.resolve(prefix))
+    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<RunId, StoreError>> {
+        Box::pin(async move { self.resolve(prefix).await.map(RunId::from) })
     }
 
     fn list(&self, query: RunQuery) -> BoxFuture<'_, Result<RunPage, StoreError>> {
@@ -995,7 +996,7 @@ impl RunRows for PostgresStore {
 
     fn transition<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         guard: Guard,
         transition: Transition,
         events: Vec<NewEvent>,
@@ -1006,7 +1007,7 @@ impl RunRows for PostgresStore {
 
     fn append<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         owner: &'a str,
         events: Vec<NewEvent>,
         lease_until: Millis,

@@ -69,6 +69,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tollgate_agent_core::BoxFuture;
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
 use tollgate_agent_core::run::{Lease, Millis, RunRecord, RunStatus, Transition};
 use tollgate_agent_core::store::{
@@ -375,12 +376,12 @@ impl RunRows for SqliteStore {
         Box::pin(self.write_record(Request::Create { run, events }))
     }
 
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
+    fn get<'a>(&'a self, id: &'a RunId) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
         Box::pin(async move { self.get_run(id) })
     }
 
-    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<String, StoreError>> {
-        Box::pin(async move { self.resolve(prefix) })
+    fn resolve_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<RunId, StoreError>> {
+        Box::pin(async move { self.resolve(prefix).map(RunId::from) })
     }
 
     fn list(&self, query: RunQuery) -> BoxFuture<'_, Result<RunPage, StoreError>> {
@@ -389,24 +390,24 @@ impl RunRows for SqliteStore {
 
     fn transition<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         guard: Guard,
         transition: Transition,
         events: Vec<NewEvent>,
         now: Millis,
     ) -> BoxFuture<'a, Result<RunRecord, StoreError>> {
-        let request = Request::Transition { id: id.to_owned(), guard, transition, events, now };
+        let request = Request::Transition { id: id.to_string(), guard, transition, events, now };
         Box::pin(self.write_record(request))
     }
 
     fn append<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         owner: &'a str,
         events: Vec<NewEvent>,
         lease_until: Millis,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        let request = Request::Append { id: id.to_owned(), owner: owner.to_owned(), events, lease_until };
+        let request = Request::Append { id: id.to_string(), owner: owner.to_owned(), events, lease_until };
         Box::pin(self.write_count(request))
     }
 }
@@ -414,7 +415,7 @@ impl RunRows for SqliteStore {
 impl EventLog for SqliteStore {
     fn events<'a>(
         &'a self,
-        id: &'a str,
+        id: &'a RunId,
         after: u64,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, StoreError>> {
@@ -446,7 +447,7 @@ impl RunQueue for SqliteStore {
             let claims = runs
                 .into_iter()
                 .map(|run| Request::Transition {
-                    id: run.id,
+                    id: run.id.into_string(),
                     guard: Guard::Version(run.version),
                     transition: Transition::Claim { lease: lease.clone() },
                     events: Vec::new(),
@@ -628,7 +629,7 @@ mod tests {
     }
 
     fn running(n: u64, input_bytes: usize) -> RunRecord {
-        let id = format!("01980000-0000-7000-8000-{n:012x}");
+        let id = RunId::from(format!("01980000-0000-7000-8000-{n:012x}"));
         RunRecord::new(id, "demo".into(), "x".repeat(input_bytes), "local".into(), 1, None)
     }
 

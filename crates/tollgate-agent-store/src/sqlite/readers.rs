@@ -240,8 +240,8 @@ impl SqliteStore {
         };
         for (_, event, run_id) in rows {
             match event {
-                Ok(event) => page.events.push((run_id, event)),
-                Err(error) => page.skipped.push((run_id, error)),
+                Ok(event) => page.events.push((run_id.into(), event)),
+                Err(error) => page.skipped.push((run_id.into(), error)),
             }
         }
         Ok(page)

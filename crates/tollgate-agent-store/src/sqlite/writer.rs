@@ -22,6 +22,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot};
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
 use tollgate_agent_core::run::{Millis, RunRecord, RunState, Transition};
 use tollgate_agent_core::store::{Guard, StoreError};
@@ -235,7 +236,7 @@ struct BatchFailure(StoreError);
 /// What one checked operation writes.
 struct Planned {
     outcome: Outcome,
-    run_id: String,
+    run_id: RunId,
     row: RowWrite,
     events: Vec<EventRow>,
     /// The events as served, for the taps once the batch has committed.
@@ -243,7 +244,7 @@ struct Planned {
 }
 
 /// A written operation's run and events, handed to the taps once its batch has committed.
-type Written = Option<(String, Vec<StoredEvent>)>;
+type Written = Option<(RunId, Vec<StoredEvent>)>;
 
 #[expect(clippy::large_enum_variant, reason = "lives only while one operation is written")]
 enum RowWrite {
@@ -476,7 +477,15 @@ impl Writer {
             let mut insert = connection.prepare_cached(INSERT_EVENT).map_err(self.error("cannot write events"))?;
             for event in &events {
                 insert
-                    .execute(params![run_id, event.seq, event.at, event.kind, event.round, event.data, event.hash])
+                    .execute(params![
+                        run_id.as_str(),
+                        event.seq,
+                        event.at,
+                        event.kind,
+                        event.round,
+                        event.data,
+                        event.hash
+                    ])
                     .map_err(self.run_failed("cannot write events", &run_id))?;
             }
             Ok(())
@@ -525,7 +534,7 @@ impl Writer {
         match request {
             Request::Create { run, events } => {
                 if run_exists(connection, &run.id).map_err(self.run_failed("cannot read a run", &run.id))? {
-                    return Err(StoreError::Duplicate(run.id.clone()));
+                    return Err(StoreError::Duplicate(run.id.to_string()));
                 }
                 let (run, stored) = plan_create(run, events, chain_key(keys));
                 Ok(Planned {
@@ -542,7 +551,7 @@ impl Writer {
                 Ok(Planned {
                     events: encode_events(&id, &stored)?,
                     row: RowWrite::Update { new: RunRow::encode(&next, keys, Some((&current, &old)))?, old },
-                    run_id: id,
+                    run_id: id.into(),
                     outcome: Outcome::Record(Ok(next)),
                     stored,
                 })
@@ -566,7 +575,7 @@ impl Writer {
                     events: encode_events(&id, &stored)?,
                     // Only the chain head and the lease change: the sealed values are kept as stored.
                     row: RowWrite::Update { new: RunRow::encode(&next, keys, Some((&next, &old)))?, old },
-                    run_id: id,
+                    run_id: id.into(),
                     outcome: Outcome::Count(Ok(last_seq)),
                     stored,
                 })

@@ -310,7 +310,7 @@ async fn two_nodes_taking_turns_on_one_run_never_write_on_a_stale_row() -> anyho
             assert_eq!((waiting.version, waiting.last_seq), (run.version + 1, seq + 1), "round {round}: suspend");
             let decision = Vote { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 };
             let decide = Transition::Vote {
-                votes: vec![("call_1".to_owned(), decision)],
+                votes: vec![("call_1".into(), decision)],
                 resume: Some(Lease { owner: owner.to_owned(), expires_at: lease_until }),
             };
             run = next_node()
@@ -390,7 +390,7 @@ async fn grouped_writes_of_many_runs_each_get_the_answer_they_would_get_alone() 
             let (n, answer) = joined?;
             match answer {
                 Ok(run) => assert!(created.insert(n, run).is_none(), "run {n} created twice"),
-                Err(StoreError::Duplicate(dup)) => assert_eq!(dup, id(n)),
+                Err(StoreError::Duplicate(dup)) => assert_eq!(id(n), dup),
                 Err(StoreError::Database(_)) if refused.contains(&n) => {}
                 Err(other) => anyhow::bail!("create {n}: {other}"),
             }
@@ -438,7 +438,7 @@ async fn grouped_writes_of_many_runs_each_get_the_answer_they_would_get_alone() 
         for joined in join_all(reads).await {
             match joined? {
                 (n, Ok(run)) if n <= runs => assert_eq!(b.get(&run.id).await?, run, "run {n} read alike"),
-                (n, Err(StoreError::NotFound(missing))) if n > runs => assert_eq!(missing, id(n)),
+                (n, Err(StoreError::NotFound(missing))) if n > runs => assert_eq!(id(n), missing),
                 (n, other) => anyhow::bail!("read {n}: {other:?}"),
             }
         }

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tollgate_agent_core::RunId;
 use tollgate_agent_core::event::{EventKind, NewEvent, verify_chain};
 use tollgate_agent_core::run::{RunStatus, Transition};
 use tollgate_agent_core::store::{
@@ -298,7 +299,7 @@ async fn flipped_bytes_in_one_runs_page_spoil_only_that_run() -> anyhow::Result<
     let broken = id(3);
     match store.get(&broken).await {
         Err(StoreError::Corrupt { id, detail }) => {
-            anyhow::ensure!(id == broken && detail.contains("malformed"), "{id}: {detail}")
+            anyhow::ensure!(broken == id && detail.contains("malformed"), "{id}: {detail}")
         }
         other => anyhow::bail!("expected Corrupt for run 3, got {other:?}"),
     }
@@ -307,9 +308,9 @@ async fn flipped_bytes_in_one_runs_page_spoil_only_that_run() -> anyhow::Result<
         anyhow::ensure!(store.events(&id(n), 0, 10).await?.len() == 1);
     }
     let page = store.list(RunQuery { limit: 10, ..Default::default() }).await?;
-    let listed: Vec<&str> = page.runs.iter().map(|r| r.id.as_str()).collect();
-    anyhow::ensure!(listed == [id(5), id(4), id(2), id(1)], "{listed:?}");
-    anyhow::ensure!(page.skipped == [broken.clone()], "{:?}", page.skipped);
+    let listed: Vec<&RunId> = page.runs.iter().map(|r| &r.id).collect();
+    anyhow::ensure!(listed == [&id(5), &id(4), &id(2), &id(1)], "{listed:?}");
+    anyhow::ensure!(page.skipped == [broken.as_str()], "{:?}", page.skipped);
     // Paging goes on past the damaged run.
     let first = store.list(RunQuery { limit: 3, ..Default::default() }).await?;
     anyhow::ensure!(first.runs.len() == 2 && first.next_cursor.as_deref() == Some(broken.as_str()));

@@ -3,13 +3,14 @@
 
 use std::io::Write;
 use std::process::Command;
+use tollgate_agent_protocol::CallId;
 
 /// The editor when `$EDITOR` is unset or empty.
 const FALLBACK_EDITOR: &str = "vi";
 
 /// Opens the editor on `text` for call `call_id` and returns the file's content once the editor exits
 /// successfully. The file is removed afterwards. Blocks until the editor exits.
-pub(super) fn edit_text(call_id: &str, text: &str) -> Result<String, String> {
+pub(super) fn edit_text(call_id: &CallId, text: &str) -> Result<String, String> {
     let safe_id: String = call_id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect();
     let mut file = tempfile::Builder::new()
         .prefix(&format!("tollgate-{safe_id}-"))

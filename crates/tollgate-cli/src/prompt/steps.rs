@@ -8,7 +8,7 @@ use crate::render::{approvals_count, one_line};
 use std::collections::HashSet;
 use tollgate_agent_core::{EventKind, StoredEvent};
 use tollgate_agent_protocol::event_data::{self as data, LoggedDecision};
-use tollgate_agent_protocol::{EventData, Gate};
+use tollgate_agent_protocol::{CallId, EventData, Gate};
 
 /// A model's text longer than this many characters is cut.
 const TEXT_WIDTH: usize = 160;
@@ -27,7 +27,7 @@ fn typed(event: &StoredEvent) -> Result<EventData, String> {
 /// crash still names a call that finished before it (the event keeps the v1 shape: gate `ask`, not in
 /// doubt); that call is not held, and the line at the gate leaves it out.
 #[derive(Debug, Default)]
-pub(super) struct Ran(HashSet<(u32, String)>);
+pub(super) struct Ran(HashSet<(u32, CallId)>);
 
 impl Ran {
     /// Remembers the call a `tool_finished` event names.
@@ -39,8 +39,8 @@ impl Ran {
         }
     }
 
-    fn contains(&self, round: u32, call_id: &str) -> bool {
-        self.0.contains(&(round, call_id.to_owned()))
+    fn contains(&self, round: u32, call_id: &CallId) -> bool {
+        self.0.contains(&(round, call_id.clone()))
     }
 }
 

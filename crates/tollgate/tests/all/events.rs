@@ -61,7 +61,7 @@ async fn the_stream_sees_a_change_made_by_another_runtime_on_the_same_store() {
 #[tokio::test]
 async fn the_stream_of_an_unknown_run_is_one_error() {
     let tollgate = tollgate_on("sqlite::memory:", &Pay::default()).await;
-    let items: Vec<_> = tollgate.events("01900000-0000-7000-8000-000000000000").collect().await;
+    let items: Vec<_> = tollgate.events(&"01900000-0000-7000-8000-000000000000".into()).collect().await;
     assert_eq!(items.len(), 1);
     assert!(matches!(items[0], Err(tollgate::ReadError::NotFound(_))));
 }

@@ -40,7 +40,7 @@ async fn the_mounted_api_asks_for_tokens_and_keeps_roles_apart() {
         call(&mut router, post("/v1/runs", Some("t-runner"), serde_json::json!({"input": "pay", "wait": true}))).await;
     assert_eq!(status, StatusCode::CREATED, "{run}");
     assert_eq!(run["created_by"], "app");
-    let id = run["id"].as_str().unwrap_or_default().to_owned();
+    let id = tollgate::RunId::from(run["id"].as_str().unwrap_or_default());
     let digest = run["pending"]["turn_digest"].clone();
 
     // The runner may not decide; the approver may, and the library sees the decision at once.

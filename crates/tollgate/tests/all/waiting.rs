@@ -15,7 +15,7 @@ async fn a_held_turn_is_decided_per_call_by_two_people_and_resumes_once() {
     assert_eq!(held.calls.len(), 3);
     let awaiting: Vec<&str> = held.awaiting().map(|c| c.call_id.as_str()).collect();
     assert_eq!(awaiting, ["call_2", "call_3"]);
-    assert_eq!(held.call("call_2").and_then(|c| c.preview.clone()).as_deref(), Some("pay bob 50000 cents"));
+    assert_eq!(held.call(&"call_2".into()).and_then(|c| c.preview.clone()).as_deref(), Some("pay bob 50000 cents"));
 
     // Alice approves bob's payment only; the run keeps waiting for cy's.
     let partial =
@@ -23,7 +23,7 @@ async fn a_held_turn_is_decided_per_call_by_two_people_and_resumes_once() {
     assert_eq!(partial.status, RunStatus::WaitingForApproval);
     let held = tollgate.pending(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(held.awaiting().map(|c| c.call_id.as_str()).collect::<Vec<_>>(), ["call_3"]);
-    assert_eq!(held.call("call_2").map(|c| c.state), Some(CallState::Decided));
+    assert_eq!(held.call(&"call_2".into()).map(|c| c.state), Some(CallState::Decided));
 
     // Bob edits cy's payment down; that completes the set and resumes the run.
     let done = tollgate
@@ -86,7 +86,7 @@ async fn decide_each_gets_every_awaiting_call() {
 async fn pending_on_an_unknown_run_and_listing_with_the_default_limit() {
     let pay = Pay::default();
     let tollgate = tollgate_on("sqlite::memory:", &pay).await;
-    let missing = tollgate.pending("01900000-0000-7000-8000-000000000000").await.err();
+    let missing = tollgate.pending(&"01900000-0000-7000-8000-000000000000".into()).await.err();
     assert!(matches!(missing, Some(PendingError::NotFound(_))), "{missing:?}");
     for _ in 0..3 {
         tollgate.start("pay").wait().await.unwrap_or_else(|e| panic!("{e}"));

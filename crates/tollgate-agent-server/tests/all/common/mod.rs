@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tollgate_agent_core::{Gate, LoopConfig, RunStore, SystemClock, ToolLoop, ToolRegistry};
+use tollgate_agent_core::{Gate, LoopConfig, RunId, RunStore, SystemClock, ToolLoop, ToolRegistry};
 use tollgate_agent_providers::{Script, ScriptedModel};
 use tollgate_agent_runtime::{AgentSpec, OnExpiry, Runtime, RuntimeOptions, ToolInfo, UuidV7Ids};
 use tollgate_agent_server::{ApiToken, Role, ServerError, ServerOptions, WebhookRetry, WebhookTarget};
@@ -399,7 +399,7 @@ impl Server {
     }
 
     /// Waits (bounded) until the run is terminal and returns it.
-    pub(crate) async fn settled(&self, id: &str) -> Value {
+    pub(crate) async fn settled(&self, id: &RunId) -> Value {
         let run = tokio::time::timeout(Duration::from_secs(20), self.runtime.wait_settled(id))
             .await
             .unwrap_or_else(|_| panic!("run {id} did not settle within 20 s"))
@@ -459,8 +459,8 @@ pub(crate) fn digest(run: &Value) -> String {
 }
 
 /// The id of a run's JSON.
-pub(crate) fn id(run: &Value) -> String {
-    run["id"].as_str().unwrap_or_default().to_owned()
+pub(crate) fn id(run: &Value) -> RunId {
+    RunId::from(run["id"].as_str().unwrap_or_default())
 }
 
 /// The Python of the venv holding the test tools (PyPI, pinned in `.ci/python/requirements.txt`):

@@ -20,7 +20,7 @@ use tollgate_agent_core::store::{
 use tollgate_agent_core::suspension::{Decision, StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
 use tollgate_agent_core::transcript::Usage;
-use tollgate_agent_core::{Approval, ApprovalError, ApprovalId, Metadata, Requirement};
+use tollgate_agent_core::{Approval, ApprovalError, ApprovalId, Metadata, Requirement, RunId};
 use tollgate_agent_store::seal::SealReport;
 use tollgate_agent_store::{DataKey, DataKeys, StoreOptions};
 
@@ -51,8 +51,8 @@ pub(crate) const T0: Millis = 1_764_410_400_000;
 const OWNER: &str = "node-a";
 
 /// A UUIDv7-shaped id; `n` orders them like creation time does.
-pub(crate) fn id(n: u64) -> String {
-    format!("01980000-0000-7000-8000-{n:012x}")
+pub(crate) fn id(n: u64) -> RunId {
+    RunId::from(format!("01980000-0000-7000-8000-{n:012x}"))
 }
 
 fn event(kind: EventKind, round: u32, data: serde_json::Value) -> NewEvent {
@@ -90,10 +90,7 @@ fn suspend(calls: &[&str], expires_at: Option<Millis>) -> Transition {
 }
 
 fn decide(call: &str, decision: Decision) -> Transition {
-    Transition::Vote {
-        votes: vec![(call.to_owned(), Vote { decision, actor: "alice".into(), at: T0 + 5 })],
-        resume: None,
-    }
+    Transition::Vote { votes: vec![(call.into(), Vote { decision, actor: "alice".into(), at: T0 + 5 })], resume: None }
 }
 
 /// The agents of the nodes claiming queued runs in these cases.
@@ -203,7 +200,7 @@ pub(crate) async fn create_get_and_duplicate<H: Harness>(h: &H) -> anyhow::Resul
     ensure!(read.lease() == Some(&lease(OWNER, T0 + 1 + 30_000)));
 
     let again = store.create(running_run(1, "other"), vec![]).await;
-    ensure!(matches!(again, Err(StoreError::Duplicate(ref id)) if *id == created.id), "{again:?}");
+    ensure!(matches!(again, Err(StoreError::Duplicate(ref id)) if created.id == *id), "{again:?}");
     ensure!(store.get(&created.id).await? == created, "a duplicate create changes nothing");
     ensure!(store.events(&created.id, 0, 100).await?.len() == 1);
 
@@ -259,7 +256,7 @@ pub(crate) async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: 
     let suspend = Transition::Suspend { held, iterations: 1, usage: Usage::default() };
     let waiting = store.transition(&run.id, Guard::Lease(OWNER.into()), suspend, vec![], T0 + 10).await?;
     let vote = |call: &str, actor: &str, decision: Decision| Transition::Vote {
-        votes: vec![(call.to_owned(), Vote { decision, actor: actor.into(), at: T0 + 20 })],
+        votes: vec![(call.into(), Vote { decision, actor: actor.into(), at: T0 + 20 })],
         resume: None,
     };
     let at = Guard::Version(waiting.version);
@@ -271,7 +268,7 @@ pub(crate) async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: 
         other => anyhow::bail!("one vote on the version read commits, the other conflicts: {other:?}"),
     };
     ensure!(first.status() == RunStatus::WaitingForApproval);
-    let approval = first.held_turn().and_then(|h| h.approval("call_1")).context("approval")?;
+    let approval = first.held_turn().and_then(|h| h.approval(&"call_1".into())).context("approval")?;
     ensure!(approval.is_pending() && approval.approvals_given().len() == 1, "{approval:?}");
     let voter = approval.approvals_given()[0].to_owned();
 
@@ -290,15 +287,15 @@ pub(crate) async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: 
     let other = if voter == "alice" { "bob" } else { "alice" };
     let both = Transition::Vote {
         votes: vec![
-            ("call_1".to_owned(), Vote { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
-            ("call_2".to_owned(), Vote { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
+            ("call_1".into(), Vote { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
+            ("call_2".into(), Vote { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
         ],
         resume: Some(lease("node-r", T0 + 90_000)),
     };
     let resumed = store.transition(&run.id, Guard::Version(first.version), both, vec![], T0 + 22).await?;
     ensure!(resumed.status() == RunStatus::Running && resumed.lease().is_some_and(|l| l.owner == "node-r"));
     let kept = resumed.held_turn().context("kept while the resume runs")?;
-    ensure!(kept.complete_for_resume() && kept.approval("call_1").is_some_and(|a| a.votes.len() == 2));
+    ensure!(kept.complete_for_resume() && kept.approval(&"call_1".into()).is_some_and(|a| a.votes.len() == 2));
     ensure!(store.get(&run.id).await? == resumed);
     Ok(())
 }
@@ -352,7 +349,7 @@ pub(crate) async fn metadata_round_trips_and_never_changes<H: Harness>(h: &H) ->
     h.execute(format!("UPDATE runs SET metadata = '[1]' WHERE id = '{}'", created.id)).await?;
     let read = store.get(&created.id).await;
     ensure!(
-        matches!(&read, Err(StoreError::Corrupt { id, detail }) if *id == created.id && detail.contains("metadata")),
+        matches!(&read, Err(StoreError::Corrupt { id, detail }) if created.id == *id && detail.contains("metadata")),
         "{read:?}"
     );
     Ok(())
@@ -410,7 +407,7 @@ pub(crate) async fn list_filters_and_pages<H: Harness>(h: &H) -> anyhow::Result<
             break;
         }
     }
-    let expected: Vec<Vec<String>> = [vec![10, 9], vec![8, 7], vec![5, 3], vec![1]]
+    let expected: Vec<Vec<RunId>> = [vec![10, 9], vec![8, 7], vec![5, 3], vec![1]]
         .into_iter()
         .map(|page| page.into_iter().map(id).collect())
         .collect();
@@ -625,7 +622,7 @@ pub(crate) async fn every_transition_from_every_status_matches_apply<H: Harness>
     let transitions = || {
         let mut all = all_transitions();
         all.push(Transition::Vote {
-            votes: vec![("call_1".to_owned(), Vote { decision: Decision::Approve, actor: "alice".into(), at: T0 + 5 })],
+            votes: vec![("call_1".into(), Vote { decision: Decision::Approve, actor: "alice".into(), at: T0 + 5 })],
             resume: Some(lease("node-r", T0 + 90_000)),
         });
         all
@@ -945,7 +942,7 @@ pub(crate) async fn purge_windows_and_batches<H: Harness>(h: &H) -> anyhow::Resu
     ensure!(third == 1, "five runs were old enough: {third}");
     ensure!(store.purge(cut, cut, 2).await? == 0);
 
-    let left: Vec<String> =
+    let left: Vec<RunId> =
         store.list(RunQuery { limit: 100, ..Default::default() }).await?.runs.into_iter().map(|r| r.id).collect();
     ensure!(left == vec![id(8), id(7), id(5)], "{left:?}");
     for n in [1, 2, 3, 4, 6] {
@@ -990,7 +987,7 @@ pub(crate) async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyh
     h.execute(format!("UPDATE runs SET decisions = 'not json' WHERE id = '{}'", bad.id)).await?;
 
     let read = store.get(&bad.id).await;
-    ensure!(matches!(&read, Err(StoreError::Corrupt { id, .. }) if *id == bad.id), "{read:?}");
+    ensure!(matches!(&read, Err(StoreError::Corrupt { id, .. }) if bad.id == *id), "{read:?}");
     let moved = store.transition(&bad.id, Guard::Version(bad.version), Transition::Cancel, vec![], T0).await;
     ensure!(matches!(&moved, Err(StoreError::Corrupt { .. })), "{moved:?}");
     // Its events are rows of their own: they stay readable, as the record of what happened.
@@ -999,7 +996,7 @@ pub(crate) async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyh
     verify_chain(&events, bad.last_seq, &bad.last_hash)?;
 
     ensure!(store.get(&good.id).await? == good);
-    let listed: Vec<String> =
+    let listed: Vec<RunId> =
         store.list(RunQuery { limit: 10, ..Default::default() }).await?.runs.into_iter().map(|r| r.id).collect();
     ensure!(listed == vec![id(3), id(2)], "list skips the corrupt run and shows the rest: {listed:?}");
     // The corrupt row still takes its place in paging: the page after [3, 2] holds only it, so it
@@ -1008,13 +1005,13 @@ pub(crate) async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyh
     ensure!(page.runs.len() == 2 && page.next_cursor.as_deref() == Some(id(2).as_str()), "{page:?}");
     let after = store.list(RunQuery { limit: 2, cursor: page.next_cursor, ..Default::default() }).await?;
     ensure!(after.runs.is_empty() && after.next_cursor.is_none(), "{after:?}");
-    let due: Vec<String> = store.due(T0 + 100, 10).await?.into_iter().map(|r| r.id).collect();
+    let due: Vec<RunId> = store.due(T0 + 100, 10).await?.into_iter().map(|r| r.id).collect();
     ensure!(due == vec![good.id.clone()], "{due:?}");
     store.transition(&good.id, Guard::Version(good.version), Transition::Cancel, vec![], T0).await?;
 
     h.execute(format!("UPDATE runs SET status = 'sleeping' WHERE id = '{}'", id(3))).await?;
     let read = store.get(&id(3)).await;
-    ensure!(matches!(&read, Err(StoreError::Corrupt { id: i, .. }) if *i == id(3)), "{read:?}");
+    ensure!(matches!(&read, Err(StoreError::Corrupt { id: i, .. }) if id(3) == *i), "{read:?}");
     let appended = store.append(&id(3), OWNER, vec![], T0).await;
     ensure!(matches!(&appended, Err(StoreError::Corrupt { .. })), "{appended:?}");
 
@@ -1028,7 +1025,7 @@ pub(crate) async fn a_corrupt_row_spoils_only_its_run<H: Harness>(h: &H) -> anyh
     .await?;
     let read = store.get(&waiting.id).await;
     ensure!(
-        matches!(&read, Err(StoreError::Corrupt { id, detail }) if *id == waiting.id && detail.contains("held turn")),
+        matches!(&read, Err(StoreError::Corrupt { id, detail }) if waiting.id == *id && detail.contains("held turn")),
         "{read:?}"
     );
     Ok(())
@@ -1322,7 +1319,7 @@ pub(crate) async fn new_runs_and_resumes_are_claimed_in_the_order_they_were_queu
             order.push((claim.run.id, claim.queued_at - T0));
         }
     }
-    let expected: Vec<(String, Millis)> = expected.iter().map(|(n, at)| (id(*n), *at)).collect();
+    let expected: Vec<(RunId, Millis)> = expected.iter().map(|(n, at)| (id(*n), *at)).collect();
     ensure!(order == expected, "claimed in queued order:\n{order:?}\n{expected:?}");
     ensure!(store.oldest_queued().await?.is_none(), "every run was claimed");
     Ok(())
@@ -1339,9 +1336,9 @@ pub(crate) async fn queued_runs_that_cannot_be_read_are_passed_over<H: Harness>(
     h.execute(format!("UPDATE runs SET decisions = 'not json' WHERE id IN ('{}', '{}')", id(1), id(2))).await?;
     let agents = agents();
     let claim = |limit: u32| store.claim_queued(&agents, limit, lease("node-a", T0 + 60_000), T0 + 100);
-    let first: Vec<String> = claim(2).await?.into_iter().map(|c| c.run.id).collect();
+    let first: Vec<RunId> = claim(2).await?.into_iter().map(|c| c.run.id).collect();
     ensure!(first == [id(3), id(4)], "the two oldest readable runs: {first:?}");
-    let rest: Vec<String> = claim(5).await?.into_iter().map(|c| c.run.id).collect();
+    let rest: Vec<RunId> = claim(5).await?.into_iter().map(|c| c.run.id).collect();
     ensure!(rest == [id(5), id(6)], "{rest:?}");
     ensure!(claim(1).await?.is_empty(), "only the corrupt runs are left");
     ensure!(store.oldest_queued().await? == Some(T0 + 1), "the corrupt runs stay queued");
@@ -1360,14 +1357,14 @@ pub(crate) const FILLED_QUEUED_AT: &str = "T0 + (n * 7919) % 100003";
 /// `demo` in one go, oldest first, and the oldest queued run left is the oldest of the others.
 pub(crate) async fn a_filled_queue_is_claimed_oldest_first(store: &dyn RunStore) -> anyhow::Result<()> {
     let queued_at = |n: i64| T0 + (n * 7919) % 100_003; // FILLED_QUEUED_AT
-    let mut demo: Vec<(Millis, String, i64)> = (1..=FILLED_RUNS)
+    let mut demo: Vec<(Millis, RunId, i64)> = (1..=FILLED_RUNS)
         .filter(|n| n % 10 == 0)
         .map(|n| (queued_at(n), id(u64::try_from(n).unwrap_or(0)), n))
         .collect();
     demo.sort();
-    let expected: Vec<String> = demo.iter().take(64).map(|(_, id, _)| id.clone()).collect();
+    let expected: Vec<RunId> = demo.iter().take(64).map(|(_, id, _)| id.clone()).collect();
     let claimed = store.claim_queued(&agents(), 64, lease("node-a", T0 + 600_000), T0 + 200_000).await?;
-    let ids: Vec<String> = claimed.iter().map(|c| c.run.id.clone()).collect();
+    let ids: Vec<RunId> = claimed.iter().map(|c| c.run.id.clone()).collect();
     ensure!(ids == expected, "the 64 oldest queued runs of `demo`, oldest first:\n{ids:?}\n{expected:?}");
     ensure!(claimed.iter().all(|c| c.run.status() == RunStatus::Running));
     let taken: std::collections::HashSet<i64> = demo.iter().take(64).map(|(_, _, n)| *n).collect();
@@ -1414,7 +1411,7 @@ pub(crate) async fn racing_workers_of_two_nodes_never_claim_a_run_twice<H: Harne
         all.extend(worker.await??);
     }
     all.sort();
-    let expected: Vec<String> = (1..=60).map(id).collect();
+    let expected: Vec<RunId> = (1..=60).map(id).collect();
     ensure!(all == expected, "each run claimed once: {} claims", all.len());
     let counts = nodes[1].count_by_status().await?;
     ensure!(counts == vec![(RunStatus::Running, 60)], "{counts:?}");
@@ -1474,12 +1471,12 @@ pub(crate) async fn racing_appends_and_a_transition_make_one_chain<H: Harness>(h
 }
 
 /// What a commit tap (`RunStore::tap_commits`) is handed, run by run and in order.
-type Tapped = Arc<std::sync::Mutex<Vec<(String, Vec<tollgate_agent_core::StoredEvent>)>>>;
+type Tapped = Arc<std::sync::Mutex<Vec<(RunId, Vec<tollgate_agent_core::StoredEvent>)>>>;
 
 fn tap_into(tapped: &Tapped) -> tollgate_agent_core::CommitTap {
     let tapped = tapped.clone();
-    Arc::new(move |run: &str, events: &[tollgate_agent_core::StoredEvent]| {
-        tapped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((run.to_owned(), events.to_vec()));
+    Arc::new(move |run: &RunId, events: &[tollgate_agent_core::StoredEvent]| {
+        tapped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((run.clone(), events.to_vec()));
     })
 }
 
@@ -1521,7 +1518,7 @@ pub(crate) async fn a_commit_tap_sees_each_commit_as_stored<H: Harness>(h: &H) -
     let other = h.open_with(keyring(&[("k1", 1)])?).await?;
     create_running(&*other, 40, "demo").await?;
 
-    let mut by_run: std::collections::BTreeMap<String, Vec<tollgate_agent_core::StoredEvent>> = Default::default();
+    let mut by_run: std::collections::BTreeMap<RunId, Vec<tollgate_agent_core::StoredEvent>> = Default::default();
     for (run, events) in tapped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
         ensure!(!events.is_empty(), "a commit without events taps nothing");
         by_run.entry(run).or_default().extend(events);
@@ -1548,7 +1545,7 @@ pub(crate) async fn read_log(
     from: &str,
     limit: u32,
     expected: usize,
-) -> anyhow::Result<(Vec<(String, tollgate_agent_core::StoredEvent)>, Vec<String>, String)> {
+) -> anyhow::Result<(Vec<(RunId, tollgate_agent_core::StoredEvent)>, Vec<RunId>, String)> {
     read_log_after(store, from, limit, expected, None).await
 }
 
@@ -1559,15 +1556,13 @@ pub(crate) async fn read_log_after(
     from: &str,
     limit: u32,
     expected: usize,
-    pre_start: Option<&str>,
-) -> anyhow::Result<(Vec<(String, tollgate_agent_core::StoredEvent)>, Vec<String>, String)> {
+    pre_start: Option<&RunId>,
+) -> anyhow::Result<(Vec<(RunId, tollgate_agent_core::StoredEvent)>, Vec<RunId>, String)> {
     let (mut events, mut skipped, mut at) = (Vec::new(), Vec::new(), from.to_owned());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let page = store.committed(Some(&at), limit).await?;
-        events.extend(
-            page.events.into_iter().filter(|(run, event)| !(Some(run.as_str()) == pre_start && event.seq == 1)),
-        );
+        events.extend(page.events.into_iter().filter(|(run, event)| !(Some(run) == pre_start && event.seq == 1)));
         skipped.extend(page.skipped.into_iter().map(|(run, _)| run));
         at = page.next;
         if !page.more && events.len() + skipped.len() >= expected {
@@ -1631,7 +1626,7 @@ pub(crate) async fn the_commit_log_holds_every_commit_once<H: Harness>(h: &H) ->
         let (events, skipped, end) = read_log_after(&*store, &start.next, limit, expected, Some(&before.id)).await?;
         ensure!(events.len() == expected, "limit {limit}: {} events, not {expected}", events.len());
         ensure!(skipped.is_empty(), "nothing is damaged yet: {skipped:?}");
-        let mut by_run: std::collections::BTreeMap<String, Vec<tollgate_agent_core::StoredEvent>> = Default::default();
+        let mut by_run: std::collections::BTreeMap<RunId, Vec<tollgate_agent_core::StoredEvent>> = Default::default();
         for (run, event) in events {
             by_run.entry(run).or_default().push(event);
         }
@@ -1805,7 +1800,7 @@ pub(crate) async fn a_missing_or_wrong_key_fails_clearly<H: Harness>(h: &H) -> a
         ensure!(listed.runs == vec![own.clone()], "list shows the run it can read ({why})");
         let listed = store.list(RunQuery { limit: 10, ..Default::default() }).await?;
         ensure!(!listed.runs.iter().any(|r| r.id == secret.id), "list skips the run it cannot read ({why})");
-        ensure!(listed.skipped.contains(&secret.id), "{why}: {:?}", listed.skipped);
+        ensure!(listed.skipped.iter().any(|s| secret.id == *s), "{why}: {:?}", listed.skipped);
         ensure!(store.get(&own.id).await? == own);
         let refused =
             store.transition(&secret.id, Guard::Version(secret.version), Transition::Cancel, vec![], T0 + 30).await;
@@ -1927,7 +1922,7 @@ pub(crate) async fn a_planted_plaintext_suspension_is_refused<H: Harness>(h: &H)
     }
     let report = h.seal(keyring(&[("k1", 1)])?, 10).await?;
     ensure!(report.runs_sealed == 0 && report.refused.len() == 1, "{report:?}");
-    ensure!(report.refused[0].id == waiting.id && report.refused[0].reason.contains("behind Tollgate's back"));
+    ensure!(waiting.id == report.refused[0].id && report.refused[0].reason.contains("behind Tollgate's back"));
     ensure_plaintext_refused(fresh.get(&waiting.id).await, &waiting.id)?;
     ensure!(
         h.query_i64(format!("SELECT COUNT(*) FROM events WHERE run_id = '{}' AND kind = 'decision'", waiting.id))
@@ -2039,7 +2034,7 @@ pub(crate) async fn a_keyed_chain_rewritten_without_the_key_fails<H: Harness>(h:
     let run = fresh.get(&waiting.id).await?;
     match fresh.events(&waiting.id, 0, 10).await {
         // The data is bound to the key its hash named: with the hash unkeyed it no longer opens.
-        Err(StoreError::Undecryptable { id, detail }) => ensure!(id == waiting.id && detail.contains("event 2")),
+        Err(StoreError::Undecryptable { id, detail }) => ensure!(waiting.id == id && detail.contains("event 2")),
         Ok(read) => {
             let verdict = verify_chain_with(&read, run.last_seq, &run.last_hash, fresh.chain_keys());
             ensure!(verdict == Err(ChainBreak::Downgrade { seq: 2 }), "{verdict:?}");
