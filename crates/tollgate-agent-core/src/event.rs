@@ -219,6 +219,7 @@ pub fn chain_with(
 
 /// Where a chain breaks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ChainBreak {
     /// An event is missing or out of order: `expected` was due where `found` stands.
     #[error("event {expected} is missing or out of order (found seq {found})")]

@@ -20,6 +20,7 @@ pub struct Metadata(Arc<Map<String, Value>>);
 
 /// Why a value cannot be a run's metadata.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum MetadataError {
     /// It is not a JSON object (it is, say, an array or a string). Not retryable.
     #[error("metadata must be a JSON object, not {0}")]

@@ -454,6 +454,7 @@ impl Transition {
 
 /// A transition that does not apply to the run as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TransitionError {
     /// The transition does not follow the run's status.
     #[error("cannot {transition} a run that is {from}")]

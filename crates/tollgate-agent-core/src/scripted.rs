@@ -16,6 +16,7 @@ use serde_json::Value;
 
 /// A script that cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScriptError {
     /// The file could not be read.
     #[error("cannot read script {path}: {message}")]

@@ -227,6 +227,7 @@ pub struct Suspension {
 
 /// A suspension that cannot be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SuspensionError {
     /// The text is not JSON or not a suspension.
     #[error("stored suspension is not valid: {0}")]

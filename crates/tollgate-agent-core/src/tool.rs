@@ -268,6 +268,7 @@ pub struct ToolPin {
 
 /// Why a tool could not be registered.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// Two tools share a name.
     #[error("a tool named `{0}` is already registered")]

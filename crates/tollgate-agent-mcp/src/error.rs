@@ -15,6 +15,7 @@ pub struct StartError {
 
 /// What went wrong while starting an MCP server.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartFailure {
     /// The program could not be run at all (not found, not executable). Retrying will not help until the
     /// configuration or the machine changes.

@@ -16,6 +16,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// The kinds of problem the API answers with; each has one HTTP status, one slug and one title.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ProblemType {
     /// 400 `malformed-json`: the body is not JSON.
     MalformedJson,

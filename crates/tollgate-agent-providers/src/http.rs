@@ -110,6 +110,7 @@ impl fmt::Debug for ProviderSettings {
 
 /// A provider adapter that cannot be built from its settings.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProviderError {
     /// `base_url` is not an absolute `http` or `https` address.
     #[error("invalid base_url `{url}`: {reason}")]

@@ -119,6 +119,7 @@ use workers::Pool;
 
 /// What happens to a waiting run when its approval deadline passes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OnExpiry {
     /// Deny every undecided call (actor `system`, reason `approval deadline passed`) and resume.
     #[default]

@@ -27,6 +27,7 @@ const CAPACITY: usize = 4096;
 
 /// One delta of one run's model call.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LiveDelta {
     /// The run whose model call it is.
     pub run_id: RunId,

@@ -688,6 +688,7 @@ async fn deadlines_apply_the_agents_on_expiry() {
                 assert_eq!(done.status(), RunStatus::Expired);
                 assert_eq!(events.last().map(|e| e.kind), Some(EventKind::RunExpired));
             }
+            other => panic!("no case for {other:?}"),
         }
         assert_eq!(setup.tools[0].call_count(), 0);
     }

@@ -237,6 +237,7 @@ impl Default for ServerOptions {
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServerError {
     /// No tokens are configured and the address is not loopback: anyone who can reach it would act as
     /// `local` with every role. Not retryable: configure `[[auth.tokens]]` or bind 127.0.0.1.

@@ -61,6 +61,7 @@ const MAX_ID_LEN: usize = 64;
 
 /// A data key could not be built from its configuration. The text never contains key material.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DataKeyError {
     /// The id is empty, too long, or has a character outside `A-Z a-z 0-9 _ . -`.
     #[error("invalid data key id `{id}`: {reason}")]

@@ -88,6 +88,7 @@ impl Model {
 
 /// Why an [`Agent`] cannot be built ([`BuildError::Agent`]). Not retryable: the agent must be changed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
     /// No model was given.
     #[error("no model: call `.model(..)`")]

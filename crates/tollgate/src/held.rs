@@ -11,6 +11,7 @@ use tollgate_agent_protocol::{Actor, Call, CallId, RunId};
 ///
 /// [`Tollgate::pending`]: crate::Tollgate::pending
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Held {
     /// The run.
     pub run_id: RunId,

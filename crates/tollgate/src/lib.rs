@@ -206,6 +206,34 @@
 //!     tollgate.get(&held.calls[0].call_id).await // a call id is not a run id
 //! }
 //! ```
+//! What will grow is `#[non_exhaustive]`: the errors an embedder handles but no Tollgate crate must
+//! handle variant by variant ([`VerifyError`], [`PendingError`], [`BuildError`], [`AgentError`],
+//! [`ApprovalError`], [`TransitionError`], [`ModelError`], ...), [`OnExpiry`], a failed run's
+//! [`wire::RunErrorKind`], and the structs this crate hands out ([`Held`], [`LiveDelta`], [`ListQuery`]:
+//! start from `ListQuery::default()` and set its fields). A match on one needs a `_` arm:
+//! ```compile_fail,E0004
+//! fn broken(error: &tollgate::VerifyError) -> bool {
+//!     match error {
+//!         tollgate::VerifyError::Read(_) => false,
+//!         tollgate::VerifyError::Broken(_) => true,
+//!     }
+//! }
+//! ```
+//! The wire's closed sets stay exhaustive on purpose (docs/embedding.md, "What may grow"): a run's
+//! [`RunStatus`], a call's [`Gate`] and [`CallState`], a [`Decision`], a
+//! [`TerminationReason`](wire::TerminationReason), and the enums every consumer must handle one by one
+//! ([`EventKind`], the runtime's operation errors such as [`DecideError`]): a new value is a breaking
+//! change, and the compiler shows every match that must take it.
+//! ```
+//! fn settled(status: tollgate::RunStatus) -> bool {
+//!     use tollgate::RunStatus::*;
+//!     match status {
+//!         Queued | Running => false,
+//!         WaitingForApproval | Completed | Failed | Cancelled | Expired => true,
+//!     }
+//! }
+//! # let _ = settled;
+//! ```
 //! The wire's listings of agents and tools are [`wire::AgentInfo`] and [`wire::ToolInfo`], so `Agent`
 //! and `Tool` name only the builder's agent and the tool trait:
 //! ```compile_fail,E0432
@@ -426,6 +454,7 @@ pub enum VerifyError {
 
 /// Which runs [`Tollgate::list`] gives.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListQuery {
     /// Only runs with this status.
     pub status: Option<RunStatus>,

@@ -93,7 +93,9 @@ async fn pending_on_an_unknown_run_and_listing_with_the_default_limit() {
     }
     let page = tollgate.list(ListQuery::status(RunStatus::WaitingForApproval)).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(page.runs.len(), 3);
-    let page = tollgate.list(ListQuery { limit: 2, ..ListQuery::default() }).await.unwrap_or_else(|e| panic!("{e}"));
+    let mut first_two = ListQuery::default();
+    first_two.limit = 2;
+    let page = tollgate.list(first_two).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(page.runs.len(), 2);
     assert!(page.next_cursor.is_some());
 }
