@@ -182,6 +182,11 @@ impl App {
             catalog,
             privacy: privacy_level(config.privacy.level),
             redactor: redactor(&config),
+            grants: tollgate_agent_runtime::GrantSettings {
+                enabled: config.grants.enabled,
+                default_ttl: config.grants.default_ttl,
+                max_ttl: config.grants.max_ttl,
+            },
             ..RuntimeOptions::default()
         };
         let options = match config.runtime.workers {

@@ -13,6 +13,10 @@
 //! `fs_delete`, an `fs_search`) matches a `forbid` or `ask` rule when the rule matches the folder or any
 //! path beneath it ([`Glob::matches_within`](tollgate_agent_config::Glob::matches_within)): deleting an
 //! ancestor of a forbidden path is forbidden. An `allow` rule is judged on the folder itself.
+//!
+//! Grants (V2.md section 1) sit after policy: the deciding rule also says whether a grant may allow the
+//! call it asks about (`grantable = false` says no: the call asks every time), and a tool that any of its
+//! rules marks `grantable = false` refuses to have grants made for it at all.
 
 use serde_json::Value;
 use std::sync::Arc;
@@ -47,18 +51,24 @@ pub fn explain(tool: &dyn Tool, own_reason: &str, policy: &[PolicyRule]) -> (Gat
         if !rule.tool.is_match(tool.name()) {
             continue;
         }
+        let refused = if rule.grantable { "" } else { ", not grantable" };
         if rule.when.is_empty() {
             let quorum = rule.approvals.map(|n| format!(", {n} approvals")).unwrap_or_default();
-            return (gate_of(rule.gate), format!("policy rule {} (tool = \"{}\"){quorum}", i + 1, rule.tool.as_str()));
+            return (
+                gate_of(rule.gate),
+                format!("policy rule {} (tool = \"{}\"){quorum}{refused}", i + 1, rule.tool.as_str()),
+            );
         }
         let quorum = rule.approvals.map(|n| format!(" with {n} approvals")).unwrap_or_default();
+        // The comma closes the aside, so that the condition reads as the rule's, not the grant's.
+        let refused = if rule.grantable { "" } else { ", not grantable," };
         let own = tool.gate(&empty);
         let conditions: Vec<String> =
             rule.when.iter().map(|m| format!("{} = \"{}\"", m.pointer, m.pattern.as_str())).collect();
         return (
             own,
             format!(
-                "{own_reason}; policy rule {} makes it {}{quorum} when {}",
+                "{own_reason}; policy rule {} makes it {}{quorum}{refused} when {}",
                 i + 1,
                 rule.gate.as_str(),
                 conditions.join(" and ")
@@ -146,6 +156,21 @@ impl Tool for PolicyTool {
         self.inner.policy_paths(args)
     }
 
+    fn grantable(&self, args: &Value) -> bool {
+        match self.deciding_rule(args) {
+            Some(PolicyRule { grantable: false, .. }) => false,
+            _ => self.inner.grantable(args),
+        }
+    }
+
+    fn refuses_grants(&self) -> bool {
+        self.rules.iter().any(|(_, rule)| !rule.grantable) || self.inner.refuses_grants()
+    }
+
+    fn suggested_match(&self, args: &Value) -> serde_json::Map<String, Value> {
+        self.inner.suggested_match(args)
+    }
+
     fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         self.inner.call(args, ctx)
     }
@@ -165,7 +190,13 @@ mod tests {
             when: when.iter().map(|(p, g)| ArgumentMatch { pointer: (*p).into(), pattern: Glob::new(g) }).collect(),
             gate,
             approvals: None,
+            grantable: true,
         }
+    }
+
+    /// `rule` with `grantable = false`.
+    fn not_grantable(rule: PolicyRule) -> PolicyRule {
+        PolicyRule { grantable: false, ..rule }
     }
 
     /// `rule` with `approvals = n`.
@@ -343,6 +374,75 @@ mod tests {
         assert_eq!(
             explain(&pay, "default", &policy),
             (Gate::Ask, "default; policy rule 1 makes it ask with 3 approvals when /currency = \"EUR\"".into())
+        );
+    }
+
+    #[test]
+    fn the_deciding_rule_says_whether_a_grant_may_allow_the_call() {
+        let pay = TestTool::new("pay").gate(Gate::Ask).shared();
+        let policy = vec![
+            rule("pay", &[("/amount", "?")], PolicyGate::Allow),
+            not_grantable(rule("pay", &[("/currency", "EUR")], PolicyGate::Ask)),
+            rule("pay", &[("/currency", "USD")], PolicyGate::Ask),
+        ];
+        let tool = apply(pay.clone(), &policy);
+        let amount = |amount: u32, currency: &str| json!({"amount": amount, "currency": currency});
+        assert!(!tool.grantable(&amount(50, "EUR")), "rule 2 decides, and refuses grants");
+        assert!(tool.grantable(&amount(50, "USD")), "rule 3 decides, and leaves it to the tool");
+        assert!(tool.grantable(&amount(5, "EUR")), "rule 1 decides (before rule 2)");
+        assert!(tool.grantable(&amount(50, "GBP")), "no rule decides: the tool's own say");
+
+        // Where the deciding rule leaves it to the tool, a tool that refuses (here, a policy-wrapped one) refuses.
+        let inner = apply(pay, &[not_grantable(rule("pay", &[], PolicyGate::Ask))]);
+        let outer = apply(inner, &[rule("pay", &[("/currency", "EUR")], PolicyGate::Ask)]);
+        assert!(!outer.grantable(&amount(50, "EUR")));
+        assert!(!outer.grantable(&amount(50, "USD")));
+    }
+
+    #[test]
+    fn a_tool_refuses_grants_when_any_rule_naming_it_does() {
+        let policy = vec![
+            rule("pay", &[("/amount", "?")], PolicyGate::Allow),
+            not_grantable(rule("p*", &[("/currency", "EUR")], PolicyGate::Ask)),
+        ];
+        let pay = apply(TestTool::new("pay").gate(Gate::Ask).shared(), &policy);
+        assert!(pay.refuses_grants(), "rule 2 names pay, whatever it matches");
+        let refund = apply(TestTool::new("refund").gate(Gate::Ask).shared(), &policy);
+        assert!(!refund.refuses_grants(), "no rule names refund");
+        let grantable = apply(TestTool::new("pay").gate(Gate::Ask).shared(), &[rule("pay", &[], PolicyGate::Ask)]);
+        assert!(!grantable.refuses_grants());
+        let outer = apply(pay, &[rule("pay", &[], PolicyGate::Ask)]);
+        assert!(outer.refuses_grants(), "the inner tool refuses");
+    }
+
+    #[test]
+    fn the_suggested_match_is_the_inner_tools() {
+        let write = apply(builtin("fs_write"), &[not_grantable(rule("fs_write", &[], PolicyGate::Ask))]);
+        let args = json!({"path": "notes/../notes/a.md", "content": "x"});
+        assert_eq!(Value::Object(write.suggested_match(&args)), json!({"/path": "notes/*"}));
+        let pay = apply(TestTool::new("pay").gate(Gate::Ask).shared(), &[rule("pay", &[], PolicyGate::Ask)]);
+        assert_eq!(Value::Object(pay.suggested_match(&json!({"to": "bob"}))), json!({"/to": "bob"}));
+    }
+
+    #[test]
+    fn explain_says_a_rule_is_not_grantable() {
+        let pay = TestTool::new("pay").gate(Gate::Ask);
+        let policy = vec![not_grantable(quorum(rule("pay", &[], PolicyGate::Ask), 2))];
+        assert_eq!(
+            explain(&pay, "default", &policy),
+            (Gate::Ask, "policy rule 1 (tool = \"pay\"), 2 approvals, not grantable".into())
+        );
+        let policy = vec![not_grantable(rule("pay", &[], PolicyGate::Ask))];
+        assert_eq!(explain(&pay, "default", &policy).1, "policy rule 1 (tool = \"pay\"), not grantable");
+        let policy = vec![not_grantable(rule("pay", &[("/currency", "EUR")], PolicyGate::Ask))];
+        assert_eq!(
+            explain(&pay, "default", &policy),
+            (Gate::Ask, "default; policy rule 1 makes it ask, not grantable, when /currency = \"EUR\"".into())
+        );
+        let policy = vec![not_grantable(quorum(rule("pay", &[("/currency", "EUR")], PolicyGate::Ask), 3))];
+        assert_eq!(
+            explain(&pay, "default", &policy).1,
+            "default; policy rule 1 makes it ask with 3 approvals, not grantable, when /currency = \"EUR\""
         );
     }
 }

@@ -29,6 +29,11 @@
 //! - C: as A, but phase 2 denies with reason `not allowed`;
 //! - D: scale — the approval cycle and the waiting list with N runs waiting ([`scale`]).
 //!
+//! What grants cost ([`grants`]): A for an agent with grants on its tool that match no call against the
+//! same agent without, and runs completed by a matching grant against the same runs with the tool's gate
+//! `allow`, each pair in alternating rounds of one sitting; and D with one grant applied to the waiting
+//! runs ([`scale::scale_applying`]).
+//!
 //! Workload A also runs through the HTTP API ([`http`]), and over N `tollgate serve` processes sharing
 //! one PostgreSQL database, each run resumed on another node than the one that started it ([`nodes`]).
 //! The soak ([`soak`]) is no workload of the comparison: it kills a real `tollgate serve` again and again
@@ -41,6 +46,7 @@
 //! of its own after the table, e.g. `check A (c=1): 1000 runs completed, the tool ran 1000 times, each
 //! text once — ok`.
 
+pub mod grants;
 pub mod http;
 pub mod nodes;
 pub mod scale;
@@ -94,6 +100,28 @@ pub struct PhaseReport {
     /// e.g. `A (c=1): 1000 runs completed, the tool ran 1000 times, each text once`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check: Option<String>,
+    /// On a variant measured against a baseline in alternating rounds of the same sitting (what grants
+    /// cost): how it compares. [`table`] prints it on a line of its own after the table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versus: Option<Versus>,
+}
+
+/// A phase set against its baseline: both measured in the same process, in alternating rounds (the
+/// order swapped each round), so that a machine that speeds up or slows down weighs on both.
+#[derive(Clone, Debug, Serialize)]
+pub struct Versus {
+    /// The baseline phase's name.
+    pub of: String,
+    /// Rounds of each.
+    pub rounds: u32,
+    /// This phase's CPU per run over the baseline's, all rounds together.
+    pub cpu_ratio: f64,
+    /// This phase's runs/s over the baseline's, all rounds together.
+    pub rate_ratio: f64,
+    /// The CPU ratio of each round (each round's phase over the same round's baseline).
+    pub cpu_ratios: Vec<f64>,
+    /// The rate ratio of each round.
+    pub rate_ratios: Vec<f64>,
 }
 
 /// A benchmark that could not run or whose end check failed.
@@ -126,9 +154,11 @@ pub async fn open_store(store_url: &str) -> Result<Arc<dyn RunStore>, BenchError
     tollgate_agent_store::open_with(store_url, options).await.map_err(err)
 }
 
-/// The `write_note` tool of workload A: gate ask, appends its text to an in-memory list.
+/// The `write_note` tool of workload A: gate ask (`allow` for the allow-gated runs of what grants cost),
+/// appends its text to an in-memory list.
 struct WriteNote {
     schema: Value,
+    gate: Gate,
     notes: Arc<Mutex<Vec<String>>>,
 }
 
@@ -143,7 +173,7 @@ impl Tool for WriteNote {
         &self.schema
     }
     fn gate(&self, _args: &Value) -> Gate {
-        Gate::Ask
+        self.gate
     }
     fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
         Box::pin(std::future::ready(Some(format!("write note: {}", args["text"].as_str().unwrap_or_default()))))
@@ -222,19 +252,7 @@ async fn approval_cycle_here(
     let results: Vec<Result<(Duration, usize), BenchError>> = crate::in_flight(ids, concurrency.max(1), |id| {
         let runtime = runtime.clone();
         let actor = &actor;
-        async move {
-            let t = Instant::now();
-            let run = runtime.get(&id).await.map_err(err)?;
-            let pending = run.held_turn().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
-            let bytes = pending.suspension.as_str().len();
-            let set =
-                if deny { DecisionSet::DenyAll { reason: "not allowed".into() } } else { DecisionSet::ApproveAll };
-            let done = runtime.decide_and_wait(&run, pending.turn_digest.as_str(), set, actor).await.map_err(err)?;
-            if done.status() != RunStatus::Completed {
-                return Err(BenchError(format!("run {id} ended {}", done.status())));
-            }
-            Ok((t.elapsed(), bytes))
-        }
+        async move { decide_to_completion(&runtime, &id, deny, actor).await }
     })
     .await;
     let (latencies, sizes): (Vec<Duration>, Vec<usize>) =
@@ -429,18 +447,55 @@ where
 /// Phase 1 of workload A for run `i`: start it and wait until it is committed waiting at the gate.
 /// Returns its id and how long that took.
 pub(crate) async fn start_waiting(runtime: &Runtime, i: u64) -> Result<(RunId, Duration), BenchError> {
-    let t = Instant::now();
     let input = format!("Save a note saying hello {i}");
-    let run = runtime.start_and_wait(StartRun::new(&input, BENCH_ACTOR)).await.map_err(err)?;
-    if run.status() != RunStatus::WaitingForApproval {
-        return Err(BenchError(format!("run {} ended {} instead of waiting", run.id, run.status())));
+    start_until(runtime, StartRun::new(&input, BENCH_ACTOR), RunStatus::WaitingForApproval).await
+}
+
+/// Starts the run `request` asks for and waits until it settles, which must be in status `expected`
+/// (waiting at the gate, or completed when nothing asks). Returns its id and how long that took.
+pub(crate) async fn start_until(
+    runtime: &Runtime,
+    request: StartRun<'_>,
+    expected: RunStatus,
+) -> Result<(RunId, Duration), BenchError> {
+    let t = Instant::now();
+    let run = runtime.start_and_wait(request).await.map_err(err)?;
+    if run.status() != expected {
+        return Err(BenchError(format!("run {} ended {} instead of {expected}", run.id, run.status())));
     }
     Ok((run.id, t.elapsed()))
 }
 
+/// Phase 2 of workload A (or C with `deny`) for run `id`: load it fresh from the store, decide its held
+/// call as `actor`, and wait until it has completed. Returns how long that took and the bytes of its
+/// persisted suspension.
+pub(crate) async fn decide_to_completion(
+    runtime: &Runtime,
+    id: &RunId,
+    deny: bool,
+    actor: &Actor,
+) -> Result<(Duration, usize), BenchError> {
+    let t = Instant::now();
+    let run = runtime.get(id).await.map_err(err)?;
+    let pending = run.held_turn().ok_or_else(|| BenchError(format!("run {id} has no held turn")))?;
+    let bytes = pending.suspension.as_str().len();
+    let set = if deny { DecisionSet::DenyAll { reason: "not allowed".into() } } else { DecisionSet::ApproveAll };
+    let done = runtime.decide_and_wait(&run, pending.turn_digest.as_str(), set, actor).await.map_err(err)?;
+    if done.status() != RunStatus::Completed {
+        return Err(BenchError(format!("run {id} ended {}", done.status())));
+    }
+    Ok((t.elapsed(), bytes))
+}
+
 fn approval_runtime(store: Arc<dyn RunStore>, notes: Arc<Mutex<Vec<String>>>) -> Result<Runtime, BenchError> {
+    bench_runtime(store, vec![bench_agent("bench", Gate::Ask, notes)?])
+}
+
+/// An agent of workload A named `name`: the scripted `write_note` call on the run's input, then `done`;
+/// its `write_note` has gate `gate` and writes into `notes`.
+fn bench_agent(name: &str, gate: Gate, notes: Arc<Mutex<Vec<String>>>) -> Result<AgentSpec, BenchError> {
     let schema = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}});
-    let registry = ToolRegistry::new().with(Arc::new(WriteNote { schema, notes })).map_err(err)?;
+    let registry = ToolRegistry::new().with(Arc::new(WriteNote { schema, gate, notes })).map_err(err)?;
     let script = Script::from_value(json!({"turns": [
         {"tool_calls": [{"name": "write_note", "arguments": {"text": "{{input_after:saying }}"}}]},
         {"text": "done"}
@@ -448,19 +503,23 @@ fn approval_runtime(store: Arc<dyn RunStore>, notes: Arc<Mutex<Vec<String>>>) ->
     .map_err(err)?;
     let registry = Arc::new(registry);
     let agent_loop = ToolLoop::new(Arc::new(ScriptedModel::new(script)), registry.clone(), LoopConfig::default());
-    let spec = AgentSpec {
-        name: "bench".into(),
+    Ok(AgentSpec {
+        name: name.into(),
         model: "scripted".into(),
         agent_loop: Arc::new(agent_loop),
         tools: registry.iter().map(|t| tollgate_agent_runtime::ToolInfo::of(t.tool().as_ref(), "default")).collect(),
         approval_ttl: None,
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
-    };
+    })
+}
+
+/// A runtime over `store` with `agents` (the first is the default), as every in-process workload has it.
+fn bench_runtime(store: Arc<dyn RunStore>, agents: Vec<AgentSpec>) -> Result<Runtime, BenchError> {
     // Workers enough for every run in flight (workload D fills with 256): the workloads measure the
     // store and the loop, not the pool's back-pressure.
     let options = RuntimeOptions { privacy: privacy_from_env()?, workers: BENCH_WORKERS, ..RuntimeOptions::default() };
-    Ok(Runtime::new(store, vec![spec], Arc::new(SystemClock), Arc::new(UuidV7Ids), options))
+    Ok(Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options))
 }
 
 /// The environment variable that sets the event log's privacy level for the benchmarks: `full` (the
@@ -534,7 +593,18 @@ pub(crate) fn phase_report(
     cpu0: CpuTime,
     suspension_bytes: Option<f64>,
 ) -> PhaseReport {
-    let cpu = cpu_time();
+    phase_report_spent(name, wall, count, (p50_us, p99_us), cpu_time().since(cpu0), suspension_bytes)
+}
+
+/// A phase's report from its measured parts and the CPU time it `spent`; peak RSS is read now.
+pub(crate) fn phase_report_spent(
+    name: &str,
+    wall: f64,
+    count: u64,
+    (p50_us, p99_us): (f64, f64),
+    spent: CpuTime,
+    suspension_bytes: Option<f64>,
+) -> PhaseReport {
     let per_run = |seconds: f64| seconds * 1e6 / count.max(1) as f64;
     PhaseReport {
         name: name.to_owned(),
@@ -543,16 +613,19 @@ pub(crate) fn phase_report(
         per_sec: count as f64 / wall.max(1e-9),
         p50_us,
         p99_us,
-        cpu_us_per_run: per_run(cpu.user + cpu.system - cpu0.user - cpu0.system),
-        sys_us_per_run: per_run(cpu.system - cpu0.system),
+        cpu_us_per_run: per_run(spent.user + spent.system),
+        sys_us_per_run: per_run(spent.system),
         peak_rss_mib: peak_rss_mib(),
         suspension_bytes,
         check: None,
+        versus: None,
     }
 }
 
 /// Prints reports as one table (B's `count` and `runs/s` are loop iterations, as its phase says), then
-/// each end check that passed on a line of its own: `check A (c=1): … — ok`.
+/// each comparison of a variant with its baseline on a line of its own (`PHASE vs BASELINE: CPU per run
+/// ×1.02 (rounds ×0.99–×1.05), runs/s ×0.98 (…), 4 rounds each, alternating`), then each end check that
+/// passed: `check A (c=1): … — ok`.
 pub fn table(reports: &[PhaseReport]) -> String {
     let mut out = format!(
         "{:<56} {:>8} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n",
@@ -573,6 +646,22 @@ pub fn table(reports: &[PhaseReport]) -> String {
             r.suspension_bytes.map_or("-".to_owned(), |b| format!("{b:.0}"))
         ));
     }
+    let span = |ratios: &[f64]| {
+        let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if ratios.is_empty() { "-".to_owned() } else { format!("rounds ×{low:.3}–×{high:.3}") }
+    };
+    for (name, versus) in reports.iter().filter_map(|r| r.versus.as_ref().map(|v| (&r.name, v))) {
+        out.push_str(&format!(
+            "{name} vs {}: CPU per run ×{:.3} ({}), runs/s ×{:.3} ({}), {} rounds each, alternating\n",
+            versus.of,
+            versus.cpu_ratio,
+            span(&versus.cpu_ratios),
+            versus.rate_ratio,
+            span(&versus.rate_ratios),
+            versus.rounds
+        ));
+    }
     for check in reports.iter().filter_map(|r| r.check.as_deref()) {
         out.push_str(&format!("check {check} — ok\n"));
     }
@@ -584,6 +673,23 @@ pub fn table(reports: &[PhaseReport]) -> String {
 pub(crate) struct CpuTime {
     user: f64,
     system: f64,
+}
+
+impl CpuTime {
+    /// The CPU time spent from `earlier` to this reading.
+    pub(crate) fn since(self, earlier: CpuTime) -> CpuTime {
+        CpuTime { user: self.user - earlier.user, system: self.system - earlier.system }
+    }
+
+    /// Both CPU times together.
+    pub(crate) fn plus(self, other: CpuTime) -> CpuTime {
+        CpuTime { user: self.user + other.user, system: self.system + other.system }
+    }
+
+    /// User and system time together, seconds.
+    pub(crate) fn total(self) -> f64 {
+        self.user + self.system
+    }
 }
 
 /// This process's CPU time so far (Linux /proc; zero elsewhere).

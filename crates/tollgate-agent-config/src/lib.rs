@@ -43,9 +43,10 @@
 //! SQLite `sqlite://tollgate.db` (a PostgreSQL store waits 5s at most for a connection), server
 //! `127.0.0.1:8080`, bodies up to 1 MiB read within 30s, a 30s lease, a 10s header-read and 60s idle timeout,
 //! `/readyz` within 2s, 10,000 connections and 16 live-event streams per client, retention 30d
-//! (terminal) / 90d (waiting), workspace `./workspace`, no tokens, providers, MCP servers, agents or
-//! webhooks. A file named by `--config` or `TOLLGATE_CONFIG` must exist. [`ConfigLoader`] takes the
-//! environment and the current folder as values, so tests never touch the process's.
+//! (terminal) / 90d (waiting), workspace `./workspace`, grants on (8h unless given, 30d at most), no
+//! tokens, providers, MCP servers, agents or webhooks. A file named by `--config` or `TOLLGATE_CONFIG`
+//! must exist. [`ConfigLoader`] takes the environment and the current folder as values, so tests never
+//! touch the process's.
 //!
 //! ## Overrides
 //! The scalar keys of the single-table sections can be overridden by `TOLLGATE_<SECTION>_<KEY>`, which wins
@@ -70,6 +71,10 @@
 //! | `sandbox.mode` | `TOLLGATE_SANDBOX_MODE` |
 //! | `privacy.level` | `TOLLGATE_PRIVACY_LEVEL` |
 //! | `runtime.workers` | `TOLLGATE_RUNTIME_WORKERS` |
+//! | `runtime.max_takeovers` | `TOLLGATE_RUNTIME_MAX_TAKEOVERS` |
+//! | `grants.enabled` | `TOLLGATE_GRANTS_ENABLED` |
+//! | `grants.default_ttl` | `TOLLGATE_GRANTS_DEFAULT_TTL` |
+//! | `grants.max_ttl` | `TOLLGATE_GRANTS_MAX_TTL` |
 //!
 //! A variable set to the empty string counts as unset. An override's value is taken literally (no `env:`),
 //! is checked like the key it replaces (errors name the variable), and a relative path in it resolves
@@ -106,6 +111,8 @@
 //! no spaces, and are unique in their list; token values are distinct. An agent's `provider` names a
 //! configured provider, and an agent on an `openai` or `anthropic` provider has a model (its own `model`
 //! or the provider's). Durations are positive. Webhook `events` name known event kinds (absent: all).
+//! `grants.default_ttl` is at most `grants.max_ttl`. A policy rule's `approvals` (2 or more) and
+//! `grantable` are taken only on a rule whose `gate` is `ask`.
 
 mod addr;
 mod duration;
@@ -113,7 +120,7 @@ mod env;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
-mod glob;
+
 mod load;
 mod model;
 mod parse;
@@ -123,15 +130,15 @@ pub use addr::{AddrError, parse_addr};
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use env::EnvVars;
 pub use error::ConfigError;
-pub use glob::Glob;
 pub use load::{ConfigFile, ConfigLoader, FoundBy, load};
 pub use model::{
-    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EventKind, HttpProviderConfig,
-    McpCommand, McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig,
-    ProviderKind, RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode, ScriptedProviderConfig,
-    ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EventKind, GrantsConfig,
+    HttpProviderConfig, McpCommand, McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel,
+    ProviderConfig, ProviderKind, RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode,
+    ScriptedProviderConfig, ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
 };
 pub use secret::Secret;
+pub use tollgate_agent_protocol::Glob;
 
 /// The built-in defaults, used for every key the file (and the environment) leaves out.
 pub mod defaults {
@@ -171,6 +178,12 @@ pub mod defaults {
     pub const WAITING_AFTER: Duration = Duration::from_secs(90 * 86_400);
     /// `workspace.root`.
     pub const WORKSPACE_ROOT: &str = "./workspace";
+    /// `grants.enabled`.
+    pub const GRANTS_ENABLED: bool = true;
+    /// `grants.default_ttl`: the life of a grant made without one, 8 hours (a working day).
+    pub const GRANT_DEFAULT_TTL: Duration = Duration::from_secs(8 * 3_600);
+    /// `grants.max_ttl`: the longest life a grant may be given, 30 days.
+    pub const GRANT_MAX_TTL: Duration = Duration::from_secs(30 * 86_400);
     /// `agents[].max_iterations`.
     pub const MAX_ITERATIONS: u32 = 10;
     /// `providers[].timeout` of one model request (generous: local models can be slow).

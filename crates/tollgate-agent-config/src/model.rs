@@ -43,6 +43,8 @@ pub struct Config {
     pub privacy: PrivacyConfig,
     /// `[runtime]`.
     pub runtime: RuntimeConfig,
+    /// `[grants]`.
+    pub grants: GrantsConfig,
 }
 
 impl Config {
@@ -227,6 +229,29 @@ pub struct RuntimeConfig {
     /// `max_takeovers`: how many takeovers in a row without a new step a run is given before the next
     /// fails it (`crash_loop`); `None` (unset) means the runtime's default (3).
     pub max_takeovers: Option<u64>,
+}
+
+/// `[grants]`: standing approvals a person gives (V2.md section 1): whether they apply, and how long
+/// they last. `default_ttl` is at most `max_ttl`, and both are positive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantsConfig {
+    /// `enabled` (default true): grants are made and allow calls. Off, none is made and none stored
+    /// allows a call.
+    pub enabled: bool,
+    /// `default_ttl` (default 8 hours): the life of a grant made without a ttl of its own.
+    pub default_ttl: Duration,
+    /// `max_ttl` (default 30 days): the longest life a grant may be given.
+    pub max_ttl: Duration,
+}
+
+impl Default for GrantsConfig {
+    fn default() -> Self {
+        GrantsConfig {
+            enabled: crate::defaults::GRANTS_ENABLED,
+            default_ttl: crate::defaults::GRANT_DEFAULT_TTL,
+            max_ttl: crate::defaults::GRANT_MAX_TTL,
+        }
+    }
 }
 
 /// `[privacy]`: what the event log keeps of prompts, arguments and results, and encryption at rest.
@@ -475,6 +500,10 @@ pub struct PolicyRule {
     /// of any kind, settles the call. When set it is at least 2 and `gate` is [`PolicyGate::Ask`]: a rule
     /// that allows or forbids puts nothing to people.
     pub approvals: Option<NonZeroU32>,
+    /// `grantable` (default true): whether a grant may allow a call this rule decides. False makes its
+    /// calls ask every time, and no grant can be made for a tool the rule names. Only a rule whose `gate`
+    /// is [`PolicyGate::Ask`] may set the key: a call allowed or forbidden is never put to a grant.
+    pub grantable: bool,
 }
 
 /// One `when` entry of a policy rule: a JSON pointer into the call's arguments and a glob for the value there.

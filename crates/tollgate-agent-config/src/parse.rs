@@ -15,12 +15,12 @@ use toml::{Table, Value};
 
 use crate::duration::EXPECTED_DURATION;
 use crate::model::{
-    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EventKind, HttpProviderConfig,
-    McpCommand, McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig,
-    ProviderKind, RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode, ScriptedProviderConfig,
-    ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EventKind, GrantsConfig,
+    HttpProviderConfig, McpCommand, McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel,
+    ProviderConfig, ProviderKind, RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode,
+    ScriptedProviderConfig, ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
 };
-use crate::{ConfigError, EnvVars, Glob, Secret, defaults, parse_addr, parse_duration};
+use crate::{ConfigError, EnvVars, Glob, Secret, defaults, format_duration, parse_addr, parse_duration};
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -37,6 +37,7 @@ const TOP_KEYS: &[&str] = &[
     "sandbox",
     "privacy",
     "runtime",
+    "grants",
 ];
 const PROVIDER_KEYS: &[&str] =
     &["name", "kind", "model", "base_url", "api_key", "timeout", "max_retries", "stream", "script"];
@@ -175,6 +176,7 @@ impl Parser<'_> {
         let sandbox = self.sandbox(section("sandbox")?.as_ref())?;
         let privacy = self.privacy(section("privacy")?.as_ref())?;
         let runtime = self.runtime(section("runtime")?.as_ref())?;
+        let grants = self.grants(section("grants")?.as_ref())?;
         Ok(Config {
             source,
             base_dir: self.base_dir.to_path_buf(),
@@ -190,7 +192,51 @@ impl Parser<'_> {
             sandbox,
             privacy,
             runtime,
+            grants,
         })
+    }
+
+    fn grants(&self, section: Option<&Section<'_>>) -> Result<GrantsConfig> {
+        if let Some(section) = section {
+            section.check_keys(&["enabled", "default_ttl", "max_ttl"])?;
+        }
+        let enabled = match self.scalar(section, "grants", "enabled") {
+            Some((value, at)) => boolean(&value, &at)?,
+            None => defaults::GRANTS_ENABLED,
+        };
+        let default_ttl = self.scalar(section, "grants", "default_ttl");
+        let max_ttl = self.scalar(section, "grants", "max_ttl");
+        let ttl = |given: &Option<(Cow<'_, Value>, At)>, default: Duration| match given {
+            Some((value, at)) => duration(value, at),
+            None => Ok(default),
+        };
+        let grants = GrantsConfig {
+            enabled,
+            default_ttl: ttl(&default_ttl, defaults::GRANT_DEFAULT_TTL)?,
+            max_ttl: ttl(&max_ttl, defaults::GRANT_MAX_TTL)?,
+        };
+        if grants.default_ttl > grants.max_ttl {
+            // The key written is at fault: a `max_ttl` below the default `default_ttl` is the max's doing.
+            let shown = |given: &Option<(Cow<'_, Value>, At)>, duration: Duration| match given {
+                Some((value, _)) => describe(value),
+                None => format!("{}, the default", format_duration(duration)),
+            };
+            if let Some((value, at)) = &default_ttl {
+                return Err(at.invalid(format!(
+                    "expected a duration of at most grants.max_ttl ({}), got {}",
+                    shown(&max_ttl, grants.max_ttl),
+                    describe(value)
+                )));
+            }
+            if let Some((value, at)) = &max_ttl {
+                return Err(at.invalid(format!(
+                    "expected a duration of at least grants.default_ttl ({}), got {}",
+                    shown(&default_ttl, grants.default_ttl),
+                    describe(value)
+                )));
+            }
+        }
+        Ok(grants)
     }
 
     fn runtime(&self, section: Option<&Section<'_>>) -> Result<RuntimeConfig> {
@@ -660,7 +706,7 @@ impl Parser<'_> {
 }
 
 fn policy_rule(entry: &Section<'_>) -> Result<PolicyRule> {
-    entry.check_keys(&["tool", "when", "gate", "approvals"])?;
+    entry.check_keys(&["tool", "when", "gate", "approvals", "grantable"])?;
     let (value, at) = entry.require("tool", "a tool name or glob")?;
     let tool = Glob::new(non_empty(value, &at)?);
     let mut when = Vec::new();
@@ -681,7 +727,21 @@ fn policy_rule(entry: &Section<'_>) -> Result<PolicyRule> {
     let (value, at) = entry.require("gate", r#""allow", "ask" or "forbid""#)?;
     let gate = choice(value, &at, &gates)?;
     let approvals = entry.get("approvals").map(|(value, at)| quorum(value, &at, gate)).transpose()?;
-    Ok(PolicyRule { tool, when, gate, approvals })
+    let grantable = match entry.get("grantable") {
+        Some((value, at)) => {
+            let grantable = boolean(value, &at)?;
+            if gate != PolicyGate::Ask {
+                // A call the rule allows or forbids never reaches a grant, so the key would say nothing.
+                return Err(at.invalid(format!(
+                    r#"only a rule with gate = "ask" takes grantable; this rule's gate is "{}""#,
+                    gate.as_str()
+                )));
+            }
+            grantable
+        }
+        None => true,
+    };
+    Ok(PolicyRule { tool, when, gate, approvals, grantable })
 }
 
 /// A rule's `approvals`: 2 or more, on a rule that asks. 1 is refused rather than taken as the default it
@@ -872,9 +932,11 @@ fn choice<T: Copy>(value: &Value, at: &At, options: &[(&str, T)]) -> Result<T> {
     options.iter().find(|(name, _)| *name == text).map(|(_, v)| *v).ok_or_else(|| at.expected(&expected, value))
 }
 
+/// `true` or `false`; from a `TOLLGATE_*` variable, that text.
 fn boolean(value: &Value, at: &At) -> Result<bool> {
     match value {
         Value::Boolean(b) => Ok(*b),
+        Value::String(text) if at.from_env && matches!(text.as_str(), "true" | "false") => Ok(text == "true"),
         other => Err(at.expected("true or false", other)),
     }
 }

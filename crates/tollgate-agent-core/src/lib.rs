@@ -50,6 +50,7 @@ pub mod display;
 pub mod event;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod grant;
 pub mod metadata;
 pub mod model;
 pub mod redact;
@@ -65,6 +66,9 @@ pub mod typed;
 pub use approval::{Approval, ApprovalCommand, ApprovalError, ApprovalId, ApprovalState, Escalation, Requirement};
 pub use display::{terminal_safe, terminal_safe_line};
 pub use event::{ChainBreak, ChainKey, ChainKeys, EventKind, NewEvent, StoredEvent, verify_chain, verify_chain_with};
+pub use grant::{
+    GrantMatch, GrantPage, GrantQuery, GrantRecord, GrantStatus, exact_match, exact_match_resolved, first_allowing,
+};
 pub use metadata::{Metadata, MetadataError, MetadataValueError};
 pub use model::{
     FinishReason, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse, NoDeltas,
@@ -75,15 +79,15 @@ pub use run::{
     rfc3339,
 };
 pub use store::{
-    ChangeFeed, Claimed, Clock, CommitTap, CommittedPage, Conflict, EventLog, Guard, IdGen, IntegrityCheck, ReaderHold,
-    RunPage, RunQuery, RunQueue, RunRows, RunStore, Schedules, StoreChange, StoreError, StoreHealth, StoreHosts,
-    SystemClock,
+    ChangeFeed, Claimed, Clock, CommitTap, CommittedPage, Conflict, EventLog, Grants, Guard, IdGen, IntegrityCheck,
+    ReaderHold, RunPage, RunQuery, RunQueue, RunRows, RunStore, Schedules, StoreChange, StoreError, StoreHealth,
+    StoreHosts, SystemClock,
 };
 pub use suspension::{
     Decision, DecisionError, Decisions, HeldCall, HeldCallState, SCHEMA_VERSION, StoredSuspension, Suspension,
     SuspensionError, TurnDigest,
 };
-pub use tollgate_agent_protocol::{Actor, CallId, RunId};
+pub use tollgate_agent_protocol::{Actor, CallId, GrantId, GrantScope, RunId};
 pub use tool::{
     Gate, PolicyPath, Preview, RegisteredTool, RegistryError, RunScope, Tool, ToolContext, ToolError, ToolOutput,
     ToolPin, ToolRegistry, ToolSpec,

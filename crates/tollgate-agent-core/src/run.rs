@@ -343,12 +343,18 @@ impl RunRecord {
                 }
                 RunState::Running { lease: lease.clone(), resuming: resuming.clone() }
             }
-            (RunState::Running { .. }, Transition::Suspend { held, iterations, usage }) => {
+            (RunState::Running { lease, .. }, Transition::Suspend { held, iterations, usage }) => {
                 next.iterations = *iterations;
                 next.usage = *usage;
-                RunState::Waiting(held.clone())
+                if held.approvals.is_empty() {
+                    // Nobody to ask (every call that asked was allowed by a grant): held and resumed at
+                    // once, by the same lease, so a crash while it runs is recovered from the held turn.
+                    RunState::Running { lease: lease.clone(), resuming: Some(held.clone()) }
+                } else {
+                    RunState::Waiting(held.clone())
+                }
             }
-            (RunState::Waiting(held), Transition::Vote { votes, resume }) => {
+            (RunState::Waiting(held), Transition::Vote { votes, resume, .. }) => {
                 let mut held = held.clone();
                 for (call_id, vote) in votes {
                     let Some(approval) = held.approvals.iter_mut().find(|a| &a.call_id == call_id) else {
@@ -389,7 +395,8 @@ pub enum Transition {
         /// The new lease.
         lease: Lease,
     },
-    /// running → waiting_for_approval with a new held turn.
+    /// running → waiting_for_approval with a new held turn; running → running (resuming it at once) when
+    /// the turn has no approval to wait for (every call that asked was allowed by a grant).
     Suspend {
         /// The held turn.
         held: HeldTurn,
@@ -409,6 +416,9 @@ pub enum Transition {
         votes: Vec<(CallId, Vote)>,
         /// Claim the resume with this lease.
         resume: Option<Lease>,
+        /// Grants the votes make (`remember` on an approval), created in the same transaction; the
+        /// run's record does not change for them.
+        remember: Vec<crate::grant::GrantRecord>,
     },
     /// running → completed.
     Complete {
@@ -523,12 +533,14 @@ mod tests {
         assert_eq!(taken.lease(), Some(&lease("node-b", T + 90_000)));
         assert_eq!(taken.version, run.version + 1);
 
-        // A takeover of a resuming run keeps the held turn, which recovery reads.
-        let waiting = run.apply(&suspend(&[]), T + 1)?;
-        let resuming = waiting.apply(&Transition::Claim { lease: lease("node-a", T + 40_000) }, T + 2)?;
+        // A held turn with nobody to ask (every call that asked was allowed by a grant) is resumed at once
+        // under the same lease; a takeover of a resuming run keeps the held turn, which recovery reads.
+        let resuming = run.apply(&suspend(&[]), T + 1)?;
+        assert_eq!(resuming.status(), RunStatus::Running);
+        assert_eq!(resuming.lease(), run.lease());
         assert!(resuming.held_turn().is_some());
-        assert!(matches!(resuming.apply(&takeover, T + 39_999), Err(TransitionError::LeaseHeld { .. })));
-        let taken = resuming.apply(&takeover, T + 40_000)?;
+        assert!(matches!(resuming.apply(&takeover, T + 29_999), Err(TransitionError::LeaseHeld { .. })));
+        let taken = resuming.apply(&takeover, T + 30_000)?;
         assert_eq!(taken.held_turn(), resuming.held_turn());
         Ok(())
     }
@@ -546,7 +558,11 @@ mod tests {
             Err(TransitionError::NotAllowed { from: RunStatus::WaitingForApproval, transition: "claim" })
         );
         let resumed = waiting.apply(
-            &Transition::Vote { votes: vec![("call_1".into(), decision)], resume: Some(lease("node-a", T + 30_002)) },
+            &Transition::Vote {
+                votes: vec![("call_1".into(), decision)],
+                resume: Some(lease("node-a", T + 30_002)),
+                remember: Vec::new(),
+            },
             T + 2,
         )?;
         assert_eq!(resumed.status(), RunStatus::Running);

@@ -19,10 +19,11 @@
 
 use crate::BoxFuture;
 use crate::event::{NewEvent, StoredEvent};
+use crate::grant::{GrantPage, GrantQuery, GrantRecord, GrantStatus};
 use crate::run::{Lease, Millis, RunRecord, RunStatus, Transition, TransitionError, rfc3339};
 use futures_util::stream::BoxStream;
 use std::sync::Arc;
-use tollgate_agent_protocol::RunId;
+use tollgate_agent_protocol::{Actor, GrantId, RunId};
 
 /// What a transition or append checks before it writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +107,17 @@ pub enum StoreError {
     /// encoded, an invalid store URL). Retryable: most are transient.
     #[error("database error: {0}")]
     Database(String),
+    /// No grant has this id. Not retryable.
+    #[error("grant {0} not found")]
+    GrantNotFound(GrantId),
+    /// The grant is already revoked or expired: revoking it again changes nothing. Not retryable.
+    #[error("grant {id} is already {status}")]
+    GrantClosed {
+        /// The grant.
+        id: GrantId,
+        /// `revoked` or `expired`.
+        status: GrantStatus,
+    },
 }
 
 /// Why a store operation conflicted: what the store found instead of what the caller expected. Callers
@@ -178,7 +190,9 @@ impl StoreError {
             | StoreError::NewerSchema { .. }
             | StoreError::DiskFull(_)
             | StoreError::ReadOnly(_)
-            | StoreError::CorruptDatabase(_) => false,
+            | StoreError::CorruptDatabase(_)
+            | StoreError::GrantNotFound(_)
+            | StoreError::GrantClosed { .. } => false,
         }
     }
 }
@@ -531,9 +545,46 @@ pub trait ChangeFeed: Send + Sync {
 
 /// The whole store: every concern above, as each backend provides it. A component takes the concerns it
 /// needs (`Arc<dyn RunStore>` upcasts to any of them); this is what a backend is opened as.
-pub trait RunStore: RunRows + EventLog + RunQueue + Schedules + StoreHealth + ChangeFeed {}
+pub trait RunStore: RunRows + EventLog + RunQueue + Schedules + StoreHealth + ChangeFeed + Grants {}
 
-impl<T: RunRows + EventLog + RunQueue + Schedules + StoreHealth + ChangeFeed + ?Sized> RunStore for T {}
+impl<T: RunRows + EventLog + RunQueue + Schedules + StoreHealth + ChangeFeed + Grants + ?Sized> RunStore for T {}
+
+/// Grants (V2.md section 1; [`GrantRecord`]): made by a person, directly or with a decision (then in the
+/// decision's transaction: [`Transition::Vote`]'s `remember`), listed, revoked, and read by every node
+/// when a run reaches the gate.
+pub trait Grants: Send + Sync {
+    /// Stores a new grant (its `uses` 0, not revoked). [`StoreError::Database`] if its id exists.
+    fn create_grant(&self, grant: GrantRecord) -> BoxFuture<'_, Result<GrantRecord, StoreError>>;
+
+    /// The grant with this id; [`StoreError::GrantNotFound`] when none has it.
+    fn grant<'a>(&'a self, id: &'a GrantId) -> BoxFuture<'a, Result<GrantRecord, StoreError>>;
+
+    /// A page of grants, newest first (by id, a UUIDv7).
+    fn list_grants(&self, query: GrantQuery) -> BoxFuture<'_, Result<GrantPage, StoreError>>;
+
+    /// Revokes an active grant at `now` by `actor`, as a compare-and-set: once, whoever races.
+    /// [`StoreError::GrantNotFound`]; [`StoreError::GrantClosed`] when it is already revoked or expired at
+    /// `now`.
+    fn revoke_grant<'a>(
+        &'a self,
+        id: &'a GrantId,
+        actor: &'a Actor,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<GrantRecord, StoreError>>;
+
+    /// The grants of `agent` active at `now` that cover run `run` (scope `agent`, or scope `run` for this
+    /// run), oldest first.
+    fn grants_for_run<'a>(
+        &'a self,
+        agent: &'a str,
+        run: &'a RunId,
+        now: Millis,
+    ) -> BoxFuture<'a, Result<Vec<GrantRecord>, StoreError>>;
+
+    /// Adds one to the `uses` of grant `id` (a call it allowed started). A grant gone meanwhile is not an
+    /// error: there is nothing left to count.
+    fn count_grant_use<'a>(&'a self, id: &'a GrantId) -> BoxFuture<'a, Result<(), StoreError>>;
+}
 
 /// How many events [`events_after`] asks the store for at a time.
 pub const EVENT_PAGE: u32 = 1000;

@@ -9,11 +9,11 @@ use crate::canonical::canonical_sha256;
 use crate::tool::{Gate, ToolPin};
 use crate::transcript::{Counters, Invocation, Message, ToolResult};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
-use tollgate_agent_protocol::CallId;
 use tollgate_agent_protocol::RunErrorKind;
+use tollgate_agent_protocol::{CallId, GrantId};
 
 /// The suspension format this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -64,6 +64,10 @@ pub struct HeldCall {
     /// decision for most calls, a quorum where a policy rule says `approvals = N`. Stored and digested
     /// as `"approvals": N` only for a quorum, so a call one decision settles is stored as v1 wrote it.
     pub requirement: Requirement,
+    /// For a call that asks and may be remembered: the grant `match` its tool proposes
+    /// ([`Tool::suggested_match`](crate::Tool::suggested_match)), what `remember` uses when it names
+    /// none. Stored (and digested) only when present.
+    pub suggested_match: Option<Map<String, Value>>,
 }
 
 /// Where a held call stands: whether it runs, waits for a person, or already has its result.
@@ -76,6 +80,10 @@ pub enum HeldCallState {
     Allowed,
     /// Gated `ask`: runs only on a person's decision.
     Asks,
+    /// Gated `ask` and allowed by this grant (V2.md, grants): runs without a person, as an approved call
+    /// does (its start committed before it runs, so a crash leaves it in doubt), and at a resume only if
+    /// the grant is still in force. Stored as gate `ask` with `"grant": ID`.
+    Granted(GrantId),
     /// Gated `ask`, started but its end was never recorded (a crash): it may or may not have taken
     /// effect, so it runs again only on a person's decision.
     InDoubt,
@@ -91,7 +99,17 @@ impl HeldCall {
         match self.state {
             HeldCallState::Refused(_) => Gate::Forbid,
             HeldCallState::Allowed => Gate::Allow,
-            HeldCallState::Asks | HeldCallState::InDoubt | HeldCallState::Finished(_) => Gate::Ask,
+            HeldCallState::Asks | HeldCallState::Granted(_) | HeldCallState::InDoubt | HeldCallState::Finished(_) => {
+                Gate::Ask
+            }
+        }
+    }
+
+    /// The grant that allowed the call, if one did.
+    pub fn grant(&self) -> Option<&GrantId> {
+        match &self.state {
+            HeldCallState::Granted(grant) => Some(grant),
+            _ => None,
         }
     }
 
@@ -105,7 +123,7 @@ impl HeldCall {
     pub fn settled(&self) -> Option<&ToolResult> {
         match &self.state {
             HeldCallState::Refused(result) | HeldCallState::Finished(result) => Some(result),
-            HeldCallState::Allowed | HeldCallState::Asks | HeldCallState::InDoubt => None,
+            HeldCallState::Allowed | HeldCallState::Asks | HeldCallState::Granted(_) | HeldCallState::InDoubt => None,
         }
     }
 
@@ -123,9 +141,11 @@ impl HeldCall {
         let call_id = self.call_id.clone();
         Some(match self.state {
             HeldCallState::Finished(_) => DecisionError::AlreadyRan { call_id },
-            HeldCallState::Refused(_) | HeldCallState::Allowed | HeldCallState::Asks | HeldCallState::InDoubt => {
-                DecisionError::NotDecidable { call_id, gate: self.gate() }
-            }
+            HeldCallState::Refused(_)
+            | HeldCallState::Allowed
+            | HeldCallState::Asks
+            | HeldCallState::Granted(_)
+            | HeldCallState::InDoubt => DecisionError::NotDecidable { call_id, gate: self.gate() },
         })
     }
 }
@@ -144,6 +164,10 @@ struct HeldCallOut<'a> {
     observed: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     approvals: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grant: Option<&'a GrantId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suggested_match: Option<&'a Map<String, Value>>,
 }
 
 /// A held call as read back (the v1 format); see [`HeldCall`].
@@ -163,6 +187,10 @@ struct HeldCallIn {
     observed: Option<Value>,
     #[serde(default)]
     approvals: Option<NonZeroU32>,
+    #[serde(default)]
+    grant: Option<GrantId>,
+    #[serde(default)]
+    suggested_match: Option<Map<String, Value>>,
 }
 
 impl Serialize for HeldCall {
@@ -177,6 +205,8 @@ impl Serialize for HeldCall {
             settled: self.settled(),
             observed: self.observed.as_ref(),
             approvals: self.requirement.is_quorum().then(|| self.requirement.approvals()),
+            grant: self.grant(),
+            suggested_match: self.suggested_match.as_ref(),
         }
         .serialize(serializer)
     }
@@ -184,23 +214,36 @@ impl Serialize for HeldCall {
 
 impl<'de> Deserialize<'de> for HeldCall {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let HeldCallIn { call_id, tool, arguments, gate, preview, in_doubt, settled, observed, approvals } =
-            HeldCallIn::deserialize(deserializer)?;
+        let HeldCallIn {
+            call_id,
+            tool,
+            arguments,
+            gate,
+            preview,
+            in_doubt,
+            settled,
+            observed,
+            approvals,
+            grant,
+            suggested_match,
+        } = HeldCallIn::deserialize(deserializer)?;
         let requirement = approvals.map_or(Requirement::SINGLE, Requirement::new);
-        let state = match (gate, in_doubt, settled) {
-            (Gate::Forbid, false, Some(result)) => HeldCallState::Refused(result),
-            (Gate::Allow, false, None) => HeldCallState::Allowed,
-            (Gate::Ask, false, None) => HeldCallState::Asks,
-            (Gate::Ask, true, None) => HeldCallState::InDoubt,
-            (Gate::Ask, false, Some(result)) => HeldCallState::Finished(result),
-            (gate, in_doubt, settled) => {
+        let state = match (gate, in_doubt, settled, grant) {
+            (Gate::Ask, false, None, Some(grant)) => HeldCallState::Granted(grant),
+            (Gate::Forbid, false, Some(result), None) => HeldCallState::Refused(result),
+            (Gate::Allow, false, None, None) => HeldCallState::Allowed,
+            (Gate::Ask, false, None, None) => HeldCallState::Asks,
+            (Gate::Ask, true, None, None) => HeldCallState::InDoubt,
+            (Gate::Ask, false, Some(result), None) => HeldCallState::Finished(result),
+            (gate, in_doubt, settled, grant) => {
                 return Err(serde::de::Error::custom(format!(
-                    "held call `{call_id}` has gate {gate}, in_doubt {in_doubt} and {}: no call is in that state",
-                    if settled.is_some() { "a settled result" } else { "no settled result" }
+                    "held call `{call_id}` has gate {gate}, in_doubt {in_doubt}, {} and {}: no call is in that state",
+                    if settled.is_some() { "a settled result" } else { "no settled result" },
+                    if grant.is_some() { "a grant" } else { "no grant" }
                 )));
             }
         };
-        Ok(HeldCall { call_id, tool, arguments, preview, observed, state, requirement })
+        Ok(HeldCall { call_id, tool, arguments, preview, observed, state, requirement, suggested_match })
     }
 }
 
@@ -344,11 +387,14 @@ impl Suspension {
         self.calls.iter().find(|c| &c.call_id == call_id)
     }
 
-    /// Marks a call that takes a decision in doubt (started, never finished) and recomputes the digest,
-    /// so a decision made on the earlier view of the turn is stale. Returns false when there is no such
-    /// call or it takes no decision.
+    /// Marks a call that takes a decision or that a grant allowed in doubt (started, never finished) and
+    /// recomputes the digest, so a decision made on the earlier view of the turn is stale; a call in
+    /// doubt takes a person's decision, whatever allowed it before. Returns false when there is no such
+    /// call or it is neither.
     pub fn mark_in_doubt(&mut self, call_id: &CallId) -> bool {
-        let Some(call) = self.calls.iter_mut().find(|c| &c.call_id == call_id && c.takes_decision()) else {
+        let Some(call) =
+            self.calls.iter_mut().find(|c| &c.call_id == call_id && (c.takes_decision() || c.grant().is_some()))
+        else {
             return false;
         };
         call.state = HeldCallState::InDoubt;
@@ -356,10 +402,13 @@ impl Suspension {
         true
     }
 
-    /// Records the result of a call that takes a decision as finished (it ran before a crash) and
-    /// recomputes the digest. Returns false when there is no such call or it takes no decision.
+    /// Records the result of a call that takes a decision or that a grant allowed as finished (it ran
+    /// before a crash) and recomputes the digest. Returns false when there is no such call or it is
+    /// neither.
     pub fn settle(&mut self, result: ToolResult) -> bool {
-        let Some(call) = self.calls.iter_mut().find(|c| c.call_id == result.call_id && c.takes_decision()) else {
+        let Some(call) =
+            self.calls.iter_mut().find(|c| c.call_id == result.call_id && (c.takes_decision() || c.grant().is_some()))
+        else {
             return false;
         };
         call.state = HeldCallState::Finished(result);
@@ -392,6 +441,14 @@ fn compute_digest(calls: &[HeldCall], tools: &[ToolPin]) -> TurnDigest {
             // Likewise a quorum: an approver's decision is bound to how many people the call needs.
             if let (true, Some(fields)) = (c.requirement.is_quorum(), call.as_object_mut()) {
                 fields.insert("approvals".to_owned(), json!(c.requirement.approvals()));
+            }
+            // And a grant: an approver decides knowing which calls of the turn run by a grant, and what
+            // `remember` would make of each call.
+            if let (Some(grant), Some(fields)) = (c.grant(), call.as_object_mut()) {
+                fields.insert("grant".to_owned(), json!(grant));
+            }
+            if let (Some(suggested), Some(fields)) = (&c.suggested_match, call.as_object_mut()) {
+                fields.insert("suggested_match".to_owned(), Value::Object(suggested.clone()));
             }
             call
         })
@@ -475,6 +532,7 @@ mod tests {
             observed: None,
             state,
             requirement: Requirement::SINGLE,
+            suggested_match: None,
         }
     }
 

@@ -242,6 +242,27 @@ pub trait Tool: Send + Sync {
         Vec::new()
     }
 
+    /// Whether a grant may allow a call with these arguments that the gate asks about (V2.md, grants):
+    /// yes by default; operator policy says no for a call its deciding rule marks `grantable = false`.
+    /// Pure, like [`gate`](Self::gate).
+    fn grantable(&self, _args: &Value) -> bool {
+        true
+    }
+
+    /// Whether no grant may be made for this tool at all: a policy rule naming it says `grantable =
+    /// false` (a grant is then refused when it is made). False by default.
+    fn refuses_grants(&self) -> bool {
+        false
+    }
+
+    /// The narrowest useful grant `match` for calls like this one (V2.md, "Settled details"): by default
+    /// every top-level argument by equality, paths as resolved
+    /// ([`exact_match_resolved`](crate::exact_match_resolved)); a file tool proposes its
+    /// folder (`{"/path": "notes/*"}`), the shell the exact `argv`. Pure, like [`gate`](Self::gate).
+    fn suggested_match(&self, args: &Value) -> serde_json::Map<String, Value> {
+        crate::grant::exact_match_resolved(args, &self.policy_paths(args))
+    }
+
     /// Performs the call.
     fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
 }

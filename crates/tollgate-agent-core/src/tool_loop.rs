@@ -10,6 +10,7 @@
 
 use crate::BoxFuture;
 use crate::approval::Requirement;
+use crate::grant::{GrantRecord, first_allowing};
 use crate::model::{ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse};
 use crate::redact::Redactor;
 use crate::suspension::{Decision, DecisionError, Decisions, HeldCall, HeldCallState, Suspension};
@@ -21,7 +22,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use tollgate_agent_protocol::CallId;
+use tollgate_agent_protocol::{CallId, GrantId};
 
 /// The error result a call gets when the iteration cap is reached with calls still pending.
 pub const ITERATION_LIMIT_RESULT: &str = "not executed: iteration limit reached";
@@ -120,8 +121,10 @@ pub enum LoopEvent<'a> {
         tool: &'a str,
         /// The arguments it will run with.
         arguments: &'a Value,
-        /// Its gate (`ask` for calls a person approved).
+        /// Its gate (`ask` for calls a person approved or a grant allowed).
         gate: Gate,
+        /// The grant that allowed the call, if one did (V2.md, grants).
+        grant: Option<&'a GrantId>,
     },
     /// A call ran.
     ToolFinished {
@@ -147,6 +150,14 @@ pub trait LoopHooks: Send + Sync {
     /// the run's record. Must not block; does nothing by default.
     fn on_delta(&self, round: u32, delta: ModelDelta<'_>) {
         let _ = (round, delta);
+    }
+
+    /// The grants in force for this run now (V2.md, grants): active, of the run's agent, for every run of
+    /// it or this one, and usable on this run (not a grant its agent's `forbid_self_approval` bars on a
+    /// run its creator started), oldest first. Read when a turn reaches the gate with calls that ask, so a
+    /// revocation committed before is honoured; none by default.
+    fn grants_in_force(&self) -> BoxFuture<'_, Result<Vec<GrantRecord>, HookError>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
     }
 }
 
@@ -212,12 +223,20 @@ pub trait AgentLoop: Send + Sync {
     /// Plans resuming `suspension` with a decision for every call that takes one, once ([`ResumePlan`]).
     /// Refuses decisions that do not fit the turn (an unknown call, one that takes no decision, one
     /// missing); edited arguments the live tool refuses are planned as that call's error result, and
-    /// said by [`ResumePlan::refused_edit`].
+    /// said by [`ResumePlan::refused_edit`]. `grants` are the grants in force for the run now
+    /// ([`LoopHooks::grants_in_force`]): a call a grant allowed when the turn was held runs only if that
+    /// grant still allows it, else it is its own error result.
     fn plan_resume<'a>(
         &'a self,
         suspension: &'a Suspension,
         decisions: &'a Decisions,
+        grants: &'a [GrantRecord],
     ) -> BoxFuture<'a, Result<ResumePlan, DecisionError>>;
+
+    /// The grant among `grants` that would allow `call` at the gate now, if one would: the call asks (not
+    /// in doubt, not a quorum) and its tool lets a grant allow it, matched on its arguments as the tool
+    /// resolves them. What `apply_to_waiting` asks of each held call of a waiting run.
+    fn granted(&self, call: &HeldCall, grants: &[GrantRecord]) -> Option<GrantId>;
 
     /// Executes a plan made by [`plan_resume`](Self::plan_resume) for `suspension`: the held turn's calls
     /// as planned, then the loop goes on. `scope` is the run's, as at its start: the suspension does not
@@ -232,7 +251,9 @@ pub trait AgentLoop: Send + Sync {
 
     /// Resumes a suspension with a decision for every call that takes one: plans it, refusing edited
     /// arguments the live tool refuses ([`DecisionError::InvalidEdit`]), and executes the plan. `scope`
-    /// is the run's, as at its start: the suspension does not carry it.
+    /// is the run's, as at its start: the suspension does not carry it. No grant is in force: a call a
+    /// grant allowed is planned as its error result (use [`plan_resume`](Self::plan_resume) with the
+    /// grants).
     fn resume<'a>(
         &'a self,
         scope: &'a RunScope,
@@ -241,7 +262,7 @@ pub trait AgentLoop: Send + Sync {
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
         Box::pin(async move {
-            let plan = self.plan_resume(&suspension, decisions).await?;
+            let plan = self.plan_resume(&suspension, decisions, &[]).await?;
             // Arguments failing the tool's schema or checks refuse the resume; arguments the gate forbids
             // are the call's error result, as any gate that changed since the turn was held.
             if let Some((call_id, refusal)) = plan.refused.iter().find(|(_, r)| !r.forbidden) {
@@ -264,6 +285,8 @@ pub struct StartingCall {
     pub arguments: Value,
     /// Its gate.
     pub gate: Gate,
+    /// The grant that allows it, if one does.
+    pub grant: Option<GrantId>,
 }
 
 /// The transcript, counters and trace carried through a segment.
@@ -285,12 +308,29 @@ impl LoopState {
     }
 }
 
+/// What cleared a call of a held turn to run, as the resume's recheck weighs it.
+#[derive(Clone, Copy)]
+enum Cleared<'a> {
+    /// People, under this requirement; `None` for a call that took no decision (its gate allowed it).
+    Decided(Option<Requirement>),
+    /// This grant, which must still be among the grants in force and allow the call.
+    Granted { grant: &'a GrantId, in_force: &'a [GrantRecord] },
+}
+
 /// A call of a turn on its way to exactly one result. `observed` is what the preview a person approved
 /// the call on observed: `None` for an allowed call and for edited arguments (never previewed).
 #[derive(Clone, Debug, PartialEq)]
 enum Step {
     Settled(ToolResult),
-    Run { call_id: CallId, tool: String, arguments: Value, gate: Gate, edited: bool, observed: Option<Value> },
+    Run {
+        call_id: CallId,
+        tool: String,
+        arguments: Value,
+        gate: Gate,
+        edited: bool,
+        observed: Option<Value>,
+        grant: Option<GrantId>,
+    },
 }
 
 /// A call about to be invoked: what its `tool_started` names, and what its context carries.
@@ -300,6 +340,7 @@ struct Invoked<'a> {
     call_id: &'a CallId,
     tool: &'a str,
     gate: Gate,
+    grant: Option<&'a GrantId>,
     edited: bool,
     observed: Option<Value>,
     announced: bool,
@@ -308,7 +349,7 @@ struct Invoked<'a> {
 impl<'a> Invoked<'a> {
     /// An allow-gated call: nothing observed to check, its start announced as it starts.
     fn allowed(call_id: &'a CallId, tool: &'a str, edited: bool) -> Invoked<'a> {
-        Invoked { call_id, tool, gate: Gate::Allow, edited, observed: None, announced: false }
+        Invoked { call_id, tool, gate: Gate::Allow, grant: None, edited, observed: None, announced: false }
     }
 }
 
@@ -336,11 +377,12 @@ impl ResumePlan {
     /// before it: its `tool_started` may be committed together with the claim of the resume.
     pub fn first_decided(&self) -> Option<StartingCall> {
         match self.steps.iter().find(|step| matches!(step, Step::Run { .. }))? {
-            Step::Run { call_id, tool, arguments, gate, .. } if *gate != Gate::Allow => Some(StartingCall {
+            Step::Run { call_id, tool, arguments, gate, grant, .. } if *gate != Gate::Allow => Some(StartingCall {
                 call_id: call_id.clone(),
                 tool: tool.clone(),
                 arguments: arguments.clone(),
                 gate: *gate,
+                grant: grant.clone(),
             }),
             _ => None,
         }
@@ -495,6 +537,7 @@ impl ToolLoop {
         &self,
         suspension: &Suspension,
         decisions: &Decisions,
+        grants: &[GrantRecord],
     ) -> Result<ResumePlan, DecisionError> {
         for call_id in decisions.keys() {
             let call = suspension.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.clone()))?;
@@ -520,7 +563,7 @@ impl ToolLoop {
                 }
             }
         }
-        let mut steps = self.plan_resumed_turn(suspension.calls.clone(), decisions, &suspension.tools);
+        let mut steps = self.plan_resumed_turn(suspension.calls.clone(), decisions, &suspension.tools, grants);
         // An edit refused for its arguments is its call's error result instead of running.
         for step in &mut steps {
             if let Step::Run { call_id, tool, .. } = step
@@ -599,6 +642,12 @@ impl ToolLoop {
                 }
             }
             if held.iter().any(HeldCall::takes_decision) {
+                self.apply_grants(&mut held, hooks).await?;
+            }
+            // A turn with a call a grant allowed is held too: committed, it records which grant let what
+            // run, and a crash while a granted call runs leaves that call in doubt rather than run twice.
+            // The runtime resumes a turn that needs nobody at once.
+            if held.iter().any(|c| c.takes_decision() || c.grant().is_some()) {
                 return Ok(Outcome::Suspended(self.suspend(round, state, held).await));
             }
             let steps = held.into_iter().map(|c| self.step_without_decision(c)).collect();
@@ -637,6 +686,13 @@ impl ToolLoop {
     async fn suspend(&self, round: u32, state: LoopState, mut held: Vec<HeldCall>) -> Suspension {
         for call in held.iter_mut().filter(|c| c.settled().is_none()) {
             if let Some(registered) = self.tools.get(&call.tool) {
+                if matches!(call.state, HeldCallState::Asks) && !call.requirement.is_quorum() {
+                    let tool = registered.tool();
+                    let may_grant = guarded(|| !tool.refuses_grants() && tool.grantable(&call.arguments));
+                    if may_grant == Some(true) {
+                        call.suggested_match = guarded(|| tool.suggested_match(&call.arguments));
+                    }
+                }
                 let preview = guarded_future(|| registered.tool().observed_preview(&call.arguments)).await.flatten();
                 if let Some(Preview { text, observed }) = preview {
                     call.preview = Some(text);
@@ -646,6 +702,34 @@ impl ToolLoop {
             }
         }
         Suspension::new(round, state.transcript, held, state.counters, state.trace, self.tools.pins())
+    }
+
+    /// Lets the grants in force for the run allow the calls that ask (V2.md, grants): only a call that asks
+    /// (never one in doubt, refused or forbidden) of one person (never a quorum), whose tool says a grant
+    /// may allow it (a policy rule's `grantable = false` says no), matched on its arguments as the tool
+    /// resolves them.
+    async fn apply_grants(&self, held: &mut [HeldCall], hooks: &dyn LoopHooks) -> Result<(), HookError> {
+        let grants = hooks.grants_in_force().await?;
+        if grants.is_empty() {
+            return Ok(());
+        }
+        // A quorum asks several people by design: one person's standing approval never stands in for it.
+        for call in held.iter_mut().filter(|c| matches!(c.state, HeldCallState::Asks) && !c.requirement.is_quorum()) {
+            if let Some(grant) = self.grant_for(&call.tool, &call.arguments, &grants) {
+                call.state = HeldCallState::Granted(grant);
+            }
+        }
+        Ok(())
+    }
+
+    /// The grant among `grants` that allows a call of `tool` with `arguments`, if the tool lets one.
+    fn grant_for(&self, tool: &str, arguments: &Value, grants: &[GrantRecord]) -> Option<GrantId> {
+        let tool_impl = self.tools.get(tool)?.tool();
+        if !guarded(|| tool_impl.grantable(arguments))? {
+            return None;
+        }
+        let paths = guarded(|| tool_impl.policy_paths(arguments))?;
+        first_allowing(grants, tool, arguments, &paths).map(|grant| grant.id.clone())
     }
 
     /// Gates one call: refusals are settled at once with their error result; the rest are allowed or ask.
@@ -701,6 +785,17 @@ impl ToolLoop {
                 gate,
                 edited: false,
                 observed,
+                grant: None,
+            },
+            // No person saw the preview: nothing observed is bound to the call.
+            HeldCallState::Granted(grant) => Step::Run {
+                call_id: call.call_id,
+                tool: call.tool,
+                arguments: call.arguments,
+                gate,
+                edited: false,
+                observed: None,
+                grant: Some(grant),
             },
         }
     }
@@ -708,7 +803,13 @@ impl ToolLoop {
     /// Turns the held calls and their decisions into steps, re-checking each call that would run against
     /// the live tool set: a tool that vanished, changed its schema, or is now gated differently is
     /// reported to the model, never run in place of what was approved.
-    fn plan_resumed_turn(&self, calls: Vec<HeldCall>, decisions: &Decisions, pins: &[ToolPin]) -> Vec<Step> {
+    fn plan_resumed_turn(
+        &self,
+        calls: Vec<HeldCall>,
+        decisions: &Decisions,
+        pins: &[ToolPin],
+        grants: &[GrantRecord],
+    ) -> Vec<Step> {
         calls
             .into_iter()
             .map(|call| {
@@ -741,11 +842,16 @@ impl ToolLoop {
                         gate: call.gate(),
                         edited: true,
                         observed: None,
+                        grant: None,
                     },
                 };
                 match step {
-                    Step::Run { call_id, tool, arguments, gate, edited, observed } => {
-                        match self.recheck(&tool, &arguments, pins, decided) {
+                    Step::Run { call_id, tool, arguments, gate, edited, observed, grant } => {
+                        let cleared = match &grant {
+                            Some(granted) => Cleared::Granted { grant: granted, in_force: grants },
+                            None => Cleared::Decided(decided),
+                        };
+                        match self.recheck(&tool, &arguments, pins, cleared) {
                             Some(problem) => Step::Settled(ToolResult {
                                 call_id,
                                 tool,
@@ -753,7 +859,7 @@ impl ToolLoop {
                                 is_error: true,
                                 denied: false,
                             }),
-                            None => Step::Run { call_id, tool, arguments, gate, edited, observed },
+                            None => Step::Run { call_id, tool, arguments, gate, edited, observed, grant },
                         }
                     }
                     settled => settled,
@@ -762,9 +868,9 @@ impl ToolLoop {
             .collect()
     }
 
-    /// Why a call that was cleared at suspension must not run now, if it must not. `decided` is the
-    /// requirement people approved it under, for a call that took a decision.
-    fn recheck(&self, tool: &str, arguments: &Value, pins: &[ToolPin], decided: Option<Requirement>) -> Option<String> {
+    /// Why a call that was cleared at suspension must not run now, if it must not: by people (under the
+    /// requirement they approved it under), by a grant, or by its gate alone.
+    fn recheck(&self, tool: &str, arguments: &Value, pins: &[ToolPin], cleared: Cleared<'_>) -> Option<String> {
         let Some(registered) = self.tools.get(tool) else {
             return Some(format!("Tool {tool} is no longer available; the call was not run."));
         };
@@ -775,9 +881,23 @@ impl ToolLoop {
         match guarded(|| registered.tool().gate(arguments)) {
             None => Some(format!("Tool {tool} failed to check its arguments.")),
             Some(Gate::Forbid) => Some(format!("Tool {tool} is forbidden by policy and was not run.")),
-            Some(Gate::Ask) => match decided {
-                None => Some(format!("Tool {tool} now requires approval and was not run; call it again to ask.")),
-                Some(approved) => {
+            Some(Gate::Ask) => match cleared {
+                Cleared::Decided(None) => {
+                    Some(format!("Tool {tool} now requires approval and was not run; call it again to ask."))
+                }
+                Cleared::Granted { grant, in_force } => {
+                    let allowed = guarded(|| registered.tool().grantable(arguments)).unwrap_or(false)
+                        && guarded(|| registered.tool().policy_paths(arguments))
+                            .and_then(|paths| first_allowing(in_force, tool, arguments, &paths).map(|g| &g.id == grant))
+                            .unwrap_or(false);
+                    (!allowed).then(|| {
+                        format!(
+                            "Tool {tool} was allowed by grant {grant}, which no longer allows it (revoked, expired \
+                             or narrowed by policy); the call was not run. Call it again to ask."
+                        )
+                    })
+                }
+                Cleared::Decided(Some(approved)) => {
                     let Some(now) = guarded(|| registered.tool().requirement(arguments)) else {
                         return Some(format!("Tool {tool} failed to check its arguments."));
                     };
@@ -837,9 +957,17 @@ impl ToolLoop {
                         }
                     }
                 }
-                Step::Run { call_id, tool, arguments, gate, edited, observed } => {
+                Step::Run { call_id, tool, arguments, gate, edited, observed, grant } => {
                     let announced = started == Some(&call_id);
-                    let call = Invoked { call_id: &call_id, tool: &tool, gate, edited, observed, announced };
+                    let call = Invoked {
+                        call_id: &call_id,
+                        tool: &tool,
+                        gate,
+                        grant: grant.as_ref(),
+                        edited,
+                        observed,
+                        announced,
+                    };
                     let (result, arguments) = self.invoke(scope, round, call, arguments, hooks).await?;
                     record(state, round, &arguments, result, &mut results);
                 }
@@ -859,9 +987,9 @@ impl ToolLoop {
         arguments: Value,
         hooks: &dyn LoopHooks,
     ) -> Result<(ToolResult, Value), HookError> {
-        let Invoked { call_id, tool, gate, edited, observed, announced } = call;
+        let Invoked { call_id, tool, gate, grant, edited, observed, announced } = call;
         if !announced {
-            hooks.on_event(LoopEvent::ToolStarted { round, call_id, tool, arguments: &arguments, gate }).await?;
+            hooks.on_event(LoopEvent::ToolStarted { round, call_id, tool, arguments: &arguments, gate, grant }).await?;
         }
         let (content, is_error) = match self.tools.get(tool) {
             Some(registered) => {
@@ -935,8 +1063,9 @@ impl AgentLoop for ToolLoop {
         &'a self,
         suspension: &'a Suspension,
         decisions: &'a Decisions,
+        grants: &'a [GrantRecord],
     ) -> BoxFuture<'a, Result<ResumePlan, DecisionError>> {
-        Box::pin(self.plan_resume_of(suspension, decisions))
+        Box::pin(self.plan_resume_of(suspension, decisions, grants))
     }
 
     fn resume_planned<'a>(
@@ -947,6 +1076,11 @@ impl AgentLoop for ToolLoop {
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
         Box::pin(self.resume_run(scope, suspension, plan, hooks))
+    }
+
+    fn granted(&self, call: &HeldCall, grants: &[GrantRecord]) -> Option<GrantId> {
+        let asks = matches!(call.state, HeldCallState::Asks) && !call.requirement.is_quorum();
+        if asks { self.grant_for(&call.tool, &call.arguments, grants) } else { None }
     }
 }
 
@@ -972,6 +1106,7 @@ fn held_call(call: &ToolCall, state: HeldCallState, requirement: Requirement) ->
         observed: None,
         state,
         requirement,
+        suggested_match: None,
     }
 }
 

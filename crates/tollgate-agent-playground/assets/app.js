@@ -1,10 +1,12 @@
-// The playground's shell: hash routing (`#/` the runs, `#/runs/ID` one run), the API token field, and
-// the prompt for a token when the server answers 401.
+// The playground's shell: hash routing (`#/` the runs, `#/runs/ID` one run, `#/grants` the grants,
+// `#/grants/ID` one grant), the navigation between them (its link to the section on show is marked
+// `aria-current`), the API token field, and the prompt for a token when the server answers 401.
 //
 // Focus on a page change: a run page focuses its heading; the list focuses the link of the run you came
 // from (else its heading). The first page load leaves the focus where the browser puts it.
 
 import { authEvents, getToken, setToken } from './api.js';
+import { grantsView } from './grants.js';
 import { homeView } from './home.js';
 import { runView } from './run.js';
 import { announce, clearNotices } from './ui.js';
@@ -29,9 +31,25 @@ function route() {
   const from = currentRun;
   current?.destroy();
   clearNotices();
-  const match = /^#\/runs\/([^/?#]+)$/.exec(hash);
-  currentRun = match ? decodeURIComponent(match[1]) : null;
-  current = match ? runView(main, currentRun, { focus }) : homeView(main, { focus, from });
+  const run = /^#\/runs\/([^/?#]+)$/.exec(hash);
+  const grants = /^#\/grants(?:\/([^/?#]+))?$/.exec(hash);
+  currentRun = run ? decodeURIComponent(run[1]) : null;
+  // The list of a section is its page; a run or a grant is in its section.
+  showSection(grants ? 'grants' : 'runs', grants ? !grants[1] : !run);
+  if (run) current = runView(main, currentRun, { focus });
+  else if (grants) current = grantsView(main, { focus, id: grants[1] ? decodeURIComponent(grants[1]) : null });
+  else current = homeView(main, { focus, from });
+}
+
+/**
+ * Marks the navigation's link to the section on show (`runs`: the list and run pages; `grants`):
+ * `aria-current="page"` on its list, `"true"` on one of its runs or grants.
+ */
+function showSection(section, list) {
+  for (const link of document.querySelectorAll('.site-nav a[data-section]')) {
+    if (link.dataset.section === section) link.setAttribute('aria-current', list ? 'page' : 'true');
+    else link.removeAttribute('aria-current');
+  }
 }
 
 // The skip link moves the focus to the content without changing the route (`#main` is no page).

@@ -117,7 +117,8 @@ export const ACTION_WORDS = {
 };
 
 /**
- * What a decision did, for the live region: `Denied: fs_write call_1. 1 call left to decide.`
+ * What a decision did, for the live region: `Denied: fs_write call_1. 1 call left to decide.`; an approval
+ * with `remember` (a grant made with it) is `Approved and remembered: fs_write call_1.`
  * @param {object} body the decisions request (`decisions`, or `approve_all` / `deny_all`)
  * @param {{call_id: string, tool: string, approvals?: object}[]} open the calls the request acted on,
  *   as they stood before it
@@ -133,7 +134,7 @@ export function decisionAnnouncement(body, open, left, waiting = []) {
   else if (body.deny_all) done = `Denied ${all}.`;
   else {
     done = (body.decisions ?? [])
-      .map((d) => `${ACTION_WORDS[d.action] ?? d.action}: ${tools.get(d.call_id) ?? 'tool'} ${d.call_id}.`)
+      .map((d) => `${d.remember ? 'Approved and remembered' : (ACTION_WORDS[d.action] ?? d.action)}: ${tools.get(d.call_id) ?? 'tool'} ${d.call_id}.`)
       .join(' ');
   }
   if (waiting.length === 0) {

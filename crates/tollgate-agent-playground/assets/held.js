@@ -15,16 +15,32 @@
 // comes from the answers to their own decisions (api.js `knownActor`), or from this page having approved
 // the call; a second approval the server refuses (409) is explained as such.
 //
-// Keyboard: Escape closes an open edit, deny or respond form and gives the focus back to its button.
+// A call that may be remembered (`suggested_match`: it asks, one person decides it, no policy rule keeps it
+// from grants) also gets "Approve and remember…": a form with the grant's pattern (prefilled with the
+// suggestion), expiry, scope and reason, which lists the other waiting runs of the agent the grant would
+// likely also decide (judged here: see grant.js). Submitted, it approves the call with `remember` (the
+// grant is made in the same transaction as the decision). With "also approve the other waiting runs"
+// ticked, it makes the grant with `POST /v1/grants` and `apply_to_waiting` instead (the server approves
+// every waiting run whose calls the grant allows, this one included when it allows them all), then
+// approves this call as a plain approval unless the grant already decided this run.
+//
+// Keyboard: Escape closes an open edit, deny, respond or remember form and gives the focus back to its button.
 // After a decision the focus goes to the next call still to decide (its first button), or, when none is
 // left, to wherever the page says (`onDone`: the outcome). The live region says what was decided.
 
 import { api, ApiError, knownActor, learnActor } from './api.js';
 import { h, replace, uid } from './dom.js';
-import { ACTION_WORDS, approvalsText, approvedBy, decisionAnnouncement, heldSummary, openCalls, pretty, quorumHint, settledNote } from './format.js';
+import { ACTION_WORDS, approvalsText, approvedBy, decisionAnnouncement, heldSummary, openCalls, plural, pretty, quorumHint, runLinkName, settledNote } from './format.js';
+import { appliedText, checkPattern, grantTag, ttlProblem, wouldDecide } from './grant.js';
 import { escapeInvisibleJson, invisibleWarning } from './invisible.js';
 import { checkArguments } from './schema.js';
-import { announce, focusEl, focusLost, jsonBlock, notify, previewBlock } from './ui.js';
+import { announce, focusEl, focusLost, grantLink, jsonBlock, notify, previewBlock } from './ui.js';
+
+/** The expiry "Approve and remember…" proposes (the server's default `default_ttl`). */
+const DEFAULT_TTL = '8h';
+
+/** How many waiting runs of the agent the remember form reads to say which it would likely also decide. */
+const WAITING_LIMIT = 100;
 
 export { ACTION_WORDS };
 
@@ -82,6 +98,7 @@ export class HeldPanel {
       return;
     }
     this.el.hidden = false;
+    this.agent = run.agent;
     if (pending.turn_digest !== this.digest) {
       this.digest = pending.turn_digest;
       this.cards.clear();
@@ -222,7 +239,11 @@ export class HeldPanel {
       return card;
     }
     if (!call.takes_decision) {
-      card.append(h('p.note', { text: settledNote(call) }));
+      card.append(
+        call.grant
+          ? h('p.note.granted', null, 'Allowed by ', grantLink(call.grant), ': it runs together with the approved calls once every call is decided.')
+          : h('p.note', { text: settledNote(call) }),
+      );
       if (call.result) {
         card.append(
           h(
@@ -314,10 +335,12 @@ export class HeldPanel {
           onClick: () => this.send({ decisions: [{ call_id: call.call_id, action: 'approve' }] }, approve),
         });
     const quorum = Boolean(call.approvals);
+    const rememberable = !mine && !quorum && call.suggested_match && typeof call.suggested_match === 'object';
     const group = h(
       'div.actions',
       { role: 'group', 'aria-label': `Decide ${call.tool} ${call.call_id}` },
       approve,
+      rememberable ? toggle('Approve and remember…', (close) => this.rememberForm(call, close)) : null,
       quorum ? null : toggle('Edit…', (close) => this.editForm(call, close)),
       toggle('Deny…', (close) => this.denyForm(call, close)),
       quorum ? null : toggle('Respond…', (close) => this.respondForm(call, close)),
@@ -422,6 +445,212 @@ export class HeldPanel {
       error,
       h('div.row', null, submit, h('button', { type: 'button', text: 'Cancel', onClick: close })),
     );
+  }
+
+  /**
+   * "Approve and remember…": the grant's pattern (JSON, the call's `suggested_match` to start with), how
+   * long it lasts, its scope and an optional reason, and the other waiting runs of the agent it would
+   * likely also decide. Sent as an approval with `remember`; with "also approve the other waiting runs"
+   * ticked (scope agent only), as a grant with `apply_to_waiting` and then a plain approval
+   * (`grantAndApprove`).
+   */
+  rememberForm(call, close) {
+    const id = uid('remember');
+    const agent = this.agent ?? 'this agent';
+    const problemsId = `${id}-problems`;
+    const json = escapeInvisibleJson(pretty(call.suggested_match));
+    const pattern = h('textarea.json', {
+      id: `${id}-pattern`,
+      rows: Math.min(10, Math.max(3, json.split('\n').length + 1)),
+      spellcheck: 'false',
+      autocapitalize: 'off',
+      'aria-describedby': `${id}-pattern-hint ${problemsId}`,
+    });
+    pattern.value = json;
+    const ttl = h('input.ttl', {
+      id: `${id}-ttl`,
+      type: 'text',
+      autocomplete: 'off',
+      spellcheck: 'false',
+      value: DEFAULT_TTL,
+      'aria-describedby': `${id}-ttl-hint ${problemsId}`,
+    });
+    const scopeAgent = h('input', { id: `${id}-scope-agent`, type: 'radio', name: `${id}-scope`, value: 'agent', checked: true });
+    const scopeRun = h('input', { id: `${id}-scope-run`, type: 'radio', name: `${id}-scope`, value: 'run' });
+    const reason = h('input', { id: `${id}-reason`, type: 'text', autocomplete: 'off', placeholder: 'e.g. notes are fine today' });
+    const effect = h('div.remember-effect', { id: `${id}-effect` });
+    const also = h('input', { id: `${id}-also`, type: 'checkbox', 'aria-describedby': `${id}-also-hint` });
+    const problems = h('div.problems', { id: problemsId, 'aria-live': 'polite' });
+    const submit = h('button.primary', { type: 'submit', text: 'Approve and remember' });
+
+    // The agent's waiting runs, read once when the form opens: which of them the pattern would decide
+    // is judged again at each edit.
+    let waiting = null;
+    const showEffect = () => {
+      also.disabled = scopeRun.checked;
+      const judged = checkPattern(pattern.value);
+      let body;
+      if (scopeRun.checked) {
+        body = [h('p.muted', { text: 'A grant for this run only decides no other run: later calls of this run that match pass without a person.' })];
+      } else if (waiting === null) {
+        body = [h('p.muted', { text: `Looking for other waiting runs of ${agent}…` })];
+      } else if (waiting.error) {
+        body = [h('p.muted', { text: `The other waiting runs could not be listed: ${waiting.error}` })];
+      } else if (judged.problems.length) {
+        body = [h('p.muted', { text: 'Fix the pattern to see which other waiting runs it matches.' })];
+      } else {
+        const runs = waiting.runs.filter((run) => run.id !== this.runId && wouldDecide(run, call.tool, judged.value));
+        const among = waiting.more ? ` (among the first ${WAITING_LIMIT} waiting runs)` : '';
+        body = runs.length
+          ? [
+              h('p', { text: `It would likely also decide ${plural(runs.length, 'other waiting run')} of ${agent}${among}:` }),
+              h(
+                'ul.likely-runs',
+                null,
+                runs.map((run) => h('li', null, h('a', { href: `#/runs/${run.id}`, dataset: { runId: run.id }, text: runLinkName(run) }))),
+              ),
+              h('p.hint', {
+                text: 'Likely: the server judges path arguments as the tool resolves them. These runs keep waiting unless you tick the box below.',
+              }),
+            ]
+          : [h('p', { text: `No other waiting run of ${agent} has only calls this pattern matches${among}.` })];
+      }
+      replace(effect, h('h4.label', { text: 'Other waiting runs' }), body);
+    };
+    api('GET', `v1/runs?status=waiting_for_approval&agent=${encodeURIComponent(agent)}&limit=${WAITING_LIMIT}`)
+      .then((page) => {
+        waiting = { runs: page.runs ?? [], more: Boolean(page.next_cursor) };
+      })
+      .catch((e) => {
+        waiting = { error: e.message };
+      })
+      .finally(() => {
+        if (effect.isConnected) showEffect();
+      });
+
+    const check = () => {
+      const result = checkPattern(pattern.value);
+      const late = ttlProblem(ttl.value);
+      pattern.setAttribute('aria-invalid', String(result.problems.length > 0));
+      ttl.setAttribute('aria-invalid', String(late !== null));
+      const all = [...result.problems.map((p) => `Pattern: ${p}`), ...(late ? [`Expires after: ${late}`] : [])];
+      submit.disabled = all.length > 0;
+      if (all.length) {
+        replace(problems, h('p.error-title', { text: `${all.length} problem(s) — fix before sending:` }), h('ul.error-list', null, all.map((p) => h('li', { text: p }))));
+      } else {
+        problems.replaceChildren();
+      }
+      showEffect();
+      return { result, late };
+    };
+    pattern.addEventListener('input', check);
+    ttl.addEventListener('input', check);
+    scopeAgent.addEventListener('change', showEffect);
+    scopeRun.addEventListener('change', showEffect);
+    check();
+
+    return h(
+      'form.stack.decide-form.remember-form',
+      {
+        'aria-label': `Approve and remember ${call.call_id}`,
+        onSubmit: (e) => {
+          e.preventDefault();
+          const { result, late } = check();
+          if (result.problems.length || late) {
+            (result.problems.length ? pattern : ttl).focus();
+            return;
+          }
+          const remember = { scope: scopeRun.checked ? 'run' : 'agent', match: result.value, ttl: ttl.value.trim() };
+          if (reason.value.trim()) remember.reason = reason.value.trim();
+          if (also.checked && !also.disabled) this.grantAndApprove(call, remember, submit, problems);
+          else this.send({ decisions: [{ call_id: call.call_id, action: 'approve', remember }] }, submit, problems);
+        },
+      },
+      h(
+        'div.field',
+        null,
+        h('label', { for: pattern.id, text: `Pattern for ${call.tool} (JSON)` }),
+        pattern,
+        h('p.hint', {
+          id: `${id}-pattern-hint`,
+          text: 'JSON pointer into the arguments → a glob: * within one path segment, ** across them; any other value must be equal. {} allows every call of the tool.',
+        }),
+      ),
+      h(
+        'div.field',
+        null,
+        h('label', { for: ttl.id, text: 'Expires after' }),
+        ttl,
+        h('p.hint', { id: `${id}-ttl-hint`, text: 'A whole number and s, m, h or d: 30m, 8h, 7d (the server caps it).' }),
+      ),
+      h(
+        'fieldset.choices',
+        null,
+        h('legend', { text: 'Applies to' }),
+        h('div.choice', null, scopeAgent, h('label', { for: scopeAgent.id, text: `Every run of ${agent}` })),
+        h('div.choice', null, scopeRun, h('label', { for: scopeRun.id, text: 'This run only' })),
+      ),
+      h('div.field', null, h('label', { for: reason.id, text: 'Reason (optional, kept with the grant)' }), reason),
+      effect,
+      h(
+        'div.field',
+        null,
+        h('div.choice', null, also, h('label', { for: also.id, text: `Also approve the other waiting runs of ${agent} it allows` })),
+        h('p.hint', {
+          id: `${id}-also-hint`,
+          text: 'The server then checks every waiting run and approves each whose held calls the grant all allows, as your decisions; this call is approved too. Unticked, the other runs keep waiting for a person.',
+        }),
+      ),
+      problems,
+      h('div.row', null, submit, h('button', { type: 'button', text: 'Cancel', onClick: close })),
+    );
+  }
+
+  /**
+   * "Also approve the other waiting runs": makes the grant with `POST /v1/grants` and `apply_to_waiting`
+   * (the server approves every waiting run whose calls it allows, as this person's decisions), then
+   * approves this call as usual — unless the grant approved this run already (it allowed all its calls).
+   */
+  async grantAndApprove(call, remember, button, errorBox) {
+    const label = button.textContent;
+    button.disabled = true;
+    button.textContent = 'Sending…';
+    const body = { agent: this.agent, tool: call.tool, match: remember.match, scope: 'agent', ttl: remember.ttl, apply_to_waiting: true };
+    if (remember.reason) body.reason = remember.reason;
+    let grant;
+    try {
+      grant = await api('POST', 'v1/grants', body);
+    } catch (e) {
+      if (button.isConnected) {
+        button.disabled = false;
+        button.textContent = label;
+        if (focusLost()) focusEl(button);
+      }
+      if (e instanceof ApiError && e.status === 422) replace(errorBox, h('p.error-title', { role: 'alert', text: `Refused by the server: ${e.message}` }));
+      else notify(e.message, { kind: 'error', title: 'The grant was not made, and nothing was approved.' });
+      return;
+    }
+    const open = h('a', { href: `#/grants/${encodeURIComponent(grant.id)}` }, 'Open grant ', h('code', { text: grantTag(grant.id) }));
+    notify(appliedText(grant, this.runId), { kind: 'success', title: `Grant ${grantTag(grant.id)} made.`, action: open });
+    button.disabled = false;
+    button.textContent = label;
+    if (!(grant.applied_to ?? []).includes(this.runId)) {
+      await this.send({ decisions: [{ call_id: call.call_id, action: 'approve' }] }, button, errorBox);
+      return;
+    }
+    // The grant approved this run itself: show it as it is now, then on to what is left to decide.
+    try {
+      const run = await api('GET', `v1/runs/${encodeURIComponent(this.runId)}`);
+      this.deciding = true;
+      try {
+        this.onRun(run);
+      } finally {
+        this.deciding = false;
+      }
+    } catch {
+      this.onConflict();
+    }
+    if (focusLost() || document.activeElement === button) this.focusNext(call.call_id);
   }
 
   /**

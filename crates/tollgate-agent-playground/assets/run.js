@@ -5,14 +5,15 @@
 // Focus: opening the page focuses its heading; after the last decision, the outcome (the answer, or the
 // run's state until then); when an update takes away the element that had the focus, the next call to
 // decide, else the outcome, else the heading. The live region says the run's state when the page opens
-// and when its status changes.
+// and when its status changes. A call a grant allowed, and a decision that made one, link to the grant's
+// own page (`#/grants/ID`).
 
 import { api, ApiError } from './api.js';
 import { appendTo, h, replace } from './dom.js';
 import { approvalsText, runSummary, runTag, statusText, summarize } from './format.js';
 import { ACTION_WORDS, HeldPanel } from './held.js';
 import { follow, TERMINAL } from './live.js';
-import { announce, focusEl, focusLost, jsonBlock, notify, previewBlock, statusBadge, timeEl } from './ui.js';
+import { announce, focusEl, focusLost, grantLink, jsonBlock, notify, previewBlock, statusBadge, timeEl } from './ui.js';
 
 const TERMINAL_STATUSES = new Set(['completed', 'failed', 'cancelled', 'expired']);
 
@@ -410,6 +411,8 @@ class RunPage {
         if (d.action === 'deny') body.push(h('p.reason', null, 'Reason: ', h('q', { text: d.reason ?? '' })));
         if (d.action === 'edit') body.push(jsonBlock(d.arguments, 'Edited arguments'));
         if (d.action === 'respond') body.push(h('pre.code', null, h('code', { text: d.result ?? '' })));
+        // Approve and remember: the grant made with this decision.
+        if (d.grant) body.push(h('p.grant-note', null, 'Remembered as ', grantLink(d.grant), ': calls like this one pass without a person until it expires or is revoked.'));
         // A quorum call's vote: its count after this vote (how many are still missing, while it takes more).
         const approvals = approvalsText(d.approvals, { open: d.action === 'approve' });
         if (approvals) body.push(h('p.quorum-count', null, h('span.label-inline', { text: 'Approvals: ' }), approvals));
@@ -430,6 +433,8 @@ class RunPage {
           ['Ran ', h('code.tool', { text: d.tool ?? this.toolOf(d.call_id) })],
           h('div.call-line', null, h('span.call-id', { text: d.call_id }), ' ', status),
           h('p.muted.small', { text: summarize(d.arguments) }),
+          // No person was asked: a grant allowed it (`grant` is null on every other call, absent before grants).
+          d.grant ? h('p.grant-note', null, 'Allowed by ', grantLink(d.grant), ', without a person.') : null,
         );
         step.dataset.callId = d.call_id;
         this.toolSteps.set(d.call_id, { step, status });

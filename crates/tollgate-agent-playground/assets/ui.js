@@ -3,6 +3,7 @@
 
 import { h } from './dom.js';
 import { diffLines, isUnifiedDiff, pretty, relative, STATUS_NAMES, statusText } from './format.js';
+import { grantTag } from './grant.js';
 import { markedText } from './invisible.js';
 
 /** Every run status of docs/api.md, in lifecycle order. */
@@ -59,6 +60,19 @@ export function previewBlock(text, label = 'Preview') {
   // Its lines do not wrap, so it may scroll sideways: a named region in the tab order, so the keyboard
   // can scroll it too.
   return h('pre.code.diff', { role: 'region', tabindex: '0', 'aria-label': `${label} (unified diff)`, dir: 'ltr' }, h('code', null, lines));
+}
+
+/**
+ * A link to a grant's own page (`#/grants/ID`), drawn `grant …3f9a2c` and named by its whole id, for the
+ * calls and decisions of a run page that a grant allowed or made.
+ */
+export function grantLink(id) {
+  return h(
+    'a.grant-link',
+    { href: `#/grants/${encodeURIComponent(id)}`, title: `Grant ${id}`, dataset: { grantId: id } },
+    'grant ',
+    h('code', { text: grantTag(id) }),
+  );
 }
 
 const notices = () => document.getElementById('notices');

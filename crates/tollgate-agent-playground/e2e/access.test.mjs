@@ -4,7 +4,8 @@
 //   BASE_URL        the server (no auth); agents `scribe` (two ask-gated fs_write calls: a.txt, and b.txt,
 //                   which exists, so its preview is a diff), `clerk` (three: c.txt, d.txt, e.txt) and
 //                   `trickster` (a shell call and an fs_write holding direction-changing characters) and
-//                   `pair` (one fs_write whose policy says `approvals = 2`: a quorum call)
+//                   `pair` (one fs_write whose policy says `approvals = 2`: a quorum call) and `keeper` (one
+//                   fs_write into kept/, whose suggested grant is kept/*: "Approve and remember…")
 //   WORKSPACE       that server's workspace folder (to check the files on disk)
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 //   PLAYWRIGHT_CORE the playwright-core package folder (default .ci/npm/node_modules/playwright-core)
@@ -52,7 +53,7 @@ const LONG_INPUTS = [
 ];
 
 let browser;
-const runs = { waiting: null, completed: null, marked: null, quorum: null };
+const runs = { waiting: null, completed: null, marked: null, quorum: null, keeper: null, keeperKeys: null, grant: null };
 
 // ------------------------------------------------------------------------------------------ the API
 
@@ -102,6 +103,21 @@ before(async () => {
     decisions: [{ call_id: quorum.call_id, action: 'approve' }],
   });
   runs.quorum = pair.id;
+  // V2 §1: two waiting runs of keeper (the remember form; the keyboard walk), a grant in force whose
+  // pattern no run of keeper matches (so none passes by it) with a long unbroken reason, and a revoked one
+  // with a long pattern, for the Grants page.
+  runs.keeper = (await waitForStatus((await call('POST', 'v1/runs', { agent: 'keeper', input: 'remember me' })).id, 'waiting_for_approval')).id;
+  runs.keeperKeys = (await waitForStatus((await call('POST', 'v1/runs', { agent: 'keeper', input: 'keys' })).id, 'waiting_for_approval')).id;
+  runs.grant = (await call('POST', 'v1/grants', { agent: 'keeper', tool: 'fs_write', match: { '/path': 'never/*' }, ttl: '7d', reason: LONG_INPUTS[3] })).id;
+  const past = await call('POST', 'v1/grants', {
+    agent: 'keeper',
+    tool: 'fs_write',
+    match: { '/path': `kept/${'deeply-nested-folder/'.repeat(8)}*.txt`, '/content': LONG_INPUTS[0] },
+    scope: 'run',
+    run_id: runs.keeper,
+    ttl: '1h',
+  });
+  await call('DELETE', `v1/grants/${past.id}`);
 });
 
 after(async () => {
@@ -210,6 +226,29 @@ async function quorumRun(page) {
   await page.goto(`${BASE_URL}#/runs/${runs.quorum}`);
   await page.locator('#held .quorum-count', { hasText: '1 of 2 approvals — local' }).waitFor();
   await page.locator('#steps li[data-kind="decision"] .quorum-count').waitFor();
+}
+
+/** The waiting keeper run with its "Approve and remember…" form open, the other waiting runs listed. */
+async function rememberForm(page) {
+  await page.goto(`${BASE_URL}#/runs/${runs.keeper}`);
+  await page.locator('#held article.call').first().getByRole('button', { name: 'Approve and remember…' }).click();
+  await page.locator(`#held .remember-effect a[data-run-id="${runs.keeperKeys}"]`).waitFor();
+}
+
+/** The Grants page, every grant listed (one in force, one revoked), the confirmation of a revoke open. */
+async function grantsPage(page) {
+  await page.goto(`${BASE_URL}#/grants`);
+  await page.locator(`#grant-list article.grant[data-grant-id="${runs.grant}"]`).waitFor();
+  await page.getByLabel('Show').selectOption('all');
+  await page.locator('#grant-list article.grant[data-state="revoked"]').waitFor();
+  await page.locator(`#grant-list article.grant[data-grant-id="${runs.grant}"]`).getByRole('button', { name: 'Revoke…' }).click();
+  await page.getByRole('button', { name: 'Revoke grant' }).waitFor();
+}
+
+/** The grant in force on its own page. */
+async function grantPage(page) {
+  await page.goto(`${BASE_URL}#/grants/${runs.grant}`);
+  await page.locator(`article.grant[data-grant-id="${runs.grant}"]`).waitFor();
 }
 
 /** The page of the completed scribe run. */
@@ -463,7 +502,7 @@ class Walk {
 // ------------------------------------------------------------------------------------------ the tests
 
 describe('the playground, issue #17', () => {
-  test('no horizontal overflow at 390×844, 768×1024 and 320×640 (home with inbox and long inputs; a waiting run with a diff, editor open; one with marked characters; one with a quorum call)', async (t) => {
+  test('no horizontal overflow at 390×844, 768×1024 and 320×640 (home with inbox and long inputs; a waiting run with a diff, editor open; one with marked characters; one with a quorum call; the remember form; the Grants page and a grant)', async (t) => {
     const problems = [];
     for (const viewport of VIEWPORTS) {
       const page = await open(t, viewport);
@@ -478,11 +517,17 @@ describe('the playground, issue #17', () => {
       problems.push(await overflowProblem(page, 'a waiting run with marked characters', viewport));
       await quorumRun(page);
       problems.push(await overflowProblem(page, 'a waiting run with a quorum call', viewport));
+      await rememberForm(page);
+      problems.push(await overflowProblem(page, 'a waiting run with its "Approve and remember…" form open', viewport));
+      await grantsPage(page);
+      problems.push(await overflowProblem(page, 'the Grants page (past grants too, a revoke to confirm)', viewport));
+      await grantPage(page);
+      problems.push(await overflowProblem(page, 'a grant\'s own page', viewport));
     }
     assertNone(problems.filter(Boolean), 'pages wider than the screen');
   });
 
-  test('axe-core finds no WCAG 2.0/2.1 A or AA violation (home, waiting run with and without the editor, one with marked characters, one with a quorum call, completed run; light and dark)', async (t) => {
+  test('axe-core finds no WCAG 2.0/2.1 A or AA violation (home, waiting run with and without the editor, one with marked characters, one with a quorum call, the remember form, the Grants page and a grant, completed run; light and dark)', async (t) => {
     const problems = [];
     for (const colorScheme of ['light', 'dark']) {
       const page = await open(t);
@@ -498,6 +543,12 @@ describe('the playground, issue #17', () => {
       problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with marked characters`)));
       await quorumRun(page);
       problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with a quorum call`)));
+      await rememberForm(page);
+      problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with its "Approve and remember…" form open`)));
+      await grantsPage(page);
+      problems.push(...(await axeViolations(page, `${colorScheme}, the Grants page (past grants too, a revoke to confirm)`)));
+      await grantPage(page);
+      problems.push(...(await axeViolations(page, `${colorScheme}, a grant's own page`)));
       await completedRun(page);
       problems.push(...(await axeViolations(page, `${colorScheme}, a completed run`)));
     }
@@ -525,6 +576,10 @@ describe('the playground, issue #17', () => {
     await page.locator('#held textarea').waitFor();
     await page.locator('details.cancel > summary').click();
     await measure('a waiting run, argument editor and cancel form open');
+    await rememberForm(page);
+    await measure('a waiting run, "Approve and remember…" form open');
+    await grantsPage(page);
+    await measure('the Grants page, a revoke to confirm');
     await completedRun(page);
     await measure('a completed run');
     assertNone([...new Set(problems)], `controls smaller than ${MIN_TARGET}×${MIN_TARGET} px`);
@@ -614,6 +669,68 @@ describe('the playground, issue #17', () => {
       walk.check(readFileSync(join(WORKSPACE, 'e.txt'), 'utf8') === edited.content, 'e.txt does not hold the edited content');
     }
     walk.done('keyboard walk through a run');
+  });
+
+  test('keyboard only: approve and remember a call of keeper for this run only (Escape closes the form), then revoke the grant on the Grants page', async (t) => {
+    const page = await open(t);
+    const walk = new Walk(page);
+    await page.goto(`${BASE_URL}#/runs/${runs.keeperKeys}`);
+    const card = page.locator('#held article.call').first();
+    await card.waitFor();
+    const describeFocus = () => page.evaluate(() => window.__a11y.describe(document.activeElement));
+
+    // "Approve and remember…" opens its form with the focus on the pattern; Escape closes it.
+    const open_ = card.getByRole('button', { name: 'Approve and remember…' });
+    const pattern = card.getByLabel('Pattern for fs_write (JSON)');
+    await walk.tabTo(open_, '"Approve and remember…"');
+    await walk.press('Enter', 'opening the remember form');
+    await pattern.waitFor();
+    walk.check(await walk.has(pattern), `Enter on "Approve and remember…" left the focus on ${await describeFocus()}, not on the pattern`);
+    await walk.press('Escape', 'Escape in the remember form');
+    walk.check((await pattern.count()) === 0, 'Escape in the remember form did not close it');
+    walk.check(await walk.has(open_), `Escape in the remember form left the focus on ${await describeFocus()}, not on "Approve and remember…"`);
+    walk.check((await open_.getAttribute('aria-expanded')) === 'false', 'after Escape, "Approve and remember…" still says aria-expanded="true"');
+    await walk.press('Enter', 'opening the remember form again');
+    await pattern.waitFor();
+
+    // This run only (an arrow key in the scope's radio group), a reason, sent with Enter.
+    await walk.tabTo(card.getByLabel('Every run of keeper'), 'the scope "Every run of keeper"');
+    await walk.press('ArrowDown', 'choosing the scope "This run only"');
+    walk.check(await card.getByLabel('This run only').isChecked(), 'ArrowDown in the scope group did not choose "This run only"');
+    await walk.tabTo(card.getByLabel('Reason (optional, kept with the grant)'), 'the reason field');
+    await walk.type('typed on the keyboard', 'typing the reason');
+    await walk.tabTo(card.getByRole('button', { name: 'Approve and remember', exact: true }), '"Approve and remember"');
+    await page.keyboard.press('Enter');
+    await page.locator('#answer', { hasText: 'done' }).waitFor();
+    await walk.settled('approving and remembering with Enter; the run completed');
+
+    // The Grants page from the navigation: its heading has the focus; the new grant is the newest.
+    const nav = page.getByRole('navigation', { name: 'Pages' }).getByRole('link', { name: 'Grants' });
+    await walk.tabTo(nav, 'the "Grants" link of the navigation');
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/#\/grants$/);
+    const entry = page.locator('#grant-list article.grant').first();
+    await entry.waitFor();
+    const there = await walk.settled('opening the Grants page with Enter');
+    walk.check(await walk.has(page.getByRole('heading', { level: 1, name: 'Grants' })), `opening the Grants page left the focus on ${there}, not on its heading`);
+    walk.check(/^only run …/.test(await entry.locator('dd.grant-scope').textContent()), 'the newest grant is not the one for this run only');
+    walk.check((await entry.locator('dd.grant-reason').textContent()) === 'typed on the keyboard', 'the newest grant does not have the typed reason');
+
+    // Revoke…: the confirmation opens on "Revoke grant"; Escape closes it; Enter revokes.
+    const revoke = entry.getByRole('button', { name: 'Revoke…' });
+    const confirm = entry.getByRole('button', { name: 'Revoke grant' });
+    await walk.tabTo(revoke, 'Revoke… of the new grant');
+    await walk.press('Enter', 'opening the revoke confirmation');
+    walk.check(await walk.has(confirm), `Enter on "Revoke…" left the focus on ${await describeFocus()}, not on "Revoke grant"`);
+    await walk.press('Escape', 'Escape in the revoke confirmation');
+    walk.check((await confirm.count()) === 0, 'Escape did not close the revoke confirmation');
+    walk.check(await walk.has(revoke), `Escape in the revoke confirmation left the focus on ${await describeFocus()}, not on "Revoke…"`);
+    await walk.press('Enter', 'opening the revoke confirmation again');
+    await page.keyboard.press('Enter');
+    await entry.and(page.locator('[data-state="revoked"]')).waitFor();
+    const after = await walk.settled('revoking with Enter on "Revoke grant"');
+    walk.check(await walk.has(entry.locator('.grant-title')), `after the revoke the focus is on ${after}, not on the grant's heading`);
+    walk.done('keyboard walk through approve and remember and a revoke');
   });
 
   test('keyboard only: the API-token popup closes on Escape (focus back on its summary) and when the focus leaves it', async (t) => {

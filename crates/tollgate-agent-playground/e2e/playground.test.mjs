@@ -4,7 +4,8 @@
 //   BASE_URL       the server without auth, whose agent `scribe` writes a.txt and b.txt in one turn,
 //                  whose agent `talker` streams "Streaming words one by one." slowly (a mock model), and
 //                  whose agent `trickster` holds a shell call and an fs_write whose arguments hide
-//                  direction-changing characters (issue 31)
+//                  direction-changing characters (issue 31), and whose agent `keeper` writes
+//                  kept/INPUT.txt in one ask-gated call (V2 §1 grants: its suggested grant is kept/*)
 //   WORKSPACE      that server's workspace folder (to check the files on disk)
 //   AUTH_BASE_URL  optional: a second server with auth on, and AUTH_TOKEN a token of it (actor alice);
 //                  its agent `pair` writes q.txt, which its policy gives `approvals = 2` (V2 §4 quorum)
@@ -60,7 +61,7 @@ async function open(t, { token } = {}) {
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
   page.on('console', (m) => {
-    if (m.type() === 'error' && !/status of (401|409)/.test(m.text())) errors.push(m.text());
+    if (m.type() === 'error' && !/status of (401|403|409)/.test(m.text())) errors.push(m.text());
   });
   t.after(async () => {
     await context.close();
@@ -80,6 +81,49 @@ async function startWaiting(agent, input) {
   const run = await started.json();
   assert.equal(run.status, 'waiting_for_approval');
   return run;
+}
+
+/** Calls the API of the server without auth: the parsed answer (null when empty); fails on an error status. */
+async function call(method, path, body) {
+  const response = await fetch(new URL(path, BASE_URL), {
+    method,
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  assert.ok(response.ok, `${method} ${path}: HTTP ${response.status}: ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+/** The run, once it has `status` (within 15 s). */
+async function waitForStatus(id, status) {
+  const deadline = Date.now() + 15_000;
+  let run;
+  while (Date.now() < deadline) {
+    run = await call('GET', `v1/runs/${id}`);
+    if (run.status === status) return run;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`run ${id} did not reach ${status} within 15 s (it is ${run?.status})`);
+}
+
+/**
+ * Keeps every text the live region says from now on in `window.__said` (one batch replaces the last, so a
+ * check after the fact could miss it).
+ */
+async function recordAnnouncements(page) {
+  await page.evaluate(() => {
+    window.__said = [];
+    const region = document.getElementById('announcer');
+    new MutationObserver(() => {
+      if (region.textContent) window.__said.push(region.textContent);
+    }).observe(region, { childList: true, characterData: true, subtree: true });
+  });
+}
+
+/** Waits until the live region has said something that holds `text`. */
+async function said(page, text) {
+  await page.waitForFunction((part) => (window.__said ?? []).some((t) => t.includes(part)), text);
 }
 
 /** The step list as [seq, kind, the text a person reads] (title and body; not the relative times). */
@@ -378,6 +422,16 @@ describe('the playground', () => {
     await page.locator('#steps li[data-kind="approval_requested"]').waitFor();
     assert.deepEqual(await rawOnPage(), [], 'no raw character is drawn on the waiting run\'s page');
 
+    // "Approve and remember…" spells them as escapes in its pattern too (V2 §1: shell suggests the exact argv).
+    assert.deepEqual(shellCall.suggested_match, { '/argv': ['sh', '-c', ARGV] });
+    await shell.getByRole('button', { name: 'Approve and remember…' }).click();
+    const suggested = await shell.getByLabel('Pattern for shell (JSON)').inputValue();
+    assert.match(suggested, /echo build done \\u2067\\u2066&& rm -rf notes\\u2069 #\\u2069/);
+    assert.deepEqual(JSON.parse(suggested), shellCall.suggested_match);
+    await shell.locator('.remember-effect', { hasText: 'No other waiting run of trickster' }).waitFor();
+    assert.deepEqual(await rawOnPage(), [], 'no raw character is drawn with the remember form open');
+    await shell.getByRole('button', { name: 'Cancel' }).click();
+
     // Deny both with a reason that holds one too: the decided cards, the decision steps and the end.
     await page.getByLabel('Reason for denying all').fill(REASON);
     await page.getByRole('button', { name: 'Deny all' }).click();
@@ -390,6 +444,210 @@ describe('the playground', () => {
     assert.ok(marks >= 7, `the steps mark the arguments, previews and reasons (${marks} marks)`);
     assert.deepEqual(await rawOnPage(), [], 'no raw character is drawn on the finished run\'s page');
     if (WORKSPACE) assert.equal(existsSync(join(WORKSPACE, PATH)), false, 'the denied write wrote nothing');
+
+    // The Grants page marks them too: a grant whose pattern and reason hold them (made to match nothing).
+    const grant = await call('POST', 'v1/grants', { agent: 'trickster', tool: 'fs_write', match: { '/path': 'never/\u2067*' }, reason: REASON, ttl: '1h' });
+    await page.goto(`${BASE_URL}#/grants/${grant.id}`);
+    const entry = page.locator(`article.grant[data-grant-id="${grant.id}"]`);
+    await entry.waitFor();
+    assert.equal(await entry.locator('dd.grant-match').textContent(), '/path → never/⟨U+2067⟩*');
+    assert.equal(await entry.locator('dd.grant-reason').textContent(), 'not ⟨U+202E⟩you');
+    await entry.getByRole('button', { name: 'Revoke…' }).click();
+    assert.match(await entry.locator('form').textContent(), /matching \/path → never\/⟨U\+2067⟩\*/);
+    assert.deepEqual(await rawOnPage(), [], 'no raw character is drawn on a grant\'s page');
+    await entry.getByRole('button', { name: 'Revoke grant' }).click();
+    await entry.and(page.locator('[data-state="revoked"]')).waitFor();
+  });
+
+  // V2 §1: kept between the two grant tests — a waiting run of keeper the first one's grant would likely
+  // also decide, and leaves waiting; the second one approves it through `apply_to_waiting`.
+  let spare = null;
+
+  test('approve and remember (V2 §1): the grant decides the next run of the agent without a person, the Grants page lists it with its use, revoked the next run waits', async (t) => {
+    const first = await startWaiting('keeper', 'first');
+    spare = await startWaiting('keeper', 'spare');
+    const [held] = first.pending.calls;
+    assert.deepEqual(held.suggested_match, { '/path': 'kept/*' });
+
+    const page = await open(t);
+    await page.goto(`${BASE_URL}#/runs/${first.id}`);
+    const card = page.locator(`#held article.call[data-call-id="${held.call_id}"]`);
+    await card.waitFor();
+    assert.deepEqual(await card.locator('.actions button').allTextContents(), ['Approve', 'Approve and remember…', 'Edit…', 'Deny…', 'Respond…']);
+
+    // The form: the suggested pattern, 8 h, every run of keeper; the spare run is one it would likely decide.
+    const remember = card.getByRole('button', { name: 'Approve and remember…' });
+    await remember.click();
+    assert.equal(await remember.getAttribute('aria-expanded'), 'true');
+    const pattern = card.getByLabel('Pattern for fs_write (JSON)');
+    await page.waitForFunction((id) => document.activeElement?.id === id, await pattern.getAttribute('id'));
+    assert.deepEqual(JSON.parse(await pattern.inputValue()), { '/path': 'kept/*' });
+    assert.equal(await card.getByLabel('Expires after').inputValue(), '8h');
+    assert.equal(await card.getByLabel('Every run of keeper').isChecked(), true);
+    const effect = card.locator('.remember-effect');
+    await effect.locator(`a[data-run-id="${spare.id}"]`).waitFor();
+    assert.match(await effect.textContent(), /would likely also decide 1 other waiting run of keeper/);
+    assert.equal(await effect.locator(`a[data-run-id="${first.id}"]`).count(), 0, 'the run on show is not "other"');
+
+    // Edited: checked as typed, and the list follows the pattern.
+    const submit = card.getByRole('button', { name: 'Approve and remember', exact: true });
+    await pattern.fill('{"path": "kept/*"}');
+    await card.locator('.error-list', { hasText: '"path" is not a JSON pointer' }).waitFor();
+    assert.equal(await submit.isDisabled(), true);
+    await pattern.fill('{"/path": "elsewhere/*"}');
+    await effect.getByText('No other waiting run of keeper has only calls this pattern matches.').waitFor();
+    await card.getByLabel('Expires after').fill('1w');
+    await card.locator('.error-list', { hasText: 'Expires after: "1w" is not a duration' }).waitFor();
+    await card.getByLabel('This run only').check();
+    await effect.getByText('A grant for this run only decides no other run', { exact: false }).waitFor();
+    assert.equal(await card.getByLabel('Also approve the other waiting runs of keeper it allows').isDisabled(), true);
+    await card.getByLabel('Every run of keeper').check();
+    await pattern.fill('{"/path": "kept/*"}');
+    await card.getByLabel('Expires after').fill('8h');
+    await effect.locator(`a[data-run-id="${spare.id}"]`).waitFor();
+    assert.equal(await submit.isDisabled(), false);
+    await card.getByLabel('Reason (optional, kept with the grant)').fill('kept notes are fine');
+
+    // Sent: the call is approved with `remember`, the run completes, its decision names the grant.
+    const sent = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/decisions'));
+    await recordAnnouncements(page);
+    await submit.click();
+    assert.deepEqual(JSON.parse((await sent).postData()).decisions, [
+      { call_id: held.call_id, action: 'approve', remember: { scope: 'agent', match: { '/path': 'kept/*' }, ttl: '8h', reason: 'kept notes are fine' } },
+    ]);
+    await page.locator('#answer', { hasText: 'done' }).waitFor();
+    await said(page, `Approved and remembered: fs_write ${held.call_id}.`);
+    const decided = page.locator('#steps li[data-kind="decision"]');
+    assert.match(await decided.innerText(), /Approved by local[\s\S]*Remembered as grant …[0-9a-f]{6}: calls like this one pass without a person/);
+    const grantId = await decided.locator('a.grant-link').getAttribute('data-grant-id');
+    const grant = await call('GET', `v1/grants/${grantId}`);
+    assert.deepEqual(
+      { agent: grant.agent, tool: grant.tool, match: grant.match, scope: grant.scope, reason: grant.reason, uses: grant.uses, created_by: grant.created_by },
+      { agent: 'keeper', tool: 'fs_write', match: { '/path': 'kept/*' }, scope: 'agent', reason: 'kept notes are fine', uses: 0, created_by: 'local' },
+    );
+    assert.equal((await call('GET', `v1/runs/${spare.id}`)).status, 'waiting_for_approval', 'the spare run keeps waiting (the box was not ticked)');
+
+    // A second run of keeper passes the gate without a person; its run page says which grant allowed it.
+    const second = await call('POST', 'v1/runs', { agent: 'keeper', input: 'second' });
+    await waitForStatus(second.id, 'completed');
+    if (WORKSPACE) assert.equal(readFileSync(join(WORKSPACE, 'kept/second.txt'), 'utf8'), 'K: second\n');
+    await page.goto(`${BASE_URL}#/runs/${second.id}`);
+    const ran = page.locator('#steps li[data-kind="tool_started"]');
+    await ran.waitFor();
+    assert.match(await ran.innerText(), new RegExp(`Allowed by grant …${grantId.replaceAll('-', '').slice(-6)}, without a person\\.`));
+    assert.equal(await page.locator('#steps li[data-kind="approval_requested"]').count(), 0, 'nobody was asked');
+
+    // Its link opens the grant's own page: one use.
+    await ran.locator('a.grant-link').click();
+    await page.waitForURL(new RegExp(`#/grants/${grantId}$`));
+    await page.locator('h1', { hasText: 'Grant …' }).waitFor();
+    await page.waitForFunction(() => document.activeElement?.tagName === 'H1');
+    const own = page.locator(`article.grant[data-grant-id="${grantId}"]`);
+    assert.equal(await own.locator('dd.grant-uses').textContent(), '1');
+    assert.equal(await page.locator('.site-nav a[aria-current]').textContent(), 'Grants');
+
+    // The Grants page, from the navigation: the grant is listed, in force, with its facts.
+    await page.getByRole('navigation', { name: 'Pages' }).getByRole('link', { name: 'Grants' }).click();
+    await page.waitForURL(/#\/grants$/);
+    const entry = page.locator(`#grant-list article.grant[data-grant-id="${grantId}"]`);
+    await entry.waitFor();
+    assert.equal(await page.locator('.site-nav a[aria-current="page"]').textContent(), 'Grants');
+    assert.equal(await entry.getAttribute('data-state'), 'active');
+    assert.equal(await entry.locator('dd.grant-uses').textContent(), '1');
+    assert.equal(await entry.locator('dd.grant-agent').textContent(), 'keeper');
+    assert.equal(await entry.locator('dd.grant-tool').textContent(), 'fs_write');
+    assert.equal(await entry.locator('dd.grant-match').textContent(), '/path → kept/*');
+    assert.equal(await entry.locator('dd.grant-scope').textContent(), 'every run of keeper');
+    assert.match(await entry.locator('dd.grant-creator').textContent(), /^local, /);
+    assert.equal(await entry.locator('dd.grant-reason').textContent(), 'kept notes are fine');
+    assert.match(await entry.locator('dd.grant-expires').textContent(), /^in [78] h$/);
+
+    // Refusals are shown like the rest of the app's: a 403 (role) keeps the focus on the button, a 409
+    // reads the grant again.
+    const revoke = entry.getByRole('button', { name: 'Revoke…' });
+    await revoke.click();
+    const confirm = entry.getByRole('button', { name: 'Revoke grant' });
+    await page.waitForFunction(() => document.activeElement?.textContent === 'Revoke grant');
+    assert.match(await entry.locator('form').textContent(), /fs_write calls of keeper matching \/path → kept\/\* will ask a person again/);
+    const refuse = (status, detail) =>
+      page.route('**/v1/grants/*', (route) =>
+        route.request().method() === 'DELETE'
+          ? route.fulfill({ status, contentType: 'application/problem+json', body: JSON.stringify({ title: 'Refused', status, detail }) })
+          : route.continue(),
+      );
+    await refuse(403, 'the token lacks the approver role');
+    await confirm.click();
+    await page.locator('#notices .notice-error', { hasText: 'The grant was not revoked.' }).waitFor();
+    assert.match(await page.locator('#notices .notice-error').textContent(), /lacks the approver role.*needs a token with the approver role/);
+    await page.waitForFunction(() => document.activeElement?.textContent === 'Revoke grant');
+    await page.unroute('**/v1/grants/*');
+    await refuse(409, `grant ${grantId} is already revoked`);
+    await confirm.click();
+    await page.locator('#notices .notice-error', { hasText: 'is already revoked' }).waitFor();
+    await page.unroute('**/v1/grants/*');
+    // Read again (the focus then on its heading), it is still in force (the 409 was staged): Revoke… once
+    // more, for real.
+    await page.waitForFunction(() => document.activeElement?.classList.contains('grant-title'));
+    assert.equal(await entry.getByRole('button', { name: 'Revoke…' }).getAttribute('aria-expanded'), 'false');
+    await entry.getByRole('button', { name: 'Revoke…' }).click();
+    await recordAnnouncements(page);
+    await entry.getByRole('button', { name: 'Revoke grant' }).click();
+    await entry.and(page.locator('[data-state="revoked"]')).waitFor();
+    assert.match(await entry.locator('dd.grant-revoked').textContent(), /^by local, /);
+    assert.equal(await entry.getByRole('button', { name: 'Revoke…' }).count(), 0);
+    await page.waitForFunction(() => document.activeElement?.classList.contains('grant-title'));
+    await said(page, `Revoked grant …${grantId.replaceAll('-', '').slice(-6)}: fs_write calls of keeper matching /path → kept/* ask a person again.`);
+    assert.notEqual((await call('GET', `v1/grants/${grantId}`)).revoked_at, null);
+
+    // Active only: it is gone; all, past included: it is listed as revoked.
+    await page.getByRole('button', { name: 'Refresh' }).click();
+    await page.waitForFunction((id) => !document.querySelector(`#grant-list article[data-grant-id="${id}"]`), grantId);
+    await page.getByLabel('Show').selectOption('all');
+    await page.locator(`#grant-list article.grant[data-grant-id="${grantId}"][data-state="revoked"]`).waitFor();
+    assert.equal(await page.locator('#grants-heading').textContent(), 'All grants');
+
+    // Revoked, it allows nothing: a third run of keeper waits for a person.
+    const third = await startWaiting('keeper', 'third');
+    await call('POST', `v1/runs/${third.id}/decisions`, { turn_digest: third.pending.turn_digest, deny_all: true, reason: 'cleaning up' });
+
+    // In a turn held for another call, a call a grant allowed says which grant, linked (`calls[].grant`).
+    const narrow = await call('POST', 'v1/grants', { agent: 'scribe', tool: 'fs_write', match: { '/path': 'a.txt' }, ttl: '1h' });
+    const mixed = await startWaiting('scribe', 'one granted, one asked');
+    assert.deepEqual(mixed.pending.calls.map((c) => [c.state, c.grant ?? null]), [['allowed', narrow.id], ['waiting', null]]);
+    await page.goto(`${BASE_URL}#/runs/${mixed.id}`);
+    const allowed = page.locator('#held article.call[data-call-id="call_1"]');
+    await allowed.locator('p.granted').waitFor();
+    assert.match(await allowed.locator('p.granted').innerText(), /^Allowed by grant …[0-9a-f]{6}: it runs together with the approved calls/);
+    assert.equal(await allowed.locator('a.grant-link').getAttribute('href'), `#/grants/${narrow.id}`);
+    assert.equal(await allowed.locator('.actions button').count(), 0, 'nothing to decide on it');
+    await call('DELETE', `v1/grants/${narrow.id}`);
+    await call('POST', `v1/runs/${mixed.id}/decisions`, { turn_digest: mixed.pending.turn_digest, deny_all: true, reason: 'cleaning up' });
+  });
+
+  test('approve and remember, also approving the waiting runs it allows: the grant is made with apply_to_waiting, both runs complete', async (t) => {
+    assert.ok(spare, 'the previous test left a waiting run of keeper');
+    const again = await startWaiting('keeper', 'again');
+    const page = await open(t);
+    await page.goto(`${BASE_URL}#/runs/${again.id}`);
+    const card = page.locator('#held article.call').first();
+    await card.getByRole('button', { name: 'Approve and remember…' }).click();
+    await card.locator(`.remember-effect a[data-run-id="${spare.id}"]`).waitFor();
+    await card.getByLabel('Also approve the other waiting runs of keeper it allows').check();
+    const made = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/v1/grants'));
+    await card.getByRole('button', { name: 'Approve and remember', exact: true }).click();
+    const body = JSON.parse((await made).postData());
+    assert.deepEqual(body, { agent: 'keeper', tool: 'fs_write', match: { '/path': 'kept/*' }, scope: 'agent', ttl: '8h', apply_to_waiting: true });
+    const notice = page.locator('#notices .notice-success', { hasText: 'made.' });
+    await notice.waitFor();
+    assert.match(await notice.textContent(), new RegExp(`It approved 1 other waiting run: …${spare.id.replaceAll('-', '').slice(-6)}\\. It approved this run too\\.`));
+    await page.locator('#answer', { hasText: 'done' }).waitFor();
+    await waitForStatus(spare.id, 'completed');
+    if (WORKSPACE) {
+      assert.equal(readFileSync(join(WORKSPACE, 'kept/spare.txt'), 'utf8'), 'K: spare\n');
+      assert.equal(readFileSync(join(WORKSPACE, 'kept/again.txt'), 'utf8'), 'K: again\n');
+    }
+    const grantId = await notice.locator('a').getAttribute('href').then((href) => href.split('/').pop());
+    await call('DELETE', `v1/grants/${grantId}`);
   });
 
   test(

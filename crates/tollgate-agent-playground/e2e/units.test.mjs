@@ -1,6 +1,8 @@
 // Unit tests of the playground's DOM-free modules: the schema check of the argument editor, the SSE
 // parser used when a token must be sent, the preview/diff and time formatting, which held calls take
-// a decision, a quorum call's approvals in words, and which characters are shown as marks (invisible.js).
+// a decision, a quorum call's approvals in words, which characters are shown as marks (invisible.js), and
+// grants (grant.js): the glob and JSON-pointer matching that says which waiting runs a grant would likely
+// also decide, the checks of a pattern and an expiry, a grant in words.
 //
 // Run: node --test crates/tollgate-agent-playground/e2e/units.test.mjs (needs node only)
 
@@ -11,6 +13,7 @@ import { parseDelta, SseParser } from '../assets/sse.js';
 import { diffLines, duration, isUnifiedDiff, openCalls, relative, settledNote, shortId, summarize } from '../assets/format.js';
 import { decisionAnnouncement, idTail, runLinkName, runSummary, runTag, statusText, truncate } from '../assets/format.js';
 import { approvalsText, approvedBy, heldSummary, quorumHint } from '../assets/format.js';
+import { appliedText, checkPattern, globMatches, grantState, grantSummary, grantTag, matchesArguments, matchLines, pointerGet, ttlProblem, wouldDecide } from '../assets/grant.js';
 import { charName, escapeInvisibleJson, hasRightToLeft, invisibleIn, invisibleWarning, markedText, splitInvisible } from '../assets/invisible.js';
 
 // The schemas of two built-in tools, as GET /v1/tools returns them.
@@ -317,6 +320,97 @@ describe('names and announcements', () => {
     );
     assert.equal(decisionAnnouncement({ approve_all: true }, open, 0), 'Approved all 2 calls. Every call is decided; the run resumes.');
     assert.equal(decisionAnnouncement({ deny_all: true, reason: 'no' }, open.slice(0, 1), 0), 'Denied 1 call. Every call is decided; the run resumes.');
+    assert.equal(
+      decisionAnnouncement({ decisions: [{ call_id: 'call_1', action: 'approve', remember: { match: {} } }] }, open, 1),
+      'Approved and remembered: fs_write call_1. 1 call left to decide.',
+    );
+  });
+});
+
+describe('grants (approve and remember)', () => {
+  test('globs read as the policy language: * within a segment, ** across, **/ folders, /** the folder too', () => {
+    const cases = [
+      ['kept/*', 'kept/a.txt', true],
+      ['kept/*', 'kept/a/b.txt', false],
+      ['kept/*', 'kept', false],
+      ['*', 'a.txt', true],
+      ['*', 'kept/a.txt', false],
+      ['notes/**', 'notes', true],
+      ['notes/**', 'notes/2026/today.md', true],
+      ['**/*.md', 'a.md', true],
+      ['**/*.md', 'x/y/a.md', true],
+      ['a/**/b', 'a/b', true],
+      ['a/**/b', 'a/x/y/b', true],
+      ['f?o', 'foo', true],
+      ['f?o', 'f/o', false],
+      ['a.b', 'axb', false],
+      ['[x]', '[x]', true],
+      ['GET', 'GET', true],
+      ['https://api.example.com/**', 'https://api.example.com/v1/x', true],
+      ['https://api.example.com/**', 'https://evil.example/api.example.com/', false],
+    ];
+    for (const [pattern, text, expected] of cases) assert.equal(globMatches(pattern, text), expected, `${pattern} on ${text}`);
+  });
+
+  test('a pattern reads JSON pointers; strings are globs over strings, other values equal', () => {
+    assert.deepEqual(pointerGet({ a: { 'b/c': [1, 2] } }, '/a/b~1c/1'), { found: true, value: 2 });
+    assert.deepEqual(pointerGet({ a: 1 }, '/b'), { found: false });
+    assert.deepEqual(pointerGet([1], '/01'), { found: false });
+    const args = { path: 'kept/a.txt', content: 'x', argv: ['sh', '-c', 'ls'], n: 1 };
+    assert.equal(matchesArguments({ '/path': 'kept/*' }, args), true);
+    assert.equal(matchesArguments({ '/path': 'other/*' }, args), false);
+    assert.equal(matchesArguments({ '/argv': ['sh', '-c', 'ls'] }, args), true);
+    assert.equal(matchesArguments({ '/argv': ['sh'] }, args), false);
+    assert.equal(matchesArguments({ '/n': 1, '/path': '**' }, args), true);
+    assert.equal(matchesArguments({ '/n': '1' }, args), false, 'a glob never matches a number');
+    assert.equal(matchesArguments({ '/missing': '*' }, args), false);
+    assert.equal(matchesArguments({}, args), true);
+  });
+
+  test('which waiting runs a grant would likely decide: every call that takes a decision, of that tool, matching', () => {
+    const call = (path, extra = {}) => ({
+      call_id: 'call_1', tool: 'fs_write', arguments: { path }, takes_decision: true, in_doubt: false, suggested_match: { '/path': 'kept/*' }, ...extra,
+    });
+    const run = (...calls) => ({ status: 'waiting_for_approval', pending: { calls } });
+    const pattern = { '/path': 'kept/*' };
+    assert.equal(wouldDecide(run(call('kept/a.txt')), 'fs_write', pattern), true);
+    assert.equal(wouldDecide(run(call('kept/a.txt'), call('else/b.txt')), 'fs_write', pattern), false, 'one call it does not match');
+    assert.equal(wouldDecide(run(call('kept/a.txt'), call('else/b.txt', { takes_decision: false })), 'fs_write', pattern), true, 'decided calls do not count');
+    assert.equal(wouldDecide(run(call('kept/a.txt', { tool: 'shell' })), 'fs_write', pattern), false, 'another tool');
+    assert.equal(wouldDecide(run(call('kept/a.txt', { in_doubt: true })), 'fs_write', pattern), false, 'a call in doubt always asks');
+    assert.equal(wouldDecide(run(call('kept/a.txt', { approvals: { required: 2, given: [] } })), 'fs_write', pattern), false, 'a quorum call always asks');
+    assert.equal(wouldDecide(run(call('kept/a.txt', { suggested_match: undefined })), 'fs_write', pattern), false, 'a call kept from grants');
+    assert.equal(wouldDecide({ status: 'completed', pending: null }, 'fs_write', pattern), false);
+  });
+
+  test('a pattern and an expiry are checked before anything is sent', () => {
+    assert.deepEqual(checkPattern('{"/path": "kept/*"}'), { value: { '/path': 'kept/*' }, problems: [] });
+    assert.deepEqual(checkPattern('{}').problems, []);
+    assert.match(checkPattern('{"path": "x"}').problems[0], /^"path" is not a JSON pointer/);
+    assert.match(checkPattern('{"/a~2": 1}').problems[0], /is not a JSON pointer/);
+    assert.match(checkPattern('["/path"]').problems[0], /must be a JSON object/);
+    assert.match(checkPattern('{"/path": ').problems[0], /^Invalid JSON/);
+    for (const ok of ['30s', '30m', '8h', '7d', ' 8h ']) assert.equal(ttlProblem(ok), null, ok);
+    for (const bad of ['', '8', 'h', '1w', '1.5h', '8 h', '-1d', '0h']) assert.notEqual(ttlProblem(bad), null, bad);
+  });
+
+  test('a grant in words', () => {
+    const grant = {
+      id: '01a2454d-de15-7013-8e3f-eab5f2d2deba', agent: 'keeper', tool: 'fs_write', match: { '/path': 'kept/*' }, scope: 'agent', run_id: null,
+      expires_at: '2026-12-05T16:00:00.000Z', revoked_at: null,
+    };
+    assert.equal(grantTag(grant.id), '…d2deba');
+    assert.deepEqual(matchLines(grant.match), ['/path → kept/*']);
+    assert.deepEqual(matchLines({ '/argv': ['ls'] }), ['/argv → ["ls"]']);
+    assert.deepEqual(matchLines({}), ['any arguments']);
+    assert.equal(grantSummary(grant), 'fs_write calls of keeper matching /path → kept/*');
+    assert.equal(grantSummary({ ...grant, match: {}, scope: 'run', run_id: '01a2454d-cfe4-7163-b510-45546d075626' }), 'fs_write calls of keeper (any arguments) in run …075626');
+    const now = Date.parse('2026-12-05T12:00:00.000Z');
+    assert.equal(grantState(grant, now), 'active');
+    assert.equal(grantState(grant, Date.parse('2026-12-05T16:00:00.000Z')), 'expired');
+    assert.equal(grantState({ ...grant, revoked_at: '2026-12-05T09:00:00.000Z' }, Date.parse('2026-12-06T00:00:00.000Z')), 'revoked');
+    assert.equal(appliedText({ applied_to: ['run-aaaaaa', 'run-bbbbbb'] }, 'run-aaaaaa'), 'It approved 1 other waiting run: …bbbbbb. It approved this run too.');
+    assert.equal(appliedText({ applied_to: [] }, 'run-aaaaaa'), 'It approved no other waiting run.');
   });
 });
 

@@ -23,8 +23,10 @@
 //!
 //! The page starts a run, watches its steps live over SSE, lists the waiting runs, and per held call shows
 //! the preview (diffs shown as diffs), approve, edit (checked against the tool's schema before sending),
-//! deny with a reason, respond, and approve-all / deny-all. It is a client of the HTTP API of docs/api.md
-//! and nothing else: every state it shows comes from `/v1`, so a reload shows the same history.
+//! deny with a reason, respond, approve and remember (a grant, V2 §1), and approve-all / deny-all; a
+//! Grants page lists the grants in force and past ones and revokes them. It is a client of the HTTP API
+//! of docs/api.md and nothing else: every state it shows comes from `/v1`, so a reload shows the same
+//! history.
 //!
 //! What it promises:
 //! - **Every asset is in the binary.** The files of `assets/` (plain HTML, CSS and JavaScript modules,

@@ -9,7 +9,9 @@
 //! ask-gated `fs_write` calls in one turn), turn 2 says `done`; and `trickster` (issue 31, the marks of
 //! invisible and direction-changing characters): turn 1 holds a `shell` call whose argv hides `rm -rf`
 //! behind bidi isolates and an `fs_write` whose path holds U+202E, turn 2 says `done`; and `pair` (V2 §4
-//! quorum): turn 1 writes `q.txt`, which its policy gives `approvals = 2`, turn 2 says `done`. `scribe`
+//! quorum): turn 1 writes `q.txt`, which its policy gives `approvals = 2`, turn 2 says `done`; and `keeper`
+//! (V2 §1 grants): turn 1 writes `kept/INPUT.txt` (one ask-gated call, suggested grant `{"/path":
+//! "kept/*"}`), turn 2 says `done`, for "Approve and remember" and the Grants page. `scribe`
 //! comes first, so it stays the default agent. The first server also has `talker`, an `openai` agent whose
 //! model is a slow streaming server on loopback ([`SlowChatModel`]), for the run page's live text (V2
 //! streaming). A second server has auth on (tokens of `alice` and `bob`), for the token prompt, the
@@ -61,6 +63,16 @@ const TRICKSTER_SCRIPT: &str = r#"{"turns": [
   {"text": "Cleaning up.", "tool_calls": [
     {"name": "shell", "arguments": {"argv": ["sh", "-c", "echo build done \u2067\u2066&& rm -rf notes\u2069 #\u2069"]}},
     {"name": "fs_write", "arguments": {"path": "invoice\u202efdp.sh", "content": "echo paid\n"}}
+  ]},
+  {"text": "done"}
+]}
+"#;
+
+/// The script of `keeper` (V2 §1 grants): one ask-gated `fs_write` into `kept/` per run, named by the input,
+/// so its suggested grant is `{"/path": "kept/*"}` and "Approve and remember" covers its later runs.
+const KEEPER_SCRIPT: &str = r#"{"turns": [
+  {"text": "I will keep a note.", "tool_calls": [
+    {"name": "fs_write", "arguments": {"path": "kept/{{input}}.txt", "content": "K: {{input}}\n"}}
   ]},
   {"text": "done"}
 ]}
@@ -127,6 +139,18 @@ max_iterations = 5
 tool = "fs_write"
 gate = "ask"
 approvals = 2
+
+[[providers]]
+name = "keeper-script"
+kind = "scripted"
+script = "keeper.json"
+
+[[agents]]
+name = "keeper"
+provider = "keeper-script"
+system_prompt = "You keep one note per run."
+tools = ["fs_write"]
+max_iterations = 5
 "#;
 
 /// `talker` (V2 streaming): an `openai` provider at a [`SlowChatModel`], which streams its answer a piece
@@ -283,7 +307,8 @@ impl Server {
         write(&dir.path().join("clerk.json"), CLERK_SCRIPT);
         write(&dir.path().join("trickster.json"), TRICKSTER_SCRIPT);
         write(&dir.path().join("pair.json"), PAIR_SCRIPT);
-        std::fs::create_dir_all(dir.path().join("workspace")).unwrap_or_else(|e| panic!("no workspace: {e}"));
+        write(&dir.path().join("keeper.json"), KEEPER_SCRIPT);
+        std::fs::create_dir_all(dir.path().join("workspace/kept")).unwrap_or_else(|e| panic!("no workspace: {e}"));
         write(&dir.path().join("workspace/b.txt"), "B: old\nsecond line\n");
 
         let port = free_port();

@@ -15,7 +15,7 @@
 //! original JSON and uses these types only to read it.
 
 use crate::event::EventKind;
-use crate::ids::{Actor, CallId};
+use crate::ids::{Actor, CallId, GrantId};
 use crate::run::{Decision, Gate, RunError, TerminationReason, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -89,6 +89,18 @@ pub struct ToolStarted {
     pub gate: Gate,
     /// `RUN_ID:CALL_ID`, the same for every attempt at this call.
     pub idempotency_key: String,
+    /// The grant that allowed the call, or null (written by Tollgate since grants; absent in events
+    /// stored before, so they read back byte for byte: `None` is absent, `Some(None)` null).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, required = true))]
+    pub grant: Option<Option<GrantId>>,
+}
+
+/// A field that may be absent, null or set, told apart: present (null or not) reads as `Some`.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 /// `tool_finished`: a call ran.
@@ -215,6 +227,10 @@ pub struct DecisionMade {
     /// decision settles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approvals: Option<crate::Approvals>,
+    /// The grant this approval made (`remember`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub grant: Option<GrantId>,
 }
 
 /// `run_resumed`: a waiting run resumed.

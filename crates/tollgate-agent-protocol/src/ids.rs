@@ -156,3 +156,8 @@ string_id! {
     /// from a decision recorded before approvals were records).
     ApprovalId
 }
+
+string_id! {
+    /// A grant's id: a UUIDv7 given when the grant is made.
+    GrantId
+}

@@ -50,6 +50,8 @@ mod event;
 pub mod event_data;
 #[doc(hidden)]
 pub mod fuzzing;
+mod glob;
+mod grant;
 mod ids;
 mod problem;
 mod request;
@@ -58,7 +60,9 @@ mod run;
 pub use catalog::{Agent, AgentList, Health, PurgeResult, Tool, ToolList};
 pub use event::{Event, EventKind, EventPage};
 pub use event_data::{EventData, EventDataError};
-pub use ids::{Actor, ApprovalId, CallId, RunId};
+pub use glob::Glob;
+pub use grant::{CreateGrantRequest, Grant, GrantPage, GrantScope, MatchError, Remember, check_match, is_json_pointer};
+pub use ids::{Actor, ApprovalId, CallId, GrantId, RunId};
 pub use problem::{PROBLEM_BASE, PROBLEM_JSON, Problem, ProblemType};
 pub use request::{
     ApproveDecision, CallDecision, CancelRequest, DecisionRequest, DenyDecision, EditDecision, PurgeRequest,

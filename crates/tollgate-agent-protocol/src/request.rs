@@ -7,6 +7,7 @@
 //! `DecideRequest` schema is one of its three forms), so the OpenAPI document refuses exactly what the
 //! server refuses.
 
+use crate::grant::Remember;
 use crate::ids::CallId;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -64,6 +65,9 @@ pub struct ApproveDecision {
     /// The held call.
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub call_id: CallId,
+    /// Also make a grant for calls like this one, in the same transaction (V2.md, grants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remember: Option<Remember>,
 }
 
 /// `edit`: run the call with these arguments instead (checked against the tool's schema).

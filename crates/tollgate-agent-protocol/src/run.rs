@@ -4,7 +4,7 @@
 //! A field that the API always writes, `null` when empty, is an `Option` without `skip_serializing_if`
 //! and is marked `required` in the schema (present, nullable).
 
-use crate::ids::{Actor, CallId, RunId};
+use crate::ids::{Actor, CallId, GrantId, RunId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 #[cfg(feature = "openapi")]
@@ -404,6 +404,15 @@ pub struct Call {
     /// (Absent for such a call, so a run without quorum calls reads exactly as v1 wrote it.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approvals: Option<Approvals>,
+    /// For a call that takes a decision and may be remembered: the narrowest useful grant `match` its
+    /// tool proposes (V2.md, grants); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub suggested_match: Option<Map<String, Value>>,
+    /// For a call a grant allowed: the grant; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub grant: Option<GrantId>,
 }
 
 /// A quorum call's approvals (`calls[].approvals`, and `approvals` in a `decision` event's data).

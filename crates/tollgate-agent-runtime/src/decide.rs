@@ -18,9 +18,11 @@
 //! plan again when another request committed first.
 
 use crate::error::{CasFailure, DecideError, DriveError};
+use crate::grants::GrantError;
+use crate::hooks::GrantReader;
 use crate::{DECIDE_ATTEMPTS, DecisionSet, Runtime, Settled, Work, events};
 use std::collections::HashSet;
-use tollgate_agent_core::{Actor, CallId, RunId};
+use tollgate_agent_core::{Actor, CallId, GrantId, GrantMatch, GrantRecord, GrantScope, RunId};
 use tollgate_agent_core::{
     ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, Guard, HeldTurn, Lease, Millis, NewEvent,
     RunRecord, RunState, RunStatus, StartingCall, Suspension, Transition, Vote,
@@ -35,6 +37,22 @@ pub struct DecisionRequest<'a> {
     pub set: &'a DecisionSet,
     /// Who decides.
     pub actor: &'a Actor,
+    /// Grants to make with this request's approvals (`remember`), by call id.
+    pub remember: &'a [(CallId, RememberSpec)],
+}
+
+/// `remember` on an approval: a grant made in the same transaction (V2.md, grants). Its pattern is the
+/// call's `suggested_match` when none is given, its life `[grants] default_ttl`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RememberSpec {
+    /// Every run of the agent, or only the decided run.
+    pub scope: GrantScope,
+    /// The argument pattern.
+    pub pattern: Option<serde_json::Map<String, serde_json::Value>>,
+    /// How long it lasts.
+    pub ttl: Option<std::time::Duration>,
+    /// Why, for the record.
+    pub reason: Option<String>,
 }
 
 /// What the agent's rules say about who may decide (from its `AgentSpec`).
@@ -132,6 +150,8 @@ pub struct Votes {
     events: Vec<NewEvent>,
     /// The held turn's round.
     round: u32,
+    /// The grants this request's approvals make (`remember`), committed with the votes.
+    remember: Vec<GrantRecord>,
 }
 
 impl Votes {
@@ -197,7 +217,74 @@ pub fn plan_votes(
     if after.complete_for_resume() {
         events.push(events::run_resumed(now, held.round, actor));
     }
-    Ok(Votes { decided, recorded, after, events, round: held.round })
+    Ok(Votes { decided, recorded, after, events, round: held.round, remember: Vec::new() })
+}
+
+impl Runtime {
+    /// The grants `request`'s `remember` makes, each checked (an approval of this request, a call its
+    /// tool and policy let a grant allow, a pattern of JSON pointers, a ttl within `[grants] max_ttl`),
+    /// and the `decision` event of each remembered call marked with its grant. Nothing is recorded when
+    /// one is refused.
+    fn plan_remember(
+        &self,
+        run: &RunRecord,
+        held: &Suspension,
+        request: &DecisionRequest<'_>,
+        decided: &[(CallId, Decision)],
+        events: &mut [NewEvent],
+        now: Millis,
+    ) -> Result<Vec<GrantRecord>, DecideError> {
+        let settings = self.inner.grants;
+        let mut made = Vec::with_capacity(request.remember.len());
+        for (call_id, spec) in request.remember {
+            if !decided.iter().any(|(id, d)| id == call_id && matches!(d, Decision::Approve)) {
+                return Err(DecideError::Remember {
+                    call_id: call_id.clone(),
+                    refused: GrantError::InvalidScope("`remember` goes with an `approve` of the same call"),
+                });
+            }
+            let refused = |refused: GrantError| DecideError::Remember { call_id: call_id.clone(), refused };
+            if !settings.enabled {
+                return Err(refused(GrantError::Disabled));
+            }
+            let call = held.call(call_id).ok_or_else(|| DecisionError::UnknownCall(call_id.clone()))?;
+            // Offered only where a grant may allow the call: it asks, one person decides it, its tool and
+            // policy let a grant stand in.
+            let Some(suggested) = &call.suggested_match else {
+                return Err(refused(GrantError::NotGrantable { agent: run.agent.clone(), tool: call.tool.clone() }));
+            };
+            let matcher = GrantMatch::new(spec.pattern.clone().unwrap_or_else(|| suggested.clone()))
+                .map_err(|e| refused(GrantError::InvalidMatch(e)))?;
+            let ttl = spec.ttl.unwrap_or(settings.default_ttl);
+            if ttl.is_zero() || ttl > settings.max_ttl {
+                return Err(refused(GrantError::InvalidTtl { asked: ttl, max: settings.max_ttl }));
+            }
+            let grant = GrantRecord {
+                id: GrantId::new(uuid::Uuid::now_v7().to_string()),
+                agent: run.agent.clone(),
+                tool: call.tool.clone(),
+                matcher,
+                scope: spec.scope,
+                run_id: (spec.scope == GrantScope::Run).then(|| run.id.clone()),
+                reason: spec.reason.clone(),
+                created_by: request.actor.clone(),
+                created_at: now,
+                expires_at: now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+                revoked: None,
+                uses: 0,
+            };
+            // The call's `decision` event names the grant its approval made.
+            if let Some(event) = events.iter_mut().find(|e| {
+                e.kind == tollgate_agent_core::EventKind::Decision
+                    && e.data["call_id"].as_str() == Some(call_id.as_str())
+            }) && let serde_json::Value::Object(data) = &mut event.data
+            {
+                data.insert("grant".into(), serde_json::Value::String(grant.id.to_string()));
+            }
+            made.push(grant);
+        }
+        Ok(made)
+    }
 }
 
 /// Phase two of a decision, pure: the transition that commits `votes` on `run` as read at `now`, and its
@@ -213,16 +300,22 @@ pub fn finish_decision(
     started: Option<StartingCall>,
 ) -> DecisionPlan {
     let completes = votes.completes();
-    let Votes { decided, recorded, mut events, round, .. } = votes;
+    let Votes { decided, recorded, mut events, round, remember, .. } = votes;
     let resume = (completes && resume_lease.is_some()).then(|| {
         if let Some(call) = &started {
-            let event =
-                events::tool_started(now, round, &run.id, &call.call_id, &call.tool, &call.arguments, call.gate);
+            let starting = events::Starting {
+                call_id: &call.call_id,
+                tool: &call.tool,
+                arguments: &call.arguments,
+                gate: call.gate,
+                grant: call.grant.as_ref(),
+            };
+            let event = events::tool_started(now, round, &run.id, starting);
             events.push(event);
         }
         PlannedResume { started }
     });
-    let transition = Transition::Vote { votes: recorded, resume: resume_lease.filter(|_| completes) };
+    let transition = Transition::Vote { votes: recorded, resume: resume_lease.filter(|_| completes), remember };
     DecisionPlan { decided, transition, events, resume }
 }
 
@@ -283,7 +376,20 @@ impl Runtime {
         set: DecisionSet,
         actor: &Actor,
     ) -> Result<RunRecord, DecideError> {
-        let request = DecisionRequest { turn_digest, set: &set, actor };
+        self.decide_remembering(id, turn_digest, set, actor, &[]).await
+    }
+
+    /// [`decide`](Self::decide), making a grant with each approval named in `remember`, in the same
+    /// transaction as the decisions ([`RememberSpec`]).
+    pub async fn decide_remembering(
+        &self,
+        id: &RunId,
+        turn_digest: &str,
+        set: DecisionSet,
+        actor: &Actor,
+        remember: &[(CallId, RememberSpec)],
+    ) -> Result<RunRecord, DecideError> {
+        let request = DecisionRequest { turn_digest, set: &set, actor, remember };
         self.decide_from(None, id, &request, &mut None).await
     }
 
@@ -298,9 +404,21 @@ impl Runtime {
         set: DecisionSet,
         actor: &Actor,
     ) -> Result<RunRecord, DecideError> {
+        self.decide_and_wait_remembering(loaded, turn_digest, set, actor, &[]).await
+    }
+
+    /// [`decide_and_wait`](Self::decide_and_wait), making a grant with each approval named in `remember`.
+    pub async fn decide_and_wait_remembering(
+        &self,
+        loaded: &RunRecord,
+        turn_digest: &str,
+        set: DecisionSet,
+        actor: &Actor,
+        remember: &[(CallId, RememberSpec)],
+    ) -> Result<RunRecord, DecideError> {
         let (done, driven) = tokio::sync::oneshot::channel();
         let mut waiter = Some(done);
-        let request = DecisionRequest { turn_digest, set: &set, actor };
+        let request = DecisionRequest { turn_digest, set: &set, actor, remember };
         let decided = self.decide_from(Some(loaded), &loaded.id, &request, &mut waiter).await?;
         if !matches!(decided.status(), RunStatus::Running | RunStatus::Queued) {
             return Ok(decided);
@@ -366,13 +484,24 @@ impl Runtime {
             }
         };
         let now = self.inner.clock.now();
-        let votes = plan_votes(run, &suspension, request, rules, now)?;
+        let mut votes = plan_votes(run, &suspension, request, rules, now)?;
+        if !request.remember.is_empty() {
+            votes.remember = self.plan_remember(run, &suspension, request, &votes.decided, &mut votes.events, now)?;
+        }
         // Each edit of this request is checked against the live tool once, before anything is recorded:
         // with the resume's plan when the votes settle the turn (the plan checks every edit of the turn,
         // and this request's are refused rather than planned as errors), else on its own.
         let mut resume_plan = None;
         if votes.completes() {
-            let plan = spec.agent_loop.plan_resume(&suspension, &votes.after.decisions()).await?;
+            // A call a grant allowed runs only if the grant is still in force now (read only when the turn
+            // has such a call).
+            let grants = if suspension.calls.iter().any(|c| c.grant().is_some()) {
+                let reader = GrantReader::new(run, spec.forbid_self_approval, self.inner.grants.enabled);
+                reader.read(&*self.inner.store.grants, &run.id, now).await.map_err(DecideError::Store)?
+            } else {
+                Vec::new()
+            };
+            let plan = spec.agent_loop.plan_resume(&suspension, &votes.after.decisions(), &grants).await?;
             if let Some((call_id, message)) =
                 votes.decided.iter().find_map(|(call_id, _)| plan.refused_edit(call_id).map(|m| (call_id, m)))
             {
@@ -414,6 +543,12 @@ impl Runtime {
             }
         };
         self.inner.notify(&next);
+        // A granted first call's start was committed with the claim: its use is counted here.
+        if let Some(grant) = plan.resume.as_ref().and_then(|r| r.started.as_ref()).and_then(|c| c.grant.as_ref())
+            && let Err(error) = self.inner.store.grants.count_grant_use(grant).await
+        {
+            tracing::warn!(%grant, %error, "could not count a use of a grant");
+        }
         if let (Some(_), Some(resume_plan), Some(slot)) = (plan.resume, resume_plan, slot)
             && next.status() == RunStatus::Running
         {
@@ -455,6 +590,7 @@ mod tests {
             observed: None,
             state,
             requirement: Requirement::SINGLE,
+            suggested_match: None,
         }
     }
 
@@ -503,7 +639,7 @@ mod tests {
     }
 
     fn plan(run: &RunRecord, set: DecisionSet, actor: &str, rules: DeciderRules) -> Result<DecisionPlan, DecideError> {
-        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &Actor::from(actor) };
+        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &Actor::from(actor), remember: &[] };
         plan_decision(run, &held(), &request, rules, NOW, Some(lease()), |_| None)
     }
 
@@ -518,7 +654,7 @@ mod tests {
     #[test]
     fn a_stale_digest_is_refused_naming_the_held_turn() {
         let set = DecisionSet::ApproveAll;
-        let request = DecisionRequest { turn_digest: "sha256:old", set: &set, actor: &"bob".into() };
+        let request = DecisionRequest { turn_digest: "sha256:old", set: &set, actor: &"bob".into(), remember: &[] };
         let refused =
             plan_decision(&waiting(&[]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |_| None);
         assert!(matches!(refused, Err(DecideError::StaleDigest { current }) if current.as_str() == DIGEST));
@@ -549,9 +685,10 @@ mod tests {
             tool: "write".into(),
             arguments: json!({"text": "b"}),
             gate: Gate::Ask,
+            grant: None,
         };
         let set = each(&[("b", Decision::Deny { reason: "no".into() })]);
-        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"carol".into() };
+        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"carol".into(), remember: &[] };
         let planned =
             plan_decision(&waiting(&["a"]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |all| {
                 assert_eq!(all.len(), 2, "the resume sees every decision, the recorded one included");
@@ -560,7 +697,7 @@ mod tests {
         let planned = planned.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(planned.resume, Some(PlannedResume { started: Some(started) }));
         assert_eq!(kinds(&planned), vec![EventKind::Decision, EventKind::RunResumed, EventKind::ToolStarted]);
-        let Transition::Vote { votes: decisions, resume } = &planned.transition else {
+        let Transition::Vote { votes: decisions, resume, .. } = &planned.transition else {
             panic!("{:?}", planned.transition)
         };
         assert_eq!(resume.as_ref(), Some(&lease()));
@@ -618,7 +755,7 @@ mod tests {
             denied: false,
         });
         let set = each(&[("a", Decision::Approve)]);
-        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into() };
+        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into(), remember: &[] };
         let settled =
             plan_decision(&waiting(&[]), &finished, &request, DeciderRules::default(), NOW, Some(lease()), |_| None);
         assert!(
@@ -646,7 +783,7 @@ mod tests {
             pending.approvals.retain(|a| recovered.call(&a.call_id).is_some_and(|c| c.takes_decision()));
         }
         let plan_on = |set: DecisionSet| {
-            let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into() };
+            let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into(), remember: &[] };
             plan_decision(&run, &recovered, &request, DeciderRules::default(), NOW, Some(lease()), |_| None)
                 .unwrap_or_else(|e| panic!("{e}"))
         };

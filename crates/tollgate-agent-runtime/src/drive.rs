@@ -9,18 +9,18 @@
 //! expires and another process recovers it.
 
 use crate::error::{DriveError, StartError};
-use crate::hooks::PersistHooks;
+use crate::hooks::{GrantReader, PersistHooks};
 use crate::workers::Slot;
 use crate::{AgentSpec, Inner, StartRun, events};
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
 use std::task::Poll;
-use tollgate_agent_core::RunId;
 use tollgate_agent_core::{
     Approval, ApprovalId, BoxFuture, Conflict, Decisions, Guard, HeldCall, HeldTurn, LoopError, Metadata, Millis,
     NewEvent, Outcome, ResumePlan, RunError, RunErrorKind, RunRecord, RunStatus, StoreError, Suspension,
     SuspensionError, Transition, TurnDigest,
 };
+use tollgate_agent_core::{LoopHooks, RunId};
 
 /// How often a model call under way looks whether its run ended elsewhere, while the store does not
 /// announce other processes' commits (SQLite: the CLI may cancel a run a server drives).
@@ -243,7 +243,8 @@ impl Inner {
         work: Work,
     ) -> Result<RunRecord, DriveError> {
         let unborn = matches!(work, Work::Create).then(|| run.clone());
-        let hooks = PersistHooks::new(Arc::clone(self), run.id.clone(), unborn);
+        let reader = GrantReader::new(&run, spec.forbid_self_approval, self.grants.enabled);
+        let hooks = PersistHooks::new(Arc::clone(self), &run, reader, unborn);
         // The run's id and metadata as stored: a resume in another process has them as the start did.
         let scope = run.scope();
         let segment = async {
@@ -255,7 +256,9 @@ impl Inner {
                 Work::Resume { suspension, plan: None } => {
                     // Planned once, here: an edit its tool now refuses is that call's error result.
                     let decisions = decisions_for(&suspension, run.held_turn());
-                    let plan = spec.agent_loop.plan_resume(&suspension, &decisions).await?;
+                    let granted = suspension.calls.iter().any(|c| c.grant().is_some());
+                    let grants = if granted { hooks.grants_in_force().await? } else { Vec::new() };
+                    let plan = spec.agent_loop.plan_resume(&suspension, &decisions, &grants).await?;
                     spec.agent_loop.resume_planned(&scope, suspension, plan, &hooks).await
                 }
             }
@@ -269,6 +272,8 @@ impl Inner {
         };
         let now = self.clock.now();
         let mut events = hooks.take_buffer();
+        // A held turn that needs nobody (every call that asked was allowed by a grant), resumed at once.
+        let mut granted = None;
         let transition = match outcome {
             Ok(Outcome::Completed(done)) => {
                 // The round of the last model call: at the iteration cap that is the closing completion
@@ -286,6 +291,12 @@ impl Inner {
                 let expires_at =
                     spec.approval_ttl.map(|ttl| now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)));
                 match suspend_transition(&run.id, &suspension, Vec::new(), expires_at, now) {
+                    Ok((transition, _)) if suspension.decidable_calls().next().is_none() => {
+                        // Stored as the held turn of the running run (no approval is requested), so a
+                        // crash while a granted call runs is recovered from it.
+                        granted = Some(suspension);
+                        transition
+                    }
                     Ok((transition, requested)) => {
                         events.push(requested);
                         transition
@@ -330,6 +341,9 @@ impl Inner {
         let error = match self.commit_end(&run.id, unborn.as_ref(), transition, events, now).await {
             Ok(next) => {
                 self.notify_change(&next, unborn.is_some());
+                if let Some(suspension) = granted {
+                    return Box::pin(self.drive(next, spec, Work::Resume { suspension, plan: None })).await;
+                }
                 return Ok(next);
             }
             Err(StoreError::Conflict { id, conflict }) => {

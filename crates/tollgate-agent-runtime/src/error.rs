@@ -193,6 +193,15 @@ pub enum DecideError {
         /// The run.
         id: RunId,
     },
+    /// A `remember` on an approval cannot make its grant (grants disabled, a call no grant may allow, a
+    /// bad pattern or ttl, or not an approval of this request). Nothing was recorded. Not retryable.
+    #[error("call {call_id}: {refused}")]
+    Remember {
+        /// The call.
+        call_id: CallId,
+        /// Why the grant is refused.
+        refused: crate::grants::GrantError,
+    },
     /// The store failed; retryable when the store error is.
     #[error(transparent)]
     Store(StoreError),
@@ -215,6 +224,7 @@ impl DecideError {
             | DecideError::NoDecisions
             | DecideError::DecidedTwice { .. }
             | DecideError::Invalid(_)
+            | DecideError::Remember { .. }
             | DecideError::CorruptSuspension { .. } => false,
         }
     }
@@ -329,6 +339,7 @@ impl SweepError {
                 DecideError::Store(e) => store_overtaken(e),
                 DecideError::UnknownAgent(_)
                 | DecideError::Vote(_)
+                | DecideError::Remember { .. }
                 | DecideError::SelfApprovalForbidden { .. }
                 | DecideError::NoDecisions
                 | DecideError::DecidedTwice { .. }
@@ -377,7 +388,9 @@ fn cas_failure(error: &StoreError) -> CasKind {
         | StoreError::ReadOnly(_)
         | StoreError::CorruptDatabase(_)
         | StoreError::Unreachable(_)
-        | StoreError::Database(_) => CasKind::Store,
+        | StoreError::Database(_)
+        | StoreError::GrantNotFound(_)
+        | StoreError::GrantClosed { .. } => CasKind::Store,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::wire;
 use serde_json::Value;
-use tollgate_agent_core::{Actor, CallId, RunId};
+use tollgate_agent_core::{Actor, CallId, GrantId, RunId};
 use tollgate_agent_core::{
     Approval, EventKind, HeldTurn, Millis, ModelResponse, NewEvent, RunError, RunRecord, Suspension, TerminationReason,
     ToolResult, ToolSpec, Vote, rfc3339,
@@ -42,21 +42,26 @@ pub(crate) fn model_response(at: Millis, round: u32, response: &ModelResponse) -
     event(at, EventKind::ModelResponse, round, answered)
 }
 
-pub(crate) fn tool_started(
-    at: Millis,
-    round: u32,
-    run_id: &RunId,
-    call_id: &CallId,
-    tool: &str,
-    arguments: &Value,
-    gate: tollgate_agent_core::Gate,
-) -> NewEvent {
+/// A call about to run, as its `tool_started` names it.
+pub(crate) struct Starting<'a> {
+    pub(crate) call_id: &'a CallId,
+    pub(crate) tool: &'a str,
+    pub(crate) arguments: &'a Value,
+    pub(crate) gate: tollgate_agent_core::Gate,
+    /// The grant that allowed it, if one did.
+    pub(crate) grant: Option<&'a GrantId>,
+}
+
+pub(crate) fn tool_started(at: Millis, round: u32, run_id: &RunId, starting: Starting<'_>) -> NewEvent {
+    let Starting { call_id, tool, arguments, gate, grant } = starting;
     let started = data::ToolStarted {
         call_id: call_id.clone(),
         tool: tool.to_owned(),
         arguments: arguments.clone(),
         gate,
         idempotency_key: format!("{run_id}:{call_id}"),
+        // Written since grants, null when no grant allowed the call (V2.md).
+        grant: Some(grant.cloned()),
     };
     event(at, EventKind::ToolStarted, round, started)
 }
@@ -89,6 +94,7 @@ pub(crate) fn decision(at: Millis, round: u32, call_id: &CallId, recorded: &Vote
         call_id: call_id.clone(),
         actor: recorded.actor.clone(),
         approvals: wire::approvals(approval),
+        grant: None,
     };
     event(at, EventKind::Decision, round, made)
 }

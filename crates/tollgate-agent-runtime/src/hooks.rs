@@ -9,12 +9,50 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::RunId;
 use tollgate_agent_core::{
-    BoxFuture, Gate, HookError, LoopEvent, LoopHooks, ModelDelta, NewEvent, RunRecord, RunState, StoreError,
+    Actor, BoxFuture, Gate, GrantRecord, Grants, HookError, LoopEvent, LoopHooks, Millis, ModelDelta, NewEvent,
+    RunRecord, RunState, StoreError,
 };
+
+/// Whose grants apply at a run's gate: the run's agent's, without those its `forbid_self_approval` bars
+/// (a grant made by the actor who started the run, on that run: such a call asks instead).
+#[derive(Clone, Debug)]
+pub(crate) struct GrantReader {
+    agent: String,
+    started_by: Actor,
+    forbid_self_approval: bool,
+    /// `[grants] enabled`: off, no grant is in force.
+    enabled: bool,
+}
+
+impl GrantReader {
+    /// For run `run` of an agent whose rules say `forbid_self_approval`, with grants `enabled` or not.
+    pub(crate) fn new(run: &RunRecord, forbid_self_approval: bool, enabled: bool) -> GrantReader {
+        GrantReader { agent: run.agent.clone(), started_by: run.created_by.clone(), forbid_self_approval, enabled }
+    }
+
+    /// The grants in force for run `run` at `now`, oldest first.
+    pub(crate) async fn read(
+        &self,
+        grants: &dyn Grants,
+        run: &RunId,
+        now: Millis,
+    ) -> Result<Vec<GrantRecord>, StoreError> {
+        if !self.enabled {
+            return Ok(Vec::new());
+        }
+        let mut found = grants.grants_for_run(&self.agent, run, now).await?;
+        if self.forbid_self_approval {
+            found.retain(|grant| grant.created_by != self.started_by);
+        }
+        Ok(found)
+    }
+}
 
 pub(crate) struct PersistHooks {
     inner: Arc<Inner>,
     run_id: RunId,
+    /// Whose grants apply at this run's gate.
+    grants: GrantReader,
     state: Mutex<State>,
     /// The live text of the current model call ([`crate::live`]).
     round_text: Mutex<RoundText>,
@@ -37,10 +75,11 @@ struct State {
 }
 
 impl PersistHooks {
-    pub(crate) fn new(inner: Arc<Inner>, run_id: RunId, unborn: Option<RunRecord>) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, run: &RunRecord, grants: GrantReader, unborn: Option<RunRecord>) -> Self {
         Self {
             inner,
-            run_id,
+            run_id: run.id.clone(),
+            grants,
             state: Mutex::new(State { unborn, ..State::default() }),
             round_text: Mutex::new(RoundText::default()),
             in_model_call: AtomicBool::new(false),
@@ -139,6 +178,21 @@ impl PersistHooks {
 }
 
 impl LoopHooks for PersistHooks {
+    fn grants_in_force(&self) -> BoxFuture<'_, Result<Vec<GrantRecord>, HookError>> {
+        Box::pin(async move {
+            let now = self.inner.clock.now();
+            match self.grants.read(&*self.inner.store.grants, &self.run_id, now).await {
+                Ok(grants) => Ok(grants),
+                // Grants that cannot be read (the store unreachable, a damaged grant row) allow nothing:
+                // the calls ask a person, which is always safe, and the run is not failed for it.
+                Err(error) => {
+                    tracing::warn!(run = %self.run_id, %error, "cannot read the grants in force; the calls ask");
+                    Ok(Vec::new())
+                }
+            }
+        })
+    }
+
     fn on_delta(&self, round: u32, delta: ModelDelta<'_>) {
         let mut round_text = self.round_text.lock().unwrap_or_else(PoisonError::into_inner);
         self.inner.deltas.send(&self.run_id, round, delta, &mut round_text);
@@ -154,6 +208,7 @@ impl LoopHooks for PersistHooks {
         let now = self.inner.clock.now();
         let mut flush = None;
         let mut unborn = None;
+        let mut used = None;
         {
             let mut state = self.lock();
             // Shutting down: stop at this step boundary, before the next model call or tool call (a
@@ -184,11 +239,13 @@ impl LoopHooks for PersistHooks {
                     self.in_model_call.store(false, Ordering::Release);
                     state.buffer.push(events::model_response(now, round, response));
                 }
-                LoopEvent::ToolStarted { round, call_id, tool, arguments, gate } => {
-                    state.buffer.push(events::tool_started(now, round, &self.run_id, call_id, tool, arguments, gate));
+                LoopEvent::ToolStarted { round, call_id, tool, arguments, gate, grant } => {
+                    let starting = events::Starting { call_id, tool, arguments, gate, grant };
+                    state.buffer.push(events::tool_started(now, round, &self.run_id, starting));
                     if gate != Gate::Allow {
                         flush = Some(std::mem::take(&mut state.buffer));
                     }
+                    used = grant.cloned();
                 }
                 LoopEvent::ToolFinished { round, result } => {
                     state.buffer.push(events::tool_finished(now, round, result));
@@ -202,6 +259,12 @@ impl LoopHooks for PersistHooks {
         Box::pin(async move {
             if let Some(events) = flush {
                 self.flush(events, unborn).await?;
+            }
+            // Counted once its start is stored; a count that fails loses one use, never the call.
+            if let Some(grant) = used
+                && let Err(error) = self.inner.store.grants.count_grant_use(&grant).await
+            {
+                tracing::warn!(%grant, %error, "could not count a use of a grant");
             }
             // The call starts once what came before it is stored: a cancel cuts the call, never a write.
             if starts_call {

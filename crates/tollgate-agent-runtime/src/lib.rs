@@ -83,6 +83,7 @@ mod drive;
 pub mod error;
 mod events;
 pub mod follow;
+pub mod grants;
 mod hooks;
 pub mod live;
 pub mod maintenance;
@@ -101,6 +102,7 @@ pub use changes::{ChangeSet, Changed};
 pub use decide::{DeciderRules, DecisionPlan, DecisionRequest, plan_decision};
 pub use error::{CancelError, DecideError, ReadError, ResolveError, StartError};
 pub use follow::Follower;
+pub use grants::{GrantError, GrantSettings, MadeGrant, NewGrant};
 pub use maintenance::{Maintenance, Retention, Schedule};
 pub use workers::{WorkerStats, default_workers};
 
@@ -160,6 +162,8 @@ pub struct ToolInfo {
     pub gate: tollgate_agent_core::Gate,
     /// Why: `default`, `annotation readOnlyHint`, or the policy rule that decided.
     pub why: String,
+    /// Whether a grant may be made for it (no policy rule naming it says `grantable = false`).
+    pub grantable: bool,
 }
 
 impl ToolInfo {
@@ -172,6 +176,7 @@ impl ToolInfo {
             parameters: tool.parameters().clone(),
             gate: tool.gate(&empty),
             why: why.into(),
+            grantable: !tool.refuses_grants(),
         }
     }
 }
@@ -195,6 +200,8 @@ pub struct RuntimeOptions {
     /// one fails it instead (`[runtime] max_takeovers`, default 3; the `run_taken_over` event of docs/events.md): a segment that
     /// stops every process driving it must not keep a fleet restarting. At least 1.
     pub max_takeovers: u32,
+    /// `[grants]`: whether grants apply, and how long they last.
+    pub grants: GrantSettings,
 }
 
 impl Default for RuntimeOptions {
@@ -207,6 +214,7 @@ impl Default for RuntimeOptions {
             redactor: Redactor::default(),
             workers: default_workers(std::thread::available_parallelism().map_or(1, usize::from)),
             max_takeovers: DEFAULT_MAX_TAKEOVERS,
+            grants: GrantSettings::default(),
         }
     }
 }
@@ -334,6 +342,8 @@ pub(crate) struct Inner {
     pub(crate) node: String,
     pub(crate) lease_ms: i64,
     pub(crate) max_takeovers: u32,
+    /// `[grants]`.
+    pub(crate) grants: GrantSettings,
     pub(crate) notices: broadcast::Sender<RunNotice>,
     pub(crate) in_flight: Mutex<HashSet<RunId>>,
     pub(crate) idle: Notify,
@@ -375,6 +385,7 @@ impl Runtime {
                 node: options.node_id,
                 lease_ms,
                 max_takeovers: options.max_takeovers.max(1),
+                grants: options.grants,
                 notices,
                 in_flight: Mutex::new(HashSet::new()),
                 idle: Notify::new(),

@@ -105,7 +105,8 @@ async fn resume_claimed(runtime: &Runtime, claimed: RunRecord, slot: Slot) -> Re
     };
     let mut in_doubt = Vec::new();
     for call in suspension.calls.clone() {
-        if !call.takes_decision() {
+        // A call a grant allowed ran like an approved one: its start committed, so it is in doubt too.
+        if !call.takes_decision() && call.grant().is_none() {
             continue;
         }
         match ledger.get(&call.call_id) {

@@ -10,7 +10,7 @@
 use crate::privacy::{self, PrivacyLevel};
 use std::sync::Arc;
 use tollgate_agent_core::redact::Redactor;
-use tollgate_agent_core::{ChangeFeed, EventLog, RunQueue, RunRows, RunStore, Schedules, StoreHealth};
+use tollgate_agent_core::{ChangeFeed, EventLog, Grants, RunQueue, RunRows, RunStore, Schedules, StoreHealth};
 
 /// One store, by concern.
 pub(crate) struct Stores {
@@ -26,6 +26,9 @@ pub(crate) struct Stores {
     pub(crate) health: Arc<dyn StoreHealth>,
     /// Other processes' commits, the commit log and this process's tap.
     pub(crate) feed: Arc<dyn ChangeFeed>,
+    /// Grants: standing approvals, read at the gate. Kept whole at every privacy level: a grant is a
+    /// person's standing decision, not a run's content.
+    pub(crate) grants: Arc<dyn Grants>,
 }
 
 impl Stores {
@@ -37,6 +40,7 @@ impl Stores {
             queue: store.clone(),
             schedules: store.clone(),
             health: store.clone(),
+            grants: store.clone(),
             feed: store,
         }
     }

@@ -36,7 +36,8 @@ pub fn call_state(call: &HeldCall, recorded: Option<&Vote>) -> wire::CallState {
     match (&call.state, recorded) {
         (HeldCallState::Finished(_), _) => wire::CallState::Finished,
         (HeldCallState::Refused(_), _) => wire::CallState::Refused,
-        (HeldCallState::Allowed, _) => wire::CallState::Allowed,
+        // A grant answered it: it runs without a person, as an allowed call does (`grant` says which).
+        (HeldCallState::Allowed | HeldCallState::Granted(_), _) => wire::CallState::Allowed,
         (HeldCallState::Asks | HeldCallState::InDoubt, Some(_)) => wire::CallState::Decided,
         (HeldCallState::InDoubt, None) => wire::CallState::InDoubt,
         (HeldCallState::Asks, None) => wire::CallState::Waiting,
@@ -60,9 +61,14 @@ pub fn call(call: &HeldCall, approval: Option<&Approval>) -> wire::Call {
         HeldCallState::Finished(result) => {
             Some(wire::CallResult { content: result.content.clone(), is_error: result.is_error })
         }
-        HeldCallState::Refused(_) | HeldCallState::Allowed | HeldCallState::Asks | HeldCallState::InDoubt => None,
+        HeldCallState::Refused(_)
+        | HeldCallState::Allowed
+        | HeldCallState::Asks
+        | HeldCallState::Granted(_)
+        | HeldCallState::InDoubt => None,
     };
     let recorded = approval.and_then(Approval::settled_by);
+    let takes_decision = call.takes_decision() && recorded.is_none();
     wire::Call {
         call_id: call.call_id.clone(),
         tool: call.tool.clone(),
@@ -72,9 +78,12 @@ pub fn call(call: &HeldCall, approval: Option<&Approval>) -> wire::Call {
         in_doubt: call.in_doubt(),
         decision: recorded.as_ref().map(recorded_decision),
         state: call_state(call, recorded.as_ref()),
-        takes_decision: call.takes_decision() && recorded.is_none(),
+        takes_decision,
         result,
         approvals: approval.and_then(approvals),
+        // Offered while a person may still approve and remember the call.
+        suggested_match: call.suggested_match.clone().filter(|_| takes_decision && !call.in_doubt()),
+        grant: call.grant().cloned(),
     }
 }
 
@@ -155,6 +164,26 @@ pub fn agent(spec: &crate::AgentSpec) -> wire::Agent {
     }
 }
 
+/// A grant as the API answers it (`applied_to` set by the caller when it applied the grant).
+pub fn grant(grant: &tollgate_agent_core::GrantRecord) -> wire::Grant {
+    wire::Grant {
+        id: grant.id.clone(),
+        agent: grant.agent.clone(),
+        tool: grant.tool.clone(),
+        r#match: grant.matcher.pattern().clone(),
+        scope: grant.scope,
+        run_id: grant.run_id.clone(),
+        reason: grant.reason.clone(),
+        created_by: grant.created_by.clone(),
+        created_at: rfc3339(grant.created_at),
+        expires_at: rfc3339(grant.expires_at),
+        revoked_at: grant.revoked.as_ref().map(|(at, _)| rfc3339(*at)),
+        revoked_by: grant.revoked.as_ref().map(|(_, by)| by.clone()),
+        uses: grant.uses,
+        applied_to: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +199,7 @@ mod tests {
             observed: None,
             state,
             requirement: tollgate_agent_core::Requirement::SINGLE,
+            suggested_match: None,
         }
     }
 

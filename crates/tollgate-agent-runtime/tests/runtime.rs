@@ -4,15 +4,15 @@
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate_agent_core::{Actor, ApprovalError, CallId, DecisionError, RunId};
+use tollgate_agent_core::{Actor, ApprovalError, CallId, DecisionError, GrantId, GrantQuery, RunId};
 use tollgate_agent_core::{
     Clock, Decision, EventKind, Gate, Guard, HeldTurn, LoopConfig, Metadata, MetadataError, RunQuery, RunRecord,
     RunStatus, RunStore, StoredSuspension, ToolLoop, ToolRegistry, Transition, TurnDigest,
 };
 use tollgate_agent_providers::{Script, ScriptedModel};
 use tollgate_agent_runtime::{
-    AgentSpec, CancelError, DecideError, DecisionSet, OnExpiry, ReadError, Retention, Runtime, RuntimeOptions,
-    Schedule, StartError, StartRun, UuidV7Ids,
+    AgentSpec, CancelError, DecideError, DecisionSet, GrantError, NewGrant, OnExpiry, ReadError, Retention, Runtime,
+    RuntimeOptions, Schedule, StartError, StartRun, UuidV7Ids,
 };
 use tollgate_agent_testkit::{ManualClock, TestTool, postgres_url, scratch_dir};
 
@@ -46,11 +46,13 @@ struct Setup {
     ttl: Option<Duration>,
     on_expiry: OnExpiry,
     forbid_self_approval: bool,
+    /// When set, the tool results the model was given on its latest call ([`Listening`]).
+    heard: Option<Heard>,
 }
 
 impl Setup {
     fn new(script: Value, tools: Vec<TestTool>) -> Self {
-        Self { script, tools, ttl: None, on_expiry: OnExpiry::Deny, forbid_self_approval: false }
+        Self { script, tools, ttl: None, on_expiry: OnExpiry::Deny, forbid_self_approval: false, heard: None }
     }
 
     fn spec(&self) -> AgentSpec {
@@ -60,7 +62,12 @@ impl Setup {
         }
         let registry = Arc::new(registry);
         let script = Script::from_value(self.script.clone()).unwrap_or_else(|e| panic!("{e}"));
-        let agent_loop = ToolLoop::new(Arc::new(ScriptedModel::new(script)), registry.clone(), LoopConfig::default());
+        let scripted = ScriptedModel::new(script);
+        let model: Arc<dyn tollgate_agent_core::ModelClient> = match &self.heard {
+            Some(heard) => Arc::new(Listening { inner: scripted, heard: Arc::clone(heard) }),
+            None => Arc::new(scripted),
+        };
+        let agent_loop = ToolLoop::new(model, registry.clone(), LoopConfig::default());
         AgentSpec {
             name: "writer".into(),
             model: "scripted".into(),
@@ -1664,5 +1671,347 @@ async fn a_write_given_up_at_shutdown_leaves_the_run_to_its_lease_not_failed() {
         }
         assert!(b.verify(&run.id).await.is_ok_and(|r| r.is_ok()), "{backend}");
         b.drain().await;
+    }
+}
+
+/// The tool results a [`Listening`] model was given on its latest call.
+type Heard = Arc<std::sync::Mutex<Vec<tollgate_agent_core::ToolResult>>>;
+
+/// A scripted model that keeps the tool results of the transcript it was last given: what the model
+/// was told of each call, run or not.
+struct Listening {
+    inner: ScriptedModel,
+    heard: Heard,
+}
+
+impl Listening {
+    fn hear(&self, request: &tollgate_agent_core::ModelRequest<'_>) {
+        let results = request.messages.iter().filter_map(|m| match m {
+            tollgate_agent_core::Message::Tool(result) => Some(result.clone()),
+            _ => None,
+        });
+        *self.heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = results.collect();
+    }
+}
+
+impl tollgate_agent_core::ModelClient for Listening {
+    fn complete<'a>(
+        &'a self,
+        request: tollgate_agent_core::ModelRequest<'a>,
+    ) -> tollgate_agent_core::BoxFuture<'a, Result<tollgate_agent_core::ModelResponse, tollgate_agent_core::ModelError>>
+    {
+        self.hear(&request);
+        self.inner.complete(request)
+    }
+
+    fn complete_streaming<'a>(
+        &'a self,
+        request: tollgate_agent_core::ModelRequest<'a>,
+        deltas: &'a dyn tollgate_agent_core::ModelDeltas,
+    ) -> tollgate_agent_core::BoxFuture<'a, Result<tollgate_agent_core::ModelResponse, tollgate_agent_core::ModelError>>
+    {
+        self.hear(&request);
+        self.inner.complete_streaming(request, deltas)
+    }
+}
+
+/// A grant made by `actor` through `runtime` on every call of the writer's `write` tool.
+async fn grant_writes(runtime: &Runtime, actor: &str) -> tollgate_agent_core::GrantRecord {
+    let new = NewGrant {
+        agent: "writer".into(),
+        tool: "write".into(),
+        reason: Some("notes are fine".into()),
+        ..NewGrant::default()
+    };
+    runtime.create_grant(new, &actor.into()).await.unwrap_or_else(|e| panic!("{e}")).grant
+}
+
+/// The grant that allowed call `call_id` of `run`'s held turn, as stored.
+fn held_grant(run: &RunRecord, call_id: &str) -> Option<GrantId> {
+    let suspension = run.held_turn()?.suspension.parse().ok()?;
+    suspension.call(&call_id.into())?.grant().cloned()
+}
+
+/// Waits (bounded) until `tool` has been called.
+async fn until_called(tool: &TestTool) {
+    for _ in 0..600 {
+        if tool.call_count() > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the tool was never called");
+}
+
+/// The child half of the granted crash test: makes a grant on `write`, starts a run whose call the grant
+/// allows (no person), and hangs inside the tool until killed. Without the environment variable it does
+/// nothing (it is not a test on its own).
+#[tokio::test]
+async fn crash_child_process_granted() {
+    let Ok(db) = std::env::var(CRASH_CHILD_DB) else { return };
+    let store = tollgate_agent_store::open(&format!("sqlite://{db}")).await.unwrap_or_else(|e| panic!("{e}"));
+    let setup = Setup::new(one_write(), vec![write_tool().behaviour(tollgate_agent_testkit::Behaviour::Hang)]);
+    let runtime = setup.runtime(store, &ManualClock::at(T0), "node-child");
+    grant_writes(&runtime, "carol").await;
+    runtime.start(StartRun::new("crash", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+/// A grant never runs a side effect twice: a call it allowed whose process died mid-call is in doubt
+/// after the takeover (the run waits, a person decides), never run again by the grant.
+#[tokio::test]
+async fn a_granted_call_that_crashed_mid_run_is_in_doubt_after_the_takeover() {
+    let (store, run_id) = crash_child_when("crash_child_process_granted", |e| e.kind == EventKind::ToolStarted).await;
+
+    // Another process, after the child's lease (30 s) ran out; the grant is still in force (8 hours).
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let runtime = setup.runtime(store, &ManualClock::at(T0 + 120_000), "node-parent");
+    let grants = runtime.list_grants(GrantQuery { limit: 10, ..GrantQuery::default() }).await;
+    let grants = grants.unwrap_or_else(|e| panic!("{e}")).grants;
+    assert_eq!(grants.len(), 1, "{grants:?}");
+    let grant = grants[0].id.clone();
+    // The child's call passed the gate by the grant: its start names it, and no person was asked.
+    assert_eq!(
+        event_fields(&runtime, &run_id, &[EventKind::ToolStarted], &["call_id", "gate", "grant"]).await,
+        vec![json!(["tool_started", "call_1", "ask", grant.as_str()])]
+    );
+    let kinds = event_kinds(&runtime, &run_id).await;
+    assert!(!kinds.contains(&EventKind::ApprovalRequested), "{kinds:?}");
+
+    assert_eq!(runtime.sweep().await.ok(), Some(1));
+    let run = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.status(), RunStatus::WaitingForApproval, "back to waiting, not re-run by the grant");
+    let view = tollgate_agent_runtime::view::run_json(&run);
+    let call = &view["pending"]["calls"][0];
+    assert_eq!((&call["call_id"], &call["state"]), (&json!("call_1"), &json!("in_doubt")), "{call}");
+    assert_eq!((&call["in_doubt"], &call["takes_decision"]), (&json!(true), &json!(true)), "{call}");
+    assert_eq!(call["grant"], Value::Null, "a call in doubt needs a person, whatever allowed it before");
+    let requested = event_fields(&runtime, &run_id, &[EventKind::ApprovalRequested], &["calls"]).await;
+    assert_eq!(requested.len(), 1, "{requested:?}");
+    assert_eq!(requested[0][1][0]["in_doubt"], true, "{requested:?}");
+    assert_eq!(setup.tools[0].call_count(), 0, "nothing runs again without a decision");
+    assert_eq!(
+        tool_ledger(&runtime, &run_id).await,
+        vec![json!(["tool_started", "call_1"])],
+        "the tool ran once so far, in the child"
+    );
+    assert_eq!(runtime.sweep().await.ok(), Some(0), "a sweep does not touch it again");
+
+    runtime
+        .decide(&run_id, &digest(&run), DecisionSet::ApproveAll, &"bob".into())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let done = runtime.wait_settled(&run_id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((done.status(), done.output()), (RunStatus::Completed, Some("done")));
+    assert_eq!(setup.tools[0].call_count(), 1, "run again once, on the person's approval");
+    assert_eq!(
+        event_fields(&runtime, &run_id, &[EventKind::ToolStarted, EventKind::ToolFinished], &["call_id", "grant"])
+            .await,
+        vec![
+            json!(["tool_started", "call_1", grant.as_str()]),
+            json!(["tool_started", "call_1", null]),
+            json!(["tool_finished", "call_1", null]),
+        ],
+        "the second start is the person's approval, not the grant's"
+    );
+    // The child counted its use once its start was stored (unless it was killed in between); the
+    // person's approval is not a use.
+    let uses = runtime.grant(&grant).await.map(|g| g.uses).unwrap_or_else(|e| panic!("{e}"));
+    assert!(uses <= 1, "{uses}");
+    assert!(runtime.verify(&run_id).await.ok().is_some_and(|r| r.is_ok()));
+}
+
+/// A turn every asking call of which a grant allowed is held as the running run's turn (no approval is
+/// requested) and resumed at once: the run is never stored without it while the call runs, the call's
+/// start names the grant, and the grant counts the use.
+#[tokio::test]
+async fn a_granted_only_turn_runs_without_a_person_and_keeps_its_held_turn_while_the_call_runs() {
+    for (backend, inner) in stores().await {
+        let store = Arc::new(tollgate_agent_testkit::FailingStore::logging(inner.clone()));
+        let setup = Setup::new(one_write(), vec![write_tool()]);
+        let runtime = setup.runtime(store.clone(), &ManualClock::at(T0), "node-a");
+        let grant = grant_writes(&runtime, "carol").await;
+        let done =
+            runtime.start_and_wait(StartRun::new("hello", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!((done.status(), done.output()), (RunStatus::Completed, Some("done")), "{backend}");
+        assert!(done.held_turn().is_none(), "{backend}: finishing clears the held turn");
+        assert_eq!(setup.tools[0].calls(), vec![(CallId::from("call_1"), json!({"text": "hello"}))], "{backend}");
+        // Created with its held turn (running), the call's start committed before it ran, then the end.
+        assert_eq!(store.writes(), vec!["create running", "append", "transition complete"], "{backend}");
+        assert_eq!(
+            event_kinds(&runtime, &done.id).await,
+            vec![
+                EventKind::RunStarted,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::ToolStarted,
+                EventKind::ToolFinished,
+                EventKind::ModelRequest,
+                EventKind::ModelResponse,
+                EventKind::RunCompleted,
+            ],
+            "{backend}: no approval requested, no resume by anyone"
+        );
+        assert_eq!(
+            event_fields(&runtime, &done.id, &[EventKind::ToolStarted], &["call_id", "gate", "grant"]).await,
+            vec![json!(["tool_started", "call_1", "ask", grant.id.as_str()])],
+            "{backend}"
+        );
+        let counted = runtime.grant(&grant.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(counted.uses, 1, "{backend}");
+        assert_eq!(runtime.verify(&done.id).await.ok().and_then(|r| r.ok()), Some(done.last_seq), "{backend}");
+
+        // While a granted call runs, the run is stored running with the turn held, the call's grant on it.
+        let hanging = Setup::new(one_write(), vec![write_tool().behaviour(tollgate_agent_testkit::Behaviour::Hang)]);
+        let other = hanging.runtime(inner, &ManualClock::at(T0), "node-b");
+        let run = other.start(StartRun::new("hang", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        until_called(&hanging.tools[0]).await;
+        let stored = other.get(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(stored.status(), RunStatus::Running, "{backend}");
+        assert_eq!(held_grant(&stored, "call_1"), Some(grant.id.clone()), "{backend}: the held turn is stored");
+        assert!(stored.held_turn().is_some_and(|h| h.approvals.is_empty()), "{backend}: nobody is asked");
+        assert_eq!(
+            event_fields(&other, &run.id, &[EventKind::ToolStarted], &["grant"]).await,
+            vec![json!(["tool_started", grant.id.as_str()])],
+            "{backend}: its start was committed before it ran"
+        );
+        // Counted once its start was stored, before the call.
+        let counted = other.grant(&grant.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(counted.uses, 2, "{backend}");
+    }
+}
+
+/// `forbid_self_approval` bars a grant on a run its own maker started: that run asks; another's passes.
+#[tokio::test]
+async fn forbid_self_approval_bars_a_grant_on_its_makers_own_run() {
+    for (backend, store) in stores().await {
+        let mut setup = Setup::new(one_write(), vec![write_tool()]);
+        setup.forbid_self_approval = true;
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let grant = grant_writes(&runtime, "alice").await;
+
+        let own =
+            runtime.start_and_wait(StartRun::new("mine", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(own.status(), RunStatus::WaitingForApproval, "{backend}: alice's grant is barred on her own run");
+        let call = &tollgate_agent_runtime::view::run_json(&own)["pending"]["calls"][0];
+        assert_eq!((&call["state"], &call["grant"]), (&json!("waiting"), &Value::Null), "{backend}: {call}");
+        assert_eq!(setup.tools[0].call_count(), 0, "{backend}");
+
+        let others =
+            runtime.start_and_wait(StartRun::new("yours", "bob")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!((others.status(), others.output()), (RunStatus::Completed, Some("done")), "{backend}");
+        assert_eq!(
+            event_fields(&runtime, &others.id, &[EventKind::ToolStarted], &["grant"]).await,
+            vec![json!(["tool_started", grant.id.as_str()])],
+            "{backend}"
+        );
+
+        // Alice's run is decided by a person other than her, as before.
+        let done = runtime
+            .decide_and_wait(&own, &digest(&own), DecisionSet::ApproveAll, &"bob".into())
+            .await
+            .unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(done.status(), RunStatus::Completed, "{backend}");
+        assert_eq!(
+            event_fields(&runtime, &own.id, &[EventKind::ToolStarted], &["grant"]).await,
+            vec![json!(["tool_started", null])],
+            "{backend}"
+        );
+        assert_eq!(setup.tools[0].call_count(), 2, "{backend}");
+        let counted = runtime.grant(&grant.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(counted.uses, 1, "{backend}: only bob's run used it");
+    }
+}
+
+/// A turn held for another call keeps its granted call waiting with it; the grant revoked before the
+/// resume, that call ends as its own error result (it never runs), the rest runs and the run completes.
+#[tokio::test]
+async fn a_grant_revoked_between_the_hold_and_the_resume_leaves_its_call_an_error_result() {
+    for (backend, store) in stores().await {
+        let mut setup = Setup::new(write_then_send(), vec![write_tool(), send_tool()]);
+        let heard = Heard::default();
+        setup.heard = Some(Arc::clone(&heard));
+        let runtime = setup.runtime(store, &ManualClock::at(T0), "node-a");
+        let grant = grant_writes(&runtime, "carol").await;
+        let run =
+            runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}: send asks");
+        let calls = &tollgate_agent_runtime::view::run_json(&run)["pending"]["calls"];
+        assert_eq!(
+            (&calls[0]["state"], &calls[0]["grant"], &calls[0]["takes_decision"]),
+            (&json!("allowed"), &json!(grant.id.as_str()), &json!(false)),
+            "{backend}: {calls}"
+        );
+        assert_eq!((&calls[1]["state"], &calls[1]["takes_decision"]), (&json!("waiting"), &json!(true)), "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 0, "{backend}: the granted call waits with the turn");
+
+        let revoked = runtime.revoke_grant(&grant.id, &"carol".into()).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(revoked.revoked.is_some(), "{backend}");
+        let approve_send = DecisionSet::Each(vec![("call_2".into(), Decision::Approve)]);
+        runtime.decide(&run.id, &digest(&run), approve_send, &"bob".into()).await.unwrap_or_else(|e| panic!("{e}"));
+        let done = runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!((done.status(), done.output()), (RunStatus::Completed, Some("done")), "{backend}");
+        assert_eq!(setup.tools[0].call_count(), 0, "{backend}: the revoked grant's call never ran");
+        assert_eq!(setup.tools[1].call_count(), 1, "{backend}: the approved call ran once");
+        assert_eq!(
+            tool_ledger(&runtime, &run.id).await,
+            vec![json!(["tool_started", "call_2"]), json!(["tool_finished", "call_2"])],
+            "{backend}"
+        );
+        let told = heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let told: Vec<(&str, bool)> = told.iter().map(|r| (r.call_id.as_str(), r.is_error)).collect();
+        assert_eq!(told, [("call_1", true), ("call_2", false)], "{backend}");
+        let write_result = heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[0].content.clone();
+        let expected = format!("allowed by grant {}, which no longer allows it", grant.id);
+        assert!(write_result.contains(&expected), "{backend}: {write_result}");
+        let after = runtime.grant(&grant.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(after.uses, 0, "{backend}: a call the grant did not run is not a use");
+        assert!(runtime.verify(&run.id).await.is_ok_and(|r| r.is_ok()), "{backend}");
+    }
+}
+
+/// `[grants] enabled = false`: a grant already in the store allows nothing, and none can be made.
+#[tokio::test]
+async fn with_grants_disabled_a_stored_grant_allows_nothing_and_none_is_made() {
+    for (backend, store) in stores().await {
+        let setup = Setup::new(one_write(), vec![write_tool()]);
+        let clock = ManualClock::at(T0);
+        let enabled = setup.runtime(store.clone(), &clock, "node-a");
+        let grant = grant_writes(&enabled, "carol").await;
+        let options = RuntimeOptions {
+            node_id: "node-off".into(),
+            grants: tollgate_agent_runtime::GrantSettings {
+                enabled: false,
+                ..tollgate_agent_runtime::GrantSettings::default()
+            },
+            ..RuntimeOptions::default()
+        };
+        let disabled = Runtime::new(store, vec![setup.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options);
+        assert!(!disabled.grant_settings().enabled, "{backend}");
+
+        let run =
+            disabled.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}: the stored grant allows nothing");
+        let call = &tollgate_agent_runtime::view::run_json(&run)["pending"]["calls"][0];
+        assert_eq!((&call["state"], &call["grant"]), (&json!("waiting"), &Value::Null), "{backend}: {call}");
+        assert_eq!(setup.tools[0].call_count(), 0, "{backend}");
+        let tools = disabled.effective_tools("writer").await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        let gates: Vec<Gate> = tools.unwrap_or_default().iter().map(|t| t.gate).collect();
+        assert_eq!(gates, [Gate::Ask], "{backend}: no grant lifts a gate");
+
+        let new = NewGrant { agent: "writer".into(), tool: "write".into(), ..NewGrant::default() };
+        let refused = disabled.create_grant(new, &"carol".into()).await;
+        assert!(matches!(refused, Err(GrantError::Disabled)), "{backend}: {refused:?}");
+        assert!(refused.is_err_and(|e| !e.is_retryable()), "{backend}");
+        let listed = disabled.list_grants(GrantQuery { limit: 10, ..GrantQuery::default() }).await;
+        let listed: Vec<GrantId> = listed.unwrap_or_else(|e| panic!("{e}")).grants.into_iter().map(|g| g.id).collect();
+        assert_eq!(listed, std::slice::from_ref(&grant.id), "{backend}: nothing was made");
+
+        // The same grant allows the call on a runtime with grants on.
+        let passed =
+            enabled.start_and_wait(StartRun::new("y", "alice")).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(passed.status(), RunStatus::Completed, "{backend}");
+        let counted = enabled.grant(&grant.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(counted.uses, 1, "{backend}: only the run on the enabled runtime used it");
     }
 }

@@ -136,6 +136,7 @@ mod duration;
 mod feed;
 #[doc(hidden)]
 pub mod fuzzing;
+mod grants;
 mod input;
 mod metrics;
 mod openapi;
@@ -314,6 +315,8 @@ fn build(runtime: Runtime, options: &ServerOptions) -> Built {
         .route("/v1/runs/{id}/events", get(routes::run_events))
         .route("/v1/runs/{id}/decisions", post(routes::decide))
         .route("/v1/runs/{id}/cancel", post(routes::cancel_run))
+        .route("/v1/grants", get(grants::list_grants).post(grants::create_grant))
+        .route("/v1/grants/{id}", get(grants::get_grant).delete(grants::revoke_grant))
         .route("/v1/agents", get(routes::agents))
         .route("/v1/tools", get(routes::tools))
         .route("/v1/purge", post(routes::purge))

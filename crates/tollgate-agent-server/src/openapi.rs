@@ -2,7 +2,7 @@
 //! `tollgate-agent-protocol` (each derives its schema, under the component name it has always had). A copy is committed as `crates/tollgate-agent-server/openapi.json`; a test fails when the two
 //! drift (`UPDATE_OPENAPI=1 cargo test -p tollgate-agent-server --test all openapi` rewrites the copy).
 
-use crate::routes;
+use crate::{grants, routes};
 use tollgate_agent_protocol as wire;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -25,6 +25,10 @@ playground needs `Authorization: Bearer TOKEN`.",
         routes::run_events,
         routes::decide,
         routes::cancel_run,
+        grants::create_grant,
+        grants::list_grants,
+        grants::get_grant,
+        grants::revoke_grant,
         routes::agents,
         routes::tools,
         routes::purge,
@@ -48,11 +52,17 @@ playground needs `Authorization: Bearer TOKEN`.",
         wire::PurgeResult,
         wire::Health,
         wire::Problem,
+        wire::Grant,
+        wire::GrantPage,
+        wire::CreateGrantRequest,
+        wire::Remember,
+        wire::GrantScope,
     )),
     modifiers(&BearerAuth, &TaggedDecisions),
     tags(
         (name = "runs", description = "Start, list, read, follow, decide and cancel runs"),
         (name = "agents", description = "The configured agents and their tools"),
+        (name = "grants", description = "Standing approvals: make, list, read and revoke"),
         (name = "admin", description = "Retention"),
         (name = "meta", description = "Health, metrics and this document"),
     )

@@ -7,7 +7,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tollgate_agent_core::{Conflict, StoreError};
-use tollgate_agent_runtime::{CancelError, DecideError, ReadError, ResolveError, StartError};
+use tollgate_agent_runtime::{CancelError, DecideError, GrantError, ReadError, ResolveError, StartError};
 
 /// The kinds of problem the API answers with — the protocol's [`ProblemType`](tollgate_agent_protocol::ProblemType):
 /// one slug, one HTTP status and one title each, defined once for the server and its clients.
@@ -140,6 +140,11 @@ impl From<DecideError> for ApiError {
                 ApiError::new(ProblemKind::Conflict, refused.to_string())
             }
             DecideError::Vote(refused) => ApiError::new(ProblemKind::InvalidDecision, refused.to_string()),
+            // A `remember` that cannot make its grant refuses the whole request (V2.md: 422, nothing
+            // recorded); grants switched off are the operator's refusal.
+            DecideError::Remember { refused: GrantError::Disabled, .. } => ApiError::forbidden(error.to_string()),
+            DecideError::Remember { refused: GrantError::Store(e), .. } => ApiError::from(e),
+            DecideError::Remember { .. } => ApiError::new(ProblemKind::InvalidDecision, error.to_string()),
             DecideError::Store(e) => ApiError::from(e),
         }
     }
@@ -170,6 +175,8 @@ impl From<StoreError> for ApiError {
                 | Conflict::AmbiguousPrefix { .. } => ApiError::new(ProblemKind::Conflict, conflict.to_string()),
             },
             StoreError::Transition(t) => ApiError::new(ProblemKind::Conflict, t.to_string()),
+            StoreError::GrantNotFound(id) => ApiError::not_found(format!("no grant has id `{id}`")),
+            StoreError::GrantClosed { .. } => ApiError::new(ProblemKind::Conflict, error.to_string()),
             // Names the run and the key id (never key material), so an operator knows which key to add.
             StoreError::Undecryptable { id, detail } => {
                 tracing::error!(run = %id, %detail, "run cannot be decrypted");

@@ -17,6 +17,7 @@ use tollgate_agent_protocol::{
     AgentList, CallDecision, CancelRequest, DecisionRequest, EventPage, Health, Problem, PurgeRequest, PurgeResult,
     Run, RunPage, StartRunRequest, ToolList,
 };
+use tollgate_agent_runtime::decide::RememberSpec;
 use tollgate_agent_runtime::view::run_view;
 use tollgate_agent_runtime::{DecisionSet, RunNotice, StartRun, wire};
 use utoipa::IntoParams;
@@ -28,7 +29,7 @@ pub const MAX_LIMIT: u32 = 500;
 /// The reason recorded for a denial given without one.
 pub const DEFAULT_DENY_REASON: &str = "no reason given";
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
 impl AppState {
     /// Waits until `run` waits for approval or has ended; at shutdown, answers with the run as it is.
@@ -280,9 +281,10 @@ pub(crate) async fn decide(
     caller.require(Role::Approver, "decide held calls")?;
     let request: DecisionRequest = parse_json(&body)?;
     let set = decision_set(&request)?;
+    let remember = remembered(&request)?;
     // Subscribed first, so that the wait sees every commit after the decision's without reading it.
     let notices = (request.wait == Some(true)).then(|| state.runtime.subscribe());
-    let run = state.runtime.decide(&id, &request.turn_digest, set, &caller.actor).await?;
+    let run = state.runtime.decide_remembering(&id, &request.turn_digest, set, &caller.actor, &remember).await?;
     let run = if let Some(notices) = notices
         && matches!(run.status(), RunStatus::Running | RunStatus::Queued)
     {
@@ -291,6 +293,32 @@ pub(crate) async fn decide(
         run
     };
     Ok(Json(run_view(&run)).into_response())
+}
+
+/// The grants a request's approvals ask to make (`remember`), their ttl text read.
+fn remembered(request: &DecisionRequest) -> Result<Vec<(CallId, RememberSpec)>, ApiError> {
+    let approvals = request.decisions.iter().flatten().filter_map(|item| match item {
+        CallDecision::Approve(approve) => approve.remember.as_ref().map(|r| (&approve.call_id, r)),
+        CallDecision::Edit(_) | CallDecision::Deny(_) | CallDecision::Respond(_) => None,
+    });
+    approvals
+        .map(|(call_id, remember)| {
+            let ttl = match remember.ttl.as_deref() {
+                None => None,
+                Some(text) => Some(
+                    duration::parse(text)
+                        .map_err(|e| ApiError::invalid(format!("`remember.ttl` of call {call_id}: {e}")))?,
+                ),
+            };
+            let spec = RememberSpec {
+                scope: remember.scope.unwrap_or_default(),
+                pattern: remember.r#match.clone(),
+                ttl,
+                reason: remember.reason.clone(),
+            };
+            Ok((call_id.clone(), spec))
+        })
+        .collect()
 }
 
 /// The runtime's decision set for a request, enforcing docs/api.md's rules on how they combine.
@@ -402,14 +430,15 @@ pub(crate) struct ToolsQuery {
 )]
 pub(crate) async fn tools(State(state): State<AppState>, _caller: Caller, uri: Uri) -> ApiResult {
     let query: ToolsQuery = parse_query(&uri)?;
-    let tools = match query.agent.as_deref() {
-        Some(name) => {
-            let agent =
-                state.runtime.agent(name).ok_or_else(|| ApiError::not_found(format!("no agent is named `{name}`")))?;
-            &agent.tools
-        }
-        None => state.runtime.catalog(),
+    let Some(name) = query.agent.as_deref() else {
+        return Ok(Json(ToolList { tools: state.runtime.catalog().iter().map(wire::tool).collect() }).into_response());
     };
+    // A tool whose every call an active grant of the agent allows (`match` = {}) shows it (V2.md).
+    let tools = state
+        .runtime
+        .effective_tools(name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no agent is named `{name}`")))?;
     Ok(Json(ToolList { tools: tools.iter().map(wire::tool).collect() }).into_response())
 }
 

@@ -126,6 +126,7 @@ async fn phase_two(store: &dyn RunStore, i: usize) -> anyhow::Result<()> {
     let decide = Transition::Vote {
         votes: vec![("call_1".into(), decision)],
         resume: Some(Lease { owner: owner.clone(), expires_at: T0 + 60_000 }),
+        remember: Vec::new(),
     };
     store.transition(&id, Guard::Version(run.version), decide, events, T0 + 2).await?;
     let key = format!("{id}:call_1");

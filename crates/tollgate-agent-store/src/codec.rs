@@ -923,14 +923,17 @@ mod tests {
         assert_eq!(RunRow::encode(&failed, None, None)?.decode(None)?, failed);
         let approve = |actor: &str| Vote { decision: Decision::Approve, actor: actor.into(), at: 3_000 };
         // A quorum of two: the first approval keeps the run waiting, the second resumes it.
-        let half =
-            waiting.apply(&Transition::Vote { votes: vec![("call_2".into(), approve("bob"))], resume: None }, 3_000)?;
+        let half = waiting.apply(
+            &Transition::Vote { votes: vec![("call_2".into(), approve("bob"))], resume: None, remember: Vec::new() },
+            3_000,
+        )?;
         assert_eq!(half.status(), RunStatus::WaitingForApproval);
         assert_eq!(RunRow::encode(&half, None, None)?.decode(None)?, half);
         let resuming = half.apply(
             &Transition::Vote {
                 votes: vec![("call_2".into(), approve("carol"))],
                 resume: Some(Lease { owner: "node-b".into(), expires_at: 33_000 }),
+                remember: Vec::new(),
             },
             3_000,
         )?;

@@ -49,6 +49,12 @@
 //!   place in paging, so a page may hold fewer runs than the limit while `next_cursor` goes on.
 //! - `list` pages newest first by id; the cursor is the last id of the page, and `next_cursor` is
 //!   `None` once no run is left after the page.
+//! - Grants ([`Grants`](tollgate_agent_core::Grants)): a `grants` row per grant (its `match` as JSON
+//!   text, times as Unix milliseconds), listed newest first by id like runs, at most 1000 a page. A
+//!   revocation is a compare-and-set on an active grant; the grants a vote remembers are inserted in the
+//!   vote's own transaction. A grant row that cannot be decoded is [`StoreError::CorruptDatabase`]
+//!   naming it, from every read of it (the listing and the gate's read included: a grant is never
+//!   guessed at). Grants are not sealed by encryption at rest.
 //! - Database errors are named by the database's own code, never its text: a full disk is
 //!   [`StoreError::DiskFull`], a database that refuses writes [`StoreError::ReadOnly`], damaged bytes
 //!   [`StoreError::Corrupt`] for the run whose row or events they are in (that run fails alone) or
@@ -75,6 +81,8 @@ mod codec;
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code, unused_imports, unused_macros))]
 mod commit_log;
 pub mod encryption;
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code, unused_imports, unused_macros))]
+mod grant_rows;
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 mod migrations;
 #[cfg(feature = "postgres")]

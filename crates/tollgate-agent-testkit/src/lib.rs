@@ -40,8 +40,8 @@ use serde_json::{Value, json};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::{
-    BoxFuture, CallId, Gate, HookError, LoopEvent, LoopHooks, Requirement, RunId, Tool, ToolContext, ToolError,
-    ToolOutput,
+    BoxFuture, CallId, Gate, GrantRecord, HookError, LoopEvent, LoopHooks, PolicyPath, Requirement, RunId, Tool,
+    ToolContext, ToolError, ToolOutput,
 };
 
 /// What a [`TestTool`] does when called.
@@ -66,6 +66,8 @@ pub enum Behaviour {
 }
 
 type GateFn = Arc<dyn Fn(&Value) -> Gate + Send + Sync>;
+type GrantableFn = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+type PolicyPathsFn = Arc<dyn Fn(&Value) -> Vec<PolicyPath> + Send + Sync>;
 
 /// A tool for tests: fixed or computed gate, optional preview, chosen behaviour, and a shared log of calls.
 #[derive(Clone)]
@@ -74,6 +76,8 @@ pub struct TestTool {
     description: String,
     schema: Value,
     gate: GateFn,
+    grantable: GrantableFn,
+    policy_paths: PolicyPathsFn,
     preview: Option<String>,
     requirement: Requirement,
     behaviour: Behaviour,
@@ -90,6 +94,8 @@ impl TestTool {
             name,
             schema: json!({"type": "object"}),
             gate: Arc::new(|_| Gate::Allow),
+            grantable: Arc::new(|_| true),
+            policy_paths: Arc::new(|_| Vec::new()),
             preview: None,
             requirement: Requirement::SINGLE,
             behaviour: Behaviour::Echo,
@@ -107,6 +113,20 @@ impl TestTool {
     /// Sets a gate computed from the arguments.
     pub fn gate_fn(mut self, gate: impl Fn(&Value) -> Gate + Send + Sync + 'static) -> Self {
         self.gate = Arc::new(gate);
+        self
+    }
+
+    /// Sets whether a grant may allow a call the gate asks about ([`Tool::grantable`]; true by default),
+    /// as a policy rule with `grantable = false` says no.
+    pub fn grantable_fn(mut self, grantable: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Self {
+        self.grantable = Arc::new(grantable);
+        self
+    }
+
+    /// Sets the path arguments of a call as policy and grants judge them ([`Tool::policy_paths`]; none by
+    /// default).
+    pub fn policy_paths_fn(mut self, paths: impl Fn(&Value) -> Vec<PolicyPath> + Send + Sync + 'static) -> Self {
+        self.policy_paths = Arc::new(paths);
         self
     }
 
@@ -176,6 +196,14 @@ impl Tool for TestTool {
         self.requirement
     }
 
+    fn grantable(&self, args: &Value) -> bool {
+        (self.grantable)(args)
+    }
+
+    fn policy_paths(&self, args: &Value) -> Vec<PolicyPath> {
+        (self.policy_paths)(args)
+    }
+
     fn preview<'a>(&'a self, _args: &'a Value) -> BoxFuture<'a, Option<String>> {
         Box::pin(std::future::ready(self.preview.clone()))
     }
@@ -203,16 +231,24 @@ impl Tool for TestTool {
     }
 }
 
-/// Hooks that record each loop event as one line of text, e.g. `tool_started 2 call_1 fs_write ask`.
+/// Hooks that record each loop event as one line of text, e.g. `tool_started 2 call_1 fs_write ask` (with
+/// ` grant=ID` for a call a grant allowed), and hand the loop the grants in force set on them (none by
+/// default).
 #[derive(Clone, Default)]
 pub struct RecordingHooks {
     lines: Arc<Mutex<Vec<String>>>,
+    grants: Arc<Mutex<Vec<GrantRecord>>>,
 }
 
 impl RecordingHooks {
     /// The events so far.
     pub fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Sets the grants in force from now on ([`LoopHooks::grants_in_force`]), as a store would answer.
+    pub fn set_grants(&self, grants: Vec<GrantRecord>) {
+        *self.grants.lock().unwrap_or_else(PoisonError::into_inner) = grants;
     }
 }
 
@@ -225,15 +261,20 @@ impl LoopHooks for RecordingHooks {
             LoopEvent::ModelResponse { round, response } => {
                 format!("model_response {round} calls={}", response.tool_calls.len())
             }
-            LoopEvent::ToolStarted { round, call_id, tool, gate, .. } => {
-                format!("tool_started {round} {call_id} {tool} {gate}")
-            }
+            LoopEvent::ToolStarted { round, call_id, tool, gate, grant, .. } => match grant {
+                Some(grant) => format!("tool_started {round} {call_id} {tool} {gate} grant={grant}"),
+                None => format!("tool_started {round} {call_id} {tool} {gate}"),
+            },
             LoopEvent::ToolFinished { round, result } => {
                 format!("tool_finished {round} {} {} error={}", result.call_id, result.tool, result.is_error)
             }
         };
         self.lines.lock().unwrap_or_else(PoisonError::into_inner).push(line);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn grants_in_force(&self) -> BoxFuture<'_, Result<Vec<GrantRecord>, HookError>> {
+        Box::pin(std::future::ready(Ok(self.grants.lock().unwrap_or_else(PoisonError::into_inner).clone())))
     }
 }
 
@@ -584,6 +625,55 @@ impl tollgate_agent_core::ChangeFeed for FailingStore {
         holder: &'a str,
     ) -> BoxFuture<'a, Result<(), tollgate_agent_core::StoreError>> {
         self.inner.release_reader(name, holder)
+    }
+}
+
+/// Grants pass straight through: none of them fails, is logged or waits for an outage.
+impl tollgate_agent_core::Grants for FailingStore {
+    fn create_grant(
+        &self,
+        grant: tollgate_agent_core::GrantRecord,
+    ) -> BoxFuture<'_, Result<tollgate_agent_core::GrantRecord, tollgate_agent_core::StoreError>> {
+        self.inner.create_grant(grant)
+    }
+
+    fn grant<'a>(
+        &'a self,
+        id: &'a tollgate_agent_core::GrantId,
+    ) -> BoxFuture<'a, Result<tollgate_agent_core::GrantRecord, tollgate_agent_core::StoreError>> {
+        self.inner.grant(id)
+    }
+
+    fn list_grants(
+        &self,
+        query: tollgate_agent_core::GrantQuery,
+    ) -> BoxFuture<'_, Result<tollgate_agent_core::GrantPage, tollgate_agent_core::StoreError>> {
+        self.inner.list_grants(query)
+    }
+
+    fn revoke_grant<'a>(
+        &'a self,
+        id: &'a tollgate_agent_core::GrantId,
+        actor: &'a tollgate_agent_core::Actor,
+        now: tollgate_agent_core::Millis,
+    ) -> BoxFuture<'a, Result<tollgate_agent_core::GrantRecord, tollgate_agent_core::StoreError>> {
+        self.inner.revoke_grant(id, actor, now)
+    }
+
+    fn grants_for_run<'a>(
+        &'a self,
+        agent: &'a str,
+        run: &'a RunId,
+        now: tollgate_agent_core::Millis,
+    ) -> BoxFuture<'a, Result<Vec<tollgate_agent_core::GrantRecord>, tollgate_agent_core::StoreError>> {
+        self.inner.grants_for_run(agent, run, now)
+    }
+
+    fn count_grant_use<'a>(
+        &'a self,
+        id: &'a tollgate_agent_core::GrantId,
+    ) -> BoxFuture<'a, Result<(), tollgate_agent_core::StoreError>> {
+        self.inner.count_grant_use(id)
     }
 }
 

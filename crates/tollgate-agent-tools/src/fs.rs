@@ -22,7 +22,8 @@
 //! The previews of `fs_write` and `fs_delete` record what they saw (`observed.rs`); a call run
 //! on a person's approval checks it still holds, through the folder fd it acts through, and touches
 //! nothing if it does not: its error result says what changed. Policy judges each tool's `path` as
-//! normalised ([`TypedTool::policy_paths`]); a delete acts on everything beneath its path.
+//! normalised ([`TypedTool::policy_paths`]); a delete acts on everything beneath its path. A grant
+//! remembered on a write or a delete is proposed for its folder, resolved the same way (`crate::suggest`).
 //!
 //! `fs_list` lists at most [`MAX_WALK_ENTRIES`] entries, and a delete and
 //! its preview walk a folder within the bounds of [`crate::walk`]: past them the delete is refused before
@@ -33,6 +34,7 @@ use crate::bounded::cap_preview;
 use crate::call::{blocking_call, blocking_preview, blocking_validate, dot};
 use crate::diff::unified_diff;
 use crate::observed::{Seen, content_hash, recheck};
+use crate::suggest::{SuggestsMatch, same_folder};
 use crate::walk::{MAX_WALK_ENTRIES, TreeCount, Visit, remove_tree, walk};
 use crate::workspace::{
     Entry, Located, PathError, Workspace, WorkspacePath, check_regular, entry_at, folder_names_capped, io_message,
@@ -43,7 +45,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
@@ -542,6 +544,13 @@ impl TypedTool for FsWrite {
     }
 }
 
+impl SuggestsMatch for FsWrite {
+    /// Writes in the same folder: `{"/path": "notes/*"}`.
+    fn suggest(&self, args: &WriteArgs) -> Option<Map<String, Value>> {
+        same_folder(&self.policy_paths(args))
+    }
+}
+
 // -------------------------------------------------------------------------------------------- fs_delete
 
 /// `fs_delete`: removes a workspace file, symlink or folder (with everything in it). Asks first.
@@ -704,5 +713,12 @@ impl TypedTool for FsDelete {
     async fn call(&self, args: DeleteArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let workspace = self.workspace.clone();
         blocking_call(move || Ok(delete(&workspace, &args, ctx.observed.as_ref()))).await
+    }
+}
+
+impl SuggestsMatch for FsDelete {
+    /// Deletes in the same folder: `{"/path": "notes/*"}` (a folder there goes with all it holds).
+    fn suggest(&self, args: &DeleteArgs) -> Option<Map<String, Value>> {
+        same_folder(&self.policy_paths(args))
     }
 }

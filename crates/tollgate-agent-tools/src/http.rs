@@ -16,6 +16,7 @@
 //! TLS is rustls with the aws-lc-rs provider (the workspace's `reqwest`), never native-tls.
 
 use crate::bounded::{CappedBytes, cap_preview, prefix_at_char_boundary};
+use crate::suggest::{SuggestsMatch, one};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use schemars::JsonSchema;
@@ -272,4 +273,41 @@ impl TypedTool for HttpRequest {
     async fn call(&self, args: HttpArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         self.send(&args).await
     }
+}
+
+impl SuggestsMatch for HttpRequest {
+    /// The same method to the same scheme and host: `{"/method": "GET", "/url": "https://example.com/**"}`
+    /// (the port as given, if given); `None` for a URL [`origin_prefix`] cannot judge.
+    fn suggest(&self, args: &HttpArgs) -> Option<Map<String, Value>> {
+        let origin = origin_prefix(&args.url)?;
+        let mut pattern = one("/method", Value::String(args.method.clone()));
+        pattern.insert("/url".to_owned(), Value::String(format!("{origin}/**")));
+        Some(pattern)
+    }
+}
+
+/// The start of `url` up to the end of its host and port, as written (`https://example.com:8443`), when
+/// every URL that starts with it and goes on with `/` (or ends there) is sent to the same scheme, host
+/// and port as `url`: an http(s) URL without a user name or password, whose prefix holds no glob
+/// wildcard (`*`, `?`) and nothing a URL parser reads otherwise (`\`, `#`, `@`). `None` otherwise.
+fn origin_prefix(url: &str) -> Option<&str> {
+    let parsed = Url::parse(url).ok()?;
+    if !matches!(parsed.scheme(), "http" | "https") || !parsed.username().is_empty() || parsed.password().is_some() {
+        return None;
+    }
+    let host_start = url.find("://")? + 3;
+    let host_end = url[host_start..].find('/').map_or(url.len(), |at| host_start + at);
+    let prefix = &url[..host_end];
+    if prefix.contains(['*', '?', '#', '@', '\\']) {
+        return None;
+    }
+    let origin = Url::parse(prefix).ok()?;
+    let same = origin.scheme() == parsed.scheme()
+        && origin.host() == parsed.host()
+        && origin.port_or_known_default() == parsed.port_or_known_default()
+        && origin.username().is_empty()
+        && origin.password().is_none()
+        && origin.path() == "/"
+        && origin.query().is_none();
+    same.then_some(prefix)
 }

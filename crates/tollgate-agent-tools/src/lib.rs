@@ -57,6 +57,12 @@
 //! `shell` runs in the root and resolves a program path with `/` inside it (its arguments are the
 //! approver's to judge); `http_request` touches no files. Everything a tool returns is bounded, and a cut
 //! is marked in the text.
+//!
+//! A held call's grant suggestion ([`Tool::suggested_match`]): `fs_write` and `fs_delete` propose the
+//! folder of the resolved path (`{"/path": "notes/*"}`), `shell` the exact `argv`, `http_request` the
+//! method and the URL's scheme and host (`{"/method": "GET", "/url": "https://example.com/**"}`); the
+//! others every argument by equality. Each matches the call it was made for. The tools made by
+//! [`builtin_tools`] and [`builtin_tool`] carry these; one made with `into_tool` proposes the default.
 
 // `kept` and `total` of its capped buffer are for `http_request` (Cargo feature `http`).
 #[cfg_attr(not(feature = "http"), allow(dead_code))]
@@ -70,6 +76,7 @@ mod observed;
 pub mod sandbox;
 pub mod search;
 pub mod shell;
+mod suggest;
 pub mod time;
 pub mod walk;
 pub mod workspace;
@@ -87,6 +94,7 @@ pub use workspace::{PathError, ResolvedPath, Workspace};
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use suggest::Suggesting;
 use tollgate_agent_core::{IntoTool, SystemClock, Tool};
 
 /// The names of the built-in tools, in the order [`builtin_tools`] returns them: the ones that only read
@@ -137,11 +145,11 @@ fn tool_named(workspace: &Workspace, name: &str, options: &BuiltinOptions) -> Op
         "fs_read" => FsRead::new(workspace).into_tool(),
         "fs_search" => FsSearch::new(workspace).into_tool(),
         "time_now" => TimeNow::new(Arc::new(SystemClock)).into_tool(),
-        "fs_write" => FsWrite::new(workspace).into_tool(),
-        "fs_delete" => FsDelete::new(workspace).into_tool(),
-        "shell" => Shell::with_options(workspace, options.shell).into_tool(),
+        "fs_write" => Suggesting::tool(FsWrite::new(workspace)),
+        "fs_delete" => Suggesting::tool(FsDelete::new(workspace)),
+        "shell" => Suggesting::tool(Shell::with_options(workspace, options.shell)),
         #[cfg(feature = "http")]
-        "http_request" => HttpRequest::new().into_tool(),
+        "http_request" => Suggesting::tool(HttpRequest::new()),
         _ => return None,
     };
     Some(tool)

@@ -25,9 +25,11 @@
 
 use crate::bounded::{CappedBytes, prefix_at_char_boundary};
 use crate::sandbox::{self, Confinement, Grant, SandboxMode, SandboxSupport};
+use crate::suggest::{SuggestsMatch, one};
 use crate::workspace::{Workspace, io_message};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -423,6 +425,13 @@ impl TypedTool for Shell {
 
     async fn call(&self, args: ShellArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         self.run(&args).await
+    }
+}
+
+impl SuggestsMatch for Shell {
+    /// The exact command: `{"/argv": ["git", "status"]}` (any `timeout_secs`).
+    fn suggest(&self, args: &ShellArgs) -> Option<Map<String, Value>> {
+        Some(one("/argv", Value::from(args.argv.clone())))
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::duration::parse_duration;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use std::time::Duration;
-use tollgate_agent_core::CallId;
+use tollgate_agent_core::{CallId, GrantScope};
 
 /// The `tollgate` command line.
 #[derive(Debug, Parser)]
@@ -70,6 +70,12 @@ pub enum Command {
     Tools(ToolsArgs),
     /// Check a run's hash chain.
     Verify(VerifyArgs),
+    /// List grants (standing approvals), newest first: active ones, or all with --all.
+    Grants(GrantsArgs),
+    /// Make a grant: calls of one tool of one agent whose arguments match pass the gate until it expires.
+    Grant(GrantArgs),
+    /// Revoke a grant: from now on it allows nothing.
+    Revoke(RevokeArgs),
     /// Check the store: the database's integrity, then every run's hash chain (exit 1 if anything is wrong).
     Doctor,
     /// Seal, with the first `[[privacy.keys]]` key, what encryption at rest refuses to read: values
@@ -137,6 +143,20 @@ pub struct ApproveArgs {
     /// A held call to approve (repeatable); without it, every undecided call.
     #[arg(long = "call", value_name = "ID")]
     pub calls: Vec<CallId>,
+    /// Also make a grant with each approval, in the same transaction: later calls of the tool whose
+    /// arguments match pass the gate without asking (the pattern: the call's suggested one, or --match).
+    #[arg(long)]
+    pub remember: bool,
+    /// How long the grants last (default: the `[grants] default_ttl`, 8h).
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, requires = "remember")]
+    pub ttl: Option<Duration>,
+    /// `agent` (every run of the agent, the default) or `run` (only this run).
+    #[arg(long, value_name = "SCOPE", value_parser = parse_scope, requires = "remember")]
+    pub scope: Option<GrantScope>,
+    /// The pattern instead of the suggested one: the string at a JSON pointer into the arguments must
+    /// match a glob (repeatable; `*` stays within one `/` segment, `**` crosses them).
+    #[arg(long = "match", value_name = "/POINTER=GLOB", value_parser = parse_match, requires = "remember")]
+    pub matches: Vec<(String, String)>,
 }
 
 /// `tollgate deny`.
@@ -204,6 +224,57 @@ pub struct ToolsArgs {
     pub agent: Option<String>,
 }
 
+/// `tollgate grants`.
+#[derive(Debug, Args)]
+pub struct GrantsArgs {
+    /// Only this agent's grants.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only this tool's grants.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Also the grants revoked or expired.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `tollgate grant`.
+#[derive(Debug, Args)]
+pub struct GrantArgs {
+    /// The agent whose calls it allows.
+    #[arg(long)]
+    pub agent: String,
+    /// The tool whose calls it allows.
+    #[arg(long)]
+    pub tool: String,
+    /// The string at a JSON pointer into the arguments must match a glob (repeatable; `*` stays within
+    /// one `/` segment, `**` crosses them). Without it the grant allows every call of the tool.
+    #[arg(long = "match", value_name = "/POINTER=GLOB", value_parser = parse_match)]
+    pub matches: Vec<(String, String)>,
+    /// How long it lasts (default: the `[grants] default_ttl`, 8h; at most `max_ttl`, 30d).
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+    /// `agent` (every run of the agent; the default without --run) or `run` (only the run of --run).
+    #[arg(long, value_name = "SCOPE", value_parser = parse_scope)]
+    pub scope: Option<GrantScope>,
+    /// The one run it applies to (its id or a unique prefix); implies --scope run.
+    #[arg(long, value_name = "RUN")]
+    pub run: Option<String>,
+    /// Why, for the record.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// Also approve every waiting run of the agent whose held calls the grants now all allow.
+    #[arg(long)]
+    pub apply_to_waiting: bool,
+}
+
+/// `tollgate revoke`.
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    /// The grant's id or a unique prefix of it.
+    pub grant: String,
+}
+
 /// `tollgate seal`.
 #[derive(Debug, Args)]
 pub struct SealArgs {
@@ -243,6 +314,15 @@ pub struct BenchArgs {
     /// node (i + 1) % N. Without it, A over HTTP runs against a server in the bench's own process.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     pub nodes: Option<u64>,
+    /// Workload A only: what grants cost instead of A's usual phases — A with N active grants that match
+    /// no call against none, and runs a matching grant completes against allow-gated ones, in alternating
+    /// rounds (docs/benchmarks.md, "What grants cost").
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub grants: Option<u64>,
+    /// Workload D only: M of the N waiting runs write a note one grant matches; the grant is then made
+    /// with apply_to_waiting, and the time until it has decided them, then until they completed, measured.
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]
+    pub apply_to_waiting: Option<u64>,
 }
 
 /// What `tollgate bench` does besides the workloads.
@@ -303,7 +383,14 @@ D  scale: fills the store with N waiting runs (default 1,000; many in flight), t
    \"load one waiting run by id, decide, complete\" over 200 of them, the latency of listing
    status=waiting_for_approval limit=50, and the peak RSS. docs/benchmarks.md's criterion (within 2x, and a peak
    RSS that does not grow) compares a run with --n 1000 against one with --n 1000000, which takes minutes
-   and a few GB of disk: the million runs are really started and suspended.
+   and a few GB of disk: the million runs are really started and suspended. --apply-to-waiting M: M of them
+   write a note one grant matches, and the grant, made with apply_to_waiting once all wait, is timed until
+   it has decided them and until they completed.
+
+A --grants N measures what grants cost instead of A's usual phases, in process at c=1 and c=32, in 4
+alternating rounds: A with N active grants on the tool that match no call against none, and runs one
+matching grant completes without a person against the same runs with the tool's gate `allow`. After the
+table, one line per comparison: CPU per run and runs/s as ratios to the baseline.
 
 Each phase reports wall time, runs/s, per-run latency p50/p99, CPU time per run, peak RSS of the process
 and the mean bytes of persisted suspension. The default store is a fresh SQLite file per workload in a
@@ -352,6 +439,26 @@ fn parse_meta(text: &str) -> Result<(String, serde_json::Value), String> {
     }
 }
 
+/// `/POINTER=GLOB` of `--match`: a JSON pointer into the arguments and the glob (text) the string
+/// there must match. The pointer ends at the first `=`.
+fn parse_match(text: &str) -> Result<(String, String), String> {
+    let Some((pointer, glob)) = text.split_once('=') else {
+        return Err(format!("`{text}` is not /POINTER=GLOB (e.g. /path=notes/*)"));
+    };
+    if pointer.is_empty() || !tollgate_agent_protocol::is_json_pointer(pointer) {
+        return Err(format!(
+            "`{pointer}` is not a JSON pointer into the arguments: it starts with `/` (e.g. /path=notes/*), \
+             and `~` is written `~0`, `/` inside a key `~1`"
+        ));
+    }
+    Ok((pointer.to_owned(), glob.to_owned()))
+}
+
+/// `agent` or `run`.
+fn parse_scope(text: &str) -> Result<GrantScope, String> {
+    GrantScope::parse(text).ok_or_else(|| format!("unknown scope `{text}`; one of: agent, run"))
+}
+
 fn parse_status(text: &str) -> Result<tollgate_agent_core::RunStatus, String> {
     tollgate_agent_core::RunStatus::parse(text).ok_or_else(|| {
         let known: Vec<&str> = tollgate_agent_core::RunStatus::ALL.iter().map(|s| s.as_str()).collect();
@@ -398,6 +505,17 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["tollgate", "bench", "E"]).is_err());
+        for (argv, grants, apply) in [
+            (["bench", "A", "--grants", "100"], Some(100), None),
+            (["bench", "D", "--apply-to-waiting", "10"], None, Some(10)),
+        ] {
+            let cli = Cli::try_parse_from(std::iter::once("tollgate").chain(argv)).unwrap_or_else(|e| panic!("{e}"));
+            match cli.command {
+                Command::Bench(args) => assert_eq!((args.grants, args.apply_to_waiting), (grants, apply)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(Cli::try_parse_from(["tollgate", "bench", "A", "--grants", "0"]).is_err());
         assert!(Cli::try_parse_from(["tollgate", "bench", "B", "--n", "0"]).is_err());
         let cli = Cli::try_parse_from(["tollgate", "bench", "A", "--nodes", "2", "--concurrency", "8"])
             .unwrap_or_else(|e| panic!("{e}"));
@@ -432,6 +550,75 @@ mod tests {
         assert!(Cli::try_parse_from(["tollgate", "bench", "soak", "--secs", "5", "--kill-every", "0"]).is_err());
         assert!(Cli::try_parse_from(["tollgate", "bench", "A", "soak", "--secs", "5"]).is_err());
         assert!(Cli::try_parse_from(["tollgate", "bench", "--n", "5", "soak", "--secs", "5"]).is_err());
+    }
+
+    #[test]
+    fn remember_takes_its_options_and_they_need_it() {
+        let cli = Cli::try_parse_from([
+            "tollgate",
+            "approve",
+            "abc",
+            "--remember",
+            "--for",
+            "2h",
+            "--scope",
+            "run",
+            "--match",
+            "/path=notes/*",
+            "--match",
+            "/mode=a=b",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        match cli.command {
+            Command::Approve(args) => {
+                assert!(args.remember);
+                assert_eq!((args.ttl, args.scope), (Some(Duration::from_secs(7200)), Some(GrantScope::Run)));
+                let expected = [("/path", "notes/*"), ("/mode", "a=b")].map(|(p, g)| (p.to_owned(), g.to_owned()));
+                assert_eq!(args.matches, expected, "the pointer ends at the first `=`");
+            }
+            other => panic!("{other:?}"),
+        }
+        for alone in [["--for", "2h"], ["--scope", "run"], ["--match", "/path=x"]] {
+            let refused = Cli::try_parse_from(["tollgate", "approve", "abc", alone[0], alone[1]]);
+            assert!(refused.is_err_and(|e| e.exit_code() == 2), "{alone:?} without --remember");
+        }
+        for bad in [["--match", "path=x"], ["--match", "/path"], ["--match", "/a~2=x"], ["--scope", "all"]] {
+            assert!(
+                Cli::try_parse_from(["tollgate", "approve", "abc", "--remember", bad[0], bad[1]]).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn grant_needs_an_agent_and_a_tool() {
+        assert!(Cli::try_parse_from(["tollgate", "grant", "--agent", "demo"]).is_err());
+        assert!(Cli::try_parse_from(["tollgate", "grant", "--tool", "fs_write"]).is_err());
+        let cli = Cli::try_parse_from([
+            "tollgate",
+            "grant",
+            "--agent",
+            "demo",
+            "--tool",
+            "fs_write",
+            "--match",
+            "/path=notes/*",
+            "--for",
+            "30m",
+            "--apply-to-waiting",
+            "--json",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(cli.json);
+        match cli.command {
+            Command::Grant(args) => {
+                assert_eq!((args.agent.as_str(), args.tool.as_str()), ("demo", "fs_write"));
+                assert_eq!((args.ttl, args.apply_to_waiting), (Some(Duration::from_secs(1800)), true));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["tollgate", "revoke"]).is_err(), "revoke names the grant");
+        assert!(Cli::try_parse_from(["tollgate", "grants", "--all", "--agent", "demo"]).is_ok());
     }
 
     #[test]

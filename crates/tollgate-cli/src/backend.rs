@@ -8,11 +8,12 @@
 use crate::exit::{CliError, DecisionRefused};
 use crate::local::{Local, LocalWatch};
 use crate::remote::{EventFeed, Remote};
-use crate::view::RunView;
+use crate::view::{GrantView, RunView};
 use serde_json::Value;
 use std::time::Duration;
-use tollgate_agent_core::{Actor, CallId, ChainBreak, Decision, RunId, RunStatus, StoredEvent};
-use tollgate_agent_runtime::DecisionSet;
+use tollgate_agent_core::{Actor, CallId, ChainBreak, Decision, GrantId, RunId, RunStatus, StoredEvent};
+use tollgate_agent_runtime::decide::RememberSpec;
+use tollgate_agent_runtime::{DecisionSet, GrantSettings, NewGrant};
 
 /// Where the runs are.
 pub enum Backend {
@@ -20,6 +21,26 @@ pub enum Backend {
     Local(Box<Local>),
     /// A Tollgate server does, through its HTTP API.
     Remote(Remote),
+}
+
+/// Which grants to list ([`Backend::grants`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GrantFilter<'a> {
+    /// Only this agent's grants.
+    pub agent: Option<&'a str>,
+    /// Only this tool's grants.
+    pub tool: Option<&'a str>,
+    /// Only active grants (not revoked, not expired); else every grant.
+    pub active: bool,
+}
+
+/// One page of grants, newest first, and where the next one starts.
+#[derive(Clone, Debug, Default)]
+pub struct GrantsPage {
+    /// The grants.
+    pub grants: Vec<GrantView>,
+    /// The cursor of the next page; `None` on the last.
+    pub next_cursor: Option<String>,
 }
 
 /// Changes of one run, as a signal to read it again.
@@ -110,12 +131,61 @@ impl Backend {
     }
 
     /// Records decisions for the held turn of `run` as it was read, naming that turn's digest, so that a
-    /// turn that changed meanwhile is refused (a conflict) rather than decided blind. Returns the run
-    /// right after the decisions (resuming in the background when they completed the set).
-    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecisionRefused> {
+    /// turn that changed meanwhile is refused (a conflict) rather than decided blind; with a grant made
+    /// in the same transaction for each approval named in `remember` (approvals of a
+    /// [`DecisionSet::Each`]: the API's `approve_all` carries none). Returns the run right after the
+    /// decisions (resuming in the background when they completed the set).
+    pub async fn decide(
+        &self,
+        run: &RunView,
+        set: &DecisionSet,
+        remember: &[(CallId, RememberSpec)],
+    ) -> Result<RunView, DecisionRefused> {
         match self {
-            Backend::Local(local) => local.decide(run, set).await,
-            Backend::Remote(remote) => remote.decide(run, set).await,
+            Backend::Local(local) => local.decide(run, set, remember).await,
+            Backend::Remote(remote) => remote.decide(run, set, remember).await,
+        }
+    }
+
+    /// Makes a grant (with `apply_to_waiting`, its `applied_to`: the waiting runs it approved).
+    pub async fn create_grant(&self, new: NewGrant) -> Result<GrantView, CliError> {
+        match self {
+            Backend::Local(local) => local.create_grant(new).await,
+            Backend::Remote(remote) => remote.create_grant(new).await,
+        }
+    }
+
+    /// One page of grants, newest first, after `cursor`.
+    pub async fn grants(&self, filter: GrantFilter<'_>, cursor: Option<&str>) -> Result<GrantsPage, CliError> {
+        match self {
+            Backend::Local(local) => local.grants(filter, cursor).await,
+            Backend::Remote(remote) => remote.grants(filter, cursor).await,
+        }
+    }
+
+    /// One grant by its full id; exit 1 naming it when none has it.
+    pub async fn grant(&self, id: &GrantId) -> Result<GrantView, CliError> {
+        match self {
+            Backend::Local(local) => local.grant(id).await,
+            Backend::Remote(remote) => remote.grant(id).await,
+        }
+    }
+
+    /// Revokes an active grant; exit 1 naming it when none has the id, 4 when it is already revoked or
+    /// expired.
+    pub async fn revoke_grant(&self, id: &GrantId) -> Result<GrantView, CliError> {
+        match self {
+            Backend::Local(local) => local.revoke_grant(id).await,
+            Backend::Remote(remote) => remote.revoke_grant(id).await,
+        }
+    }
+
+    /// The `[grants]` settings, where this command line knows them: locally the configuration's; through
+    /// a server they are the server's, which the API does not say.
+    pub fn grant_settings(&self) -> Option<GrantSettings> {
+        match self {
+            Backend::Local(local) => Some(local.runtime.grant_settings()),
+            Backend::Remote(_) => None,
         }
     }
 
@@ -139,7 +209,7 @@ impl Backend {
     /// `GET /v1/tools` lists it.
     pub async fn tools(&self, agent: Option<&str>) -> Result<Vec<Value>, CliError> {
         match self {
-            Backend::Local(local) => local.tools(agent),
+            Backend::Local(local) => local.tools(agent).await,
             Backend::Remote(remote) => remote.tools(agent).await,
         }
     }

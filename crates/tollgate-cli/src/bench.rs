@@ -17,6 +17,12 @@
 //! temporary folder (on `/dev/shm` when there is one) is removed when the check passes and kept, named,
 //! when it fails.
 //!
+//! `tollgate bench A --grants N` measures what grants cost instead of A's usual phases
+//! (`tollgate_agent_bench::grants`, in process at c=1 and c=C, beside the same floors as A); `tollgate bench D
+//! --apply-to-waiting M` adds to D a grant applied to M of the waiting runs
+//! (`tollgate_agent_bench::scale::scale_applying`). Each flag with another workload, or `--nodes`, is a
+//! usage error (exit 2), as is M above D's N.
+//!
 //! This module only chooses stores and sizes and prints; the workloads and their end checks live in
 //! `tollgate-agent-bench`. It never touches the configured store: without `--store`, each workload gets a
 //! fresh SQLite file (WAL, `synchronous = FULL`, as in production) in a temporary folder that is removed
@@ -43,6 +49,7 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
     if let Some(BenchCommand::Soak(soak_args)) = &args.command {
         return soak(soak_args, json, quiet).await;
     }
+    check_grant_flags(args)?;
     let store_url = one_host(args.store.as_deref(), quiet).await?;
     if let Some(nodes) = args.nodes {
         return on_nodes(args, store_url, nodes, json, quiet).await;
@@ -75,7 +82,10 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
     let mut failure: Option<BenchError> = None;
     for workload in workloads {
         let concurrency = usize::try_from(args.concurrency).unwrap_or(usize::MAX);
-        let outcome = run_workload(workload, args.n, concurrency, &store, &note).await;
+        let outcome = match (workload, args.grants) {
+            (Workload::A, Some(grants)) => grant_costs(args.n, grants, concurrency, &store, &note).await,
+            _ => run_workload(workload, args.n, args.apply_to_waiting, concurrency, &store, &note).await,
+        };
         match outcome {
             Ok(done) => reports.extend(done),
             Err(error) => {
@@ -97,6 +107,26 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
         None => Ok(Exit::Done),
         Some(error) => Err(CliError::failed(format!("bench failed: {error}"))),
     }
+}
+
+/// `--grants` goes with workload A and `--apply-to-waiting` with D (at most D's N), neither with `--nodes`.
+fn check_grant_flags(args: &BenchArgs) -> Result<(), CliError> {
+    let alone = args.nodes.is_none();
+    if args.grants.is_some() && (args.workload != Some(Workload::A) || !alone) {
+        return Err(CliError::usage("--grants goes with workload A in process: tollgate bench A --grants N"));
+    }
+    if let Some(matching) = args.apply_to_waiting {
+        if args.workload != Some(Workload::D) || !alone {
+            return Err(CliError::usage(
+                "--apply-to-waiting goes with workload D: tollgate bench D --apply-to-waiting M",
+            ));
+        }
+        let runs = args.n.unwrap_or(DEFAULT_RUNS);
+        if matching > runs {
+            return Err(CliError::usage(format!("--apply-to-waiting {matching} is more than the {runs} waiting runs")));
+        }
+    }
+    Ok(())
 }
 
 fn check_store_url(url: Option<&str>) -> Result<(), CliError> {
@@ -273,9 +303,41 @@ async fn soak(args: &SoakArgs, json: bool, quiet: bool) -> Result<Exit, CliError
     )))
 }
 
+/// `tollgate bench A --grants N`: what grants cost at c=1 and c=`concurrency`, each level beside the
+/// same floors as workload A.
+async fn grant_costs(
+    n: Option<u64>,
+    grants: u64,
+    concurrency: usize,
+    store: &impl Fn(&str) -> String,
+    note: &impl Fn(String),
+) -> Result<Vec<PhaseReport>, BenchError> {
+    let runs = n.unwrap_or(DEFAULT_RUNS);
+    let rounds = tollgate_agent_bench::grants::ROUNDS;
+    let mut reports = Vec::new();
+    let levels = if concurrency == 1 { vec![1] } else { vec![1, concurrency] };
+    for concurrency in levels {
+        note(format!(
+            "A with grants: {rounds} alternating rounds of {runs} runs per kind in process, {concurrency} in flight, \
+             {grants} grants matching none"
+        ));
+        let url = store(&format!("a-grants-c{concurrency}"));
+        reports.extend(tollgate_agent_bench::grants::grant_costs(&url, runs, concurrency, grants, rounds).await?);
+        if concurrency == 1 {
+            reports.extend(tollgate_agent_bench::sqlite_commit_floor(&url, runs)?);
+        }
+        match tollgate_agent_bench::postgres_commit_floor(&url, runs, concurrency).await {
+            Ok(floor) => reports.extend(floor),
+            Err(error) => eprintln!("bench: the PostgreSQL floor at c={concurrency} was not measured: {error}"),
+        }
+    }
+    Ok(reports)
+}
+
 async fn run_workload(
     workload: Workload,
     n: Option<u64>,
+    apply_to_waiting: Option<u64>,
     concurrency: usize,
     store: &impl Fn(&str) -> String,
     note: &impl Fn(String),
@@ -313,13 +375,15 @@ async fn run_workload(
             reports.push(tollgate_agent_bench::loop_overhead(repeats).await?);
         }
         Workload::D => {
+            let matching = apply_to_waiting.unwrap_or(0);
+            let granted = if matching > 0 { format!(", a grant applied to {matching} of them") } else { String::new() };
             note(format!(
-                "D: filling the store with {runs} waiting runs, then timing {} approval cycles and the waiting list",
+                "D: filling the store with {runs} waiting runs, then timing the waiting list{granted} and {} approval \
+                 cycles",
                 tollgate_agent_bench::scale::SAMPLE.min(usize::try_from(runs).unwrap_or(usize::MAX))
             ));
-            reports.extend(
-                tollgate_agent_bench::scale::scale(&store("d"), runs, tollgate_agent_bench::scale::SAMPLE).await?,
-            );
+            let sample = tollgate_agent_bench::scale::SAMPLE;
+            reports.extend(tollgate_agent_bench::scale::scale_applying(&store("d"), runs, sample, matching).await?);
         }
     }
     Ok(reports)

@@ -7,16 +7,19 @@
 //! exit per the state it reached, so a script can chain them.
 
 use crate::args::{
-    ApproveArgs, CancelArgs, Command, DenyArgs, EditArgs, PurgeArgs, RespondArgs, RunArgs, RunsArgs, SealArgs,
-    ShowArgs, ToolsArgs, VerifyArgs,
+    ApproveArgs, CancelArgs, Command, DenyArgs, EditArgs, GrantArgs, GrantsArgs, PurgeArgs, RespondArgs, RevokeArgs,
+    RunArgs, RunsArgs, SealArgs, ShowArgs, ToolsArgs, VerifyArgs,
 };
+use crate::backend::GrantFilter;
 pub use crate::context::Context;
 use crate::exit::{CliError, Exit};
 pub use crate::local::ACTOR;
+use crate::view::GrantView;
 use crate::{prompt, render};
-use serde_json::{Value, json};
-use tollgate_agent_core::{Clock, Decision, SystemClock};
-use tollgate_agent_runtime::DecisionSet;
+use serde_json::{Map, Value, json};
+use tollgate_agent_core::{Clock, Decision, GrantId, GrantScope, SystemClock};
+use tollgate_agent_runtime::decide::RememberSpec;
+use tollgate_agent_runtime::{DecisionSet, NewGrant};
 
 /// Runs one command.
 pub async fn dispatch(ctx: &Context, command: Command) -> Result<Exit, CliError> {
@@ -34,6 +37,9 @@ pub async fn dispatch(ctx: &Context, command: Command) -> Result<Exit, CliError>
         Command::Purge(args) => purge(ctx, args).await,
         Command::Tools(args) => tools(ctx, args).await,
         Command::Verify(args) => verify(ctx, args).await,
+        Command::Grants(args) => grants(ctx, args).await,
+        Command::Grant(args) => grant(ctx, args).await,
+        Command::Revoke(args) => revoke(ctx, args).await,
         Command::Doctor => crate::doctor::doctor(ctx).await,
         Command::Seal(args) => seal(ctx, args).await,
     }
@@ -86,13 +92,31 @@ async fn show(ctx: &Context, args: ShowArgs) -> Result<Exit, CliError> {
 }
 
 async fn approve(ctx: &Context, args: ApproveArgs) -> Result<Exit, CliError> {
+    // Checked before anything is read or written: a bad pattern changes nothing.
+    let remember = if args.remember {
+        let pattern = if args.matches.is_empty() { None } else { Some(pattern(args.matches)?) };
+        Some(RememberSpec { scope: args.scope.unwrap_or_default(), pattern, ttl: args.ttl, reason: None })
+    } else {
+        None
+    };
     let set = if args.calls.is_empty() {
         DecisionSet::ApproveAll
     } else {
         DecisionSet::Each(args.calls.into_iter().map(|c| (c, Decision::Approve)).collect())
     };
-    let run = ctx.decide_and_settle(&args.run, set).await?;
+    let run = ctx.decide_and_settle(&args.run, set, remember).await?;
     Ok(ctx.report(&run))
+}
+
+/// The grant pattern of `--match /POINTER=GLOB` options: each pointer once.
+fn pattern(matches: Vec<(String, String)>) -> Result<Map<String, Value>, CliError> {
+    let mut pattern = Map::new();
+    for (pointer, glob) in matches {
+        if pattern.insert(pointer.clone(), Value::String(glob)).is_some() {
+            return Err(CliError::usage(format!("--match names `{pointer}` twice")));
+        }
+    }
+    Ok(pattern)
 }
 
 async fn deny(ctx: &Context, args: DenyArgs) -> Result<Exit, CliError> {
@@ -102,7 +126,7 @@ async fn deny(ctx: &Context, args: DenyArgs) -> Result<Exit, CliError> {
         let reason = args.reason;
         DecisionSet::Each(args.calls.into_iter().map(|c| (c, Decision::Deny { reason: reason.clone() })).collect())
     };
-    let run = ctx.decide_and_settle(&args.run, set).await?;
+    let run = ctx.decide_and_settle(&args.run, set, None).await?;
     Ok(ctx.report(&run))
 }
 
@@ -114,13 +138,13 @@ async fn edit(ctx: &Context, args: EditArgs) -> Result<Exit, CliError> {
         return Err(CliError::usage("--args must be a JSON object of the tool's arguments"));
     }
     let set = DecisionSet::Each(vec![(args.call, Decision::Edit { arguments })]);
-    let run = ctx.decide_and_settle(&args.run, set).await?;
+    let run = ctx.decide_and_settle(&args.run, set, None).await?;
     Ok(ctx.report(&run))
 }
 
 async fn respond(ctx: &Context, args: RespondArgs) -> Result<Exit, CliError> {
     let set = DecisionSet::Each(vec![(args.call, Decision::Respond { result: args.result })]);
-    let run = ctx.decide_and_settle(&args.run, set).await?;
+    let run = ctx.decide_and_settle(&args.run, set, None).await?;
     Ok(ctx.report(&run))
 }
 
@@ -184,6 +208,111 @@ async fn verify(ctx: &Context, args: VerifyArgs) -> Result<Exit, CliError> {
             }
             Ok(Exit::Failed)
         }
+    }
+}
+
+/// Every grant `filter` selects, newest first, page after page.
+async fn all_grants(ctx: &Context, filter: GrantFilter<'_>) -> Result<Vec<GrantView>, CliError> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = ctx.backend.grants(filter, cursor.as_deref()).await?;
+        let last = page.grants.is_empty();
+        all.extend(page.grants);
+        match page.next_cursor {
+            Some(next) if !last => cursor = Some(next),
+            _ => return Ok(all),
+        }
+    }
+}
+
+async fn grants(ctx: &Context, args: GrantsArgs) -> Result<Exit, CliError> {
+    let filter = GrantFilter { agent: args.agent.as_deref(), tool: args.tool.as_deref(), active: !args.all };
+    let listed = all_grants(ctx, filter).await?;
+    if ctx.json {
+        let grants: Vec<&Value> = listed.iter().map(|g| &g.json).collect();
+        ctx.print_json(&json!({ "grants": grants }));
+    } else if listed.is_empty() {
+        ctx.note(if args.all { "no grants" } else { "no active grants" });
+    } else {
+        ctx.data(&render::grants_table(&listed, SystemClock.now()));
+    }
+    Ok(Exit::Done)
+}
+
+async fn grant(ctx: &Context, args: GrantArgs) -> Result<Exit, CliError> {
+    // Checked before anything is read or written.
+    let pattern = pattern(args.matches)?;
+    let scope = match (args.scope, &args.run) {
+        (Some(GrantScope::Run) | None, Some(_)) => GrantScope::Run,
+        (Some(GrantScope::Agent), Some(_)) => {
+            return Err(CliError::usage("--run goes with --scope run: a grant of scope agent covers every run"));
+        }
+        (Some(GrantScope::Run), None) => return Err(CliError::usage("--scope run needs --run RUN")),
+        (Some(GrantScope::Agent) | None, None) => GrantScope::Agent,
+    };
+    let run_id = match &args.run {
+        Some(prefix) => Some(ctx.resolve(prefix).await?),
+        None => None,
+    };
+    let any_arguments = pattern.is_empty();
+    let new = NewGrant {
+        agent: args.agent,
+        tool: args.tool,
+        pattern,
+        scope,
+        run_id,
+        ttl: args.ttl,
+        reason: args.reason,
+        apply_to_waiting: args.apply_to_waiting,
+    };
+    let made = ctx.backend.create_grant(new).await?;
+    if any_arguments {
+        ctx.note(&format!(
+            "without --match, the grant allows every call of {}, whatever its arguments",
+            made.grant.tool
+        ));
+    }
+    if ctx.json {
+        ctx.print_json(&made.json);
+    } else {
+        ctx.data(&render::grant_details(&made.grant, SystemClock.now()));
+    }
+    Ok(Exit::Done)
+}
+
+async fn revoke(ctx: &Context, args: RevokeArgs) -> Result<Exit, CliError> {
+    let id = resolve_grant(ctx, &args.grant).await?;
+    let revoked = ctx.backend.revoke_grant(&id).await?;
+    if ctx.json {
+        ctx.print_json(&revoked.json);
+    } else {
+        ctx.data(&format!("grant {id} revoked\n"));
+    }
+    Ok(Exit::Done)
+}
+
+/// The full id of the one grant whose id starts with `prefix` (a whole id as it is; a shorter prefix
+/// by listing every grant); exit 1 naming it when none or several match.
+async fn resolve_grant(ctx: &Context, prefix: &str) -> Result<GrantId, CliError> {
+    let prefix = prefix.trim();
+    if prefix.is_empty() {
+        return Err(CliError::usage("a grant id (or a unique prefix of one) is required"));
+    }
+    if crate::remote::is_full_id(prefix) {
+        return Ok(GrantId::from(prefix));
+    }
+    let every = GrantFilter { active: false, ..GrantFilter::default() };
+    let mut matches: Vec<GrantId> = all_grants(ctx, every)
+        .await?
+        .into_iter()
+        .map(|g| g.grant.id)
+        .filter(|id| id.as_str().starts_with(prefix))
+        .collect();
+    match matches.len() {
+        0 => Err(CliError::failed(format!("no grant matches `{prefix}`"))),
+        1 => Ok(matches.remove(0)),
+        n => Err(CliError::failed(format!("the prefix `{prefix}` matches {n} grants; give more characters"))),
     }
 }
 

@@ -7,8 +7,9 @@ use crate::render;
 use crate::view::RunView;
 use serde_json::Value;
 use std::io::Write;
-use tollgate_agent_core::{RunId, RunStatus};
+use tollgate_agent_core::{CallId, Decision, EventKind, GrantId, RunId, RunStatus};
 use tollgate_agent_runtime::DecisionSet;
+use tollgate_agent_runtime::decide::RememberSpec;
 
 /// What every command works with: the backend and the output options.
 pub struct Context {
@@ -61,16 +62,75 @@ impl Context {
     }
 
     /// Records decisions for the run `prefix` names, on the held turn as it is now, and waits until the
-    /// run settles if they completed the set. Returns the run as it settled (or still waiting).
-    pub async fn decide_and_settle(&self, prefix: &str, set: DecisionSet) -> Result<RunView, CliError> {
+    /// run settles if they completed the set. With `remember`, each approval of the set makes a grant
+    /// in the same transaction (every call the set approves, `approve` without `--call` naming each
+    /// undecided call of the turn as read), and the grants made are said on stderr. Returns the run as it
+    /// settled (or still waiting).
+    pub async fn decide_and_settle(
+        &self,
+        prefix: &str,
+        set: DecisionSet,
+        remember: Option<RememberSpec>,
+    ) -> Result<RunView, CliError> {
         let id = self.resolve(prefix).await?;
         let run = self.backend.get(&id).await?;
-        let after = self.backend.decide(&run, &set).await?;
+        let (set, remember) = match remember {
+            None => (set, Vec::new()),
+            Some(spec) => {
+                // The API's `approve_all` carries no `remember`: the calls are named. (With none to name,
+                // the set stays as it was, and is refused as it would be without `remember`.)
+                let open: Vec<(CallId, Decision)> =
+                    run.awaiting_decision().map(|call| (call.call_id.clone(), Decision::Approve)).collect();
+                let set = match set {
+                    DecisionSet::ApproveAll if !open.is_empty() => DecisionSet::Each(open),
+                    other => other,
+                };
+                let remember = match &set {
+                    DecisionSet::Each(list) => list
+                        .iter()
+                        .filter(|(_, decision)| matches!(decision, Decision::Approve))
+                        .map(|(call_id, _)| (call_id.clone(), spec.clone()))
+                        .collect(),
+                    DecisionSet::ApproveAll | DecisionSet::DenyAll { .. } => Vec::new(),
+                };
+                (set, remember)
+            }
+        };
+        let after = self.backend.decide(&run, &set, &remember).await?;
+        if !remember.is_empty() {
+            self.note_grants_made(&id, &remember).await;
+        }
         if after.status == RunStatus::WaitingForApproval {
             return Ok(after);
         }
         self.note(&format!("run {id} resumed"));
         self.backend.wait_settled(&id).await
+    }
+
+    /// Says on stderr which grant each remembered approval made (the `decision` events name them), so
+    /// the person knows what to revoke. What cannot be read is left unsaid: the decisions stand.
+    async fn note_grants_made(&self, run_id: &RunId, remember: &[(CallId, RememberSpec)]) {
+        let events = match self.backend.events(run_id, 0).await {
+            Ok(events) => events,
+            Err(error) => {
+                tracing::warn!(run = %run_id, error = %error.message, "cannot read which grants were made");
+                return;
+            }
+        };
+        for (call_id, _) in remember {
+            // The call's latest decision: the one just recorded.
+            let made = events
+                .iter()
+                .rev()
+                .find(|e| e.kind == EventKind::Decision && e.data["call_id"].as_str() == Some(call_id.as_str()))
+                .and_then(|e| e.data["grant"].as_str())
+                .map(GrantId::from);
+            let Some(grant_id) = made else { continue };
+            match self.backend.grant(&grant_id).await {
+                Ok(grant) => self.note(&format!("{call_id}: {}", render::grant_sentence(&grant.grant))),
+                Err(error) => tracing::warn!(grant = %grant_id, error = %error.message, "cannot read the grant made"),
+            }
+        }
     }
 
     /// Prints a settled run (its output, or the waiting line and how to decide, or why it ended) and

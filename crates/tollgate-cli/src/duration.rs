@@ -1,4 +1,5 @@
 //! Durations as people type them in Tollgate: a whole number and one unit, `30s`, `15m`, `24h`, `30d`.
+//! Written back the same way.
 
 use std::time::Duration;
 
@@ -19,9 +20,29 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     number.checked_mul(seconds).map(Duration::from_secs).ok_or_else(invalid)
 }
 
+/// A duration as [`parse_duration`] reads it, in the largest unit that divides it: `8h`, `90m`, `30d`,
+/// `45s`.
+pub fn format_duration(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    match seconds {
+        s if s > 0 && s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s > 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn written_in_the_largest_unit_that_divides_it() {
+        for (seconds, text) in [(28_800, "8h"), (5400, "90m"), (2_592_000, "30d"), (45, "45s"), (0, "0s")] {
+            assert_eq!(format_duration(Duration::from_secs(seconds)), text);
+            assert_eq!(parse_duration(text), Ok(Duration::from_secs(seconds)));
+        }
+    }
 
     #[test]
     fn units() {

@@ -5,7 +5,7 @@
 //! 4 conflict (the run was not in a state that allows it).
 
 use tollgate_agent_core::{DecisionError, RunStatus, StoreError};
-use tollgate_agent_runtime::{CancelError, DecideError, ReadError, ResolveError, StartError};
+use tollgate_agent_runtime::{CancelError, DecideError, GrantError, ReadError, ResolveError, StartError};
 
 /// How the process ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +127,9 @@ impl From<DecideError> for CliError {
             DecideError::Vote(_) => Exit::Usage,
             // Refused as not allowed, like a 403 through `--server`: nothing was done.
             DecideError::SelfApprovalForbidden { .. } => Exit::Usage,
+            // `--remember` that cannot make its grant: nothing was recorded.
+            DecideError::Remember { refused: tollgate_agent_runtime::GrantError::Store(_), .. } => Exit::Failed,
+            DecideError::Remember { .. } => Exit::Usage,
             DecideError::NotWaiting { .. }
             | DecideError::StaleDigest { .. }
             | DecideError::AlreadyDecided { .. }
@@ -148,6 +151,33 @@ impl From<CancelError> for CliError {
     }
 }
 
+impl From<GrantError> for CliError {
+    fn from(error: GrantError) -> Self {
+        let exit = match &error {
+            // An unknown agent, tool or run is named, exit 1 (V2.md: "an unknown grant id or agent exits 1
+            // naming it"), as a 404 through `--server` is.
+            GrantError::UnknownAgent(_) | GrantError::UnknownTool { .. } | GrantError::UnknownRun(_) => Exit::Failed,
+            // Refused arguments, or refused as not allowed (a 422 or a 403 through `--server`): nothing was done.
+            GrantError::Disabled
+            | GrantError::NotGrantable { .. }
+            | GrantError::InvalidMatch(_)
+            | GrantError::InvalidScope(_)
+            | GrantError::InvalidTtl { .. } => Exit::Usage,
+            GrantError::Store(store) => return grant_store_error(store),
+        };
+        CliError::new(exit, error.to_string())
+    }
+}
+
+/// A store error of a grant operation: an unknown grant is named as the API names it (exit 1), one
+/// already revoked or expired is a conflict (4); the rest as [`StoreError`]s go.
+pub(crate) fn grant_store_error(error: &StoreError) -> CliError {
+    match error {
+        StoreError::GrantNotFound(id) => CliError::failed(format!("no grant has id `{id}`")),
+        other => CliError::from(other.clone()),
+    }
+}
+
 impl From<StoreError> for CliError {
     fn from(error: StoreError) -> Self {
         // Every store failure is exit 1, its message naming what failed (a full disk, a read-only or
@@ -164,7 +194,10 @@ impl From<StoreError> for CliError {
             | StoreError::ReadOnly(_)
             | StoreError::CorruptDatabase(_)
             | StoreError::Unreachable(_)
-            | StoreError::Database(_) => Exit::Failed,
+            | StoreError::Database(_)
+            | StoreError::GrantNotFound(_) => Exit::Failed,
+            // Revoking a grant already revoked or expired: the state changed under the request.
+            StoreError::GrantClosed { .. } => Exit::Conflict,
         };
         CliError::new(exit, error.to_string())
     }
@@ -173,7 +206,9 @@ impl From<StoreError> for CliError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use tollgate_agent_core::{Gate, RunStatus, TurnDigest};
+    use tollgate_agent_protocol::MatchError;
 
     /// Every refusal of the runtime and the exit code docs/cli.md gives it.
     #[test]
@@ -226,6 +261,23 @@ mod tests {
             (StoreError::Corrupt { id: "r".into(), detail: "page".into() }.into(), Exit::Failed),
             (StoreError::CorruptDatabase("page 7".into()).into(), Exit::Failed),
             (StoreError::Unreachable("refused".into()).into(), Exit::Failed),
+            (GrantError::Disabled.into(), Exit::Usage),
+            (GrantError::UnknownAgent("x".into()).into(), Exit::Failed),
+            (GrantError::UnknownTool { agent: "a".into(), tool: "t".into() }.into(), Exit::Failed),
+            (GrantError::UnknownRun("r".into()).into(), Exit::Failed),
+            (GrantError::NotGrantable { agent: "a".into(), tool: "t".into() }.into(), Exit::Usage),
+            (GrantError::InvalidMatch(MatchError { pointer: "path".into() }).into(), Exit::Usage),
+            (GrantError::InvalidScope("x").into(), Exit::Usage),
+            (GrantError::InvalidTtl { asked: Duration::ZERO, max: Duration::from_secs(1) }.into(), Exit::Usage),
+            (GrantError::Store(store()).into(), Exit::Failed),
+            (GrantError::Store(StoreError::GrantNotFound("g".into())).into(), Exit::Failed),
+            (StoreError::GrantNotFound("g".into()).into(), Exit::Failed),
+            (
+                StoreError::GrantClosed { id: "g".into(), status: tollgate_agent_core::GrantStatus::Revoked }.into(),
+                Exit::Conflict,
+            ),
+            (DecideError::Remember { call_id: "c".into(), refused: GrantError::InvalidScope("x") }.into(), Exit::Usage),
+            (DecideError::Remember { call_id: "c".into(), refused: GrantError::Store(store()) }.into(), Exit::Failed),
         ];
         for (error, exit) in cases {
             assert_eq!(error.exit, exit, "{}", error.message);

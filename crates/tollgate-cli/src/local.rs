@@ -5,9 +5,10 @@
 //! built-in defaults (docs/configuration.md): the store `sqlite://tollgate.db` in the current folder, the workspace
 //! `./workspace`, and the built-in `demo` agent (docs/design.md). `TOLLGATE_<SECTION>_<KEY>` overrides any key.
 
+use crate::backend::{GrantFilter, GrantsPage};
 use crate::exit::CliError;
 use crate::exit::DecisionRefused;
-use crate::view::RunView;
+use crate::view::{GrantView, RunView};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,10 +16,14 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tollgate_agent_app::App;
 use tollgate_agent_config::{Config, ConfigLoader};
-use tollgate_agent_core::{Actor, CallId, ChainBreak, Decision, RunId, RunQuery, RunRecord, RunStatus, StoredEvent};
+use tollgate_agent_core::{
+    Actor, CallId, ChainBreak, Clock, Decision, GrantId, GrantQuery, GrantRecord, RunId, RunQuery, RunRecord,
+    RunStatus, StoredEvent, SystemClock,
+};
+use tollgate_agent_runtime::decide::RememberSpec;
 use tollgate_agent_runtime::{
-    DecideError as Refused, DecisionSet, LiveDelta, LiveText, Maintenance, RunDeltas, RunNotice, Runtime, Schedule,
-    StartRun,
+    DecideError as Refused, DecisionSet, GrantError, LiveDelta, LiveText, Maintenance, NewGrant, RunDeltas, RunNotice,
+    Runtime, Schedule, StartRun, wire,
 };
 
 /// The actor recorded on events for everything done from this command line in local mode (docs/api.md: with
@@ -96,6 +101,14 @@ fn view(run: &RunRecord) -> Result<RunView, CliError> {
     RunView::from_record(run).map_err(CliError::failed)
 }
 
+/// The view of a stored grant, as the API answers it.
+fn grant_view(grant: &GrantRecord) -> Result<GrantView, CliError> {
+    GrantView::from_wire(wire::grant(grant)).map_err(CliError::failed)
+}
+
+/// Grants are listed in pages of this size (the API's largest `limit`).
+const GRANT_PAGE: u32 = 500;
+
 /// The operations of [`crate::backend::Backend`], on this process's runtime. Everything is recorded with
 /// the actor [`ACTOR`].
 impl Local {
@@ -142,11 +155,17 @@ impl Local {
         Ok(self.runtime.all_events(id, after).await?)
     }
 
-    /// Records decisions for the held turn of `run` (as read just before), naming its turn digest.
-    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecisionRefused> {
+    /// Records decisions for the held turn of `run` (as read just before), naming its turn digest, with
+    /// the grants `remember` asks for.
+    pub async fn decide(
+        &self,
+        run: &RunView,
+        set: &DecisionSet,
+        remember: &[(CallId, RememberSpec)],
+    ) -> Result<RunView, DecisionRefused> {
         self.ensure_workspace().map_err(DecisionRefused::Failed)?;
         let digest = run.pending.as_ref().map(|p| p.turn_digest.clone()).unwrap_or_default();
-        match self.runtime.decide(&run.id, &digest, set.clone(), &self.actor).await {
+        match self.runtime.decide_remembering(&run.id, &digest, set.clone(), &self.actor, remember).await {
             Ok(next) => view(&next).map_err(DecisionRefused::Failed),
             Err(error) => Err(match &error {
                 Refused::NotWaiting { .. }
@@ -160,6 +179,9 @@ impl Local {
                     DecisionRefused::Invalid(error.into())
                 }
                 Refused::SelfApprovalForbidden { .. } => DecisionRefused::Forbidden(error.into()),
+                Refused::Remember { refused: GrantError::Disabled, .. } => DecisionRefused::Forbidden(error.into()),
+                Refused::Remember { refused: GrantError::Store(_), .. } => DecisionRefused::Failed(error.into()),
+                Refused::Remember { .. } => DecisionRefused::Invalid(error.into()),
                 Refused::NotFound(_) | Refused::UnknownAgent(_) | Refused::Store(_) => {
                     DecisionRefused::Failed(error.into())
                 }
@@ -180,23 +202,58 @@ impl Local {
         Ok(self.runtime.apply_retention(terminal_after, retention.waiting_after).await?)
     }
 
-    /// As `GET /v1/tools`: with an agent, its tools and their effective gates; without, every tool this
-    /// process knows with its own default gate.
-    pub fn tools(&self, agent: Option<&str>) -> Result<Vec<Value>, CliError> {
-        let listed = match agent {
-            Some(name) => {
-                let spec = self.runtime.agent(name).ok_or_else(|| {
-                    let known: Vec<&str> = self.runtime.agents().map(|a| a.name.as_str()).collect();
-                    CliError::usage(format!("unknown agent `{name}`; known agents: {}", known.join(", ")))
-                })?;
-                spec.tools.as_slice()
-            }
-            None => self.runtime.catalog(),
+    /// As `GET /v1/tools`: with an agent, its tools and their effective gates (a tool whose every call
+    /// an active grant of the agent allows shows `allow` and why `grant ID`, as the server's handler
+    /// does); without, every tool this process knows with its own default gate.
+    pub async fn tools(&self, agent: Option<&str>) -> Result<Vec<Value>, CliError> {
+        let to_json = |tool: tollgate_agent_protocol::Tool| {
+            serde_json::to_value(tool).map_err(|e| CliError::failed(format!("cannot list tools: {e}")))
         };
-        listed
-            .iter()
-            .map(|tool| serde_json::to_value(tool).map_err(|e| CliError::failed(format!("cannot list tools: {e}"))))
-            .collect()
+        let Some(name) = agent else { return self.runtime.catalog().iter().map(wire::tool).map(to_json).collect() };
+        let Some(tools) = self.runtime.effective_tools(name).await? else {
+            let known: Vec<&str> = self.runtime.agents().map(|a| a.name.as_str()).collect();
+            return Err(CliError::usage(format!("unknown agent `{name}`; known agents: {}", known.join(", "))));
+        };
+        tools.iter().map(wire::tool).map(to_json).collect()
+    }
+
+    /// Makes a grant as [`ACTOR`] (and with `apply_to_waiting` approves the waiting runs it clears,
+    /// driven in this process).
+    pub async fn create_grant(&self, new: NewGrant) -> Result<GrantView, CliError> {
+        if new.apply_to_waiting {
+            self.ensure_workspace()?;
+        }
+        let made = self.runtime.create_grant(new, &self.actor).await?;
+        let mut grant = wire::grant(&made.grant);
+        grant.applied_to = made.applied_to;
+        GrantView::from_wire(grant).map_err(CliError::failed)
+    }
+
+    /// One page of grants, newest first.
+    pub async fn grants(&self, filter: GrantFilter<'_>, cursor: Option<&str>) -> Result<GrantsPage, CliError> {
+        let query = GrantQuery {
+            agent: filter.agent.map(str::to_owned),
+            tool: filter.tool.map(str::to_owned),
+            active_at: filter.active.then(|| SystemClock.now()),
+            limit: GRANT_PAGE,
+            cursor: cursor.map(str::to_owned),
+        };
+        let page = self.runtime.list_grants(query).await?;
+        let grants = page.grants.iter().map(grant_view).collect::<Result<_, _>>()?;
+        Ok(GrantsPage { grants, next_cursor: page.next_cursor })
+    }
+
+    /// One grant.
+    pub async fn grant(&self, id: &GrantId) -> Result<GrantView, CliError> {
+        let grant = self.runtime.grant(id).await.map_err(|e| crate::exit::grant_store_error(&e))?;
+        grant_view(&grant)
+    }
+
+    /// Revokes an active grant as [`ACTOR`].
+    pub async fn revoke_grant(&self, id: &GrantId) -> Result<GrantView, CliError> {
+        let revoked =
+            self.runtime.revoke_grant(id, &self.actor).await.map_err(|e| crate::exit::grant_store_error(&e))?;
+        grant_view(&revoked)
     }
 
     /// Checks run `id`'s hash chain against its recorded head: the number of events when it is intact,

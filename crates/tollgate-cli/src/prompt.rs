@@ -1,6 +1,7 @@
 //! `tollgate run` on a terminal (docs/cli.md: "on a terminal, ask at the gate"): a spinner while the run
 //! works, each step printed as it is committed, and at the gate a prompt per held call — approve (y),
-//! deny (n, with a reason), edit (e, the arguments in `$EDITOR`), respond (r) or quit (q).
+//! approve and remember (a, a grant for calls like it), deny (n, with a reason), edit (e, the arguments in
+//! `$EDITOR`), respond (r) or quit (q).
 //!
 //! What it promises:
 //! - It is used only when stdin and stderr are both terminals and `--detach` was not given
@@ -19,6 +20,11 @@
 //!   (alice)`) and is offered only approve and deny, which are all it takes. One this person approved is
 //!   not asked again while it waits for the other approvers (their approval would be refused as a second
 //!   one): with nothing else to answer, the prompt says what it waits for and leaves the run waiting.
+//! - Approve and remember (V2.md, grants) is offered only on a call whose tool suggests a pattern
+//!   (`suggested_match`: not a quorum call, not one a policy rule keeps from grants), and not where
+//!   grants are known to be off. It shows the pattern and how long the grant lasts (the configured
+//!   `default_ttl` locally; through a server, the server's), Enter accepts, and the approval goes out
+//!   with `remember` (scope `agent`): the grant is made in the same transaction as the decision.
 //! - Quitting (q or end of input) sends nothing: the run stays waiting, and `run` prints the waiting
 //!   line and the commands that decide it (exit 3).
 //! - The model's text is printed as it arrives when its provider streams (V2 streaming: the runtime's
@@ -36,6 +42,7 @@ mod steps;
 
 use crate::backend::Backend;
 use crate::context::Context;
+use crate::duration::{format_duration, parse_duration};
 use crate::exit::CliError;
 use crate::exit::DecisionRefused;
 use crate::render;
@@ -45,14 +52,22 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
-use tollgate_agent_core::{Actor, CallId, Decision, EventKind, RunId, RunStatus};
+use tollgate_agent_core::{Actor, CallId, Decision, EventKind, GrantScope, RunId, RunStatus};
 use tollgate_agent_protocol::Call;
+use tollgate_agent_runtime::decide::RememberSpec;
 use tollgate_agent_runtime::{DecisionSet, LiveText};
-/// The question asked for each held call.
+/// The question asked for each held call that cannot be remembered.
 const CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)? ";
 /// Said when an answer is not one of [`CHOICES`].
 const CHOICES_HELP: &str = "  y  run the call as shown\n  n  deny it; the model is told your reason\n  \
                             e  edit its arguments in $EDITOR\n  r  answer in the tool's place\n  q  leave the run waiting";
+/// The question asked for a held call that may be remembered (its tool suggests a pattern).
+const REMEMBER_CHOICES: &str = "approve (y), approve and remember (a), deny (n), edit (e), respond (r), quit (q)? ";
+/// Said when an answer is not one of [`REMEMBER_CHOICES`].
+const REMEMBER_HELP: &str = "  y  run the call as shown\n  \
+                             a  run it, and let calls like it (the suggested pattern) pass without asking for a while\n  \
+                             n  deny it; the model is told your reason\n  e  edit its arguments in $EDITOR\n  \
+                             r  answer in the tool's place\n  q  leave the run waiting";
 /// The question asked for a quorum call, which takes only approve or deny.
 const QUORUM_CHOICES: &str = "approve (y), deny (n), quit (q)? ";
 /// Said when an answer is not one of [`QUORUM_CHOICES`].
@@ -308,17 +323,23 @@ async fn decide_at_gate(backend: &Backend, run: &RunView, approved: &mut Approve
         return Ok(AtGate::Left);
     }
     let mut decisions = Vec::with_capacity(open.len());
+    let mut remember = Vec::new();
     for (index, call) in open.iter().enumerate() {
         eprint!("{}", tollgate_agent_core::terminal_safe(&held_call_block(call, index + 1, open.len())));
         match ask_for_decision(backend, run, call).await? {
-            Some(decision) => decisions.push((call.call_id.clone(), decision)),
+            Some(Answer { decision, remember: remembered }) => {
+                decisions.push((call.call_id.clone(), decision));
+                if let Some(spec) = remembered {
+                    remember.push((call.call_id.clone(), spec));
+                }
+            }
             None => {
                 say!("nothing was sent; the run stays waiting");
                 return Ok(AtGate::Left);
             }
         }
     }
-    match backend.decide(run, &DecisionSet::Each(decisions.clone())).await {
+    match backend.decide(run, &DecisionSet::Each(decisions.clone()), &remember).await {
         Ok(_) => {
             approved.note(digest, &open, &decisions);
             Ok(AtGate::Sent)
@@ -376,10 +397,11 @@ fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
 }
 
-/// An answer to [`CHOICES`].
+/// An answer to [`CHOICES`] or [`REMEMBER_CHOICES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Choice {
     Approve,
+    Remember,
     Deny,
     Edit,
     Respond,
@@ -389,6 +411,7 @@ enum Choice {
 fn parse_choice(answer: &str) -> Option<Choice> {
     match answer.trim().to_ascii_lowercase().as_str() {
         "y" | "yes" | "approve" => Some(Choice::Approve),
+        "a" | "remember" => Some(Choice::Remember),
         "n" | "no" | "deny" => Some(Choice::Deny),
         "e" | "edit" => Some(Choice::Edit),
         "r" | "respond" => Some(Choice::Respond),
@@ -397,12 +420,38 @@ fn parse_choice(answer: &str) -> Option<Choice> {
     }
 }
 
+/// The person's answer about one held call: the decision, and the grant to make with an approval.
+struct Answer {
+    decision: Decision,
+    remember: Option<RememberSpec>,
+}
+
+impl From<Decision> for Answer {
+    fn from(decision: Decision) -> Self {
+        Answer { decision, remember: None }
+    }
+}
+
+/// True when `call` may be approved and remembered here: its tool suggests a pattern (so it is no
+/// quorum call and no policy rule keeps it from grants), and grants are not known to be off.
+fn offers_remember(backend: &Backend, call: &Call) -> bool {
+    call.approvals.is_none()
+        && call.suggested_match.is_some()
+        && backend.grant_settings().is_none_or(|settings| settings.enabled)
+}
+
 /// Asks until the person decides `call`; `None` when they quit or input ends.
-async fn ask_for_decision(backend: &Backend, run: &RunView, call: &Call) -> Result<Option<Decision>, CliError> {
+async fn ask_for_decision(backend: &Backend, run: &RunView, call: &Call) -> Result<Option<Answer>, CliError> {
     // The text of an edit that did not pass, so the next edit starts from it rather than from scratch.
     let mut draft: Option<String> = None;
-    let (question, help) =
-        if call.approvals.is_some() { (QUORUM_CHOICES, QUORUM_HELP) } else { (CHOICES, CHOICES_HELP) };
+    let remembers = offers_remember(backend, call);
+    let (question, help) = if call.approvals.is_some() {
+        (QUORUM_CHOICES, QUORUM_HELP)
+    } else if remembers {
+        (REMEMBER_CHOICES, REMEMBER_HELP)
+    } else {
+        (CHOICES, CHOICES_HELP)
+    };
     loop {
         let Some(answer) = ask(question).await? else { return Ok(None) };
         let Some(choice) = parse_choice(&answer) else {
@@ -422,16 +471,31 @@ async fn ask_for_decision(backend: &Backend, run: &RunView, call: &Call) -> Resu
             say!("{help}");
             continue;
         }
+        if choice == Choice::Remember && !remembers {
+            say!("`{}` is not taken here: {}", answer.trim(), why_not_remembered(backend, call));
+            say!("{help}");
+            continue;
+        }
         match choice {
-            Choice::Approve => return Ok(Some(Decision::Approve)),
+            Choice::Approve => return Ok(Some(Decision::Approve.into())),
             Choice::Quit => return Ok(None),
+            Choice::Remember => match ask_remember(backend, run, call).await? {
+                Remembering::Accepted(spec) => {
+                    return Ok(Some(Answer { decision: Decision::Approve, remember: Some(spec) }));
+                }
+                Remembering::Back => {
+                    say!("{help}");
+                    continue;
+                }
+                Remembering::Quit => return Ok(None),
+            },
             Choice::Deny => {
                 let reason = ask_text("reason (the model is told): ").await?;
-                return Ok(reason.map(|reason| Decision::Deny { reason }));
+                return Ok(reason.map(|reason| Decision::Deny { reason }.into()));
             }
             Choice::Respond => {
                 let result = ask_text("result (the model receives it in the tool's place): ").await?;
-                return Ok(result.map(|result| Decision::Respond { result }));
+                return Ok(result.map(|result| Decision::Respond { result }.into()));
             }
             Choice::Edit => {
                 let text = draft.take().unwrap_or_else(|| format!("{}\n", pretty(&call.arguments)));
@@ -447,7 +511,7 @@ async fn ask_for_decision(backend: &Backend, run: &RunView, call: &Call) -> Resu
                     }
                 };
                 match check_edit(backend, run, call, &text).await {
-                    Ok(decision) => return Ok(Some(decision)),
+                    Ok(decision) => return Ok(Some(decision.into())),
                     Err(problem) => {
                         say!("{problem}\nanswer e to edit them again, or choose another answer");
                         draft = Some(text);
@@ -456,6 +520,83 @@ async fn ask_for_decision(backend: &Backend, run: &RunView, call: &Call) -> Resu
             }
         }
     }
+}
+
+/// Why `call` cannot be approved and remembered here.
+fn why_not_remembered(backend: &Backend, call: &Call) -> String {
+    if backend.grant_settings().is_some_and(|settings| !settings.enabled) {
+        "grants are off here ([grants] enabled = false)".to_owned()
+    } else if let Some(approvals) = &call.approvals {
+        format!("{} needs {} approvals, and no grant stands in for them", call.call_id, approvals.required)
+    } else {
+        format!(
+            "{} asks every time: its tool suggests no pattern to remember, or a policy rule keeps it from grants",
+            call.call_id
+        )
+    }
+}
+
+/// What the person said to the grant offered by `a`.
+enum Remembering {
+    /// Approve, making this grant.
+    Accepted(RememberSpec),
+    /// Back to the question about the call.
+    Back,
+    /// Quit, or input ended.
+    Quit,
+}
+
+/// Shows the grant `a` would make for `call` (its suggested pattern, scope agent, the default expiry)
+/// and asks how long it lasts: Enter accepts the default, a duration changes it, `b` goes back.
+async fn ask_remember(backend: &Backend, run: &RunView, call: &Call) -> Result<Remembering, CliError> {
+    let settings = backend.grant_settings();
+    let default = settings.map(|s| s.default_ttl);
+    say!("{}", remember_offer(call, &run.agent, default));
+    let question = match default {
+        Some(ttl) => format!("for how long? (Enter: {}; or e.g. 30m, 7d; b: back) ", format_duration(ttl)),
+        None => "for how long? (Enter: the server's default; or e.g. 30m, 7d; b: back) ".to_owned(),
+    };
+    loop {
+        let Some(answer) = ask(&question).await? else { return Ok(Remembering::Quit) };
+        let answer = answer.trim();
+        let ttl = match answer.to_ascii_lowercase().as_str() {
+            "" => None,
+            "b" | "back" => return Ok(Remembering::Back),
+            "q" | "quit" => return Ok(Remembering::Quit),
+            _ => match parse_duration(answer) {
+                Ok(ttl) if ttl.is_zero() => {
+                    say!("a grant lasts more than 0s");
+                    continue;
+                }
+                Ok(ttl) if settings.is_some_and(|s| ttl > s.max_ttl) => {
+                    let max = settings.map(|s| format_duration(s.max_ttl)).unwrap_or_default();
+                    say!("a grant lasts at most {max} here ([grants] max_ttl)");
+                    continue;
+                }
+                Ok(ttl) => Some(ttl),
+                Err(problem) => {
+                    say!("{problem}");
+                    continue;
+                }
+            },
+        };
+        return Ok(Remembering::Accepted(RememberSpec { scope: GrantScope::Agent, pattern: None, ttl, reason: None }));
+    }
+}
+
+/// The grant `a` offers for `call` of a run of `agent`, in words: its pattern and, when known here, how
+/// long it lasts by default.
+fn remember_offer(call: &Call, agent: &str, default_ttl: Option<std::time::Duration>) -> String {
+    let pattern = call.suggested_match.clone().map(Value::Object).unwrap_or_default();
+    let lasting = match default_ttl {
+        Some(ttl) => format!("for {}", format_duration(ttl)),
+        None => "for the server's default time ([grants] default_ttl)".to_owned(),
+    };
+    format!(
+        "  approve, and from now on let {} calls of agent {agent} whose arguments match\n    {pattern}\n  \
+         pass the gate without asking, in every run of {agent}, {lasting}",
+        call.tool
+    )
 }
 
 /// The edit decision for the edited text, when it holds arguments the call's tool accepts (as far as can
@@ -527,6 +668,8 @@ mod tests {
         assert_eq!(parse_choice("Edit"), Some(Choice::Edit));
         assert_eq!(parse_choice("r"), Some(Choice::Respond));
         assert_eq!(parse_choice("q"), Some(Choice::Quit));
+        assert_eq!(parse_choice("a"), Some(Choice::Remember));
+        assert_eq!(parse_choice("Remember"), Some(Choice::Remember));
         assert_eq!(parse_choice(""), None);
         assert_eq!(parse_choice("maybe"), None);
     }
@@ -545,6 +688,8 @@ mod tests {
             takes_decision: true,
             result: None,
             approvals: None,
+            suggested_match: None,
+            grant: None,
         };
         assert_eq!(
             held_call_block(&call, 2, 3),
@@ -557,6 +702,22 @@ mod tests {
              \x20   }\n\
              \x20 preview\n\
              \x20   create note.txt (5 bytes)\n"
+        );
+    }
+
+    #[test]
+    fn the_grant_offered_shows_its_pattern_and_how_long_it_lasts() {
+        let mut call = quorum_call("call_2", &[]);
+        call.approvals = None;
+        call.suggested_match = Some(serde_json::Map::from_iter([("/path".to_owned(), json!("notes/*"))]));
+        assert_eq!(
+            remember_offer(&call, "demo", Some(std::time::Duration::from_secs(8 * 3600))),
+            "  approve, and from now on let fs_write calls of agent demo whose arguments match\n    \
+             {\"/path\":\"notes/*\"}\n  pass the gate without asking, in every run of demo, for 8h"
+        );
+        assert!(
+            remember_offer(&call, "demo", None).ends_with("for the server's default time ([grants] default_ttl)"),
+            "through a server the default is the server's"
         );
     }
 
@@ -576,6 +737,8 @@ mod tests {
                 required: 2,
                 given: given.iter().copied().map(Actor::from).collect(),
             }),
+            suggested_match: None,
+            grant: None,
         }
     }
 

@@ -22,18 +22,20 @@
 //! - **Unknown `--call`.** Checked against the held turn before anything is sent, so that it is exit 1
 //!   naming the call, as locally (the API answers 422 for it).
 
+use crate::backend::{GrantFilter, GrantsPage};
 use crate::exit::DecisionRefused;
 use crate::exit::{CliError, Exit};
-use crate::view::RunView;
+use crate::view::{GrantView, RunView};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use tollgate_agent_core::{CallId, ChainBreak, Decision, RunId, RunStatus, StoredEvent, verify_chain};
+use tollgate_agent_core::{CallId, ChainBreak, Decision, GrantId, RunId, RunStatus, StoredEvent, verify_chain};
 use tollgate_agent_protocol::{
-    ApproveDecision, CallDecision, CancelRequest, DecisionRequest, DenyDecision, EditDecision, Problem, PurgeRequest,
-    PurgeResult, RespondDecision, RunPage, StartRunRequest,
+    ApproveDecision, CallDecision, CancelRequest, CreateGrantRequest, DecisionRequest, DenyDecision, EditDecision,
+    Problem, PurgeRequest, PurgeResult, Remember, RespondDecision, RunPage, StartRunRequest,
 };
-use tollgate_agent_runtime::{DecisionSet, LiveText};
+use tollgate_agent_runtime::decide::RememberSpec;
+use tollgate_agent_runtime::{DecisionSet, LiveText, NewGrant};
 
 /// The environment variable holding the API token.
 pub const TOKEN_ENV: &str = "TOLLGATE_TOKEN";
@@ -41,7 +43,8 @@ pub const TOKEN_ENV: &str = "TOLLGATE_TOKEN";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one ordinary request may take (live event streams have no such bound).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// Runs are listed in pages of this size when resolving a prefix (the API's largest `limit`).
+/// Runs are listed in pages of this size when resolving a prefix, and grants when listing them (the
+/// API's largest `limit`).
 const LIST_PAGE: u32 = 500;
 /// How long the live stream may stay quiet before the run is read again anyway.
 const LOOK_AGAIN: Duration = Duration::from_secs(2);
@@ -309,8 +312,14 @@ impl Remote {
             .map_err(|e| self.unexpected(&format!("the events do not read: {e}")))
     }
 
-    /// Sends decisions for the held turn of `run` (as read just before), naming its turn digest.
-    pub async fn decide(&self, run: &RunView, set: &DecisionSet) -> Result<RunView, DecisionRefused> {
+    /// Sends decisions for the held turn of `run` (as read just before), naming its turn digest, with a
+    /// `remember` on each approval `remember` names.
+    pub async fn decide(
+        &self,
+        run: &RunView,
+        set: &DecisionSet,
+        remember: &[(CallId, RememberSpec)],
+    ) -> Result<RunView, DecisionRefused> {
         let digest = run.pending.as_ref().map(|p| p.turn_digest.clone()).unwrap_or_default();
         let request = match set {
             DecisionSet::ApproveAll => DecisionRequest::approve_all(digest),
@@ -322,7 +331,9 @@ impl Remote {
                 {
                     return Err(DecisionRefused::Invalid(CliError::failed(format!("no held call has id `{unknown}`"))));
                 }
-                DecisionRequest::each(digest, list.iter().map(|(id, d)| call_decision(id, d)).collect())
+                let remembered = |id: &CallId| remember.iter().find(|(call, _)| call == id).map(|(_, spec)| spec);
+                let items = list.iter().map(|(id, d)| call_decision(id, d, remembered(id))).collect();
+                DecisionRequest::each(digest, items)
             }
         };
         let body = request_body(&request);
@@ -338,6 +349,74 @@ impl Remote {
             }
             Err(error) => Err(DecisionRefused::Failed(self.run_error(error, &run.id))),
         }
+    }
+
+    /// Makes a grant (`POST /v1/grants`).
+    pub async fn create_grant(&self, new: NewGrant) -> Result<GrantView, CliError> {
+        let body = request_body(&CreateGrantRequest {
+            agent: new.agent,
+            tool: new.tool,
+            // Left out when empty or the default: the smallest body that says what it means.
+            r#match: (!new.pattern.is_empty()).then_some(new.pattern),
+            scope: Some(new.scope),
+            run_id: new.run_id,
+            ttl: new.ttl.map(ttl_text),
+            reason: new.reason,
+            apply_to_waiting: new.apply_to_waiting.then_some(true),
+        });
+        // A 404 names the unknown agent, tool or run (exit 1, as locally).
+        let json = self
+            .call(Method::POST, self.url("v1/grants", &[]), Some(&body))
+            .await
+            .map_err(|e| self.error(e, CliError::failed))?;
+        self.grant_view(json)
+    }
+
+    /// One page of grants (`GET /v1/grants`), newest first.
+    pub async fn grants(&self, filter: GrantFilter<'_>, cursor: Option<&str>) -> Result<GrantsPage, CliError> {
+        let limit = LIST_PAGE.to_string();
+        let mut query = vec![("limit", limit.as_str()), ("active", if filter.active { "true" } else { "false" })];
+        if let Some(agent) = filter.agent {
+            query.push(("agent", agent));
+        }
+        if let Some(tool) = filter.tool {
+            query.push(("tool", tool));
+        }
+        if let Some(cursor) = cursor {
+            query.push(("cursor", cursor));
+        }
+        let url = self.url("v1/grants", &query);
+        let mut page = self.call(Method::GET, url, None).await.map_err(|e| self.error(e, CliError::failed))?;
+        let listed = match page.get_mut("grants").map(Value::take) {
+            Some(Value::Array(listed)) => listed,
+            _ => return Err(self.unexpected("no `grants` in the list")),
+        };
+        let grants = listed.into_iter().map(|g| self.grant_view(g)).collect::<Result<_, _>>()?;
+        let next_cursor = page["next_cursor"].as_str().map(str::to_owned);
+        Ok(GrantsPage { grants, next_cursor })
+    }
+
+    /// One grant (`GET /v1/grants/{id}`).
+    pub async fn grant(&self, id: &GrantId) -> Result<GrantView, CliError> {
+        let url = self.url(&format!("v1/grants/{id}"), &[]);
+        let json = self.call(Method::GET, url, None).await.map_err(|e| self.grant_error(e, id))?;
+        self.grant_view(json)
+    }
+
+    /// Revokes a grant (`DELETE /v1/grants/{id}`): a 409 when it is already revoked or expired.
+    pub async fn revoke_grant(&self, id: &GrantId) -> Result<GrantView, CliError> {
+        let url = self.url(&format!("v1/grants/{id}"), &[]);
+        let json = self.call(Method::DELETE, url, None).await.map_err(|e| self.grant_error(e, id))?;
+        self.grant_view(json)
+    }
+
+    /// The error for a request about grant `id`: a 404 means no grant has it (named as locally).
+    fn grant_error(&self, error: HttpError, id: &GrantId) -> CliError {
+        self.error(error, |_| CliError::failed(format!("no grant has id `{id}`")))
+    }
+
+    fn grant_view(&self, json: Value) -> Result<GrantView, CliError> {
+        GrantView::from_json(json).map_err(|e| self.unexpected(&e))
     }
 
     /// Cancels a run that has not finished.
@@ -556,19 +635,32 @@ fn request_body<T: serde::Serialize>(request: &T) -> Value {
     serde_json::to_value(request).unwrap_or(Value::Null)
 }
 
-/// One decision of a `decisions` body.
-fn call_decision(call_id: &CallId, decision: &Decision) -> CallDecision {
+/// A duration as the API writes it: whole seconds (`28800s`).
+fn ttl_text(ttl: Duration) -> String {
+    format!("{}s", ttl.as_secs())
+}
+
+/// One decision of a `decisions` body; an approval with its `remember`, when it has one.
+fn call_decision(call_id: &CallId, decision: &Decision, remember: Option<&RememberSpec>) -> CallDecision {
     let call_id = call_id.clone();
     match decision {
-        Decision::Approve => CallDecision::Approve(ApproveDecision { call_id }),
+        Decision::Approve => CallDecision::Approve(ApproveDecision {
+            call_id,
+            remember: remember.map(|spec| Remember {
+                scope: Some(spec.scope),
+                r#match: spec.pattern.clone(),
+                ttl: spec.ttl.map(ttl_text),
+                reason: spec.reason.clone(),
+            }),
+        }),
         Decision::Edit { arguments } => CallDecision::Edit(EditDecision { call_id, arguments: arguments.clone() }),
         Decision::Deny { reason } => CallDecision::Deny(DenyDecision { call_id, reason: Some(reason.clone()) }),
         Decision::Respond { result } => CallDecision::Respond(RespondDecision { call_id, result: result.clone() }),
     }
 }
 
-/// True for a whole run id: a lowercase, hyphenated UUID.
-fn is_full_id(text: &str) -> bool {
+/// True for a whole run or grant id: a lowercase, hyphenated UUID.
+pub(crate) fn is_full_id(text: &str) -> bool {
     text.len() == 36
         && text.char_indices().all(|(i, c)| {
             if matches!(i, 8 | 13 | 18 | 23) { c == '-' } else { c.is_ascii_digit() || ('a'..='f').contains(&c) }

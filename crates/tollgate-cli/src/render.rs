@@ -1,11 +1,11 @@
-//! Text output for people: the runs table, one run, its event log, and the lines printed when a run
-//! waits for approval. Pure functions of the runs (as [`RunView`]s, the same in local and `--server`
-//! mode) and the current time, so they are easy to test.
+//! Text output for people: the runs table, one run, its event log, the lines printed when a run
+//! waits for approval, and grants. Pure functions of the runs and grants (as [`RunView`]s and
+//! [`GrantView`]s, the same in local and `--server` mode) and the current time, so they are easy to test.
 
-use crate::view::{RunView, millis};
+use crate::view::{GrantView, RunView, millis};
 use serde_json::Value;
 use tollgate_agent_core::{Millis, RunStatus, StoredEvent};
-use tollgate_agent_protocol::{Approvals, CallState, Decision, Pending};
+use tollgate_agent_protocol::{Approvals, CallState, Decision, Grant, GrantScope, Pending};
 
 /// Input longer than this many characters is cut in the runs table.
 const INPUT_WIDTH: usize = 40;
@@ -20,6 +20,19 @@ pub fn age(now: Millis, then: Millis) -> String {
         s if s < 3600 => format!("{}m", s / 60),
         s if s < 86_400 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86_400),
+    }
+}
+
+/// How long from `now` until `then`, in the largest whole unit, rounded to the nearest (a grant made for
+/// 8h shows `8h`, not `7h`, a moment later): `45s`, `30m`, `8h`, `7d`.
+pub fn time_left(now: Millis, then: Millis) -> String {
+    let seconds = (then - now).max(0) / 1000;
+    let nearest = |unit: i64| (seconds + unit / 2) / unit;
+    match seconds {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 - 30 => format!("{}m", nearest(60)),
+        s if s < 86_400 - 1800 => format!("{}h", nearest(3600)),
+        _ => format!("{}d", nearest(86_400)),
     }
 }
 
@@ -161,6 +174,12 @@ fn held_turn(pending: &Pending) -> String {
         if let Some(approvals) = &call.approvals {
             out.push_str(&format!("    {}\n", approvals_count(approvals)));
         }
+        if let Some(grant) = &call.grant {
+            out.push_str(&format!("    allowed by grant {grant}\n"));
+        }
+        if let Some(pattern) = call.suggested_match.as_ref().filter(|_| call.takes_decision) {
+            out.push_str(&format!("    suggested match {}\n", Value::Object(pattern.clone())));
+        }
         if let Some(recorded) = &call.decision {
             let detail = match &recorded.decision {
                 Decision::Approve => String::new(),
@@ -240,6 +259,114 @@ pub fn held_calls_summary(run: &RunView) -> String {
         }
     }
     out
+}
+
+/// Grants listed in the `grants` table: the match cut to this many characters.
+const MATCH_WIDTH: usize = 60;
+
+/// A grant's `match` on one line: compact JSON, or `any arguments` for `{}`.
+fn match_text(grant: &Grant) -> String {
+    if grant.r#match.is_empty() { "any arguments".to_owned() } else { Value::Object(grant.r#match.clone()).to_string() }
+}
+
+/// Whether a grant still allows calls at `now`, and until when, as the `EXPIRES` column says it:
+/// `in 8h`, `expired`, `revoked`.
+fn grant_state(grant: &Grant, now: Millis) -> String {
+    if grant.revoked_at.is_some() {
+        return "revoked".to_owned();
+    }
+    match millis(&grant.expires_at) {
+        Some(expires) if expires > now => format!("in {}", time_left(now, expires)),
+        Some(_) => "expired".to_owned(),
+        None => "?".to_owned(),
+    }
+}
+
+/// The agent a grant allows calls of, and for scope `run` the run (its whole id: the first characters
+/// of ids made in the same minute are the same).
+fn grant_agent(grant: &Grant) -> String {
+    match (&grant.scope, &grant.run_id) {
+        (GrantScope::Run, Some(run)) => format!("{} (run {run})", grant.agent),
+        _ => grant.agent.clone(),
+    }
+}
+
+/// The `grants` table: id, agent, tool, match, expires, uses, creator. Empty text when there are none.
+pub fn grants_table(grants: &[GrantView], now: Millis) -> String {
+    if grants.is_empty() {
+        return String::new();
+    }
+    let mut rows = vec![["ID", "AGENT", "TOOL", "MATCH", "EXPIRES", "USES", "CREATOR"].map(str::to_owned).to_vec()];
+    rows.extend(grants.iter().map(|view| {
+        let grant = &view.grant;
+        vec![
+            grant.id.to_string(),
+            one_line(&grant_agent(grant), 100),
+            one_line(&grant.tool, 40),
+            one_line(&match_text(grant), MATCH_WIDTH),
+            grant_state(grant, now),
+            grant.uses.to_string(),
+            one_line(grant.created_by.as_str(), 40),
+        ]
+    }));
+    table(&rows)
+}
+
+/// One grant as `grant` prints it: its fields, then (with `--apply-to-waiting`) the runs it approved.
+pub fn grant_details(grant: &Grant, now: Millis) -> String {
+    let mut rows: Vec<Vec<String>> = vec![
+        vec!["grant".into(), grant.id.to_string()],
+        vec!["agent".into(), one_line(&grant.agent, 200)],
+        vec!["tool".into(), one_line(&grant.tool, 200)],
+        vec!["match".into(), one_line(&match_text(grant), 400)],
+        vec![
+            "scope".into(),
+            match &grant.run_id {
+                Some(run) => format!("run {run}"),
+                None => format!("{} (every run of {})", grant.scope, one_line(&grant.agent, 200)),
+            },
+        ],
+    ];
+    if let Some(reason) = &grant.reason {
+        rows.push(vec!["reason".into(), one_line(reason, 200)]);
+    }
+    rows.push(vec!["created".into(), format!("{} by {}", grant.created_at, one_line(grant.created_by.as_str(), 200))]);
+    rows.push(vec!["expires".into(), format!("{} ({})", grant.expires_at, grant_state(grant, now))]);
+    if let Some(revoked) = &grant.revoked_at {
+        let by = grant.revoked_by.as_ref().map(|a| format!(" by {}", one_line(a.as_str(), 200))).unwrap_or_default();
+        rows.push(vec!["revoked".into(), format!("{revoked}{by}")]);
+    }
+    rows.push(vec!["uses".into(), grant.uses.to_string()]);
+    let mut out = table(&rows);
+    match grant.applied_to.as_deref() {
+        None => {}
+        Some([]) => out.push_str("applied to no waiting run\n"),
+        Some(runs) => {
+            out.push_str(&format!("applied to {} waiting run(s):\n", runs.len()));
+            for run in runs {
+                out.push_str(&format!("  {run}\n"));
+            }
+        }
+    }
+    out
+}
+
+/// A grant in one sentence, for stderr after a decision made it: `remembered as grant ID: fs_write calls of
+/// agent demo whose arguments match {"/path":"notes/*"} pass the gate until TIME`.
+pub fn grant_sentence(grant: &Grant) -> String {
+    let arguments = if grant.r#match.is_empty() {
+        "whatever their arguments".to_owned()
+    } else {
+        format!("whose arguments match {}", match_text(grant))
+    };
+    let runs = match &grant.run_id {
+        Some(run) => format!(" in run {run}"),
+        None => String::new(),
+    };
+    format!(
+        "remembered as grant {}: {} calls of agent {} {arguments} pass the gate{runs} until {}",
+        grant.id, grant.tool, grant.agent, grant.expires_at
+    )
 }
 
 /// A sentence for a run that ended without completing, for stderr.
@@ -383,6 +510,86 @@ mod tests {
             waiting_lines(&run).lines().next(),
             Some("run run-1 is waiting for approval"),
             "only a quorum call still open is named"
+        );
+    }
+
+    #[test]
+    fn time_left_rounds_to_the_nearest_whole_unit() {
+        let hour = 3_600_000;
+        assert_eq!(time_left(0, 8 * hour - 2_000), "8h", "a grant for 8h shows 8h a moment later");
+        assert_eq!(time_left(0, 30 * 24 * hour), "30d");
+        assert_eq!(time_left(0, 90 * 60_000), "2h");
+        assert_eq!(time_left(0, 29 * 60_000), "29m");
+        assert_eq!(time_left(0, 45_000), "45s");
+        assert_eq!(time_left(5_000, 0), "0s", "never negative");
+    }
+
+    /// A grant object of docs/api.md with `changes` applied.
+    fn grant_view(changes: serde_json::Value) -> GrantView {
+        let mut json = serde_json::json!({
+            "id": "0193b0c6-0000-7000-8000-000000000009", "agent": "demo", "tool": "fs_write",
+            "match": {"/path": "notes/*"}, "scope": "agent", "run_id": null, "reason": null, "created_by": "alice",
+            "created_at": "2026-12-05T08:00:00.000Z", "expires_at": "2026-12-05T16:00:00.000Z",
+            "revoked_at": null, "revoked_by": null, "uses": 3
+        });
+        if let (Value::Object(json), Value::Object(changes)) = (&mut json, changes) {
+            json.extend(changes);
+        }
+        GrantView::from_json(json).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_grants_table_says_what_each_allows_until_when() {
+        let now = millis("2026-12-05T09:00:00.000Z").unwrap_or_default();
+        let active = grant_view(serde_json::json!({}));
+        let any_of_one_run = grant_view(serde_json::json!({"id": "0193b0c6-0000-7000-8000-00000000000a",
+            "match": {}, "scope": "run", "run_id": "0193b0c5-1111-7000-8000-000000000001", "uses": 0}));
+        let revoked = grant_view(serde_json::json!({"id": "0193b0c6-0000-7000-8000-00000000000b",
+            "revoked_at": "2026-12-05T08:30:00.000Z", "revoked_by": "bob"}));
+        let expired = grant_view(serde_json::json!({"id": "0193b0c6-0000-7000-8000-00000000000c",
+            "expires_at": "2026-12-05T08:59:00.000Z", "created_by": "local"}));
+        assert_eq!(
+            grants_table(&[active, any_of_one_run, revoked, expired], now),
+            "ID                                    AGENT                                            TOOL      MATCH                EXPIRES  USES  CREATOR\n\
+             0193b0c6-0000-7000-8000-000000000009  demo                                             fs_write  {\"/path\":\"notes/*\"}  in 7h    3     alice\n\
+             0193b0c6-0000-7000-8000-00000000000a  demo (run 0193b0c5-1111-7000-8000-000000000001)  fs_write  any arguments        in 7h    0     alice\n\
+             0193b0c6-0000-7000-8000-00000000000b  demo                                             fs_write  {\"/path\":\"notes/*\"}  revoked  3     alice\n\
+             0193b0c6-0000-7000-8000-00000000000c  demo                                             fs_write  {\"/path\":\"notes/*\"}  expired  3     local\n"
+        );
+        assert_eq!(grants_table(&[], now), "");
+    }
+
+    #[test]
+    fn a_grant_shows_its_fields_and_the_runs_it_was_applied_to() {
+        let now = millis("2026-12-05T09:00:00.000Z").unwrap_or_default();
+        let made = grant_view(serde_json::json!({"reason": "notes are fine", "uses": 0,
+            "applied_to": ["0193b0c5-1111-7000-8000-000000000001"]}));
+        assert_eq!(
+            grant_details(&made.grant, now),
+            "grant    0193b0c6-0000-7000-8000-000000000009\n\
+             agent    demo\n\
+             tool     fs_write\n\
+             match    {\"/path\":\"notes/*\"}\n\
+             scope    agent (every run of demo)\n\
+             reason   notes are fine\n\
+             created  2026-12-05T08:00:00.000Z by alice\n\
+             expires  2026-12-05T16:00:00.000Z (in 7h)\n\
+             uses     0\n\
+             applied to 1 waiting run(s):\n\
+             \x20 0193b0c5-1111-7000-8000-000000000001\n"
+        );
+        let revoked = grant_view(serde_json::json!({"revoked_at": "2026-12-05T08:30:00.000Z", "revoked_by": "bob",
+            "applied_to": []}));
+        let shown = grant_details(&revoked.grant, now);
+        assert!(
+            shown.contains("expires  2026-12-05T16:00:00.000Z (revoked)\nrevoked  2026-12-05T08:30:00.000Z by bob\n"),
+            "{shown}"
+        );
+        assert!(shown.ends_with("uses     3\napplied to no waiting run\n"), "{shown}");
+        assert_eq!(
+            grant_sentence(&made.grant),
+            "remembered as grant 0193b0c6-0000-7000-8000-000000000009: fs_write calls of agent demo whose arguments \
+             match {\"/path\":\"notes/*\"} pass the gate until 2026-12-05T16:00:00.000Z"
         );
     }
 

@@ -1,4 +1,5 @@
-//! A run as every command sees it, whichever way it was read: the run object of docs/api.md.
+//! A run as every command sees it, whichever way it was read: the run object of docs/api.md; and a
+//! grant, the grant object of docs/api.md.
 //!
 //! Local mode builds it from the stored record with [`tollgate_agent_runtime::view::run_view`], the very function
 //! the HTTP API answers with; `--server` mode reads it from the API. So `--json` prints the same object in
@@ -7,7 +8,7 @@
 
 use serde_json::Value;
 use tollgate_agent_core::{Actor, Millis, RunId, RunRecord, RunStatus};
-use tollgate_agent_protocol::{Call, Pending, Run, RunError, Usage};
+use tollgate_agent_protocol::{Call, Grant, Pending, Run, RunError, Usage};
 
 /// One run: the docs/api.md object as it is ([`RunView::json`]) and its fields, typed by
 /// [`tollgate_agent_protocol::Run`].
@@ -85,6 +86,30 @@ impl RunView {
     /// The calls of the held turn that still need a decision ([`Call::awaits_decision`]).
     pub fn awaiting_decision(&self) -> impl Iterator<Item = &Call> {
         self.pending.iter().flat_map(|p| p.calls.iter()).filter(|c| c.awaits_decision())
+    }
+}
+
+/// One grant: the docs/api.md object as it is ([`GrantView::json`], for `--json`) and its fields.
+#[derive(Clone, Debug)]
+pub struct GrantView {
+    /// The grant object exactly as built or received.
+    pub json: Value,
+    /// Its fields.
+    pub grant: Grant,
+}
+
+impl GrantView {
+    /// Reads a docs/api.md grant object; says what does not fit.
+    pub fn from_json(json: Value) -> Result<GrantView, String> {
+        let grant = serde_json::from_value(json.clone()).map_err(|e| format!("not a grant object: {e}"))?;
+        Ok(GrantView { json, grant })
+    }
+
+    /// The view of a grant as the API answers it (built by [`tollgate_agent_runtime::wire::grant`], the
+    /// function the HTTP API answers with).
+    pub fn from_wire(grant: Grant) -> Result<GrantView, String> {
+        let json = serde_json::to_value(&grant).map_err(|e| format!("cannot write grant {}: {e}", grant.id))?;
+        Ok(GrantView { json, grant })
     }
 }
 

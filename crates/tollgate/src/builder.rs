@@ -368,6 +368,7 @@ impl Builder {
             redactor,
             workers: self.workers.unwrap_or(defaults.workers),
             max_takeovers: self.max_takeovers.unwrap_or(defaults.max_takeovers),
+            grants: defaults.grants,
         };
         let runtime = Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
         // Queued runs (started while every worker was busy, or given back by a process that shut down)

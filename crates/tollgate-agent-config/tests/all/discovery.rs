@@ -35,6 +35,9 @@ fn defaults_without_a_file() -> anyhow::Result<()> {
     assert_eq!(config.retention.terminal_after, Duration::from_secs(30 * 86_400));
     assert_eq!(config.retention.waiting_after, Duration::from_secs(90 * 86_400));
     assert_eq!(config.workspace.root, dir.path().join("workspace"));
+    assert!(config.grants.enabled);
+    assert_eq!(config.grants.default_ttl, Duration::from_secs(8 * 3_600));
+    assert_eq!(config.grants.max_ttl, Duration::from_secs(30 * 86_400));
     assert!(config.auth.tokens.is_empty());
     assert!(config.providers.is_empty());
     assert!(config.mcp_servers.is_empty());

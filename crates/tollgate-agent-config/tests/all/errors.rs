@@ -341,7 +341,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
             "top level",
             "storage = { url = \"x\" }\n".into(),
             "tollgate.toml: storage: unknown key (known keys here: store, server, retention, workspace, auth, \
-             providers, mcp_servers, agents, webhooks, sandbox, privacy, runtime)",
+             providers, mcp_servers, agents, webhooks, sandbox, privacy, runtime, grants)",
         ),
         (
             "in a section",
@@ -369,7 +369,8 @@ fn unknown_keys_are_named_with_the_known_ones() {
         (
             "in a policy rule",
             with_agent("[[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"\nreason = \"x\"", ""),
-            "tollgate.toml: agents[0].policy[0].reason: unknown key (known keys here: tool, when, gate, approvals)",
+            "tollgate.toml: agents[0].policy[0].reason: unknown key (known keys here: tool, when, gate, approvals, \
+             grantable)",
         ),
         (
             "in auth",
@@ -437,6 +438,117 @@ fn a_policy_rule_that_asks_may_need_a_quorum() -> anyhow::Result<()> {
             ),
             r#"tollgate.toml: agents[0].policy[1].approvals: only a rule with gate = "ask" takes approvals; this rule's gate is "forbid""#,
         ),
+    ]);
+    Ok(())
+}
+
+#[test]
+fn a_policy_rule_that_asks_may_refuse_grants() -> anyhow::Result<()> {
+    let config = parse(&with_agent(
+        "[[agents.policy]]\ntool = \"pay\"\ngate = \"ask\"\ngrantable = false\napprovals = 2\n\
+         [[agents.policy]]\ntool = \"refund\"\ngate = \"ask\"\ngrantable = true\n\
+         [[agents.policy]]\ntool = \"shell\"\ngate = \"ask\"\n\
+         [[agents.policy]]\ntool = \"fs_read\"\ngate = \"allow\"\n",
+        "",
+    ))?;
+    let grantable: Vec<bool> = config.agents[0].policy.iter().map(|rule| rule.grantable).collect();
+    assert_eq!(grantable, [false, true, true, true], "absent means grantable, whatever the gate");
+
+    let rule = |gate: &str, grantable: &str| {
+        with_agent(&format!("[[agents.policy]]\ntool = \"pay\"\ngate = \"{gate}\"\ngrantable = {grantable}"), "")
+    };
+    check(&[
+        (
+            "not a boolean",
+            rule("ask", "\"no\""),
+            r#"tollgate.toml: agents[0].policy[0].grantable: expected true or false, got "no""#,
+        ),
+        (
+            "on an allow rule",
+            rule("allow", "false"),
+            r#"tollgate.toml: agents[0].policy[0].grantable: only a rule with gate = "ask" takes grantable; this rule's gate is "allow""#,
+        ),
+        (
+            "true on a forbid rule, said of the second rule",
+            with_agent(
+                "[[agents.policy]]\ntool = \"pay\"\ngate = \"ask\"\ngrantable = false\n\
+                 [[agents.policy]]\ntool = \"shell\"\ngate = \"forbid\"\ngrantable = true\n",
+                "",
+            ),
+            r#"tollgate.toml: agents[0].policy[1].grantable: only a rule with gate = "ask" takes grantable; this rule's gate is "forbid""#,
+        ),
+    ]);
+    Ok(())
+}
+
+#[test]
+fn grants_take_a_switch_and_two_lifetimes_in_order() -> anyhow::Result<()> {
+    let config = parse("[grants]\nenabled = false\ndefault_ttl = \"1h\"\nmax_ttl = \"7d\"\n")?;
+    assert_eq!(
+        config.grants,
+        tollgate_agent_config::GrantsConfig {
+            enabled: false,
+            default_ttl: Duration::from_secs(3_600),
+            max_ttl: Duration::from_secs(7 * 86_400),
+        }
+    );
+    let defaults = parse("")?.grants;
+    assert_eq!(defaults, tollgate_agent_config::GrantsConfig::default());
+    assert_eq!(
+        (defaults.enabled, defaults.default_ttl, defaults.max_ttl),
+        (true, Duration::from_secs(28_800), Duration::from_secs(2_592_000))
+    );
+    let equal = parse("[grants]\ndefault_ttl = \"2d\"\nmax_ttl = \"48h\"\n")?.grants;
+    assert_eq!(
+        (equal.default_ttl, equal.max_ttl),
+        (Duration::from_secs(172_800), Duration::from_secs(172_800)),
+        "equal is in order"
+    );
+    let short = parse("[grants]\nmax_ttl = \"8h\"\n")?.grants;
+    assert_eq!(short.max_ttl, short.default_ttl, "a max equal to the default default");
+
+    check(&[
+        (
+            "a default longer than the max",
+            "[grants]\ndefault_ttl = \"30d\"\nmax_ttl = \"7d\"\n".into(),
+            r#"tollgate.toml: grants.default_ttl: expected a duration of at most grants.max_ttl ("7d"), got "30d""#,
+        ),
+        (
+            "a default longer than the default max",
+            "[grants]\ndefault_ttl = \"31d\"\n".into(),
+            r#"tollgate.toml: grants.default_ttl: expected a duration of at most grants.max_ttl (30d, the default), got "31d""#,
+        ),
+        (
+            "a max shorter than the default default",
+            "[grants]\nmax_ttl = \"1h\"\n".into(),
+            r#"tollgate.toml: grants.max_ttl: expected a duration of at least grants.default_ttl (8h, the default), got "1h""#,
+        ),
+        (
+            "a zero default",
+            "[grants]\ndefault_ttl = \"0s\"\n".into(),
+            r#"tollgate.toml: grants.default_ttl: expected a duration greater than zero, got "0s""#,
+        ),
+        (
+            "a zero max",
+            "[grants]\nmax_ttl = \"0d\"\n".into(),
+            r#"tollgate.toml: grants.max_ttl: expected a duration greater than zero, got "0d""#,
+        ),
+        (
+            "not a duration",
+            "[grants]\nmax_ttl = 30\n".into(),
+            r#"tollgate.toml: grants.max_ttl: expected a duration like "30s", "15m", "24h" or "30d", got 30"#,
+        ),
+        (
+            "not a boolean",
+            "[grants]\nenabled = \"yes\"\n".into(),
+            r#"tollgate.toml: grants.enabled: expected true or false, got "yes""#,
+        ),
+        (
+            "an unknown key",
+            "[grants]\nttl = \"8h\"\n".into(),
+            "tollgate.toml: grants.ttl: unknown key (known keys here: enabled, default_ttl, max_ttl)",
+        ),
+        ("not a table", "grants = true\n".into(), "tollgate.toml: grants: expected a table ([grants]), got true"),
     ]);
     Ok(())
 }

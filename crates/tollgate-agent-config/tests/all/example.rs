@@ -119,6 +119,7 @@ fn agents_and_policy() -> anyhow::Result<()> {
             when: vec![ArgumentMatch { pointer: "/path".into(), pattern: Glob::new("notes/**") }],
             gate: PolicyGate::Allow,
             approvals: None,
+            grantable: true,
         }],
     };
     assert_eq!(config.agents, [writer]);

@@ -23,7 +23,7 @@ waiting_after = "90d"
 root = "file-workspace"
 "#;
 
-const EVERY_OVERRIDE: [(&str, &str); 16] = [
+const EVERY_OVERRIDE: [(&str, &str); 19] = [
     ("TOLLGATE_STORE_URL", "postgres://tollgate@db:5432/tollgate"),
     ("TOLLGATE_STORE_CONNECT_TIMEOUT", "3s"),
     ("TOLLGATE_SERVER_ADDR", "0.0.0.0:9000"),
@@ -40,6 +40,9 @@ const EVERY_OVERRIDE: [(&str, &str); 16] = [
     ("TOLLGATE_WORKSPACE_ROOT", "/data/workspace"),
     ("TOLLGATE_RUNTIME_WORKERS", "12"),
     ("TOLLGATE_RUNTIME_MAX_TAKEOVERS", "5"),
+    ("TOLLGATE_GRANTS_ENABLED", "false"),
+    ("TOLLGATE_GRANTS_DEFAULT_TTL", "1h"),
+    ("TOLLGATE_GRANTS_MAX_TTL", "2h"),
 ];
 
 #[test]
@@ -62,6 +65,11 @@ fn every_scalar_key_is_overridable_over_the_file() -> anyhow::Result<()> {
     assert_eq!(config.workspace.root, PathBuf::from("/data/workspace"));
     assert_eq!(config.runtime.workers, Some(12));
     assert_eq!(config.runtime.max_takeovers, Some(5));
+    assert!(!config.grants.enabled);
+    assert_eq!(
+        (config.grants.default_ttl, config.grants.max_ttl),
+        (Duration::from_secs(3_600), Duration::from_secs(7_200))
+    );
     Ok(())
 }
 
@@ -119,6 +127,14 @@ fn a_bad_override_is_an_error_naming_the_variable() {
         (
             ("TOLLGATE_RETENTION_WAITING_AFTER", "forever"),
             r#"TOLLGATE_RETENTION_WAITING_AFTER: retention.waiting_after: expected a duration like "30s", "15m", "24h" or "30d", got "forever""#,
+        ),
+        (
+            ("TOLLGATE_GRANTS_ENABLED", "yes"),
+            r#"TOLLGATE_GRANTS_ENABLED: grants.enabled: expected true or false, got "yes""#,
+        ),
+        (
+            ("TOLLGATE_GRANTS_MAX_TTL", "1h"),
+            r#"TOLLGATE_GRANTS_MAX_TTL: grants.max_ttl: expected a duration of at least grants.default_ttl (8h, the default), got "1h""#,
         ),
         (
             ("TOLLGATE_STORE_URL", "mysql://root:hunter2@db/x"),

@@ -4,6 +4,7 @@
 mod approvals;
 mod frozen_v1;
 mod fuzz_corpus;
+mod grants;
 mod loop_rules;
 mod properties;
 mod transcripts;

@@ -22,6 +22,11 @@ use utoipa::OpenApi;
     tollgate_agent_protocol::PurgeResult,
     tollgate_agent_protocol::Health,
     tollgate_agent_protocol::Problem,
+    tollgate_agent_protocol::Grant,
+    tollgate_agent_protocol::GrantPage,
+    tollgate_agent_protocol::CreateGrantRequest,
+    tollgate_agent_protocol::Remember,
+    tollgate_agent_protocol::GrantScope,
 )))]
 struct Doc;
 

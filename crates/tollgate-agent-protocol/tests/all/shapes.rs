@@ -100,6 +100,7 @@ fn the_kinds_v1_never_wrote_and_the_null_fields_are_written_as_today() {
                 call_id: "call_2".into(),
                 actor: "system".into(),
                 approvals: None,
+                grant: None,
             }
             .into(),
             expected,
@@ -157,7 +158,7 @@ fn the_decisions_body_of_api_md_reads_into_one_named_type_per_action() {
     assert_eq!(
         request.decisions,
         Some(vec![
-            CallDecision::Approve(ApproveDecision { call_id: "call_1".into() }),
+            CallDecision::Approve(ApproveDecision { call_id: "call_1".into(), remember: None }),
             CallDecision::Deny(DenyDecision { call_id: "call_2".into(), reason: Some("not on a Friday".into()) }),
             CallDecision::Edit(EditDecision {
                 call_id: "call_3".into(),
@@ -213,7 +214,10 @@ fn client_bodies_are_the_smallest_that_say_what_they_mean() {
     let null: StartRunRequest =
         serde_json::from_value(json!({"input": "hi", "metadata": null})).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(null.metadata, None, "null means absent");
-    let each = DecisionRequest::each("d", vec![CallDecision::Approve(ApproveDecision { call_id: "c".into() })]);
+    let each = DecisionRequest::each(
+        "d",
+        vec![CallDecision::Approve(ApproveDecision { call_id: "c".into(), remember: None })],
+    );
     assert_eq!(text(&each), r#"{"turn_digest":"d","decisions":[{"action":"approve","call_id":"c"}]}"#);
     assert_eq!(serde_json::from_str::<DecisionRequest>(&text(&each)).ok(), Some(each));
 }

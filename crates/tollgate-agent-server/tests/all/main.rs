@@ -6,6 +6,7 @@ mod auth;
 mod common;
 mod concurrency;
 mod fuzz_corpus;
+mod grants;
 mod limits;
 mod local_owner;
 mod malformed;

@@ -15,7 +15,7 @@ const PROBE: &str = "INSERT INTO health (id, probed_at) VALUES (1, $1) \
 
 /// Tables `check_integrity` reads: every row with `Full` (PostgreSQL then reads every page, checking
 /// its checksum when the cluster has them), one row with `Quick`.
-const TABLES: [&str; 5] = ["runs", "event_batches", "log_readers", "health", "tollgate_migrations"];
+const TABLES: [&str; 6] = ["runs", "event_batches", "grants", "log_readers", "health", "tollgate_migrations"];
 
 impl PostgresStore {
     async fn probe(&self) -> Result<(), StoreError> {

@@ -16,6 +16,8 @@
 //! entry is dropped, and the write takes the path above (read, write, locked retry). The cache is a
 //! guess, never a guard: an answer planned on it is returned only once its statement applied, and a
 //! plan refused on it (a guard, a transition rule) is made again on the row read.
+//! A vote that makes grants (`Transition::Vote`'s `remember`) is the exception: it takes the locked
+//! path at once, its grants inserted in the same transaction as the vote (`rows.rs`).
 //! Under load, the reads, creates and transitions of different runs share one statement per kind, each
 //! answered as if alone (`pg_groups.rs`); a lone operation keeps the statement described here.
 //! Statements take their connections from the store's connection list (`pg_connections.rs`), which
@@ -31,11 +33,13 @@
 //! `rows.rs` (`RunRows`: create, read, list and change a run; the grouped statements and the row
 //! cache), `log.rs` (`EventLog`: a run's events), `queue.rs` (`RunQueue`: claims), `schedules.rs`
 //! (`Schedules`: due runs, purge), `health.rs` (`StoreHealth`: probe, integrity, counts), `feed.rs`
-//! (`ChangeFeed`: the commit log, its readers, announcements and taps) and `scratch.rs`
+//! (`ChangeFeed`: the commit log, its readers, announcements and taps), `grants.rs` (`Grants`: standing
+//! approvals; a vote's are inserted in the vote's transaction, see `rows.rs`) and `scratch.rs`
 //! ([`ScratchSchema`]). This file holds the store itself: opening, the pool, migrations, and what the
 //! concerns share.
 
 mod feed;
+mod grants;
 mod health;
 mod log;
 mod queue;
@@ -132,6 +136,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 11, name: "commit_log", sql: include_str!("../../migrations/postgres/0011_commit_log.sql") },
     Migration { version: 12, name: "queue_index", sql: include_str!("../../migrations/postgres/0012_queue_index.sql") },
     Migration { version: 13, name: "approvals", sql: include_str!("../../migrations/postgres/0013_approvals.sql") },
+    Migration { version: 14, name: "grants", sql: include_str!("../../migrations/postgres/0014_grants.sql") },
 ];
 
 /// Connections per node.

@@ -9,6 +9,7 @@ use crate::codec::{
     decode_run, plan_append, plan_create, plan_transition, prefix_upper_bound, read_run_row, resolve_prefix_answer,
     run_columns, split_readable,
 };
+use crate::grant_rows::GrantRow;
 use crate::pg_groups::{Answer, Grouped, Runner, each_alone_after};
 use sqlx::postgres::PgArguments;
 use sqlx::query::QueryScalar;
@@ -691,6 +692,13 @@ impl PostgresStore {
         events: Vec<NewEvent>,
         now: Millis,
     ) -> Result<RunRecord, StoreError> {
+        if let Transition::Vote { remember, .. } = &transition
+            && !remember.is_empty()
+        {
+            let grants = remember.iter().map(|grant| GrantRow::new(grant.clone()).map(|(row, _)| row));
+            let grants = grants.collect::<Result<Vec<_>, _>>()?;
+            return self.transition_with_grants(id, guard, transition, events, now, grants).await;
+        }
         if let Some(row) = self.cache.get(id) {
             if let Ok(planned) = self.plan_transition_on(row, &guard, &transition, events.clone(), now)
                 && let Some(next) = self.transitions.run(planned, self.runner()).await?
@@ -731,6 +739,45 @@ impl PostgresStore {
         tx.commit().await.map_err(self.db_error("cannot commit"))?;
         self.taps.fire(id, &stored);
         Ok(next)
+    }
+
+    /// A vote that makes grants (its `remember`): the row locked, the vote planned on it and written, and
+    /// the grants inserted, in one transaction, so that the grants exist exactly when the vote does (a
+    /// guard that refuses, a grant that cannot be written: neither is committed).
+    async fn transition_with_grants(
+        &self,
+        id: &RunId,
+        guard: Guard,
+        transition: Transition,
+        events: Vec<NewEvent>,
+        now: Millis,
+        grants: Vec<GrantRow>,
+    ) -> Result<RunRecord, StoreError> {
+        let mut connection = self.connection().await?;
+        let written = async {
+            let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
+            let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
+            let planned = self.plan_transition_on(row, &guard, &transition, events, now)?;
+            let Some(written) = self.write_transition(&mut tx, planned).await? else {
+                return Err(StoreError::Conflict { id: id.to_string(), conflict: Conflict::ConcurrentUpdate });
+            };
+            self.insert_grants(&mut tx, &grants).await?;
+            tx.commit().await.map_err(self.db_error("cannot commit"))?;
+            Ok(written)
+        }
+        .await;
+        match written {
+            Ok((next, stored)) => {
+                connection.finished();
+                self.taps.fire(id, &stored);
+                Ok(next)
+            }
+            Err(error) => {
+                // The row remembered may be the one written and then rolled back.
+                self.cache.remove(id);
+                Err(error)
+            }
+        }
     }
 
     /// Run `id`'s row, read with `select` (locking it or not); remembered as read.

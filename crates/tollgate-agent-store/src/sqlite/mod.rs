@@ -15,9 +15,9 @@
 //!    compare-and-set of a [`Guard`] is exact);
 //! 2. checks and applies itself in Rust (`plan_transition`, `plan_create`, `plan_append` of the codec) — an
 //!    operation that conflicts or does not apply is answered with its error and writes nothing;
-//! 3. writes the run's row and its events inside its own `SAVEPOINT`: if a write fails (a
-//!    constraint, say, because a row was edited behind Tollgate's back), that savepoint is rolled back
-//!    and only that operation gets the error.
+//! 3. writes the run's row and its events (and the grants a vote remembers) inside its own
+//!    `SAVEPOINT`: if a write fails (a constraint, say, because a row was edited behind Tollgate's
+//!    back), that savepoint is rolled back and only that operation gets the error.
 //!
 //! Every caller is answered only after the COMMIT has returned, so an `Ok` means durable; if the
 //! transaction fails as a whole (the COMMIT, an I/O error that ends it, a panic), every operation of
@@ -37,7 +37,7 @@
 //! every 1,000 write operations and after a quiet spell; a commit that leaves the WAL longer than
 //! `RESTART_FRAMES` copies what is left itself, so that the WAL starts over instead of growing.
 //!
-//! Reads (get, list, events, due, resolve_prefix, counts) run on the calling thread, on a read
+//! Reads (get, list, events, due, resolve_prefix, counts, grants) run on the calling thread, on a read
 //! connection of a small pool; WAL lets them read the last committed state while a write goes on.
 //! They are short index lookups (at most a page of rows), so they do not hold an async worker long.
 //!
@@ -46,10 +46,13 @@
 //!   connection settings, open, migrations and close;
 //! - `writer`: the write path — the request queue, the writer thread, group commit, the inline commit
 //!   of a lone write, and the savepoint per operation;
-//! - `readers`: the pool of read connections and every query that runs on it;
+//! - `readers`: the pool of read connections and every query of runs that runs on it;
+//! - `grants`: [`Grants`](tollgate_agent_core::Grants) — its reads, on the read connections, and its
+//!   writes, requests to the writer like any other (a vote's grants go in the vote's own operation);
 //! - `checkpoint`: the checkpointer thread and the write connection's WAL hook.
 
 mod checkpoint;
+mod grants;
 mod readers;
 mod sealing;
 mod writer;
@@ -59,6 +62,7 @@ pub use writer::MAX_BATCH;
 use crate::StoreOptions;
 use crate::codec::{Columns, DatabaseFailure, Failure, Secrets, database_error, run_columns};
 use crate::encryption::DataKeys;
+use crate::grant_rows::grant_columns;
 use crate::migrations::{self, Migration};
 use checkpoint::{set_up_wal, start_checkpointer};
 use readers::{ReadSource, Readers};
@@ -96,11 +100,13 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 4, name: "commit_log", sql: include_str!("../../migrations/sqlite/0004_commit_log.sql") },
     Migration { version: 5, name: "queue_index", sql: include_str!("../../migrations/sqlite/0005_queue_index.sql") },
     Migration { version: 6, name: "approvals", sql: include_str!("../../migrations/sqlite/0006_approvals.sql") },
+    Migration { version: 7, name: "grants", sql: include_str!("../../migrations/sqlite/0007_grants.sql") },
 ];
 
 // Shared by the readers and the writer (which reads a run as its batch left it).
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ?1");
 const RUN_EXISTS: &str = "SELECT 1 FROM runs WHERE id = ?1";
+const SELECT_GRANT: &str = concat!("SELECT ", grant_columns!(), " FROM grants WHERE id = ?1");
 
 impl Columns for rusqlite::Row<'_> {
     fn text(&self, index: usize) -> Result<String, String> {
@@ -463,7 +469,7 @@ impl RunQueue for SqliteStore {
                         StoreError::Conflict { .. } | StoreError::Transition(_) | StoreError::NotFound(_),
                     )) => {}
                     Outcome::Record(Err(error)) | Outcome::Count(Err(error)) => failed = Some(error),
-                    Outcome::Count(Ok(_)) => failed = Some(writer::mismatched_outcome()),
+                    Outcome::Count(Ok(_)) | Outcome::Grant(_) => failed = Some(writer::mismatched_outcome()),
                 }
             }
             match failed {

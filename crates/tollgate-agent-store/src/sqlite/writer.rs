@@ -10,22 +10,24 @@
 //! error, named by SQLite's code (a full disk is [`StoreError::DiskFull`] for each of them).
 
 use super::checkpoint::CHECKPOINT_EVERY;
-use super::{Folder, SELECT_RUN, SqliteStore, lock, run_exists};
+use super::{Folder, SELECT_GRANT, SELECT_RUN, SqliteStore, lock, run_exists};
 use crate::codec::{
     ChainHead, EventRow, RunRow, Secrets, chain_key, database_error, plan_append, plan_create, plan_transition,
     read_run_row, run_columns, run_error,
 };
 use crate::encryption::DataKeys;
+use crate::grant_rows::{GrantRow, decode_grant, grant_columns, read_grant_row, refused_revocation};
 use crate::taps::Taps;
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot};
-use tollgate_agent_core::RunId;
 use tollgate_agent_core::event::{NewEvent, StoredEvent};
+use tollgate_agent_core::grant::GrantRecord;
 use tollgate_agent_core::run::{Millis, RunRecord, RunState, Transition};
 use tollgate_agent_core::store::{Guard, StoreError};
+use tollgate_agent_core::{GrantId, RunId};
 
 /// The most operations the writer puts into one transaction.
 pub const MAX_BATCH: usize = 256;
@@ -67,6 +69,19 @@ const HOLD_READER: &str = "INSERT INTO log_readers AS r (name, holder, held_unti
      updated_at = excluded.updated_at WHERE r.holder = excluded.holder OR r.held_until <= excluded.updated_at";
 const RELEASE_READER: &str = "UPDATE log_readers SET held_until = 0 WHERE name = ?1 AND holder = ?2";
 
+const INSERT_GRANT: &str = concat!(
+    "INSERT INTO grants (",
+    grant_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+);
+/// The compare-and-set of a revocation: grant `?1`, if active at `?2`, revoked then by `?3`.
+const REVOKE_GRANT: &str = concat!(
+    "UPDATE grants SET revoked_at = ?2, revoked_by = ?3 WHERE id = ?1 AND revoked_at IS NULL AND expires_at > ?2 ",
+    "RETURNING ",
+    grant_columns!()
+);
+const COUNT_GRANT_USE: &str = "UPDATE grants SET uses = uses + 1 WHERE id = ?1";
+
 impl SqliteStore {
     /// Commits a write. When no other write is under way (none submitted and unanswered, none queued)
     /// and the write connection is free, the caller's thread commits it at once (no hand-off to the
@@ -82,12 +97,12 @@ impl SqliteStore {
         {
             return self.committer.commit_alone(connection, request);
         }
-        let record = request.answers_record();
+        let answers = request.answers();
         let (reply, answer) = oneshot::channel();
         if self.writer.send(WriteOp { request, reply }).await.is_err() {
-            return Outcome::error(record, writer_gone());
+            return Outcome::error(answers, writer_gone());
         }
-        answer.await.unwrap_or_else(|_| Outcome::error(record, writer_gone()))
+        answer.await.unwrap_or_else(|_| Outcome::error(answers, writer_gone()))
     }
 
     /// Commits several writes together, answering each in order: in one transaction on the caller's
@@ -104,20 +119,20 @@ impl SqliteStore {
         {
             return self.committer.commit_together(connection, requests);
         }
-        let mut answers = Vec::with_capacity(count);
+        let mut waiting = Vec::with_capacity(count);
         for request in requests {
-            let record = request.answers_record();
+            let answers = request.answers();
             let (reply, answer) = oneshot::channel();
             let sent = self.writer.send(WriteOp { request, reply }).await.is_ok();
-            answers.push((sent.then_some(answer), record));
+            waiting.push((sent.then_some(answer), answers));
         }
         let mut outcomes = Vec::with_capacity(count);
-        for (answer, record) in answers {
+        for (answer, answers) in waiting {
             let outcome = match answer {
                 Some(answer) => answer.await.ok(),
                 None => None,
             };
-            outcomes.push(outcome.unwrap_or_else(|| Outcome::error(record, writer_gone())));
+            outcomes.push(outcome.unwrap_or_else(|| Outcome::error(answers, writer_gone())));
         }
         outcomes
     }
@@ -125,14 +140,21 @@ impl SqliteStore {
     pub(super) async fn write_record(&self, request: Request) -> Result<RunRecord, StoreError> {
         match self.submit(request).await {
             Outcome::Record(result) => result,
-            Outcome::Count(_) => Err(mismatched_outcome()),
+            Outcome::Count(_) | Outcome::Grant(_) => Err(mismatched_outcome()),
         }
     }
 
     pub(super) async fn write_count(&self, request: Request) -> Result<u64, StoreError> {
         match self.submit(request).await {
             Outcome::Count(result) => result,
-            Outcome::Record(_) => Err(mismatched_outcome()),
+            Outcome::Record(_) | Outcome::Grant(_) => Err(mismatched_outcome()),
+        }
+    }
+
+    pub(super) async fn write_grant(&self, request: Request) -> Result<GrantRecord, StoreError> {
+        match self.submit(request).await {
+            Outcome::Grant(result) => result,
+            Outcome::Record(_) | Outcome::Count(_) => Err(mismatched_outcome()),
         }
     }
 }
@@ -204,13 +226,35 @@ pub(super) enum Request {
         name: String,
         holder: String,
     },
+    /// Stores a new grant (answered with 1).
+    CreateGrant {
+        row: GrantRow,
+    },
+    /// Revokes a grant active at `now`, a compare-and-set (answered with the grant revoked, or why not).
+    RevokeGrant {
+        id: GrantId,
+        actor: String,
+        now: Millis,
+    },
+    /// Counts a use of a grant (answered with the rows changed: 0 when it is gone).
+    CountGrantUse {
+        id: String,
+    },
+}
+
+/// What kind of answer a request gets.
+#[derive(Clone, Copy)]
+pub(super) enum Answers {
+    Record,
+    Count,
+    Grant,
 }
 
 /// An operation's answer, held until its batch has committed.
-#[expect(clippy::large_enum_variant, reason = "lives only for one batch; boxing would allocate per write")]
 pub(super) enum Outcome {
     Record(Result<RunRecord, StoreError>),
     Count(Result<u64, StoreError>),
+    Grant(Result<GrantRecord, StoreError>),
 }
 
 pub(super) fn mismatched_outcome() -> StoreError {
@@ -218,15 +262,29 @@ pub(super) fn mismatched_outcome() -> StoreError {
 }
 
 impl Request {
-    /// Whether its answer is a run record (otherwise a count).
-    fn answers_record(&self) -> bool {
-        matches!(self, Request::Create { .. } | Request::Transition { .. })
+    /// What kind of answer it gets: a run record, a count or a grant.
+    fn answers(&self) -> Answers {
+        match self {
+            Request::Create { .. } | Request::Transition { .. } => Answers::Record,
+            Request::RevokeGrant { .. } => Answers::Grant,
+            Request::Append { .. }
+            | Request::Purge { .. }
+            | Request::Probe { .. }
+            | Request::Hold { .. }
+            | Request::Release { .. }
+            | Request::CreateGrant { .. }
+            | Request::CountGrantUse { .. } => Answers::Count,
+        }
     }
 }
 
 impl Outcome {
-    fn error(record: bool, error: StoreError) -> Outcome {
-        if record { Outcome::Record(Err(error)) } else { Outcome::Count(Err(error)) }
+    fn error(answers: Answers, error: StoreError) -> Outcome {
+        match answers {
+            Answers::Record => Outcome::Record(Err(error)),
+            Answers::Count => Outcome::Count(Err(error)),
+            Answers::Grant => Outcome::Grant(Err(error)),
+        }
     }
 }
 
@@ -241,6 +299,8 @@ struct Planned {
     events: Vec<EventRow>,
     /// The events as served, for the taps once the batch has committed.
     stored: Vec<StoredEvent>,
+    /// The grants it makes (a vote's `remember`), written with the run.
+    grants: Vec<GrantRow>,
 }
 
 /// A written operation's run and events, handed to the taps once its batch has committed.
@@ -286,7 +346,7 @@ impl Writer {
             }
             let (requests, repliers): (Vec<Request>, Vec<oneshot::Sender<Outcome>>) =
                 batch.drain(..).map(|op| (op.request, op.reply)).unzip();
-            let records: Vec<bool> = requests.iter().map(Request::answers_record).collect();
+            let kinds: Vec<Answers> = requests.iter().map(Request::answers).collect();
             let committed = self.commit(&lock(&self.connection), requests);
             let committed = committed.map(|written| self.hand_over(written));
             // A caller that stopped waiting has nobody to tell.
@@ -295,8 +355,8 @@ impl Writer {
                     repliers.into_iter().zip(outcomes).for_each(|(reply, outcome)| drop(reply.send(outcome)));
                 }
                 Err(error) => {
-                    for (reply, record) in repliers.into_iter().zip(records) {
-                        drop(reply.send(Outcome::error(record, error.clone())));
+                    for (reply, answers) in repliers.into_iter().zip(kinds) {
+                        drop(reply.send(Outcome::error(answers, error.clone())));
                     }
                 }
             }
@@ -315,21 +375,21 @@ impl Writer {
     /// Commits one request on its own, on the caller's thread, through `connection` (given back before
     /// the taps are handed what it wrote).
     fn commit_alone(&self, connection: MutexGuard<'_, Connection>, request: Request) -> Outcome {
-        let record = request.answers_record();
+        let answers = request.answers();
         self.commit_together(connection, vec![request])
             .pop()
-            .unwrap_or_else(|| Outcome::error(record, mismatched_outcome()))
+            .unwrap_or_else(|| Outcome::error(answers, mismatched_outcome()))
     }
 
     /// Commits `requests` in one transaction on the caller's thread, through `connection` (given back
     /// before the taps are handed what they wrote); answers each in order.
     fn commit_together(&self, connection: MutexGuard<'_, Connection>, requests: Vec<Request>) -> Vec<Outcome> {
-        let records: Vec<bool> = requests.iter().map(Request::answers_record).collect();
+        let kinds: Vec<Answers> = requests.iter().map(Request::answers).collect();
         let committed = self.commit(&connection, requests);
         drop(connection);
         match committed {
             Ok(written) => self.hand_over(written),
-            Err(error) => records.into_iter().map(|record| Outcome::error(record, error.clone())).collect(),
+            Err(error) => kinds.into_iter().map(|answers| Outcome::error(answers, error.clone())).collect(),
         }
     }
 
@@ -461,12 +521,15 @@ impl Writer {
                 })
                 .map(|outcome| (outcome.unwrap_or_else(|error| Outcome::Count(Err(error))), None));
         }
-        let record = request.answers_record();
+        if let Some(grant_write) = self.apply_grant_write(connection, &request) {
+            return grant_write.map(|outcome| (outcome, None));
+        }
+        let answers = request.answers();
         let planned = match self.plan(connection, request) {
             Ok(planned) => planned,
-            Err(error) => return Ok((Outcome::error(record, error), None)),
+            Err(error) => return Ok((Outcome::error(answers, error), None)),
         };
-        let Planned { outcome, run_id, row, events, stored } = planned;
+        let Planned { outcome, run_id, row, events, stored, grants } = planned;
         let written = self.in_savepoint(connection, |connection| {
             write_run(connection, &row).map_err(self.run_failed("cannot write a run", &run_id))?;
             if let RowWrite::Update { .. } = row
@@ -488,11 +551,15 @@ impl Writer {
                     ])
                     .map_err(self.run_failed("cannot write events", &run_id))?;
             }
+            // The grants a decision makes, with the decision: if the run's write fails, so do they.
+            for grant in &grants {
+                insert_grant(connection, grant).map_err(self.error("cannot write a grant"))?;
+            }
             Ok(())
         })?;
         Ok(match written {
             Ok(()) => (outcome, Some((run_id, stored))),
-            Err(error) => (Outcome::error(record, error), None),
+            Err(error) => (Outcome::error(answers, error), None),
         })
     }
 
@@ -543,17 +610,26 @@ impl Writer {
                     run_id: run.id.clone(),
                     outcome: Outcome::Record(Ok(run)),
                     stored,
+                    grants: Vec::new(),
                 })
             }
             Request::Transition { id, guard, transition, events, now } => {
                 let (current, old) = self.current(connection, &id)?;
                 let (next, stored) = plan_transition(&current, &guard, &transition, events, now, chain_key(keys))?;
+                let grants = match transition {
+                    Transition::Vote { remember, .. } => remember
+                        .into_iter()
+                        .map(|grant| GrantRow::new(grant).map(|(row, _)| row))
+                        .collect::<Result<_, _>>()?,
+                    _ => Vec::new(),
+                };
                 Ok(Planned {
                     events: encode_events(&id, &stored)?,
                     row: RowWrite::Update { new: RunRow::encode(&next, keys, Some((&current, &old)))?, old },
                     run_id: id.into(),
                     outcome: Outcome::Record(Ok(next)),
                     stored,
+                    grants,
                 })
             }
             Request::Append { id, owner, events, lease_until } => {
@@ -578,12 +654,73 @@ impl Writer {
                     run_id: id.into(),
                     outcome: Outcome::Count(Ok(last_seq)),
                     stored,
+                    grants: Vec::new(),
                 })
             }
-            Request::Purge { .. } | Request::Probe { .. } | Request::Hold { .. } | Request::Release { .. } => {
+            Request::Purge { .. }
+            | Request::Probe { .. }
+            | Request::Hold { .. }
+            | Request::Release { .. }
+            | Request::CreateGrant { .. }
+            | Request::RevokeGrant { .. }
+            | Request::CountGrantUse { .. } => {
                 Err(StoreError::Database("internal error: only a run's write is planned".to_owned()))
             }
         }
+    }
+
+    /// Writes a grant's request (create, revoke, count a use) in its own savepoint; `None` for any
+    /// other request.
+    fn apply_grant_write(&self, connection: &Connection, request: &Request) -> Option<Result<Outcome, BatchFailure>> {
+        let written = match request {
+            Request::CreateGrant { row } => self
+                .in_savepoint(connection, |connection| {
+                    insert_grant(connection, row).map_err(self.error("cannot write a grant"))?;
+                    Ok(1)
+                })
+                .map(Outcome::Count),
+            Request::RevokeGrant { id, actor, now } => self
+                .in_savepoint(connection, |connection| self.revoke_grant(connection, id, actor, *now))
+                .map(Outcome::Grant),
+            Request::CountGrantUse { id } => self
+                .in_savepoint(connection, |connection| {
+                    let counted = connection
+                        .prepare_cached(COUNT_GRANT_USE)
+                        .and_then(|mut statement| statement.execute([id]))
+                        .map_err(self.error("cannot count a grant's use"))?;
+                    Ok(u64::try_from(counted).unwrap_or_default())
+                })
+                .map(Outcome::Count),
+            _ => return None,
+        };
+        Some(written)
+    }
+
+    /// Revokes grant `id` if it is active at `now` (the grant as revoked); else why not, from the grant
+    /// as this transaction sees it.
+    fn revoke_grant(
+        &self,
+        connection: &Connection,
+        id: &GrantId,
+        actor: &str,
+        now: Millis,
+    ) -> Result<GrantRecord, StoreError> {
+        let context = "cannot revoke a grant";
+        let revoked = connection
+            .prepare_cached(REVOKE_GRANT)
+            .and_then(|mut statement| {
+                statement.query_row(params![id.as_str(), now, actor], |row| Ok(read_grant_row(row))).optional()
+            })
+            .map_err(self.error(context))?;
+        if let Some(row) = revoked {
+            return row?.decode();
+        }
+        let found = connection
+            .prepare_cached(SELECT_GRANT)
+            .and_then(|mut statement| statement.query_row([id.as_str()], |row| Ok(decode_grant(row))).optional())
+            .map_err(self.error(context))?
+            .transpose()?;
+        Err(refused_revocation(id, found, now))
     }
 
     /// The run as stored now (in this transaction), decoded and as its row.
@@ -596,6 +733,28 @@ impl Writer {
         let row = row.ok_or_else(|| StoreError::NotFound(id.to_owned()))??;
         Ok((row.clone().decode(self.keys.as_deref())?, row))
     }
+}
+
+/// Inserts a new grant's row.
+fn insert_grant(connection: &Connection, grant: &GrantRow) -> rusqlite::Result<()> {
+    connection
+        .prepare_cached(INSERT_GRANT)?
+        .execute(params![
+            grant.id,
+            grant.agent,
+            grant.tool,
+            grant.pattern,
+            grant.scope,
+            grant.run_id,
+            grant.reason,
+            grant.created_by,
+            grant.created_at,
+            grant.expires_at,
+            grant.revoked_at,
+            grant.revoked_by,
+            grant.uses
+        ])
+        .map(drop)
 }
 
 /// Runs a statement without parameters, prepared once per connection.

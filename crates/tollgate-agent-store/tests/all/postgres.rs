@@ -312,6 +312,7 @@ async fn two_nodes_taking_turns_on_one_run_never_write_on_a_stale_row() -> anyho
             let decide = Transition::Vote {
                 votes: vec![("call_1".into(), decision)],
                 resume: Some(Lease { owner: owner.to_owned(), expires_at: lease_until }),
+                remember: Vec::new(),
             };
             run = next_node()
                 .transition(

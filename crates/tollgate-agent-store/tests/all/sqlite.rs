@@ -11,12 +11,13 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tollgate_agent_core::RunId;
 use tollgate_agent_core::event::{EventKind, NewEvent, verify_chain};
+use tollgate_agent_core::grant::{GrantMatch, GrantQuery, GrantRecord};
 use tollgate_agent_core::run::{RunStatus, Transition};
 use tollgate_agent_core::store::{
-    EventLog, Guard, IntegrityCheck, RunQuery, RunRows, RunStore, StoreError, StoreHealth,
+    EventLog, Grants, Guard, IntegrityCheck, RunQuery, RunRows, RunStore, StoreError, StoreHealth,
 };
+use tollgate_agent_core::{Actor, GrantScope, RunId};
 use tollgate_agent_store::seal::SealReport;
 use tollgate_agent_store::{SqliteStore, StoreOptions};
 
@@ -389,5 +390,83 @@ async fn the_claim_reads_the_queue_index_whatever_the_statistics() -> anyhow::Re
     let store = SqliteStore::open(&harness.url).await?;
     assert_reads_the_queue_index(store.claim_plan()?);
     a_filled_queue_is_claimed_oldest_first(&store).await?;
+    Ok(())
+}
+
+/// The frozen databases (`fixtures/v1`, `fixtures/v2` at the workspace root, copied: the committed files
+/// are never touched) open, migrate to this build's newest version with an empty `grants` table, keep
+/// every run readable, and take grants.
+#[tokio::test]
+async fn the_frozen_databases_migrate_to_grants() -> anyhow::Result<()> {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+    for (fixture, runs) in [("v1", 6), ("v2", 2)] {
+        let dir = temp_dir()?;
+        let path = dir.0.join("tollgate.db");
+        std::fs::copy(fixtures.join(fixture).join("tollgate.db"), &path)?;
+        let url = format!("sqlite://{}", path.display());
+        let store = SqliteStore::open(&url).await?;
+        let page = store.list(RunQuery { limit: 100, ..Default::default() }).await?;
+        anyhow::ensure!(page.runs.len() == runs && page.skipped.is_empty(), "{fixture}: {page:?}");
+        for run in &page.runs {
+            let events = store.events(&run.id, 0, 1_000).await?;
+            verify_chain(&events, run.last_seq, &run.last_hash)?;
+        }
+        anyhow::ensure!(store.list_grants(GrantQuery { limit: 10, ..Default::default() }).await?.grants.is_empty());
+        let grant = GrantRecord {
+            id: "01980000-0000-7000-9000-000000000001".into(),
+            agent: page.runs[0].agent.clone(),
+            tool: "fs_write".into(),
+            matcher: GrantMatch::any(),
+            scope: GrantScope::Run,
+            run_id: Some(page.runs[0].id.clone()),
+            reason: None,
+            created_by: Actor::from("local"),
+            created_at: T0,
+            expires_at: T0 + 1_000,
+            revoked: None,
+            uses: 0,
+        };
+        let created = store.create_grant(grant).await?;
+        anyhow::ensure!(store.grants_for_run(&created.agent, &page.runs[0].id, T0).await? == vec![created]);
+        store.close().await;
+        let mut connection = SqliteConnectOptions::from_str(&url)?.connect().await?;
+        let version: i64 =
+            sqlx::query_scalar("SELECT MAX(version) FROM tollgate_migrations").fetch_one(&mut connection).await?;
+        anyhow::ensure!(version == 7, "{fixture}: migrated to {version}");
+        connection.close().await?;
+    }
+    Ok(())
+}
+
+/// A grant's column holding a value of the wrong type (text where the count belongs, which SQLite's
+/// type affinity lets in) is `CorruptDatabase` naming the grant, not a panic.
+#[tokio::test]
+async fn a_grant_column_of_the_wrong_type_is_a_corrupt_database() -> anyhow::Result<()> {
+    let dir = temp_dir()?;
+    let url = format!("sqlite://{}", dir.0.join("tollgate.db").display());
+    let store = SqliteStore::open(&url).await?;
+    let grant = GrantRecord {
+        id: "01980000-0000-7000-9000-000000000001".into(),
+        agent: "demo".into(),
+        tool: "fs_write".into(),
+        matcher: GrantMatch::any(),
+        scope: GrantScope::Agent,
+        run_id: None,
+        reason: None,
+        created_by: Actor::from("local"),
+        created_at: T0,
+        expires_at: T0 + 1_000,
+        revoked: None,
+        uses: 0,
+    };
+    let created = store.create_grant(grant).await?;
+    let mut connection = SqliteConnectOptions::from_str(&url)?.connect().await?;
+    sqlx::query("UPDATE grants SET uses = 'many'").execute(&mut connection).await?;
+    connection.close().await?;
+    let corrupt = |result: Result<Vec<GrantRecord>, StoreError>| matches!(result, Err(StoreError::CorruptDatabase(detail)) if detail.contains(created.id.as_str()));
+    anyhow::ensure!(corrupt(store.grant(&created.id).await.map(|g| vec![g])));
+    anyhow::ensure!(corrupt(store.grants_for_run("demo", &id(1), T0).await));
+    anyhow::ensure!(corrupt(store.list_grants(GrantQuery { limit: 5, ..Default::default() }).await.map(|p| p.grants)));
+    store.close().await;
     Ok(())
 }

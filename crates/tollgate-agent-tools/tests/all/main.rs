@@ -6,6 +6,7 @@ mod deep_trees;
 mod fs_search;
 mod fs_security;
 mod fs_tools;
+mod grant_suggestions;
 mod http_request;
 mod schemas;
 mod shell;

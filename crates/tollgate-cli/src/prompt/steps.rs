@@ -64,9 +64,10 @@ pub(super) fn lines(event: &StoredEvent, ran: &Ran) -> Vec<String> {
         EventData::ModelResponse(response) => model_turn(event.round, &response),
         // Allow-gated calls are declared safe to repeat and show up with their result; a gated call is
         // shown as it starts, since this is the side effect a person decided on.
-        EventData::ToolStarted(started) if started.gate != Gate::Allow => {
-            vec![format!("  ▸ {} {} running", started.call_id, started.tool)]
-        }
+        EventData::ToolStarted(started) if started.gate != Gate::Allow => match started.grant.flatten() {
+            Some(grant) => vec![format!("  ▸ {} {} running, allowed by grant {grant}", started.call_id, started.tool)],
+            None => vec![format!("  ▸ {} {} running", started.call_id, started.tool)],
+        },
         EventData::ToolFinished(finished) => vec![tool_result(&finished)],
         EventData::ApprovalRequested(requested) => {
             let held: Vec<String> = requested
@@ -134,7 +135,7 @@ fn tool_result(finished: &data::ToolFinished) -> String {
 }
 
 /// One decision as a line; on a quorum call, with the call's approvals after it (` · 1 of 2 approvals
-/// (alice)`).
+/// (alice)`); an approval that made a grant names it (` · remembered as grant ID`).
 fn decision(made: &data::DecisionMade) -> String {
     let (call, actor) = (&made.call_id, &made.actor);
     let line = match &made.decision {
@@ -149,8 +150,12 @@ fn decision(made: &data::DecisionMade) -> String {
             format!("↩ {call} answered by {actor}: {}", one_line(result.as_deref().unwrap_or_default(), RESULT_WIDTH))
         }
     };
-    match &made.approvals {
+    let line = match &made.approvals {
         Some(approvals) => format!("{line} · {}", approvals_count(approvals)),
+        None => line,
+    };
+    match &made.grant {
+        Some(grant) => format!("{line} · remembered as grant {grant}"),
         None => line,
     }
 }
@@ -297,6 +302,23 @@ mod tests {
         );
         assert_eq!(lines_of(&asked), ["  ▸ c fs_write running"]);
         assert_eq!(activity(&asked).as_deref(), Some("running c fs_write"));
+        let granted = event(
+            EventKind::ToolStarted,
+            1,
+            json!({"call_id": "c", "tool": "fs_write", "arguments": {}, "gate": "ask", "idempotency_key": "r:c",
+                   "grant": "g-1"}),
+        );
+        assert_eq!(lines_of(&granted), ["  ▸ c fs_write running, allowed by grant g-1"]);
+    }
+
+    #[test]
+    fn an_approval_that_made_a_grant_names_it() {
+        let decided = event(
+            EventKind::Decision,
+            1,
+            json!({"action": "approve", "call_id": "call_2", "actor": "local", "grant": "g-1"}),
+        );
+        assert_eq!(lines_of(&decided), ["✓ call_2 approved by local · remembered as grant g-1"]);
     }
 
     #[test]

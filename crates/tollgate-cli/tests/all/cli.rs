@@ -180,7 +180,8 @@ fn json_output_is_the_documented_run_object() -> Result<()> {
         serde_json::json!({"call_id": "call_2", "tool": "fs_write",
             "arguments": {"path": "note.txt", "content": "hello"}, "gate": "ask",
             "preview": "create note.txt (5 bytes)", "in_doubt": false, "decision": null,
-            "state": "waiting", "takes_decision": true, "result": null})
+            "state": "waiting", "takes_decision": true, "result": null,
+            "suggested_match": {"/path": "*"}})
     );
     assert_eq!((&calls[0]["state"], &calls[0]["takes_decision"]), (&Value::from("allowed"), &Value::from(false)));
 

@@ -7,6 +7,7 @@ mod disk_full;
 mod doctor;
 mod frozen_v1;
 mod frozen_v2;
+mod grants;
 mod nodes;
 mod outputs;
 mod pg_failover;

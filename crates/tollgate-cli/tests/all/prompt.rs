@@ -18,8 +18,10 @@ use tollgate_agent_testkit::scratch_dir;
 
 /// Bounds each wait for output, so a hang fails the test instead of stalling it.
 const TIMEOUT_MS: u64 = 30_000;
-/// The question asked for each held call.
-const CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)?";
+/// The question asked for each held call that may be remembered (the demo's `fs_write` call may).
+const CHOICES: &str = "approve (y), approve and remember (a), deny (n), edit (e), respond (r), quit (q)?";
+/// The question asked for a held call that cannot be remembered (here: with grants off).
+const PLAIN_CHOICES: &str = "approve (y), deny (n), edit (e), respond (r), quit (q)?";
 
 /// A fresh, empty folder used as the current folder of every invocation.
 struct Sandbox {
@@ -473,6 +475,99 @@ fn with_a_long_key_and_a_cut_stream_the_line_shows_the_whole_text() -> Result<()
     let listed = sandbox.plain(0, &["runs", "--json"])?;
     assert!(listed.contains(&whole), "{listed}");
     Ok(())
+}
+
+/// V2.md, grants: `a` shows the grant it would make (the call's suggested pattern, for the configured
+/// default time), Enter accepts, and the approval goes out with it; the next run of the agent then
+/// passes the gate on the grant, asking nothing.
+#[test]
+fn approve_and_remember_makes_a_grant_the_next_run_passes_by() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let mut terminal = sandbox.on_terminal(&["run", "hello"], &[])?;
+    terminal.answer("a")?;
+    terminal.expect("approve, and from now on let fs_write calls of agent demo whose arguments match")?;
+    terminal.expect(r#"{"/path":"*"}"#)?;
+    terminal.expect("pass the gate without asking, in every run of demo, for 8h")?;
+    terminal.expect("for how long? (Enter: 8h; or e.g. 30m, 7d; b: back)")?;
+    terminal.type_line("")?;
+    terminal.expect("✓ call_2 approved by local · remembered as grant ")?;
+    terminal.expect("Saved note.txt.")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    let grant = only_grant(&sandbox)?;
+    assert!(shown.contains(&format!("remembered as grant {}", grant["id"].as_str().unwrap_or("?"))), "{shown}");
+    assert_eq!(grant["match"], serde_json::json!({"/path": "*"}));
+    assert_eq!((&grant["scope"], &grant["created_by"]), (&Value::from("agent"), &Value::from("local")));
+    assert_eq!(lifetime(&grant)?, chrono::Duration::hours(8));
+
+    let mut terminal = sandbox.on_terminal(&["run", "again"], &[])?;
+    terminal.expect(&format!("▸ call_2 fs_write running, allowed by grant {}", grant["id"].as_str().unwrap_or("?")))?;
+    terminal.expect("Saved note.txt.")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    assert!(!shown.contains(CHOICES), "asked nothing: {shown}");
+    assert_eq!(only_grant(&sandbox)?["uses"], 1);
+    Ok(())
+}
+
+/// Through a server the prompt offers the server's default time (which only the server knows); `b`
+/// goes back to the question, a duration that does not parse is explained, and one that does is the
+/// grant's life.
+#[test]
+fn through_a_server_remember_takes_another_duration() -> Result<()> {
+    let sandbox = Sandbox::new();
+    let server = sandbox.serve()?;
+    let mut terminal = sandbox.on_terminal(&["--server", &server.url, "run", "hello"], &[])?;
+    terminal.answer("a")?;
+    terminal.expect("for the server's default time ([grants] default_ttl)")?;
+    terminal.expect("for how long? (Enter: the server's default; or e.g. 30m, 7d; b: back)")?;
+    terminal.type_line("b")?;
+    terminal.answer("a")?;
+    terminal.expect("for how long?")?;
+    terminal.type_line("soon")?;
+    terminal.expect("invalid duration `soon`")?;
+    terminal.expect("for how long?")?;
+    terminal.type_line("30m")?;
+    terminal.expect("✓ call_2 approved by local · remembered as grant ")?;
+    terminal.expect("Saved note.txt.")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(lifetime(&only_grant(&sandbox)?)?, chrono::Duration::minutes(30));
+    Ok(())
+}
+
+/// With grants off, `a` is not offered, and refused with why when typed.
+#[test]
+fn with_grants_off_remember_is_not_offered() -> Result<()> {
+    let sandbox = Sandbox::new();
+    std::fs::write(sandbox.dir.join("tollgate.toml"), "[grants]\nenabled = false\n")?;
+    let mut terminal = sandbox.on_terminal(&["run", "hello"], &[])?;
+    terminal.expect(PLAIN_CHOICES)?;
+    terminal.type_line("a")?;
+    terminal.expect("`a` is not taken here: grants are off here ([grants] enabled = false)")?;
+    terminal.expect(PLAIN_CHOICES)?;
+    terminal.type_line("q")?;
+    let (code, shown) = terminal.finish()?;
+    assert_eq!(code, 3, "{shown}");
+    assert!(!shown.contains(CHOICES), "{shown}");
+    Ok(())
+}
+
+/// The one grant of the sandbox's store, active or not.
+fn only_grant(sandbox: &Sandbox) -> Result<Value> {
+    let listed: Value = serde_json::from_str(&sandbox.plain(0, &["grants", "--all", "--json"])?)?;
+    match listed["grants"].as_array().map(Vec::as_slice) {
+        Some([grant]) => Ok(grant.clone()),
+        _ => bail!("not one grant: {listed}"),
+    }
+}
+
+/// How long a grant lasts: from `created_at` to `expires_at`.
+fn lifetime(grant: &Value) -> Result<chrono::Duration> {
+    let time = |field: &str| -> Result<chrono::DateTime<chrono::FixedOffset>> {
+        Ok(chrono::DateTime::parse_from_rfc3339(grant[field].as_str().unwrap_or_default())?)
+    };
+    Ok(time("expires_at")? - time("created_at")?)
 }
 
 /// The question asked for a quorum call (a policy rule's `approvals = N`), which takes only approve or deny.

@@ -167,18 +167,49 @@ fn output_is_the_same_as_local_mode_on_the_same_store() -> Result<()> {
     let done = client.expect(0, &["approve", &id, "--json"])?.json()?;
     assert_eq!(done["status"], "completed");
     assert_eq!(done["output"], "Saved note.txt.");
-    client.waiting_run("second")?;
+    let second = client.waiting_run("second")?;
+    // Grants through the server: one remembered with an approval, one for every write (so `tools` shows
+    // it), one made and revoked; and the refusals, exiting as locally.
+    let remember = ["approve", &second, "--remember", "--scope", "run", "--for", "2h", "--match", "/path=*.txt"];
+    let remembered = client.expect(0, &remember)?;
+    assert!(remembered.stderr.contains("call_2: remembered as grant "), "{remembered:?}");
+    let every = client.expect(0, &["grant", "--agent", "demo", "--tool", "fs_write", "--reason", "all", "--json"])?;
+    assert_eq!(every.json()?["match"], serde_json::json!({}));
+    let gone = client.expect(0, &["grant", "--agent", "demo", "--tool", "fs_list", "--json"])?.json()?;
+    let gone = gone["id"].as_str().unwrap_or_default();
+    assert_eq!(client.expect(0, &["revoke", gone])?.stdout, format!("grant {gone} revoked\n"));
+    let again = client.expect(4, &["revoke", gone])?;
+    assert!(again.stderr.contains(&format!("grant {gone} is already revoked")), "{again:?}");
+    let unknown = client.expect(1, &["revoke", "0193b0c6-0000-7000-8000-000000000001"])?;
+    assert!(unknown.stderr.contains("no grant has id `0193b0c6-0000-7000-8000-000000000001`"), "{unknown:?}");
+    let unknown = client.expect(1, &["grant", "--agent", "nobody", "--tool", "fs_write"])?;
+    assert!(unknown.stderr.contains("unknown agent `nobody`"), "{unknown:?}");
+    client.expect(1, &["grant", "--agent", "demo", "--tool", "nothing"])?;
+    client.expect(2, &["grant", "--agent", "demo", "--tool", "fs_write", "--for", "31d"])?;
+    // A grant made through the server prints as one made locally.
+    let grant = ["grant", "--agent", "demo", "--tool", "fs_write", "--match", "/path=notes/*", "--for", "1d"];
+    for args in [grant.to_vec(), [grant.as_slice(), &["--json"]].concat()] {
+        let (remote, local) = (client.expect(0, &args)?, server.local(&args)?);
+        assert_eq!(without_ids_and_times(&remote.stdout), without_ids_and_times(&local.stdout), "{}", args.join(" "));
+    }
 
     // Byte for byte, the same output whichever way the runs are read.
     for args in [
         vec!["show", id.as_str(), "--json"],
         vec!["show", id.as_str(), "--events", "--json"],
         vec!["show", id.as_str(), "--events"],
+        vec!["show", second.as_str(), "--events", "--json"],
         vec!["runs", "--json"],
         vec!["runs", "--status", "completed", "--json"],
         vec!["tools", "--json"],
         vec!["tools", "--agent", "demo"],
+        vec!["tools", "--agent", "demo", "--json"],
         vec!["verify", id.as_str(), "--json"],
+        vec!["grants"],
+        vec!["grants", "--json"],
+        vec!["grants", "--all"],
+        vec!["grants", "--all", "--json"],
+        vec!["grants", "--agent", "demo", "--tool", "fs_list", "--all", "--json"],
     ] {
         let remote = client.expect(0, &args)?;
         let local = server.local(&args)?;
@@ -190,6 +221,21 @@ fn output_is_the_same_as_local_mode_on_the_same_store() -> Result<()> {
     assert_eq!(runs_rows(&remote.stdout), runs_rows(&local.stdout));
     assert_eq!(remote.stdout.lines().count(), 3, "a heading and two runs: {remote:?}");
     Ok(())
+}
+
+/// Text with each grant or run id (a UUIDv7) written `ID` and each time `TIME`.
+fn without_ids_and_times(text: &str) -> String {
+    let word = |word: &str| {
+        let bare = word.trim_matches(|c| c == '"' || c == ',');
+        if crate::support::is_uuid_v7(bare) {
+            word.replace(bare, "ID")
+        } else if chrono::DateTime::parse_from_rfc3339(bare).is_ok() {
+            word.replace(bare, "TIME")
+        } else {
+            word.to_owned()
+        }
+    };
+    text.lines().map(|line| line.split(' ').map(word).collect::<Vec<_>>().join(" ")).collect::<Vec<_>>().join("\n")
 }
 
 /// Text without the line that says how long ago the run was created: a second may tick between two

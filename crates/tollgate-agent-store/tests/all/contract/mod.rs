@@ -6,6 +6,16 @@
 
 #![allow(dead_code)]
 
+mod grants;
+
+pub(crate) use grants::{
+    a_corrupt_grant_row_is_a_corrupt_database, a_grant_counts_its_uses, a_page_of_grants_holds_at_most_1000,
+    a_vote_commits_the_grants_it_remembers, a_vote_that_fails_commits_no_grant,
+    grants_are_stored_read_and_listed_newest_first, of_two_racing_votes_only_the_winners_grant_exists,
+    one_of_racing_revocations_revokes, revoking_a_grant_is_a_compare_and_set,
+    the_grants_for_a_run_are_those_in_force_oldest_first,
+};
+
 use anyhow::{Context, ensure};
 use serde_json::json;
 use std::future::Future;
@@ -90,7 +100,11 @@ fn suspend(calls: &[&str], expires_at: Option<Millis>) -> Transition {
 }
 
 fn decide(call: &str, decision: Decision) -> Transition {
-    Transition::Vote { votes: vec![(call.into(), Vote { decision, actor: "alice".into(), at: T0 + 5 })], resume: None }
+    Transition::Vote {
+        votes: vec![(call.into(), Vote { decision, actor: "alice".into(), at: T0 + 5 })],
+        resume: None,
+        remember: Vec::new(),
+    }
 }
 
 /// The agents of the nodes claiming queued runs in these cases.
@@ -258,6 +272,7 @@ pub(crate) async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: 
     let vote = |call: &str, actor: &str, decision: Decision| Transition::Vote {
         votes: vec![(call.into(), Vote { decision, actor: actor.into(), at: T0 + 20 })],
         resume: None,
+        remember: Vec::new(),
     };
     let at = Guard::Version(waiting.version);
     let alice = store.transition(&run.id, at.clone(), vote("call_1", "alice", Decision::Approve), vec![], T0 + 20);
@@ -291,6 +306,7 @@ pub(crate) async fn quorum_votes_are_compare_and_sets_on_the_run<H: Harness>(h: 
             ("call_2".into(), Vote { decision: Decision::Approve, actor: other.into(), at: T0 + 22 }),
         ],
         resume: Some(lease("node-r", T0 + 90_000)),
+        remember: Vec::new(),
     };
     let resumed = store.transition(&run.id, Guard::Version(first.version), both, vec![], T0 + 22).await?;
     ensure!(resumed.status() == RunStatus::Running && resumed.lease().is_some_and(|l| l.owner == "node-r"));
@@ -624,6 +640,7 @@ pub(crate) async fn every_transition_from_every_status_matches_apply<H: Harness>
         all.push(Transition::Vote {
             votes: vec![("call_1".into(), Vote { decision: Decision::Approve, actor: "alice".into(), at: T0 + 5 })],
             resume: Some(lease("node-r", T0 + 90_000)),
+            remember: Vec::new(),
         });
         all
     };
@@ -1950,6 +1967,7 @@ pub(crate) async fn an_older_sealed_suspension_does_not_open<H: Harness>(h: &H) 
                     Vote { decision: Decision::Approve, actor: "alice".into(), at: T0 + 20 },
                 )],
                 resume: Some(lease(OWNER, T0 + 60_000)),
+                remember: Vec::new(),
             },
             vec![event(EventKind::ToolStarted, 1, json!({"call_id": "call_1", "idempotency_key": "k:call_1"}))],
             T0 + 20,
@@ -2161,6 +2179,16 @@ macro_rules! all_contract_tests {
             a_keyed_chain_rewritten_without_the_key_fails,
             secure_delete_leaves_no_deleted_text,
             the_write_probe_commits_and_a_sound_database_checks_clean,
+            grants_are_stored_read_and_listed_newest_first,
+            a_page_of_grants_holds_at_most_1000,
+            revoking_a_grant_is_a_compare_and_set,
+            one_of_racing_revocations_revokes,
+            the_grants_for_a_run_are_those_in_force_oldest_first,
+            a_grant_counts_its_uses,
+            a_vote_commits_the_grants_it_remembers,
+            a_vote_that_fails_commits_no_grant,
+            of_two_racing_votes_only_the_winners_grant_exists,
+            a_corrupt_grant_row_is_a_corrupt_database,
         );
     };
 }

@@ -1,5 +1,5 @@
-//! Glob patterns for tool names (`files__*`) and policy argument values (`notes/**`); the syntax is on
-//! [`Glob`]. Matching runs one pass over the text per pattern element, so no pattern can blow up.
+//! Glob patterns for tool names (`files__*`), policy argument values (`notes/**`) and grant `match`
+//! values; the syntax is on [`Glob`]. Matching runs one pass over the text per pattern element, so no pattern can blow up.
 
 use std::fmt;
 
@@ -34,7 +34,7 @@ enum Token {
 /// A match covers the whole text: `notes/*` does not match `notes/a/b` (nor `notes`).
 ///
 /// ```
-/// use tollgate_agent_config::Glob;
+/// use tollgate_agent_protocol::Glob;
 /// assert!(Glob::new("files__*").is_match("files__read_file"));
 /// assert!(Glob::new("notes/**").is_match("notes/2026/today.md"));
 /// assert!(Glob::new("notes/**").is_match("notes"));
