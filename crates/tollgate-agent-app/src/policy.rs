@@ -201,7 +201,7 @@ mod tests {
 
     /// `rule` with `approvals = n`.
     fn quorum(rule: PolicyRule, n: u32) -> PolicyRule {
-        PolicyRule { approvals: Some(NonZeroU32::new(n).unwrap()), ..rule }
+        PolicyRule { approvals: Some(NonZeroU32::new(n).unwrap_or_else(|| panic!("{n} approvals"))), ..rule }
     }
 
     fn approvals(tool: &dyn Tool, args: &Value) -> u32 {

@@ -677,12 +677,12 @@ mod tests {
     fn the_record_is_one_flat_object_without_defaults() {
         // A fresh single approval of a top run: nothing beyond what identifies it and its state.
         let fresh = approval(Requirement::SINGLE);
-        let stored = serde_json::to_value(&fresh).unwrap();
+        let stored = serde_json::to_value(&fresh).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             stored,
             json!({"id": "ap-1", "run": "run-1", "call_id": "call_1", "state": "pending", "due": T + 1_000})
         );
-        assert_eq!(serde_json::from_value::<Approval>(stored).unwrap(), fresh);
+        assert_eq!(serde_json::from_value::<Approval>(stored).unwrap_or_else(|e| panic!("{e}")), fresh);
 
         let a = applied(approval(quorum(2)).under_root("root-1"), &[approve("alice")]);
         let stored = serde_json::to_value(&a).unwrap();
@@ -703,8 +703,9 @@ mod tests {
         for ended in
             [ApprovalCommand::Expire { at: T }, ApprovalCommand::Escalate { at: T, notified: vec!["ops".into()] }]
         {
-            let a = approval(Requirement::SINGLE).apply(&ended).unwrap();
-            assert_eq!(serde_json::from_value::<Approval>(serde_json::to_value(&a).unwrap()).unwrap(), a);
+            let a = approval(Requirement::SINGLE).apply(&ended).unwrap_or_else(|e| panic!("{e}"));
+            let stored = serde_json::to_value(&a).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(serde_json::from_value::<Approval>(stored).unwrap_or_else(|e| panic!("{e}")), a);
         }
         // Combinations no state has are refused.
         for broken in [

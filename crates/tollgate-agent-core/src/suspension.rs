@@ -387,6 +387,11 @@ impl Suspension {
         self.calls.iter().find(|c| &c.call_id == call_id)
     }
 
+    /// True when a grant allowed a call of the turn: its resume needs the grants in force.
+    pub fn has_granted_calls(&self) -> bool {
+        self.calls.iter().any(|c| c.grant().is_some())
+    }
+
     /// Marks a call that takes a decision or that a grant allowed in doubt (started, never finished) and
     /// recomputes the digest, so a decision made on the earlier view of the turn is stale; a call in
     /// doubt takes a person's decision, whatever allowed it before. Returns false when there is no such

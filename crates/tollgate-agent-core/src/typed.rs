@@ -127,6 +127,13 @@ pub trait TypedTool: Send + Sync {
         Vec::new()
     }
 
+    /// The narrowest useful grant `match` for calls like this one ([`Tool::suggested_match`]); `None`
+    /// for the default, every argument by equality (paths as resolved). A suggestion that does not match
+    /// the very call it is made for is not offered: the default is.
+    fn suggested_match(&self, _args: &Self::Args) -> Option<serde_json::Map<String, Value>> {
+        None
+    }
+
     /// Performs the call. `Ok(ToolOutput::error(..))` is an error the model reads (a missing file); an
     /// `Err` is the tool's own failure, logged, and the model is told only that the tool failed.
     fn call(&self, args: Self::Args, ctx: ToolContext) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send;
@@ -197,6 +204,15 @@ impl<T: TypedTool> Tool for Typed<T> {
 
     fn policy_paths(&self, args: &Value) -> Vec<PolicyPath> {
         parse::<T::Args>(args).map(|args| self.tool.policy_paths(&args)).unwrap_or_default()
+    }
+
+    fn suggested_match(&self, args: &Value) -> serde_json::Map<String, Value> {
+        let paths = self.policy_paths(args);
+        let fits = |pattern: &serde_json::Map<String, Value>| {
+            crate::GrantMatch::new(pattern.clone()).is_ok_and(|compiled| compiled.matches(args, &paths))
+        };
+        let suggested = parse::<T::Args>(args).ok().and_then(|parsed| self.tool.suggested_match(&parsed));
+        suggested.filter(fits).unwrap_or_else(|| crate::exact_match_resolved(args, &paths))
     }
 
     fn call<'a>(&'a self, args: Value, ctx: ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {

@@ -495,7 +495,7 @@ impl Runtime {
         if votes.completes() {
             // A call a grant allowed runs only if the grant is still in force now (read only when the turn
             // has such a call).
-            let grants = if suspension.calls.iter().any(|c| c.grant().is_some()) {
+            let grants = if suspension.has_granted_calls() {
                 let reader = GrantReader::new(run, spec.forbid_self_approval, self.inner.grants.enabled);
                 reader.read(&*self.inner.store.grants, &run.id, now).await.map_err(DecideError::Store)?
             } else {

@@ -256,8 +256,8 @@ impl Inner {
                 Work::Resume { suspension, plan: None } => {
                     // Planned once, here: an edit its tool now refuses is that call's error result.
                     let decisions = decisions_for(&suspension, run.held_turn());
-                    let granted = suspension.calls.iter().any(|c| c.grant().is_some());
-                    let grants = if granted { hooks.grants_in_force().await? } else { Vec::new() };
+                    let grants =
+                        if suspension.has_granted_calls() { hooks.grants_in_force().await? } else { Vec::new() };
                     let plan = spec.agent_loop.plan_resume(&suspension, &decisions, &grants).await?;
                     spec.agent_loop.resume_planned(&scope, suspension, plan, &hooks).await
                 }

@@ -2,12 +2,12 @@
 //! revoking need the `approver` role; reading needs a token of any role.
 
 use crate::auth::{Caller, Role};
-use crate::input::{RawBody, is_run_id, parse_json, parse_query};
+use crate::input::{RawBody, is_run_id, parse_json, parse_query, uuid_path};
 use crate::problem::ApiError;
 use crate::routes::{ApiResult, MAX_LIMIT};
 use crate::{AppState, duration};
 use axum::Json;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, Uri};
 use axum::response::IntoResponse;
@@ -114,13 +114,7 @@ impl FromRequestParts<AppState> for GrantPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let Path(id) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::not_found(format!("bad grant id in the path: {}", e.body_text())))?;
-        if !is_run_id(&id) {
-            return Err(ApiError::not_found(format!("no grant has id `{id}` (grant ids are UUIDs)")));
-        }
-        Ok(GrantPath(GrantId::from(id)))
+        uuid_path(parts, state, "grant").await.map(|id| GrantPath(GrantId::from(id)))
     }
 }
 

@@ -109,14 +109,20 @@ impl FromRequestParts<AppState> for RunPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let Path(id) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::not_found(format!("bad run id in the path: {}", e.body_text())))?;
-        if !is_run_id(&id) {
-            return Err(ApiError::not_found(format!("no run has id `{id}` (run ids are UUIDs)")));
-        }
-        Ok(RunPath(id.into()))
+        uuid_path(parts, state, "run").await.map(|id| RunPath(id.into()))
     }
+}
+
+/// The `{id}` of the path when it is a lowercase, hyphenated UUID (a run's or a grant's id), else 404
+/// naming what `kind` of id was expected.
+pub(crate) async fn uuid_path(parts: &mut Parts, state: &AppState, kind: &str) -> Result<String, ApiError> {
+    let Path(id) = Path::<String>::from_request_parts(parts, state)
+        .await
+        .map_err(|e| ApiError::not_found(format!("bad {kind} id in the path: {}", e.body_text())))?;
+    if !is_run_id(&id) {
+        return Err(ApiError::not_found(format!("no {kind} has id `{id}` ({kind} ids are UUIDs)")));
+    }
+    Ok(id)
 }
 
 /// True for a lowercase, hyphenated UUID.

@@ -34,7 +34,7 @@ use crate::bounded::cap_preview;
 use crate::call::{blocking_call, blocking_preview, blocking_validate, dot};
 use crate::diff::unified_diff;
 use crate::observed::{Seen, content_hash, recheck};
-use crate::suggest::{SuggestsMatch, same_folder};
+use crate::suggest::same_folder;
 use crate::walk::{MAX_WALK_ENTRIES, TreeCount, Visit, remove_tree, walk};
 use crate::workspace::{
     Entry, Located, PathError, Workspace, WorkspacePath, check_regular, entry_at, folder_names_capped, io_message,
@@ -542,11 +542,9 @@ impl TypedTool for FsWrite {
         let workspace = self.workspace.clone();
         blocking_call(move || Ok(write(&workspace, &args, ctx.observed.as_ref()))).await
     }
-}
 
-impl SuggestsMatch for FsWrite {
     /// Writes in the same folder: `{"/path": "notes/*"}`.
-    fn suggest(&self, args: &WriteArgs) -> Option<Map<String, Value>> {
+    fn suggested_match(&self, args: &WriteArgs) -> Option<Map<String, Value>> {
         same_folder(&self.policy_paths(args))
     }
 }
@@ -714,11 +712,9 @@ impl TypedTool for FsDelete {
         let workspace = self.workspace.clone();
         blocking_call(move || Ok(delete(&workspace, &args, ctx.observed.as_ref()))).await
     }
-}
 
-impl SuggestsMatch for FsDelete {
     /// Deletes in the same folder: `{"/path": "notes/*"}` (a folder there goes with all it holds).
-    fn suggest(&self, args: &DeleteArgs) -> Option<Map<String, Value>> {
+    fn suggested_match(&self, args: &DeleteArgs) -> Option<Map<String, Value>> {
         same_folder(&self.policy_paths(args))
     }
 }

@@ -16,7 +16,7 @@
 //! TLS is rustls with the aws-lc-rs provider (the workspace's `reqwest`), never native-tls.
 
 use crate::bounded::{CappedBytes, cap_preview, prefix_at_char_boundary};
-use crate::suggest::{SuggestsMatch, one};
+use crate::suggest::one;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use schemars::JsonSchema;
@@ -273,12 +273,10 @@ impl TypedTool for HttpRequest {
     async fn call(&self, args: HttpArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         self.send(&args).await
     }
-}
 
-impl SuggestsMatch for HttpRequest {
     /// The same method to the same scheme and host: `{"/method": "GET", "/url": "https://example.com/**"}`
-    /// (the port as given, if given); `None` for a URL [`origin_prefix`] cannot judge.
-    fn suggest(&self, args: &HttpArgs) -> Option<Map<String, Value>> {
+    /// (the port as given, if given); `None` for a URL `origin_prefix` cannot judge.
+    fn suggested_match(&self, args: &HttpArgs) -> Option<Map<String, Value>> {
         let origin = origin_prefix(&args.url)?;
         let mut pattern = one("/method", Value::String(args.method.clone()));
         pattern.insert("/url".to_owned(), Value::String(format!("{origin}/**")));

@@ -94,7 +94,6 @@ pub use workspace::{PathError, ResolvedPath, Workspace};
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use suggest::Suggesting;
 use tollgate_agent_core::{IntoTool, SystemClock, Tool};
 
 /// The names of the built-in tools, in the order [`builtin_tools`] returns them: the ones that only read
@@ -145,11 +144,11 @@ fn tool_named(workspace: &Workspace, name: &str, options: &BuiltinOptions) -> Op
         "fs_read" => FsRead::new(workspace).into_tool(),
         "fs_search" => FsSearch::new(workspace).into_tool(),
         "time_now" => TimeNow::new(Arc::new(SystemClock)).into_tool(),
-        "fs_write" => Suggesting::tool(FsWrite::new(workspace)),
-        "fs_delete" => Suggesting::tool(FsDelete::new(workspace)),
-        "shell" => Suggesting::tool(Shell::with_options(workspace, options.shell)),
+        "fs_write" => FsWrite::new(workspace).into_tool(),
+        "fs_delete" => FsDelete::new(workspace).into_tool(),
+        "shell" => Shell::with_options(workspace, options.shell).into_tool(),
         #[cfg(feature = "http")]
-        "http_request" => Suggesting::tool(HttpRequest::new()),
+        "http_request" => HttpRequest::new().into_tool(),
         _ => return None,
     };
     Some(tool)

@@ -25,7 +25,7 @@
 
 use crate::bounded::{CappedBytes, prefix_at_char_boundary};
 use crate::sandbox::{self, Confinement, Grant, SandboxMode, SandboxSupport};
-use crate::suggest::{SuggestsMatch, one};
+use crate::suggest::one;
 use crate::workspace::{Workspace, io_message};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -426,11 +426,9 @@ impl TypedTool for Shell {
     async fn call(&self, args: ShellArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         self.run(&args).await
     }
-}
 
-impl SuggestsMatch for Shell {
     /// The exact command: `{"/argv": ["git", "status"]}` (any `timeout_secs`).
-    fn suggest(&self, args: &ShellArgs) -> Option<Map<String, Value>> {
+    fn suggested_match(&self, args: &ShellArgs) -> Option<Map<String, Value>> {
         Some(one("/argv", Value::from(args.argv.clone())))
     }
 }
