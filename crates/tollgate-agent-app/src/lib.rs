@@ -42,7 +42,9 @@ use tollgate_agent_config::{Config, McpCommand, ProviderKind};
 use tollgate_agent_core::{LoopConfig, ModelClient, Redactor, SystemClock, Tool, ToolLoop, ToolRegistry};
 use tollgate_agent_mcp::McpSource;
 use tollgate_agent_providers::{AnthropicModel, ApiKey, OpenAiModel, ProviderSettings, ScriptedModel};
-use tollgate_agent_runtime::{AgentSpec, OnExpiry, PrivacyLevel, Runtime, RuntimeOptions, ToolInfo, UuidV7Ids};
+use tollgate_agent_runtime::{
+    AgentSpec, EscalationRule, OnExpiry, PrivacyLevel, Runtime, RuntimeOptions, ToolInfo, UuidV7Ids,
+};
 use tollgate_agent_tools::{BuiltinOptions, SandboxMode, ShellOptions};
 
 /// Why a process could not be assembled. Each is a configuration problem (the CLI exits 2).
@@ -262,6 +264,7 @@ fn build_agent(
             tollgate_agent_config::OnExpiry::Cancel => OnExpiry::Cancel,
         },
         forbid_self_approval: agent.forbid_self_approval,
+        escalation: escalation(config, agent),
     })
 }
 
@@ -371,7 +374,23 @@ fn demo_agent(known: &[KnownTool]) -> Result<AgentSpec, AppError> {
         approval_ttl: None,
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
+        escalation: None,
     })
+}
+
+/// The escalation of `agent` (V2.md section 4), when it has `escalate_after`: its `escalate_to`, then
+/// every other notifier covering it whose `on` lists `escalation`, each once.
+fn escalation(config: &Config, agent: &tollgate_agent_config::AgentConfig) -> Option<EscalationRule> {
+    let after = agent.escalate_after?;
+    let mut notify = agent.escalate_to.clone();
+    for notifier in &config.notify {
+        let listening =
+            notifier.sends_on(tollgate_agent_config::NotifyOn::Escalation) && notifier.covers_agent(&agent.name);
+        if listening && !notify.contains(&notifier.name) {
+            notify.push(notifier.name.clone());
+        }
+    }
+    Some(EscalationRule { after, notify })
 }
 
 #[cfg(test)]

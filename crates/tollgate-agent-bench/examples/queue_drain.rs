@@ -75,6 +75,7 @@ fn runtime(store: Arc<dyn RunStore>, node: &str, workers: usize) -> Result<Runti
         approval_ttl: None,
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
+        escalation: None,
     };
     let options = RuntimeOptions { node_id: node.into(), workers, ..RuntimeOptions::default() };
     Ok(Runtime::new(store, vec![spec], Arc::new(SystemClock), Arc::new(UuidV7Ids), options))

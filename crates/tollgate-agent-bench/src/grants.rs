@@ -176,7 +176,7 @@ async fn make_grant(
 /// Starts runs `indexes` of `agent` (run j's input is `Save a note saying hello {j}`), `concurrency` in
 /// flight, each until it settles, which must be in status `expected`; adds the block to `tally` and
 /// answers the runs' ids.
-async fn start_block(
+pub(crate) async fn start_block(
     runtime: &Runtime,
     agent: &str,
     indexes: std::ops::Range<u64>,
@@ -223,9 +223,9 @@ async fn approve_block(
 
 /// One kind's blocks, summed over the rounds.
 #[derive(Default)]
-struct Tally {
-    wall: f64,
-    spent: CpuTime,
+pub(crate) struct Tally {
+    pub(crate) wall: f64,
+    pub(crate) spent: CpuTime,
     latencies: Vec<Duration>,
     bytes: usize,
     /// Each round's CPU per run (µs) and runs/s.
@@ -234,7 +234,7 @@ struct Tally {
 
 impl Tally {
     /// Adds a block that started at `started` with the process's CPU time at `cpu0`.
-    fn add(&mut self, started: Instant, cpu0: CpuTime, latencies: Vec<Duration>, bytes: usize) {
+    pub(crate) fn add(&mut self, started: Instant, cpu0: CpuTime, latencies: Vec<Duration>, bytes: usize) {
         let wall = started.elapsed().as_secs_f64();
         let spent = cpu_time().since(cpu0);
         let count = latencies.len() as f64;
@@ -256,7 +256,7 @@ impl Tally {
 }
 
 /// The reports of a baseline and a variant, named, the variant's set against the baseline's.
-fn pair(
+pub(crate) fn pair(
     (baseline_name, mut baseline): (String, Tally),
     (variant_name, mut variant): (String, Tally),
     rounds: u32,

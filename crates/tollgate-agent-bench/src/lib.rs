@@ -49,6 +49,7 @@
 pub mod grants;
 pub mod http;
 pub mod nodes;
+pub mod notify;
 pub mod scale;
 pub mod soak;
 
@@ -511,6 +512,7 @@ fn bench_agent(name: &str, gate: Gate, notes: Arc<Mutex<Vec<String>>>) -> Result
         approval_ttl: None,
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
+        escalation: None,
     })
 }
 

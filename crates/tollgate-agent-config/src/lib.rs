@@ -44,9 +44,9 @@
 //! `127.0.0.1:8080`, bodies up to 1 MiB read within 30s, a 30s lease, a 10s header-read and 60s idle timeout,
 //! `/readyz` within 2s, 10,000 connections and 16 live-event streams per client, retention 30d
 //! (terminal) / 90d (waiting), workspace `./workspace`, grants on (8h unless given, 30d at most), no
-//! tokens, providers, MCP servers, agents or webhooks. A file named by `--config` or `TOLLGATE_CONFIG`
-//! must exist. [`ConfigLoader`] takes the environment and the current folder as values, so tests never
-//! touch the process's.
+//! tokens, providers, MCP servers, agents, webhooks or notifiers. A file named by `--config` or
+//! `TOLLGATE_CONFIG` must exist. [`ConfigLoader`] takes the environment and the current folder as values,
+//! so tests never touch the process's.
 //!
 //! ## Overrides
 //! The scalar keys of the single-table sections can be overridden by `TOLLGATE_<SECTION>_<KEY>`, which wins
@@ -65,6 +65,8 @@
 //! | `server.ready_timeout` | `TOLLGATE_SERVER_READY_TIMEOUT` |
 //! | `server.max_connections` | `TOLLGATE_SERVER_MAX_CONNECTIONS` |
 //! | `server.max_streams_per_client` | `TOLLGATE_SERVER_MAX_STREAMS_PER_CLIENT` |
+//! | `server.public_url` | `TOLLGATE_SERVER_PUBLIC_URL` |
+//! | `server.link_secret` | `TOLLGATE_SERVER_LINK_SECRET` |
 //! | `retention.terminal_after` | `TOLLGATE_RETENTION_TERMINAL_AFTER` |
 //! | `retention.waiting_after` | `TOLLGATE_RETENTION_WAITING_AFTER` |
 //! | `workspace.root` | `TOLLGATE_WORKSPACE_ROOT` |
@@ -80,12 +82,13 @@
 //! is checked like the key it replaces (errors name the variable), and a relative path in it resolves
 //! against the current folder, as for any path typed in a shell. Entries of arrays of tables —
 //! `[[auth.tokens]]`, `[[providers]]`, `[[mcp_servers]]`, `[[agents]]` (and their `[[agents.policy]]`),
-//! `[[webhooks]]` — are **not** overridable: they have no stable name to address; their secrets take
+//! `[[webhooks]]`, `[[notify]]` — are **not** overridable: they have no stable name to address; their secrets take
 //! `env:NAME` instead. Other `TOLLGATE_*` variables (e.g. `TOLLGATE_TOKEN`, used by the CLI) are ignored.
 //!
 //! ## Secrets
 //! Every secret-valued key — `auth.tokens[].token`, `providers[].api_key`, `webhooks[].secret`, the values
-//! of `mcp_servers[].env`, `privacy.keys[].key`, and `store.url` (a PostgreSQL URL may hold a password) —
+//! of `mcp_servers[].env`, `privacy.keys[].key`, `server.link_secret`, `notify[].url` (a Slack webhook),
+//! `notify[].password` (SMTP), and `store.url` (a PostgreSQL URL may hold a password) —
 //! takes `env:NAME`,
 //! resolved at load (an unset `NAME` is an error naming the key and the variable), or a literal. Secrets are
 //! kept as [`Secret`], whose `Debug` and `Display` print `***`. Only MCP `env` values may be empty.
@@ -113,9 +116,18 @@
 //! or the provider's). Durations are positive. Webhook `events` name known event kinds (absent: all).
 //! `grants.default_ttl` is at most `grants.max_ttl`. A policy rule's `approvals` (2 or more) and
 //! `grantable` are taken only on a rule whose `gate` is `ask`.
+//!
+//! Notifications (V2.md section 4): `server.public_url` is an `http://` or `https://` URL without query
+//! or fragment; `server.link_secret` has at least 32 bytes and is required once any `[[notify]]` is
+//! configured. A notifier's `name` is unique and made of `[A-Za-z0-9_-]`; its keys are those of its
+//! `kind` (`url` for `slack`; `host`, `port`, `starttls`, `username`, `password`, `from`, `to` for
+//! `email`); `username` and `password` come together; `from` and each of `to` (at least one) is a
+//! mailbox, `addr@domain` or `Name <addr@domain>` (the mail transport parses them fully); `on` lists
+//! `approval_requested` and/or `escalation`; `as` names a token with the `approver` role (or `admin`)
+//! when `[[auth.tokens]]` is configured. An agent's `escalate_after` and `escalate_to` come together,
+//! and `escalate_to` names configured notifiers.
 
 mod addr;
-mod duration;
 mod env;
 mod error;
 #[doc(hidden)]
@@ -127,18 +139,19 @@ mod parse;
 mod secret;
 
 pub use addr::{AddrError, parse_addr};
-pub use duration::{DurationError, format_duration, parse_duration};
 pub use env::EnvVars;
 pub use error::ConfigError;
 pub use load::{ConfigFile, ConfigLoader, FoundBy, load};
 pub use model::{
-    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EventKind, GrantsConfig,
-    HttpProviderConfig, McpCommand, McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel,
-    ProviderConfig, ProviderKind, RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode,
-    ScriptedProviderConfig, ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EmailNotify, EventKind, GrantsConfig,
+    HttpProviderConfig, McpCommand, McpServerConfig, NotifyConfig, NotifyKind, NotifyOn, OnExpiry, PolicyGate,
+    PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind, RetentionConfig, Role, RuntimeConfig,
+    SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, SlackNotify, StoreBackend, StoreConfig,
+    TokenConfig, WebhookConfig, WorkspaceConfig,
 };
 pub use secret::Secret;
-pub use tollgate_agent_protocol::Glob;
+pub use tollgate_agent_protocol::{Actor, Glob};
+pub use tollgate_agent_protocol::{DurationError, format_duration, parse_duration};
 
 /// The built-in defaults, used for every key the file (and the environment) leaves out.
 pub mod defaults {
@@ -201,6 +214,17 @@ pub mod defaults {
     pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
     /// `providers[].base_url` of an `anthropic` provider (without `/v1`).
     pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+    /// `notify[].agents`: every agent.
+    pub const NOTIFY_AGENTS: &str = "*";
+    /// `notify[].starttls` of an `email` notifier.
+    pub const SMTP_STARTTLS: bool = true;
+    /// `notify[].port` of an `email` notifier with `starttls = true` (the submission port).
+    pub const SMTP_PORT_STARTTLS: u16 = 587;
+    /// `notify[].port` of an `email` notifier with `starttls = false` (plain SMTP, a local relay).
+    pub const SMTP_PORT_PLAIN: u16 = 25;
+    /// The fewest bytes `server.link_secret` may have: an HMAC-SHA256 key of less than the hash's 32 bytes
+    /// is weaker than the signature it makes.
+    pub const LINK_SECRET_MIN_BYTES: usize = 32;
 
     /// [`ADDR`] as an address.
     pub fn addr() -> SocketAddr {

@@ -9,7 +9,7 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{Glob, Secret};
+use crate::{Actor, Glob, Secret};
 
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,9 @@ pub struct Config {
     pub agents: Vec<AgentConfig>,
     /// `[[webhooks]]`, in file order.
     pub webhooks: Vec<WebhookConfig>,
+    /// `[[notify]]`, in file order: where people are told a run waits for them. Names are unique; when
+    /// there is any, `server.link_secret` is set.
+    pub notify: Vec<NotifyConfig>,
     /// `[sandbox]`.
     pub sandbox: SandboxConfig,
     /// `[privacy]`.
@@ -65,7 +68,7 @@ impl Config {
     }
 
     /// Every configured secret's value — provider keys, bearer tokens, webhook secrets, MCP `env` values,
-    /// data keys and the store URL's password — for the redactor that keeps them out of errors, events,
+    /// data keys, the store URL's password, the link secret, Slack webhook URLs and SMTP passwords — for the redactor that keeps them out of errors, events,
     /// logs and output. Empty values are left out.
     pub fn secret_values(&self) -> Vec<String> {
         let mut values: Vec<String> = Vec::new();
@@ -95,12 +98,30 @@ impl Config {
         for key in &self.privacy.keys {
             add(&key.key);
         }
+        if let Some(secret) = &self.server.link_secret {
+            add(secret);
+        }
+        for notifier in &self.notify {
+            match &notifier.kind {
+                NotifyKind::Slack(slack) => add(&slack.url),
+                NotifyKind::Email(email) => {
+                    if let Some(password) = &email.password {
+                        add(password);
+                    }
+                }
+            }
+        }
         if let Some(password) = url_password(&self.store.url) {
             values.push(password);
         }
         values.sort();
         values.dedup();
         values
+    }
+
+    /// The notifier (`[[notify]]` entry) named `name`. Every agent's `escalate_to` names ones that exist.
+    pub fn notifier(&self, name: &str) -> Option<&NotifyConfig> {
+        self.notify.iter().find(|n| n.name == name)
     }
 
     /// The MCP server named `name`.
@@ -183,6 +204,25 @@ pub struct ServerConfig {
     pub max_connections: u64,
     /// `max_streams_per_client`: how many live-event streams one client (token name, else peer IP) may hold.
     pub max_streams_per_client: u64,
+    /// `public_url`: the address people reach this server at, which signed approval links and review links
+    /// start with (`{public_url}/approve/{token}`); an `http://` or `https://` URL without query or fragment,
+    /// trailing `/` removed. `None` when not given: [`ServerConfig::link_base`] then uses `http://ADDR`.
+    pub public_url: Option<String>,
+    /// `link_secret`: the HMAC-SHA256 key signed approval links are made and checked with, at least 32
+    /// bytes. Always set when any `[[notify]]` is configured.
+    pub link_secret: Option<Secret>,
+}
+
+impl ServerConfig {
+    /// The URL links to this server start with: `public_url` when given, else `http://` and `addr` (the
+    /// configured listen address; a `serve --addr` given on the command line is not known here). No
+    /// trailing `/`.
+    pub fn link_base(&self) -> String {
+        match &self.public_url {
+            Some(url) => url.clone(),
+            None => format!("http://{}", self.addr),
+        }
+    }
 }
 
 /// `[retention]`.
@@ -456,6 +496,12 @@ pub struct AgentConfig {
     pub shell_network: bool,
     /// `[[agents.policy]]`, in file order: the first rule that matches a call wins.
     pub policy: Vec<PolicyRule>,
+    /// `escalate_after`: how long a run may wait at the gate before the notifiers of `escalate_to` are told
+    /// (once per held turn). Positive; set exactly when `escalate_to` is not empty.
+    pub escalate_after: Option<Duration>,
+    /// `escalate_to`: names of `[[notify]]` entries, each once, in config order; every one exists. Empty
+    /// exactly when `escalate_after` is `None`.
+    pub escalate_to: Vec<String>,
 }
 
 impl AgentConfig {
@@ -548,6 +594,119 @@ pub struct WebhookConfig {
     pub events: Vec<EventKind>,
 }
 
+/// One `[[notify]]` entry: a notifier that tells people a run of one of its agents waits for them, with
+/// signed links to decide each held call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyConfig {
+    /// `name`: unique among notifiers, of ASCII letters, digits, `_` and `-` (it appears in metrics labels,
+    /// signed links and `escalate_to`).
+    pub name: String,
+    /// `kind` and the keys that belong to it.
+    pub kind: NotifyKind,
+    /// `agents`: names or globs of the agents whose runs this notifier announces; `*` (every agent) when
+    /// the key is absent. Never empty.
+    pub agents: Vec<Glob>,
+    /// `as`: the actor a decision made through this notifier's signed links is recorded as. With
+    /// `[[auth.tokens]]` configured, the name of a token with the `approver` role (or `admin`, which
+    /// includes it).
+    pub actor: Actor,
+    /// `on`: what this notifier is sent, each once, in config order; both when the key is absent. Never
+    /// empty. (An agent's `escalate_to` sends the escalation to the notifiers it names whatever this says.)
+    pub on: Vec<NotifyOn>,
+}
+
+impl NotifyConfig {
+    /// Whether one of `agents` (a name or a glob) matches the agent `name`.
+    pub fn covers_agent(&self, name: &str) -> bool {
+        self.agents.iter().any(|glob| glob.is_match(name))
+    }
+
+    /// Whether `on` lists `occasion`.
+    pub fn sends_on(&self, occasion: NotifyOn) -> bool {
+        self.on.contains(&occasion)
+    }
+}
+
+/// A notifier's kind with its kind-specific settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotifyKind {
+    /// `kind = "slack"`: a Block Kit message posted to an incoming webhook.
+    Slack(SlackNotify),
+    /// `kind = "email"`: a text and HTML mail sent through an SMTP server.
+    Email(EmailNotify),
+}
+
+impl NotifyKind {
+    /// The `kind` value as written in the config.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            NotifyKind::Slack(_) => "slack",
+            NotifyKind::Email(_) => "email",
+        }
+    }
+}
+
+/// Settings of a `slack` notifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlackNotify {
+    /// `url`: the incoming-webhook URL, `http://` or `https://`, as given. A secret: whoever has it can post
+    /// to the channel, so it is never printed or logged.
+    pub url: Secret,
+}
+
+/// Settings of an `email` notifier. `username` and `password` are both set or both absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmailNotify {
+    /// `host`: the SMTP server's host name or IP address.
+    pub host: String,
+    /// `port` (default 587 with `starttls`, else 25).
+    pub port: u16,
+    /// `starttls` (default true): the connection must be upgraded with STARTTLS before anything is sent;
+    /// false sends in plain text (a relay on the local network).
+    pub starttls: bool,
+    /// `username` for SMTP authentication, when given.
+    pub username: Option<String>,
+    /// `password` for SMTP authentication, given exactly when `username` is.
+    pub password: Option<Secret>,
+    /// `from`: the sender's mailbox, `addr@domain` or `Name <addr@domain>`, as given (trimmed).
+    pub from: String,
+    /// `to`: the recipients' mailboxes, at least one, each in the form of `from`, in config order.
+    pub to: Vec<String>,
+}
+
+/// What a notifier is sent (`on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NotifyOn {
+    /// `approval_requested`: a run started waiting at the gate.
+    ApprovalRequested,
+    /// `escalation`: a run is still waiting after its agent's `escalate_after`.
+    Escalation,
+}
+
+impl NotifyOn {
+    /// Every value, in the order the config documents them (the default of `on`).
+    pub const ALL: [NotifyOn; 2] = [NotifyOn::ApprovalRequested, NotifyOn::Escalation];
+
+    /// The value as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyOn::ApprovalRequested => "approval_requested",
+            NotifyOn::Escalation => "escalation",
+        }
+    }
+
+    /// The value named `name`, if any.
+    pub fn parse(name: &str) -> Option<NotifyOn> {
+        NotifyOn::ALL.into_iter().find(|on| on.as_str() == name)
+    }
+}
+
+impl fmt::Display for NotifyOn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// An event kind a webhook can subscribe to (docs/events.md): the wire's `EventKind`, the one list of kinds.
 pub use tollgate_agent_protocol::EventKind;
 
@@ -591,5 +750,9 @@ mod tests {
             assert_eq!(Role::parse(role.as_str()), Some(role));
         }
         assert_eq!(Role::parse("root"), None);
+        for on in NotifyOn::ALL {
+            assert_eq!(NotifyOn::parse(on.as_str()), Some(on));
+        }
+        assert_eq!(NotifyOn::parse("run_failed"), None);
     }
 }

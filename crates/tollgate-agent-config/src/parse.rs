@@ -13,14 +13,15 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
-use crate::duration::EXPECTED_DURATION;
 use crate::model::{
-    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EventKind, GrantsConfig,
-    HttpProviderConfig, McpCommand, McpServerConfig, OnExpiry, PolicyGate, PolicyRule, PrivacyConfig, PrivacyLevel,
-    ProviderConfig, ProviderKind, RetentionConfig, Role, RuntimeConfig, SandboxConfig, SandboxMode,
-    ScriptedProviderConfig, ServerConfig, StoreBackend, StoreConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
+    AgentConfig, ArgumentMatch, AuthConfig, Config, ConfigSource, DataKeyConfig, EmailNotify, EventKind, GrantsConfig,
+    HttpProviderConfig, McpCommand, McpServerConfig, NotifyConfig, NotifyKind, NotifyOn, OnExpiry, PolicyGate,
+    PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind, RetentionConfig, Role, RuntimeConfig,
+    SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, SlackNotify, StoreBackend, StoreConfig,
+    TokenConfig, WebhookConfig, WorkspaceConfig,
 };
-use crate::{ConfigError, EnvVars, Glob, Secret, defaults, format_duration, parse_addr, parse_duration};
+use crate::{Actor, ConfigError, EnvVars, Glob, Secret, defaults, format_duration, parse_addr, parse_duration};
+use tollgate_agent_protocol::EXPECTED_DURATION;
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -34,6 +35,7 @@ const TOP_KEYS: &[&str] = &[
     "mcp_servers",
     "agents",
     "webhooks",
+    "notify",
     "sandbox",
     "privacy",
     "runtime",
@@ -56,8 +58,17 @@ const AGENT_KEYS: &[&str] = &[
     "on_expiry",
     "forbid_self_approval",
     "shell_network",
+    "escalate_after",
+    "escalate_to",
     "policy",
 ];
+const NOTIFY_COMMON_KEYS: &[&str] = &["name", "kind", "agents", "as", "on"];
+const SLACK_NOTIFY_KEYS: &[&str] = &["url"];
+const EMAIL_NOTIFY_KEYS: &[&str] = &["host", "port", "starttls", "username", "password", "from", "to"];
+const NOTIFY_KEYS: &[&str] =
+    &["name", "kind", "agents", "as", "on", "url", "host", "port", "starttls", "username", "password", "from", "to"];
+/// What a mailbox must look like, as error messages say it.
+const EXPECTED_MAILBOX: &str = r#"a mail address like "ops@example.com" or "Ops <ops@example.com>""#;
 
 /// What the parser needs besides the table: names for messages, variables, and the folders paths are
 /// resolved against.
@@ -171,7 +182,19 @@ impl Parser<'_> {
         };
         let providers = self.providers(&root)?;
         let mcp_servers = self.mcp_servers(&root)?;
-        let agents = self.agents(&root, &providers)?;
+        // Before the agents: their `escalate_to` names notifiers.
+        let notify = self.notify(&root, &auth)?;
+        if let Some(first) = notify.first()
+            && server.link_secret.is_none()
+        {
+            let at = At { origin: self.origin.to_owned(), key: "server.link_secret".into(), from_env: false };
+            return Err(at.missing(format!(
+                r#"a secret of at least {} bytes (a literal or "env:NAME") to sign the approval links of [[notify]] {:?}"#,
+                defaults::LINK_SECRET_MIN_BYTES,
+                first.name
+            )));
+        }
+        let agents = self.agents(&root, &providers, &notify)?;
         let webhooks = self.webhooks(&root)?;
         let sandbox = self.sandbox(section("sandbox")?.as_ref())?;
         let privacy = self.privacy(section("privacy")?.as_ref())?;
@@ -189,6 +212,7 @@ impl Parser<'_> {
             mcp_servers,
             agents,
             webhooks,
+            notify,
             sandbox,
             privacy,
             runtime,
@@ -352,6 +376,8 @@ impl Parser<'_> {
                 "ready_timeout",
                 "max_connections",
                 "max_streams_per_client",
+                "public_url",
+                "link_secret",
             ])?;
         }
         let addr = match self.scalar(section, "server", "addr") {
@@ -381,6 +407,12 @@ impl Parser<'_> {
         };
         let max_connections = count("max_connections", defaults::MAX_CONNECTIONS)?;
         let max_streams_per_client = count("max_streams_per_client", defaults::MAX_STREAMS_PER_CLIENT)?;
+        let public_url =
+            self.scalar(section, "server", "public_url").map(|(value, at)| public_url(&value, &at)).transpose()?;
+        let link_secret = self
+            .scalar(section, "server", "link_secret")
+            .map(|(value, at)| self.link_secret(&value, &at))
+            .transpose()?;
         Ok(ServerConfig {
             addr,
             max_body_bytes,
@@ -391,7 +423,23 @@ impl Parser<'_> {
             ready_timeout,
             max_connections,
             max_streams_per_client,
+            public_url,
+            link_secret,
         })
+    }
+
+    /// `server.link_secret`: a secret of at least [`defaults::LINK_SECRET_MIN_BYTES`] bytes.
+    fn link_secret(&self, value: &Value, at: &At) -> Result<Secret> {
+        let secret = self.secret(value, at)?;
+        let bytes = secret.expose().len();
+        if bytes < defaults::LINK_SECRET_MIN_BYTES {
+            // Only the length: the value is a secret.
+            return Err(at.invalid(format!(
+                "expected a secret of at least {} bytes (e.g. from `openssl rand -hex 32`), got {bytes} bytes",
+                defaults::LINK_SECRET_MIN_BYTES
+            )));
+        }
+        Ok(secret)
     }
 
     fn retention(&self, section: Option<&Section<'_>>) -> Result<RetentionConfig> {
@@ -559,7 +607,12 @@ impl Parser<'_> {
             .ok_or_else(|| at.invalid(format!("the resolved path {} is not valid Unicode", path.display())))
     }
 
-    fn agents(&self, root: &Section<'_>, providers: &[ProviderConfig]) -> Result<Vec<AgentConfig>> {
+    fn agents(
+        &self,
+        root: &Section<'_>,
+        providers: &[ProviderConfig],
+        notifiers: &[NotifyConfig],
+    ) -> Result<Vec<AgentConfig>> {
         let mut agents: Vec<AgentConfig> = Vec::new();
         for entry in root.entries("agents", "agents")? {
             entry.check_keys(AGENT_KEYS)?;
@@ -617,6 +670,7 @@ impl Parser<'_> {
                 Some((value, at)) => boolean(value, &at)?,
                 None => false,
             };
+            let (escalate_after, escalate_to) = escalation(&entry, notifiers)?;
             let policy =
                 entry.entries("policy", "agents.policy")?.iter().map(policy_rule).collect::<Result<Vec<_>>>()?;
             agents.push(AgentConfig {
@@ -632,6 +686,8 @@ impl Parser<'_> {
                 forbid_self_approval,
                 shell_network,
                 policy,
+                escalate_after,
+                escalate_to,
             });
         }
         Ok(agents)
@@ -666,6 +722,127 @@ impl Parser<'_> {
             webhooks.push(WebhookConfig { url, secret, events });
         }
         Ok(webhooks)
+    }
+
+    fn notify(&self, root: &Section<'_>, auth: &AuthConfig) -> Result<Vec<NotifyConfig>> {
+        let mut notifiers: Vec<NotifyConfig> = Vec::new();
+        for entry in root.entries("notify", "notify")? {
+            entry.check_keys(NOTIFY_KEYS)?;
+            let (value, at) = entry.require("name", "the notifier's name (ASCII letters, digits, '_' and '-')")?;
+            let name = notifier_name(value, &at)?;
+            if let Some(i) = notifiers.iter().position(|n| n.name == name) {
+                return Err(at.invalid(format!("duplicate notifier name {name:?} (also notify[{i}].name)")));
+            }
+            let (value, at) = entry.require("kind", r#""slack" or "email""#)?;
+            let kind = choice(value, &at, &[("slack", "slack"), ("email", "email")])?;
+            let (allowed, foreign) = match kind {
+                "slack" => (SLACK_NOTIFY_KEYS, EMAIL_NOTIFY_KEYS),
+                _ => (EMAIL_NOTIFY_KEYS, SLACK_NOTIFY_KEYS),
+            };
+            if let Some(key) = foreign.iter().find(|key| entry.table.contains_key(**key)) {
+                let takes = NOTIFY_COMMON_KEYS.iter().chain(allowed).copied().collect::<Vec<_>>().join(", ");
+                return Err(entry.at.child(key).invalid(format!("not used by kind {kind:?} (its keys: {takes})")));
+            }
+            let agents = match entry.get("agents") {
+                Some((value, at)) => {
+                    let agents = string_list(value, &at)?
+                        .into_iter()
+                        .map(|(text, at)| non_empty_str(text, &at).map(Glob::new))
+                        .collect::<Result<Vec<_>>>()?;
+                    if agents.is_empty() {
+                        return Err(
+                            at.invalid("expected at least one agent name or glob (leave `agents` out for every agent)")
+                        );
+                    }
+                    agents
+                }
+                None => vec![Glob::new(defaults::NOTIFY_AGENTS)],
+            };
+            let actor = notify_actor(&entry, auth)?;
+            let on = match entry.get("on") {
+                Some((value, at)) => {
+                    let options = NotifyOn::ALL.map(|on| (on.as_str(), on));
+                    let mut on: Vec<NotifyOn> = Vec::new();
+                    for (name, at) in string_list(value, &at)? {
+                        let occasion = choice(&Value::String(name.to_owned()), &at, &options)?;
+                        if !on.contains(&occasion) {
+                            on.push(occasion);
+                        }
+                    }
+                    if on.is_empty() {
+                        return Err(at.invalid(
+                            r#"expected at least one of "approval_requested" and "escalation" (leave `on` out for both)"#,
+                        ));
+                    }
+                    on
+                }
+                None => NotifyOn::ALL.to_vec(),
+            };
+            let kind = match kind {
+                "slack" => NotifyKind::Slack(self.slack_notify(&entry)?),
+                _ => NotifyKind::Email(self.email_notify(&entry)?),
+            };
+            notifiers.push(NotifyConfig { name, kind, agents, actor, on });
+        }
+        Ok(notifiers)
+    }
+
+    fn slack_notify(&self, entry: &Section<'_>) -> Result<SlackNotify> {
+        let (value, at) = entry.require("url", r#"the Slack incoming-webhook URL (a literal or "env:NAME")"#)?;
+        let url = self.secret(value, &at)?;
+        if let Some(problem) = secret_url_problem(url.expose()) {
+            return Err(at.invalid(format!("expected an http:// or https:// URL, got {problem}")));
+        }
+        Ok(SlackNotify { url })
+    }
+
+    fn email_notify(&self, entry: &Section<'_>) -> Result<EmailNotify> {
+        let (value, at) = entry.require("host", "the SMTP server's host name")?;
+        let host = non_empty(value, &at)?;
+        if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(at.invalid(format!("expected a host name without spaces, got {}", describe(value))));
+        }
+        let starttls = match entry.get("starttls") {
+            Some((value, at)) => boolean(value, &at)?,
+            None => defaults::SMTP_STARTTLS,
+        };
+        let port = match entry.get("port") {
+            Some((value, at)) => {
+                const WHAT: &str = "a port number (1 to 65535)";
+                let n = integer(value, &at, WHAT, 1)?;
+                u16::try_from(n).map_err(|_| at.expected(WHAT, value))?
+            }
+            None if starttls => defaults::SMTP_PORT_STARTTLS,
+            None => defaults::SMTP_PORT_PLAIN,
+        };
+        let username = entry.get("username").map(|(value, at)| non_empty(value, &at).map(str::to_owned)).transpose()?;
+        let password = entry.get("password").map(|(value, at)| self.secret(value, &at)).transpose()?;
+        match (&username, &password) {
+            (Some(_), None) => {
+                return Err(entry.at.child("password").missing(format!(
+                    r#"the SMTP password (a literal or "env:NAME"), since {}.username is set"#,
+                    entry.at.key
+                )));
+            }
+            (None, Some(_)) => {
+                return Err(entry
+                    .at
+                    .child("username")
+                    .missing(format!("the SMTP user name, since {}.password is set", entry.at.key)));
+            }
+            _ => {}
+        }
+        let (value, at) =
+            entry.require("from", r#"the sender's mail address, like "Tollgate <tollgate@example.com>""#)?;
+        let from = mailbox(string_as(value, &at, EXPECTED_MAILBOX)?, &at)?;
+        let (value, at) =
+            entry.require("to", r#"a list of the recipients' mail addresses, like ["ops@example.com"]"#)?;
+        let to =
+            string_list(value, &at)?.into_iter().map(|(text, at)| mailbox(text, &at)).collect::<Result<Vec<_>>>()?;
+        if to.is_empty() {
+            return Err(at.invalid("expected at least one mail address, got []"));
+        }
+        Ok(EmailNotify { host: host.to_owned(), port, starttls, username, password, from, to })
     }
 
     /// A secret-valued key: `env:NAME` (resolved now; unset is an error naming both) or a literal. Never
@@ -703,6 +880,161 @@ impl Parser<'_> {
             _ => Ok(Secret::new(text.as_str())),
         }
     }
+}
+
+/// A notifier's `as`: with tokens configured, the name of one that may decide calls (the `approver` role,
+/// or `admin`, which holds every role); without, any non-empty name.
+fn notify_actor(entry: &Section<'_>, auth: &AuthConfig) -> Result<Actor> {
+    let may_decide = |roles: &[Role]| roles.contains(&Role::Approver) || roles.contains(&Role::Admin);
+    if auth.tokens.is_empty() {
+        let (value, at) =
+            entry.require("as", "the actor a decision made through the notifier's links is recorded as")?;
+        return Ok(Actor::new(non_empty(value, &at)?));
+    }
+    let (value, at) = entry.require(
+        "as",
+        "the name of a token in [[auth.tokens]] with the approver role: the actor the notifier's links decide as",
+    )?;
+    let name = non_empty(value, &at)?;
+    let named: Vec<(usize, &TokenConfig)> = auth.tokens.iter().enumerate().filter(|(_, t)| t.name == name).collect();
+    if named.iter().any(|(_, token)| may_decide(&token.roles)) {
+        return Ok(Actor::new(name));
+    }
+    if let Some((i, token)) = named.first() {
+        let roles = token.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ");
+        return Err(at.invalid(format!(
+            "expected the name of a token with the approver role, got {name:?}, whose token (auth.tokens[{i}]) \
+             has only {roles}; the notifier's links decide calls as this actor"
+        )));
+    }
+    let mut approvers: Vec<String> = Vec::new();
+    for token in auth.tokens.iter().filter(|t| may_decide(&t.roles)) {
+        let quoted = format!("{:?}", token.name);
+        if !approvers.contains(&quoted) {
+            approvers.push(quoted);
+        }
+    }
+    let approvers = if approvers.is_empty() { "no token has it".to_owned() } else { approvers.join(", ") };
+    Err(at.expected(&format!("the name of a token in [[auth.tokens]] with the approver role ({approvers})"), value))
+}
+
+/// An agent's `escalate_after` and `escalate_to`, which come together: one says when, the other whom to tell.
+fn escalation(entry: &Section<'_>, notifiers: &[NotifyConfig]) -> Result<(Option<Duration>, Vec<String>)> {
+    let escalate_after = entry.get("escalate_after").map(|(value, at)| duration(value, &at)).transpose()?;
+    let mut escalate_to: Vec<String> = Vec::new();
+    if let Some((value, at)) = entry.get("escalate_to") {
+        for (name, at) in string_list(value, &at)? {
+            if !notifiers.iter().any(|n| n.name == name) {
+                let defined = if notifiers.is_empty() {
+                    "none is defined".to_owned()
+                } else {
+                    notifiers.iter().map(|n| format!("{:?}", n.name)).collect::<Vec<_>>().join(", ")
+                };
+                return Err(at.invalid(format!(
+                    "expected the name of a notifier defined in [[notify]] ({defined}), got {}",
+                    describe(&Value::String(name.to_owned()))
+                )));
+            }
+            if !escalate_to.iter().any(|n| n == name) {
+                escalate_to.push(name.to_owned());
+            }
+        }
+        if escalate_to.is_empty() {
+            return Err(at.invalid(
+                "expected at least one notifier name (leave out escalate_to and escalate_after for no escalation)",
+            ));
+        }
+    }
+    match (escalate_after, escalate_to.is_empty()) {
+        (Some(_), true) => Err(entry
+            .at
+            .child("escalate_to")
+            .missing("the names of the [[notify]] entries to tell when a run has waited escalate_after")),
+        (None, false) => Err(entry.at.child("escalate_after").missing(format!(
+            r#"a duration like "1h": how long a run waits before escalate_to is told ({EXPECTED_DURATION})"#
+        ))),
+        _ => Ok((escalate_after, escalate_to)),
+    }
+}
+
+/// A notifier's `name`: it appears in metrics labels, signed links and `escalate_to`.
+fn notifier_name(value: &Value, at: &At) -> Result<String> {
+    const WHAT: &str = "a name of ASCII letters, digits, '_' and '-'";
+    let text = string_as(value, at, WHAT)?;
+    if text.is_empty() || !text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(at.expected(WHAT, value));
+    }
+    Ok(text.to_owned())
+}
+
+/// `text` as a mailbox, trimmed; see [`is_mailbox`].
+fn mailbox(text: &str, at: &At) -> Result<String> {
+    if !is_mailbox(text) {
+        return Err(at.invalid(format!("expected {EXPECTED_MAILBOX}, got {}", describe(&Value::String(text.into())))));
+    }
+    Ok(text.trim().to_owned())
+}
+
+/// `local@domain`, or `Display Name <local@domain>` (the name may be empty or quoted). A shape check only,
+/// so that a typo fails at load rather than at the first mail: exactly one `@` with text on both sides, no
+/// spaces or angle brackets in the address, no control character anywhere (a line break would start a new
+/// mail header). The mail transport parses the mailbox fully when it sends.
+fn is_mailbox(text: &str) -> bool {
+    if text.chars().any(char::is_control) {
+        return false;
+    }
+    let text = text.trim();
+    let address = match text.strip_suffix('>') {
+        Some(rest) => match rest.rsplit_once('<') {
+            Some((name, address)) if !name.contains(['<', '>']) => address,
+            _ => return false,
+        },
+        None => text,
+    };
+    let Some((local, domain)) = address.split_once('@') else { return false };
+    !local.is_empty()
+        && !domain.is_empty()
+        && !domain.contains('@')
+        && !address.chars().any(|c| c.is_whitespace() || matches!(c, '<' | '>' | ','))
+}
+
+/// What is wrong with a secret-valued URL that should be `http://` or `https://` with a host, said
+/// without repeating the URL (only its scheme): `None` when nothing is.
+fn secret_url_problem(url: &str) -> Option<String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Some("a value that is not a URL (not shown: the key is secret-valued)".to_owned());
+    };
+    if !matches!(scheme, "http" | "https") {
+        if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) {
+            return Some(format!("a URL with scheme {scheme:?}"));
+        }
+        return Some("a value that is not a URL (not shown: the key is secret-valued)".to_owned());
+    }
+    if rest.is_empty() || rest.starts_with('/') || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some(format!("a {scheme}:// URL without a host, or with spaces (not shown: the key is secret-valued)"));
+    }
+    None
+}
+
+/// `server.public_url`: where people reach the server, which links start with. `http://` or `https://`,
+/// a host, no user name or password, no query or fragment (a path is appended to it), no spaces; a
+/// trailing `/` is dropped.
+fn public_url(value: &Value, at: &At) -> Result<String> {
+    const WHAT: &str = "an http:// or https:// URL without a query or fragment, like \"https://tollgate.example.com\"";
+    let url = string_as(value, at, WHAT)?;
+    let Some(rest) = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")) else {
+        return Err(at.expected(WHAT, value));
+    };
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let fine = !authority.is_empty()
+        && !authority.starts_with(':')
+        && !authority.contains('@')
+        && !url.contains(['?', '#'])
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+    if !fine {
+        return Err(at.expected(WHAT, value));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
 }
 
 fn policy_rule(entry: &Section<'_>) -> Result<PolicyRule> {
@@ -1007,6 +1339,49 @@ mod tests {
         }
         for bad in ["path", "a/b", "/a~", "/a~2", "~0"] {
             assert!(!is_json_pointer(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn mailboxes() {
+        for ok in [
+            "ops@example.com",
+            "a@b",
+            " ops@example.com ",
+            "Tollgate <tollgate@example.com>",
+            "<ops@example.com>",
+            "\"Doe, Jane\" <jane@example.com>",
+            "first.last+tag@sub.example.co.uk",
+        ] {
+            assert!(is_mailbox(ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "ops",
+            "@example.com",
+            "ops@",
+            "a@b@c",
+            "ops @example.com",
+            "a@b, c@d",
+            "Ops <ops@example.com",
+            "Ops ops@example.com>",
+            "Ops <>",
+            "A <b> <c@d>",
+            "Ops <ops@example.com>\r\nBcc: x@y",
+            "ops@example.com\n",
+        ] {
+            assert!(!is_mailbox(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn secret_urls_are_judged_without_being_repeated() {
+        assert_eq!(secret_url_problem("https://hooks.slack.com/services/T/B/x"), None);
+        assert_eq!(secret_url_problem("http://127.0.0.1:9/x"), None);
+        assert_eq!(secret_url_problem("ftp://h/x").as_deref(), Some(r#"a URL with scheme "ftp""#));
+        for bad in ["hooks.slack.com/services/T/B/x", "https://", "https:///x", "https://h/a b"] {
+            let problem = secret_url_problem(bad).unwrap_or_default();
+            assert!(!problem.is_empty() && !problem.contains("slack") && !problem.contains("a b"), "{bad}: {problem}");
         }
     }
 

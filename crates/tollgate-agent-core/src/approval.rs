@@ -418,6 +418,14 @@ impl Approval {
         matches!(self.state, ApprovalState::Pending { .. })
     }
 
+    /// Its escalation, while it is pending and was escalated.
+    pub fn escalated(&self) -> Option<&Escalation> {
+        match &self.state {
+            ApprovalState::Pending { escalated, .. } => escalated.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The decision it settled on, once decided.
     pub fn decision(&self) -> Option<&Decision> {
         match &self.state {

@@ -17,6 +17,23 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+/// An error and its sources, each once, joined by `: ` (e.g. `error sending request: client error
+/// (Connect): connection refused`): what an adapter says of a failure of the library under it, whose
+/// own text often leaves the cause to its sources.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// `text` with every control and format character but `\n` and `\t` shown as a visible escape; for a
 /// block of lines. Borrowed when there is nothing to escape.
 pub fn terminal_safe(text: &str) -> Cow<'_, str> {

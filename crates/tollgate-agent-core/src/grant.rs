@@ -23,6 +23,9 @@ pub struct GrantMatch {
     pattern: Map<String, Value>,
     /// Each pointer with its compiled matcher, in the same order.
     matchers: Vec<(String, Matcher)>,
+    /// Each pointer's reference tokens, unescaped once here (`~1` is `/`, `~0` is `~`), so that a gate
+    /// checking many grants looks values up without allocating.
+    tokens: Vec<Vec<String>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -34,7 +37,7 @@ enum Matcher {
 impl GrantMatch {
     /// The pattern `{}`: any arguments.
     pub fn any() -> GrantMatch {
-        GrantMatch { pattern: Map::new(), matchers: Vec::new() }
+        GrantMatch { pattern: Map::new(), matchers: Vec::new(), tokens: Vec::new() }
     }
 
     /// Compiles a pattern.
@@ -53,7 +56,13 @@ impl GrantMatch {
                 (pointer.clone(), matcher)
             })
             .collect();
-        Ok(GrantMatch { pattern, matchers })
+        let tokens = pattern
+            .keys()
+            .map(|pointer| {
+                pointer.split('/').skip(1).map(|token| token.replace("~1", "/").replace("~0", "~")).collect()
+            })
+            .collect();
+        Ok(GrantMatch { pattern, matchers, tokens })
     }
 
     /// The pattern's JSON form (what the API shows and the store keeps).
@@ -71,20 +80,34 @@ impl GrantMatch {
     /// normalised workspace path, never the spelling; any other glob reads the string at its pointer (a
     /// missing or non-string value never matches); an equality reads the value at its pointer.
     pub fn matches(&self, args: &Value, paths: &[PolicyPath]) -> bool {
-        self.matchers.iter().all(|(pointer, matcher)| {
+        self.matchers.iter().zip(&self.tokens).all(|((pointer, matcher), tokens)| {
             if let Some(path) = paths.iter().find(|p| &p.pointer == pointer) {
                 return match matcher {
                     Matcher::Glob(glob) => glob.is_match(&path.path),
                     Matcher::Equals(value) => value.as_str() == Some(path.path.as_str()),
                 };
             }
-            match (matcher, args.pointer(pointer)) {
+            match (matcher, lookup(args, tokens)) {
                 (Matcher::Glob(glob), Some(Value::String(text))) => glob.is_match(text),
                 (Matcher::Equals(value), Some(found)) => value == found,
                 _ => false,
             }
         })
     }
+}
+
+/// The value at a JSON pointer given as its unescaped reference tokens (RFC 6901, as
+/// `serde_json::Value::pointer` reads it: an array index is decimal digits without a leading zero).
+fn lookup<'a>(value: &'a Value, tokens: &[String]) -> Option<&'a Value> {
+    tokens.iter().try_fold(value, |target, token| match target {
+        Value::Object(fields) => fields.get(token.as_str()),
+        Value::Array(items) => {
+            let index =
+                (token == "0" || !token.starts_with(['0', '+'])).then(|| token.parse::<usize>().ok()).flatten()?;
+            items.get(index)
+        }
+        _ => None,
+    })
 }
 
 /// A grant as the store keeps it (the wire's [`Grant`](tollgate_agent_protocol::Grant) with times in
@@ -266,6 +289,31 @@ pub struct GrantPage {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A pointer is read as `serde_json::Value::pointer` reads it, escapes, array indexes and all.
+    #[test]
+    fn a_pointer_reads_as_serde_json_reads_it() {
+        let args = json!({"a/b": {"m~n": [10, 20, {"": "empty key"}]}, "list": ["x", "y"], "": 1});
+        let pointers = [
+            "/a~1b/m~0n/1",
+            "/a~1b/m~0n/2/",
+            "/list/0",
+            "/list/1",
+            "/list/01",
+            "/list/+1",
+            "/list/2",
+            "/list/-",
+            "/",
+            "/a~1b/m~0n",
+            "/missing/x",
+            "/list/0/deeper",
+        ];
+        for pointer in pointers {
+            let tokens: Vec<String> =
+                pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
+            assert_eq!(lookup(&args, &tokens), args.pointer(pointer), "{pointer}");
+        }
+    }
 
     fn pattern(value: Value) -> GrantMatch {
         match value {

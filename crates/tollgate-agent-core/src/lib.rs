@@ -64,7 +64,7 @@ pub mod transcript;
 pub mod typed;
 
 pub use approval::{Approval, ApprovalCommand, ApprovalError, ApprovalId, ApprovalState, Escalation, Requirement};
-pub use display::{terminal_safe, terminal_safe_line};
+pub use display::{error_chain, terminal_safe, terminal_safe_line};
 pub use event::{ChainBreak, ChainKey, ChainKeys, EventKind, NewEvent, StoredEvent, verify_chain, verify_chain_with};
 pub use grant::{
     GrantMatch, GrantPage, GrantQuery, GrantRecord, GrantStatus, exact_match, exact_match_resolved, first_allowing,

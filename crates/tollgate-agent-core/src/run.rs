@@ -371,6 +371,19 @@ impl RunRecord {
                     None => RunState::Waiting(held),
                 }
             }
+            (RunState::Waiting(held), Transition::Escalate { at, notified }) => {
+                // Every approval still open is escalated, once: a turn escalated already is refused
+                // (its first open approval says so), so two sweeps racing escalate it once.
+                let mut held = held.clone();
+                let mut open = held.approvals.iter_mut().filter(|a| a.is_pending()).peekable();
+                if open.peek().is_none() {
+                    return Err(refuse());
+                }
+                for approval in open {
+                    *approval = approval.apply(&ApprovalCommand::Escalate { at: *at, notified: notified.clone() })?;
+                }
+                RunState::Waiting(held)
+            }
             (RunState::Running { .. }, Transition::Complete { output, reason, iterations, usage }) => {
                 next.iterations = *iterations;
                 next.usage = *usage;
@@ -420,6 +433,15 @@ pub enum Transition {
         /// run's record does not change for them.
         remember: Vec<crate::grant::GrantRecord>,
     },
+    /// waiting → waiting, escalating every open approval of the held turn ([`ApprovalCommand::Escalate`]):
+    /// the turn waited the agent's `escalate_after` and `notified` were told. Refused for a turn already
+    /// escalated, so it happens once per held turn.
+    Escalate {
+        /// When.
+        at: Millis,
+        /// The notifiers told (their configured names).
+        notified: Vec<String>,
+    },
     /// running → completed.
     Complete {
         /// The final text.
@@ -453,6 +475,7 @@ impl Transition {
             Transition::Claim { .. } => "claim",
             Transition::Suspend { .. } => "suspend",
             Transition::Vote { .. } => "vote",
+            Transition::Escalate { .. } => "escalate",
             Transition::Complete { .. } => "complete",
             Transition::Fail { .. } => "fail",
             Transition::Cancel => "cancel",

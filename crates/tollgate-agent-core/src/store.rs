@@ -441,6 +441,18 @@ pub trait Schedules: Send + Sync {
     /// first, at most `limit`.
     fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>>;
 
+    /// Waiting runs whose last change (`updated_at`: the held turn's request, or a later vote on it) is
+    /// after `from` and at or before `until`, in order of that time then id, continuing after the run
+    /// `from` names (the time and id of the last run of the previous page; an empty id starts at the
+    /// time), at most `limit`: what the escalation sweep reads, a window at a time (docs/design.md,
+    /// "Escalation"). Rows that cannot be read are passed over (and logged), as [`Schedules::due`] does.
+    fn waiting_changed<'a>(
+        &'a self,
+        from: (Millis, &'a str),
+        until: Millis,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>>;
+
     /// Deletes up to `batch` runs (with their events): terminal runs finished before `terminal_before`,
     /// and waiting runs last updated before `waiting_before`. Returns how many went.
     fn purge(
@@ -551,7 +563,9 @@ impl<T: RunRows + EventLog + RunQueue + Schedules + StoreHealth + ChangeFeed + G
 
 /// Grants (V2.md section 1; [`GrantRecord`]): made by a person, directly or with a decision (then in the
 /// decision's transaction: [`Transition::Vote`]'s `remember`), listed, revoked, and read by every node
-/// when a run reaches the gate.
+/// when a run reaches the gate. A grant's `uses` is counted by the store itself, in the transaction that
+/// commits a `tool_started` event whose data names the grant (`"grant": ID`): a call a grant allowed is
+/// counted exactly when its start is on the record.
 pub trait Grants: Send + Sync {
     /// Stores a new grant (its `uses` 0, not revoked). [`StoreError::Database`] if its id exists.
     fn create_grant(&self, grant: GrantRecord) -> BoxFuture<'_, Result<GrantRecord, StoreError>>;
@@ -572,18 +586,16 @@ pub trait Grants: Send + Sync {
         now: Millis,
     ) -> BoxFuture<'a, Result<GrantRecord, StoreError>>;
 
-    /// The grants of `agent` active at `now` that cover run `run` (scope `agent`, or scope `run` for this
-    /// run), oldest first.
-    fn grants_for_run<'a>(
-        &'a self,
-        agent: &'a str,
-        run: &'a RunId,
-        now: Millis,
-    ) -> BoxFuture<'a, Result<Vec<GrantRecord>, StoreError>>;
+    /// The version of `agent`'s grants: a number that grows in the same transaction as every grant of
+    /// the agent made (on its own or with a decision) or revoked, on every node; 0 when the agent never
+    /// had one. A reader keeps [`Grants::active_grants`] decoded under the version it read *before*
+    /// reading them, and reads them again once the version moves (a use counted does not move it; an
+    /// expiry does not either: a reader checks [`GrantRecord::status`] at the time of each gate check).
+    fn grants_version<'a>(&'a self, agent: &'a str) -> BoxFuture<'a, Result<u64, StoreError>>;
 
-    /// Adds one to the `uses` of grant `id` (a call it allowed started). A grant gone meanwhile is not an
-    /// error: there is nothing left to count.
-    fn count_grant_use<'a>(&'a self, id: &'a GrantId) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// The grants of `agent` active at `now` (of every scope: which runs they cover is
+    /// [`GrantRecord::covers`]'s to say), oldest first.
+    fn active_grants<'a>(&'a self, agent: &'a str, now: Millis) -> BoxFuture<'a, Result<Vec<GrantRecord>, StoreError>>;
 }
 
 /// How many events [`events_after`] asks the store for at a time.

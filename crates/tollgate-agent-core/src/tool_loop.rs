@@ -155,9 +155,10 @@ pub trait LoopHooks: Send + Sync {
     /// The grants in force for this run now (V2.md, grants): active, of the run's agent, for every run of
     /// it or this one, and usable on this run (not a grant its agent's `forbid_self_approval` bars on a
     /// run its creator started), oldest first. Read when a turn reaches the gate with calls that ask, so a
-    /// revocation committed before is honoured; none by default.
-    fn grants_in_force(&self) -> BoxFuture<'_, Result<Vec<GrantRecord>, HookError>> {
-        Box::pin(std::future::ready(Ok(Vec::new())))
+    /// revocation committed before is honoured; none by default. Shared (`Arc`), so that a reader that
+    /// keeps an agent's grants decoded between gate checks hands out the same list each time.
+    fn grants_in_force(&self) -> BoxFuture<'_, Result<Arc<[GrantRecord]>, HookError>> {
+        Box::pin(std::future::ready(Ok(Arc::from(Vec::new()))))
     }
 }
 

@@ -88,16 +88,24 @@ export function statusText(status) {
   return STATUS_WORDS[status] ?? String(status).replaceAll('_', ' ');
 }
 
+/** Who an escalation told (`notified`: notifier names), in words: `ops, oncall`; `nobody` for none. */
+export function notifiedText(notified) {
+  const names = Array.isArray(notified) ? notified.map(String) : [];
+  return names.length ? names.join(', ') : 'nobody';
+}
+
 /**
  * A run's state in one sentence, as the live region says it when the run page opens or the run's status
- * changes: `Run …3f9a2c waiting for approval, 2 calls to decide`, `Run …3f9a2c completed: done`.
+ * changes: `Run …3f9a2c waiting for approval, 2 calls to decide`, `Run …3f9a2c completed: done`; a
+ * waiting run whose turn was escalated adds it: `…, 2 calls to decide. Escalated: notified ops, oncall`.
  */
 export function runSummary(run) {
   const name = `Run ${runTag(run.id)}`;
   switch (run.status) {
     case 'waiting_for_approval': {
       const n = openCalls(run.pending).length;
-      return `${name} waiting for approval, ${n === 0 ? 'every call decided' : `${plural(n, 'call')} to decide`}`;
+      const escalated = run.pending?.escalated ? `. Escalated: notified ${notifiedText(run.pending.escalated.notified)}` : '';
+      return `${name} waiting for approval, ${n === 0 ? 'every call decided' : `${plural(n, 'call')} to decide`}${escalated}`;
     }
     case 'completed':
       return run.output ? `${name} completed: ${truncate(run.output, 120)}` : `${name} completed`;

@@ -1,4 +1,6 @@
-// The held calls of a waiting run (`run.pending.calls`) and the decisions on them.
+// The held calls of a waiting run (`run.pending.calls`) and the decisions on them; once the held turn
+// was escalated (`pending.escalated`, V2 §4), a line under the panel's summary says so: after how long,
+// when, and whom it told.
 //
 // Each call the server says takes a decision (`takes_decision`: it waits, or is in doubt after a crash)
 // gets approve, edit (a JSON editor checked against the tool's schema before anything is sent), deny with
@@ -34,7 +36,7 @@ import { ACTION_WORDS, approvalsText, approvedBy, decisionAnnouncement, heldSumm
 import { appliedText, checkPattern, grantTag, ttlProblem, wouldDecide } from './grant.js';
 import { escapeInvisibleJson, invisibleWarning } from './invisible.js';
 import { checkArguments } from './schema.js';
-import { announce, focusEl, focusLost, grantLink, jsonBlock, notify, previewBlock } from './ui.js';
+import { announce, escalationNote, focusEl, focusLost, grantLink, jsonBlock, notify, previewBlock } from './ui.js';
 
 /** The expiry "Approve and remember…" proposes (the server's default `default_ttl`). */
 const DEFAULT_TTL = '8h';
@@ -60,11 +62,15 @@ export function decisionText(decision, approvals = null) {
 export class HeldPanel {
   /**
    * @param {{runId: string, schemaOf: (tool: string) => (object|undefined), onRun: (run: object) => void,
-   *   onConflict: () => void, onDone: () => void}} options `onDone`: every call is decided (move the focus)
+   *   onConflict: () => void, onDone: () => void, escalatedAfter?: (digest: string) => (string|null)}}
+   *   options `onDone`: every call is decided (move the focus); `escalatedAfter`: how long the held turn
+   *   of that digest waited before it was escalated, as its `approval_escalated` event says (null until
+   *   that event is read)
    */
-  constructor({ runId, schemaOf, onRun, onConflict, onDone }) {
+  constructor({ runId, schemaOf, onRun, onConflict, onDone, escalatedAfter = () => null }) {
     this.runId = runId;
     this.schemaOf = schemaOf;
+    this.escalatedAfter = escalatedAfter;
     this.onRun = onRun;
     this.onConflict = onConflict;
     this.onDone = onDone;
@@ -75,12 +81,15 @@ export class HeldPanel {
     this.list = h('div.calls');
     this.bulk = h('div.bulk');
     this.summary = h('p.muted.small');
+    // Once the held turn was escalated (V2 §4): when, after how long, and whom it told.
+    this.escalation = h('div.escalation-slot', { hidden: true });
     this.heading = h('h2', { id: 'held-heading', tabindex: '-1', text: 'Waiting for a decision' });
     this.el = h(
       'section.card.held',
       { id: 'held', 'aria-labelledby': 'held-heading', hidden: true },
       this.heading,
       this.summary,
+      this.escalation,
       this.list,
       this.bulk,
     );
@@ -95,6 +104,7 @@ export class HeldPanel {
       this.cards.clear();
       this.list.replaceChildren();
       this.bulk.replaceChildren();
+      this.showEscalation(null);
       return;
     }
     this.el.hidden = false;
@@ -120,8 +130,21 @@ export class HeldPanel {
     const { heading, text } = heldSummary(pending, mine);
     if (this.heading.textContent !== heading) this.heading.textContent = heading;
     this.summary.textContent = text;
+    this.showEscalation(pending.escalated ? { escalated: pending.escalated, after: this.escalatedAfter(pending.turn_digest) } : null);
     const open = openCalls(pending);
     this.renderBulk(open, open.filter((c) => !mine.has(c.call_id)));
+  }
+
+  /**
+   * Shows the held turn's escalation line (`{escalated, after}`), or hides it (null); drawn again only
+   * when it changes, so its relative time is not read out again at every update.
+   */
+  showEscalation(shown) {
+    const key = shown ? JSON.stringify(shown) : '';
+    if (this.escalation.dataset.key === key) return;
+    this.escalation.dataset.key = key;
+    this.escalation.hidden = !shown;
+    replace(this.escalation, shown ? escalationNote(shown.escalated, { after: shown.after }) : null);
   }
 
   /** The quorum calls still open whose approval by this person is in: they wait for other approvers. */

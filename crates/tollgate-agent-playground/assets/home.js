@@ -1,5 +1,6 @@
-// The home view: start a run, the inbox of runs waiting for approval, and every run with a status
-// filter. The inbox and the first page of runs refresh every few seconds while the page is visible.
+// The home view: start a run, the inbox of runs waiting for approval (an escalated one says so: when,
+// and whom it told), and every run with a status filter. The inbox and the first page of runs refresh
+// every few seconds while the page is visible.
 //
 // Focus: a refresh that re-renders a list gives the focus back to the same run's link; starting a run
 // focuses the notice's link to it; coming back from a run page focuses that run's link (else the list's
@@ -13,7 +14,7 @@ function reasonOf(error) {
 }
 import { h, replace } from './dom.js';
 import { openCalls, plural, runLinkName, runTag } from './format.js';
-import { announce, focusEl, focusLost, notify, STATUSES, statusBadge, timeEl } from './ui.js';
+import { announce, escalationNote, focusEl, focusLost, notify, STATUSES, statusBadge, timeEl } from './ui.js';
 
 const POLL_MS = 2000;
 const PAGE = 25;
@@ -277,12 +278,14 @@ class HomeView {
       runs.map((run) => {
         const n = undecided(run);
         const deadline = run.pending?.expires_at;
+        const escalated = run.pending?.escalated;
         return h(
           'li',
           null,
           h(
-            'a.inbox-item',
-            // Named by its text (the visible words, for speech input): agent, id tail, input, count, times.
+            escalated ? 'a.inbox-item.is-escalated' : 'a.inbox-item',
+            // Named by its text (the visible words, for speech input): agent, id tail, input, count, times,
+            // and once the turn was escalated, that it was, when and whom it told.
             { href: `#/runs/${run.id}`, dataset: { runId: run.id } },
             h('span.inbox-top', null, h('span.agent', { text: run.agent }), h('code.id', { text: runTag(run.id) })),
             h('span.inbox-input', { text: run.input }),
@@ -295,6 +298,7 @@ class HomeView {
               ' · ',
               deadline ? h('span.deadline', null, timeEl(deadline, 'deadline ')) : h('span.muted', { text: 'no deadline' }),
             ),
+            escalated ? escalationNote(escalated, { tag: 'span' }) : null,
           ),
         );
       }),

@@ -21,6 +21,7 @@ export const KINDS = [
   'model_response',
   'approval_requested',
   'decision',
+  'approval_escalated',
   'run_resumed',
   'run_taken_over',
   'tool_started',

@@ -6,11 +6,12 @@
 // run's state until then); when an update takes away the element that had the focus, the next call to
 // decide, else the outcome, else the heading. The live region says the run's state when the page opens
 // and when its status changes. A call a grant allowed, and a decision that made one, link to the grant's
-// own page (`#/grants/ID`).
+// own page (`#/grants/ID`). An escalated held turn says so in the held panel (after how long: its
+// `approval_escalated` step's `after`), and a decision made through a signed link says so in its step.
 
 import { api, ApiError } from './api.js';
 import { appendTo, h, replace } from './dom.js';
-import { approvalsText, runSummary, runTag, statusText, summarize } from './format.js';
+import { approvalsText, notifiedText, runSummary, runTag, statusText, summarize } from './format.js';
 import { ACTION_WORDS, HeldPanel } from './held.js';
 import { follow, TERMINAL } from './live.js';
 import { announce, focusEl, focusLost, grantLink, jsonBlock, notify, previewBlock, statusBadge, timeEl } from './ui.js';
@@ -36,6 +37,7 @@ class RunPage {
     this.liveStep = null; // {round, el, text}: the model's text of the round under way
     this.calls = new Map(); // call_id -> {tool, arguments}, from model responses
     this.toolSteps = new Map(); // call_id -> the step of its execution
+    this.escalations = new Map(); // turn_digest -> how long it waited before it was escalated (`after`)
     this.schemas = new Map();
     this.stop = null;
     this.refreshTimer = null;
@@ -107,6 +109,7 @@ class RunPage {
       onRun: (run) => this.applyRun(run),
       onConflict: () => this.refresh(),
       onDone: () => this.focusOutcome(),
+      escalatedAfter: (digest) => this.escalations.get(digest) ?? null,
     });
     // The answer once the run ends; until then (and not waiting) the run's state. It takes the focus
     // after the last decision, so the answer is where the person already is when it comes.
@@ -332,6 +335,9 @@ class RunPage {
         this.liveStep = null;
       }
     }
+    if (event.kind === 'approval_escalated' && typeof event.data?.turn_digest === 'string' && typeof event.data.after === 'string') {
+      this.escalations.set(event.data.turn_digest, event.data.after);
+    }
     if (event.round > 0 && event.round !== this.lastRound) {
       this.lastRound = event.round;
       this.steps.append(h('li.round', null, h('span', { text: `Round ${event.round}` })));
@@ -407,6 +413,8 @@ class RunPage {
       case 'decision': {
         const tool = this.toolOf(d.call_id);
         const title = [ACTION_WORDS[d.action] ?? d.action, ' by ', h('span.actor', { text: d.actor ?? '?' })];
+        // Made through a signed link from a Slack message or a mail (V2 §4): its actor is the notifier's `as`.
+        if (d.link) title.push(' ', h('span.via-link', { text: 'via signed link', title: `Signed link ${d.link}` }));
         const body = [h('div.call-line', null, h('code.tool', { text: tool }), ' ', h('span.call-id', { text: d.call_id }))];
         if (d.action === 'deny') body.push(h('p.reason', null, 'Reason: ', h('q', { text: d.reason ?? '' })));
         if (d.action === 'edit') body.push(jsonBlock(d.arguments, 'Edited arguments'));
@@ -418,6 +426,21 @@ class RunPage {
         if (approvals) body.push(h('p.quorum-count', null, h('span.label-inline', { text: 'Approvals: ' }), approvals));
         return item(`decision.decision-${d.action}`, title, ...body);
       }
+      case 'approval_escalated':
+        // The held turn waited its agent's `escalate_after` (V2 §4): more people were told; it keeps waiting.
+        return item(
+          'escalation',
+          'Approval escalated',
+          h(
+            'p',
+            null,
+            'Still waiting after ',
+            h('strong', { text: d.after ?? '?' }),
+            ': notified ',
+            h('span.notified', { text: notifiedText(d.notified) }),
+            '.',
+          ),
+        );
       case 'run_resumed':
         return item('quiet', 'Resumed', h('p.muted', null, 'by ', h('strong', { text: d.actor ?? '?' })));
       case 'run_taken_over':

@@ -2,7 +2,7 @@
 // stay current, previews.
 
 import { h } from './dom.js';
-import { diffLines, isUnifiedDiff, pretty, relative, STATUS_NAMES, statusText } from './format.js';
+import { diffLines, isUnifiedDiff, notifiedText, pretty, relative, STATUS_NAMES, statusText } from './format.js';
 import { grantTag } from './grant.js';
 import { markedText } from './invisible.js';
 
@@ -12,6 +12,28 @@ export const STATUSES = STATUS_NAMES;
 /** A run status as a coloured badge. */
 export function statusBadge(status) {
   return h(`span.badge.status-${status}`, { text: statusText(status) });
+}
+
+/**
+ * A held turn's escalation (`pending.escalated`, V2 §4) as one line: an `escalated` badge, then how long
+ * the turn waited (`after`, from its `approval_escalated` event, when known), when it was escalated
+ * (relative, the exact time on hover) and the notifiers told — `escalated after 1h · 5 min ago · notified
+ * ops, oncall`. The words are the line's text, so a screen reader (and a link holding it, whose name is
+ * its text) says them as they are drawn; the names are the server's, put in as text (dom.js).
+ * @param {{at: string, notified?: string[]}} escalated
+ * @param {{after?: string|null, tag?: string}} [options] `tag`: the element (`p`; `span` inside a link)
+ */
+export function escalationNote(escalated, { after = null, tag = 'p' } = {}) {
+  return h(
+    `${tag}.escalation`,
+    null,
+    h('span.badge.escalated', { text: 'escalated' }),
+    ' ',
+    after ? `after ${after} · ` : null,
+    timeEl(escalated.at),
+    ' · notified ',
+    h('span.notified', { text: notifiedText(escalated.notified) }),
+  );
 }
 
 /** A time shown relative to now ("5 min ago", "in 3 h"), kept current, with the exact time on hover. */

@@ -5,7 +5,8 @@
 //                   which exists, so its preview is a diff), `clerk` (three: c.txt, d.txt, e.txt) and
 //                   `trickster` (a shell call and an fs_write holding direction-changing characters) and
 //                   `pair` (one fs_write whose policy says `approvals = 2`: a quorum call) and `keeper` (one
-//                   fs_write into kept/, whose suggested grant is kept/*: "Approve and remember…")
+//                   fs_write into kept/, whose suggested grant is kept/*: "Approve and remember…") and
+//                   `watcher` (two fs_write calls; a turn of it held a second is escalated, V2 §4)
 //   WORKSPACE       that server's workspace folder (to check the files on disk)
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 //   PLAYWRIGHT_CORE the playwright-core package folder (default .ci/npm/node_modules/playwright-core)
@@ -53,7 +54,7 @@ const LONG_INPUTS = [
 ];
 
 let browser;
-const runs = { waiting: null, completed: null, marked: null, quorum: null, keeper: null, keeperKeys: null, grant: null };
+const runs = { waiting: null, completed: null, marked: null, quorum: null, keeper: null, keeperKeys: null, grant: null, escalated: null };
 
 // ------------------------------------------------------------------------------------------ the API
 
@@ -118,6 +119,15 @@ before(async () => {
     ttl: '1h',
   });
   await call('DELETE', `v1/grants/${past.id}`);
+  // V2 §4: a waiting run of watcher, escalated by the server's sweep once held a second (its notifiers'
+  // messages go nowhere, which holds up nothing).
+  const watcher = await call('POST', 'v1/runs', { agent: 'watcher', input: LONG_INPUTS[1] });
+  const deadline = Date.now() + 20_000;
+  while (!(await call('GET', `v1/runs/${watcher.id}`)).pending?.escalated) {
+    if (Date.now() > deadline) throw new Error(`run ${watcher.id} of watcher was not escalated within 20 s`);
+    await new Promise((r) => setTimeout(r, 150));
+  }
+  runs.escalated = watcher.id;
 });
 
 after(async () => {
@@ -199,10 +209,11 @@ async function open(t, viewport = DESKTOP) {
   return page;
 }
 
-/** The home page with its inbox and runs list loaded. */
+/** The home page with its inbox (an escalated run among its entries) and runs list loaded. */
 async function home(page) {
   await page.goto(BASE_URL);
   await page.locator('#inbox-list a.inbox-item').first().waitFor();
+  await page.locator(`#inbox-list a.inbox-item.is-escalated[data-run-id="${runs.escalated}"] .escalation`).waitFor();
   await page.waitForFunction(() => document.querySelectorAll('#runs-body tr[data-run-id]').length >= 4);
   await page.locator('#agent option[value="clerk"]').waitFor({ state: 'attached' });
 }
@@ -226,6 +237,13 @@ async function quorumRun(page) {
   await page.goto(`${BASE_URL}#/runs/${runs.quorum}`);
   await page.locator('#held .quorum-count', { hasText: '1 of 2 approvals — local' }).waitFor();
   await page.locator('#steps li[data-kind="decision"] .quorum-count').waitFor();
+}
+
+/** The page of the escalated watcher run: the held panel's escalation line and the timeline's step. */
+async function escalatedRun(page) {
+  await page.goto(`${BASE_URL}#/runs/${runs.escalated}`);
+  await page.locator('#held .escalation', { hasText: 'after 1s' }).waitFor();
+  await page.locator('#steps li[data-kind="approval_escalated"]').waitFor();
 }
 
 /** The waiting keeper run with its "Approve and remember…" form open, the other waiting runs listed. */
@@ -502,7 +520,7 @@ class Walk {
 // ------------------------------------------------------------------------------------------ the tests
 
 describe('the playground, issue #17', () => {
-  test('no horizontal overflow at 390×844, 768×1024 and 320×640 (home with inbox and long inputs; a waiting run with a diff, editor open; one with marked characters; one with a quorum call; the remember form; the Grants page and a grant)', async (t) => {
+  test('no horizontal overflow at 390×844, 768×1024 and 320×640 (home with inbox, an escalated run and long inputs; a waiting run with a diff, editor open; one with marked characters; one with a quorum call; an escalated one; the remember form; the Grants page and a grant)', async (t) => {
     const problems = [];
     for (const viewport of VIEWPORTS) {
       const page = await open(t, viewport);
@@ -517,6 +535,8 @@ describe('the playground, issue #17', () => {
       problems.push(await overflowProblem(page, 'a waiting run with marked characters', viewport));
       await quorumRun(page);
       problems.push(await overflowProblem(page, 'a waiting run with a quorum call', viewport));
+      await escalatedRun(page);
+      problems.push(await overflowProblem(page, 'an escalated waiting run', viewport));
       await rememberForm(page);
       problems.push(await overflowProblem(page, 'a waiting run with its "Approve and remember…" form open', viewport));
       await grantsPage(page);
@@ -527,7 +547,7 @@ describe('the playground, issue #17', () => {
     assertNone(problems.filter(Boolean), 'pages wider than the screen');
   });
 
-  test('axe-core finds no WCAG 2.0/2.1 A or AA violation (home, waiting run with and without the editor, one with marked characters, one with a quorum call, the remember form, the Grants page and a grant, completed run; light and dark)', async (t) => {
+  test('axe-core finds no WCAG 2.0/2.1 A or AA violation (home, waiting run with and without the editor, one with marked characters, one with a quorum call, an escalated one, the remember form, the Grants page and a grant, completed run; light and dark)', async (t) => {
     const problems = [];
     for (const colorScheme of ['light', 'dark']) {
       const page = await open(t);
@@ -543,6 +563,8 @@ describe('the playground, issue #17', () => {
       problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with marked characters`)));
       await quorumRun(page);
       problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with a quorum call`)));
+      await escalatedRun(page);
+      problems.push(...(await axeViolations(page, `${colorScheme}, an escalated waiting run`)));
       await rememberForm(page);
       problems.push(...(await axeViolations(page, `${colorScheme}, a waiting run with its "Approve and remember…" form open`)));
       await grantsPage(page);

@@ -6,7 +6,11 @@
 //                  whose agent `trickster` holds a shell call and an fs_write whose arguments hide
 //                  direction-changing characters (issue 31), and whose agent `keeper` writes
 //                  kept/INPUT.txt in one ask-gated call (V2 §1 grants: its suggested grant is kept/*)
+//                  and whose agent `watcher` writes w1.txt and w2.txt in one turn, escalated once held a
+//                  second to the Slack notifiers `ops` and `oncall` (V2 §4), whose signed links decide as
+//                  `ops-desk`
 //   WORKSPACE      that server's workspace folder (to check the files on disk)
+//   HOOK_PORT      optional: the loopback port those notifiers post to; this test listens there
 //   AUTH_BASE_URL  optional: a second server with auth on, and AUTH_TOKEN a token of it (actor alice);
 //                  its agent `pair` writes q.txt, which its policy gives `approvals = 2` (V2 §4 quorum)
 //   AUTH_TOKEN_2   optional: a second approver's token of that server (actor bob), for the quorum test
@@ -21,6 +25,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -38,15 +43,40 @@ assert.ok(BASE_URL, 'BASE_URL must name a running tollgate serve');
 
 let browser;
 
+/** The Slack messages the notifiers posted to HOOK_PORT, in order: `{path, body}` (`/ops`, `/oncall`). */
+const posted = [];
+let hooks;
+
 before(async () => {
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
   });
+  if (process.env.HOOK_PORT) {
+    hooks = createServer((request, response) => {
+      let text = '';
+      request.setEncoding('utf8');
+      request.on('data', (chunk) => (text += chunk));
+      request.on('end', () => {
+        try {
+          posted.push({ path: request.url, body: JSON.parse(text) });
+        } catch {
+          posted.push({ path: request.url, body: null });
+        }
+        response.writeHead(200, { 'content-type': 'text/plain' });
+        response.end('ok');
+      });
+    });
+    await new Promise((resolve, reject) => {
+      hooks.once('error', reject);
+      hooks.listen(Number(process.env.HOOK_PORT), '127.0.0.1', resolve);
+    });
+  }
 });
 
 after(async () => {
   await browser?.close();
+  hooks?.close();
 });
 
 /**
@@ -105,6 +135,17 @@ async function waitForStatus(id, status) {
     await new Promise((r) => setTimeout(r, 100));
   }
   assert.fail(`run ${id} did not reach ${status} within 15 s (it is ${run?.status})`);
+}
+
+/** What `check` answers once it answers something truthy, asked every 150 ms for at most `seconds`. */
+async function eventually(what, seconds, check) {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const found = await check();
+    if (found) return found;
+    if (Date.now() > deadline) assert.fail(`${what} did not happen within ${seconds} s`);
+    await new Promise((r) => setTimeout(r, 150));
+  }
 }
 
 /**
@@ -649,6 +690,100 @@ describe('the playground', () => {
     const grantId = await notice.locator('a').getAttribute('href').then((href) => href.split('/').pop());
     await call('DELETE', `v1/grants/${grantId}`);
   });
+
+  test(
+    'an escalated run (V2 §4): the inbox and the run page say when and whom it told, its step is in the timeline, a decision through a signed link says so, and the names are text',
+    { skip: !process.env.HOOK_PORT },
+    async (t) => {
+      const run = await startWaiting('watcher', 'watch me');
+      // The server's sweep escalates the held turn once it has waited a second.
+      const escalated = await eventually('the escalation', 20, async () => (await call('GET', `v1/runs/${run.id}`)).pending?.escalated);
+      assert.deepEqual(escalated.notified, ['ops', 'oncall']);
+
+      // The inbox: the run's entry says it, in words inside its link (so in the link's name), and is marked.
+      const page = await open(t);
+      await page.goto(BASE_URL);
+      const item = page.locator(`#inbox-list a.inbox-item[data-run-id="${run.id}"]`);
+      const line = item.locator('.escalation');
+      await line.waitFor();
+      assert.match(await line.innerText(), /^escalated (just now|\d+ s ago) · notified ops, oncall$/);
+      assert.equal(await line.locator('.badge.escalated').textContent(), 'escalated');
+      assert.equal(await line.locator('time').getAttribute('datetime'), escalated.at);
+      assert.match(await item.getAttribute('class'), /\bis-escalated\b/);
+      await page.getByRole('link', { name: /watch me.*escalated.*notified ops, oncall/ }).waitFor();
+      assert.equal(await page.locator('#inbox-list a.inbox-item:not(.is-escalated) .escalation').count(), 0, 'only escalated runs say so');
+
+      // Names that hold markup or a direction-changing character are drawn as text (a staged answer).
+      const HOSTILE = ['<img src=x onerror="window.__pwned = 1">', 'on\u202ecall'];
+      const inboxRead = (url) => url.pathname.endsWith('/v1/runs') && url.searchParams.get('status') === 'waiting_for_approval';
+      await page.route(
+        inboxRead,
+        async (route) => {
+          const response = await route.fetch();
+          const body = await response.json();
+          for (const r of body.runs) if (r.id === run.id) r.pending.escalated.notified = HOSTILE;
+          await route.fulfill({ response, json: body });
+        },
+      );
+      await page.reload();
+      const names = page.locator(`#inbox-list a.inbox-item[data-run-id="${run.id}"] .escalation .notified`);
+      await names.filter({ hasText: 'onerror' }).waitFor();
+      assert.equal(await names.textContent(), '<img src=x onerror="window.__pwned = 1">, on⟨U+202E⟩call');
+      assert.equal(await names.locator('img').count(), 0, 'no element was made from the name');
+      assert.equal(await names.locator('.invisible-char').getAttribute('title'), 'U+202E RIGHT-TO-LEFT OVERRIDE');
+      assert.equal(await page.evaluate(() => window.__pwned ?? null), null);
+      await page.unroute(inboxRead);
+
+      // The notifiers were told, each with a signed Approve link per call.
+      const message = await eventually('the message to ops', 20, () =>
+        posted.find((m) => m.path === '/ops' && JSON.stringify(m.body ?? '').includes(run.id)),
+      );
+      assert.ok(posted.some((m) => m.path === '/oncall' && JSON.stringify(m.body ?? '').includes(run.id)), 'oncall was told too');
+      const buttons = message.body.blocks.flatMap((block) => block.elements ?? []);
+      const approveLink = buttons.find((b) => b.action_id === 'approve-1')?.url;
+      assert.match(approveLink ?? '', /\/approve\/[^/]+$/);
+
+      // The link's page decides nothing until its button is pressed; then call_1 is approved as ops-desk.
+      const linkContext = await browser.newContext();
+      t.after(() => linkContext.close());
+      const linkPage = await linkContext.newPage();
+      await linkPage.goto(approveLink);
+      assert.equal((await call('GET', `v1/runs/${run.id}`)).pending.calls[0].decision, null, 'opening the link decides nothing');
+      await linkPage.getByRole('button', { name: 'Approve' }).click();
+      await linkPage.locator('h1', { hasText: 'Approved' }).waitFor();
+      const after = await call('GET', `v1/runs/${run.id}`);
+      assert.equal(after.pending.calls[0].decision.actor, 'ops-desk');
+      assert.deepEqual(after.pending.escalated, escalated, 'the turn stays escalated while it waits');
+
+      // The run page: the held panel says it (after how long, from the event), the live region too, and the
+      // timeline shows the escalation and the decision made through the link.
+      await page.goto(`${BASE_URL}#/runs/${run.id}`);
+      const note = page.locator('#held .escalation');
+      await note.filter({ hasText: 'after 1s' }).waitFor();
+      assert.match(await note.innerText(), /^escalated after 1s · (just now|\d+ s ago) · notified ops, oncall$/);
+      await page.locator('#announcer', { hasText: 'Escalated: notified ops, oncall' }).waitFor({ state: 'attached' });
+      const step = page.locator('#steps li[data-kind="approval_escalated"]');
+      await step.waitFor();
+      assert.equal(await step.locator('.step-title').innerText(), 'Approval escalated');
+      assert.equal(await step.locator('.step-body').innerText(), 'Still waiting after 1s: notified ops, oncall.');
+      const viaLink = (await history(page)).filter(([, kind]) => kind === 'decision').map(([, , text]) => text);
+      assert.deepEqual(viaLink, ['Approved by ops-desk via signed link fs_write call_1']);
+      const card = page.locator('#held article.call[data-call-id="call_2"]');
+      assert.equal(await card.getByRole('button', { name: 'Approve', exact: true }).count(), 1, 'an escalated call is decided as any');
+
+      // Deny the other call in the page: the run completes; its decision is not marked.
+      await page.getByLabel('Reason for denying all').fill('enough');
+      await page.getByRole('button', { name: 'Deny all' }).click();
+      await page.locator('#answer', { hasText: 'done' }).waitFor();
+      await page.locator('#held').waitFor({ state: 'hidden' });
+      const decisions = (await history(page)).filter(([, kind]) => kind === 'decision').map(([, , text]) => text);
+      assert.deepEqual(decisions, ['Approved by ops-desk via signed link fs_write call_1', 'Denied by local fs_write call_2 Reason: enough']);
+      if (WORKSPACE) {
+        assert.equal(readFileSync(join(WORKSPACE, 'w1.txt'), 'utf8'), 'W1: watch me\n');
+        assert.equal(existsSync(join(WORKSPACE, 'w2.txt')), false, 'w2.txt was denied');
+      }
+    },
+  );
 
   test(
     'a quorum call (approvals = 2): the first approval shows "1 of 2", a second one by the same person is refused and explained, a second approver completes the run',

@@ -1,6 +1,6 @@
 // Unit tests of the playground's DOM-free modules: the schema check of the argument editor, the SSE
 // parser used when a token must be sent, the preview/diff and time formatting, which held calls take
-// a decision, a quorum call's approvals in words, which characters are shown as marks (invisible.js), and
+// a decision, a quorum call's approvals in words, an escalated run's summary, which characters are shown as marks (invisible.js), and
 // grants (grant.js): the glob and JSON-pointer matching that says which waiting runs a grant would likely
 // also decide, the checks of a pattern and an expiry, a grant in words.
 //
@@ -12,7 +12,7 @@ import { checkArguments, describe as describeErrors, parseJson, validate } from 
 import { parseDelta, SseParser } from '../assets/sse.js';
 import { diffLines, duration, isUnifiedDiff, openCalls, relative, settledNote, shortId, summarize } from '../assets/format.js';
 import { decisionAnnouncement, idTail, runLinkName, runSummary, runTag, statusText, truncate } from '../assets/format.js';
-import { approvalsText, approvedBy, heldSummary, quorumHint } from '../assets/format.js';
+import { approvalsText, approvedBy, heldSummary, notifiedText, quorumHint } from '../assets/format.js';
 import { appliedText, checkPattern, globMatches, grantState, grantSummary, grantTag, matchesArguments, matchLines, pointerGet, ttlProblem, wouldDecide } from '../assets/grant.js';
 import { charName, escapeInvisibleJson, hasRightToLeft, invisibleIn, invisibleWarning, markedText, splitInvisible } from '../assets/invisible.js';
 
@@ -297,6 +297,18 @@ describe('names and announcements', () => {
       runSummary({ id: A, status: 'waiting_for_approval', pending: { calls: [call('call_1', false), call('call_2', true)] } }),
       'Run …3f9a2c waiting for approval, 1 call to decide',
     );
+    // V2 §4: an escalated turn is said too, with whom it told.
+    const escalated = (notified) => ({ calls: [call('call_1', true)], escalated: { at: '2026-12-05T09:00:00.000Z', notified } });
+    assert.equal(
+      runSummary({ id: A, status: 'waiting_for_approval', pending: escalated(['ops', 'oncall']) }),
+      'Run …3f9a2c waiting for approval, 1 call to decide. Escalated: notified ops, oncall',
+    );
+    assert.equal(
+      runSummary({ id: A, status: 'waiting_for_approval', pending: escalated([]) }),
+      'Run …3f9a2c waiting for approval, 1 call to decide. Escalated: notified nobody',
+    );
+    assert.equal(notifiedText(['ops']), 'ops');
+    assert.equal(notifiedText(undefined), 'nobody');
     assert.equal(runSummary({ id: A, status: 'completed', output: 'done' }), 'Run …3f9a2c completed: done');
     assert.equal(runSummary({ id: A, status: 'completed', output: null }), 'Run …3f9a2c completed');
     assert.equal(runSummary({ id: A, status: 'failed', error: { kind: 'model', message: 'timed out' } }), 'Run …3f9a2c failed: timed out');

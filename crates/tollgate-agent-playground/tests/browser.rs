@@ -11,7 +11,10 @@
 //! behind bidi isolates and an `fs_write` whose path holds U+202E, turn 2 says `done`; and `pair` (V2 §4
 //! quorum): turn 1 writes `q.txt`, which its policy gives `approvals = 2`, turn 2 says `done`; and `keeper`
 //! (V2 §1 grants): turn 1 writes `kept/INPUT.txt` (one ask-gated call, suggested grant `{"/path":
-//! "kept/*"}`), turn 2 says `done`, for "Approve and remember" and the Grants page. `scribe`
+//! "kept/*"}`), turn 2 says `done`, for "Approve and remember" and the Grants page; and `watcher` (V2 §4
+//! escalation): turn 1 writes `w1.txt` and `w2.txt` (two ask-gated calls), turn 2 says `done`, and a turn
+//! of it held a second is escalated to the Slack notifiers `ops` and `oncall`, which post to a port the
+//! browser test listens on (`HOOK_PORT`), so it can follow an Approve link of theirs. `scribe`
 //! comes first, so it stays the default agent. The first server also has `talker`, an `openai` agent whose
 //! model is a slow streaming server on loopback ([`SlowChatModel`]), for the run page's live text (V2
 //! streaming). A second server has auth on (tokens of `alice` and `bob`), for the token prompt, the
@@ -152,6 +155,58 @@ system_prompt = "You keep one note per run."
 tools = ["fs_write"]
 max_iterations = 5
 "#;
+
+/// The script of `watcher` (V2 §4 escalation): two ask-gated `fs_write` calls in one turn (one approved
+/// through a signed link, one denied in the page), then `done`.
+const WATCHER_SCRIPT: &str = r#"{"turns": [
+  {"text": "I will write two notes someone watches.", "tool_calls": [
+    {"name": "fs_write", "arguments": {"path": "w1.txt", "content": "W1: {{input}}\n"}},
+    {"name": "fs_write", "arguments": {"path": "w2.txt", "content": "W2: {{input}}\n"}}
+  ]},
+  {"text": "done"}
+]}
+"#;
+
+/// `watcher` (V2 §4): a turn of it held a second is escalated to the notifiers `ops` and `oncall`, Slack
+/// notifiers posting to `http://127.0.0.1:{hook_port}/ops` and `/oncall` (the browser test listens
+/// there; the accessibility test does not, and their messages fail, which holds up nothing). Their
+/// signed links decide as `ops-desk`.
+fn watcher_config(hook_port: u16) -> String {
+    format!(
+        r#"
+[server]
+link_secret = "0123456789abcdef0123456789abcdef0123456789abcdef"
+
+[[notify]]
+name = "ops"
+kind = "slack"
+url = "http://127.0.0.1:{hook_port}/ops"
+as = "ops-desk"
+on = ["escalation"]
+
+[[notify]]
+name = "oncall"
+kind = "slack"
+url = "http://127.0.0.1:{hook_port}/oncall"
+as = "ops-desk"
+on = ["escalation"]
+
+[[providers]]
+name = "watcher-script"
+kind = "scripted"
+script = "watcher.json"
+
+[[agents]]
+name = "watcher"
+provider = "watcher-script"
+system_prompt = "You write two notes someone watches."
+tools = ["fs_write"]
+max_iterations = 5
+escalate_after = "1s"
+escalate_to = ["ops", "oncall"]
+"#
+    )
+}
 
 /// `talker` (V2 streaming): an `openai` provider at a [`SlowChatModel`], which streams its answer a piece
 /// at a time, so the run page shows the text growing before the stored turn replaces it.
@@ -295,12 +350,16 @@ struct Server {
 }
 
 impl Server {
-    /// A server; with `talker`, also the agent `talker` on that slow model.
-    fn start(binary: &Path, auth: bool, talker: Option<&SlowChatModel>) -> Server {
+    /// A server; with `talker`, also the agent `talker` on that slow model; with `hook_port`, also the
+    /// agent `watcher`, whose notifiers post there.
+    fn start(binary: &Path, auth: bool, talker: Option<&SlowChatModel>, hook_port: Option<u16>) -> Server {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("no temporary folder: {e}"));
         let mut config = if auth { format!("{CONFIG}{AUTH}") } else { CONFIG.to_owned() };
         if let Some(model) = talker {
             config.push_str(&talker_config(&model.base_url()));
+        }
+        if let Some(port) = hook_port {
+            config.push_str(&watcher_config(port));
         }
         write(&dir.path().join("tollgate.toml"), &config);
         write(&dir.path().join("script.json"), SCRIPT);
@@ -308,6 +367,7 @@ impl Server {
         write(&dir.path().join("trickster.json"), TRICKSTER_SCRIPT);
         write(&dir.path().join("pair.json"), PAIR_SCRIPT);
         write(&dir.path().join("keeper.json"), KEEPER_SCRIPT);
+        write(&dir.path().join("watcher.json"), WATCHER_SCRIPT);
         std::fs::create_dir_all(dir.path().join("workspace/kept")).unwrap_or_else(|e| panic!("no workspace: {e}"));
         write(&dir.path().join("workspace/b.txt"), "B: old\nsecond line\n");
 
@@ -442,8 +502,9 @@ fn playground_in_headless_chromium() {
     }
     let binary = tollgate_binary();
     let slow = SlowChatModel::start(SLOW_PIECES, SLOW_START, SLOW_PIECE).unwrap_or_else(|e| panic!("{e}"));
-    let open = Server::start(&binary, false, Some(&slow));
-    let guarded = Server::start(&binary, true, None);
+    let hook_port = free_port();
+    let open = Server::start(&binary, false, Some(&slow), Some(hook_port));
+    let guarded = Server::start(&binary, true, None, None);
     let screenshot = std::env::var("SCREENSHOT")
         .map(PathBuf::from)
         .unwrap_or_else(|_| profile_dir().join("..").join("playground-run.png"));
@@ -455,6 +516,7 @@ fn playground_in_headless_chromium() {
         ("AUTH_TOKEN_2", "bob-secret".to_owned()),
         ("AUTH_WORKSPACE", guarded.workspace().display().to_string()),
         ("SCREENSHOT", screenshot.display().to_string()),
+        ("HOOK_PORT", hook_port.to_string()),
     ];
     if let Ok(path) = std::env::var("PLAYWRIGHT_CORE") {
         envs.push(("PLAYWRIGHT_CORE", path));
@@ -473,7 +535,8 @@ fn playground_accessibility_in_headless_chromium() {
         return;
     }
     let binary = tollgate_binary();
-    let server = Server::start(&binary, false, None);
+    // Nothing listens on the hook port: the escalations' messages fail, the runs are escalated all the same.
+    let server = Server::start(&binary, false, None, Some(free_port()));
     let mut envs = vec![("BASE_URL", server.url.clone()), ("WORKSPACE", server.workspace().display().to_string())];
     for name in ["PLAYWRIGHT_CORE", "AXE_CORE"] {
         if let Ok(path) = std::env::var(name) {

@@ -25,6 +25,9 @@ pub enum EventKind {
     ApprovalRequested,
     /// A person (or the system) decided one call.
     Decision,
+    /// A held turn waited `escalate_after` without being settled: more people were notified (once
+    /// per held turn).
+    ApprovalEscalated,
     /// A waiting run resumed.
     RunResumed,
     /// Another process took over a running run whose lease expired.
@@ -41,7 +44,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 14] = [
         EventKind::RunStarted,
         EventKind::ModelRequest,
         EventKind::ModelResponse,
@@ -49,6 +52,7 @@ impl EventKind {
         EventKind::ToolFinished,
         EventKind::ApprovalRequested,
         EventKind::Decision,
+        EventKind::ApprovalEscalated,
         EventKind::RunResumed,
         EventKind::RunTakenOver,
         EventKind::RunCompleted,
@@ -67,6 +71,7 @@ impl EventKind {
             EventKind::ToolFinished => "tool_finished",
             EventKind::ApprovalRequested => "approval_requested",
             EventKind::Decision => "decision",
+            EventKind::ApprovalEscalated => "approval_escalated",
             EventKind::RunResumed => "run_resumed",
             EventKind::RunTakenOver => "run_taken_over",
             EventKind::RunCompleted => "run_completed",

@@ -158,6 +158,21 @@ pub struct ApprovalRequested {
     pub expires_at: Option<String>,
 }
 
+/// `approval_escalated`: the held turn whose digest is `turn_digest` waited `after` without being
+/// settled, and the notifiers named in `notified` were told (V2.md section 4; once per held turn).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ApprovalEscalated {
+    /// The digest of the held turn, as `approval_requested` gave it.
+    pub turn_digest: String,
+    /// How long it had waited: the agent's `escalate_after`, written as the configuration writes
+    /// durations (`1h`, `90m`).
+    pub after: String,
+    /// The notifiers told (their configured names): the agent's `escalate_to`, then every notifier
+    /// covering the agent whose `on` lists `escalation`.
+    pub notified: Vec<String>,
+}
+
 /// A decision as a `decision` event keeps it: a [`Decision`] whose texts `[privacy] level = "metadata"`
 /// writes as null (so a `deny` may carry `"reason": null`, a `respond` `"result": null`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -231,6 +246,11 @@ pub struct DecisionMade {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub grant: Option<GrantId>,
+    /// The id of the signed link this decision was made through (V2.md section 4: 32 lowercase hex
+    /// digits, the start of the SHA-256 of the link's token), so that a second use of the link is
+    /// recognised; absent for a decision made any other way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
 }
 
 /// `run_resumed`: a waiting run resumed.
@@ -315,6 +335,8 @@ pub enum EventData {
     ApprovalRequested(ApprovalRequested),
     /// `decision`.
     Decision(DecisionMade),
+    /// `approval_escalated`.
+    ApprovalEscalated(ApprovalEscalated),
     /// `run_resumed`.
     RunResumed(RunResumed),
     /// `run_taken_over`.
@@ -357,6 +379,7 @@ impl EventData {
             EventData::ToolFinished(_) => EventKind::ToolFinished,
             EventData::ApprovalRequested(_) => EventKind::ApprovalRequested,
             EventData::Decision(_) => EventKind::Decision,
+            EventData::ApprovalEscalated(_) => EventKind::ApprovalEscalated,
             EventData::RunResumed(_) => EventKind::RunResumed,
             EventData::RunTakenOver(_) => EventKind::RunTakenOver,
             EventData::RunCompleted(_) => EventKind::RunCompleted,
@@ -393,6 +416,7 @@ impl EventData {
             EventKind::ToolFinished => EventData::ToolFinished(read(kind, value)?),
             EventKind::ApprovalRequested => EventData::ApprovalRequested(read(kind, value)?),
             EventKind::Decision => EventData::Decision(read(kind, value)?),
+            EventKind::ApprovalEscalated => EventData::ApprovalEscalated(read(kind, value)?),
             EventKind::RunResumed => EventData::RunResumed(read(kind, value)?),
             EventKind::RunTakenOver => EventData::RunTakenOver(read(kind, value)?),
             EventKind::RunCompleted => EventData::RunCompleted(read(kind, value)?),
@@ -421,6 +445,7 @@ from_struct!(
     ToolFinished(ToolFinished),
     ApprovalRequested(ApprovalRequested),
     Decision(DecisionMade),
+    ApprovalEscalated(ApprovalEscalated),
     RunResumed(RunResumed),
     RunTakenOver(RunTakenOver),
     RunCompleted(RunCompleted),

@@ -45,6 +45,10 @@ enum Token {
 pub struct Glob {
     pattern: String,
     tokens: Vec<Token>,
+    /// The literal text every match starts with (the tokens before the first wildcard): a text
+    /// without it is refused before the matcher runs, so a list of patterns that mostly do not match
+    /// (a gate checking many grants) costs a comparison each.
+    prefix: String,
 }
 
 impl Glob {
@@ -82,7 +86,14 @@ impl Glob {
             }
             i += 1;
         }
-        Glob { pattern: pattern.to_owned(), tokens }
+        let prefix = tokens
+            .iter()
+            .map_while(|token| match token {
+                Token::Literal(c) => Some(*c),
+                _ => None,
+            })
+            .collect();
+        Glob { pattern: pattern.to_owned(), tokens, prefix }
     }
 
     /// The pattern as written.
@@ -98,6 +109,13 @@ impl Glob {
 
     /// Whether the pattern matches the whole of `text`.
     pub fn is_match(&self, text: &str) -> bool {
+        if !text.starts_with(&self.prefix) {
+            return false;
+        }
+        if self.prefix.len() == self.pattern.len() {
+            // No wildcard at all: the pattern is its one match.
+            return text.len() == self.prefix.len();
+        }
         let text: Vec<char> = text.chars().collect();
         let mut matched = false;
         self.run(&text, |reach| matched = reach);

@@ -46,6 +46,7 @@
 //!   the edge, never the other way round.
 
 mod catalog;
+mod duration;
 mod event;
 pub mod event_data;
 #[doc(hidden)]
@@ -58,6 +59,7 @@ mod request;
 mod run;
 
 pub use catalog::{Agent, AgentList, Health, PurgeResult, Tool, ToolList};
+pub use duration::{DurationError, EXPECTED_DURATION, format_duration, parse_duration};
 pub use event::{Event, EventKind, EventPage};
 pub use event_data::{EventData, EventDataError};
 pub use glob::Glob;
@@ -69,6 +71,6 @@ pub use request::{
     RespondDecision, StartRunRequest, decide_forms,
 };
 pub use run::{
-    Approvals, Call, CallResult, CallState, Decision, Gate, Pending, RecordedDecision, Run, RunError, RunErrorKind,
-    RunPage, RunStatus, TerminationReason, Usage,
+    Approvals, Call, CallResult, CallState, Decision, Escalated, Gate, Pending, RecordedDecision, Run, RunError,
+    RunErrorKind, RunPage, RunStatus, TerminationReason, Usage,
 };

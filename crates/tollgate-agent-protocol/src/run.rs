@@ -497,6 +497,20 @@ pub struct Pending {
     pub expires_at: Option<String>,
     /// Every call of the held turn, allow-gated ones too.
     pub calls: Vec<Call>,
+    /// Set once the held turn was escalated (waited its agent's `escalate_after`; an
+    /// `approval_escalated` event); absent before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalated: Option<Escalated>,
+}
+
+/// When a held turn was escalated and who was told (`pending.escalated`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct Escalated {
+    /// When (RFC 3339 UTC).
+    pub at: String,
+    /// The notifiers told, by their configured names.
+    pub notified: Vec<String>,
 }
 
 /// A run (docs/api.md, "Run"): the answer of `POST /v1/runs`, `GET /v1/runs/{id}`, decisions and cancel.

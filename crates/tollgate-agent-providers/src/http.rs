@@ -207,7 +207,7 @@ impl Endpoint {
             .timeout(settings.timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| ProviderError::Client(error_chain(&e)))?;
+            .map_err(|e| ProviderError::Client(tollgate_agent_core::error_chain(&e)))?;
         Ok(Self {
             provider,
             client,
@@ -430,7 +430,7 @@ impl Endpoint {
         if error.is_timeout() {
             ModelError::Timeout(self.timeout)
         } else {
-            ModelError::Connection(self.redact(error_chain(error)))
+            ModelError::Connection(self.redact(tollgate_agent_core::error_chain(error)))
         }
     }
 
@@ -485,21 +485,6 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let number = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
     let seconds = number("retry-after-ms").map(|ms| ms / 1000.0).or_else(|| number("retry-after"))?;
     (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(86_400.0)))
-}
-
-/// An error and its sources, e.g. `error sending request: client error (Connect): connection refused`.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 fn truncate(mut text: String, max: usize) -> String {

@@ -22,10 +22,11 @@ use crate::grants::GrantError;
 use crate::hooks::GrantReader;
 use crate::{DECIDE_ATTEMPTS, DecisionSet, Runtime, Settled, Work, events};
 use std::collections::HashSet;
+use std::sync::Arc;
 use tollgate_agent_core::{Actor, CallId, GrantId, GrantMatch, GrantRecord, GrantScope, RunId};
 use tollgate_agent_core::{
-    ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, Guard, HeldTurn, Lease, Millis, NewEvent,
-    RunRecord, RunState, RunStatus, StartingCall, Suspension, Transition, Vote,
+    ApprovalCommand, ApprovalError, Decision, DecisionError, Decisions, EventKind, Guard, HeldTurn, Lease, Millis,
+    NewEvent, RunRecord, RunState, RunStatus, StartingCall, Suspension, Transition, Vote,
 };
 
 /// A decision request as a caller sends it.
@@ -39,6 +40,9 @@ pub struct DecisionRequest<'a> {
     pub actor: &'a Actor,
     /// Grants to make with this request's approvals (`remember`), by call id.
     pub remember: &'a [(CallId, RememberSpec)],
+    /// The id of the signed link the decisions are made through ([`Runtime::decide_by_link`]), marked
+    /// on their `decision` events.
+    pub link: Option<&'a str>,
 }
 
 /// `remember` on an approval: a grant made in the same transaction (V2.md, grants). Its pattern is the
@@ -211,7 +215,11 @@ pub fn plan_votes(
             .ok_or_else(|| DecisionError::NotDecidable { call_id: call_id.clone(), gate: call.gate() })?;
         let vote = Vote { decision: decision.clone(), actor: actor.clone(), at: now };
         *approval = approval.apply(&ApprovalCommand::Vote(vote.clone())).map_err(refused_vote)?;
-        events.push(events::decision(now, held.round, call_id, &vote, approval));
+        let mut decision = events::decision(now, held.round, call_id, &vote, approval);
+        if let (Some(link), serde_json::Value::Object(data)) = (request.link, &mut decision.data) {
+            data.insert("link".into(), serde_json::Value::String(link.to_owned()));
+        }
+        events.push(decision);
         recorded.push((call_id.clone(), vote));
     }
     if after.complete_for_resume() {
@@ -274,10 +282,10 @@ impl Runtime {
                 uses: 0,
             };
             // The call's `decision` event names the grant its approval made.
-            if let Some(event) = events.iter_mut().find(|e| {
-                e.kind == tollgate_agent_core::EventKind::Decision
-                    && e.data["call_id"].as_str() == Some(call_id.as_str())
-            }) && let serde_json::Value::Object(data) = &mut event.data
+            if let Some(event) = events
+                .iter_mut()
+                .find(|e| e.kind == EventKind::Decision && e.data["call_id"].as_str() == Some(call_id.as_str()))
+                && let serde_json::Value::Object(data) = &mut event.data
             {
                 data.insert("grant".into(), serde_json::Value::String(grant.id.to_string()));
             }
@@ -303,15 +311,7 @@ pub fn finish_decision(
     let Votes { decided, recorded, mut events, round, remember, .. } = votes;
     let resume = (completes && resume_lease.is_some()).then(|| {
         if let Some(call) = &started {
-            let starting = events::Starting {
-                call_id: &call.call_id,
-                tool: &call.tool,
-                arguments: &call.arguments,
-                gate: call.gate,
-                grant: call.grant.as_ref(),
-            };
-            let event = events::tool_started(now, round, &run.id, starting);
-            events.push(event);
+            events.push(events::call_started(now, round, &run.id, call));
         }
         PlannedResume { started }
     });
@@ -389,8 +389,34 @@ impl Runtime {
         actor: &Actor,
         remember: &[(CallId, RememberSpec)],
     ) -> Result<RunRecord, DecideError> {
-        let request = DecisionRequest { turn_digest, set: &set, actor, remember };
+        let request = DecisionRequest { turn_digest, set: &set, actor, remember, link: None };
         self.decide_from(None, id, &request, &mut None).await
+    }
+
+    /// One decision, `decision` on call `call_id` by `actor`, made through the signed link whose id is
+    /// `link` (V2.md section 4; docs/notifications.md): decided as [`decide`](Self::decide) decides, its
+    /// `decision` event marked `"link": LINK`, so that [`link_used`](Self::link_used) tells a second
+    /// use of the link from a run that moved on.
+    pub async fn decide_by_link(
+        &self,
+        id: &RunId,
+        turn_digest: &str,
+        call_id: &CallId,
+        decision: Decision,
+        actor: &Actor,
+        link: &str,
+    ) -> Result<RunRecord, DecideError> {
+        let set = DecisionSet::Each(vec![(call_id.clone(), decision)]);
+        let request = DecisionRequest { turn_digest, set: &set, actor, remember: &[], link: Some(link) };
+        self.decide_from(None, id, &request, &mut None).await
+    }
+
+    /// Whether run `id`'s log records a decision made through the signed link whose id is `link`.
+    pub async fn link_used(&self, id: &RunId, link: &str) -> Result<bool, crate::ReadError> {
+        let events = self.all_events(id, 0).await?;
+        Ok(events.iter().any(|event| {
+            event.kind == EventKind::Decision && event.data.get("link").and_then(|l| l.as_str()) == Some(link)
+        }))
     }
 
     /// Records decisions on a run the caller has just loaded, starting from that record (no second read
@@ -418,7 +444,7 @@ impl Runtime {
     ) -> Result<RunRecord, DecideError> {
         let (done, driven) = tokio::sync::oneshot::channel();
         let mut waiter = Some(done);
-        let request = DecisionRequest { turn_digest, set: &set, actor, remember };
+        let request = DecisionRequest { turn_digest, set: &set, actor, remember, link: None };
         let decided = self.decide_from(Some(loaded), &loaded.id, &request, &mut waiter).await?;
         if !matches!(decided.status(), RunStatus::Running | RunStatus::Queued) {
             return Ok(decided);
@@ -497,9 +523,10 @@ impl Runtime {
             // has such a call).
             let grants = if suspension.has_granted_calls() {
                 let reader = GrantReader::new(run, spec.forbid_self_approval, self.inner.grants.enabled);
-                reader.read(&*self.inner.store.grants, &run.id, now).await.map_err(DecideError::Store)?
+                let (cache, store) = (&self.inner.grant_cache, &*self.inner.store.grants);
+                reader.read(cache, store, &run.id, now).await.map_err(DecideError::Store)?
             } else {
-                Vec::new()
+                Arc::from(Vec::new())
             };
             let plan = spec.agent_loop.plan_resume(&suspension, &votes.after.decisions(), &grants).await?;
             if let Some((call_id, message)) =
@@ -543,12 +570,6 @@ impl Runtime {
             }
         };
         self.inner.notify(&next);
-        // A granted first call's start was committed with the claim: its use is counted here.
-        if let Some(grant) = plan.resume.as_ref().and_then(|r| r.started.as_ref()).and_then(|c| c.grant.as_ref())
-            && let Err(error) = self.inner.store.grants.count_grant_use(grant).await
-        {
-            tracing::warn!(%grant, %error, "could not count a use of a grant");
-        }
         if let (Some(_), Some(resume_plan), Some(slot)) = (plan.resume, resume_plan, slot)
             && next.status() == RunStatus::Running
         {
@@ -639,7 +660,8 @@ mod tests {
     }
 
     fn plan(run: &RunRecord, set: DecisionSet, actor: &str, rules: DeciderRules) -> Result<DecisionPlan, DecideError> {
-        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &Actor::from(actor), remember: &[] };
+        let request =
+            DecisionRequest { turn_digest: DIGEST, set: &set, actor: &Actor::from(actor), remember: &[], link: None };
         plan_decision(run, &held(), &request, rules, NOW, Some(lease()), |_| None)
     }
 
@@ -654,7 +676,8 @@ mod tests {
     #[test]
     fn a_stale_digest_is_refused_naming_the_held_turn() {
         let set = DecisionSet::ApproveAll;
-        let request = DecisionRequest { turn_digest: "sha256:old", set: &set, actor: &"bob".into(), remember: &[] };
+        let request =
+            DecisionRequest { turn_digest: "sha256:old", set: &set, actor: &"bob".into(), remember: &[], link: None };
         let refused =
             plan_decision(&waiting(&[]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |_| None);
         assert!(matches!(refused, Err(DecideError::StaleDigest { current }) if current.as_str() == DIGEST));
@@ -688,7 +711,8 @@ mod tests {
             grant: None,
         };
         let set = each(&[("b", Decision::Deny { reason: "no".into() })]);
-        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"carol".into(), remember: &[] };
+        let request =
+            DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"carol".into(), remember: &[], link: None };
         let planned =
             plan_decision(&waiting(&["a"]), &held(), &request, DeciderRules::default(), NOW, Some(lease()), |all| {
                 assert_eq!(all.len(), 2, "the resume sees every decision, the recorded one included");
@@ -755,7 +779,8 @@ mod tests {
             denied: false,
         });
         let set = each(&[("a", Decision::Approve)]);
-        let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into(), remember: &[] };
+        let request =
+            DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into(), remember: &[], link: None };
         let settled =
             plan_decision(&waiting(&[]), &finished, &request, DeciderRules::default(), NOW, Some(lease()), |_| None);
         assert!(
@@ -783,7 +808,8 @@ mod tests {
             pending.approvals.retain(|a| recovered.call(&a.call_id).is_some_and(|c| c.takes_decision()));
         }
         let plan_on = |set: DecisionSet| {
-            let request = DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into(), remember: &[] };
+            let request =
+                DecisionRequest { turn_digest: DIGEST, set: &set, actor: &"bob".into(), remember: &[], link: None };
             plan_decision(&run, &recovered, &request, DeciderRules::default(), NOW, Some(lease()), |_| None)
                 .unwrap_or_else(|e| panic!("{e}"))
         };

@@ -256,8 +256,11 @@ impl Inner {
                 Work::Resume { suspension, plan: None } => {
                     // Planned once, here: an edit its tool now refuses is that call's error result.
                     let decisions = decisions_for(&suspension, run.held_turn());
-                    let grants =
-                        if suspension.has_granted_calls() { hooks.grants_in_force().await? } else { Vec::new() };
+                    let grants = if suspension.has_granted_calls() {
+                        hooks.grants_in_force().await?
+                    } else {
+                        Arc::from(Vec::new())
+                    };
                     let plan = spec.agent_loop.plan_resume(&suspension, &decisions, &grants).await?;
                     spec.agent_loop.resume_planned(&scope, suspension, plan, &hooks).await
                 }
@@ -337,12 +340,25 @@ impl Inner {
                 Transition::Fail { error }
             }
         };
+        // The first call a grant allowed starts with the held turn's commit (one commit less), as a
+        // person-approved call's start rides with the claim of its resume; planned here, run as planned.
+        let mut granted_plan = None;
+        if let Some(suspension) = &granted {
+            let in_force = hooks.grants_in_force().await.unwrap_or_else(|_| Arc::from(Vec::new()));
+            if let Ok(mut plan) = spec.agent_loop.plan_resume(suspension, &BTreeMap::new(), &in_force).await {
+                if let Some(call) = plan.commit_first_start() {
+                    events.push(events::call_started(now, suspension.round, &run.id, &call));
+                }
+                granted_plan = Some(plan);
+            }
+        }
         let unborn = hooks.take_unborn();
         let error = match self.commit_end(&run.id, unborn.as_ref(), transition, events, now).await {
             Ok(next) => {
                 self.notify_change(&next, unborn.is_some());
                 if let Some(suspension) = granted {
-                    return Box::pin(self.drive(next, spec, Work::Resume { suspension, plan: None })).await;
+                    let work = Work::Resume { suspension, plan: granted_plan };
+                    return Box::pin(self.drive(next, spec, work)).await;
                 }
                 return Ok(next);
             }

@@ -66,6 +66,24 @@ pub(crate) fn tool_started(at: Millis, round: u32, run_id: &RunId, starting: Sta
     event(at, EventKind::ToolStarted, round, started)
 }
 
+/// `tool_started` of `call`, a call whose start is committed before it runs together with another
+/// write (the claim of a resume a person decided, the hold of a turn a grant cleared).
+pub(crate) fn call_started(
+    at: Millis,
+    round: u32,
+    run_id: &RunId,
+    call: &tollgate_agent_core::StartingCall,
+) -> NewEvent {
+    let starting = Starting {
+        call_id: &call.call_id,
+        tool: &call.tool,
+        arguments: &call.arguments,
+        gate: call.gate,
+        grant: call.grant.as_ref(),
+    };
+    tool_started(at, round, run_id, starting)
+}
+
 pub(crate) fn tool_finished(at: Millis, round: u32, result: &ToolResult) -> NewEvent {
     let finished = data::ToolFinished {
         call_id: result.call_id.clone(),
@@ -95,6 +113,7 @@ pub(crate) fn decision(at: Millis, round: u32, call_id: &CallId, recorded: &Vote
         actor: recorded.actor.clone(),
         approvals: wire::approvals(approval),
         grant: None,
+        link: None,
     };
     event(at, EventKind::Decision, round, made)
 }
@@ -122,6 +141,22 @@ pub(crate) fn run_failed(at: Millis, round: u32, error: &RunError) -> NewEvent {
 pub(crate) fn run_cancelled(at: Millis, round: u32, actor: &Actor, reason: Option<&str>) -> NewEvent {
     let cancelled = data::RunCancelled { actor: actor.clone(), reason: reason.map(str::to_owned) };
     event(at, EventKind::RunCancelled, round, cancelled)
+}
+
+/// `approval_escalated`: the held turn `turn_digest` waited `after` and `notified` were told.
+pub(crate) fn approval_escalated(
+    at: Millis,
+    round: u32,
+    turn_digest: &str,
+    after: std::time::Duration,
+    notified: &[String],
+) -> NewEvent {
+    let escalated = data::ApprovalEscalated {
+        turn_digest: turn_digest.to_owned(),
+        after: tollgate_agent_protocol::format_duration(after),
+        notified: notified.to_vec(),
+    };
+    event(at, EventKind::ApprovalEscalated, round, escalated)
 }
 
 pub(crate) fn run_expired(at: Millis, round: u32, deadline: Millis) -> NewEvent {

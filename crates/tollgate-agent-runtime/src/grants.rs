@@ -212,7 +212,8 @@ impl Runtime {
                 }
                 let Ok(suspension) = held.suspension.parse() else { continue };
                 let reader = crate::hooks::GrantReader::new(run, spec.forbid_self_approval, inner.grants.enabled);
-                let in_force = reader.read(&*inner.store.grants, &run.id, inner.clock.now()).await?;
+                let in_force =
+                    reader.read(&inner.grant_cache, &*inner.store.grants, &run.id, inner.clock.now()).await?;
                 let all_allowed =
                     suspension.decidable_calls().all(|call| spec.agent_loop.granted(call, &in_force).is_some());
                 if !all_allowed {

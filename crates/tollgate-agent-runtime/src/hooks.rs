@@ -5,12 +5,13 @@
 use crate::Inner;
 use crate::events;
 use crate::live::RoundText;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::RunId;
 use tollgate_agent_core::{
-    Actor, BoxFuture, Gate, GrantRecord, Grants, HookError, LoopEvent, LoopHooks, Millis, ModelDelta, NewEvent,
-    RunRecord, RunState, StoreError,
+    Actor, BoxFuture, Gate, GrantRecord, GrantStatus, Grants, HookError, LoopEvent, LoopHooks, Millis, ModelDelta,
+    NewEvent, RunRecord, RunState, StoreError,
 };
 
 /// Whose grants apply at a run's gate: the run's agent's, without those its `forbid_self_approval` bars
@@ -30,21 +31,69 @@ impl GrantReader {
         GrantReader { agent: run.agent.clone(), started_by: run.created_by.clone(), forbid_self_approval, enabled }
     }
 
-    /// The grants in force for run `run` at `now`, oldest first.
+    /// The grants in force for run `run` at `now`, oldest first: the agent's active grants as `cache`
+    /// keeps them, without those expired since, of another run, or barred by `forbid_self_approval`.
     pub(crate) async fn read(
         &self,
+        cache: &GrantCache,
         grants: &dyn Grants,
         run: &RunId,
         now: Millis,
-    ) -> Result<Vec<GrantRecord>, StoreError> {
+    ) -> Result<Arc<[GrantRecord]>, StoreError> {
         if !self.enabled {
-            return Ok(Vec::new());
+            return Ok(Arc::from(Vec::new()));
         }
-        let mut found = grants.grants_for_run(&self.agent, run, now).await?;
-        if self.forbid_self_approval {
-            found.retain(|grant| grant.created_by != self.started_by);
+        let active = cache.active(grants, &self.agent, now).await?;
+        let usable = |grant: &GrantRecord| {
+            grant.status(now) == GrantStatus::Active
+                && grant.covers(&self.agent, run)
+                && !(self.forbid_self_approval && grant.created_by == self.started_by)
+        };
+        if active.iter().all(usable) {
+            return Ok(active);
         }
-        Ok(found)
+        Ok(active.iter().filter(|grant| usable(grant)).cloned().collect::<Vec<_>>().into())
+    }
+}
+
+/// Each agent's active grants as this process last read them, with the version of the agent's grants
+/// they were read under ([`Grants::grants_version`]): a gate check reads the version (one indexed row)
+/// and reads and decodes the grants again only when it moved, so a long list of grants costs a gate
+/// next to nothing until one is made or revoked, on any node. A revocation committed before a gate
+/// check moved the version that check reads, so it is honoured.
+#[derive(Default)]
+pub(crate) struct GrantCache {
+    agents: Mutex<HashMap<String, Kept>>,
+}
+
+/// An agent's active grants as read, with the version they were read under.
+type Kept = (u64, Arc<[GrantRecord]>);
+
+impl GrantCache {
+    /// `agent`'s grants active at `now` (of every scope).
+    async fn active(&self, grants: &dyn Grants, agent: &str, now: Millis) -> Result<Arc<[GrantRecord]>, StoreError> {
+        // The version first, the grants after: grants read under a version that has moved since are
+        // read again at the next check, never taken for a newer version's.
+        let version = grants.grants_version(agent).await?;
+        if version == 0 {
+            return Ok(Arc::from(Vec::new()));
+        }
+        if let Some((kept, active)) = self.lock().get(agent)
+            && *kept == version
+        {
+            return Ok(Arc::clone(active));
+        }
+        let active: Arc<[GrantRecord]> = grants.active_grants(agent, now).await?.into();
+        let mut agents = self.lock();
+        let newer = agents.get(agent).is_none_or(|(kept, _)| *kept <= version);
+        if newer {
+            agents.insert(agent.to_owned(), (version, Arc::clone(&active)));
+        }
+        Ok(active)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
+        self.agents.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -178,16 +227,16 @@ impl PersistHooks {
 }
 
 impl LoopHooks for PersistHooks {
-    fn grants_in_force(&self) -> BoxFuture<'_, Result<Vec<GrantRecord>, HookError>> {
+    fn grants_in_force(&self) -> BoxFuture<'_, Result<Arc<[GrantRecord]>, HookError>> {
         Box::pin(async move {
             let now = self.inner.clock.now();
-            match self.grants.read(&*self.inner.store.grants, &self.run_id, now).await {
+            match self.grants.read(&self.inner.grant_cache, &*self.inner.store.grants, &self.run_id, now).await {
                 Ok(grants) => Ok(grants),
                 // Grants that cannot be read (the store unreachable, a damaged grant row) allow nothing:
                 // the calls ask a person, which is always safe, and the run is not failed for it.
                 Err(error) => {
                     tracing::warn!(run = %self.run_id, %error, "cannot read the grants in force; the calls ask");
-                    Ok(Vec::new())
+                    Ok(Arc::from(Vec::new()))
                 }
             }
         })
@@ -208,7 +257,6 @@ impl LoopHooks for PersistHooks {
         let now = self.inner.clock.now();
         let mut flush = None;
         let mut unborn = None;
-        let mut used = None;
         {
             let mut state = self.lock();
             // Shutting down: stop at this step boundary, before the next model call or tool call (a
@@ -245,7 +293,6 @@ impl LoopHooks for PersistHooks {
                     if gate != Gate::Allow {
                         flush = Some(std::mem::take(&mut state.buffer));
                     }
-                    used = grant.cloned();
                 }
                 LoopEvent::ToolFinished { round, result } => {
                     state.buffer.push(events::tool_finished(now, round, result));
@@ -259,12 +306,6 @@ impl LoopHooks for PersistHooks {
         Box::pin(async move {
             if let Some(events) = flush {
                 self.flush(events, unborn).await?;
-            }
-            // Counted once its start is stored; a count that fails loses one use, never the call.
-            if let Some(grant) = used
-                && let Err(error) = self.inner.store.grants.count_grant_use(&grant).await
-            {
-                tracing::warn!(%grant, %error, "could not count a use of a grant");
             }
             // The call starts once what came before it is stored: a cancel cuts the call, never a write.
             if starts_call {

@@ -31,6 +31,7 @@
 //!     approval_ttl: None,
 //!     on_expiry: OnExpiry::Deny,
 //!     forbid_self_approval: false,
+//!     escalation: None,
 //! };
 //! let options = RuntimeOptions::default();
 //! let runtime = Runtime::new(store, vec![agent], Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
@@ -109,7 +110,7 @@ pub use workers::{WorkerStats, default_workers};
 use changes::ChangeSets;
 pub(crate) use drive::{Settled, Work, suspend_transition};
 use error::SweepError;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast};
@@ -146,6 +147,20 @@ pub struct AgentSpec {
     pub on_expiry: OnExpiry,
     /// The actor who started a run may not decide its calls.
     pub forbid_self_approval: bool,
+    /// When a held turn nobody settles is escalated, and to whom (`escalate_after`, `escalate_to`);
+    /// `None`: never.
+    pub escalation: Option<EscalationRule>,
+}
+
+/// An agent's escalation (V2.md section 4; docs/design.md, "Escalation"): a held turn still waiting
+/// `after` its last change is escalated once, with an `approval_escalated` event naming `notify`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EscalationRule {
+    /// How long a held turn waits before it is escalated (`escalate_after`).
+    pub after: Duration,
+    /// The notifiers told (their configured names: the agent's `escalate_to`, then each notifier
+    /// covering the agent whose `on` lists `escalation`).
+    pub notify: Vec<String>,
 }
 
 /// A tool as listed by `tollgate tools` and `GET /v1/tools`: what it is, its gate, and why.
@@ -344,6 +359,10 @@ pub(crate) struct Inner {
     pub(crate) max_takeovers: u32,
     /// `[grants]`.
     pub(crate) grants: GrantSettings,
+    /// Each agent's active grants as last read ([`hooks::GrantCache`]).
+    pub(crate) grant_cache: hooks::GrantCache,
+    /// Where the escalation sweep's next window starts, per `escalate_after` (`maintenance.rs`).
+    pub(crate) escalation_windows: Mutex<HashMap<Duration, (Millis, RunId)>>,
     pub(crate) notices: broadcast::Sender<RunNotice>,
     pub(crate) in_flight: Mutex<HashSet<RunId>>,
     pub(crate) idle: Notify,
@@ -386,6 +405,8 @@ impl Runtime {
                 lease_ms,
                 max_takeovers: options.max_takeovers.max(1),
                 grants: options.grants,
+                grant_cache: hooks::GrantCache::default(),
+                escalation_windows: Mutex::new(HashMap::new()),
                 notices,
                 in_flight: Mutex::new(HashSet::new()),
                 idle: Notify::new(),

@@ -24,6 +24,9 @@ const LOOK_AGAIN: Duration = Duration::from_secs(1);
 const SWEEP_BATCH: u32 = 100;
 /// Runs deleted per purge batch.
 const PURGE_BATCH: u32 = 500;
+/// How far before its first window the escalation sweep of a process looks (docs/design.md,
+/// "Escalation"): a turn that came due while no process swept is escalated if it came due within this.
+const ESCALATION_LOOKBACK_MS: Millis = 24 * 60 * 60 * 1000;
 
 /// How long a run's terminal and waiting states are kept (`[retention]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,6 +211,9 @@ impl Runtime {
                 if let Err(error) = self.sweep().await {
                     tracing::warn!(%error, "could not apply due deadlines");
                 }
+                if let Err(error) = self.escalate_due().await {
+                    tracing::warn!(%error, "could not escalate waiting runs");
+                }
             }
             Duty::Retention => {
                 let Some((retention, _)) = schedule.retention else { return };
@@ -244,6 +250,70 @@ impl Runtime {
             }
         }
         Ok(acted)
+    }
+
+    /// Escalates the held turns that waited their agent's `escalate_after` since their last change and
+    /// were not escalated yet (docs/design.md, "Escalation"), reading for each distinct `escalate_after`
+    /// the window of waiting runs changed since its last sweep. Returns how many it escalated. A turn
+    /// someone escalated, decided or moved first is passed over; another failure on one run is logged.
+    pub async fn escalate_due(&self) -> Result<usize, StoreError> {
+        let inner = self.inner();
+        let mut afters: Vec<Duration> =
+            inner.agents.iter().filter_map(|agent| agent.escalation.as_ref().map(|rule| rule.after)).collect();
+        afters.sort_unstable();
+        afters.dedup();
+        let mut escalated = 0;
+        for after in afters {
+            let now = inner.clock.now();
+            let until = now.saturating_sub(millis(after));
+            let start = inner.escalation_windows.lock().unwrap_or_else(PoisonError::into_inner).get(&after).cloned();
+            let (mut at, mut id) =
+                start.unwrap_or_else(|| (until.saturating_sub(ESCALATION_LOOKBACK_MS), RunId::default()));
+            loop {
+                let page = inner.store.schedules.waiting_changed((at, id.as_str()), until, SWEEP_BATCH).await?;
+                for run in &page {
+                    match self.escalate(run, after).await {
+                        Ok(true) => escalated += 1,
+                        Ok(false) => {}
+                        Err(error) if error.is_overtaken() => {}
+                        Err(error) => tracing::warn!(run = %run.id, %error, "could not escalate a waiting run"),
+                    }
+                }
+                if let Some(last) = page.last() {
+                    (at, id) = (last.updated_at, last.id.clone());
+                }
+                if page.len() < SWEEP_BATCH as usize {
+                    break;
+                }
+            }
+            // Everything changed up to `until` was read: the next window starts there.
+            if at < until {
+                (at, id) = (until, RunId::default());
+            }
+            inner.escalation_windows.lock().unwrap_or_else(PoisonError::into_inner).insert(after, (at, id));
+        }
+        Ok(escalated)
+    }
+
+    /// Escalates `run`'s held turn if its agent escalates after `after` and no open approval of the turn
+    /// was escalated yet: one compare-and-set, with the `approval_escalated` event.
+    async fn escalate(&self, run: &RunRecord, after: Duration) -> Result<bool, SweepError> {
+        let inner = self.inner();
+        let spec = inner.agent(&run.agent).ok_or_else(|| SweepError::UnknownAgent(run.agent.clone()))?;
+        let Some(rule) = spec.escalation.as_ref().filter(|rule| rule.after == after) else { return Ok(false) };
+        let Some(held) = run.held_turn() else { return Ok(false) };
+        let mut open = held.approvals.iter().filter(|approval| approval.is_pending());
+        if open.clone().next().is_none() || open.any(|approval| approval.escalated().is_some()) {
+            return Ok(false);
+        }
+        let now = inner.clock.now();
+        let event = events::approval_escalated(now, run.iterations, held.turn_digest.as_str(), after, &rule.notify);
+        let transition = Transition::Escalate { at: now, notified: rule.notify.clone() };
+        let next =
+            inner.store.rows.transition(&run.id, Guard::Version(run.version), transition, vec![event], now).await?;
+        tracing::info!(run = %run.id, after = %tollgate_agent_protocol::format_duration(after), notified = ?rule.notify, "held turn escalated");
+        inner.notify(&next);
+        Ok(true)
     }
 
     async fn expire(&self, run: &RunRecord) -> Result<(), SweepError> {

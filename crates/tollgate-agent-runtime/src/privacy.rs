@@ -47,6 +47,7 @@ fn content_fields(kind: EventKind) -> &'static [&'static [&'static str]] {
         EventKind::Decision => &[&["arguments"], &["result"], &["reason"]],
         EventKind::RunCompleted => &[&["output"]],
         EventKind::ModelRequest
+        | EventKind::ApprovalEscalated
         | EventKind::RunResumed
         | EventKind::RunTakenOver
         | EventKind::RunFailed

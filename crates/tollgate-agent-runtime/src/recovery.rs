@@ -182,6 +182,7 @@ fn ledger(events: &[StoredEvent], round: u32) -> Result<BTreeMap<CallId, Option<
             | EventData::ModelResponse(_)
             | EventData::ApprovalRequested(_)
             | EventData::Decision(_)
+            | EventData::ApprovalEscalated(_)
             | EventData::RunResumed(_)
             | EventData::RunTakenOver(_)
             | EventData::RunCompleted(_)

@@ -110,10 +110,13 @@ pub fn run(run: &RunRecord) -> wire::Run {
                 .inspect_err(|error| tracing::warn!(run = %run.id, %error, "the held turn cannot be read"))
                 .map(|s| s.calls.iter().map(|held| call(held, pending.approval(&held.call_id))).collect())
                 .unwrap_or_default();
+            // Every open approval of an escalated turn carries the same marker: the first tells.
+            let escalated = pending.approvals.iter().find_map(|approval| approval.escalated());
             Some(wire::Pending {
                 turn_digest: pending.turn_digest.0.clone(),
                 expires_at: pending.expires_at.map(rfc3339),
                 calls,
+                escalated: escalated.map(|e| wire::Escalated { at: rfc3339(e.at), notified: e.notified.clone() }),
             })
         }
         RunState::Queued { .. }

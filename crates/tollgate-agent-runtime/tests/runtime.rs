@@ -46,13 +46,23 @@ struct Setup {
     ttl: Option<Duration>,
     on_expiry: OnExpiry,
     forbid_self_approval: bool,
+    /// `escalate_after` and who is told.
+    escalation: Option<tollgate_agent_runtime::EscalationRule>,
     /// When set, the tool results the model was given on its latest call ([`Listening`]).
     heard: Option<Heard>,
 }
 
 impl Setup {
     fn new(script: Value, tools: Vec<TestTool>) -> Self {
-        Self { script, tools, ttl: None, on_expiry: OnExpiry::Deny, forbid_self_approval: false, heard: None }
+        Self {
+            script,
+            tools,
+            ttl: None,
+            on_expiry: OnExpiry::Deny,
+            forbid_self_approval: false,
+            escalation: None,
+            heard: None,
+        }
     }
 
     fn spec(&self) -> AgentSpec {
@@ -79,6 +89,7 @@ impl Setup {
             approval_ttl: self.ttl,
             on_expiry: self.on_expiry,
             forbid_self_approval: self.forbid_self_approval,
+            escalation: self.escalation.clone(),
         }
     }
 
@@ -698,6 +709,67 @@ async fn deadlines_apply_the_agents_on_expiry() {
             other => panic!("no case for {other:?}"),
         }
         assert_eq!(setup.tools[0].call_count(), 0);
+    }
+}
+
+/// A held turn nobody settles is escalated once, `escalate_after` after it was held: an
+/// `approval_escalated` event naming the agent's notifiers, every open approval marked, on either
+/// backend and whichever of two nodes sweeps; it keeps waiting and a decision still resumes it. A
+/// later held turn of the same run is escalated again, on its own schedule.
+#[tokio::test]
+async fn a_held_turn_nobody_settles_is_escalated_once() {
+    for (backend, store) in stores().await {
+        let mut setup = Setup::new(
+            json!({"turns": [
+                {"tool_calls": [{"name": "write", "arguments": {"text": "a"}}]},
+                {"tool_calls": [{"name": "write", "arguments": {"text": "b"}}]},
+                {"text": "done"}
+            ]}),
+            vec![write_tool()],
+        );
+        let rule = tollgate_agent_runtime::EscalationRule {
+            after: Duration::from_secs(3600),
+            notify: vec!["ops".to_owned(), "oncall".to_owned()],
+        };
+        setup.escalation = Some(rule);
+        let clock = ManualClock::at(T0);
+        let (a, b) = (setup.runtime(store.clone(), &clock, "node-a"), setup.runtime(store.clone(), &clock, "node-b"));
+        let run = a.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run.status(), RunStatus::WaitingForApproval, "{backend}");
+        clock.advance(Duration::from_secs(3599));
+        assert_eq!(a.escalate_due().await.ok(), Some(0), "{backend}: not due yet");
+        clock.advance(Duration::from_secs(1));
+        let (first, second) = tokio::join!(a.escalate_due(), b.escalate_due());
+        assert_eq!(first.unwrap_or(9) + second.unwrap_or(9), 1, "{backend}: escalated once, by one node");
+        assert_eq!(a.escalate_due().await.ok(), Some(0), "{backend}: once per held turn");
+        let escalated = a.get(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(escalated.status(), RunStatus::WaitingForApproval, "{backend}");
+        let approval = escalated.held_turn().and_then(|held| held.approvals.first()).cloned();
+        let marker = approval.as_ref().and_then(|a| a.escalated()).map(|e| (e.at, e.notified.clone()));
+        assert_eq!(marker, Some((T0 + 3_600_000, vec!["ops".to_owned(), "oncall".to_owned()])), "{backend}");
+        let shown = tollgate_agent_runtime::wire::run(&escalated).pending.and_then(|p| p.escalated);
+        let notified = shown.map(|e| e.notified);
+        assert_eq!(notified, Some(vec!["ops".to_owned(), "oncall".to_owned()]), "{backend}: the run object shows it");
+        let logged =
+            event_fields(&a, &run.id, &[EventKind::ApprovalEscalated], &["turn_digest", "after", "notified"]).await;
+        assert_eq!(logged, vec![json!(["approval_escalated", digest(&run), "1h", ["ops", "oncall"]])], "{backend}");
+
+        // Still decided as ever; the next held turn waits its own hour.
+        let next = a
+            .decide(&run.id, &digest(&escalated), DecisionSet::ApproveAll, &"bob".into())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(next.status(), RunStatus::Running | RunStatus::Queued | RunStatus::WaitingForApproval));
+        let held_again = a.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(held_again.status(), RunStatus::WaitingForApproval, "{backend}");
+        assert_ne!(digest(&held_again), digest(&run));
+        assert_eq!(b.escalate_due().await.ok(), Some(0), "{backend}: the new turn was just held");
+        clock.advance(Duration::from_secs(3600));
+        assert_eq!(b.escalate_due().await.ok(), Some(1), "{backend}: the second turn");
+        let kinds = event_kinds(&a, &run.id).await;
+        assert_eq!(kinds.iter().filter(|k| **k == EventKind::ApprovalEscalated).count(), 2, "{backend}");
+        let verified = a.verify(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(verified.is_ok(), "{backend}: {verified:?}");
     }
 }
 
@@ -1466,6 +1538,7 @@ async fn cancel_during_a_streamed_model_call_aborts_the_call() {
             approval_ttl: None,
             on_expiry: OnExpiry::Deny,
             forbid_self_approval: false,
+            escalation: None,
         };
         let options = RuntimeOptions { node_id: "node-a".into(), ..RuntimeOptions::default() };
         let runtime =
@@ -1836,8 +1909,9 @@ async fn a_granted_only_turn_runs_without_a_person_and_keeps_its_held_turn_while
         assert_eq!((done.status(), done.output()), (RunStatus::Completed, Some("done")), "{backend}");
         assert!(done.held_turn().is_none(), "{backend}: finishing clears the held turn");
         assert_eq!(setup.tools[0].calls(), vec![(CallId::from("call_1"), json!({"text": "hello"}))], "{backend}");
-        // Created with its held turn (running), the call's start committed before it ran, then the end.
-        assert_eq!(store.writes(), vec!["create running", "append", "transition complete"], "{backend}");
+        // Created with its held turn (running) and the call's start in one commit before the call ran
+        // (as an approved call's start rides with the claim of its resume), then the end: two commits.
+        assert_eq!(store.writes(), vec!["create running", "transition complete"], "{backend}");
         assert_eq!(
             event_kinds(&runtime, &done.id).await,
             vec![

@@ -114,6 +114,16 @@ impl Auth {
         self.tokens.is_some()
     }
 
+    /// Whether `actor` may decide held calls: with auth off, anyone; with auth on, only the name of a
+    /// configured token with the `approver` role (or `admin`). A signed link decides as its actor only
+    /// while this holds, so taking a person's token away takes their links too.
+    pub(crate) fn may_decide(&self, actor: &Actor) -> bool {
+        match &self.tokens {
+            None => true,
+            Some(table) => table.iter().any(|(_, caller)| &caller.actor == actor && caller.has(Role::Approver)),
+        }
+    }
+
     /// Whether these headers carry a valid token (always false with auth off: nobody is vouched for).
     pub(crate) fn vouches_for(&self, headers: &HeaderMap) -> bool {
         self.is_on() && self.caller_of(headers).is_ok()
@@ -184,6 +194,20 @@ mod tests {
             builder = builder.header(header::AUTHORIZATION, value);
         }
         builder.body(()).map(|r| r.into_parts().0).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn only_an_approver_token_s_name_may_decide_with_auth_on() {
+        assert!(Auth::new(&[]).may_decide(&Actor::from("anyone")), "auth off: anyone");
+        let token = |name: &str, roles: Vec<Role>| ApiToken { name: name.into(), token: format!("{name}-t"), roles };
+        let auth = Auth::new(&[
+            token("alice", vec![Role::Runner]),
+            token("bob", vec![Role::Approver]),
+            token("root", vec![Role::Admin]),
+        ]);
+        assert!(auth.may_decide(&Actor::from("bob")) && auth.may_decide(&Actor::from("root")));
+        assert!(!auth.may_decide(&Actor::from("alice")), "a runner decides nothing");
+        assert!(!auth.may_decide(&Actor::from("mallory")), "no such token");
     }
 
     #[test]

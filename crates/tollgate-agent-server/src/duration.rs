@@ -2,25 +2,17 @@
 
 use std::time::Duration;
 
-/// Parses `N` + `s` / `m` / `h` / `d`.
+/// Parses `N` + `s` / `m` / `h` / `d`: the durations of the configuration
+/// ([`tollgate_agent_protocol::parse_duration`]) as the API document's pattern narrows them (no `ms`, at
+/// most 14 digits, so that even days cannot overflow).
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let bad = || format!("`{text}` is not a duration like 30s, 15m, 24h or 30d");
-    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (number, unit) = text.split_at(split);
-    // At most 14 digits (the document's pattern says so): even days cannot overflow then.
-    if number.len() > 14 {
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    if digits > 14 || text.ends_with("ms") {
         return Err(bad());
     }
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(seconds).map(Duration::from_secs).ok_or_else(bad)
+    tollgate_agent_protocol::parse_duration(text).map_err(|_| bad())
 }
 
 #[cfg(test)]

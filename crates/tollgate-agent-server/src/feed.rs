@@ -18,6 +18,13 @@
 //! has to read) does it look for a start in the store: after the run's last `approval_requested`
 //! event, which may count a decision a second time; the events it reads
 //! to find that start are handed on from there, not read again.
+//!
+//! `tollgate_approval_wait_seconds` counts, for each held turn this process resumed (each `run_resumed`
+//! it committed: the decision that completed the turn, a person's or the deadline's), the time from the
+//! turn's `approval_requested` to that `run_resumed`, by their `at` times. The start is the last
+//! `approval_requested` the feed handed on for the run; when it has none (the run waited before this
+//! process saw it: started on another node, or before a restart), it reads the start from the run's log
+//! — here, in the feed, off the commit path.
 
 use crate::metrics::Metrics;
 use serde::Deserialize;
@@ -100,6 +107,11 @@ struct Cursor {
     status: Option<RunStatus>,
     model_request: Option<(u32, i64)>,
     tools: HashMap<CallId, (String, i64)>,
+    /// When the run's held turn was requested (its last `approval_requested` handed on).
+    waiting_since: Option<i64>,
+    /// The `run_resumed` events (seq, time) handed on with no `approval_requested` before them: their
+    /// start is read from the log.
+    resumed_unmatched: Vec<(u64, i64)>,
 }
 
 struct Feed {
@@ -158,6 +170,13 @@ impl Feed {
                 // The events read to find where to start are handed on from there, not read again.
                 let (start, read) = self.start_for_unknown(run_id, change.last_seq).await;
                 let mut cursor = Cursor { seq: start, ..Cursor::default() };
+                // The held turn's request, read to find the start (and not handed on again).
+                if let Some(first) = read.first()
+                    && first.seq == start
+                    && first.kind == EventKind::ApprovalRequested
+                {
+                    cursor.waiting_since = millis(&first.at);
+                }
                 if let Some(last) = read.last().map(|e| e.seq) {
                     for event in &read {
                         self.observe(&mut cursor, event);
@@ -189,6 +208,11 @@ impl Feed {
                 self.observe(&mut cursor, event);
             }
             cursor.seq = last;
+        }
+        for (seq, resumed_at) in std::mem::take(&mut cursor.resumed_unmatched) {
+            if let Some(since) = self.requested_before(run_id, seq).await {
+                self.metrics.approval_wait(seconds(resumed_at - since));
+            }
         }
         cursor.status = Some(change.status);
         if !change.status.is_terminal() {
@@ -243,6 +267,28 @@ impl Feed {
         (start, kept)
     }
 
+    /// The time of the last `approval_requested` of run `run_id` before its event `seq`, read from its log.
+    async fn requested_before(&self, run_id: &RunId, seq: u64) -> Option<i64> {
+        let mut after = 0;
+        let mut found = None;
+        while after + 1 < seq {
+            self.metrics.feed_read();
+            let page = match self.runtime.event_log().events(run_id, after, PAGE).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(run = %run_id, error = %e, "event feed cannot read when a held turn was requested");
+                    return None;
+                }
+            };
+            let Some(last) = page.last().map(|e| e.seq) else { break };
+            for event in page.iter().filter(|e| e.seq < seq && e.kind == EventKind::ApprovalRequested) {
+                found = millis(&event.at);
+            }
+            after = last;
+        }
+        found
+    }
+
     fn observe(&self, cursor: &mut Cursor, event: &StoredEvent) {
         if event.seq <= cursor.seq {
             return;
@@ -250,6 +296,12 @@ impl Feed {
         self.metrics.event(event.kind);
         let at = millis(&event.at);
         match event.kind {
+            EventKind::ApprovalRequested => cursor.waiting_since = at,
+            EventKind::RunResumed => match (cursor.waiting_since.take(), at) {
+                (Some(since), Some(at)) => self.metrics.approval_wait(seconds(at - since)),
+                (None, Some(at)) => cursor.resumed_unmatched.push((event.seq, at)),
+                (_, None) => {}
+            },
             EventKind::ModelRequest => cursor.model_request = at.map(|at| (event.round, at)),
             EventKind::ModelResponse => {
                 if let (Some((round, started)), Some(at)) = (cursor.model_request.take(), at)

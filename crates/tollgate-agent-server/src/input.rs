@@ -17,6 +17,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
+use std::time::Duration;
 
 /// A request body, read up to the configured limit.
 pub(crate) struct RawBody(pub Bytes);
@@ -25,45 +26,48 @@ impl FromRequest<AppState> for RawBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let limit = state.max_body_bytes;
-        let too_large =
-            || ApiError::new(ProblemKind::PayloadTooLarge, format!("the request body is larger than {limit} bytes"));
-        let declared = request
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
-            return Err(too_large());
-        }
         let declared_json = json_media_type(request.headers());
-        let mut stream = request.into_body().into_data_stream();
-        let mut body = Vec::new();
-        let read = async {
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk
-                    .map_err(|e| ApiError::new(ProblemKind::MalformedJson, format!("cannot read the body: {e}")))?;
-                if body.len() + chunk.len() > limit {
-                    return Err(too_large());
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(())
-        };
-        tokio::time::timeout(state.body_timeout, read).await.map_err(|_elapsed| {
-            ApiError::new(
-                ProblemKind::RequestTimeout,
-                format!("the request body did not arrive within {} ms", state.body_timeout.as_millis()),
-            )
-        })??;
+        let body = read_limited(request, state.max_body_bytes, state.body_timeout).await?;
         if !body.is_empty() && declared_json == Some(false) {
             return Err(ApiError::new(
                 ProblemKind::UnsupportedMediaType,
                 "the body must be JSON, sent with `Content-Type: application/json`",
             ));
         }
-        Ok(RawBody(Bytes::from(body)))
+        Ok(RawBody(body))
     }
+}
+
+/// The body of `request`, at most `limit` bytes (413 past it: on `Content-Length` first, then while
+/// reading), arriving within `timeout` (else 408); a body that cannot be read is 400.
+pub(crate) async fn read_limited(request: Request, limit: usize, timeout: Duration) -> Result<Bytes, ApiError> {
+    let too_large =
+        || ApiError::new(ProblemKind::PayloadTooLarge, format!("the request body is larger than {limit} bytes"));
+    let declared =
+        request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut stream = request.into_body().into_data_stream();
+    let mut body = Vec::new();
+    let read = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::new(ProblemKind::MalformedJson, format!("cannot read the body: {e}")))?;
+            if body.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(())
+    };
+    tokio::time::timeout(timeout, read).await.map_err(|_elapsed| {
+        ApiError::new(
+            ProblemKind::RequestTimeout,
+            format!("the request body did not arrive within {} ms", timeout.as_millis()),
+        )
+    })??;
+    Ok(Bytes::from(body))
 }
 
 /// `Some(true)` for a JSON media type, `Some(false)` for another one, `None` when none is declared.

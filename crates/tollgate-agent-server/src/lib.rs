@@ -20,7 +20,7 @@
 //! # let model = Arc::new(scripted::ScriptedModel::new(scripted::demo_script()));
 //! # let agent_loop = Arc::new(ToolLoop::new(model, Arc::new(ToolRegistry::new()), LoopConfig::default()));
 //! # let demo = AgentSpec { name: "demo".into(), model: "scripted".into(), agent_loop, tools: Vec::new(),
-//! #     approval_ttl: None, on_expiry: OnExpiry::Deny, forbid_self_approval: false };
+//! #     approval_ttl: None, on_expiry: OnExpiry::Deny, forbid_self_approval: false, escalation: None };
 //! # let store = tollgate_agent_store::open("sqlite::memory:").await?;
 //! # let options = RuntimeOptions::default();
 //! # let runtime = Runtime::new(store, vec![demo], Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
@@ -38,7 +38,7 @@
 //! ```
 //!
 //! [`router`] is the API alone, to embed or test; [`serve`] binds [`ServerOptions::addr`] and adds the
-//! background work (deadline sweeps, retention, webhooks, metrics) and graceful shutdown.
+//! background work (deadline sweeps, retention, webhooks, notifications, metrics) and graceful shutdown.
 //!
 //! What it promises:
 //! - **Bad input writes nothing.** Every body and query is checked before the runtime sees it; malformed
@@ -118,6 +118,19 @@
 //! it, and a crash or a restart leaves the stored position behind the deliveries not yet ended, so the
 //! next holder makes them.
 //!
+//! ## Notifications and signed decision links
+//! Each [`Notifier`] ([`ServerOptions::notifiers`]) is sent a Slack message or a mail when a run of one of
+//! its agents starts waiting, and the notifiers an `approval_escalated` event names are sent one when it
+//! is escalated: the run, its input, each held call with its preview and signed Approve / Deny links
+//! (`{public_url}/approve/{token}`, signed with [`ServerOptions::link_secret`]). They are sent by [`serve`]
+//! from the store's commit log through its `notifications` reader, at least once, with retries on
+//! failures that may pass ([`NotifyRetry`]), never blocking or failing a run (docs/notifications.md).
+//! `GET /approve/{token}` shows the link's confirm page and decides nothing; the page's
+//! `POST /approve/{token}` decides once, as the link's actor. These routes take no bearer token (the
+//! token is the capability) and answer HTML pages: 403 tampered, 410 expired, 404 run not found, 409 used
+//! or stale, 422 refused (docs/api.md, "Signed decision links"). Every router serves them when a link
+//! secret is set.
+//!
 //! ## Metrics (`GET /metrics`, admin)
 //! `tollgate_runs{status}` and `tollgate_waiting_runs` (counted by the store with one `GROUP BY status`
 //! query when scraped, cached 5 s);
@@ -126,10 +139,15 @@
 //! (from the events this process commits, measured between their `at` times);
 //! `tollgate_webhook_deliveries_total{outcome}` (`delivered`, `failed`, `dropped`, `expired`);
 //! `tollgate_webhook_reader_held` and `tollgate_webhook_queue_depth` (gauges);
+//! `tollgate_notifications_total{notifier,outcome}` (`sent`, `failed`, `skipped`, `expired`, `dropped`),
+//! `tollgate_notification_reader_held` and `tollgate_notification_queue_depth` (gauges),
+//! `tollgate_approval_wait_seconds` (histogram: `approval_requested` to the `run_resumed` of the decision
+//! that completed the turn, for the turns this process resumed);
 //! `tollgate_connections_open`, `tollgate_connections_refused_total`,
 //! `tollgate_connections_timed_out_total{timeout}` (`idle`, `header_read`), `tollgate_accept_errors_total`,
 //! `tollgate_sse_streams_open`, `tollgate_sse_streams_refused_total`.
 
+mod approve;
 mod auth;
 mod connections;
 mod duration;
@@ -139,7 +157,9 @@ pub mod fuzzing;
 mod grants;
 mod input;
 mod metrics;
+mod notify;
 mod openapi;
+mod outbox;
 mod owner;
 mod playground;
 mod problem;
@@ -149,9 +169,14 @@ mod webhooks;
 
 pub use auth::{ApiToken, LOCAL_ACTOR, Role};
 pub use duration::parse as parse_duration;
+pub use notify::{LinkSecret, Notifier, NotifyRetry, ShortLinkSecret};
 pub use openapi::openapi_json;
 pub use problem::{ApiError, PROBLEM_BASE, PROBLEM_JSON, ProblemKind};
 pub use routes::{DEFAULT_DENY_REASON, DEFAULT_LIMIT, MAX_LIMIT};
+/// How a notifier's messages leave: the transports of `tollgate-agent-notify`, for building [`Notifier`]s.
+pub use tollgate_agent_notify::transport::{
+    EmailNotifier, EmailSettings, SendError, SetupError, SlackNotifier, Transport,
+};
 pub use webhooks::{
     SIGNATURE_HEADER, STANDARD_ID_HEADER, STANDARD_SIGNATURE_HEADER, STANDARD_TIMESTAMP_HEADER, WebhookRetry,
     WebhookTarget, signature, standard_key, standard_signature,
@@ -184,6 +209,17 @@ pub struct ServerOptions {
     pub webhooks: Vec<WebhookTarget>,
     /// How webhook deliveries are retried.
     pub webhook_retry: WebhookRetry,
+    /// Notifiers (`[[notify]]`): told when a run starts waiting, and when its wait is escalated. Names
+    /// are unique; they need [`ServerOptions::link_secret`].
+    pub notifiers: Vec<Notifier>,
+    /// How notifications are retried.
+    pub notify_retry: NotifyRetry,
+    /// The key of signed decision links (`[server] link_secret`); without it `/approve/{token}` accepts
+    /// no link.
+    pub link_secret: Option<LinkSecret>,
+    /// The URL people reach this server at (`[server] public_url`), which links start with; `None`:
+    /// `http://` and the address the server listens on.
+    pub public_url: Option<String>,
     /// Retention windows (`[retention]`), applied once an hour and by `POST /v1/purge` without a body.
     pub retention: Retention,
     /// How long shutdown waits for in-flight steps to commit before it returns anyway (the runs stay
@@ -222,6 +258,10 @@ impl Default for ServerOptions {
             tokens: Vec::new(),
             webhooks: Vec::new(),
             webhook_retry: WebhookRetry::default(),
+            notifiers: Vec::new(),
+            notify_retry: NotifyRetry::default(),
+            link_secret: None,
+            public_url: None,
             retention: Retention::default(),
             shutdown_grace: Duration::from_secs(30),
             sse_keep_alive: Duration::from_secs(15),
@@ -280,6 +320,8 @@ pub(crate) struct AppState {
     pub(crate) sse_keep_alive: Duration,
     /// Live-event streams per client, capped.
     pub(crate) streams: Arc<sse::StreamCounts>,
+    /// Signed decision links, when a link secret is configured.
+    pub(crate) links: Option<Arc<notify::Links>>,
 }
 
 /// What [`serve_on`] needs besides the router.
@@ -288,14 +330,19 @@ struct Built {
     auth: Arc<auth::Auth>,
     metrics: Arc<Metrics>,
     shutdown: watch::Sender<bool>,
+    links: Option<Arc<notify::Links>>,
 }
 
-fn build(runtime: Runtime, options: &ServerOptions) -> Built {
+/// The router and what the background work shares with it; links start with `public_url`, else with
+/// `http://` and `listening` (the address the server listens on).
+fn build(runtime: Runtime, options: &ServerOptions, listening: SocketAddr) -> Built {
     // Runs started without `wait` are queued: the worker pool's claim loop drives them.
     runtime.start_workers();
     let metrics = Arc::new(Metrics::default());
     let (shutdown, shutdown_rx) = watch::channel(false);
     let auth = Arc::new(auth::Auth::new(&options.tokens));
+    let public_url = options.public_url.clone().unwrap_or_else(|| format!("http://{listening}"));
+    let links = options.link_secret.clone().map(|secret| Arc::new(notify::Links::new(secret, &public_url)));
     let state = AppState {
         runtime,
         auth: auth.clone(),
@@ -308,6 +355,7 @@ fn build(runtime: Runtime, options: &ServerOptions) -> Built {
         openapi: Arc::from(openapi_json()),
         sse_keep_alive: options.sse_keep_alive,
         streams: Arc::new(sse::StreamCounts::new(options.max_streams_per_client, metrics.clone())),
+        links: links.clone(),
     };
     let api = Router::new()
         .route("/v1/runs", get(routes::list_runs).post(routes::create_run))
@@ -327,11 +375,13 @@ fn build(runtime: Runtime, options: &ServerOptions) -> Built {
     let router = api
         // MOUNT POINT of the playground: `/` and its static files (see `playground.rs`).
         .merge(playground::routes())
+        // Signed decision links: outside `/v1` and its bearer auth (the token is the capability).
+        .merge(approve::routes())
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state);
-    Built { router, auth, metrics, shutdown }
+    Built { router, auth, metrics, shutdown, links }
 }
 
 /// The API's router over a runtime, without the background work of [`serve`] (sweeps, retention,
@@ -339,7 +389,7 @@ fn build(runtime: Runtime, options: &ServerOptions) -> Built {
 /// queued runs are driven. For tests and for embedding in another server; [`router_with_webhooks`]
 /// delivers `options.webhooks` as well.
 pub fn router(runtime: Runtime, options: &ServerOptions) -> Router {
-    build(runtime, options).router
+    build(runtime, options, options.addr).router
 }
 
 /// [`router`], plus the deliveries of `options.webhooks` (`None` when there are none), counted in the
@@ -353,7 +403,7 @@ pub fn router_with_webhooks(
     runtime: Runtime,
     options: &ServerOptions,
 ) -> Result<(Router, Option<WebhookDelivery>), ServerError> {
-    let built = build(runtime.clone(), options);
+    let built = build(runtime.clone(), options, options.addr);
     let dispatcher = start_webhooks(runtime, options, &built)?;
     Ok((built.router, dispatcher.map(WebhookDelivery)))
 }
@@ -363,14 +413,14 @@ fn start_webhooks(
     runtime: Runtime,
     options: &ServerOptions,
     built: &Built,
-) -> Result<Option<webhooks::Dispatcher>, ServerError> {
+) -> Result<Option<outbox::Dispatcher>, ServerError> {
     webhooks::spawn(runtime, options.webhooks.clone(), options.webhook_retry, built.metrics.clone(), WEBHOOK_FLUSH)
         .map_err(ServerError::Options)
 }
 
 /// Webhook deliveries running beside a router served by another server ([`router_with_webhooks`]).
 /// Dropping it stops them as [`WebhookDelivery::stop`] does, in the background.
-pub struct WebhookDelivery(webhooks::Dispatcher);
+pub struct WebhookDelivery(outbox::Dispatcher);
 
 impl std::fmt::Debug for WebhookDelivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -400,8 +450,10 @@ pub async fn serve(
 }
 
 /// Serves on a bound listener until `shutdown` completes: the API, plus the runtime's maintenance
-/// ([`Runtime::spawn_maintenance`] with [`Schedule::server`]: deadlines and takeovers every second,
-/// lease renewal, retention once an hour), the event feed (metrics) and the webhook dispatcher; connections
+/// ([`Runtime::spawn_maintenance`] with [`Schedule::server`]: deadlines, escalations and takeovers every
+/// second, lease renewal, retention once an hour), the event feed (metrics), the webhook dispatcher and the
+/// notifications (links start with [`ServerOptions::public_url`], else `http://` and the listener's
+/// address); connections
 /// within the limits of [`ServerOptions`] (see the crate's "Limits"). On shutdown it stops accepting, ends
 /// live streams, waits for in-flight requests, then for in-flight steps to commit (at most
 /// [`ServerOptions::shutdown_grace`]), and returns.
@@ -414,8 +466,13 @@ pub async fn serve_on(
     let local = listener.local_addr()?;
     refuse_public_without_auth(local, &options)?;
     let limits = limits(&options)?;
-    let built = build(runtime.clone(), &options);
+    check_notify(&options)?;
+    let built = build(runtime.clone(), &options, local);
     let dispatcher = start_webhooks(runtime.clone(), &options, &built)?;
+    let notifications = built.links.clone().and_then(|links| {
+        let notifiers = options.notifiers.clone();
+        notify::spawn(runtime.clone(), notifiers, links, options.notify_retry, built.metrics.clone(), WEBHOOK_FLUSH)
+    });
     let (stop_feed, feed_stopped) = tokio::sync::oneshot::channel();
     let mut feed = feed::spawn(runtime.clone(), built.metrics.clone(), feed_stopped);
     // Deadlines and takeovers every second, lease renewal, retention hourly: the runtime's one
@@ -456,8 +513,45 @@ pub async fn serve_on(
     if tokio::time::timeout(WEBHOOK_FLUSH, &mut feed).await.is_err() {
         feed.abort();
     }
-    if let Some(dispatcher) = dispatcher {
-        dispatcher.stop(WEBHOOK_FLUSH).await;
+    let stopping = async {
+        if let Some(dispatcher) = dispatcher {
+            dispatcher.stop(WEBHOOK_FLUSH).await;
+        }
+    };
+    let notifying = async {
+        if let Some(notifications) = notifications {
+            notifications.stop(WEBHOOK_FLUSH).await;
+        }
+    };
+    tokio::join!(stopping, notifying);
+    Ok(())
+}
+
+/// Notifiers need a link secret, unique names and (with tokens) an approver to decide as; a public URL
+/// must be an `http(s)` URL.
+fn check_notify(options: &ServerOptions) -> Result<(), ServerError> {
+    if !options.notifiers.is_empty() && options.link_secret.is_none() {
+        return Err(ServerError::Options("notifiers need a link secret ([server] link_secret)".into()));
+    }
+    let auth = auth::Auth::new(&options.tokens);
+    for (index, notifier) in options.notifiers.iter().enumerate() {
+        if options.notifiers[..index].iter().any(|n| n.name == notifier.name) {
+            return Err(ServerError::Options(format!("two notifiers are named `{}`", notifier.name)));
+        }
+        if !auth.may_decide(&notifier.actor) {
+            return Err(ServerError::Options(format!(
+                "notifier `{}` decides as `{}`, which is not the name of a token with the approver role",
+                notifier.name, notifier.actor
+            )));
+        }
+    }
+    if let Some(url) = &options.public_url {
+        let parsed = reqwest::Url::parse(url).map_err(|e| ServerError::Options(format!("public_url `{url}`: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(ServerError::Options(format!(
+                "public_url `{url}` must be an http:// or https:// URL without query or fragment"
+            )));
+        }
     }
     Ok(())
 }

@@ -14,6 +14,15 @@
 //!   expired (read more than a day after their commit).
 //! - `tollgate_webhook_reader_held` (1 while this process holds the commit log's `webhooks` reader and
 //!   so delivers every node's webhooks) and `tollgate_webhook_queue_depth` (deliveries queued or under way).
+//! - `tollgate_notifications_total{notifier,outcome}`: notifications (`notify.rs`) by notifier and outcome:
+//!   `sent`, `failed` (after every retry, or a failure no retry mends), `skipped` (the run no longer waited
+//!   on that turn, or no longer exists, when it was to be sent), `expired` (read more than a day after its
+//!   commit), `dropped` (one page of the commit log held more than the queue had room for). Every
+//!   configured notifier's series are there from the start, at zero.
+//! - `tollgate_notification_reader_held` and `tollgate_notification_queue_depth`: as the webhook gauges,
+//!   for the commit log's `notifications` reader.
+//! - `tollgate_approval_wait_seconds` (histogram): how long each held turn this process resumed had waited,
+//!   from its `approval_requested` to the `run_resumed` of the decision that completed it (see `feed.rs`).
 //! - `tollgate_event_feed_store_reads_total`: reads of events the feed made from the store, for commits
 //!   it was not handed by the store's commit tap (zero while it keeps up with a store that taps).
 //! - `tollgate_connections_open`, `tollgate_connections_refused_total`,
@@ -40,17 +49,34 @@ const COUNT_TTL: Duration = Duration::from_secs(5);
 /// Histogram bucket bounds, seconds.
 const BUCKETS: [f64; 14] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0];
 
+/// The bucket bounds of `tollgate_approval_wait_seconds`, seconds: from a second to three days (people
+/// answer in seconds at a desk, in hours by mail).
+const WAIT_BUCKETS: [f64; 16] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14_400.0, 28_800.0, 86_400.0, 172_800.0,
+    259_200.0,
+];
+
 /// A Prometheus histogram of durations.
-#[derive(Default)]
 struct Histogram {
-    counts: [u64; BUCKETS.len()],
+    bounds: &'static [f64],
+    counts: Vec<u64>,
     count: u64,
     sum_secs: f64,
 }
 
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram::with_bounds(&BUCKETS)
+    }
+}
+
 impl Histogram {
+    fn with_bounds(bounds: &'static [f64]) -> Self {
+        Histogram { bounds, counts: vec![0; bounds.len()], count: 0, sum_secs: 0.0 }
+    }
+
     fn observe(&mut self, secs: f64) {
-        for (bound, count) in BUCKETS.iter().zip(self.counts.iter_mut()) {
+        for (bound, count) in self.bounds.iter().zip(self.counts.iter_mut()) {
             if secs <= *bound {
                 *count += 1;
             }
@@ -61,7 +87,7 @@ impl Histogram {
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
-        for (bound, count) in BUCKETS.iter().zip(self.counts.iter()) {
+        for (bound, count) in self.bounds.iter().zip(self.counts.iter()) {
             let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {count}");
         }
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", self.count);
@@ -71,12 +97,59 @@ impl Histogram {
     }
 }
 
-#[derive(Default)]
 struct Observed {
     decisions: BTreeMap<String, u64>,
     events: BTreeMap<&'static str, u64>,
     model_calls: Histogram,
     tool_calls: BTreeMap<String, Histogram>,
+    approval_waits: Histogram,
+    /// Notifications by notifier, one count per [`Notified`] outcome (in [`Notified::ALL`]'s order).
+    notifications: BTreeMap<String, [u64; Notified::ALL.len()]>,
+}
+
+impl Default for Observed {
+    fn default() -> Self {
+        Observed {
+            decisions: BTreeMap::new(),
+            events: BTreeMap::new(),
+            model_calls: Histogram::default(),
+            tool_calls: BTreeMap::new(),
+            approval_waits: Histogram::with_bounds(&WAIT_BUCKETS),
+            notifications: BTreeMap::new(),
+        }
+    }
+}
+
+/// What one notification to one notifier came to (`tollgate_notifications_total{outcome}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Notified {
+    /// Delivered.
+    Sent,
+    /// Not delivered: failed after every retry, or in a way no retry mends.
+    Failed,
+    /// Not sent: the run no longer waited on that turn (or no longer existed) by then.
+    Skipped,
+    /// Not sent: its event was read more than a day after its commit.
+    Expired,
+    /// Not sent: the queue had no room.
+    Dropped,
+}
+
+impl Notified {
+    /// Every outcome, in the order the exposition lists them.
+    const ALL: [Notified; 5] =
+        [Notified::Sent, Notified::Failed, Notified::Skipped, Notified::Expired, Notified::Dropped];
+
+    /// The `outcome` label.
+    fn as_str(self) -> &'static str {
+        match self {
+            Notified::Sent => "sent",
+            Notified::Failed => "failed",
+            Notified::Skipped => "skipped",
+            Notified::Expired => "expired",
+            Notified::Dropped => "dropped",
+        }
+    }
 }
 
 /// What a webhook delivery came to.
@@ -89,6 +162,41 @@ pub(crate) enum Delivery {
     Expired,
 }
 
+/// An outbox's gauges (`outbox.rs`): 1 while this process holds its reader of the commit log, and its
+/// deliveries queued or under way.
+#[derive(Default)]
+pub(crate) struct OutboxGauges {
+    held: AtomicU64,
+    queue: AtomicU64,
+}
+
+impl OutboxGauges {
+    /// `tollgate_{kind}_reader_held` and `tollgate_{kind}_queue_depth`: of the reader named `reader`, whose
+    /// holder `acts` (delivers, sends) the `reader` of every node; its `deliveries` under way.
+    fn render(&self, out: &mut String, kind: &str, reader: &str, acts: &str, deliveries: &str) {
+        let help = format!(
+            "1 while this process holds the commit log's {reader} reader (it {acts} the {reader} of every node)."
+        );
+        render_one(out, &format!("tollgate_{kind}_reader_held"), "gauge", &help, self.held.load(Ordering::Relaxed));
+        let help = format!("{deliveries} queued or under way in this process.");
+        render_one(out, &format!("tollgate_{kind}_queue_depth"), "gauge", &help, self.queue.load(Ordering::Relaxed));
+    }
+
+    /// Whether this process holds the reader now.
+    pub(crate) fn held(&self, held: bool) {
+        self.held.store(u64::from(held), Ordering::Relaxed);
+    }
+
+    /// A delivery was queued (`true`) or has ended (`false`).
+    pub(crate) fn queued(&self, queued: bool) {
+        if queued {
+            self.queue.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.queue.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The server's counters.
 #[derive(Default)]
 pub(crate) struct Metrics {
@@ -97,10 +205,11 @@ pub(crate) struct Metrics {
     failed: AtomicU64,
     dropped: AtomicU64,
     expired: AtomicU64,
-    /// 1 while this process holds the commit log's `webhooks` reader (it delivers every node's webhooks).
-    webhook_reader_held: AtomicU64,
-    /// Webhook deliveries queued or under way.
-    webhook_queue: AtomicU64,
+    /// The webhooks' outbox: whether this process holds the commit log's `webhooks` reader (it delivers
+    /// every node's webhooks), and the deliveries queued or under way.
+    pub(crate) webhook_outbox: OutboxGauges,
+    /// The same for notifications and the `notifications` reader.
+    pub(crate) notification_outbox: OutboxGauges,
     feed_reads: AtomicU64,
     counts: tokio::sync::Mutex<Option<(Instant, QueueState)>>,
     connections_open: AtomicU64,
@@ -149,18 +258,23 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Whether this process holds the webhook reader now.
-    pub(crate) fn webhook_reader_held(&self, held: bool) {
-        self.webhook_reader_held.store(u64::from(held), Ordering::Relaxed);
+    /// Lists the configured notifiers, so that their series are exposed (at zero) before anything is sent.
+    pub(crate) fn notifiers<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let mut observed = self.observed();
+        for name in names {
+            observed.notifications.entry(name.to_owned()).or_default();
+        }
     }
 
-    /// A webhook delivery was queued (`true`) or has ended (`false`).
-    pub(crate) fn webhook_queued(&self, queued: bool) {
-        if queued {
-            self.webhook_queue.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.webhook_queue.fetch_sub(1, Ordering::Relaxed);
-        }
+    /// One notification to `notifier` came to `outcome`.
+    pub(crate) fn notified(&self, notifier: &str, outcome: Notified) {
+        let index = Notified::ALL.iter().position(|o| *o == outcome).unwrap_or_default();
+        self.observed().notifications.entry(notifier.to_owned()).or_default()[index] += 1;
+    }
+
+    /// A held turn waited `secs` from its `approval_requested` to the `run_resumed` that completed it.
+    pub(crate) fn approval_wait(&self, secs: f64) {
+        self.observed().approval_waits.observe(secs);
     }
 
     /// The event feed read events from the store.
@@ -274,6 +388,20 @@ impl Metrics {
         for (tool, histogram) in &observed.tool_calls {
             histogram.render(&mut out, "tollgate_tool_call_duration_seconds", &format!("tool=\"{}\"", escape(tool)));
         }
+        out.push_str(
+            "# HELP tollgate_approval_wait_seconds How long held turns this process resumed had waited (approval_requested to the run_resumed of the completing decision).\n",
+        );
+        out.push_str("# TYPE tollgate_approval_wait_seconds histogram\n");
+        observed.approval_waits.render(&mut out, "tollgate_approval_wait_seconds", "");
+        out.push_str("# HELP tollgate_notifications_total Notifications by notifier and outcome.\n");
+        out.push_str("# TYPE tollgate_notifications_total counter\n");
+        for (notifier, counts) in &observed.notifications {
+            for (outcome, n) in Notified::ALL.iter().zip(counts) {
+                let (notifier, outcome) = (escape(notifier), outcome.as_str());
+                let _ =
+                    writeln!(out, "tollgate_notifications_total{{notifier=\"{notifier}\",outcome=\"{outcome}\"}} {n}");
+            }
+        }
         drop(observed);
         out.push_str(
             "# HELP tollgate_event_feed_store_reads_total Reads of events the event feed made from the store, for commits the store's commit tap did not hand it.\n",
@@ -294,20 +422,10 @@ impl Metrics {
                 counter.load(Ordering::Relaxed)
             );
         }
+        self.webhook_outbox.render(&mut out, "webhook", "webhooks", "delivers", "Webhook deliveries");
+        self.notification_outbox.render(&mut out, "notification", "notifications", "sends", "Notifications");
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         for (name, kind, help, value) in [
-            (
-                "tollgate_webhook_reader_held",
-                "gauge",
-                "1 while this process holds the commit log's webhooks reader (it delivers the webhooks of every node).",
-                load(&self.webhook_reader_held),
-            ),
-            (
-                "tollgate_webhook_queue_depth",
-                "gauge",
-                "Webhook deliveries queued or under way in this process.",
-                load(&self.webhook_queue),
-            ),
             ("tollgate_connections_open", "gauge", "HTTP connections open.", load(&self.connections_open)),
             (
                 "tollgate_connections_refused_total",
@@ -427,6 +545,33 @@ mod tests {
         assert!(out.contains("x_bucket{tool=\"t\",le=\"+Inf\"} 3\n"));
         assert!(out.contains("x_count{tool=\"t\"} 3\n"));
         assert_eq!(escape("a\"b"), "a\\\"b");
+    }
+
+    #[test]
+    fn approval_waits_have_buckets_of_seconds_to_days() {
+        let mut h = Histogram::with_bounds(&WAIT_BUCKETS);
+        h.observe(3.0);
+        h.observe(5400.0);
+        let mut out = String::new();
+        h.render(&mut out, "w", "");
+        assert!(out.contains("w_bucket{le=\"1\"} 0\n"), "{out}");
+        assert!(out.contains("w_bucket{le=\"5\"} 1\n"), "{out}");
+        assert!(out.contains("w_bucket{le=\"3600\"} 1\n"), "{out}");
+        assert!(out.contains("w_bucket{le=\"7200\"} 2\n"), "{out}");
+        assert!(out.contains("w_bucket{le=\"259200\"} 2\n"), "{out}");
+        assert!(out.contains("w_sum 5403\n") && out.contains("w_count 2\n"), "{out}");
+    }
+
+    #[test]
+    fn every_notifier_has_every_outcome_from_the_start() {
+        let metrics = Metrics::default();
+        metrics.notifiers(["ops", "mail"]);
+        metrics.notified("ops", Notified::Sent);
+        metrics.notified("ops", Notified::Sent);
+        metrics.notified("mail", Notified::Dropped);
+        let observed = metrics.observed();
+        assert_eq!(observed.notifications.get("ops"), Some(&[2, 0, 0, 0, 0]));
+        assert_eq!(observed.notifications.get("mail"), Some(&[0, 0, 0, 0, 1]));
     }
 
     #[test]

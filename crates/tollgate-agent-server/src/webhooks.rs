@@ -16,38 +16,21 @@
 //! exponential backoff; receivers dedupe by `X-Tollgate-Delivery` and order by `event.seq`. It never
 //! blocks or fails a run.
 //!
-//! The events come from the store's commit log ([`ChangeFeed::committed`]), which holds every commit of
-//! every process sharing the database, through its reader named `webhooks`, which one node at a time
-//! holds ([`ChangeFeed::hold_reader`]) for the length of a run's lease, renewed while it runs. The
-//! holder reads the log as commits are announced (and every second while some commit may go
-//! unannounced: on SQLite, where another process such as the CLI announces nothing, while the
-//! PostgreSQL listener is not listening, or while the last read found transactions under way), queues the
-//! deliveries (bounded: it reads on only while the queue is at most half full, so the events wait in
-//! the log instead; a delivery is dropped, and counted, only when one page of the log alone holds more
-//! deliveries than the queue has room for), and stores its
-//! position in the log as far as every delivery before it has ended (delivered, or failed after its
-//! last retry). So a node that crashes, or whose hold lapses, leaves its position behind, and the
-//! next holder delivers again from there: nothing committed is left undelivered, some deliveries may
-//! be made twice. At shutdown the holder lets deliveries in flight finish for a few seconds, stores
-//! its position and releases the reader, so another node continues at once. An event read more than a
-//! day after its commit (a log that no node read for that long) is not delivered, and is counted as
-//! expired.
-//!
-//! [`ChangeFeed::committed`]: tollgate_agent_core::ChangeFeed::committed
-//! [`ChangeFeed::hold_reader`]: tollgate_agent_core::ChangeFeed::hold_reader
+//! The events come from the store's commit log, through its reader named `webhooks`, which one node at a
+//! time holds: the outbox (`outbox.rs`) reads, queues and keeps the position; this module says which
+//! deliveries an event asks for and makes them. So every process's commits are delivered, at least
+//! once, by whichever node holds the reader; an event read more than a day after its commit is not
+//! delivered, and is counted as expired.
 
 use crate::metrics::{Delivery, Metrics};
+use crate::outbox::{self, Attempt, Consumer, Dispatcher};
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
-use tokio::task::{JoinHandle, JoinSet};
-use tollgate_agent_core::{Clock, EventKind, Millis, ReaderHold, StoreError, StoredEvent};
-use tollgate_agent_runtime::{RunNotice, Runtime};
+use std::time::Duration;
+use tollgate_agent_core::{Clock, EventKind, RunId, StoredEvent};
+use tollgate_agent_runtime::Runtime;
 
 /// One webhook receiver.
 #[derive(Clone, PartialEq, Eq)]
@@ -143,53 +126,12 @@ pub fn standard_signature(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> 
     format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes()))
 }
 
-const QUEUE: usize = 10_000;
-const PARALLEL: usize = 16;
-/// The reader of the commit log that webhook deliveries hold.
-pub(crate) const READER: &str = "webhooks";
-/// How many commits one page of the log holds at most.
-const PAGE: u32 = 100;
-/// How many pages one read takes before the holder renews its hold (when due) and reads on.
-const PAGES_PER_READ: usize = 10;
-/// How long the holder waits when its queue is more than half full before it reads on.
-const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(50);
-/// How often the holder reads the log when no commit was announced while some may go unannounced (a
-/// store that announces nothing, a lost listener, transactions under way; see [`Reader::deliver`]), and
-/// how often a node that does not hold the reader tries to take it.
-const POLL: Duration = Duration::from_secs(1);
-/// How often, at most, the holder stores a position that moved (it renews its hold more often only
-/// when its lease is shorter).
-const STORE_EVERY: Duration = Duration::from_secs(1);
-/// An event read later than this after its commit is not delivered.
-const MAX_AGE_MS: i64 = 24 * 60 * 60 * 1000;
-
-struct Job {
+/// One delivery: an event for one target.
+pub(crate) struct Job {
     target: usize,
     body: Arc<Vec<u8>>,
     kind: &'static str,
     delivery: String,
-    /// The deliveries of its page of the log still under way.
-    page: Arc<AtomicUsize>,
-}
-
-/// The running dispatcher: stop it with [`Dispatcher::stop`].
-pub(crate) struct Dispatcher {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
-}
-
-impl Dispatcher {
-    /// Stops reading the log, lets deliveries in flight finish for at most `flush`, stores the
-    /// position and releases the reader.
-    pub(crate) async fn stop(self, flush: Duration) {
-        let _ = self.stop.send(());
-        let mut task = self.task;
-        // The reader bounds its own wait by `flush`; this bounds a store that does not answer.
-        if tokio::time::timeout(flush + Duration::from_secs(2), &mut task).await.is_err() {
-            tracing::warn!("the webhook dispatcher did not stop in time; undelivered events stay in the log");
-            task.abort();
-        }
-    }
 }
 
 /// Starts the dispatcher; `None` when there is nothing to deliver to.
@@ -215,264 +157,31 @@ pub(crate) fn spawn(
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| format!("cannot build the webhook HTTP client: {e}"))?;
-    let targets = Arc::new(targets);
-    let signer = Signer { keys: Arc::new(keys), clock: runtime.clock().clone() };
-    let (queue, jobs) = mpsc::channel(QUEUE);
-    let deliveries = tokio::spawn(dispatch(jobs, targets.clone(), signer, client, retry, metrics.clone()));
-    let (stop, stopped) = oneshot::channel();
-    let reader = Reader {
-        notices: runtime.subscribe(),
-        runtime,
-        targets,
-        metrics,
-        queue: Some(queue),
-        pages: VecDeque::new(),
-        read_to: String::new(),
-        done_to: String::new(),
-        stored: None,
-        last_store: None,
-        warned: false,
-        pending: false,
-    };
-    let task = tokio::spawn(reader.run(stopped, deliveries, flush));
-    Ok(Some(Dispatcher { stop, task }))
+    let signer = Signer { keys, clock: runtime.clock().clone() };
+    let webhooks = Webhooks { targets, signer, client, retry, metrics };
+    let names = outbox::Names { reader: "webhooks", what: "webhook" };
+    Ok(Some(outbox::spawn(runtime, webhooks, names, flush)))
 }
 
-/// The holder's side: reads the log, queues deliveries, stores its position.
-struct Reader {
-    runtime: Runtime,
-    notices: broadcast::Receiver<RunNotice>,
-    targets: Arc<Vec<WebhookTarget>>,
+/// The webhook targets as the outbox's consumer.
+struct Webhooks {
+    targets: Vec<WebhookTarget>,
+    signer: Signer,
+    client: reqwest::Client,
+    retry: WebhookRetry,
     metrics: Arc<Metrics>,
-    queue: Option<mpsc::Sender<Job>>,
-    /// Pages read whose deliveries are under way, oldest first: where the log continues after each,
-    /// and how many of its deliveries have not ended.
-    pages: VecDeque<(String, Arc<AtomicUsize>)>,
-    /// Where the next read continues.
-    read_to: String,
-    /// How far every delivery has ended: the position to store.
-    done_to: String,
-    /// The position last stored, and when.
-    stored: Option<String>,
-    last_store: Option<Instant>,
-    /// A read failure was logged (once until a read succeeds).
-    warned: bool,
-    /// The last read may have left commits that no announcement will name (see
-    /// [`CommittedPage::pending`](tollgate_agent_core::CommittedPage::pending)), or failed.
-    pending: bool,
 }
 
-/// How a read of the log ended.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Read {
-    /// At the end of the log (or the store failed): wait for a commit.
-    CaughtUp,
-    /// More can be read at once.
-    More,
-    /// The queue has too little room: wait for deliveries to end.
-    QueueFull,
-}
+impl Consumer for Webhooks {
+    type Job = Job;
 
-/// Why the holder stopped reading.
-enum Stopped {
-    /// Shutdown.
-    Stop,
-    /// Another node holds the reader now.
-    Lost,
-}
-
-impl Reader {
-    async fn run(mut self, mut stop: oneshot::Receiver<()>, deliveries: JoinHandle<()>, flush: Duration) {
-        let mut holding = false;
-        loop {
-            match self.take(&mut stop).await {
-                Some(true) => {}
-                Some(false) => continue,
-                None => break,
-            }
-            holding = true;
-            self.metrics.webhook_reader_held(true);
-            match self.deliver(&mut stop).await {
-                Stopped::Stop => break,
-                Stopped::Lost => {
-                    holding = false;
-                    self.metrics.webhook_reader_held(false);
-                    tracing::info!(
-                        "another node holds the webhook reader of the commit log now; it delivers from here"
-                    );
-                }
-            }
-        }
-        // No more reads: let the deliveries in flight end, then store how far they got and let go.
-        self.queue = None;
-        let mut deliveries = deliveries;
-        if tokio::time::timeout(flush, &mut deliveries).await.is_err() {
-            tracing::warn!("webhook deliveries still under way at shutdown were stopped; the next holder makes them");
-            deliveries.abort();
-        }
-        if holding {
-            self.advance();
-            let _ = self.store(true).await;
-            if let Err(error) = self.runtime.change_feed().release_reader(READER, self.runtime.node_id()).await {
-                tracing::warn!(%error, "cannot release the webhook reader; another node takes it when its hold ends");
-            }
-            self.metrics.webhook_reader_held(false);
-        }
-    }
-
-    /// Takes the reader: `Some(true)` once held (positioned where its last holder left it), `Some(false)`
-    /// after waiting for another holder, `None` on shutdown.
-    async fn take(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<bool> {
-        let now = self.runtime.clock().now();
-        let until = now + millis(self.runtime.lease_length());
-        let wait = match self.runtime.change_feed().hold_reader(READER, self.runtime.node_id(), None, until, now).await
-        {
-            Ok(ReaderHold::Held { position }) => match self.start(position).await {
-                Ok(()) => return Some(true),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot read the commit log for webhooks; retrying");
-                    POLL
-                }
-            },
-            Ok(ReaderHold::Elsewhere { until, .. }) => {
-                let left = Duration::from_millis(u64::try_from(until - now).unwrap_or_default());
-                left.clamp(Duration::from_millis(50), POLL)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot take the webhook reader of the commit log; retrying");
-                POLL
-            }
-        };
-        tokio::select! {
-            _ = stop => None,
-            () = tokio::time::sleep(wait) => Some(false),
-        }
-    }
-
-    /// Starts reading at the reader's stored `position`, or at the end of the log when it has none (a
-    /// position the log cannot read is found by the first read, which then starts at the end).
-    async fn start(&mut self, position: Option<String>) -> Result<(), StoreError> {
-        let at = match position {
-            Some(position) => position,
-            None => self.runtime.change_feed().committed(None, 1).await?.next,
-        };
-        self.restart_at(at);
-        // Another node taking the reader meanwhile is found at the next store.
-        let _ = self.store(true).await;
-        Ok(())
-    }
-
-    /// Reads on from `at`, forgetting the pages under way (their deliveries go on; they no longer hold
-    /// the position back), and stores `at` at the next store.
-    fn restart_at(&mut self, at: String) {
-        self.pages.clear();
-        self.read_to = at.clone();
-        self.done_to = at;
-        self.stored = None;
-    }
-
-    /// Holds the reader: reads, queues, stores, until shutdown or until another node holds it.
-    async fn deliver(&mut self, stop: &mut oneshot::Receiver<()>) -> Stopped {
-        let renew_every = (self.runtime.lease_length() / 3).min(Duration::from_secs(10));
-        let mut renewed = Instant::now();
-        loop {
-            let read = self.read().await;
-            self.advance();
-            let renew = renewed.elapsed() >= renew_every;
-            match self.store(renew).await {
-                Ok(true) => renewed = Instant::now(),
-                Ok(false) => {}
-                Err(Lost) => return Stopped::Lost,
-            }
-            let wait = match read {
-                // Announcements wake it; only what they may miss is polled for.
-                Read::CaughtUp if self.pending || self.runtime.recheck_after(POLL).is_some() => POLL,
-                Read::CaughtUp => renew_every,
-                Read::More => Duration::ZERO,
-                Read::QueueFull => QUEUE_FULL_PAUSE,
-            };
-            tokio::select! {
-                _ = &mut *stop => return Stopped::Stop,
-                () = self.woken(), if read == Read::CaughtUp => {}
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
-    }
-
-    /// Waits for an announced commit, then takes every notice waiting, so a burst wakes one read.
-    async fn woken(&mut self) {
-        match self.notices.recv().await {
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-        }
-        while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.notices.try_recv() {}
-    }
-
-    /// Reads the log from where it continues, queueing each event's deliveries: until a page is not
-    /// full, [`PAGES_PER_READ`] pages (so the hold is renewed between them), or the queue has too little
-    /// room for another page (the events wait in the log meanwhile, rather than be dropped).
-    async fn read(&mut self) -> Read {
-        let store = self.runtime.change_feed().clone();
-        for _ in 0..PAGES_PER_READ {
-            if self.queue.as_ref().is_none_or(|queue| queue.capacity() < QUEUE / 2) {
-                return Read::QueueFull;
-            }
-            let page = match store.committed(Some(&self.read_to), PAGE).await {
-                Ok(page) => {
-                    self.warned = false;
-                    self.pending = page.pending;
-                    page
-                }
-                Err(error @ StoreError::Corrupt { .. }) => {
-                    // A position the log can no longer read (the database was replaced): from the end.
-                    tracing::warn!(%error, "the webhook reader's position is unreadable; delivering from now on");
-                    self.pending = true;
-                    match store.committed(None, 1).await {
-                        Ok(end) => self.restart_at(end.next),
-                        Err(error) => tracing::warn!(%error, "cannot read the commit log for webhooks; retrying"),
-                    }
-                    return Read::CaughtUp;
-                }
-                Err(error) => {
-                    self.pending = true;
-                    if !std::mem::replace(&mut self.warned, true) {
-                        tracing::warn!(%error, "cannot read the commit log for webhooks; retrying");
-                    }
-                    return Read::CaughtUp;
-                }
-            };
-            for (run_id, error) in &page.skipped {
-                tracing::warn!(run = %run_id, %error, "an event in the commit log cannot be read; it is not delivered");
-            }
-            let under_way = Arc::new(AtomicUsize::new(0));
-            let now = self.runtime.clock().now();
-            for (run_id, event) in &page.events {
-                self.offer(run_id, event, now, &under_way);
-            }
-            self.read_to = page.next.clone();
-            match self.pages.back_mut() {
-                // Nothing of this page under way: it ends where the page before it ends.
-                Some((next, _)) if under_way.load(Ordering::Acquire) == 0 => *next = page.next,
-                _ => self.pages.push_back((page.next, under_way)),
-            }
-            if !page.more {
-                return Read::CaughtUp;
-            }
-        }
-        Read::More
-    }
-
-    /// Queues an event for every target that lists its kind. Never waits.
-    fn offer(&self, run_id: &str, event: &StoredEvent, now: Millis, under_way: &Arc<AtomicUsize>) {
-        let Some(queue) = &self.queue else { return };
+    /// A delivery to every target that lists the event's kind.
+    fn jobs(&self, run_id: &RunId, event: &StoredEvent, too_old: bool) -> Vec<Job> {
         let kind = event.kind;
-        let expired = too_old(&event.at, now);
         let mut body = None;
-        for (i, target) in self.targets.iter().enumerate() {
-            if !target.events.contains(&kind) {
-                continue;
-            }
-            if expired {
+        let mut jobs = Vec::new();
+        for (target, _) in self.targets.iter().enumerate().filter(|(_, t)| t.events.contains(&kind)) {
+            if too_old {
                 self.metrics.webhook(Delivery::Expired);
                 continue;
             }
@@ -483,82 +192,35 @@ impl Reader {
                     )
                 })
                 .clone();
-            under_way.fetch_add(1, Ordering::AcqRel);
-            let job = Job {
-                target: i,
-                body,
-                kind: kind.as_str(),
-                delivery: format!("{run_id}:{}", event.seq),
-                page: under_way.clone(),
-            };
-            self.metrics.webhook_queued(true);
-            if queue.try_send(job).is_err() {
-                self.metrics.webhook_queued(false);
-                under_way.fetch_sub(1, Ordering::AcqRel);
-                tracing::warn!(run = %run_id, seq = event.seq, url = %target.url, "webhook queue full; delivery dropped");
-                self.metrics.webhook(Delivery::Dropped);
-            }
+            jobs.push(Job { target, body, kind: kind.as_str(), delivery: format!("{run_id}:{}", event.seq) });
         }
+        jobs
     }
 
-    /// Moves `done_to` past every page whose deliveries have all ended.
-    fn advance(&mut self) {
-        while let Some((next, under_way)) = self.pages.front() {
-            if under_way.load(Ordering::Acquire) > 0 {
-                break;
-            }
-            self.done_to = next.clone();
-            self.pages.pop_front();
-        }
-        if self.pages.is_empty() {
-            self.done_to = self.read_to.clone();
-        }
+    async fn deliver(&self, job: &Job) {
+        let outcome = deliver(&self.client, &self.targets[job.target], &self.signer, job, self.retry).await;
+        self.metrics.webhook(outcome);
     }
 
-    /// Stores `done_to` with the hold (renewing it) when it moved and [`STORE_EVERY`] has passed, or
-    /// when `renew`. `Ok(true)` when it wrote, `Err(Lost)` when another node holds the reader now.
-    async fn store(&mut self, renew: bool) -> Result<bool, Lost> {
-        let moved = self.stored.as_ref() != Some(&self.done_to);
-        let due = self.last_store.is_none_or(|at| at.elapsed() >= STORE_EVERY);
-        if !(renew || (moved && due)) {
-            return Ok(false);
-        }
-        let now = self.runtime.clock().now();
-        let until = now + millis(self.runtime.lease_length());
-        let position = self.done_to.clone();
-        match self.runtime.change_feed().hold_reader(READER, self.runtime.node_id(), Some(&position), until, now).await
-        {
-            Ok(ReaderHold::Held { .. }) => {
-                self.stored = Some(position);
-                self.last_store = Some(Instant::now());
-                Ok(true)
-            }
-            Ok(ReaderHold::Elsewhere { .. }) => Err(Lost),
-            Err(error) => {
-                tracing::warn!(%error, "cannot store the webhook reader's position; retrying");
-                Ok(false)
-            }
-        }
+    fn dropped(&self, job: &Job) {
+        let url = &self.targets[job.target].url;
+        tracing::warn!(delivery = %job.delivery, %url, "webhook queue full; delivery dropped");
+        self.metrics.webhook(Delivery::Dropped);
     }
-}
 
-/// Another node holds the reader.
-struct Lost;
+    fn reader_held(&self, held: bool) {
+        self.metrics.webhook_outbox.held(held);
+    }
 
-/// Whether an event committed at `at` (RFC 3339, as stored) is too old to deliver at `now`.
-fn too_old(at: &str, now: Millis) -> bool {
-    chrono::DateTime::parse_from_rfc3339(at).is_ok_and(|at| now.saturating_sub(at.timestamp_millis()) > MAX_AGE_MS)
-}
-
-fn millis(duration: Duration) -> Millis {
-    Millis::try_from(duration.as_millis()).unwrap_or(Millis::MAX / 2)
+    fn queued(&self, queued: bool) {
+        self.metrics.webhook_outbox.queued(queued);
+    }
 }
 
 /// What the Standard Webhooks signature of each attempt takes: each target's key (as [`standard_key`]
 /// read it, in the order of the targets) and the clock of the attempt's time.
-#[derive(Clone)]
 struct Signer {
-    keys: Arc<Vec<Vec<u8>>>,
+    keys: Vec<Vec<u8>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -571,34 +233,6 @@ impl Signer {
     }
 }
 
-async fn dispatch(
-    mut jobs: mpsc::Receiver<Job>,
-    targets: Arc<Vec<WebhookTarget>>,
-    signer: Signer,
-    client: reqwest::Client,
-    retry: WebhookRetry,
-    metrics: Arc<Metrics>,
-) {
-    let slots = Arc::new(Semaphore::new(PARALLEL));
-    // Dropping the set (when this task is aborted at shutdown) aborts the deliveries in flight, whose
-    // pages then never count as done.
-    let mut deliveries = JoinSet::new();
-    while let Some(job) = jobs.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else { break };
-        let (targets, signer, client, metrics) = (targets.clone(), signer.clone(), client.clone(), metrics.clone());
-        deliveries.spawn(async move {
-            let outcome = deliver(&client, &targets[job.target], &signer, &job, retry).await;
-            metrics.webhook(outcome);
-            metrics.webhook_queued(false);
-            job.page.fetch_sub(1, Ordering::AcqRel);
-            drop(slot);
-        });
-        while deliveries.try_join_next().is_some() {}
-    }
-    // The queue closed (shutdown): finish what is in flight, retries included.
-    while deliveries.join_next().await.is_some() {}
-}
-
 async fn deliver(
     client: &reqwest::Client,
     target: &WebhookTarget,
@@ -607,11 +241,10 @@ async fn deliver(
     retry: WebhookRetry,
 ) -> Delivery {
     let signature = signature(&target.secret, &job.body);
-    let mut delay = retry.first_delay;
-    for attempt in 1..=retry.attempts.max(1) {
+    let made = outbox::with_retries(retry.attempts, retry.first_delay, |attempt| {
         // Each attempt is signed at its own time, so a receiver's window on the timestamp holds for retries.
         let (timestamp, standard) = signer.sign(job);
-        let result = client
+        let request = client
             .post(&target.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(SIGNATURE_HEADER, &signature)
@@ -620,23 +253,25 @@ async fn deliver(
             .header(STANDARD_ID_HEADER, &job.delivery)
             .header(STANDARD_TIMESTAMP_HEADER, timestamp)
             .header(STANDARD_SIGNATURE_HEADER, standard)
-            .body(job.body.as_ref().clone())
-            .send()
-            .await;
-        let failure = match result {
-            Ok(response) if response.status().is_success() => return Delivery::Delivered,
-            Ok(response) => format!("answered {}", response.status()),
-            Err(e) => e.to_string(),
-        };
-        tracing::debug!(url = %target.url, delivery = %job.delivery, attempt, %failure, "webhook attempt failed");
-        if attempt < retry.attempts {
-            tokio::time::sleep(delay).await;
-            delay = delay.saturating_mul(2);
-        } else {
-            tracing::warn!(url = %target.url, delivery = %job.delivery, attempts = attempt, %failure, "webhook not delivered");
+            .body(job.body.as_ref().clone());
+        async move {
+            let failure = match request.send().await {
+                Ok(response) if response.status().is_success() => return Attempt::Done(()),
+                Ok(response) => format!("answered {}", response.status()),
+                Err(e) => e.to_string(),
+            };
+            tracing::debug!(url = %target.url, delivery = %job.delivery, attempt, %failure, "webhook attempt failed");
+            Attempt::Failed { failure, retryable: true }
+        }
+    })
+    .await;
+    match made {
+        Ok(()) => Delivery::Delivered,
+        Err((attempts, failure)) => {
+            tracing::warn!(url = %target.url, delivery = %job.delivery, attempts, %failure, "webhook not delivered");
+            Delivery::Failed
         }
     }
-    Delivery::Failed
 }
 
 #[cfg(test)]
@@ -678,16 +313,6 @@ mod tests {
         assert_eq!(standard_key("whsec_aG9vay1zZWNyZXQ="), Some(b"hook-secret".to_vec()));
         assert_eq!(standard_key("whsec_aG9vay1zZWNyZXQ"), Some(b"hook-secret".to_vec()), "padding is optional");
         assert_eq!(standard_key("whsec_not base64!"), None);
-    }
-
-    #[test]
-    fn an_event_read_more_than_a_day_after_its_commit_is_too_old() {
-        let at = "2025-11-29T10:00:00.000Z";
-        let committed = 1_764_410_400_000;
-        assert!(!too_old(at, committed));
-        assert!(!too_old(at, committed + MAX_AGE_MS));
-        assert!(too_old(at, committed + MAX_AGE_MS + 1));
-        assert!(!too_old("not a time", committed + 10 * MAX_AGE_MS), "a time that cannot be read is delivered");
     }
 
     #[test]

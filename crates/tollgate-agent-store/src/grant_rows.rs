@@ -13,6 +13,7 @@
 
 use crate::codec::Columns;
 use serde_json::Value;
+use tollgate_agent_core::event::{EventKind, StoredEvent};
 use tollgate_agent_core::grant::{GrantMatch, GrantPage, GrantRecord, GrantStatus};
 use tollgate_agent_core::run::Millis;
 use tollgate_agent_core::{GrantId, GrantScope, StoreError};
@@ -160,6 +161,24 @@ pub(crate) fn refused_revocation(id: &GrantId, found: Option<GrantRecord>, now: 
         }
         Some(status) => StoreError::GrantClosed { id: id.clone(), status },
     }
+}
+
+/// The grants whose use `events` record: one entry per `tool_started` whose data names a grant
+/// (`"grant": ID`), for the write that commits them to count in its own transaction. A grant gone
+/// meanwhile is counted nowhere (its statement changes no row).
+pub(crate) fn uses_in(events: &[StoredEvent]) -> Vec<&str> {
+    events.iter().filter_map(|event| use_of(event.kind, &event.data)).collect()
+}
+
+/// Whether `events` (about to be written) record a use of a grant (see [`uses_in`]).
+#[cfg(feature = "postgres")]
+pub(crate) fn record_uses(events: &[tollgate_agent_core::event::NewEvent]) -> bool {
+    events.iter().any(|event| use_of(event.kind, &event.data).is_some())
+}
+
+/// The grant an event of `kind` with `data` records a use of: a `tool_started` naming one.
+fn use_of(kind: EventKind, data: &Value) -> Option<&str> {
+    (kind == EventKind::ToolStarted).then(|| data.get("grant").and_then(Value::as_str)).flatten()
 }
 
 #[cfg(test)]

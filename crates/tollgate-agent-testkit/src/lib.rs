@@ -273,8 +273,9 @@ impl LoopHooks for RecordingHooks {
         Box::pin(std::future::ready(Ok(())))
     }
 
-    fn grants_in_force(&self) -> BoxFuture<'_, Result<Vec<GrantRecord>, HookError>> {
-        Box::pin(std::future::ready(Ok(self.grants.lock().unwrap_or_else(PoisonError::into_inner).clone())))
+    fn grants_in_force(&self) -> BoxFuture<'_, Result<Arc<[GrantRecord]>, HookError>> {
+        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        Box::pin(std::future::ready(Ok(Arc::from(grants))))
     }
 }
 
@@ -566,6 +567,15 @@ impl tollgate_agent_core::Schedules for FailingStore {
         self.inner.due(now, limit)
     }
 
+    fn waiting_changed<'a>(
+        &'a self,
+        from: (tollgate_agent_core::Millis, &'a str),
+        until: tollgate_agent_core::Millis,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<tollgate_agent_core::RunRecord>, tollgate_agent_core::StoreError>> {
+        self.inner.waiting_changed(from, until, limit)
+    }
+
     fn purge(
         &self,
         terminal_before: tollgate_agent_core::Millis,
@@ -660,20 +670,16 @@ impl tollgate_agent_core::Grants for FailingStore {
         self.inner.revoke_grant(id, actor, now)
     }
 
-    fn grants_for_run<'a>(
-        &'a self,
-        agent: &'a str,
-        run: &'a RunId,
-        now: tollgate_agent_core::Millis,
-    ) -> BoxFuture<'a, Result<Vec<tollgate_agent_core::GrantRecord>, tollgate_agent_core::StoreError>> {
-        self.inner.grants_for_run(agent, run, now)
+    fn grants_version<'a>(&'a self, agent: &'a str) -> BoxFuture<'a, Result<u64, tollgate_agent_core::StoreError>> {
+        self.inner.grants_version(agent)
     }
 
-    fn count_grant_use<'a>(
+    fn active_grants<'a>(
         &'a self,
-        id: &'a tollgate_agent_core::GrantId,
-    ) -> BoxFuture<'a, Result<(), tollgate_agent_core::StoreError>> {
-        self.inner.count_grant_use(id)
+        agent: &'a str,
+        now: tollgate_agent_core::Millis,
+    ) -> BoxFuture<'a, Result<Vec<tollgate_agent_core::GrantRecord>, tollgate_agent_core::StoreError>> {
+        self.inner.active_grants(agent, now)
     }
 }
 

@@ -127,7 +127,9 @@ impl HttpRequest {
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("tollgate/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| ToolError::new(format!("cannot set up the HTTP client: {}", error_chain(&e))))?;
+            .map_err(|e| {
+                ToolError::new(format!("cannot set up the HTTP client: {}", tollgate_agent_core::error_chain(&e)))
+            })?;
         // Two first calls may race to build; either client is as good.
         Ok(self.client.get_or_init(|| client))
     }
@@ -145,7 +147,11 @@ impl HttpRequest {
         }
         let timed_out = || ToolOutput::error(format!("request timed out after {}: {shown}", seconds(self.timeout)));
         let failed = |e: &reqwest::Error| {
-            if e.is_timeout() { timed_out() } else { ToolOutput::error(format!("{shown} failed: {}", error_chain(e))) }
+            if e.is_timeout() {
+                timed_out()
+            } else {
+                ToolOutput::error(format!("{shown} failed: {}", tollgate_agent_core::error_chain(e)))
+            }
         };
         let mut response = match request.send().await {
             Ok(response) => response,
@@ -239,21 +245,6 @@ fn body_text(body: &CappedBytes, announced: Option<u64>) -> String {
 fn seconds(duration: Duration) -> String {
     let secs = duration.as_secs_f64();
     if secs.fract() == 0.0 { format!("{secs:.0}s") } else { format!("{secs}s") }
-}
-
-/// An error with its causes, `outer: inner: innermost`.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 impl TypedTool for HttpRequest {

@@ -319,6 +319,11 @@ pub struct BenchArgs {
     /// rounds (docs/benchmarks.md, "What grants cost").
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub grants: Option<u64>,
+    /// Workload A only: what notifications cost instead of A's usual phases — A's phase 1 with two
+    /// notifiers (a Slack webhook and an SMTP relay, loopback receivers in this process) against none, in
+    /// alternating rounds (docs/benchmarks.md, "What notifications cost").
+    #[arg(long)]
+    pub notifiers: bool,
     /// Workload D only: M of the N waiting runs write a note one grant matches; the grant is then made
     /// with apply_to_waiting, and the time until it has decided them, then until they completed, measured.
     #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]

@@ -17,6 +17,9 @@
 //! temporary folder (on `/dev/shm` when there is one) is removed when the check passes and kept, named,
 //! when it fails.
 //!
+//! `tollgate bench A --notifiers` measures what notifications cost instead of A's usual phases
+//! (`tollgate_agent_bench::notify`, in process at c=1 and c=C, beside the SQLite floor).
+//!
 //! `tollgate bench A --grants N` measures what grants cost instead of A's usual phases
 //! (`tollgate_agent_bench::grants`, in process at c=1 and c=C, beside the same floors as A); `tollgate bench D
 //! --apply-to-waiting M` adds to D a grant applied to M of the waiting runs
@@ -84,6 +87,7 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
         let concurrency = usize::try_from(args.concurrency).unwrap_or(usize::MAX);
         let outcome = match (workload, args.grants) {
             (Workload::A, Some(grants)) => grant_costs(args.n, grants, concurrency, &store, &note).await,
+            (Workload::A, None) if args.notifiers => notify_costs(args.n, concurrency, &store, &note).await,
             _ => run_workload(workload, args.n, args.apply_to_waiting, concurrency, &store, &note).await,
         };
         match outcome {
@@ -114,6 +118,9 @@ fn check_grant_flags(args: &BenchArgs) -> Result<(), CliError> {
     let alone = args.nodes.is_none();
     if args.grants.is_some() && (args.workload != Some(Workload::A) || !alone) {
         return Err(CliError::usage("--grants goes with workload A in process: tollgate bench A --grants N"));
+    }
+    if args.notifiers && (args.workload != Some(Workload::A) || !alone || args.grants.is_some()) {
+        return Err(CliError::usage("--notifiers goes with workload A in process: tollgate bench A --notifiers"));
     }
     if let Some(matching) = args.apply_to_waiting {
         if args.workload != Some(Workload::D) || !alone {
@@ -329,6 +336,32 @@ async fn grant_costs(
         match tollgate_agent_bench::postgres_commit_floor(&url, runs, concurrency).await {
             Ok(floor) => reports.extend(floor),
             Err(error) => eprintln!("bench: the PostgreSQL floor at c={concurrency} was not measured: {error}"),
+        }
+    }
+    Ok(reports)
+}
+
+/// `tollgate bench A --notifiers`: what notifications cost at c=1 and c=`concurrency`, each level beside
+/// the SQLite floor.
+async fn notify_costs(
+    n: Option<u64>,
+    concurrency: usize,
+    store: &impl Fn(&str) -> String,
+    note: &impl Fn(String),
+) -> Result<Vec<PhaseReport>, BenchError> {
+    let runs = n.unwrap_or(DEFAULT_RUNS);
+    let rounds = tollgate_agent_bench::notify::ROUNDS;
+    let mut reports = Vec::new();
+    let levels = if concurrency == 1 { vec![1] } else { vec![1, concurrency] };
+    for concurrency in levels {
+        note(format!(
+            "A with notifiers: {rounds} alternating rounds of {runs} runs per side in process, {concurrency} in \
+             flight, two notifiers (Slack, SMTP) on one side"
+        ));
+        let url = store(&format!("a-notify-c{concurrency}"));
+        reports.extend(tollgate_agent_bench::notify::notify_costs(&url, runs, concurrency, rounds).await?);
+        if concurrency == 1 {
+            reports.extend(tollgate_agent_bench::sqlite_commit_floor(&url, runs)?);
         }
     }
     Ok(reports)

@@ -5,7 +5,7 @@
 use crate::view::{GrantView, RunView, millis};
 use serde_json::Value;
 use tollgate_agent_core::{Millis, RunStatus, StoredEvent};
-use tollgate_agent_protocol::{Approvals, CallState, Decision, Grant, GrantScope, Pending};
+use tollgate_agent_protocol::{Approvals, CallState, Decision, Escalated, Grant, GrantScope, Pending};
 
 /// Input longer than this many characters is cut in the runs table.
 const INPUT_WIDTH: usize = 40;
@@ -78,7 +78,8 @@ pub fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The `runs` table: id, agent, status, age, input. Empty text when there are no runs.
+/// The `runs` table: id, agent, status (`waiting_for_approval (escalated)` once the held turn was
+/// escalated), age, input. Empty text when there are no runs.
 pub fn runs_table(runs: &[RunView], now: Millis) -> String {
     if runs.is_empty() {
         return String::new();
@@ -88,7 +89,10 @@ pub fn runs_table(runs: &[RunView], now: Millis) -> String {
         vec![
             run.id.to_string(),
             run.agent.clone(),
-            run.status.to_string(),
+            match run.pending.as_ref().and_then(|p| p.escalated.as_ref()) {
+                Some(_) => format!("{} (escalated)", run.status),
+                None => run.status.to_string(),
+            },
             age_of(now, &run.created_at),
             one_line(&run.input, INPUT_WIDTH),
         ]
@@ -134,11 +138,14 @@ pub fn run_details(run: &RunView, now: Millis) -> String {
     out
 }
 
-/// The held turn of a run: digest, deadline, and every call.
+/// The held turn of a run: digest, deadline, its escalation, and every call.
 fn held_turn(pending: &Pending) -> String {
     let mut out = format!("\nheld turn {}\n", pending.turn_digest);
     if let Some(expires) = &pending.expires_at {
         out.push_str(&format!("decide before {expires}\n"));
+    }
+    if let Some(escalated) = &pending.escalated {
+        out.push_str(&format!("{}\n", escalation_line(escalated)));
     }
     for call in &pending.calls {
         let doubt = "  IN DOUBT: it may already have run";
@@ -227,19 +234,31 @@ pub(crate) fn approvals_count(approvals: &Approvals) -> String {
     if approvals.given.is_empty() { count } else { format!("{count} ({})", approvals.given.join(", ")) }
 }
 
+/// A held turn's escalation (`pending.escalated`, V2.md §4) as people read it: when, and the notifiers
+/// told, in order: `escalated at 2026-12-05T09:00:00.000Z · notified ops, oncall`.
+pub(crate) fn escalation_line(escalated: &Escalated) -> String {
+    let notified = if escalated.notified.is_empty() { "nobody".to_owned() } else { escalated.notified.join(", ") };
+    format!("escalated at {} · notified {}", one_line(&escalated.at, 40), one_line(&notified, 200))
+}
+
 /// What `run` and the deciding commands print on stdout when a run waits: CLI.md's waiting line, as it
 /// is, then each quorum call still open with its count on a line of its own (so a run that waits after
-/// an approval says it waits for more approvers, not that the approval was lost), then the commands
-/// that decide it.
+/// an approval says it waits for more approvers, not that the approval was lost), then the turn's
+/// escalation once it was escalated, then the commands that decide it.
 pub fn waiting_lines(run: &RunView) -> String {
     let id = &run.id;
     let quorums: String = run
         .awaiting_decision()
         .filter_map(|call| call.approvals.as_ref().map(|a| format!("{} has {}\n", call.call_id, approvals_count(a))))
         .collect();
+    let escalated = match run.pending.as_ref().and_then(|p| p.escalated.as_ref()) {
+        Some(escalated) => format!("{}\n", escalation_line(escalated)),
+        None => String::new(),
+    };
     format!(
         "run {id} is waiting for approval\n\
          {quorums}\
+         {escalated}\
          approve: tollgate approve {id}\n\
          deny:    tollgate deny {id} --reason TEXT\n\
          details: tollgate show {id}\n"
@@ -511,6 +530,46 @@ mod tests {
             Some("run run-1 is waiting for approval"),
             "only a quorum call still open is named"
         );
+    }
+
+    /// [`waiting_run`] with its held turn escalated to `notified`.
+    fn escalated_run(calls: serde_json::Value, notified: &[&str]) -> RunView {
+        let mut json = waiting_run(calls).json;
+        json["pending"]["escalated"] = serde_json::json!({"at": "2026-11-29T11:00:01.000Z", "notified": notified});
+        RunView::from_json(json).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn an_escalated_turn_says_when_and_who_was_told_in_show_the_waiting_lines_and_the_runs_table() {
+        let run = escalated_run(serde_json::json!([open_call("call_1", serde_json::Value::Null)]), &["ops", "oncall"]);
+        let shown = held_turn(run.pending.as_ref().unwrap_or_else(|| panic!("no held turn")));
+        assert!(
+            shown.starts_with(
+                "\nheld turn sha256:02\nescalated at 2026-11-29T11:00:01.000Z · notified ops, oncall\n\n  call_1"
+            ),
+            "{shown}"
+        );
+        assert_eq!(
+            waiting_lines(&run),
+            "run run-1 is waiting for approval\n\
+             escalated at 2026-11-29T11:00:01.000Z · notified ops, oncall\n\
+             approve: tollgate approve run-1\n\
+             deny:    tollgate deny run-1 --reason TEXT\n\
+             details: tollgate show run-1\n"
+        );
+        let quiet = waiting_run(serde_json::json!([open_call("call_1", serde_json::Value::Null)]));
+        let now = millis("2026-11-29T12:00:00.000Z").unwrap_or_default();
+        assert_eq!(
+            runs_table(&[run, quiet], now),
+            "ID     AGENT  STATUS                            AGE  INPUT\n\
+             run-1  demo   waiting_for_approval (escalated)  2h   hello\n\
+             run-1  demo   waiting_for_approval              2h   hello\n"
+        );
+        // Names the server sent are shown on one line, whatever they hold; nobody told is said so.
+        let odd = escalated_run(serde_json::json!([]), &["ops\nx\u{1b}[2J"]);
+        assert!(waiting_lines(&odd).contains("· notified ops x\\x1b[2J\n"), "{}", waiting_lines(&odd));
+        let nobody = escalated_run(serde_json::json!([]), &[]);
+        assert!(waiting_lines(&nobody).contains("escalated at 2026-11-29T11:00:01.000Z · notified nobody\n"));
     }
 
     #[test]

@@ -8,8 +8,15 @@
 use crate::args::ServeArgs;
 use crate::exit::{CliError, Exit};
 use crate::local::Local;
-use tollgate_agent_config::{Config, ConfigSource, Role as ConfigRole};
-use tollgate_agent_server::{ApiToken, Retention, Role, ServerOptions, WebhookTarget};
+use std::time::Duration;
+use tollgate_agent_config::{Config, ConfigSource, NotifyConfig, NotifyKind, NotifyOn, Role as ConfigRole};
+use tollgate_agent_server::{
+    ApiToken, EmailNotifier, EmailSettings, LinkSecret, Notifier, Retention, Role, ServerOptions, SlackNotifier,
+    Transport, WebhookTarget,
+};
+
+/// How long one attempt to send a notification may take (connection, TLS and conversation together).
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Maps the configuration onto the server's options and serves until a shutdown signal.
 pub(crate) async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliError> {
@@ -19,8 +26,20 @@ pub(crate) async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliEr
     crate::doctor::refuse_corrupt(local.runtime.health().as_ref()).await?;
     // Runs started over HTTP use the workspace tools: the folder must exist before any call is checked.
     local.ensure_workspace()?;
+    let addr = args.addr.unwrap_or(config.server.addr);
+    let agents: Vec<&str> = local.runtime.agents().map(|agent| agent.name.as_str()).collect();
     let options = ServerOptions {
-        addr: args.addr.unwrap_or(config.server.addr),
+        addr,
+        // Links start with `public_url`; without one, with the address served (`--addr` included).
+        public_url: Some(config.server.public_url.clone().unwrap_or_else(|| format!("http://{addr}"))),
+        link_secret: match &config.server.link_secret {
+            Some(secret) => Some(
+                LinkSecret::new(secret.expose().as_bytes().to_vec())
+                    .map_err(|e| CliError::usage(format!("[server] link_secret: {e}")))?,
+            ),
+            None => None,
+        },
+        notifiers: config.notify.iter().map(|n| notifier(n, &agents)).collect::<Result<_, _>>()?,
         max_body_bytes: usize::try_from(config.server.max_body_bytes).unwrap_or(usize::MAX),
         header_read_timeout: config.server.header_read_timeout,
         idle_timeout: config.server.idle_timeout,
@@ -69,6 +88,38 @@ pub(crate) async fn serve(local: &Local, args: &ServeArgs) -> Result<Exit, CliEr
         .await
         .map_err(|e| CliError::usage(format!("cannot serve: {e}")))?;
     Ok(Exit::Done)
+}
+
+/// The server's notifier for a `[[notify]]` entry: its transport built from the settings and secrets, and
+/// the configured agents its globs cover when its `on` lists `approval_requested`.
+fn notifier(config: &NotifyConfig, agents: &[&str]) -> Result<Notifier, CliError> {
+    let refused = |e: tollgate_agent_server::SetupError| CliError::usage(format!("notify `{}`: {e}", config.name));
+    let transport = match &config.kind {
+        NotifyKind::Slack(slack) => {
+            Transport::Slack(SlackNotifier::new(slack.url.expose().to_owned(), NOTIFY_TIMEOUT).map_err(refused)?)
+        }
+        NotifyKind::Email(email) => Transport::Email(
+            EmailNotifier::new(EmailSettings {
+                host: email.host.clone(),
+                port: email.port,
+                starttls: email.starttls,
+                credentials: email
+                    .username
+                    .clone()
+                    .map(|user| (user, email.password.as_ref().map(|p| p.expose().to_owned()).unwrap_or_default())),
+                from: email.from.clone(),
+                to: email.to.clone(),
+                timeout: NOTIFY_TIMEOUT,
+            })
+            .map_err(refused)?,
+        ),
+    };
+    let agents = if config.sends_on(NotifyOn::ApprovalRequested) {
+        agents.iter().filter(|name| config.covers_agent(name)).map(|name| (*name).to_owned()).collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Notifier { name: config.name.clone(), transport, actor: config.actor.clone(), agents })
 }
 
 /// A configuration error when an agent offers the built-in `shell` with `shell_network = true` and no

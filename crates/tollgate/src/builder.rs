@@ -8,7 +8,8 @@ use tollgate_agent_core::{
     LoopConfig, ModelClient, Redactor, RegistryError, SystemClock, Tool, ToolLoop, ToolRegistry,
 };
 use tollgate_agent_runtime::{
-    AgentSpec, OnExpiry, PrivacyLevel, Retention, Runtime, RuntimeOptions, Schedule, ToolInfo, UuidV7Ids,
+    AgentSpec, EscalationRule, OnExpiry, PrivacyLevel, Retention, Runtime, RuntimeOptions, Schedule, ToolInfo,
+    UuidV7Ids,
 };
 
 /// The store a builder opens when none is named: `tollgate.db` in the current folder, as the CLI does.
@@ -123,6 +124,7 @@ pub struct Agent {
     approval_ttl: Option<Duration>,
     on_expiry: OnExpiry,
     forbid_self_approval: bool,
+    escalation: Option<EscalationRule>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -150,6 +152,7 @@ impl Agent {
             approval_ttl: None,
             on_expiry: OnExpiry::Deny,
             forbid_self_approval: false,
+            escalation: None,
         }
     }
 
@@ -209,6 +212,15 @@ impl Agent {
         self
     }
 
+    /// Escalates a held turn nobody settled within `after` of its last change (default: never): once
+    /// per held turn, an `approval_escalated` event names `notify` (the names a notifier of the
+    /// embedder's reads from the event, as the server's `[[notify]]` entries do), and each open approval
+    /// is marked escalated. It keeps waiting and taking decisions.
+    pub fn escalate_after(mut self, after: Duration, notify: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.escalation = Some(EscalationRule { after, notify: notify.into_iter().map(Into::into).collect() });
+        self
+    }
+
     fn into_spec(self, redactor: &Redactor) -> Result<AgentSpec, BuildError> {
         let name = self.name;
         let failed = |error: AgentError| BuildError::Agent { name: name.clone(), error };
@@ -237,6 +249,7 @@ impl Agent {
             approval_ttl: self.approval_ttl,
             on_expiry: self.on_expiry,
             forbid_self_approval: self.forbid_self_approval,
+            escalation: self.escalation,
         })
     }
 }

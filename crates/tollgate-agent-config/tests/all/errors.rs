@@ -1,6 +1,6 @@
 //! Every rule of the contract, broken once, gives a message naming the file, the key and what was expected.
 
-use crate::support::{error, parse};
+use crate::support::{check, error, parse};
 use std::time::Duration;
 use tollgate_agent_config::ConfigError;
 
@@ -9,17 +9,6 @@ const PROVIDER: &str = "[[providers]]\nname = \"local\"\nkind = \"openai\"\n";
 /// `PROVIDER`, then an agent on it with `agent_extra` keys, then `rest`.
 fn with_agent(agent_extra: &str, rest: &str) -> String {
     format!("{PROVIDER}\n[[agents]]\nname = \"writer\"\nprovider = \"local\"\nmodel = \"m\"\n{agent_extra}\n{rest}")
-}
-
-fn check(cases: &[(&str, String, &str)]) {
-    let mut failures = Vec::new();
-    for (name, text, expected) in cases {
-        let got = error(text);
-        if got != *expected {
-            failures.push(format!("{name}:\n  expected: {expected}\n       got: {got}"));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
@@ -54,7 +43,7 @@ fn enumerated_values() {
             "webhook event",
             "[[webhooks]]\nurl = \"http://h/x\"\nevents = [\"run_done\"]\n".into(),
             "tollgate.toml: webhooks[0].events[0]: expected an event kind (run_started, model_request, \
-             model_response, tool_started, tool_finished, approval_requested, decision, run_resumed, \
+             model_response, tool_started, tool_finished, approval_requested, decision, approval_escalated, run_resumed, \
              run_taken_over, run_completed, run_failed, run_cancelled, run_expired), got \"run_done\"",
         ),
     ]);
@@ -341,12 +330,12 @@ fn unknown_keys_are_named_with_the_known_ones() {
             "top level",
             "storage = { url = \"x\" }\n".into(),
             "tollgate.toml: storage: unknown key (known keys here: store, server, retention, workspace, auth, \
-             providers, mcp_servers, agents, webhooks, sandbox, privacy, runtime, grants)",
+             providers, mcp_servers, agents, webhooks, notify, sandbox, privacy, runtime, grants)",
         ),
         (
             "in a section",
             "[server]\nport = 8080\n".into(),
-            "tollgate.toml: server.port: unknown key (known keys here: addr, max_body_bytes, lease, header_read_timeout, idle_timeout, body_timeout, ready_timeout, max_connections, max_streams_per_client)",
+            "tollgate.toml: server.port: unknown key (known keys here: addr, max_body_bytes, lease, header_read_timeout, idle_timeout, body_timeout, ready_timeout, max_connections, max_streams_per_client, public_url, link_secret)",
         ),
         (
             "in a provider (max_tokens is not in the contract)",
@@ -358,7 +347,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
             "in an agent",
             with_agent("temperature = 0.2", ""),
             "tollgate.toml: agents[0].temperature: unknown key (known keys here: name, provider, model, \
-             system_prompt, tools, max_iterations, max_tokens, approval_ttl, on_expiry, forbid_self_approval, shell_network, policy)",
+             system_prompt, tools, max_iterations, max_tokens, approval_ttl, on_expiry, forbid_self_approval, shell_network, escalate_after, escalate_to, policy)",
         ),
         (
             "in an MCP server",

@@ -114,6 +114,8 @@ fn agents_and_policy() -> anyhow::Result<()> {
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
         shell_network: false,
+        escalate_after: None,
+        escalate_to: vec![],
         policy: vec![PolicyRule {
             tool: Glob::new("fs_write"),
             when: vec![ArgumentMatch { pointer: "/path".into(), pattern: Glob::new("notes/**") }],

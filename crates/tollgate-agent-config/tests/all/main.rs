@@ -5,5 +5,6 @@ mod discovery;
 mod errors;
 mod example;
 mod fuzz_corpus;
+mod notify;
 mod overrides;
 mod support;

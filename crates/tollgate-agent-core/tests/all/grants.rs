@@ -545,8 +545,8 @@ impl LoopHooks for Segment {
         Box::pin(std::future::ready(Ok(())))
     }
 
-    fn grants_in_force(&self) -> BoxFuture<'_, Result<Vec<GrantRecord>, HookError>> {
-        Box::pin(std::future::ready(Ok(self.grants.clone())))
+    fn grants_in_force(&self) -> BoxFuture<'_, Result<Arc<[GrantRecord]>, HookError>> {
+        Box::pin(std::future::ready(Ok(Arc::from(self.grants.clone()))))
     }
 }
 

@@ -5,8 +5,8 @@
 
 use serde_json::{Value, json};
 use tollgate_agent_protocol::event_data::{
-    ApprovalRequested, DecisionMade, GatedCall, ModelResponse, RunCancelled, RunExpired, RunFailed, RunTakenOver,
-    ToolFinished,
+    ApprovalEscalated, ApprovalRequested, DecisionMade, GatedCall, ModelResponse, RunCancelled, RunExpired, RunFailed,
+    RunTakenOver, ToolFinished,
 };
 use tollgate_agent_protocol::{
     ApproveDecision, CallDecision, CallResult, CallState, CancelRequest, Decision, DecisionRequest, DenyDecision,
@@ -50,6 +50,24 @@ fn the_kinds_v1_never_wrote_and_the_null_fields_are_written_as_today() {
     same_as_written(
         RunCancelled { actor: "ana".into(), reason: Some("wrong input".into()) }.into(),
         json!({"actor": "ana", "reason": "wrong input"}),
+    );
+    // `approval_escalated` (maintenance.rs): the held turn, its agent's `escalate_after`, the notifiers.
+    same_as_written(
+        ApprovalEscalated { turn_digest: "sha256:ab".into(), after: "1h".into(), notified: vec!["ops".into()] }.into(),
+        json!({"turn_digest": "sha256:ab", "after": "1h", "notified": ["ops"]}),
+    );
+    // A decision made through a signed link names the link.
+    same_as_written(
+        DecisionMade {
+            decision: Decision::Approve.into(),
+            call_id: "call_1".into(),
+            actor: "alice".into(),
+            approvals: None,
+            grant: None,
+            link: Some("0123456789abcdef0123456789abcdef".into()),
+        }
+        .into(),
+        json!({"action": "approve", "call_id": "call_1", "actor": "alice", "link": "0123456789abcdef0123456789abcdef"}),
     );
     // `run_taken_over` (recovery.rs): written with the claim of a run whose lease expired.
     same_as_written(
@@ -101,6 +119,7 @@ fn the_kinds_v1_never_wrote_and_the_null_fields_are_written_as_today() {
                 actor: "system".into(),
                 approvals: None,
                 grant: None,
+                link: None,
             }
             .into(),
             expected,

@@ -11,6 +11,7 @@ mod limits;
 mod local_owner;
 mod malformed;
 mod nodes;
+mod notify;
 mod openapi;
 mod openapi_tools;
 mod outage;

@@ -1,7 +1,7 @@
 //! `/metrics` as Prometheus itself reads it: `promtool check metrics` (from Debian's `prometheus`
 //! package; `TOLLGATE_TEST_PROMTOOL` names another binary) finds no problem in what a server exposes
-//! once it has runs, decisions, tool and model calls, webhook deliveries and a live-event stream, and
-//! what a node on PostgreSQL adds (its store's hosts).
+//! once it has runs, decisions, tool and model calls, webhook deliveries, notifications, an approval's
+//! wait and a live-event stream, and what a node on PostgreSQL adds (its store's hosts).
 
 use crate::common::{Backend, Config, SCRIBE, Server, id};
 use crate::webhooks::{eventually, receiver};
@@ -10,7 +10,8 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use tollgate_agent_server::WebhookTarget;
+use std::time::Duration;
+use tollgate_agent_server::{Notifier, SlackNotifier, Transport, WebhookTarget};
 use tollgate_agent_store::{PostgresStore, ScratchSchema};
 use tollgate_agent_testkit::postgres_url;
 
@@ -39,8 +40,17 @@ async fn promtool_finds_no_problem_in_the_metrics() {
     let (url, hooks) = receiver(StatusCode::OK).await;
     let webhooks =
         vec![WebhookTarget { url, secret: "s".into(), events: vec![tollgate_agent_core::EventKind::RunCompleted] }];
-    let server = Server::start(Config { webhooks, ..Default::default() }).await;
+    let (slack_url, slack) = receiver(StatusCode::OK).await;
+    let transport = SlackNotifier::new(slack_url, Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}"));
+    let notifier = Notifier {
+        name: "ops".into(),
+        transport: Transport::Slack(transport),
+        actor: "alice".into(),
+        agents: vec![SCRIBE.into()],
+    };
+    let server = Server::start(Config { webhooks, notifiers: vec![notifier], links: true, ..Default::default() }).await;
     let run = server.waiting_run(SCRIBE, "metrics").await;
+    eventually("the run's notification sent", || !slack.all().is_empty()).await;
     let stream = server
         .client
         .get(server.url(&format!("/v1/runs/{}/events", id(&run))))
@@ -55,6 +65,8 @@ async fn promtool_finds_no_problem_in_the_metrics() {
     assert_eq!(metrics.status, 200);
     let text = metrics.body.as_str().unwrap_or_default().to_owned();
     assert!(text.contains("tollgate_webhook_deliveries_total{outcome=\"delivered\"} 1"), "{text}");
+    assert!(text.contains("tollgate_approval_wait_seconds_count 1"), "{text}");
+    assert!(text.contains("tollgate_notifications_total{notifier=\"ops\",outcome=\"skipped\"} 0"), "{text}");
     drop(stream);
     check(promtool, text).await;
     server.stop().await;

@@ -46,7 +46,7 @@ pub(crate) async fn receiver(status: StatusCode) -> (String, Received) {
 }
 
 /// Starts a receiver that takes every POST and never answers; returns its URL and what it received.
-async fn hanging_receiver() -> (String, Received) {
+pub(crate) async fn hanging_receiver() -> (String, Received) {
     start_receiver(StatusCode::OK, Some(Duration::from_secs(3600))).await
 }
 

@@ -1,4 +1,4 @@
-//! Grants ([`Grants`]): create, read, list, revoke, the grants in force for a run, and their uses —
+//! Grants ([`Grants`]): create, read, list, revoke, the active grants of an agent and their version —
 //! each one statement (a revocation in a transaction of its own, and when refused read again to say
 //! why). A
 //! revocation is a compare-and-set (`UPDATE … WHERE revoked_at IS NULL AND expires_at > now`): of two
@@ -12,7 +12,7 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use tollgate_agent_core::grant::{GrantPage, GrantQuery, GrantRecord};
 use tollgate_agent_core::run::Millis;
 use tollgate_agent_core::store::{Grants, StoreError};
-use tollgate_agent_core::{Actor, BoxFuture, GrantId, RunId};
+use tollgate_agent_core::{Actor, BoxFuture, GrantId};
 
 const INSERT_GRANT: &str = concat!(
     "INSERT INTO grants (",
@@ -27,14 +27,16 @@ const REVOKE_GRANT: &str = concat!(
     grant_columns!()
 );
 /// The grants of agent `$1` active at `$2`, oldest first, from the partial index `grants_active`; which
-/// of them cover a run (their scope) is [`GrantRecord::covers`]'s to say, so that a row whose scope
-/// cannot be read is reported rather than passed over.
+/// of them cover a run (their scope) is [`GrantRecord::covers`]'s to say.
 const SELECT_ACTIVE_GRANTS: &str = concat!(
     "SELECT ",
     grant_columns!(),
     " FROM grants WHERE agent = $1 AND revoked_at IS NULL AND expires_at > $2 ORDER BY id"
 );
-const COUNT_GRANT_USE: &str = "UPDATE grants SET uses = uses + 1 WHERE id = $1";
+/// Counts one use of grant `$1` (a `tool_started` naming it is written in the same transaction).
+const COUNT_USE_POSTGRES: &str = "UPDATE grants SET uses = uses + 1 WHERE id = $1";
+/// The version of agent `$1`'s grants (migration 15; no row: 0).
+const SELECT_GRANTS_VERSION: &str = "SELECT version FROM grant_versions WHERE agent = $1";
 
 impl PostgresStore {
     /// Inserts new grants on `connection` (inside the caller's transaction, for a vote's).
@@ -157,27 +159,39 @@ impl PostgresStore {
         Err(refused_revocation(id, found, now))
     }
 
-    async fn grants_covering(&self, agent: &str, run: &RunId, now: Millis) -> Result<Vec<GrantRecord>, StoreError> {
+    async fn active_grants_of(&self, agent: &str, now: Millis) -> Result<Vec<GrantRecord>, StoreError> {
         let mut connection = self.connection().await?;
         let rows = sqlx::query(SELECT_ACTIVE_GRANTS)
             .bind(agent)
             .bind(now)
             .fetch_all(&mut *connection)
             .await
-            .map_err(self.db_error("cannot read the grants of a run"))?;
+            .map_err(self.db_error("cannot read the grants of an agent"))?;
         connection.finished();
-        let grants = rows.iter().map(decode_grant).collect::<Result<Vec<_>, _>>()?;
-        Ok(grants.into_iter().filter(|grant| grant.covers(agent, run)).collect())
+        rows.iter().map(decode_grant).collect()
     }
 
-    async fn count_use_of(&self, id: &GrantId) -> Result<(), StoreError> {
+    async fn grants_version_of(&self, agent: &str) -> Result<u64, StoreError> {
         let mut connection = self.connection().await?;
-        sqlx::query(COUNT_GRANT_USE)
-            .bind(id.as_str())
-            .execute(&mut *connection)
+        let version: Option<i64> = sqlx::query_scalar(SELECT_GRANTS_VERSION)
+            .bind(agent)
+            .fetch_optional(&mut *connection)
             .await
-            .map_err(self.db_error("cannot count a grant's use"))?;
+            .map_err(self.db_error("cannot read the version of an agent's grants"))?;
         connection.finished();
+        Ok(version.map_or(0, |v| u64::try_from(v).unwrap_or(0)))
+    }
+
+    /// Counts one use of each of `grants` (as `uses_in` finds them in the events written) on
+    /// `connection`, inside the transaction that commits those events.
+    pub(super) async fn count_uses(&self, connection: &mut PgConnection, grants: &[&str]) -> Result<(), StoreError> {
+        for grant in grants {
+            sqlx::query(COUNT_USE_POSTGRES)
+                .bind(*grant)
+                .execute(&mut *connection)
+                .await
+                .map_err(self.db_error("cannot count a use of a grant"))?;
+        }
         Ok(())
     }
 }
@@ -204,16 +218,11 @@ impl Grants for PostgresStore {
         Box::pin(self.revoke_if_active(id, actor, now))
     }
 
-    fn grants_for_run<'a>(
-        &'a self,
-        agent: &'a str,
-        run: &'a RunId,
-        now: Millis,
-    ) -> BoxFuture<'a, Result<Vec<GrantRecord>, StoreError>> {
-        Box::pin(self.grants_covering(agent, run, now))
+    fn grants_version<'a>(&'a self, agent: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.grants_version_of(agent))
     }
 
-    fn count_grant_use<'a>(&'a self, id: &'a GrantId) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.count_use_of(id))
+    fn active_grants<'a>(&'a self, agent: &'a str, now: Millis) -> BoxFuture<'a, Result<Vec<GrantRecord>, StoreError>> {
+        Box::pin(self.active_grants_of(agent, now))
     }
 }

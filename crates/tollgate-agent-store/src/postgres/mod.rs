@@ -137,6 +137,16 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 12, name: "queue_index", sql: include_str!("../../migrations/postgres/0012_queue_index.sql") },
     Migration { version: 13, name: "approvals", sql: include_str!("../../migrations/postgres/0013_approvals.sql") },
     Migration { version: 14, name: "grants", sql: include_str!("../../migrations/postgres/0014_grants.sql") },
+    Migration {
+        version: 15,
+        name: "grant_versions",
+        sql: include_str!("../../migrations/postgres/0015_grant_versions.sql"),
+    },
+    Migration {
+        version: 16,
+        name: "waiting_changed_index",
+        sql: include_str!("../../migrations/postgres/0016_waiting_changed_index.sql"),
+    },
 ];
 
 /// Connections per node.

@@ -9,7 +9,7 @@ use crate::codec::{
     decode_run, plan_append, plan_create, plan_transition, prefix_upper_bound, read_run_row, resolve_prefix_answer,
     run_columns, split_readable,
 };
-use crate::grant_rows::GrantRow;
+use crate::grant_rows::{GrantRow, record_uses, uses_in};
 use crate::pg_groups::{Answer, Grouped, Runner, each_alone_after};
 use sqlx::postgres::PgArguments;
 use sqlx::query::QueryScalar;
@@ -612,10 +612,36 @@ impl PostgresStore {
         let row = RunRow::encode(&run, self.keys(), None)?;
         let columns = self.event_columns(&run.id, &stored)?;
         let id = run.id.clone();
+        if !uses_in(&stored).is_empty() {
+            return self.create_with_uses(PlannedCreate { run, row, columns, stored }).await;
+        }
         self.creates
             .run(PlannedCreate { run, row, columns, stored }, self.runner())
             .await?
             .ok_or_else(|| StoreError::Duplicate(id.into_string()))
+    }
+
+    /// A run created with a granted call's start among its first events (a run whose first segment's
+    /// held turn a grant cleared): the run inserted and the use counted in one transaction, the taps
+    /// fired once it committed.
+    async fn create_with_uses(&self, planned: PlannedCreate) -> Result<RunRecord, StoreError> {
+        let PlannedCreate { run, row, columns, stored } = planned;
+        let mut connection = self.connection().await?;
+        let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
+        let created: i64 = columns
+            .bind(bind_run_row!(sqlx::query_scalar(CREATE_RUN), &row))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(self.db_error("cannot insert a run"))?;
+        if created != 1 {
+            return Err(StoreError::Duplicate(run.id.into_string()));
+        }
+        self.count_uses(&mut tx, &uses_in(&stored)).await?;
+        tx.commit().await.map_err(self.db_error("cannot commit"))?;
+        connection.finished();
+        self.cache.put(row);
+        self.taps.fire(&run.id, &stored);
+        Ok(run)
     }
 
     /// What makes the statements of `W`'s groups (see [`crate::pg_groups`]).
@@ -692,9 +718,11 @@ impl PostgresStore {
         events: Vec<NewEvent>,
         now: Millis,
     ) -> Result<RunRecord, StoreError> {
-        if let Transition::Vote { remember, .. } = &transition
-            && !remember.is_empty()
-        {
+        let remember = match &transition {
+            Transition::Vote { remember, .. } => remember.as_slice(),
+            _ => &[],
+        };
+        if !remember.is_empty() || record_uses(&events) {
             let grants = remember.iter().map(|grant| GrantRow::new(grant.clone()).map(|(row, _)| row));
             let grants = grants.collect::<Result<Vec<_>, _>>()?;
             return self.transition_with_grants(id, guard, transition, events, now, grants).await;
@@ -741,9 +769,11 @@ impl PostgresStore {
         Ok(next)
     }
 
-    /// A vote that makes grants (its `remember`): the row locked, the vote planned on it and written, and
-    /// the grants inserted, in one transaction, so that the grants exist exactly when the vote does (a
-    /// guard that refuses, a grant that cannot be written: neither is committed).
+    /// A transition that writes grants: a vote that makes some (its `remember`), or events that record
+    /// a use of one (a granted call's start, with the claim of a resume): the row locked, the transition
+    /// planned on it and written, the grants inserted and the uses counted, in one transaction, so that
+    /// the grants exist, and a use is counted, exactly when the transition is (a guard that refuses, a
+    /// grant that cannot be written: nothing is committed).
     async fn transition_with_grants(
         &self,
         id: &RunId,
@@ -762,6 +792,7 @@ impl PostgresStore {
                 return Err(StoreError::Conflict { id: id.to_string(), conflict: Conflict::ConcurrentUpdate });
             };
             self.insert_grants(&mut tx, &grants).await?;
+            self.count_uses(&mut tx, &uses_in(&written.1)).await?;
             tx.commit().await.map_err(self.db_error("cannot commit"))?;
             Ok(written)
         }
@@ -882,6 +913,43 @@ impl PostgresStore {
         tx.commit().await.map_err(self.db_error("cannot commit"))?;
         self.taps.fire(id, &stored);
         Ok(last_seq)
+    }
+
+    /// An append whose events record a use of a grant (a granted call's start): the row locked, the
+    /// events chained and written and the uses counted in one transaction, so that a use is counted
+    /// exactly when the start is on the record.
+    async fn append_with_uses(
+        &self,
+        id: &RunId,
+        owner: &str,
+        events: Vec<NewEvent>,
+        lease_until: Millis,
+    ) -> Result<u64, StoreError> {
+        let mut connection = self.connection().await?;
+        let written = async {
+            let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
+            let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
+            let planned = self.plan_append_on(row, owner, events, lease_until)?;
+            let Some(written) = self.write_append(&mut tx, planned).await? else {
+                return Err(StoreError::Conflict { id: id.to_string(), conflict: Conflict::ConcurrentUpdate });
+            };
+            self.count_uses(&mut tx, &uses_in(&written.1)).await?;
+            tx.commit().await.map_err(self.db_error("cannot commit"))?;
+            Ok(written)
+        }
+        .await;
+        match written {
+            Ok((last_seq, stored)) => {
+                connection.finished();
+                self.taps.fire(id, &stored);
+                Ok(last_seq)
+            }
+            Err(error) => {
+                // The row remembered may be the one written and then rolled back.
+                self.cache.remove(id);
+                Err(error)
+            }
+        }
     }
 
     /// Chains `events` after `row`'s chain head (checking the lease).
@@ -1060,6 +1128,9 @@ impl RunRows for PostgresStore {
         lease_until: Millis,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
+            if record_uses(&events) {
+                return self.append_with_uses(id, owner, events, lease_until).await;
+            }
             let mut connection = self.connection().await?;
             let last_seq = self.append_on(&mut connection, id, owner, events, lease_until).await?;
             connection.finished();

@@ -18,6 +18,15 @@ const SELECT_DUE: &str = concat!(
     "AND lease_expires_at <= $1 ORDER BY lease_expires_at LIMIT $2) AS running ",
     "ORDER BY due_at, id LIMIT $2"
 );
+/// Waiting runs changed after `($1, $2)` (time, then id) and at or before `$3`, in that order, at most
+/// `$4`: the escalation sweep's window, read in order from the partial index `runs_waiting_changed`
+/// (migration 16).
+const SELECT_WAITING_CHANGED: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE status = 'waiting_for_approval' AND updated_at >= $1 AND updated_at <= $3 ",
+    "AND (updated_at > $1 OR id > $2) ORDER BY updated_at, id LIMIT $4"
+);
 /// The conditions are stated again on the DELETE itself so that a row changed between the selection
 /// and the lock (no longer matching) is left alone. The runs' events go in the same statement (no
 /// foreign key cascades since migration 7).
@@ -47,6 +56,25 @@ impl PostgresStore {
         Ok(decode_runs_skipping_corrupt(&rows, "due", self.keys()))
     }
 
+    async fn waiting_changed_runs(
+        &self,
+        from: (Millis, &str),
+        until: Millis,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let mut connection = self.connection().await?;
+        let rows = sqlx::query(SELECT_WAITING_CHANGED)
+            .bind(from.0)
+            .bind(from.1)
+            .bind(until)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *connection)
+            .await
+            .map_err(self.db_error("cannot read waiting runs"))?;
+        connection.finished();
+        Ok(decode_runs_skipping_corrupt(&rows, "waiting", self.keys()))
+    }
+
     async fn purge_runs(&self, terminal_before: Millis, waiting_before: Millis, batch: u32) -> Result<u64, StoreError> {
         let mut connection = self.connection().await?;
         let deleted: Vec<String> = sqlx::query_scalar(PURGE)
@@ -67,6 +95,15 @@ impl PostgresStore {
 impl Schedules for PostgresStore {
     fn due(&self, now: Millis, limit: u32) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
         Box::pin(self.due_runs(now, limit))
+    }
+
+    fn waiting_changed<'a>(
+        &'a self,
+        from: (Millis, &'a str),
+        until: Millis,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(self.waiting_changed_runs(from, until, limit))
     }
 
     fn purge(

@@ -11,16 +11,18 @@ use rusqlite::{OptionalExtension, ToSql, params, params_from_iter};
 use tollgate_agent_core::grant::{GrantPage, GrantQuery, GrantRecord};
 use tollgate_agent_core::run::Millis;
 use tollgate_agent_core::store::{Grants, StoreError};
-use tollgate_agent_core::{Actor, BoxFuture, GrantId, RunId};
+use tollgate_agent_core::{Actor, BoxFuture, GrantId};
 
 /// The grants of agent `?1` active at `?2`, oldest first, read from the partial index `grants_active`;
-/// which of them cover a run (their scope) is [`GrantRecord::covers`]'s to say, so that a row whose scope
-/// cannot be read is reported rather than passed over.
+/// which of them cover a run (their scope) is [`GrantRecord::covers`]'s to say.
 pub(super) const SELECT_ACTIVE_GRANTS: &str = concat!(
     "SELECT ",
     grant_columns!(),
     " FROM grants WHERE agent = ?1 AND revoked_at IS NULL AND expires_at > ?2 ORDER BY id"
 );
+
+/// The version of agent `?1`'s grants (migration 8; no row: 0).
+const SELECT_GRANTS_VERSION: &str = "SELECT version FROM grant_versions WHERE agent = ?1";
 
 impl SqliteStore {
     fn read_grant(&self, id: &GrantId) -> Result<GrantRecord, StoreError> {
@@ -56,14 +58,21 @@ impl SqliteStore {
         Ok(grant_page(grants, query.limit))
     }
 
-    fn read_grants_for_run(&self, agent: &str, run: &RunId, now: Millis) -> Result<Vec<GrantRecord>, StoreError> {
-        let grants = self.read("cannot read the grants of a run", |connection| {
+    fn read_active_grants(&self, agent: &str, now: Millis) -> Result<Vec<GrantRecord>, StoreError> {
+        self.read("cannot read the grants of an agent", |connection| {
             let mut statement = connection.prepare_cached(SELECT_ACTIVE_GRANTS)?;
             let rows = statement.query_map(params![agent, now], |row| Ok(decode_grant(row)))?;
             let rows = rows.collect::<Result<Vec<_>, _>>()?;
             Ok(rows.into_iter().collect::<Result<Vec<_>, StoreError>>()?)
+        })
+    }
+
+    fn read_grants_version(&self, agent: &str) -> Result<u64, StoreError> {
+        let version = self.read("cannot read the version of an agent's grants", |connection| {
+            let mut statement = connection.prepare_cached(SELECT_GRANTS_VERSION)?;
+            Ok(statement.query_row([agent], |row| row.get::<_, i64>(0)).optional()?)
         })?;
-        Ok(grants.into_iter().filter(|grant| grant.covers(agent, run)).collect())
+        Ok(version.map_or(0, |v| u64::try_from(v).unwrap_or(0)))
     }
 }
 
@@ -115,18 +124,12 @@ impl Grants for SqliteStore {
         Box::pin(self.write_grant(request))
     }
 
-    fn grants_for_run<'a>(
-        &'a self,
-        agent: &'a str,
-        run: &'a RunId,
-        now: Millis,
-    ) -> BoxFuture<'a, Result<Vec<GrantRecord>, StoreError>> {
-        Box::pin(async move { self.read_grants_for_run(agent, run, now) })
+    fn grants_version<'a>(&'a self, agent: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move { self.read_grants_version(agent) })
     }
 
-    fn count_grant_use<'a>(&'a self, id: &'a GrantId) -> BoxFuture<'a, Result<(), StoreError>> {
-        let request = Request::CountGrantUse { id: id.to_string() };
-        Box::pin(async move { self.write_count(request).await.map(drop) })
+    fn active_grants<'a>(&'a self, agent: &'a str, now: Millis) -> BoxFuture<'a, Result<Vec<GrantRecord>, StoreError>> {
+        Box::pin(async move { self.read_active_grants(agent, now) })
     }
 }
 

@@ -101,6 +101,16 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 5, name: "queue_index", sql: include_str!("../../migrations/sqlite/0005_queue_index.sql") },
     Migration { version: 6, name: "approvals", sql: include_str!("../../migrations/sqlite/0006_approvals.sql") },
     Migration { version: 7, name: "grants", sql: include_str!("../../migrations/sqlite/0007_grants.sql") },
+    Migration {
+        version: 8,
+        name: "grant_versions",
+        sql: include_str!("../../migrations/sqlite/0008_grant_versions.sql"),
+    },
+    Migration {
+        version: 9,
+        name: "waiting_changed_index",
+        sql: include_str!("../../migrations/sqlite/0009_waiting_changed_index.sql"),
+    },
 ];
 
 // Shared by the readers and the writer (which reads a run as its batch left it).
@@ -494,6 +504,15 @@ impl Schedules for SqliteStore {
         Box::pin(async move { self.due_runs(now, limit) })
     }
 
+    fn waiting_changed<'a>(
+        &'a self,
+        from: (Millis, &'a str),
+        until: Millis,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(async move { self.waiting_changed_runs(from, until, limit) })
+    }
+
     fn purge(
         &self,
         terminal_before: Millis,
@@ -596,7 +615,9 @@ fn migrate(connection: &Connection, secrets: &Secrets) -> Result<(), StoreError>
 
 #[cfg(test)]
 mod tests {
-    use super::readers::{COUNT_BY_STATUS, PREFIX_COUNT, PREFIX_FIRST, SELECT_DUE, SELECT_EVENTS, list_sql};
+    use super::readers::{
+        COUNT_BY_STATUS, PREFIX_COUNT, PREFIX_FIRST, SELECT_DUE, SELECT_EVENTS, SELECT_WAITING_CHANGED, list_sql,
+    };
     use super::writer::PURGE;
     use super::*;
     use rusqlite::params_from_iter;
@@ -689,11 +710,19 @@ mod tests {
     #[tokio::test]
     async fn queries_use_indexes() -> Result<(), Box<dyn std::error::Error>> {
         let store = SqliteStore::open("sqlite::memory:").await?;
-        let mut statements: Vec<String> =
-            [SELECT_RUN, SELECT_EVENTS, SELECT_DUE, PURGE, PREFIX_FIRST, PREFIX_COUNT, RUN_EXISTS]
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect();
+        let mut statements: Vec<String> = [
+            SELECT_RUN,
+            SELECT_EVENTS,
+            SELECT_DUE,
+            SELECT_WAITING_CHANGED,
+            PURGE,
+            PREFIX_FIRST,
+            PREFIX_COUNT,
+            RUN_EXISTS,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
         for status in [None, Some(RunStatus::WaitingForApproval)] {
             for agent in [None, Some("demo".to_owned())] {
                 for cursor in [None, Some("x".to_owned())] {

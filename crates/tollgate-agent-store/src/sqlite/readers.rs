@@ -42,6 +42,16 @@ pub(super) const SELECT_DUE: &str = concat!(
     "ORDER BY due_at, id LIMIT ?2"
 );
 
+/// Waiting runs changed after `(?1, ?2)` (time, then id) and at or before `?3`, in that order, at most
+/// `?4`: the escalation sweep's window, read in order from the partial index `runs_waiting_changed`
+/// (migration 9; `INDEXED BY` holds the plan to it, as for the queue).
+pub(super) const SELECT_WAITING_CHANGED: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs INDEXED BY runs_waiting_changed WHERE status = 'waiting_for_approval' AND updated_at >= ?1 AND updated_at <= ?3 ",
+    "AND (updated_at > ?1 OR id > ?2) ORDER BY updated_at, id LIMIT ?4"
+);
+
 /// The oldest queued runs of the agents in the JSON array `?1` (by when each was queued, then id), at
 /// most `?2`, for a worker's claim. `INDEXED BY` holds the plan to the partial index `runs_queue`
 /// (migration 5) read in order, whatever SQLite's planner knows of the table: without it, it may take
@@ -303,6 +313,22 @@ impl SqliteStore {
             let steps = statement.query_map(params!["[]", 1], |row| row.get::<_, String>(3))?;
             Ok(steps.collect::<Result<Vec<_>, _>>()?)
         })
+    }
+
+    pub(super) fn waiting_changed_runs(
+        &self,
+        from: (Millis, &str),
+        until: Millis,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let keys = self.keys.as_deref();
+        let runs = self.read("cannot read waiting runs", |connection| {
+            let mut statement = connection.prepare_cached(SELECT_WAITING_CHANGED)?;
+            let arguments = params![from.0, from.1, until, i64::from(limit)];
+            let runs = statement.query_map(arguments, |row| Ok(decode_run(row, keys)))?;
+            Ok(runs.collect::<Result<Vec<_>, _>>()?)
+        })?;
+        Ok(runs.into_iter().filter_map(|run| keep_readable(run, "waiting")).collect())
     }
 
     pub(super) fn due_runs(&self, now: Millis, limit: u32) -> Result<Vec<RunRecord>, StoreError> {

@@ -16,7 +16,7 @@ use crate::codec::{
     read_run_row, run_columns, run_error,
 };
 use crate::encryption::DataKeys;
-use crate::grant_rows::{GrantRow, decode_grant, grant_columns, read_grant_row, refused_revocation};
+use crate::grant_rows::{GrantRow, decode_grant, grant_columns, read_grant_row, refused_revocation, uses_in};
 use crate::taps::Taps;
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
 use std::panic::AssertUnwindSafe;
@@ -74,13 +74,14 @@ const INSERT_GRANT: &str = concat!(
     grant_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
 );
+/// Counts one use of grant `?1` (a `tool_started` naming it is written in the same transaction).
+const COUNT_USE_SQLITE: &str = "UPDATE grants SET uses = uses + 1 WHERE id = ?1";
 /// The compare-and-set of a revocation: grant `?1`, if active at `?2`, revoked then by `?3`.
 const REVOKE_GRANT: &str = concat!(
     "UPDATE grants SET revoked_at = ?2, revoked_by = ?3 WHERE id = ?1 AND revoked_at IS NULL AND expires_at > ?2 ",
     "RETURNING ",
     grant_columns!()
 );
-const COUNT_GRANT_USE: &str = "UPDATE grants SET uses = uses + 1 WHERE id = ?1";
 
 impl SqliteStore {
     /// Commits a write. When no other write is under way (none submitted and unanswered, none queued)
@@ -236,10 +237,6 @@ pub(super) enum Request {
         actor: String,
         now: Millis,
     },
-    /// Counts a use of a grant (answered with the rows changed: 0 when it is gone).
-    CountGrantUse {
-        id: String,
-    },
 }
 
 /// What kind of answer a request gets.
@@ -272,8 +269,7 @@ impl Request {
             | Request::Probe { .. }
             | Request::Hold { .. }
             | Request::Release { .. }
-            | Request::CreateGrant { .. }
-            | Request::CountGrantUse { .. } => Answers::Count,
+            | Request::CreateGrant { .. } => Answers::Count,
         }
     }
 }
@@ -555,6 +551,12 @@ impl Writer {
             for grant in &grants {
                 insert_grant(connection, grant).map_err(self.error("cannot write a grant"))?;
             }
+            // A use of a grant is counted with the start of the call it allowed.
+            for grant in uses_in(&stored) {
+                let mut count =
+                    connection.prepare_cached(COUNT_USE_SQLITE).map_err(self.error("cannot count a use"))?;
+                count.execute([grant]).map_err(self.run_failed("cannot count a use of a grant", &run_id))?;
+            }
             Ok(())
         })?;
         Ok(match written {
@@ -662,14 +664,13 @@ impl Writer {
             | Request::Hold { .. }
             | Request::Release { .. }
             | Request::CreateGrant { .. }
-            | Request::RevokeGrant { .. }
-            | Request::CountGrantUse { .. } => {
+            | Request::RevokeGrant { .. } => {
                 Err(StoreError::Database("internal error: only a run's write is planned".to_owned()))
             }
         }
     }
 
-    /// Writes a grant's request (create, revoke, count a use) in its own savepoint; `None` for any
+    /// Writes a grant's request (create, revoke) in its own savepoint; `None` for any
     /// other request.
     fn apply_grant_write(&self, connection: &Connection, request: &Request) -> Option<Result<Outcome, BatchFailure>> {
         let written = match request {
@@ -682,15 +683,6 @@ impl Writer {
             Request::RevokeGrant { id, actor, now } => self
                 .in_savepoint(connection, |connection| self.revoke_grant(connection, id, actor, *now))
                 .map(Outcome::Grant),
-            Request::CountGrantUse { id } => self
-                .in_savepoint(connection, |connection| {
-                    let counted = connection
-                        .prepare_cached(COUNT_GRANT_USE)
-                        .and_then(|mut statement| statement.execute([id]))
-                        .map_err(self.error("cannot count a grant's use"))?;
-                    Ok(u64::try_from(counted).unwrap_or_default())
-                })
-                .map(Outcome::Count),
             _ => return None,
         };
         Some(written)

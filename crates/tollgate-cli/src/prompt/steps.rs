@@ -79,6 +79,11 @@ pub(super) fn lines(event: &StoredEvent, ran: &Ran) -> Vec<String> {
             vec![format!("⏸ held at the gate: {}", held.join(", "))]
         }
         EventData::Decision(made) => vec![decision(&made)],
+        EventData::ApprovalEscalated(escalated) => vec![format!(
+            "⏫ still waiting after {}: escalated to {}",
+            escalated.after,
+            if escalated.notified.is_empty() { "nobody".to_owned() } else { escalated.notified.join(", ") }
+        )],
         EventData::RunResumed(resumed) => vec![format!("▶ resumed by {}", resumed.actor)],
         EventData::RunTakenOver(taken) => {
             vec![format!("↻ taken over by {} (the lease of {} expired)", taken.owner, taken.previous_owner)]
@@ -134,10 +139,15 @@ fn tool_result(finished: &data::ToolFinished) -> String {
     format!("  {mark} {} {}{verb}: {shown}", finished.call_id, finished.tool)
 }
 
-/// One decision as a line; on a quorum call, with the call's approvals after it (` · 1 of 2 approvals
-/// (alice)`); an approval that made a grant names it (` · remembered as grant ID`).
+/// One decision as a line; one made through a signed link from a notification (its `link`) says so after
+/// the actor (`approved by ops via signed link`); on a quorum call, with the call's approvals after it
+/// (` · 1 of 2 approvals (alice)`); an approval that made a grant names it (` · remembered as grant ID`).
 fn decision(made: &data::DecisionMade) -> String {
-    let (call, actor) = (&made.call_id, &made.actor);
+    let call = &made.call_id;
+    let actor = match &made.link {
+        Some(_) => format!("{} via signed link", made.actor),
+        None => made.actor.to_string(),
+    };
     let line = match &made.decision {
         LoggedDecision::Approve => format!("✓ {call} approved by {actor}"),
         LoggedDecision::Deny { reason } => {
@@ -319,6 +329,31 @@ mod tests {
             json!({"action": "approve", "call_id": "call_2", "actor": "local", "grant": "g-1"}),
         );
         assert_eq!(lines_of(&decided), ["✓ call_2 approved by local · remembered as grant g-1"]);
+    }
+
+    #[test]
+    fn a_decision_made_through_a_signed_link_says_so_and_an_escalation_names_who_was_told() {
+        let link = "0123456789abcdef0123456789abcdef";
+        let decided = |data: Value| lines_of(&event(EventKind::Decision, 1, data)).concat();
+        assert_eq!(
+            decided(json!({"action": "approve", "call_id": "call_1", "actor": "ops", "link": link})),
+            "✓ call_1 approved by ops via signed link"
+        );
+        assert_eq!(
+            decided(json!({"action": "deny", "reason": "not now", "call_id": "call_1", "actor": "ops", "link": link})),
+            "✗ call_1 denied by ops via signed link: not now"
+        );
+        assert_eq!(
+            decided(json!({"action": "approve", "call_id": "c", "actor": "ops", "link": link,
+                           "approvals": {"required": 2, "given": ["ops"]}})),
+            "✓ c approved by ops via signed link · 1 of 2 approvals (ops)"
+        );
+        let escalated = event(
+            EventKind::ApprovalEscalated,
+            1,
+            json!({"turn_digest": "sha256:00", "after": "1h", "notified": ["ops", "oncall"]}),
+        );
+        assert_eq!(lines_of(&escalated), ["⏫ still waiting after 1h: escalated to ops, oncall"]);
     }
 
     #[test]

@@ -27,9 +27,18 @@ struct Server {
 impl Server {
     /// Serves from a fresh folder holding `config` as `tollgate.toml` (none when empty).
     fn start(config: &str) -> Result<Server> {
+        Server::start_with(config, &[])
+    }
+
+    /// Serves from a fresh folder holding `config` as `tollgate.toml` (none when empty) and `files` (name
+    /// and content) beside it.
+    fn start_with(config: &str, files: &[(&str, &str)]) -> Result<Server> {
         let dir = scratch_dir("remote-server");
         if !config.is_empty() {
             std::fs::write(dir.join("tollgate.toml"), config)?;
+        }
+        for (name, content) in files {
+            std::fs::write(dir.join(name), content)?;
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = crate::support::serve_in(&dir, &format!("127.0.0.1:{port}")).spawn()?;
@@ -220,6 +229,117 @@ fn output_is_the_same_as_local_mode_on_the_same_store() -> Result<()> {
     let local = server.local(&["runs"])?;
     assert_eq!(runs_rows(&remote.stdout), runs_rows(&local.stdout));
     assert_eq!(remote.stdout.lines().count(), 3, "a heading and two runs: {remote:?}");
+    Ok(())
+}
+
+/// `watcher` writes two notes in one turn (both ask); a turn of it held a second is escalated to the
+/// notifiers `ops` and `oncall` (V2.md §4), whose Slack URLs lead nowhere: their messages fail, which
+/// never holds up a run.
+const ESCALATING: &str = r#"
+[server]
+link_secret = "0123456789abcdef0123456789abcdef0123456789abcdef"
+
+[[notify]]
+name = "ops"
+kind = "slack"
+url = "http://127.0.0.1:9/ops"
+as = "ops-desk"
+on = ["escalation"]
+
+[[notify]]
+name = "oncall"
+kind = "slack"
+url = "http://127.0.0.1:9/oncall"
+as = "ops-desk"
+on = ["escalation"]
+
+[[providers]]
+name = "script"
+kind = "scripted"
+script = "script.json"
+
+[[agents]]
+name = "watcher"
+provider = "script"
+tools = ["fs_write"]
+escalate_after = "1s"
+escalate_to = ["ops", "oncall"]
+"#;
+
+const WATCHER_SCRIPT: &str = r#"{"turns": [
+  {"tool_calls": [
+    {"name": "fs_write", "arguments": {"path": "w1.txt", "content": "one"}},
+    {"name": "fs_write", "arguments": {"path": "w2.txt", "content": "two"}}
+  ]},
+  {"text": "done"}
+]}"#;
+
+#[test]
+fn an_escalated_run_says_so_in_show_runs_and_the_waiting_lines_alike_through_a_server_and_locally() -> Result<()> {
+    let server = Server::start_with(ESCALATING, &[("script.json", WATCHER_SCRIPT)])?;
+    let client = Client::of(&server);
+    let id = client.expect(3, &["run", "--agent", "watcher", "watch me"])?.waiting_id()?;
+    // The server's sweep escalates the turn once it has waited a second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let escalated = loop {
+        let run = client.expect(0, &["show", &id, "--json"])?.json()?;
+        if !run["pending"]["escalated"].is_null() {
+            break run["pending"]["escalated"].clone();
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("run {id} was not escalated within 30 s: {run}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(escalated["notified"], serde_json::json!(["ops", "oncall"]));
+    let at = escalated["at"].as_str().ok_or_else(|| anyhow!("no time in {escalated}"))?;
+    let line = format!("escalated at {at} · notified ops, oncall");
+
+    // `show`: the line under the held turn's digest, the same through the server and locally.
+    let shown = client.expect(0, &["show", &id])?;
+    let held = shown.stdout.lines().skip_while(|l| !l.starts_with("held turn ")).nth(1);
+    assert_eq!(held, Some(line.as_str()), "{shown:?}");
+    assert_eq!(without_age(&shown.stdout), without_age(&server.local(&["show", &id])?.stdout));
+
+    // `runs`: the status says it, the same both ways (but the ages, which may tick between the two).
+    let listed = ["runs", "--status", "waiting_for_approval"];
+    let rows = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| l.split_whitespace().filter(|w| w.trim_end_matches(['s', 'm', 'h', 'd']).parse::<u64>().is_err()))
+            .map(|words| words.collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let remote = client.expect(0, &listed)?.stdout;
+    assert_eq!(rows(&remote), rows(&server.local(&listed)?.stdout));
+    assert_eq!(
+        rows(&remote),
+        ["ID AGENT STATUS AGE INPUT", &format!("{id} watcher waiting_for_approval (escalated) watch me")]
+    );
+
+    // A decision that leaves the turn waiting: the waiting line as it is, then the escalation.
+    let approved = client.expect(3, &["approve", &id, "--call", "call_1"])?;
+    let lines: Vec<&str> = approved.stdout.lines().take(3).collect();
+    assert_eq!(
+        lines,
+        [format!("run {id} is waiting for approval").as_str(), &line, &format!("approve: tollgate approve {id}")]
+    );
+
+    // As people read them (snapshots): `show`, `runs` and the waiting lines.
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z", "[TIME]");
+    settings.add_filter(r"sha256:[0-9a-f]{64}", "sha256:[DIGEST]");
+    settings.add_filter(r"\(\d+s ago", "([AGE] ago");
+    settings.add_filter(r"\b\d+s +", "[AGE]  ");
+    settings.set_prepend_module_to_snapshot(false);
+    let _guard = settings.bind_to_scope();
+    let named = |text: &str| text.replace(&id, "run-e000-0000-7000-8000-000000000000");
+    insta::assert_snapshot!("show_escalated", named(&client.expect(0, &["show", &id])?.stdout));
+    insta::assert_snapshot!("runs_escalated", named(&remote));
+    insta::assert_snapshot!("approve_escalated_stdout", named(&approved.stdout));
+
+    let local = server.local(&["deny", &id, "--call", "call_2", "--reason", "enough"])?;
+    assert_eq!(local.code, 0, "{local:?}");
+    assert!(!server.local(&["show", &id])?.stdout.contains("escalated"), "a run that moved on is not escalated");
     Ok(())
 }
 

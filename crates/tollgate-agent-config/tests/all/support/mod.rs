@@ -29,6 +29,19 @@ pub(crate) fn error(text: &str) -> String {
     }
 }
 
+/// Parses each `(name, text, expected)` case and checks its error message is `expected` exactly; reports
+/// every mismatch at once.
+pub(crate) fn check(cases: &[(&str, String, &str)]) {
+    let mut failures = Vec::new();
+    for (name, text, expected) in cases {
+        let got = error(text);
+        if got != *expected {
+            failures.push(format!("{name}:\n  expected: {expected}\n       got: {got}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// A folder under the system temp folder, removed on drop.
 pub(crate) struct TempDir(PathBuf);
 

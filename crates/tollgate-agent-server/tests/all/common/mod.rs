@@ -12,8 +12,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_agent_core::{Gate, LoopConfig, RunId, RunStore, SystemClock, ToolLoop, ToolRegistry};
 use tollgate_agent_providers::{Script, ScriptedModel};
-use tollgate_agent_runtime::{AgentSpec, OnExpiry, Runtime, RuntimeOptions, ToolInfo, UuidV7Ids};
-use tollgate_agent_server::{ApiToken, Role, ServerError, ServerOptions, WebhookRetry, WebhookTarget};
+use tollgate_agent_runtime::{AgentSpec, EscalationRule, OnExpiry, Runtime, RuntimeOptions, ToolInfo, UuidV7Ids};
+use tollgate_agent_server::{
+    ApiToken, LinkSecret, Notifier, NotifyRetry, Role, ServerError, ServerOptions, WebhookRetry, WebhookTarget,
+};
 use tollgate_agent_testkit::{TestTool, postgres_url, scratch_dir};
 
 /// Which store the server runs on.
@@ -57,7 +59,18 @@ pub(crate) struct Config {
     /// Adds [`TALKER`], whose model is the OpenAI-compatible server at this base URL (streamed), tried
     /// again this many times (`max_retries`).
     pub talker: Option<(String, u32)>,
+    /// Notifiers (they need `link_secret`).
+    pub notifiers: Vec<Notifier>,
+    /// The key of signed links: [`LINK_SECRET`] when true.
+    pub links: bool,
+    /// Adds [`QUORUM`].
+    pub quorum: bool,
+    /// Escalates [`SCRIBE`]'s held turns (`escalate_after`, `escalate_to`).
+    pub escalate: Option<EscalationRule>,
 }
+
+/// The link secret of a server started with [`Config::links`].
+pub(crate) const LINK_SECRET: &[u8] = b"the test link secret, 32 bytes or more";
 
 /// Tokens for auth tests: `alice` runner, `bob` approver, `carol` runner + approver, `root` admin.
 pub(crate) fn tokens() -> Vec<ApiToken> {
@@ -79,6 +92,8 @@ pub(crate) struct Tools {
     pub list: TestTool,
     /// `nuke`: gate forbid.
     pub nuke: TestTool,
+    /// `write` of [`QUORUM`]: as `write`, but two distinct people must approve a call.
+    pub quorum_write: TestTool,
 }
 
 impl Tools {
@@ -86,9 +101,10 @@ impl Tools {
         let schema = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}},
                             "additionalProperties": false});
         Self {
-            write: TestTool::new("write").gate(Gate::Ask).preview("write a note").schema(schema),
+            write: TestTool::new("write").gate(Gate::Ask).preview("write a note").schema(schema.clone()),
             list: TestTool::new("list"),
             nuke: TestTool::new("nuke").gate(Gate::Forbid),
+            quorum_write: TestTool::new("write").gate(Gate::Ask).approvals(2).preview("write a note").schema(schema),
         }
     }
 
@@ -115,6 +131,9 @@ pub(crate) const SLOW: &str = "scribe-slow";
 pub(crate) const PAUSE: Duration = Duration::from_millis(400);
 /// `talker` (with [`Config::talker`]): no tools, its model an OpenAI-compatible server, streamed.
 pub(crate) const TALKER: &str = "talker";
+/// `scribe-quorum` (with [`Config::quorum`]): turn 1 holds one `write` of the input that two distinct
+/// people must approve (`approvals = 2`); turn 2 answers `done`.
+pub(crate) const QUORUM: &str = "scribe-quorum";
 
 /// An allow-gated tool that takes [`PAUSE`] to answer: a step still in flight when a test acts.
 struct Pause {
@@ -164,6 +183,7 @@ fn agent(name: &str, tools: &Tools, script: Value, forbid_self_approval: bool) -
         approval_ttl: None,
         on_expiry: OnExpiry::Deny,
         forbid_self_approval,
+        escalation: None,
     }
 }
 
@@ -206,6 +226,7 @@ fn agents(tools: &Tools) -> Vec<AgentSpec> {
         approval_ttl: None,
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
+        escalation: None,
     };
     vec![
         agent(SCRIBE, tools, scribe, false),
@@ -213,6 +234,29 @@ fn agents(tools: &Tools) -> Vec<AgentSpec> {
         agent(GUARDED, tools, guarded, true),
         slow,
     ]
+}
+
+/// [`QUORUM`].
+fn quorum(tools: &Tools) -> AgentSpec {
+    let mut registry = ToolRegistry::new();
+    registry.register(tools.quorum_write.shared()).unwrap_or_else(|e| panic!("{e}"));
+    let registry = Arc::new(registry);
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "write", "arguments": {"text": "{{input}}"}}]},
+        {"text": "done"}
+    ]});
+    let script = Script::from_value(script).unwrap_or_else(|e| panic!("{e}"));
+    let agent_loop = ToolLoop::new(Arc::new(ScriptedModel::new(script)), registry.clone(), LoopConfig::default());
+    AgentSpec {
+        name: QUORUM.into(),
+        model: "scripted".into(),
+        agent_loop: Arc::new(agent_loop),
+        tools: registry.iter().map(|t| ToolInfo::of(t.tool().as_ref(), "default")).collect(),
+        approval_ttl: None,
+        on_expiry: OnExpiry::Deny,
+        forbid_self_approval: false,
+        escalation: None,
+    }
 }
 
 /// [`TALKER`]: an `openai` provider at `base_url`, streamed, with a short backoff.
@@ -234,6 +278,7 @@ fn talker(base_url: &str, max_retries: u32) -> AgentSpec {
         approval_ttl: None,
         on_expiry: OnExpiry::Deny,
         forbid_self_approval: false,
+        escalation: None,
     }
 }
 
@@ -287,6 +332,12 @@ impl Server {
         let options = RuntimeOptions { catalog, redactor, ..RuntimeOptions::default() };
         let mut agents = agents(&tools);
         agents.extend(config.talker.as_ref().map(|(base_url, max_retries)| talker(base_url, *max_retries)));
+        if config.quorum {
+            agents.push(quorum(&tools));
+        }
+        if let Some(scribe) = agents.iter_mut().find(|agent| agent.name == SCRIBE) {
+            scribe.escalation = config.escalate.clone();
+        }
         let runtime = Runtime::new(store.clone(), agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
@@ -300,6 +351,9 @@ impl Server {
                 timeout: Duration::from_secs(2),
             },
             shutdown_grace: Duration::from_secs(10),
+            notifiers: config.notifiers.clone(),
+            notify_retry: NotifyRetry { attempts: 3, first_delay: Duration::from_millis(50) },
+            link_secret: config.links.then(|| LinkSecret::new(LINK_SECRET).unwrap_or_else(|e| panic!("{e}"))),
             ..ServerOptions::default()
         };
         if config.max_body_bytes > 0 {

@@ -47,6 +47,24 @@ fn ids_of(ns: &[u64]) -> Vec<GrantId> {
 
 const LATER: Millis = T0 + 3_600_000;
 
+/// The grants in force for run `run` of `agent` at `now`, as a gate reads them: the agent's active
+/// grants that cover the run.
+async fn in_force(
+    store: &dyn tollgate_agent_core::RunStore,
+    agent: &str,
+    run: &RunId,
+    now: Millis,
+) -> Result<Vec<GrantRecord>, StoreError> {
+    let active = store.active_grants(agent, now).await?;
+    Ok(active.into_iter().filter(|grant| grant.covers(agent, run)).collect())
+}
+
+/// A `tool_started` event for `call`, allowed by `grant` (or by no grant).
+fn started_by_grant(call: &str, grant: Option<&GrantId>) -> tollgate_agent_core::NewEvent {
+    let data = json!({"call_id": call, "tool": "fs_write", "arguments": {}, "gate": "ask", "grant": grant});
+    tollgate_agent_core::NewEvent { at: T0 + 5, kind: tollgate_agent_core::EventKind::ToolStarted, round: 1, data }
+}
+
 /// A grant comes back exactly as stored, new (its uses 0, not revoked, whatever was given); an id taken
 /// is a database error; an unknown id is `GrantNotFound`. The listing is newest first, filtered by
 /// agent, tool and activity, paged by cursor, its limit clamped to 1..=1000.
@@ -218,29 +236,87 @@ pub(crate) async fn the_grants_for_a_run_are_those_in_force_oldest_first<H: Harn
         ("nobody", &mine, T0, &[]),
     ];
     for (agent, run, now, expected) in cases {
-        let found = store.grants_for_run(agent, run, now).await?;
+        let found = in_force(&*store, agent, run, now).await?;
         ensure!(ids(&found) == ids_of(expected), "{agent} {run} at {now}: {:?}", ids(&found));
         ensure!(found.iter().all(|g| g.covers(agent, run) && g.status(now) == GrantStatus::Active));
     }
-    ensure!(store.grants_for_run("notes", &mine, LATER).await?.is_empty(), "all expired by then");
+    ensure!(in_force(&*store, "notes", &mine, LATER).await?.is_empty(), "all expired by then");
+    ensure!(
+        store.active_grants("notes", T0).await?.len() == 6,
+        "every scope: {:?}",
+        store.active_grants("notes", T0).await?
+    );
     Ok(())
 }
 
-/// Each use adds one to a grant's count; a use of a grant that is not there is no error.
+/// A grant's uses are counted by the write that commits a `tool_started` naming it, in that write's
+/// transaction: each such event once (appended, or with a transition such as a resume's claim), none
+/// for a start without a grant or for a write that does not commit; a grant gone is no error.
 pub(crate) async fn a_grant_counts_its_uses<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
     let counted = store.create_grant(grant(1, "notes", "fs_write", None, LATER)?).await?;
     let other = store.create_grant(grant(2, "notes", "fs_write", None, LATER)?).await?;
-    let uses = (0..5).map(|_| store.count_grant_use(&counted.id));
-    for used in futures_util::future::join_all(uses).await {
-        used?;
-    }
-    ensure!(store.grant(&counted.id).await?.uses == 5, "concurrent uses all count");
+    let run = create_running(&*store, 1, "notes").await?;
+    let (gone, mine) = (grant_id(99), Some(&counted.id));
+    store.append(&run.id, OWNER, vec![started_by_grant("c1", mine), started_by_grant("c2", mine)], LATER).await?;
+    store
+        .append(&run.id, OWNER, vec![started_by_grant("c3", None), started_by_grant("c4", Some(&gone))], LATER)
+        .await?;
+    // A write refused (another owner's lease) counts nothing.
+    let refused = store.append(&run.id, "someone else", vec![started_by_grant("c5", mine)], LATER).await;
+    ensure!(refused.is_err(), "{refused:?}");
+    ensure!(store.grant(&counted.id).await?.uses == 2, "{:?}", store.grant(&counted.id).await?);
     ensure!(store.grant(&other.id).await? == other, "another grant is left alone");
-    store.count_grant_use(&grant_id(99)).await?;
+    // Counted with a transition too (a resume's claim commits the first start with it).
+    let mut held = held(&["call_1"], None);
+    held.approvals.clear();
+    let suspend = Transition::Suspend { held, iterations: 1, usage: Usage::default() };
+    let suspended = store
+        .transition(&run.id, Guard::Lease(OWNER.into()), suspend, vec![started_by_grant("c6", mine)], T0 + 10)
+        .await?;
+    ensure!(store.grant(&counted.id).await?.uses == 3, "with a transition: {:?}", store.grant(&counted.id).await?);
+    let stale = Transition::Suspend { held: self::held(&["call_1"], None), iterations: 1, usage: Usage::default() };
+    let refused = store
+        .transition(&run.id, Guard::Version(suspended.version - 1), stale, vec![started_by_grant("c7", mine)], T0 + 11)
+        .await;
+    ensure!(refused.is_err(), "{refused:?}");
+    ensure!(store.grant(&counted.id).await?.uses == 3, "a refused transition counts nothing");
+    // And with a run's creation (a first segment whose held turn a grant cleared); a duplicate counts nothing.
+    let born = super::running_run(2, "notes");
+    let first = vec![super::started(&born), started_by_grant("c8", mine)];
+    store.create(born.clone(), first.clone()).await?;
+    ensure!(store.grant(&counted.id).await?.uses == 4, "with a creation: {:?}", store.grant(&counted.id).await?);
+    ensure!(store.create(born, first).await.is_err(), "a duplicate");
+    ensure!(store.grant(&counted.id).await?.uses == 4, "a duplicate creation counts nothing");
     // A revoked grant keeps its count.
     let revoked = store.revoke_grant(&counted.id, &Actor::from("bob"), T0 + 1).await?;
-    ensure!(revoked.uses == 5);
+    ensure!(revoked.uses == 4);
+    Ok(())
+}
+
+/// The version of an agent's grants is 0 before any, and moves with every grant of the agent made (on
+/// its own or with a vote) or revoked, never with another agent's, a use counted or a revocation refused.
+pub(crate) async fn the_version_of_an_agents_grants_moves_with_each_change<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    ensure!(store.grants_version("demo").await? == 0);
+    store.create_grant(grant(1, "demo", "fs_write", None, LATER)?).await?;
+    let first = store.grants_version("demo").await?;
+    ensure!(first > 0);
+    store.create_grant(grant(2, "other", "fs_write", None, LATER)?).await?;
+    ensure!(store.grants_version("demo").await? == first, "another agent's grant");
+    let waiting = create_waiting(&*store, 1, &["call_1"], None).await?;
+    let vote = approve_remembering("call_1", "alice", vec![grant(3, "demo", "shell", None, LATER)?]);
+    store.transition(&waiting.id, Guard::Version(waiting.version), vote, vec![], T0 + 20).await?;
+    let remembered = store.grants_version("demo").await?;
+    ensure!(remembered > first, "a grant made with a vote");
+    let run = create_running(&*store, 2, "demo").await?;
+    store.append(&run.id, OWNER, vec![started_by_grant("c1", Some(&grant_id(1)))], LATER).await?;
+    ensure!(store.grants_version("demo").await? == remembered, "a use counted");
+    store.revoke_grant(&grant_id(1), &Actor::from("bob"), T0 + 30).await?;
+    let revoked = store.grants_version("demo").await?;
+    ensure!(revoked > remembered, "a revocation");
+    ensure!(store.revoke_grant(&grant_id(1), &Actor::from("bob"), T0 + 31).await.is_err());
+    ensure!(store.grants_version("demo").await? == revoked, "a revocation refused");
     Ok(())
 }
 
@@ -282,8 +358,8 @@ pub(crate) async fn a_vote_commits_the_grants_it_remembers<H: Harness>(h: &H) ->
     );
     ensure!(store.grant(&grant_id(1)).await? == GrantRecord { uses: 0, ..given });
     ensure!(store.grant(&grant_id(2)).await?.tool == "shell");
-    let in_force = store.grants_for_run("demo", &waiting.id, T0 + 30).await?;
-    ensure!(ids(&in_force) == ids_of(&[1, 2]), "{:?}", ids(&in_force));
+    let found = in_force(&*store, "demo", &waiting.id, T0 + 30).await?;
+    ensure!(ids(&found) == ids_of(&[1, 2]), "{:?}", ids(&found));
 
     // A quorum's second approval claims the resume and remembers.
     let run = create_running(&*store, 3, "demo").await?;
@@ -301,8 +377,8 @@ pub(crate) async fn a_vote_commits_the_grants_it_remembers<H: Harness>(h: &H) ->
     };
     let resumed = store.transition(&run.id, Guard::Version(half.version), second, vec![], T0 + 21).await?;
     ensure!(resumed.status() == RunStatus::Running && store.get(&run.id).await? == resumed);
-    let in_force = store.grants_for_run("demo", &run.id, T0 + 30).await?;
-    ensure!(ids(&in_force) == ids_of(&[2, 3, 4]), "{:?}", ids(&in_force));
+    let found = in_force(&*store, "demo", &run.id, T0 + 30).await?;
+    ensure!(ids(&found) == ids_of(&[2, 3, 4]), "{:?}", ids(&found));
     Ok(())
 }
 
@@ -397,11 +473,11 @@ pub(crate) async fn a_corrupt_grant_row_is_a_corrupt_database<H: Harness>(h: &H)
         ensure!(corrupt(&read), "{damage}: get {read:?}");
         let listed = store.list_grants(GrantQuery { limit: 10, ..Default::default() }).await;
         ensure!(corrupt(&listed.map(|page| page.grants)), "{damage}: list");
-        let in_force = store.grants_for_run("notes", &id(1), T0).await;
+        let at_gate = in_force(&*store, "notes", &id(1), T0).await;
         if read_at_the_gate {
-            ensure!(corrupt(&in_force), "{damage}: grants_for_run {in_force:?}");
+            ensure!(corrupt(&at_gate), "{damage}: active_grants {at_gate:?}");
         } else {
-            ensure!(in_force.as_ref().is_ok_and(Vec::is_empty), "{damage}: grants_for_run {in_force:?}");
+            ensure!(at_gate.as_ref().is_ok_and(Vec::is_empty), "{damage}: active_grants {at_gate:?}");
         }
         let revoked = store.revoke_grant(&target.id, &Actor::from("bob"), T0).await.map(|grant| vec![grant]);
         ensure!(corrupt(&revoked), "{damage}: revoke {revoked:?}");

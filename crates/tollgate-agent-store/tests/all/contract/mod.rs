@@ -13,7 +13,7 @@ pub(crate) use grants::{
     a_vote_commits_the_grants_it_remembers, a_vote_that_fails_commits_no_grant,
     grants_are_stored_read_and_listed_newest_first, of_two_racing_votes_only_the_winners_grant_exists,
     one_of_racing_revocations_revokes, revoking_a_grant_is_a_compare_and_set,
-    the_grants_for_a_run_are_those_in_force_oldest_first,
+    the_grants_for_a_run_are_those_in_force_oldest_first, the_version_of_an_agents_grants_moves_with_each_change,
 };
 
 use anyhow::{Context, ensure};
@@ -906,6 +906,37 @@ pub(crate) async fn due_finds_expired_deadlines_and_leases<H: Harness>(h: &H) ->
     let first_two = store.due(now, 2).await?;
     ensure!(first_two.iter().map(|r| r.id.clone()).collect::<Vec<_>>() == vec![stale.id, id(7)]);
     ensure!(store.due(T0, 100).await?.is_empty(), "nothing is due before any deadline");
+    Ok(())
+}
+
+/// waiting_changed: waiting runs by their last change, in a window after a (time, id) and up to a time,
+/// oldest first then by id, paged by the last run read; runs of other statuses never.
+pub(crate) async fn waiting_changed_reads_a_window_of_waiting_runs<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    // Each waits from T0 + 10 (its suspension), in id order.
+    for n in 1..=5 {
+        create_waiting(&*store, n, &["call_1"], None).await?;
+    }
+    let later = create_running(&*store, 6, "demo").await?;
+    let later =
+        store.transition(&later.id, Guard::Lease(OWNER.into()), suspend(&["call_1"], None), vec![], T0 + 50).await?;
+    create_running(&*store, 7, "demo").await?;
+    create_terminal(&*store, 8, RunStatus::Completed, T0 + 10).await?;
+    let ids = |runs: &[RunRecord]| runs.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+
+    let all = store.waiting_changed((T0, ""), T0 + 100, 100).await?;
+    ensure!(ids(&all) == vec![id(1), id(2), id(3), id(4), id(5), later.id.clone()], "{:?}", ids(&all));
+    ensure!(all.iter().all(|r| r.status() == RunStatus::WaitingForApproval));
+    let first = store.waiting_changed((T0, ""), T0 + 100, 2).await?;
+    ensure!(ids(&first) == vec![id(1), id(2)]);
+    let next = store.waiting_changed((T0 + 10, id(2).as_str()), T0 + 100, 2).await?;
+    ensure!(ids(&next) == vec![id(3), id(4)], "continues after the last run read: {:?}", ids(&next));
+    let until = store.waiting_changed((T0, ""), T0 + 49, 100).await?;
+    ensure!(ids(&until).len() == 5, "up to and including the time: {:?}", ids(&until));
+    let after = store.waiting_changed((T0 + 10, id(5).as_str()), T0 + 100, 100).await?;
+    ensure!(ids(&after) == vec![later.id.clone()], "{:?}", ids(&after));
+    ensure!(store.waiting_changed((T0 + 50, ""), T0 + 50, 100).await?.len() == 1, "at the window's start, by id");
+    ensure!(store.waiting_changed((T0 + 50, later.id.as_str()), T0 + 100, 100).await?.is_empty());
     Ok(())
 }
 
@@ -2153,6 +2184,7 @@ macro_rules! all_contract_tests {
             events_after_reads_every_page,
             an_edited_event_breaks_the_chain,
             due_finds_expired_deadlines_and_leases,
+            waiting_changed_reads_a_window_of_waiting_runs,
             purge_windows_and_batches,
             counts_by_status,
             a_newer_schema_is_refused,
@@ -2185,6 +2217,7 @@ macro_rules! all_contract_tests {
             one_of_racing_revocations_revokes,
             the_grants_for_a_run_are_those_in_force_oldest_first,
             a_grant_counts_its_uses,
+            the_version_of_an_agents_grants_moves_with_each_change,
             a_vote_commits_the_grants_it_remembers,
             a_vote_that_fails_commits_no_grant,
             of_two_racing_votes_only_the_winners_grant_exists,

@@ -1,6 +1,7 @@
 //! Durations as people type them in Tollgate: a whole number and one unit — `500ms`, `30s`, `15m`, `24h`,
 //! `30d`. No fractions, signs, spaces inside, or compound forms (`1h30m`), so a value reads one way only.
-//! The CLI (`purge --older-than`) and the config file share this one parser.
+//! The config file, the CLI and the event log (`approval_escalated`'s `after`) share this one parser and
+//! its inverse.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ const UNITS: [(&str, u64, u64); 5] = [
 ];
 
 /// What a duration must look like, as error messages say it.
-pub(crate) const EXPECTED_DURATION: &str = r#"a duration like "30s", "15m", "24h" or "30d""#;
+pub const EXPECTED_DURATION: &str = r#"a duration like "30s", "15m", "24h" or "30d""#;
 
 /// A text that is not a duration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,8 +40,8 @@ pub enum DurationError {
 ///
 /// ```
 /// use std::time::Duration;
-/// assert_eq!(tollgate_agent_config::parse_duration("15m"), Ok(Duration::from_secs(900)));
-/// assert!(tollgate_agent_config::parse_duration("1.5h").is_err());
+/// assert_eq!(tollgate_agent_protocol::parse_duration("15m"), Ok(Duration::from_secs(900)));
+/// assert!(tollgate_agent_protocol::parse_duration("1.5h").is_err());
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let invalid = || DurationError::Invalid { text: text.to_owned() };
@@ -65,7 +66,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 ///
 /// ```
 /// use std::time::Duration;
-/// assert_eq!(tollgate_agent_config::format_duration(Duration::from_secs(2_592_000)), "30d");
+/// assert_eq!(tollgate_agent_protocol::format_duration(Duration::from_secs(2_592_000)), "30d");
 /// ```
 pub fn format_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
