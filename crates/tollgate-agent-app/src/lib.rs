@@ -390,7 +390,8 @@ fn escalation(config: &Config, agent: &tollgate_agent_config::AgentConfig) -> Op
             notify.push(notifier.name.clone());
         }
     }
-    Some(EscalationRule { after, notify })
+    let after_text = agent.escalate_after_text.clone().unwrap_or_else(|| tollgate_agent_config::format_duration(after));
+    Some(EscalationRule { after, after_text, notify })
 }
 
 #[cfg(test)]

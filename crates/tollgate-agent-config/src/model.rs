@@ -499,6 +499,9 @@ pub struct AgentConfig {
     /// `escalate_after`: how long a run may wait at the gate before the notifiers of `escalate_to` are told
     /// (once per held turn). Positive; set exactly when `escalate_to` is not empty.
     pub escalate_after: Option<Duration>,
+    /// `escalate_after` as written in the file (`"1h"`, `"24h"`): what the `approval_escalated` event
+    /// says its turn waited. Set exactly when `escalate_after` is.
+    pub escalate_after_text: Option<String>,
     /// `escalate_to`: names of `[[notify]]` entries, each once, in config order; every one exists. Empty
     /// exactly when `escalate_after` is `None`.
     pub escalate_to: Vec<String>,

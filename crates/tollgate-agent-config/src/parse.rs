@@ -686,7 +686,8 @@ impl Parser<'_> {
                 forbid_self_approval,
                 shell_network,
                 policy,
-                escalate_after,
+                escalate_after_text: escalate_after.as_ref().map(|(_, text)| text.clone()),
+                escalate_after: escalate_after.map(|(after, _)| after),
                 escalate_to,
             });
         }
@@ -918,9 +919,15 @@ fn notify_actor(entry: &Section<'_>, auth: &AuthConfig) -> Result<Actor> {
     Err(at.expected(&format!("the name of a token in [[auth.tokens]] with the approver role ({approvers})"), value))
 }
 
+/// An agent's `escalate_after` (with its text as written) and `escalate_to`.
+type Escalation = (Option<(Duration, String)>, Vec<String>);
+
 /// An agent's `escalate_after` and `escalate_to`, which come together: one says when, the other whom to tell.
-fn escalation(entry: &Section<'_>, notifiers: &[NotifyConfig]) -> Result<(Option<Duration>, Vec<String>)> {
-    let escalate_after = entry.get("escalate_after").map(|(value, at)| duration(value, &at)).transpose()?;
+fn escalation(entry: &Section<'_>, notifiers: &[NotifyConfig]) -> Result<Escalation> {
+    let escalate_after = entry
+        .get("escalate_after")
+        .map(|(value, at)| duration(value, &at).map(|d| (d, value.as_str().unwrap_or_default().trim().to_owned())))
+        .transpose()?;
     let mut escalate_to: Vec<String> = Vec::new();
     if let Some((value, at)) = entry.get("escalate_to") {
         for (name, at) in string_list(value, &at)? {
@@ -945,7 +952,7 @@ fn escalation(entry: &Section<'_>, notifiers: &[NotifyConfig]) -> Result<(Option
             ));
         }
     }
-    match (escalate_after, escalate_to.is_empty()) {
+    match (&escalate_after, escalate_to.is_empty()) {
         (Some(_), true) => Err(entry
             .at
             .child("escalate_to")

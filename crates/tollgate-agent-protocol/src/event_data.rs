@@ -165,8 +165,7 @@ pub struct ApprovalRequested {
 pub struct ApprovalEscalated {
     /// The digest of the held turn, as `approval_requested` gave it.
     pub turn_digest: String,
-    /// How long it had waited: the agent's `escalate_after`, written as the configuration writes
-    /// durations (`1h`, `90m`).
+    /// How long it had waited: the agent's `escalate_after`, the text as configured (`1h`, `90m`).
     pub after: String,
     /// The notifiers told (their configured names): the agent's `escalate_to`, then every notifier
     /// covering the agent whose `on` lists `escalation`.

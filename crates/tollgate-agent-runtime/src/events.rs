@@ -143,18 +143,13 @@ pub(crate) fn run_cancelled(at: Millis, round: u32, actor: &Actor, reason: Optio
     event(at, EventKind::RunCancelled, round, cancelled)
 }
 
-/// `approval_escalated`: the held turn `turn_digest` waited `after` and `notified` were told.
-pub(crate) fn approval_escalated(
-    at: Millis,
-    round: u32,
-    turn_digest: &str,
-    after: std::time::Duration,
-    notified: &[String],
-) -> NewEvent {
+/// `approval_escalated`: the held turn `turn_digest` waited its agent's `escalate_after` (`rule`) and the
+/// rule's notifiers were told.
+pub(crate) fn approval_escalated(at: Millis, round: u32, turn_digest: &str, rule: &crate::EscalationRule) -> NewEvent {
     let escalated = data::ApprovalEscalated {
         turn_digest: turn_digest.to_owned(),
-        after: tollgate_agent_protocol::format_duration(after),
-        notified: notified.to_vec(),
+        after: rule.after_text.clone(),
+        notified: rule.notify.clone(),
     };
     event(at, EventKind::ApprovalEscalated, round, escalated)
 }

@@ -158,9 +158,19 @@ pub struct AgentSpec {
 pub struct EscalationRule {
     /// How long a held turn waits before it is escalated (`escalate_after`).
     pub after: Duration,
+    /// `after` as the configuration wrote it (`1h`, `24h`): the `approval_escalated` event's `after`.
+    pub after_text: String,
     /// The notifiers told (their configured names: the agent's `escalate_to`, then each notifier
     /// covering the agent whose `on` lists `escalation`).
     pub notify: Vec<String>,
+}
+
+impl EscalationRule {
+    /// Escalation after `after`, telling `notify`; `after` written in the largest unit that holds it
+    /// exactly (`90m`, `1h`).
+    pub fn new(after: Duration, notify: Vec<String>) -> EscalationRule {
+        EscalationRule { after, after_text: tollgate_agent_protocol::format_duration(after), notify }
+    }
 }
 
 /// A tool as listed by `tollgate tools` and `GET /v1/tools`: what it is, its gate, and why.

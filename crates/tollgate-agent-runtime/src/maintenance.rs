@@ -307,11 +307,11 @@ impl Runtime {
             return Ok(false);
         }
         let now = inner.clock.now();
-        let event = events::approval_escalated(now, run.iterations, held.turn_digest.as_str(), after, &rule.notify);
+        let event = events::approval_escalated(now, run.iterations, held.turn_digest.as_str(), rule);
         let transition = Transition::Escalate { at: now, notified: rule.notify.clone() };
         let next =
             inner.store.rows.transition(&run.id, Guard::Version(run.version), transition, vec![event], now).await?;
-        tracing::info!(run = %run.id, after = %tollgate_agent_protocol::format_duration(after), notified = ?rule.notify, "held turn escalated");
+        tracing::info!(run = %run.id, after = %rule.after_text, notified = ?rule.notify, "held turn escalated");
         inner.notify(&next);
         Ok(true)
     }

@@ -727,8 +727,10 @@ async fn a_held_turn_nobody_settles_is_escalated_once() {
             ]}),
             vec![write_tool()],
         );
+        // Written as the configuration wrote it, not as it would be shortened (`1h`).
         let rule = tollgate_agent_runtime::EscalationRule {
             after: Duration::from_secs(3600),
+            after_text: "60m".to_owned(),
             notify: vec!["ops".to_owned(), "oncall".to_owned()],
         };
         setup.escalation = Some(rule);
@@ -752,7 +754,7 @@ async fn a_held_turn_nobody_settles_is_escalated_once() {
         assert_eq!(notified, Some(vec!["ops".to_owned(), "oncall".to_owned()]), "{backend}: the run object shows it");
         let logged =
             event_fields(&a, &run.id, &[EventKind::ApprovalEscalated], &["turn_digest", "after", "notified"]).await;
-        assert_eq!(logged, vec![json!(["approval_escalated", digest(&run), "1h", ["ops", "oncall"]])], "{backend}");
+        assert_eq!(logged, vec![json!(["approval_escalated", digest(&run), "60m", ["ops", "oncall"]])], "{backend}");
 
         // Still decided as ever; the next held turn waits its own hour.
         let next = a

@@ -217,7 +217,7 @@ impl Agent {
     /// embedder's reads from the event, as the server's `[[notify]]` entries do), and each open approval
     /// is marked escalated. It keeps waiting and taking decisions.
     pub fn escalate_after(mut self, after: Duration, notify: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.escalation = Some(EscalationRule { after, notify: notify.into_iter().map(Into::into).collect() });
+        self.escalation = Some(EscalationRule::new(after, notify.into_iter().map(Into::into).collect()));
         self
     }
 

@@ -115,6 +115,7 @@ fn agents_and_policy() -> anyhow::Result<()> {
         forbid_self_approval: false,
         shell_network: false,
         escalate_after: None,
+        escalate_after_text: None,
         escalate_to: vec![],
         policy: vec![PolicyRule {
             tool: Glob::new("fs_write"),

@@ -51,7 +51,7 @@ fn a_slack_notifier_parses_with_its_defaults() -> anyhow::Result<()> {
          {TOKENS}\
          [[notify]]\nname = \"ops\"\nkind = \"slack\"\nurl = \"env:SLACK_WEBHOOK_URL\"\nas = \"alice\"\n\
          {PROVIDER}\
-         [[agents]]\nname = \"writer\"\nprovider = \"s\"\nescalate_after = \"1h\"\nescalate_to = [\"ops\", \"ops\"]\n\
+         [[agents]]\nname = \"writer\"\nprovider = \"s\"\nescalate_after = \"60m\"\nescalate_to = [\"ops\", \"ops\"]\n\
          [[agents]]\nname = \"quiet\"\nprovider = \"s\"\n"
     );
     let env = [
@@ -83,7 +83,9 @@ fn a_slack_notifier_parses_with_its_defaults() -> anyhow::Result<()> {
         (writer.escalate_after, writer.escalate_to.as_slice()),
         (Some(Duration::from_secs(3_600)), &["ops".to_owned()][..])
     );
+    assert_eq!(writer.escalate_after_text.as_deref(), Some("60m"), "as written, for the event");
     assert_eq!((quiet.escalate_after, quiet.escalate_to.len()), (None, 0), "no escalation unless asked for");
+    assert_eq!(quiet.escalate_after_text, None);
     Ok(())
 }
 

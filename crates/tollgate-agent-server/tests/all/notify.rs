@@ -594,7 +594,7 @@ async fn an_escalation_is_sent_to_the_notifiers_it_names() {
         // boss is told of escalations only (its `on` leaves out approval_requested).
         let (notifiers, [ops, boss]) = two_slacks(("ops", "alice", &[SCRIBE]), ("boss", "bob", &[])).await;
         // The runtime's sweep escalates a turn held a second, naming boss and a notifier no one has.
-        let escalate = EscalationRule { after: Duration::from_secs(1), notify: vec!["boss".into(), "nobody".into()] };
+        let escalate = EscalationRule::new(Duration::from_secs(1), vec!["boss".into(), "nobody".into()]);
         let config =
             Config { backend: backend.clone(), notifiers, links: true, escalate: Some(escalate), ..Default::default() };
         let server = Server::start(config).await;
