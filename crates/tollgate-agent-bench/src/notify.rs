@@ -152,9 +152,13 @@ impl Server {
         let link_secret = if notifiers.is_empty() { None } else { Some(LinkSecret::new(vec![7; 32]).map_err(err)?) };
         let options = ServerOptions { addr, notifiers, link_secret, ..ServerOptions::default() };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let notified = !options.notifiers.is_empty();
         let task = tokio::spawn(tollgate_agent_server::serve_on(listener, runtime.clone(), options, async move {
             let _ = stopped.await;
         }));
+        if notified {
+            reading(addr).await?;
+        }
         Ok(Server { stop, task })
     }
 
@@ -165,6 +169,27 @@ impl Server {
             Ok(Err(e)) => Err(err(format!("the server failed: {e}"))),
             Err(e) => Err(err(format!("the server task failed: {e}"))),
         }
+    }
+}
+
+/// Waits until the server at `addr` holds the commit log's `notifications` reader (its `/metrics` say
+/// so): a reader taken for the first time starts at the end of the log, so a run committed before it
+/// is positioned would never be told of.
+async fn reading(addr: std::net::SocketAddr) -> Result<(), BenchError> {
+    let client = reqwest::Client::new();
+    let began = Instant::now();
+    loop {
+        let metrics = match client.get(format!("http://{addr}/metrics")).send().await {
+            Ok(response) => response.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if metrics.lines().any(|line| line == "tollgate_notification_reader_held 1") {
+            return Ok(());
+        }
+        if began.elapsed() > DELIVERY_LIMIT {
+            return Err(BenchError("what notifications cost: the server never took the notifications reader".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

@@ -344,7 +344,11 @@ impl Inner {
         // person-approved call's start rides with the claim of its resume; planned here, run as planned.
         let mut granted_plan = None;
         if let Some(suspension) = &granted {
-            let in_force = hooks.grants_in_force().await.unwrap_or_else(|_| Arc::from(Vec::new()));
+            // The grants the gate check just read cleared the turn: the plan is made on them.
+            let in_force = match hooks.last_grants() {
+                Some(grants) => grants,
+                None => hooks.grants_in_force().await.unwrap_or_else(|_| Arc::from(Vec::new())),
+            };
             if let Ok(mut plan) = spec.agent_loop.plan_resume(suspension, &BTreeMap::new(), &in_force).await {
                 if let Some(call) = plan.commit_first_start() {
                     events.push(events::call_started(now, suspension.round, &run.id, &call));

@@ -107,6 +107,8 @@ pub(crate) struct PersistHooks {
     round_text: Mutex<RoundText>,
     /// A model call is under way (between its request and its response).
     in_model_call: AtomicBool,
+    /// The grants the segment's last gate check read, for planning the turn they cleared.
+    last_grants: Mutex<Option<Arc<[GrantRecord]>>>,
 }
 
 #[derive(Default)]
@@ -132,6 +134,7 @@ impl PersistHooks {
             state: Mutex::new(State { unborn, ..State::default() }),
             round_text: Mutex::new(RoundText::default()),
             in_model_call: AtomicBool::new(false),
+            last_grants: Mutex::new(None),
         }
     }
 
@@ -159,6 +162,12 @@ impl PersistHooks {
     /// segment may be cut in (see `Inner::unless_ended_elsewhere`).
     pub(crate) fn in_model_call(&self) -> bool {
         self.in_model_call.load(Ordering::Acquire)
+    }
+
+    /// The grants in force as the segment's last gate check read them: the grants that cleared a turn
+    /// held for nobody, which its resume is planned on without reading them again.
+    pub(crate) fn last_grants(&self) -> Option<Arc<[GrantRecord]>> {
+        self.last_grants.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The last model call seen.
@@ -231,7 +240,10 @@ impl LoopHooks for PersistHooks {
         Box::pin(async move {
             let now = self.inner.clock.now();
             match self.grants.read(&self.inner.grant_cache, &*self.inner.store.grants, &self.run_id, now).await {
-                Ok(grants) => Ok(grants),
+                Ok(grants) => {
+                    *self.last_grants.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&grants));
+                    Ok(grants)
+                }
                 // Grants that cannot be read (the store unreachable, a damaged grant row) allow nothing:
                 // the calls ask a person, which is always safe, and the run is not failed for it.
                 Err(error) => {

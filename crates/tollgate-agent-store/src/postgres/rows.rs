@@ -783,28 +783,44 @@ impl PostgresStore {
         now: Millis,
         grants: Vec<GrantRow>,
     ) -> Result<RunRecord, StoreError> {
+        self.write_locked(id, &grants, async |tx, row| {
+            let planned = self.plan_transition_on(row, &guard, &transition, events, now)?;
+            self.write_transition(tx, planned).await
+        })
+        .await
+    }
+
+    /// The locked path of a write that writes grants too (see [`Self::transition_with_grants`] and
+    /// [`Self::append_with_uses`]): in one transaction, run `id`'s row read under its lock, `write` on
+    /// it (`None`: it did not apply, a conflict), `grants` inserted and the uses of grants the written
+    /// events record counted; the taps fired once it committed. The row remembered is forgotten on any
+    /// failure (it may be the one written and then rolled back).
+    async fn write_locked<T>(
+        &self,
+        id: &RunId,
+        grants: &[GrantRow],
+        write: impl AsyncFnOnce(&mut PgConnection, RunRow) -> Result<Option<(T, Vec<StoredEvent>)>, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut connection = self.connection().await?;
         let written = async {
             let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
             let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
-            let planned = self.plan_transition_on(row, &guard, &transition, events, now)?;
-            let Some(written) = self.write_transition(&mut tx, planned).await? else {
+            let Some(written) = write(&mut tx, row).await? else {
                 return Err(StoreError::Conflict { id: id.to_string(), conflict: Conflict::ConcurrentUpdate });
             };
-            self.insert_grants(&mut tx, &grants).await?;
+            self.insert_grants(&mut tx, grants).await?;
             self.count_uses(&mut tx, &uses_in(&written.1)).await?;
             tx.commit().await.map_err(self.db_error("cannot commit"))?;
             Ok(written)
         }
         .await;
         match written {
-            Ok((next, stored)) => {
+            Ok((answer, stored)) => {
                 connection.finished();
                 self.taps.fire(id, &stored);
-                Ok(next)
+                Ok(answer)
             }
             Err(error) => {
-                // The row remembered may be the one written and then rolled back.
                 self.cache.remove(id);
                 Err(error)
             }
@@ -925,31 +941,11 @@ impl PostgresStore {
         events: Vec<NewEvent>,
         lease_until: Millis,
     ) -> Result<u64, StoreError> {
-        let mut connection = self.connection().await?;
-        let written = async {
-            let mut tx = connection.begin().await.map_err(self.db_error("cannot begin a transaction"))?;
-            let row = self.read_for_write(&mut tx, SELECT_RUN_FOR_UPDATE, id).await?;
+        self.write_locked(id, &[], async |tx, row| {
             let planned = self.plan_append_on(row, owner, events, lease_until)?;
-            let Some(written) = self.write_append(&mut tx, planned).await? else {
-                return Err(StoreError::Conflict { id: id.to_string(), conflict: Conflict::ConcurrentUpdate });
-            };
-            self.count_uses(&mut tx, &uses_in(&written.1)).await?;
-            tx.commit().await.map_err(self.db_error("cannot commit"))?;
-            Ok(written)
-        }
-        .await;
-        match written {
-            Ok((last_seq, stored)) => {
-                connection.finished();
-                self.taps.fire(id, &stored);
-                Ok(last_seq)
-            }
-            Err(error) => {
-                // The row remembered may be the one written and then rolled back.
-                self.cache.remove(id);
-                Err(error)
-            }
-        }
+            self.write_append(tx, planned).await
+        })
+        .await
     }
 
     /// Chains `events` after `row`'s chain head (checking the lease).
