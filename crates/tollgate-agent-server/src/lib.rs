@@ -453,7 +453,8 @@ pub async fn serve(
 /// ([`Runtime::spawn_maintenance`] with [`Schedule::server`]: deadlines, escalations and takeovers every
 /// second, lease renewal, retention once an hour), the event feed (metrics), the webhook dispatcher and the
 /// notifications (links start with [`ServerOptions::public_url`], else `http://` and the listener's
-/// address); connections
+/// address), whose commit-log readers are positioned (for at most 5 s) before the first connection is
+/// accepted, so a run started by the first request is delivered too; connections
 /// within the limits of [`ServerOptions`] (see the crate's "Limits"). On shutdown it stops accepting, ends
 /// live streams, waits for in-flight requests, then for in-flight steps to commit (at most
 /// [`ServerOptions::shutdown_grace`]), and returns.
@@ -468,11 +469,16 @@ pub async fn serve_on(
     let limits = limits(&options)?;
     check_notify(&options)?;
     let built = build(runtime.clone(), &options, local);
-    let dispatcher = start_webhooks(runtime.clone(), &options, &built)?;
-    let notifications = built.links.clone().and_then(|links| {
+    let mut dispatcher = start_webhooks(runtime.clone(), &options, &built)?;
+    let mut notifications = built.links.clone().and_then(|links| {
         let notifiers = options.notifiers.clone();
         notify::spawn(runtime.clone(), notifiers, links, options.notify_retry, built.metrics.clone(), WEBHOOK_FLUSH)
     });
+    // A reader taken for the first time starts at the end of the log: position it before accepting
+    // work, so a run started by the first request is delivered too.
+    for outbox in [&mut dispatcher, &mut notifications].into_iter().flatten() {
+        outbox.positioned(POSITION_WITHIN).await;
+    }
     let (stop_feed, feed_stopped) = tokio::sync::oneshot::channel();
     let mut feed = feed::spawn(runtime.clone(), built.metrics.clone(), feed_stopped);
     // Deadlines and takeovers every second, lease renewal, retention hourly: the runtime's one
@@ -630,3 +636,7 @@ pub(crate) async fn apply_retention(
 /// How long shutdown waits for webhook deliveries under way (what is left is delivered by the next
 /// holder of the webhook reader, from the position stored).
 const WEBHOOK_FLUSH: Duration = Duration::from_secs(5);
+
+/// How long a server waits, before it accepts work, for its webhook and notification readers to be
+/// positioned in the commit log.
+const POSITION_WITHIN: Duration = Duration::from_secs(5);

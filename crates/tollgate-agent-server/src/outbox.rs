@@ -96,9 +96,22 @@ pub(crate) struct Dispatcher {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
     what: &'static str,
+    /// Ends once the first attempt to take the reader has: held and positioned, or found elsewhere.
+    positioned: Option<oneshot::Receiver<()>>,
 }
 
 impl Dispatcher {
+    /// Waits, at most `within`, until the first attempt to take the reader has ended: held and
+    /// positioned (a reader with no stored position starts at the end of the log, so a commit made before
+    /// then is not delivered), held by another node, or failed. A server awaits it before it accepts work.
+    pub(crate) async fn positioned(&mut self, within: Duration) {
+        let Some(positioned) = self.positioned.take() else { return };
+        if tokio::time::timeout(within, positioned).await.is_err() {
+            let what = self.what;
+            tracing::warn!("the {what} reader is not positioned yet; serving anyway, it delivers from where it starts");
+        }
+    }
+
     /// Stops reading the log, lets deliveries in flight finish for at most `flush`, stores the
     /// position and releases the reader.
     pub(crate) async fn stop(self, flush: Duration) {
@@ -120,7 +133,9 @@ pub(crate) fn spawn<C: Consumer>(runtime: Runtime, consumer: C, names: Names, fl
     let (queue, jobs) = mpsc::channel(QUEUE);
     let deliveries = tokio::spawn(dispatch(jobs, consumer.clone()));
     let (stop, stopped) = oneshot::channel();
+    let (positioned, first_take) = oneshot::channel();
     let reader = Reader {
+        positioned: Some(positioned),
         names,
         notices: runtime.subscribe(),
         runtime,
@@ -135,12 +150,14 @@ pub(crate) fn spawn<C: Consumer>(runtime: Runtime, consumer: C, names: Names, fl
         pending: false,
     };
     let task = tokio::spawn(reader.run(stopped, deliveries, flush));
-    Dispatcher { stop, task, what: names.what }
+    Dispatcher { stop, task, what: names.what, positioned: Some(first_take) }
 }
 
 /// The holder's side: reads the log, queues deliveries, stores its position.
 struct Reader<C: Consumer> {
     names: Names,
+    /// Told once the first attempt to take the reader has ended ([`Dispatcher::positioned`]).
+    positioned: Option<oneshot::Sender<()>>,
     runtime: Runtime,
     notices: broadcast::Receiver<RunNotice>,
     consumer: Arc<C>,
@@ -186,7 +203,11 @@ impl<C: Consumer> Reader<C> {
         let Names { reader, what } = self.names;
         let mut holding = false;
         loop {
-            match self.take(&mut stop).await {
+            let taken = self.take(&mut stop).await;
+            if let Some(positioned) = self.positioned.take() {
+                let _ = positioned.send(());
+            }
+            match taken {
                 Some(true) => {}
                 Some(false) => continue,
                 None => break,
