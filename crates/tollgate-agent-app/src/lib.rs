@@ -34,6 +34,7 @@
 //! `demo` agent exists (docs/design.md, "The built-in demo agent").
 
 pub mod policy;
+pub mod telemetry;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -82,6 +83,14 @@ pub enum AppError {
         /// Why.
         message: String,
     },
+    /// The OpenTelemetry exporter of `[telemetry]` could not be built.
+    #[error("telemetry endpoint {endpoint}: {message}")]
+    Telemetry {
+        /// The traces URL.
+        endpoint: String,
+        /// Why.
+        message: String,
+    },
 }
 
 /// A tool the process knows, with the reason for its own gate.
@@ -100,6 +109,8 @@ pub struct App {
     pub workspace: PathBuf,
     /// MCP servers that started (stopped by [`App::shutdown`]).
     mcp: Vec<McpSource>,
+    /// The span exporter of `[telemetry]`, when on (flushed by [`App::shutdown`]).
+    exporter: Option<telemetry::Exporter>,
 }
 
 /// Why a built-in tool has its gate.
@@ -191,6 +202,8 @@ impl App {
             },
             ..RuntimeOptions::default()
         };
+        let (telemetry, exporter) = telemetry::start(&config.telemetry)?.unzip();
+        let options = RuntimeOptions { telemetry, ..options };
         let options = match config.runtime.workers {
             Some(workers) => RuntimeOptions { workers: usize::try_from(workers).unwrap_or(usize::MAX), ..options },
             None => options,
@@ -200,10 +213,11 @@ impl App {
             None => options,
         };
         let runtime = Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
-        Ok(App { config, runtime, workspace, mcp })
+        Ok(App { config, runtime, workspace, mcp, exporter })
     }
 
-    /// Kills every `shell` command still running (its whole process group) and stops the MCP servers.
+    /// Kills every `shell` command still running (its whole process group), stops the MCP servers and
+    /// sends the spans still queued for `[telemetry]`.
     pub async fn shutdown(&self) {
         let killed = tollgate_agent_tools::kill_running_commands();
         if killed > 0 {
@@ -211,6 +225,9 @@ impl App {
         }
         for source in &self.mcp {
             source.shutdown().await;
+        }
+        if let Some(exporter) = &self.exporter {
+            exporter.shutdown().await;
         }
     }
 }

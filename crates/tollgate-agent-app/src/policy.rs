@@ -62,7 +62,7 @@ pub fn explain(tool: &dyn Tool, own_reason: &str, policy: &[PolicyRule]) -> (Gat
         let quorum = rule.approvals.map(|n| format!(" with {n} approvals")).unwrap_or_default();
         // The comma closes the aside, so that the condition reads as the rule's, not the grant's.
         let refused = if rule.grantable { "" } else { ", not grantable," };
-        let own = tool.gate(&empty);
+        let own = tool.gate(&empty, &ToolContext::listing());
         let conditions: Vec<String> =
             rule.when.iter().map(|m| format!("{} = \"{}\"", m.pointer, m.pattern.as_str())).collect();
         return (
@@ -75,7 +75,7 @@ pub fn explain(tool: &dyn Tool, own_reason: &str, policy: &[PolicyRule]) -> (Gat
             ),
         );
     }
-    (tool.gate(&empty), own_reason.to_owned())
+    (tool.gate(&empty, &ToolContext::listing()), own_reason.to_owned())
 }
 
 fn gate_of(gate: PolicyGate) -> Gate {
@@ -129,10 +129,10 @@ impl Tool for PolicyTool {
         self.inner.validate(args)
     }
 
-    fn gate(&self, args: &Value) -> Gate {
+    fn gate(&self, args: &Value, ctx: &ToolContext) -> Gate {
         match self.deciding_rule(args) {
             Some(rule) => gate_of(rule.gate),
-            None => self.inner.gate(args),
+            None => self.inner.gate(args, ctx),
         }
     }
 
@@ -217,8 +217,12 @@ mod tests {
             rule("fs_write", &[], PolicyGate::Allow),
         ];
         let tool = apply(write, &policy);
-        assert_eq!(tool.gate(&json!({"path": "notes/a/b.txt"})), Gate::Allow);
-        assert_eq!(tool.gate(&json!({"path": "secrets.txt"})), Gate::Forbid, "rule 2 comes before rule 3");
+        assert_eq!(tool.gate(&json!({"path": "notes/a/b.txt"}), &ToolContext::listing()), Gate::Allow);
+        assert_eq!(
+            tool.gate(&json!({"path": "secrets.txt"}), &ToolContext::listing()),
+            Gate::Forbid,
+            "rule 2 comes before rule 3"
+        );
     }
 
     #[test]
@@ -226,17 +230,25 @@ mod tests {
         let pay = TestTool::new("pay").gate(Gate::Ask).shared();
         let policy = vec![rule("pay", &[("/amount", "?"), ("/currency", "EUR")], PolicyGate::Allow)];
         let tool = apply(pay, &policy);
-        assert_eq!(tool.gate(&json!({"amount": 5, "currency": "EUR"})), Gate::Allow, "one digit, in euros");
-        assert_eq!(tool.gate(&json!({"amount": 50, "currency": "EUR"})), Gate::Ask);
-        assert_eq!(tool.gate(&json!({"amount": 5, "currency": "USD"})), Gate::Ask);
-        assert_eq!(tool.gate(&json!({"currency": "EUR"})), Gate::Ask, "a missing value never matches");
+        assert_eq!(
+            tool.gate(&json!({"amount": 5, "currency": "EUR"}), &ToolContext::listing()),
+            Gate::Allow,
+            "one digit, in euros"
+        );
+        assert_eq!(tool.gate(&json!({"amount": 50, "currency": "EUR"}), &ToolContext::listing()), Gate::Ask);
+        assert_eq!(tool.gate(&json!({"amount": 5, "currency": "USD"}), &ToolContext::listing()), Gate::Ask);
+        assert_eq!(
+            tool.gate(&json!({"currency": "EUR"}), &ToolContext::listing()),
+            Gate::Ask,
+            "a missing value never matches"
+        );
     }
 
     #[test]
     fn forbid_beats_a_tools_allow_and_tools_without_rules_stay_unwrapped() {
         let list = TestTool::new("fs_list").shared();
         let tool = apply(list.clone(), &[rule("fs_list", &[], PolicyGate::Forbid)]);
-        assert_eq!(tool.gate(&json!({})), Gate::Forbid);
+        assert_eq!(tool.gate(&json!({}), &ToolContext::listing()), Gate::Forbid);
         let other = apply(list.clone(), &[rule("shell", &[], PolicyGate::Forbid)]);
         assert!(Arc::ptr_eq(&other, &list));
     }
@@ -249,7 +261,7 @@ mod tests {
     #[test]
     fn an_allow_is_judged_on_the_path_the_tool_resolves() {
         let write = apply(builtin("fs_write"), &[rule("fs_write", &[("/path", "notes/**")], PolicyGate::Allow)]);
-        let gate = |path: &str| write.gate(&json!({"path": path, "content": "x"}));
+        let gate = |path: &str| write.gate(&json!({"path": path, "content": "x"}), &ToolContext::listing());
         for path in ["notes/a.txt", "./notes/a.txt", "notes//a.txt", "x/../notes/a.txt", "notes/sub/"] {
             assert_eq!(gate(path), Gate::Allow, "{path}");
         }
@@ -273,7 +285,7 @@ mod tests {
             for path in ["keep/x", "./keep/x", "x/../keep/x", "keep//x", "keep/x/", "keep", "keep/", "./keep/."] {
                 let mut args = other.clone();
                 args["path"] = json!(path);
-                assert_eq!(tool.gate(&args), Gate::Forbid, "{} {path}", tool.name());
+                assert_eq!(tool.gate(&args, &ToolContext::listing()), Gate::Forbid, "{} {path}", tool.name());
             }
         }
     }
@@ -285,7 +297,7 @@ mod tests {
             rule("fs_delete", &[("/path", "tmp/*.log")], PolicyGate::Allow),
         ];
         let delete = apply(builtin("fs_delete"), &policy);
-        let gate = |path: &str| delete.gate(&json!({"path": path}));
+        let gate = |path: &str| delete.gate(&json!({"path": path}), &ToolContext::listing());
         for path in ["a", "./a/", ".", "x/..", "a/keep/deeper"] {
             assert_eq!(gate(path), Gate::Forbid, "{path} holds a/keep");
         }
@@ -296,11 +308,19 @@ mod tests {
         assert_eq!(gate("tmp"), Gate::Ask, "an allow is judged on the folder itself, not on what it holds");
 
         let search = apply(builtin("fs_search"), &policy);
-        assert_eq!(search.gate(&json!({"pattern": "x"})), Gate::Forbid, "the default path is the root");
-        assert_eq!(search.gate(&json!({"pattern": "x", "path": "a"})), Gate::Forbid);
-        assert_eq!(search.gate(&json!({"pattern": "x", "path": "b"})), Gate::Allow);
+        assert_eq!(
+            search.gate(&json!({"pattern": "x"}), &ToolContext::listing()),
+            Gate::Forbid,
+            "the default path is the root"
+        );
+        assert_eq!(search.gate(&json!({"pattern": "x", "path": "a"}), &ToolContext::listing()), Gate::Forbid);
+        assert_eq!(search.gate(&json!({"pattern": "x", "path": "b"}), &ToolContext::listing()), Gate::Allow);
         let list = apply(builtin("fs_list"), &policy);
-        assert_eq!(list.gate(&json!({"path": "a"})), Gate::Allow, "a listing shows only the names in `a`");
+        assert_eq!(
+            list.gate(&json!({"path": "a"}), &ToolContext::listing()),
+            Gate::Allow,
+            "a listing shows only the names in `a`"
+        );
     }
 
     #[test]
@@ -317,7 +337,7 @@ mod tests {
         assert_eq!(approvals(tool.as_ref(), &amount(50, "EUR")), 2);
         assert_eq!(approvals(tool.as_ref(), &amount(50, "GBP")), 3, "rule 4 catches what rules 1-3 miss");
         assert_eq!(approvals(tool.as_ref(), &amount(50, "USD")), 1, "rule 3 asks once, before rule 4's quorum");
-        assert_eq!(tool.gate(&amount(5, "EUR")), Gate::Allow);
+        assert_eq!(tool.gate(&amount(5, "EUR"), &ToolContext::listing()), Gate::Allow);
         assert_eq!(approvals(tool.as_ref(), &amount(5, "EUR")), 1, "rule 1 allows, before rule 2's quorum");
     }
 
@@ -330,7 +350,7 @@ mod tests {
         let outer = apply(inner, &[quorum(rule("pay", &[("/currency", "EUR")], PolicyGate::Ask), 2)]);
         assert_eq!(approvals(outer.as_ref(), &json!({"currency": "EUR"})), 2);
         assert_eq!(approvals(outer.as_ref(), &json!({"currency": "USD"})), 3);
-        assert_eq!(outer.gate(&json!({"currency": "USD"})), Gate::Ask);
+        assert_eq!(outer.gate(&json!({"currency": "USD"}), &ToolContext::listing()), Gate::Ask);
     }
 
     #[test]

@@ -186,6 +186,20 @@ pub(crate) async fn start_block(
 ) -> Result<Vec<RunId>, BenchError> {
     let cpu0 = cpu_time();
     let started = Instant::now();
+    let (ids, latencies) = start_runs(runtime, agent, indexes, concurrency, expected).await?;
+    tally.add(started, cpu0, latencies, 0);
+    Ok(ids)
+}
+
+/// Starts runs `indexes` of `agent` as [`start_block`] does, without counting them; answers the runs'
+/// ids and how long each took to settle.
+pub(crate) async fn start_runs(
+    runtime: &Runtime,
+    agent: &str,
+    indexes: std::ops::Range<u64>,
+    concurrency: usize,
+    expected: RunStatus,
+) -> Result<(Vec<RunId>, Vec<Duration>), BenchError> {
     let results = in_flight(indexes, concurrency, |j| {
         let runtime = runtime.clone();
         async move {
@@ -194,10 +208,7 @@ pub(crate) async fn start_block(
         }
     })
     .await;
-    let (ids, latencies): (Vec<RunId>, Vec<Duration>) =
-        results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip();
-    tally.add(started, cpu0, latencies, 0);
-    Ok(ids)
+    Ok(results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().unzip())
 }
 
 /// Phase 2 of A for the waiting runs `ids`, `concurrency` in flight; adds the block to `tally`.
@@ -222,7 +233,7 @@ async fn approve_block(
 }
 
 /// One kind's blocks, summed over the rounds.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Tally {
     pub(crate) wall: f64,
     pub(crate) spent: CpuTime,

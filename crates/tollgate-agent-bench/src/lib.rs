@@ -34,6 +34,10 @@
 //! `allow`, each pair in alternating rounds of one sitting; and D with one grant applied to the waiting
 //! runs ([`scale::scale_applying`]).
 //!
+//! What notifications cost ([`notify`]) and what tracing costs ([`traces`]): A's phase 1 beside two
+//! notifiers, and with OpenTelemetry tracing on (every run sampled, and 1 %), each against the same
+//! phase without, in alternating rounds of one sitting.
+//!
 //! Workload A also runs through the HTTP API ([`http`]), and over N `tollgate serve` processes sharing
 //! one PostgreSQL database, each run resumed on another node than the one that started it ([`nodes`]).
 //! The soak ([`soak`]) is no workload of the comparison: it kills a real `tollgate serve` again and again
@@ -52,6 +56,7 @@ pub mod nodes;
 pub mod notify;
 pub mod scale;
 pub mod soak;
+pub mod traces;
 
 use futures_util::StreamExt;
 use serde::Serialize;
@@ -105,6 +110,10 @@ pub struct PhaseReport {
     /// cost): how it compares. [`table`] prints it on a line of its own after the table.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub versus: Option<Versus>,
+    /// On a phase with tracing on (what tracing costs): the spans its runs sent, as the OTLP receiver
+    /// counted them. [`table`] prints them, per run, on a line of their own after the table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spans: Option<u64>,
 }
 
 /// A phase set against its baseline: both measured in the same process, in alternating rounds (the
@@ -173,7 +182,7 @@ impl Tool for WriteNote {
     fn parameters(&self) -> &Value {
         &self.schema
     }
-    fn gate(&self, _args: &Value) -> Gate {
+    fn gate(&self, _args: &Value, _ctx: &ToolContext) -> Gate {
         self.gate
     }
     fn preview<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Option<String>> {
@@ -518,9 +527,19 @@ fn bench_agent(name: &str, gate: Gate, notes: Arc<Mutex<Vec<String>>>) -> Result
 
 /// A runtime over `store` with `agents` (the first is the default), as every in-process workload has it.
 fn bench_runtime(store: Arc<dyn RunStore>, agents: Vec<AgentSpec>) -> Result<Runtime, BenchError> {
+    traced_runtime(store, agents, None)
+}
+
+/// [`bench_runtime`], its runs' spans sent to `telemetry` when there is one.
+fn traced_runtime(
+    store: Arc<dyn RunStore>,
+    agents: Vec<AgentSpec>,
+    telemetry: Option<tollgate_agent_runtime::Telemetry>,
+) -> Result<Runtime, BenchError> {
     // Workers enough for every run in flight (workload D fills with 256): the workloads measure the
     // store and the loop, not the pool's back-pressure.
-    let options = RuntimeOptions { privacy: privacy_from_env()?, workers: BENCH_WORKERS, ..RuntimeOptions::default() };
+    let options =
+        RuntimeOptions { privacy: privacy_from_env()?, workers: BENCH_WORKERS, telemetry, ..RuntimeOptions::default() };
     Ok(Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options))
 }
 
@@ -621,13 +640,15 @@ pub(crate) fn phase_report_spent(
         suspension_bytes,
         check: None,
         versus: None,
+        spans: None,
     }
 }
 
 /// Prints reports as one table (B's `count` and `runs/s` are loop iterations, as its phase says), then
 /// each comparison of a variant with its baseline on a line of its own (`PHASE vs BASELINE: CPU per run
-/// ×1.02 (rounds ×0.99–×1.05), runs/s ×0.98 (…), 4 rounds each, alternating`), then each end check that
-/// passed: `check A (c=1): … — ok`.
+/// ×1.02 (rounds ×0.99–×1.05), runs/s ×0.98 (…), 4 rounds each, alternating`), then the spans of each
+/// traced phase (`PHASE: 6000 spans sent, 2.000 per run`), then each end check that passed:
+/// `check A (c=1): … — ok`.
 pub fn table(reports: &[PhaseReport]) -> String {
     let mut out = format!(
         "{:<56} {:>8} {:>9} {:>11} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n",
@@ -663,6 +684,10 @@ pub fn table(reports: &[PhaseReport]) -> String {
             span(&versus.rate_ratios),
             versus.rounds
         ));
+    }
+    for (report, spans) in reports.iter().filter_map(|r| r.spans.map(|spans| (r, spans))) {
+        let per_run = spans as f64 / report.count.max(1) as f64;
+        out.push_str(&format!("{}: {spans} spans sent, {per_run:.3} per run\n", report.name));
     }
     for check in reports.iter().filter_map(|r| r.check.as_deref()) {
         out.push_str(&format!("check {check} — ok\n"));

@@ -220,7 +220,12 @@ impl Receiver {
                 let counted = Arc::clone(&counted);
                 tokio::spawn(async move {
                     let _ = match protocol {
-                        Protocol::Http => serve_http(stream, &counted).await,
+                        Protocol::Http => {
+                            serve_http(stream, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", |_| {
+                                counted.fetch_add(1, Ordering::AcqRel);
+                            })
+                            .await
+                        }
                         Protocol::Smtp => serve_smtp(stream, &counted).await,
                     };
                 });
@@ -273,8 +278,13 @@ impl Receiver {
     }
 }
 
-/// Answers every request on `stream` with `200 ok`, counting each.
-async fn serve_http(stream: tokio::net::TcpStream, count: &AtomicU64) -> std::io::Result<()> {
+/// Answers every HTTP/1.1 request on `stream` with `answer` (a whole response) once `take` has had its
+/// body (read to its `content-length`).
+pub(crate) async fn serve_http(
+    stream: tokio::net::TcpStream,
+    answer: &[u8],
+    mut take: impl FnMut(&[u8]),
+) -> std::io::Result<()> {
     let mut stream = BufReader::new(stream);
     loop {
         let mut length = 0usize;
@@ -295,8 +305,8 @@ async fn serve_http(stream: tokio::net::TcpStream, count: &AtomicU64) -> std::io
         }
         let mut body = vec![0; length];
         stream.read_exact(&mut body).await?;
-        count.fetch_add(1, Ordering::AcqRel);
-        stream.get_mut().write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await?;
+        take(&body);
+        stream.get_mut().write_all(answer).await?;
     }
 }
 
@@ -340,7 +350,7 @@ async fn serve_smtp(stream: tokio::net::TcpStream, count: &AtomicU64) -> std::io
 /// A second database beside the one at `store_url`: a SQLite file's name with `-{label}` before its
 /// extension; a PostgreSQL URL's database as it is (the second side then shares it: its runs are of the
 /// same agent, and the commit log reader of the notified side reads the other side's commits too).
-fn beside(store_url: &str, label: &str) -> String {
+pub(crate) fn beside(store_url: &str, label: &str) -> String {
     match store_url.strip_suffix(".db") {
         Some(stem) if store_url.starts_with("sqlite:") => format!("{stem}-{label}.db"),
         _ => store_url.to_owned(),

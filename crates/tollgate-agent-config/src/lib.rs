@@ -77,6 +77,11 @@
 //! | `grants.enabled` | `TOLLGATE_GRANTS_ENABLED` |
 //! | `grants.default_ttl` | `TOLLGATE_GRANTS_DEFAULT_TTL` |
 //! | `grants.max_ttl` | `TOLLGATE_GRANTS_MAX_TTL` |
+//! | `telemetry.endpoint` | `TOLLGATE_TELEMETRY_ENDPOINT` |
+//! | `telemetry.service_name` | `TOLLGATE_TELEMETRY_SERVICE_NAME` |
+//! | `telemetry.sample_ratio` | `TOLLGATE_TELEMETRY_SAMPLE_RATIO` |
+//! | `telemetry.content` | `TOLLGATE_TELEMETRY_CONTENT` |
+//! | `telemetry.timeout` | `TOLLGATE_TELEMETRY_TIMEOUT` |
 //!
 //! A variable set to the empty string counts as unset. An override's value is taken literally (no `env:`),
 //! is checked like the key it replaces (errors name the variable), and a relative path in it resolves
@@ -126,6 +131,12 @@
 //! `approval_requested` and/or `escalation`; `as` names a token with the `approver` role (or `admin`)
 //! when `[[auth.tokens]]` is configured. An agent's `escalate_after` and `escalate_to` come together,
 //! and `escalate_to` names configured notifiers.
+//!
+//! Telemetry (docs/telemetry.md): `[telemetry]` is off unless `endpoint` is set, an `http://` or
+//! `https://` OTLP/HTTP base URL (spans go to `{endpoint}/v1/traces`, or to `endpoint` itself when it
+//! already ends in `/v1/traces`); `service_name` (default `tollgate`) is non-empty; `sample_ratio` is a
+//! number from 0 to 1 (default 1); `content` is a boolean (default false); `timeout` a duration (default
+//! 10s).
 
 mod addr;
 mod env;
@@ -147,7 +158,7 @@ pub use model::{
     HttpProviderConfig, McpCommand, McpServerConfig, NotifyConfig, NotifyKind, NotifyOn, OnExpiry, PolicyGate,
     PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind, RetentionConfig, Role, RuntimeConfig,
     SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, SlackNotify, StoreBackend, StoreConfig,
-    TokenConfig, WebhookConfig, WorkspaceConfig,
+    TelemetryConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
 };
 pub use secret::Secret;
 pub use tollgate_agent_protocol::{Actor, Glob};
@@ -197,6 +208,12 @@ pub mod defaults {
     pub const GRANT_DEFAULT_TTL: Duration = Duration::from_secs(8 * 3_600);
     /// `grants.max_ttl`: the longest life a grant may be given, 30 days.
     pub const GRANT_MAX_TTL: Duration = Duration::from_secs(30 * 86_400);
+    /// `[telemetry] service_name`.
+    pub const TELEMETRY_SERVICE_NAME: &str = "tollgate";
+    /// `[telemetry] sample_ratio`: every run.
+    pub const TELEMETRY_SAMPLE_RATIO: f64 = 1.0;
+    /// `[telemetry] timeout`: how long one export of spans may take.
+    pub const TELEMETRY_TIMEOUT: Duration = Duration::from_secs(10);
     /// `agents[].max_iterations`.
     pub const MAX_ITERATIONS: u32 = 10;
     /// `providers[].timeout` of one model request (generous: local models can be slow).

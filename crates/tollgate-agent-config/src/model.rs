@@ -48,6 +48,8 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// `[grants]`.
     pub grants: GrantsConfig,
+    /// `[telemetry]`: OpenTelemetry traces, off unless an endpoint is set.
+    pub telemetry: TelemetryConfig,
 }
 
 impl Config {
@@ -290,6 +292,34 @@ impl Default for GrantsConfig {
             enabled: crate::defaults::GRANTS_ENABLED,
             default_ttl: crate::defaults::GRANT_DEFAULT_TTL,
             max_ttl: crate::defaults::GRANT_MAX_TTL,
+        }
+    }
+}
+
+/// `[telemetry]`: where the runs' OpenTelemetry spans go (docs/telemetry.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// `endpoint`: the OTLP/HTTP traces URL (`{endpoint}/v1/traces`, already appended); `None`: off.
+    pub endpoint: Option<String>,
+    /// `service_name` (default `tollgate`): the `service.name` of the spans' resource.
+    pub service_name: String,
+    /// `sample_ratio` (default 1): the share of new runs whose spans are recorded, 0 to 1.
+    pub sample_ratio: f64,
+    /// `content` (default false): prompts, model text, arguments and results go in spans, when
+    /// `[privacy] level` is `full`.
+    pub content: bool,
+    /// `timeout` (default 10s): how long one export may take.
+    pub timeout: Duration,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            endpoint: None,
+            service_name: crate::defaults::TELEMETRY_SERVICE_NAME.to_owned(),
+            sample_ratio: crate::defaults::TELEMETRY_SAMPLE_RATIO,
+            content: false,
+            timeout: crate::defaults::TELEMETRY_TIMEOUT,
         }
     }
 }

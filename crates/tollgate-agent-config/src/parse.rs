@@ -18,7 +18,7 @@ use crate::model::{
     HttpProviderConfig, McpCommand, McpServerConfig, NotifyConfig, NotifyKind, NotifyOn, OnExpiry, PolicyGate,
     PolicyRule, PrivacyConfig, PrivacyLevel, ProviderConfig, ProviderKind, RetentionConfig, Role, RuntimeConfig,
     SandboxConfig, SandboxMode, ScriptedProviderConfig, ServerConfig, SlackNotify, StoreBackend, StoreConfig,
-    TokenConfig, WebhookConfig, WorkspaceConfig,
+    TelemetryConfig, TokenConfig, WebhookConfig, WorkspaceConfig,
 };
 use crate::{Actor, ConfigError, EnvVars, Glob, Secret, defaults, format_duration, parse_addr, parse_duration};
 use tollgate_agent_protocol::EXPECTED_DURATION;
@@ -40,6 +40,7 @@ const TOP_KEYS: &[&str] = &[
     "privacy",
     "runtime",
     "grants",
+    "telemetry",
 ];
 const PROVIDER_KEYS: &[&str] =
     &["name", "kind", "model", "base_url", "api_key", "timeout", "max_retries", "stream", "script"];
@@ -200,6 +201,7 @@ impl Parser<'_> {
         let privacy = self.privacy(section("privacy")?.as_ref())?;
         let runtime = self.runtime(section("runtime")?.as_ref())?;
         let grants = self.grants(section("grants")?.as_ref())?;
+        let telemetry = self.telemetry(section("telemetry")?.as_ref())?;
         Ok(Config {
             source,
             base_dir: self.base_dir.to_path_buf(),
@@ -217,7 +219,32 @@ impl Parser<'_> {
             privacy,
             runtime,
             grants,
+            telemetry,
         })
+    }
+
+    fn telemetry(&self, section: Option<&Section<'_>>) -> Result<TelemetryConfig> {
+        if let Some(section) = section {
+            section.check_keys(&["endpoint", "service_name", "sample_ratio", "content", "timeout"])?;
+        }
+        let mut telemetry = TelemetryConfig::default();
+        if let Some((value, at)) = self.scalar(section, "telemetry", "endpoint") {
+            let url = http_url(&value, &at)?;
+            telemetry.endpoint = Some(if url.ends_with("/v1/traces") { url } else { format!("{url}/v1/traces") });
+        }
+        if let Some((value, at)) = self.scalar(section, "telemetry", "service_name") {
+            telemetry.service_name = non_empty(&value, &at)?.to_owned();
+        }
+        if let Some((value, at)) = self.scalar(section, "telemetry", "sample_ratio") {
+            telemetry.sample_ratio = ratio(&value, &at)?;
+        }
+        if let Some((value, at)) = self.scalar(section, "telemetry", "content") {
+            telemetry.content = boolean(&value, &at)?;
+        }
+        if let Some((value, at)) = self.scalar(section, "telemetry", "timeout") {
+            telemetry.timeout = duration(&value, &at)?;
+        }
+        Ok(telemetry)
     }
 
     fn grants(&self, section: Option<&Section<'_>>) -> Result<GrantsConfig> {
@@ -1269,6 +1296,21 @@ fn choice<T: Copy>(value: &Value, at: &At, options: &[(&str, T)]) -> Result<T> {
     };
     let text = string_as(value, at, &expected)?;
     options.iter().find(|(name, _)| *name == text).map(|(_, v)| *v).ok_or_else(|| at.expected(&expected, value))
+}
+
+/// A number from 0 to 1 (an integer 0 or 1 too); from a `TOLLGATE_*` variable, its decimal text.
+fn ratio(value: &Value, at: &At) -> Result<f64> {
+    const WHAT: &str = "a number from 0 to 1";
+    let n = match value {
+        Value::Float(n) => Some(*n),
+        Value::Integer(n) => Some(*n as f64),
+        Value::String(text) if at.from_env => text.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match n {
+        Some(n) if (0.0..=1.0).contains(&n) => Ok(n),
+        _ => Err(at.expected(WHAT, value)),
+    }
 }
 
 /// `true` or `false`; from a `TOLLGATE_*` variable, that text.

@@ -70,8 +70,8 @@ impl TypedTool for SendEmail {
     const DESCRIPTION: &str = "Sends an email on the user's behalf.";
 
     /// The default gate is `allow`. Sending mail cannot be undone, so every call waits for a person.
-    /// (`fn gate(&self, email: &Email)` could decide per call: allow mail to the user's own domain and
-    /// ask for the rest.)
+    /// (`fn gate(&self, email: &Email, ctx: &ToolContext)` could decide per call: allow mail to the
+    /// user's own domain, read from the run's metadata in `ctx`, and ask for the rest.)
     const GATE: Gate = Gate::Ask;
 
     /// What the approver sees. Show exactly what would happen, in the words the person would use.

@@ -48,9 +48,11 @@ pub mod approval;
 pub mod canonical;
 pub mod display;
 pub mod event;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod grant;
+pub mod image;
 pub mod metadata;
 pub mod model;
 pub mod redact;
@@ -60,6 +62,7 @@ pub mod store;
 pub mod suspension;
 pub mod tool;
 pub mod tool_loop;
+pub mod trace;
 pub mod transcript;
 pub mod typed;
 
@@ -69,6 +72,7 @@ pub use event::{ChainBreak, ChainKey, ChainKeys, EventKind, NewEvent, StoredEven
 pub use grant::{
     GrantMatch, GrantPage, GrantQuery, GrantRecord, GrantStatus, exact_match, exact_match_resolved, first_allowing,
 };
+pub use image::{ImageRefused, ImageType, ToolImage};
 pub use metadata::{Metadata, MetadataError, MetadataValueError};
 pub use model::{
     FinishReason, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse, NoDeltas,
@@ -89,13 +93,14 @@ pub use suspension::{
 };
 pub use tollgate_agent_protocol::{Actor, CallId, GrantId, GrantScope, RunId};
 pub use tool::{
-    Gate, PolicyPath, Preview, RegisteredTool, RegistryError, RunScope, Tool, ToolContext, ToolError, ToolOutput,
-    ToolPin, ToolRegistry, ToolSpec,
+    ErrorContext, Gate, PolicyPath, Preview, RegisteredTool, RegistryError, RunScope, Tool, ToolContext, ToolError,
+    ToolOutput, ToolPin, ToolRegistry, ToolSpec,
 };
 pub use tool_loop::{
     AgentLoop, Completion, HookError, ITERATION_LIMIT_RESULT, LoopConfig, LoopError, LoopEvent, LoopHooks, NoHooks,
     Outcome, ResumePlan, StartingCall, TerminationReason, ToolLoop, cap_result,
 };
+pub use trace::{TraceContext, TraceContextError};
 pub use transcript::{Counters, Invocation, Message, ToolCall, ToolResult, Usage};
 pub use typed::{FnTool, IntoTool, Typed, TypedTool, args_schema, tool_fn};
 

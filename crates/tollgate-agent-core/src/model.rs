@@ -159,6 +159,12 @@ impl ModelDeltas for NoDeltas {
 
 /// A model the loop can call.
 pub trait ModelClient: Send + Sync {
+    /// The provider, as traces name it (`gen_ai.system`: `openai`, `anthropic`, ...); `unknown` unless
+    /// the client says.
+    fn system(&self) -> &str {
+        "unknown"
+    }
+
     /// Makes one model call.
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>>;
 

@@ -194,6 +194,9 @@ pub struct RunRecord {
     pub input: String,
     /// What its starter gave every tool call of the run (empty when nothing); never changes.
     pub metadata: Metadata,
+    /// The OpenTelemetry trace its spans belong to, when it was created with telemetry on
+    /// ([`TraceContext`](crate::TraceContext)); never changes.
+    pub trace: Option<crate::TraceContext>,
     /// Model calls so far.
     pub iterations: u32,
     /// Tokens so far.
@@ -226,6 +229,7 @@ impl RunRecord {
             agent,
             input,
             metadata: Metadata::new(),
+            trace: None,
             iterations: 0,
             usage: Usage::default(),
             version: 1,
@@ -244,6 +248,12 @@ impl RunRecord {
     /// The same run with this metadata.
     pub fn with_metadata(mut self, metadata: Metadata) -> Self {
         self.metadata = metadata;
+        self
+    }
+
+    /// The same run in this trace.
+    pub fn with_trace(mut self, trace: Option<crate::TraceContext>) -> Self {
+        self.trace = trace;
         self
     }
 

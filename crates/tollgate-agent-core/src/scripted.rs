@@ -31,7 +31,44 @@ pub enum ScriptError {
     Invalid(String),
 }
 
-/// A parsed script.
+/// The turns a [`ScriptedModel`] plays, one per model call: what a model would answer, written down, so a
+/// run goes the same way every time with no provider (tests, demos, benchmarks). Read from JSON with
+/// [`from_json`](Self::from_json) or [`from_value`](Self::from_value); unknown fields are errors.
+///
+/// ```json
+/// {"turns": [
+///   {"text": "Paying.", "tool_calls": [{"name": "pay", "arguments": {"to": "bob", "cents": 25000}}]},
+///   {"text": "Paid Bob.", "when_denied": {"text": "Understood, I did not pay."}}
+/// ]}
+/// ```
+///
+/// - `turns`: the answers, in order. The run's Nth model call gets turn N, N counted from the assistant
+///   turns in the transcript it is sent (so a run resumed in another process picks up where it was), and
+///   a call past the last turn fails the run with an error saying so.
+/// - A turn has `text` (what the model says; absent: nothing), `tool_calls` (each a `name` and its
+///   `arguments`, a JSON object, `{}` when absent; ids are `call_1`, `call_2`, … per run), `usage`
+///   (`input_tokens` and `output_tokens`; absent: estimated from the text, about four bytes a token)
+///   and `stream_chunks` (N: the text is streamed to live viewers in N deltas of near equal length, as a
+///   streaming provider sends it; 0 or 1 is one delta; absent: none).
+/// - `when_denied` and `when_approved`: a whole turn to play instead when a person denied a call of the
+///   previous turn, or when nobody did.
+/// - In any string, `{{input}}` is the run's input, and `{{input_after:MARK}}` the part of the input
+///   after its first `MARK` (all of it when `MARK` is not in it).
+/// - A model offered no tools gets no tool calls (the closing call at the iteration limit).
+///
+/// ```
+/// use tollgate_agent_core::scripted::Script;
+///
+/// let script = Script::from_json(r#"{"turns": [
+///     {"tool_calls": [{"name": "save_note", "arguments": {"text": "{{input}}"}}]},
+///     {"text": "Saved.", "when_denied": {"text": "Not saved."}}
+/// ]}"#)?;
+/// assert_eq!(script.len(), 2);
+///
+/// let typo = Script::from_json(r#"{"turns": [{"txt": "hello"}]}"#).map(|_| ()).map_err(|e| e.to_string());
+/// assert!(typo.is_err_and(|e| e.starts_with("invalid script: unknown field `txt`")));
+/// # Ok::<(), tollgate_agent_core::scripted::ScriptError>(())
+/// ```
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
@@ -203,6 +240,10 @@ impl ScriptedModel {
 }
 
 impl ModelClient for ScriptedModel {
+    fn system(&self) -> &str {
+        "tollgate.scripted"
+    }
+
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
         Box::pin(std::future::ready(self.respond(&request).map(|(response, _)| response)))
     }
@@ -361,6 +402,7 @@ mod tests {
                 content: "...".into(),
                 is_error: denied,
                 denied,
+                images: Vec::new(),
             })
         };
         let approved = request(&[Message::user("x"), assistant.clone(), result(false)]);

@@ -525,6 +525,7 @@ mod tests {
             content: content.into(),
             is_error: true,
             denied: false,
+            images: Vec::new(),
         }
     }
 

@@ -6,7 +6,10 @@
 use crate::BoxFuture;
 use crate::approval::Requirement;
 use crate::canonical::canonical_sha256;
-use crate::metadata::{Metadata, MetadataValueError};
+use crate::image::{
+    ImageRefused, MAX_RESULT_IMAGE_BYTES, MAX_RESULT_IMAGES, ToolImage, image_size, refused_description,
+};
+use crate::metadata::Metadata;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -16,37 +19,104 @@ use tollgate_agent_protocol::{CallId, RunId};
 /// The gate's verdict for one call: the wire's type, so a held call's `gate` and a tool's compare.
 pub use tollgate_agent_protocol::Gate;
 
-/// What a tool hands back to the model.
+/// What a tool hands back to the model: text, and the images [`with_image`](Self::with_image) added
+/// (each also described in the text; see [`crate::image`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolOutput {
     /// The text the model reads.
     pub content: String,
     /// True for an error the model should see (a missing file, a failed command).
     pub is_error: bool,
+    images: Vec<ToolImage>,
 }
 
 impl ToolOutput {
     /// A normal result.
     pub fn text(content: impl Into<String>) -> Self {
-        Self { content: content.into(), is_error: false }
+        Self { content: content.into(), is_error: false, images: Vec::new() }
     }
 
     /// An error result meant for the model, e.g. "no such file: a.txt".
     pub fn error(content: impl Into<String>) -> Self {
-        Self { content: content.into(), is_error: true }
+        Self { content: content.into(), is_error: true, images: Vec::new() }
     }
 
     /// A normal result from raw bytes, repaired to valid UTF-8 (invalid sequences become U+FFFD).
     pub fn bytes(bytes: &[u8]) -> Self {
         Self::text(String::from_utf8_lossy(bytes).into_owned())
     }
+
+    /// Adds an image (`media_type`, its bytes in standard padded base64) after the text so far: the text
+    /// gets a line describing it (`[image: image/png, 12 KB]`), and a provider that reads images gets the
+    /// image too. One a model cannot be given (another type, bad base64, over a limit: see
+    /// [`crate::image`]) is only described, with why.
+    pub fn with_image(mut self, media_type: &str, base64: String) -> Self {
+        let size = image_size(&base64);
+        let kept = ToolImage::new(media_type, base64).and_then(|image| {
+            let bytes: usize = self.images.iter().map(|i| i.base64().len()).sum();
+            if self.images.len() >= MAX_RESULT_IMAGES || bytes + image.base64().len() > MAX_RESULT_IMAGE_BYTES {
+                return Err(ImageRefused::ResultFull);
+            }
+            Ok(image)
+        });
+        let line = match kept {
+            Ok(image) => {
+                let line = image.description();
+                self.images.push(image);
+                line
+            }
+            Err(why) => refused_description(media_type, size, &why),
+        };
+        if !self.content.is_empty() {
+            self.content.push('\n');
+        }
+        self.content.push_str(&line);
+        self
+    }
+
+    /// The images the result carries, in the order they were added.
+    pub fn images(&self) -> &[ToolImage] {
+        &self.images
+    }
+
+    /// The result's parts: text, error flag, images.
+    pub fn into_parts(self) -> (String, bool, Vec<ToolImage>) {
+        (self.content, self.is_error, self.images)
+    }
 }
 
-/// A tool's internal failure. Its text goes to the log only; the model is told the tool failed.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
+/// A tool's own failure: a service it calls is down, a file it needs cannot be read. Its text goes to the
+/// process's log; the model is told only that the tool failed (docs/design.md: a tool's internal error
+/// text is not shown to the model). An error the model should read and act on ("no order 42") is a
+/// result instead: `Ok(ToolOutput::error(..))`.
+///
+/// Every error converts into one, so `?` works in a tool on whatever it calls; the message is the error
+/// with its chain of sources ([`error_chain`](crate::error_chain)), and [`ErrorContext::context`] puts
+/// what the tool was doing in front of it:
+///
+/// ```
+/// use tollgate_agent_core::{ErrorContext, ToolError};
+///
+/// fn port(text: &str) -> Result<u16, ToolError> {
+///     let port: u16 = text.parse()?; // a `ParseIntError` becomes a `ToolError`
+///     Ok(port)
+/// }
+/// fn read_config(path: &str) -> Result<String, ToolError> {
+///     std::fs::read_to_string(path).with_context(|| format!("reading {path}"))
+/// }
+///
+/// assert_eq!(port("80").ok(), Some(80));
+/// assert_eq!(port("eighty").err().map(|e| e.message), Some("invalid digit found in string".to_owned()));
+/// let missing = read_config("/no/such/file").err().map(|e| e.message).unwrap_or_default();
+/// assert!(missing.starts_with("reading /no/such/file: "), "{missing}");
+/// ```
+///
+/// It is not itself a [`std::Error`](std::error::Error) — as `anyhow::Error` is not: that is what
+/// lets every error convert into it. It converts into `Box<dyn Error + Send + Sync>` for code that
+/// collects errors that way.
+#[derive(Debug)]
 pub struct ToolError {
-    /// What went wrong, for the operator.
+    /// What went wrong, for the operator: the error and its sources, or the text given.
     pub message: String,
 }
 
@@ -55,15 +125,87 @@ impl ToolError {
     pub fn new(message: impl Into<String>) -> Self {
         Self { message: message.into() }
     }
-}
 
-impl From<MetadataValueError> for ToolError {
-    fn from(error: MetadataValueError) -> Self {
-        Self::new(error.to_string())
+    /// The same failure with what the tool was doing in front: `"{context}: {message}"`.
+    pub fn context(self, context: impl std::fmt::Display) -> Self {
+        Self { message: format!("{context}: {}", self.message) }
     }
 }
 
-/// What a tool learns about the call it serves.
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error> From<E> for ToolError {
+    /// The error with its chain of sources as the message.
+    fn from(error: E) -> Self {
+        Self::new(crate::display::error_chain(&error))
+    }
+}
+
+/// A [`ToolError`] boxed as a standard error (its message, no source).
+#[derive(Debug)]
+struct FailedTool(String);
+
+impl std::fmt::Display for FailedTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FailedTool {}
+
+impl From<ToolError> for Box<dyn std::error::Error + Send + Sync> {
+    fn from(error: ToolError) -> Self {
+        Box::new(FailedTool(error.message))
+    }
+}
+
+impl From<ToolError> for Box<dyn std::error::Error> {
+    fn from(error: ToolError) -> Self {
+        Box::new(FailedTool(error.message))
+    }
+}
+
+/// What a tool was doing when something failed, in front of the failure: `.context(..)` on a `Result`
+/// whose error converts into a [`ToolError`] (any error, or a `ToolError`) or on an `Option` (`None`
+/// becomes the context alone). See [`ToolError`].
+pub trait ErrorContext<T> {
+    /// The value, or a [`ToolError`] reading `"{context}: {error}"` (`"{context}"` for a `None`).
+    fn context(self, context: impl std::fmt::Display) -> Result<T, ToolError>;
+
+    /// [`context`](Self::context) with the context made only on failure.
+    fn with_context<C: std::fmt::Display>(self, context: impl FnOnce() -> C) -> Result<T, ToolError>;
+}
+
+impl<T, E> ErrorContext<T> for Result<T, E>
+where
+    ToolError: From<E>,
+{
+    fn context(self, context: impl std::fmt::Display) -> Result<T, ToolError> {
+        self.map_err(|error| ToolError::from(error).context(context))
+    }
+
+    fn with_context<C: std::fmt::Display>(self, context: impl FnOnce() -> C) -> Result<T, ToolError> {
+        self.map_err(|error| ToolError::from(error).context(context()))
+    }
+}
+
+impl<T> ErrorContext<T> for Option<T> {
+    fn context(self, context: impl std::fmt::Display) -> Result<T, ToolError> {
+        self.ok_or_else(|| ToolError::new(context.to_string()))
+    }
+
+    fn with_context<C: std::fmt::Display>(self, context: impl FnOnce() -> C) -> Result<T, ToolError> {
+        self.ok_or_else(|| ToolError::new(context().to_string()))
+    }
+}
+
+/// What a tool learns about the call it serves: the run, the call, the run's metadata. Its gate gets it
+/// too ([`Tool::gate`]), so a gate can decide by the run as well as by the arguments (by the customer in
+/// the metadata, say).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolContext {
     /// The run the call belongs to.
@@ -83,6 +225,13 @@ impl ToolContext {
     /// The context of call `call_id` of run `run_id`, without metadata or observation.
     pub fn new(run_id: impl Into<RunId>, call_id: impl Into<CallId>) -> Self {
         Self { run_id: run_id.into(), call_id: call_id.into(), metadata: Metadata::new(), observed: None }
+    }
+
+    /// The context a tool's gate is asked with outside any run: a listing of the tools (`GET /v1/tools`,
+    /// `tollgate tools`) shows the gate of the arguments `{}` under it. No run, no call (both ids empty),
+    /// no metadata.
+    pub fn listing() -> Self {
+        Self::new("", "")
     }
 
     /// The same context with this metadata.
@@ -190,9 +339,9 @@ pub struct PolicyPath {
 /// A capability offered to the model.
 ///
 /// `validate`, `gate` and `preview` must not have side effects: they run while the whole turn is checked,
-/// before any call of it executes. `gate` is a pure function of the arguments; `validate` and `preview`
-/// may look at the world (a file's type, its current content) and are asynchronous so that a tool can do
-/// that I/O off the async workers, with a time bound of its own. A panic in any method is caught and turned
+/// before any call of it executes. `gate` is a pure function of the arguments and the call's context;
+/// `validate` and `preview` may look at the world (a file's type, its current content) and are
+/// asynchronous so that a tool can do that I/O off the async workers, with a time bound of its own. A panic in any method is caught and turned
 /// into an error result for that call.
 pub trait Tool: Send + Sync {
     /// The name the model calls it by; unique in a registry.
@@ -210,8 +359,11 @@ pub trait Tool: Send + Sync {
         Box::pin(std::future::ready(Ok(())))
     }
 
-    /// The gate for these arguments. Allow by default.
-    fn gate(&self, _args: &Value) -> Gate {
+    /// The gate for these arguments in this run. Allow by default. `ctx` is the call's context (its
+    /// run, call id and the run's metadata; nothing observed yet), or [`ToolContext::listing`] when a
+    /// listing asks. The gate is asked again, with the same context, when a person edits the call's
+    /// arguments and when the call resumes: a run's metadata is fixed for its life, so it answers alike.
+    fn gate(&self, _args: &Value, _ctx: &ToolContext) -> Gate {
         Gate::Allow
     }
 

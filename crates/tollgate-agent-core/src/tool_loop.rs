@@ -14,7 +14,7 @@ use crate::grant::{GrantRecord, first_allowing};
 use crate::model::{ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse};
 use crate::redact::Redactor;
 use crate::suspension::{Decision, DecisionError, Decisions, HeldCall, HeldCallState, Suspension};
-use crate::tool::{Gate, Preview, RegisteredTool, RunScope, ToolContext, ToolPin, ToolRegistry, ToolSpec};
+use crate::tool::{Gate, Preview, RegisteredTool, RunScope, ToolContext, ToolOutput, ToolPin, ToolRegistry, ToolSpec};
 use crate::transcript::{Counters, Invocation, Message, ToolCall, ToolResult};
 use futures_util::{FutureExt, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -205,6 +205,11 @@ pub enum LoopError {
 
 /// A loop the runtime can drive; implemented by [`ToolLoop`] and by test doubles.
 pub trait AgentLoop: Send + Sync {
+    /// The model provider, as traces name it (`gen_ai.system`); `unknown` unless the loop says.
+    fn system(&self) -> &str {
+        "unknown"
+    }
+
     /// Starts a run on an input. Every tool call of the segment gets a context made from `scope`.
     fn start<'a>(
         &'a self,
@@ -214,8 +219,10 @@ pub trait AgentLoop: Send + Sync {
     ) -> BoxFuture<'a, Result<Outcome, LoopError>>;
 
     /// Checks one decision against a suspension without resuming (see [`ToolLoop::check_decision`]).
+    /// `scope` is the run's: the gate of an edit is asked in the call's context.
     fn check_decision<'a>(
         &'a self,
+        scope: &'a RunScope,
         suspension: &'a Suspension,
         call_id: &'a CallId,
         decision: &'a Decision,
@@ -226,9 +233,11 @@ pub trait AgentLoop: Send + Sync {
     /// missing); edited arguments the live tool refuses are planned as that call's error result, and
     /// said by [`ResumePlan::refused_edit`]. `grants` are the grants in force for the run now
     /// ([`LoopHooks::grants_in_force`]): a call a grant allowed when the turn was held runs only if that
-    /// grant still allows it, else it is its own error result.
+    /// grant still allows it, else it is its own error result. `scope` is the run's, as at its start: the
+    /// gates asked again get each call's context from it.
     fn plan_resume<'a>(
         &'a self,
+        scope: &'a RunScope,
         suspension: &'a Suspension,
         decisions: &'a Decisions,
         grants: &'a [GrantRecord],
@@ -263,7 +272,7 @@ pub trait AgentLoop: Send + Sync {
         hooks: &'a dyn LoopHooks,
     ) -> BoxFuture<'a, Result<Outcome, LoopError>> {
         Box::pin(async move {
-            let plan = self.plan_resume(&suspension, decisions, &[]).await?;
+            let plan = self.plan_resume(scope, &suspension, decisions, &[]).await?;
             // Arguments failing the tool's schema or checks refuse the resume; arguments the gate forbids
             // are the call's error result, as any gate that changed since the turn was held.
             if let Some((call_id, refusal)) = plan.refused.iter().find(|(_, r)| !r.forbidden) {
@@ -441,26 +450,33 @@ impl ToolLoop {
 
     /// Checks one decision against a suspension without resuming: the call exists and takes a decision,
     /// and edited arguments pass the live tool's schema and checks and are not ones its gate (policy
-    /// included) forbids.
+    /// included) forbids in the run's `scope`.
     pub async fn check_decision(
         &self,
+        scope: &RunScope,
         suspension: &Suspension,
         call_id: &CallId,
         decision: &Decision,
     ) -> Result<(), DecisionError> {
         self.check_decided(suspension, call_id, decision).await?;
-        self.forbidden_edit(suspension, call_id, decision).map_or(Ok(()), Err)
+        self.forbidden_edit(scope, suspension, call_id, decision).map_or(Ok(()), Err)
     }
 
     /// An edit into arguments its tool's gate (policy included) forbids: refused before anything is
     /// recorded, rather than recorded as the approver's and then not run. (A gate that changes after the
     /// decision was taken is the resume's recheck: the call then gets an error result.)
-    fn forbidden_edit(&self, suspension: &Suspension, call_id: &CallId, decision: &Decision) -> Option<DecisionError> {
+    fn forbidden_edit(
+        &self,
+        scope: &RunScope,
+        suspension: &Suspension,
+        call_id: &CallId,
+        decision: &Decision,
+    ) -> Option<DecisionError> {
         let Decision::Edit { arguments } = decision else { return None };
         let call = suspension.call(call_id)?;
         let registered = self.tools.get(&call.tool)?;
         let invalid = |message| DecisionError::InvalidEdit { call_id: call_id.clone(), message };
-        match guarded(|| registered.tool().gate(arguments)) {
+        match guarded(|| registered.tool().gate(arguments, &scope.tool_context(call_id.clone()))) {
             Some(Gate::Forbid) => {
                 Some(invalid(format!("policy forbids {} with them, so the edit is refused", call.tool)))
             }
@@ -536,6 +552,7 @@ impl ToolLoop {
     /// tool set.
     async fn plan_resume_of(
         &self,
+        scope: &RunScope,
         suspension: &Suspension,
         decisions: &Decisions,
         grants: &[GrantRecord],
@@ -557,14 +574,14 @@ impl ToolLoop {
                 // Arguments the gate forbids: the recheck of the steps makes the call its error result.
                 Ok(()) => {
                     if let Some(DecisionError::InvalidEdit { message, .. }) =
-                        self.forbidden_edit(suspension, call_id, decision)
+                        self.forbidden_edit(scope, suspension, call_id, decision)
                     {
                         refused.insert(call_id.clone(), Refusal { message, forbidden: true });
                     }
                 }
             }
         }
-        let mut steps = self.plan_resumed_turn(suspension.calls.clone(), decisions, &suspension.tools, grants);
+        let mut steps = self.plan_resumed_turn(scope, suspension.calls.clone(), decisions, &suspension.tools, grants);
         // An edit refused for its arguments is its call's error result instead of running.
         for step in &mut steps {
             if let Step::Run { call_id, tool, .. } = step
@@ -574,7 +591,14 @@ impl ToolLoop {
                     format!("Tool {tool} was not run: the approver's edited arguments are refused: {message}");
                 let content = cap_result(content, self.config.result_cap_bytes);
                 let (call_id, tool) = (call_id.clone(), tool.clone());
-                *step = Step::Settled(ToolResult { call_id, tool, content, is_error: true, denied: false });
+                *step = Step::Settled(ToolResult {
+                    call_id,
+                    tool,
+                    content,
+                    is_error: true,
+                    denied: false,
+                    images: Vec::new(),
+                });
             }
         }
         Ok(ResumePlan { steps, refused, started: None })
@@ -627,7 +651,7 @@ impl ToolLoop {
             let mut held: Vec<HeldCall> = Vec::with_capacity(tool_calls.len());
             for call in &tool_calls {
                 if seen.insert(call.call_id.as_str()) {
-                    held.push(self.check_call(call).await);
+                    held.push(self.check_call(scope, call).await);
                 } else {
                     // A decision is keyed by call_id: a second call with the same id could ride on the
                     // first one's approval, so it never runs (and is not checked).
@@ -734,8 +758,8 @@ impl ToolLoop {
     }
 
     /// Gates one call: refusals are settled at once with their error result; the rest are allowed or ask.
-    async fn check_call(&self, call: &ToolCall) -> HeldCall {
-        match self.gate_of(call).await {
+    async fn check_call(&self, scope: &RunScope, call: &ToolCall) -> HeldCall {
+        match self.gate_of(scope, call).await {
             Ok((state, requirement)) => held_call(call, state, requirement),
             Err(message) => held_call(call, HeldCallState::Refused(error_result(call, message)), Requirement::SINGLE),
         }
@@ -743,7 +767,7 @@ impl ToolLoop {
 
     /// Where a call stands after its checks and its gate (allowed or asks, with how many people must
     /// approve it), or why it is refused.
-    async fn gate_of(&self, call: &ToolCall) -> Result<(HeldCallState, Requirement), String> {
+    async fn gate_of(&self, scope: &RunScope, call: &ToolCall) -> Result<(HeldCallState, Requirement), String> {
         let name = &call.name;
         if let Some(problem) = &call.malformed_arguments {
             return Err(format!("Tool {name} was not run: its arguments are not valid JSON ({problem})."));
@@ -760,7 +784,8 @@ impl ToolLoop {
             .await
             .ok_or_else(failed)?
             .map_err(|problem| format!("Tool {name} was not run: {problem}"))?;
-        match guarded(|| tool.gate(&call.arguments)).ok_or_else(failed)? {
+        let ctx = scope.tool_context(call.call_id.clone());
+        match guarded(|| tool.gate(&call.arguments, &ctx)).ok_or_else(failed)? {
             Gate::Allow => Ok((HeldCallState::Allowed, Requirement::SINGLE)),
             Gate::Ask => Ok((HeldCallState::Asks, guarded(|| tool.requirement(&call.arguments)).ok_or_else(failed)?)),
             Gate::Forbid => Err(format!("Tool {name} is forbidden by policy and was not run.")),
@@ -806,6 +831,7 @@ impl ToolLoop {
     /// reported to the model, never run in place of what was approved.
     fn plan_resumed_turn(
         &self,
+        scope: &RunScope,
         calls: Vec<HeldCall>,
         decisions: &Decisions,
         pins: &[ToolPin],
@@ -827,6 +853,7 @@ impl ToolLoop {
                         ),
                         is_error: true,
                         denied: true,
+                        images: Vec::new(),
                     }),
                     (Some(Decision::Respond { result }), false) => Step::Settled(ToolResult {
                         call_id: call.call_id.clone(),
@@ -834,6 +861,7 @@ impl ToolLoop {
                         content: cap_result(result.clone(), self.config.result_cap_bytes),
                         is_error: false,
                         denied: false,
+                        images: Vec::new(),
                     }),
                     (Some(Decision::Approve), false) => self.step_without_decision(call.clone()),
                     (Some(Decision::Edit { arguments }), false) => Step::Run {
@@ -852,13 +880,15 @@ impl ToolLoop {
                             Some(granted) => Cleared::Granted { grant: granted, in_force: grants },
                             None => Cleared::Decided(decided),
                         };
-                        match self.recheck(&tool, &arguments, pins, cleared) {
+                        let ctx = scope.tool_context(call_id.clone());
+                        match self.recheck(&tool, &arguments, &ctx, pins, cleared) {
                             Some(problem) => Step::Settled(ToolResult {
                                 call_id,
                                 tool,
                                 content: problem,
                                 is_error: true,
                                 denied: false,
+                                images: Vec::new(),
                             }),
                             None => Step::Run { call_id, tool, arguments, gate, edited, observed, grant },
                         }
@@ -871,7 +901,14 @@ impl ToolLoop {
 
     /// Why a call that was cleared at suspension must not run now, if it must not: by people (under the
     /// requirement they approved it under), by a grant, or by its gate alone.
-    fn recheck(&self, tool: &str, arguments: &Value, pins: &[ToolPin], cleared: Cleared<'_>) -> Option<String> {
+    fn recheck(
+        &self,
+        tool: &str,
+        arguments: &Value,
+        ctx: &ToolContext,
+        pins: &[ToolPin],
+        cleared: Cleared<'_>,
+    ) -> Option<String> {
         let Some(registered) = self.tools.get(tool) else {
             return Some(format!("Tool {tool} is no longer available; the call was not run."));
         };
@@ -879,7 +916,7 @@ impl ToolLoop {
         if pinned != Some(registered.schema_hash()) {
             return Some(format!("Tool {tool} changed since the call was checked; the call was not run."));
         }
-        match guarded(|| registered.tool().gate(arguments)) {
+        match guarded(|| registered.tool().gate(arguments, ctx)) {
             None => Some(format!("Tool {tool} failed to check its arguments.")),
             Some(Gate::Forbid) => Some(format!("Tool {tool} is forbidden by policy and was not run.")),
             Some(Gate::Ask) => match cleared {
@@ -992,18 +1029,19 @@ impl ToolLoop {
         if !announced {
             hooks.on_event(LoopEvent::ToolStarted { round, call_id, tool, arguments: &arguments, gate, grant }).await?;
         }
-        let (content, is_error) = match self.tools.get(tool) {
+        let (content, is_error, images) = match self.tools.get(tool) {
             Some(registered) => {
                 let ctx = scope.tool_context(call_id).with_observed(observed);
-                self.run_tool(registered, call_id, ctx, arguments.clone()).await
+                self.run_tool(registered, call_id, ctx, arguments.clone()).await.into_parts()
             }
-            None => (format!("Tool {tool} is no longer available; the call was not run."), true),
+            None => (format!("Tool {tool} is no longer available; the call was not run."), true, Vec::new()),
         };
         let mut content = cap_result(self.config.redactor.redact(&content).into_owned(), self.config.result_cap_bytes);
         if edited {
             content = format!("[arguments edited by the approver: {arguments}]\n{content}");
         }
-        let result = ToolResult { call_id: call_id.clone(), tool: tool.to_owned(), content, is_error, denied: false };
+        let result =
+            ToolResult { call_id: call_id.clone(), tool: tool.to_owned(), content, is_error, denied: false, images };
         hooks.on_event(LoopEvent::ToolFinished { round, result: &result }).await?;
         Ok((result, arguments))
     }
@@ -1015,15 +1053,15 @@ impl ToolLoop {
         call_id: &CallId,
         ctx: ToolContext,
         arguments: Value,
-    ) -> (String, bool) {
+    ) -> ToolOutput {
         let name = registered.tool().name();
-        let failed = || (format!("Tool {name} failed."), true);
+        let failed = || ToolOutput::error(format!("Tool {name} failed."));
         let Some(future) = guarded(|| registered.tool().call(arguments, ctx)) else {
             tracing::error!(tool = name, %call_id, "tool panicked");
             return failed();
         };
         match AssertUnwindSafe(future).catch_unwind().await {
-            Ok(Ok(output)) => (output.content, output.is_error),
+            Ok(Ok(output)) => output,
             Ok(Err(error)) => {
                 tracing::warn!(tool = name, %call_id, %error, "tool failed");
                 failed()
@@ -1042,13 +1080,18 @@ impl ToolLoop {
 }
 
 impl AgentLoop for ToolLoop {
+    fn system(&self) -> &str {
+        self.model.system()
+    }
+
     fn check_decision<'a>(
         &'a self,
+        scope: &'a RunScope,
         suspension: &'a Suspension,
         call_id: &'a CallId,
         decision: &'a Decision,
     ) -> BoxFuture<'a, Result<(), DecisionError>> {
-        Box::pin(ToolLoop::check_decision(self, suspension, call_id, decision))
+        Box::pin(ToolLoop::check_decision(self, scope, suspension, call_id, decision))
     }
 
     fn start<'a>(
@@ -1062,11 +1105,12 @@ impl AgentLoop for ToolLoop {
 
     fn plan_resume<'a>(
         &'a self,
+        scope: &'a RunScope,
         suspension: &'a Suspension,
         decisions: &'a Decisions,
         grants: &'a [GrantRecord],
     ) -> BoxFuture<'a, Result<ResumePlan, DecisionError>> {
-        Box::pin(self.plan_resume_of(suspension, decisions, grants))
+        Box::pin(self.plan_resume_of(scope, suspension, decisions, grants))
     }
 
     fn resume_planned<'a>(
@@ -1112,7 +1156,14 @@ fn held_call(call: &ToolCall, state: HeldCallState, requirement: Requirement) ->
 }
 
 fn error_result(call: &ToolCall, content: String) -> ToolResult {
-    ToolResult { call_id: call.call_id.clone(), tool: call.name.clone(), content, is_error: true, denied: false }
+    ToolResult {
+        call_id: call.call_id.clone(),
+        tool: call.name.clone(),
+        content,
+        is_error: true,
+        denied: false,
+        images: Vec::new(),
+    }
 }
 
 /// Runs a synchronous tool method, turning a panic into `None`.

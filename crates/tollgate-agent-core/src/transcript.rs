@@ -3,6 +3,7 @@
 //! These types are persisted (inside suspensions) and are ours: provider adapters translate them to and
 //! from their wire formats, never the other way round.
 
+use crate::image::ToolImage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tollgate_agent_protocol::CallId;
@@ -83,6 +84,10 @@ pub struct ToolResult {
     /// True when a person denied the call (the content carries their reason).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub denied: bool,
+    /// The images the tool returned, each also described in `content` ([`crate::image`]); sent to the
+    /// providers that read images. Kept in suspensions, never in events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ToolImage>,
 }
 
 /// Token counters as the provider reports them: the wire's type, so a model client's and a run's compare.

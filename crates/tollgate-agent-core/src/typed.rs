@@ -70,7 +70,7 @@ pub use schemars::JsonSchema;
 /// let tool = Transfer.into_tool();
 /// assert_eq!(tool.parameters()["required"], serde_json::json!(["to", "cents"]));
 /// let args = serde_json::json!({"to": "bob", "cents": 250});
-/// assert_eq!(tool.gate(&args), Gate::Ask);
+/// assert_eq!(tool.gate(&args, &ToolContext::new("run-1", "call-1")), Gate::Ask);
 /// let output = tool.call(args, ToolContext::new("run-1", "call-1")).await;
 /// assert_eq!(output.map(|o| o.content).ok().as_deref(), Some("sent 250 cents to bob"));
 /// # }
@@ -97,8 +97,52 @@ pub trait TypedTool: Send + Sync {
         async { Ok(()) }
     }
 
-    /// The gate for these arguments: [`GATE`](Self::GATE) by default.
-    fn gate(&self, _args: &Self::Args) -> Gate {
+    /// The gate for these arguments in this run: [`GATE`](Self::GATE) by default. `ctx` is the call's
+    /// context ([`Tool::gate`]): a gate may decide by the run's metadata as well as by the arguments.
+    ///
+    /// ```
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    /// use tollgate_agent_core::{Gate, IntoTool, Metadata, ToolContext, ToolError, ToolOutput, TypedTool};
+    ///
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct RefundArgs {
+    ///     /// Euros.
+    ///     amount: u32,
+    /// }
+    ///
+    /// /// Refunds up to each customer's own limit without asking; above it, a person decides.
+    /// struct Refund;
+    ///
+    /// impl TypedTool for Refund {
+    ///     type Args = RefundArgs;
+    ///     const NAME: &str = "refund";
+    ///     const DESCRIPTION: &str = "Refunds the customer.";
+    ///     const GATE: Gate = Gate::Ask;
+    ///     fn gate(&self, args: &RefundArgs, ctx: &ToolContext) -> Gate {
+    ///         let limit = match ctx.metadata.get("customer").and_then(|c| c.as_str()) {
+    ///             Some("c-gold") => 500,
+    ///             Some(_) => 50,
+    ///             None => 0, // no customer: always ask
+    ///         };
+    ///         if args.amount <= limit { Gate::Allow } else { Gate::Ask }
+    ///     }
+    ///     async fn call(&self, args: RefundArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+    ///         Ok(format!("refunded {} EUR", args.amount).into())
+    ///     }
+    /// }
+    ///
+    /// let refund = Refund.into_tool();
+    /// let customer = |id: &str| {
+    ///     let metadata = Metadata::try_from(serde_json::json!({"customer": id})).unwrap_or_default();
+    ///     ToolContext::new("run-1", "call-1").with_metadata(metadata)
+    /// };
+    /// let args = serde_json::json!({"amount": 200});
+    /// assert_eq!(refund.gate(&args, &customer("c-gold")), Gate::Allow);
+    /// assert_eq!(refund.gate(&args, &customer("c-new")), Gate::Ask);
+    /// assert_eq!(refund.gate(&args, &ToolContext::listing()), Gate::Ask);
+    /// ```
+    fn gate(&self, _args: &Self::Args, _ctx: &ToolContext) -> Gate {
         Self::GATE
     }
 
@@ -177,9 +221,9 @@ impl<T: TypedTool> Tool for Typed<T> {
         })
     }
 
-    fn gate(&self, args: &Value) -> Gate {
+    fn gate(&self, args: &Value, ctx: &ToolContext) -> Gate {
         match parse::<T::Args>(args) {
-            Ok(args) => self.tool.gate(&args),
+            Ok(args) => self.tool.gate(&args, ctx),
             Err(_) => T::GATE,
         }
     }
@@ -234,6 +278,7 @@ fn parse<A: DeserializeOwned>(args: &Value) -> Result<A, String> {
 
 type CallFn<A> = Box<dyn Fn(A, ToolContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>> + Send + Sync>;
 type CheckFn<A, T> = Box<dyn Fn(&A) -> T + Send + Sync>;
+type GateFn<A> = Box<dyn Fn(&A, &ToolContext) -> Gate + Send + Sync>;
 
 /// A tool made from a closure by [`tool_fn`], with optional checks, gate and preview, themselves closures
 /// of the typed arguments.
@@ -243,7 +288,7 @@ pub struct FnTool<A> {
     schema: Value,
     call: CallFn<A>,
     validate: Option<CheckFn<A, Result<(), String>>>,
-    gate: Option<CheckFn<A, Gate>>,
+    gate: Option<GateFn<A>>,
     preview: Option<CheckFn<A, Option<String>>>,
 }
 
@@ -253,7 +298,7 @@ pub struct FnTool<A> {
 /// ```
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
-/// use tollgate_agent_core::{Gate, IntoTool, ToolOutput, tool_fn};
+/// use tollgate_agent_core::{Gate, IntoTool, ToolContext, ToolOutput, tool_fn};
 ///
 /// #[derive(Deserialize, JsonSchema)]
 /// struct RefundArgs {
@@ -266,11 +311,12 @@ pub struct FnTool<A> {
 /// let refund = tool_fn("refund", "Refunds an order.", |args: RefundArgs, _ctx| async move {
 ///     Ok(ToolOutput::text(format!("refunded {} EUR on {}", args.amount, args.order)))
 /// })
-/// .gate(|args| if args.amount > 100 { Gate::Ask } else { Gate::Allow })
+/// .gate(|args, _ctx| if args.amount > 100 { Gate::Ask } else { Gate::Allow })
 /// .preview(|args| Some(format!("refund {} EUR on order {}", args.amount, args.order)))
 /// .into_tool();
-/// assert_eq!(refund.gate(&serde_json::json!({"order": "A-1", "amount": 250})), Gate::Ask);
-/// assert_eq!(refund.gate(&serde_json::json!({"order": "A-1", "amount": 25})), Gate::Allow);
+/// let ctx = ToolContext::new("run-1", "call-1");
+/// assert_eq!(refund.gate(&serde_json::json!({"order": "A-1", "amount": 250}), &ctx), Gate::Ask);
+/// assert_eq!(refund.gate(&serde_json::json!({"order": "A-1", "amount": 25}), &ctx), Gate::Allow);
 /// ```
 pub fn tool_fn<A, F, Fut>(name: impl Into<String>, description: impl Into<String>, call: F) -> FnTool<A>
 where
@@ -297,9 +343,10 @@ impl<A> FnTool<A> {
         self
     }
 
-    /// The gate, decided by the arguments (`|_| Gate::Ask` for all calls). With a gate set, arguments that
-    /// do not deserialise (and listings, which ask about `{}`) get [`Gate::Ask`].
-    pub fn gate(mut self, gate: impl Fn(&A) -> Gate + Send + Sync + 'static) -> Self {
+    /// The gate, decided by the arguments and the call's context (`|_, _| Gate::Ask` for all calls; see
+    /// [`Tool::gate`]). With a gate set, arguments that do not deserialise (and listings, which ask about
+    /// `{}`) get [`Gate::Ask`].
+    pub fn gate(mut self, gate: impl Fn(&A, &ToolContext) -> Gate + Send + Sync + 'static) -> Self {
         self.gate = Some(Box::new(gate));
         self
     }
@@ -329,10 +376,10 @@ impl<A: DeserializeOwned + Send + Sync + 'static> Tool for FnTool<A> {
         Box::pin(std::future::ready(checked))
     }
 
-    fn gate(&self, args: &Value) -> Gate {
+    fn gate(&self, args: &Value, ctx: &ToolContext) -> Gate {
         match (&self.gate, parse::<A>(args)) {
             (None, _) => Gate::Allow,
-            (Some(gate), Ok(args)) => gate(&args),
+            (Some(gate), Ok(args)) => gate(&args, ctx),
             (Some(_), Err(_)) => Gate::Ask,
         }
     }

@@ -42,6 +42,10 @@
 //! - Every call has a preview ([`McpTool`]'s `Tool::preview`): the server, the tool, the server's
 //!   behaviour hints and the arguments as indented JSON, at most [`MAX_PREVIEW_BYTES`], made without
 //!   asking the server anything.
+//! - A result's image blocks reach the model as images where the provider reads them (PNG, JPEG, GIF and
+//!   WebP, at most 3.75 MB each: [`tollgate_agent_core::image`]), and as a line of text saying type and
+//!   size everywhere (`[image: image/png, 12 KB]`); an image that cannot be passed on is described with
+//!   why.
 
 mod config;
 mod error;

@@ -6,6 +6,10 @@
 //! server: it must be ready while the turn is held, whatever state the server is in. It is at most
 //! [`MAX_PREVIEW_BYTES`] long.
 //!
+//! A result's image blocks stay images ([`ToolOutput::with_image`]: PNG, JPEG, GIF and WebP within the
+//! core's size limits; any other described on its line). rmcp drops a message over 16 MiB (its
+//! `DEFAULT_MAX_LINE_LENGTH`), so no answer holds more in memory than that.
+//!
 //! Nothing of rmcp's leaves this module except through plain strings and `serde_json` values.
 
 use crate::naming::tool_name;
@@ -133,7 +137,7 @@ impl Tool for McpTool {
         &self.parameters
     }
 
-    fn gate(&self, _args: &Value) -> Gate {
+    fn gate(&self, _args: &Value, _ctx: &ToolContext) -> Gate {
         self.default_gate
     }
 
@@ -196,23 +200,34 @@ fn object_schema(schema: &rmcp::model::JsonObject) -> Value {
     }
 }
 
-/// The text the model reads: text blocks as they are, other blocks summarized, joined by newlines; the
-/// structured content when there is no block at all. `isError` makes it an error result.
+/// What the model gets: text blocks as they are, other blocks summarized, one per line, in order; each
+/// image block kept as an image for the providers that read images and described on its line
+/// (`[image: image/png, 12 KB]`, or why it is not shown: [`ToolOutput::with_image`]); the structured
+/// content when there is no block at all. `isError` makes it an error result.
 fn render(result: CallToolResult) -> ToolOutput {
-    let mut parts: Vec<String> = result.content.iter().map(describe_block).collect();
-    if parts.is_empty()
+    let mut output = if result.is_error == Some(true) { ToolOutput::error("") } else { ToolOutput::text("") };
+    if result.content.is_empty()
         && let Some(structured) = &result.structured_content
     {
-        parts.push(structured.to_string());
+        output.content = structured.to_string();
     }
-    let text = parts.join("\n");
-    if result.is_error == Some(true) { ToolOutput::error(text) } else { ToolOutput::text(text) }
+    for block in result.content {
+        if let ContentBlock::Image(image) = block {
+            output = output.with_image(&image.mime_type, image.data);
+            continue;
+        }
+        if !output.content.is_empty() {
+            output.content.push('\n');
+        }
+        output.content.push_str(&describe_block(&block));
+    }
+    output
 }
 
+/// The line of a block that is not an image.
 fn describe_block(block: &ContentBlock) -> String {
     match block {
         ContentBlock::Text(text) => text.text.clone(),
-        ContentBlock::Image(image) => format!("[image: {}]", image.mime_type),
         ContentBlock::Audio(audio) => format!("[audio: {}]", audio.mime_type),
         ContentBlock::Resource(embedded) => match &embedded.resource {
             ResourceContents::TextResourceContents { uri, text, .. } => format!("[resource: {uri}]\n{text}"),

@@ -309,7 +309,7 @@ class RunPage {
       const el = h(
         'li.step.step-model.step-live',
         { dataset: { kind: 'model_delta', round: delta.round } },
-        h('div.step-head', null, h('span.step-title', null, 'Model writing…'), h('span.step-meta', { text: `round ${delta.round}` })),
+        h('div.step-head', null, h('h3.step-title', null, 'Model writing…'), h('span.step-meta', { text: `round ${delta.round}` })),
         h('div.step-body', null, text),
       );
       this.liveStep = { round: delta.round, el, text };
@@ -357,7 +357,8 @@ class RunPage {
       h(
         `li.step.step-${kind}`,
         { dataset: { seq: event.seq, kind: event.kind } },
-        h('div.step-head', null, h('span.step-title', null, title), h('span.step-meta', null, `#${event.seq} · `, timeEl(event.at))),
+        // Each step's title is a heading under "Steps" (h2), so the labels inside a step (h4) skip no level.
+        h('div.step-head', null, h('h3.step-title', null, title), h('span.step-meta', null, `#${event.seq} · `, timeEl(event.at))),
         body.length ? h('div.step-body', null, ...body) : null,
       );
     switch (event.kind) {

@@ -1,7 +1,7 @@
 // Small pieces shared by the views: notices, the live region, focus moves, status badges, times that
 // stay current, previews.
 
-import { h } from './dom.js';
+import { h, uid } from './dom.js';
 import { diffLines, isUnifiedDiff, notifiedText, pretty, relative, STATUS_NAMES, statusText } from './format.js';
 import { grantTag } from './grant.js';
 import { markedText } from './invisible.js';
@@ -71,7 +71,12 @@ export function jsonBlock(value, label) {
   return h('pre.code.json', { 'aria-label': label ?? null, dir: 'ltr' }, h('code', null, pieces.filter((p) => p !== '')));
 }
 
-/** A tool's preview: a unified diff with added and removed lines coloured, or plain text. */
+/**
+ * A tool's preview: a unified diff with added and removed lines coloured, or plain text. A diff's lines do
+ * not wrap, so it may be wider than its box (a phone): it scrolls sideways inside it, as a named region in
+ * the tab order (the keyboard scrolls it too), and while it is wider a shade on the side that has more and
+ * a line under it ("Scroll sideways →") say so (`scrollCue`).
+ */
 export function previewBlock(text, label = 'Preview') {
   if (text === null || text === undefined || text === '') return h('p.muted', { text: 'No preview.' });
   if (!isUnifiedDiff(text)) return h('pre.code.preview', { 'aria-label': label, dir: 'ltr' }, h('code', { text }));
@@ -79,9 +84,39 @@ export function previewBlock(text, label = 'Preview') {
     const sign = { add: 'added', del: 'removed' }[kind];
     return h(`span.diff-line.diff-${kind}`, sign ? { title: `${sign} line` } : null, line);
   });
-  // Its lines do not wrap, so it may scroll sideways: a named region in the tab order, so the keyboard
-  // can scroll it too.
-  return h('pre.code.diff', { role: 'region', tabindex: '0', 'aria-label': `${label} (unified diff)`, dir: 'ltr' }, h('code', null, lines));
+  const hint = h('p.scroll-hint', { id: uid('scroll-hint'), hidden: true });
+  const diff = h(
+    'pre.code.diff',
+    { role: 'region', tabindex: '0', 'aria-label': `${label} (unified diff)`, 'aria-describedby': hint.id, dir: 'ltr' },
+    h('code', null, lines),
+  );
+  const shade = h('div.scroll-shade', { dataset: { more: '' } }, diff);
+  scrollCue(shade, diff, hint);
+  return h('div.scroll-area', null, shade, hint);
+}
+
+/**
+ * Keeps the cue of a box that scrolls sideways current, on every resize and scroll of `scroller`: `shade`
+ * gets `data-more` naming the sides with more to see (`left`, `right`, both, or empty), which draw a
+ * shadow on those edges (style.css), and `hint` is shown, saying which way, while the box is wider than
+ * its room.
+ */
+function scrollCue(shade, scroller, hint) {
+  const update = () => {
+    const hidden = scroller.scrollWidth - scroller.clientWidth;
+    const left = scroller.scrollLeft > 1;
+    const right = hidden - scroller.scrollLeft > 1;
+    const more = [left && 'left', right && 'right'].filter(Boolean).join(' ');
+    if (shade.dataset.more !== more) shade.dataset.more = more;
+    // Empty while it fits: the region's description (aria-describedby) is then empty too.
+    let text = '';
+    if (right) text = 'Wider than the screen: scroll sideways →';
+    else if (left) text = '← Scroll back for the start of the lines';
+    if (hint.textContent !== text) hint.textContent = text;
+    hint.hidden = text === '';
+  };
+  new ResizeObserver(update).observe(scroller);
+  scroller.addEventListener('scroll', update, { passive: true });
 }
 
 /**

@@ -54,7 +54,7 @@ const LONG_INPUTS = [
 ];
 
 let browser;
-const runs = { waiting: null, completed: null, marked: null, quorum: null, keeper: null, keeperKeys: null, grant: null, escalated: null };
+const runs = { waiting: null, completed: null, fitting: null, marked: null, quorum: null, keeper: null, keeperKeys: null, grant: null, escalated: null };
 
 // ------------------------------------------------------------------------------------------ the API
 
@@ -88,6 +88,9 @@ before(async () => {
   // Several runs of scribe with long inputs, all at the gate; the first one then approved to the end.
   const started = [];
   for (const input of LONG_INPUTS) started.push(await call('POST', 'v1/runs', { agent: 'scribe', input }));
+  // And one with a short input, whose diff of b.txt fits a phone (held before any run rewrites b.txt).
+  const fitting = await call('POST', 'v1/runs', { agent: 'scribe', input: 'fits' });
+  runs.fitting = (await waitForStatus(fitting.id, 'waiting_for_approval')).id;
   const waiting = [];
   for (const run of started) waiting.push(await waitForStatus(run.id, 'waiting_for_approval'));
   await call('POST', `v1/runs/${waiting[0].id}/decisions`, { turn_digest: waiting[0].pending.turn_digest, approve_all: true });
@@ -386,10 +389,11 @@ async function overflowProblem(page, where, viewport) {
 
 // ------------------------------------------------------------------------------------------ axe-core
 
-async function axeViolations(page, where) {
+/** axe-core's violations on the page: of the WCAG 2.0/2.1 A and AA rules, or of the rules `only` names. */
+async function axeViolations(page, where, only = { type: 'tag', values: AXE_TAGS }) {
   if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.addScriptTag({ path: AXE });
-  const violations = await page.evaluate(async (tags) => {
-    const result = await window.axe.run(document, { runOnly: { type: 'tag', values: tags }, resultTypes: ['violations'] });
+  const violations = await page.evaluate(async (runOnly) => {
+    const result = await window.axe.run(document, { runOnly, resultTypes: ['violations'] });
     return result.violations.map((v) => ({
       id: v.id,
       impact: v.impact,
@@ -404,6 +408,51 @@ async function axeViolations(page, where) {
         .map((n) => `\n      ${n.target}: ${n.summary}`)
         .join('')}${v.nodes.length > 8 ? `\n      … and ${v.nodes.length - 8} more` : ''}`,
   );
+}
+
+// ------------------------------------------------------------------------------------------ headings
+
+/**
+ * The headings a screen reader lists that skip a level: each one deeper than the one before it by more
+ * than one (an h4 after an h2), the first counted from nothing (so it must be an h1). Visually hidden
+ * headings count; headings hidden from everyone do not.
+ */
+function headingSkips() {
+  const { describe } = window.__a11y;
+  const skips = [];
+  let previous = 0;
+  for (const el of document.querySelectorAll('h1, h2, h3, h4, h5, h6')) {
+    if (!el.checkVisibility({ checkVisibilityCSS: true }) || el.closest('[aria-hidden="true"]')) continue;
+    const level = Number(el.tagName[1]);
+    if (level > previous + 1) skips.push(`${describe(el)} is an h${level} after ${previous ? `an h${previous}` : 'no heading'}`);
+    previous = level;
+  }
+  return skips;
+}
+
+// ------------------------------------------------------------------------------------------ scroll cues
+
+/** What a diff (`pre.diff`) shows of its sideways scroll: how much is hidden, the cue, its name. */
+function scrollCueState(diff) {
+  const { name, shown } = window.__a11y;
+  const shade = diff.closest('.scroll-shade');
+  const hint = document.getElementById(diff.getAttribute('aria-describedby') ?? '');
+  const drawn = (pseudo) => {
+    const style = getComputedStyle(shade, pseudo);
+    return Number(style.opacity) > 0.99 && style.backgroundImage.includes('gradient');
+  };
+  const box = hint?.getBoundingClientRect();
+  return {
+    hidden: diff.scrollWidth - diff.clientWidth,
+    scrollLeft: diff.scrollLeft,
+    more: shade?.dataset.more ?? null,
+    shadeLeft: shade ? drawn('::before') : false,
+    shadeRight: shade ? drawn('::after') : false,
+    hint: hint && shown(hint) ? hint.textContent : null,
+    hintFits: box ? box.left >= -0.5 && box.right <= window.innerWidth + 0.5 : false,
+    focusable: diff.tabIndex === 0 && diff.getAttribute('role') === 'region',
+    name: name(diff),
+  };
 }
 
 // ------------------------------------------------------------------------------------------ touch targets
@@ -575,6 +624,74 @@ describe('the playground, issue #17', () => {
       problems.push(...(await axeViolations(page, `${colorScheme}, a completed run`)));
     }
     assertNone(problems, `axe-core violations of ${AXE_TAGS.join(', ')}`);
+  });
+
+  test('headings skip no level, and axe-core finds no heading-order problem (a completed run, a waiting run, home, the Grants page and a grant)', async (t) => {
+    const page = await open(t);
+    const problems = [];
+    const check = async (where) => {
+      for (const skip of await page.evaluate(headingSkips)) problems.push(`${where}: ${skip}`);
+      problems.push(...(await axeViolations(page, where, { type: 'rule', values: ['heading-order'] })));
+    };
+    await completedRun(page);
+    await check('a completed run');
+    await waitingRun(page);
+    await check('a waiting run');
+    await home(page);
+    await check('the home page');
+    await grantsPage(page);
+    await check('the Grants page');
+    await grantPage(page);
+    await check("a grant's own page");
+    assertNone(problems, 'headings that skip a level');
+  });
+
+  test('at 390×844 a diff wider than its box says so (a shadow on the side with more, a line saying it scrolls) and scrolls from the keyboard; a diff that fits shows neither', async (t) => {
+    const page = await open(t, PHONE);
+    // No transition: each state is drawn at once.
+    await page.emulateMedia({ reducedMotion: 'reduce' });
+    const walk = new Walk(page);
+    await waitingRun(page);
+    const diff = page.locator('#held article.call[data-call-id="call_2"] .diff');
+    const state = () => diff.evaluate(scrollCueState);
+    // Until the cue names `more` (or 5 s pass: the checks after it then say what it shows).
+    const settle = async (more) => {
+      const el = await diff.elementHandle();
+      await page
+        .waitForFunction(([pre, want]) => pre.closest('.scroll-shade')?.dataset.more === want, [el, more], { timeout: 5000 })
+        .catch(() => {});
+    };
+
+    let now = await state();
+    assert.ok(now.hidden > 40, `the diff of b.txt should be wider than its box at 390 px (hidden: ${now.hidden} px)`);
+    walk.check(now.more === 'right', `at the start, data-more is "${now.more}", not "right"`);
+    walk.check(now.shadeRight && !now.shadeLeft, `at the start, the shadow is drawn on the ${[now.shadeLeft && 'left', now.shadeRight && 'right'].filter(Boolean).join(' and ') || 'no'} edge, not the right one only`);
+    walk.check(now.hint === 'Wider than the screen: scroll sideways →', `at the start, the line under the diff says ${JSON.stringify(now.hint)}`);
+    walk.check(now.hintFits, 'the line under the diff is cut at the screen\'s edge');
+    walk.check(now.focusable && /unified diff/.test(now.name), `the diff is not a named region in the tab order (name "${now.name}")`);
+
+    // The keyboard reaches it and scrolls it to its end.
+    await walk.tabTo(diff, 'the diff of call_2');
+    for (let i = 0; i < 200; i++) {
+      const { hidden, scrollLeft } = await state();
+      if (hidden - scrollLeft <= 1) break;
+      await page.keyboard.press('ArrowRight');
+    }
+    await settle('left');
+    now = await state();
+    walk.check(now.hidden - now.scrollLeft <= 1, `ArrowRight on the focused diff did not scroll it to its end (at ${now.scrollLeft} of ${now.hidden} px)`);
+    walk.check(now.more === 'left', `at the end, data-more is "${now.more}", not "left"`);
+    walk.check(now.shadeLeft && !now.shadeRight, 'at the end, the shadow is not drawn on the left edge only');
+    walk.check(now.hint === '← Scroll back for the start of the lines', `at the end, the line under the diff says ${JSON.stringify(now.hint)}`);
+
+    // A diff whose lines fit: no shadow, no line, no description.
+    await page.goto(`${BASE_URL}#/runs/${runs.fitting}`);
+    await diff.waitFor();
+    await settle('');
+    now = await state();
+    walk.check(now.hidden <= 1, `the short diff of run ${runs.fitting} hides ${now.hidden} px at 390 px`);
+    walk.check(now.more === '' && !now.shadeLeft && !now.shadeRight && now.hint === null, `a diff that fits shows a cue: ${JSON.stringify(now)}`);
+    walk.done('the scroll cue of a diff');
   });
 
   test('touch targets are at least 24×24 CSS px at 390×844', async (t) => {

@@ -49,6 +49,7 @@ mod catalog;
 mod duration;
 mod event;
 pub mod event_data;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod glob;

@@ -225,8 +225,10 @@ impl ToSchema for CallDecision {
 }
 
 /// The three forms of a [`DecisionRequest`], each a closed object: the components `DecideEach`,
-/// `DecideApproveAll` and `DecideDenyAll`. `null` stands for an absent optional field, so a field a form
-/// leaves unused may still be sent as `null` (and `approve_all` / `deny_all` as `false`).
+/// `DecideApproveAll` and `DecideDenyAll`. A form's `approve_all` / `deny_all` it does not use may be
+/// `false` or `null`; the other fields it does not use are absent. (The server also takes `null` for
+/// them, as for any optional field, but a property that can only be `null` is dropped by openapi-fetch's
+/// typing of request bodies, which then refuses the document's own `DecideRequest`.)
 ///
 /// They are JSON rather than utoipa types because utoipa's schema types have no `const`: the server's
 /// `openapi_json` writes these exact values over the (lossy) components [`DecisionRequest`] registers.
@@ -234,7 +236,6 @@ pub fn decide_forms() -> [(&'static str, Value); 3] {
     use serde_json::json;
     let digest = json!({"type": "string", "description": "The digest of the held turn the decisions were made on (`pending.turn_digest`)."});
     let wait = json!({"type": ["boolean", "null"], "description": "Answer once the run waits again or has ended."});
-    let unused = json!({"type": "null", "description": "Not in this form."});
     // `const`, not a boolean `enum`: openapi-python-client reads the one and drops a form with the other.
     let off = json!({"anyOf": [{"type": "boolean", "const": false}, {"type": "null"}], "description": "Not in this form: `false` or `null`."});
     let on = |what: &str| json!({"type": "boolean", "const": true, "description": what});
@@ -249,7 +250,7 @@ pub fn decide_forms() -> [(&'static str, Value); 3] {
                     "turn_digest": digest,
                     "decisions": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/DecisionItem"},
                                   "description": "Decisions for some or all held calls; not empty."},
-                    "approve_all": off, "deny_all": off, "reason": unused, "wait": wait,
+                    "approve_all": off, "deny_all": off, "wait": wait,
                 },
                 "additionalProperties": false,
             }),
@@ -263,7 +264,7 @@ pub fn decide_forms() -> [(&'static str, Value); 3] {
                 "properties": {
                     "turn_digest": digest,
                     "approve_all": on("Approve every held call not yet decided."),
-                    "decisions": unused, "deny_all": off, "reason": unused, "wait": wait,
+                    "deny_all": off, "wait": wait,
                 },
                 "additionalProperties": false,
             }),
@@ -278,7 +279,7 @@ pub fn decide_forms() -> [(&'static str, Value); 3] {
                     "turn_digest": digest,
                     "deny_all": on("Deny every held call not yet decided."),
                     "reason": {"type": ["string", "null"], "description": "The reason given to the model (`no reason given` when absent)."},
-                    "decisions": unused, "approve_all": off, "wait": wait,
+                    "approve_all": off, "wait": wait,
                 },
                 "additionalProperties": false,
             }),

@@ -5,6 +5,12 @@
 //! blocks; and the results of a turn's calls all go, as `tool_result` blocks in call order (`is_error` set
 //! for denials, refusals and failures), into the one user message that follows it. The API wants user and
 //! assistant messages to alternate, so consecutive messages of one role are merged into one.
+//!
+//! A result that carries images ([`tollgate_agent_core::image`]) has a list as its `content`: its text
+//! block, then an `image` block (`source.type = "base64"`) per image. One request carries at most
+//! [`MAX_REQUEST_IMAGES`] images and [`MAX_REQUEST_IMAGE_BYTES`] of their base64, the newest first;
+//! older images are left out (a text block says how many), their description still in the result's
+//! text, so a long run of screenshots never outgrows the API's request limit.
 
 use crate::answer::{RawArguments, assign_call_ids, empty_answer, tool_call};
 use crate::http::{Endpoint, FixedHeader, ProviderError, ProviderFailure, ProviderSettings};
@@ -14,7 +20,7 @@ use serde_json::{Map, Value, json};
 use std::fmt;
 use tollgate_agent_core::{
     BoxFuture, CallId, FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest,
-    ModelResponse, NoDeltas, ToolSpec, Usage,
+    ModelResponse, NoDeltas, ToolResult, ToolSpec, Usage,
 };
 
 /// Anthropic's own endpoint, used when the settings name no `base_url`.
@@ -22,6 +28,12 @@ pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 
 /// The API version this adapter speaks, sent as `anthropic-version`.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The most images one request carries: past 20 the API refuses images over 2000 pixels a side.
+pub const MAX_REQUEST_IMAGES: usize = 20;
+
+/// The most base64 text the images of one request may have in all (the API takes 32 MB a request).
+pub const MAX_REQUEST_IMAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// A model behind the Anthropic Messages API.
 pub struct AnthropicModel {
@@ -100,6 +112,10 @@ impl AnthropicModel {
 }
 
 impl ModelClient for AnthropicModel {
+    fn system(&self) -> &str {
+        "anthropic"
+    }
+
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
         Box::pin(self.call(request, &NoDeltas))
     }
@@ -288,7 +304,8 @@ pub(crate) fn request_body(request: &ModelRequest<'_>, max_output_tokens: u32) -
     let mut system: Vec<&str> = Vec::new();
     let mut conversation = Conversation { messages: Vec::new() };
     let mut called_tools: Vec<&str> = Vec::new();
-    for message in request.messages {
+    let first_sent = first_sent_image(request.messages);
+    for (index, message) in request.messages.iter().enumerate() {
         match message {
             Message::System { content } => system.push(content),
             Message::User { content } => conversation.push("user", text_block(content).into_iter().collect()),
@@ -310,8 +327,13 @@ pub(crate) fn request_body(request: &ModelRequest<'_>, max_output_tokens: u32) -
                 conversation.push("assistant", blocks);
             }
             Message::Tool(result) => {
-                let mut block =
-                    json!({"type": "tool_result", "tool_use_id": result.call_id, "content": result.content});
+                let content = if result.images.is_empty() {
+                    json!(result.content)
+                } else {
+                    let sent = |image: usize| (index, image) >= first_sent;
+                    result_blocks(result, sent)
+                };
+                let mut block = json!({"type": "tool_result", "tool_use_id": result.call_id, "content": content});
                 if result.is_error {
                     block["is_error"] = Value::Bool(true);
                 }
@@ -348,6 +370,51 @@ pub(crate) fn request_body(request: &ModelRequest<'_>, max_output_tokens: u32) -
         body.insert("tool_choice".into(), json!({"type": "none"}));
     }
     Value::Object(body)
+}
+
+/// Where the images a request carries start, as (message index, image index): every image at or after it
+/// is sent, newest first until [`MAX_REQUEST_IMAGES`] or [`MAX_REQUEST_IMAGE_BYTES`] is reached.
+fn first_sent_image(messages: &[Message]) -> (usize, usize) {
+    let mut first = (messages.len(), 0);
+    let (mut count, mut bytes) = (0, 0);
+    for (index, message) in messages.iter().enumerate().rev() {
+        let Message::Tool(result) = message else { continue };
+        for (image_index, image) in result.images.iter().enumerate().rev() {
+            let len = image.base64().len();
+            if count == MAX_REQUEST_IMAGES || bytes + len > MAX_REQUEST_IMAGE_BYTES {
+                return first;
+            }
+            count += 1;
+            bytes += len;
+            first = (index, image_index);
+        }
+    }
+    first
+}
+
+/// A result's content as blocks: its text, an `image` block per image `sent` admits, and a line for
+/// those it left out.
+fn result_blocks(result: &ToolResult, sent: impl Fn(usize) -> bool) -> Value {
+    let mut blocks: Vec<Value> = text_block(&result.content).into_iter().collect();
+    let mut left_out = 0;
+    for (index, image) in result.images.iter().enumerate() {
+        if !sent(index) {
+            left_out += 1;
+            continue;
+        }
+        blocks.push(json!({
+            "type": "image",
+            "source": {"type": "base64", "media_type": image.media_type(), "data": image.base64()},
+        }));
+    }
+    if left_out > 0 {
+        let images = if left_out == 1 { "1 image" } else { &format!("{left_out} images") };
+        blocks.push(json!({"type": "text", "text": format!(
+            "[{images} of this result not attached: a request carries at most the newest {MAX_REQUEST_IMAGES} \
+             images, 16 MB of them]"
+        )}));
+    }
+    Value::Array(blocks)
 }
 
 /// The API rejects empty text blocks, so empty text is left out.
@@ -463,7 +530,8 @@ pub(crate) fn parse_response(answer: Value, transcript: &[Message]) -> Result<Mo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate_agent_core::{ToolCall, ToolResult};
+    use tollgate_agent_core::image::MAX_IMAGE_BASE64_BYTES;
+    use tollgate_agent_core::{ToolCall, ToolImage};
 
     fn result(call_id: &str, content: &str, is_error: bool) -> Message {
         Message::Tool(ToolResult {
@@ -472,6 +540,7 @@ mod tests {
             content: content.into(),
             is_error,
             denied: false,
+            images: Vec::new(),
         })
     }
 
@@ -504,6 +573,90 @@ mod tests {
         // No tools offered (the closing completion) yet tool_use in the history: declared, none usable.
         assert_eq!(body["tool_choice"], json!({"type": "none"}));
         assert_eq!(body["tools"][0]["name"], json!("t"));
+    }
+
+    /// A PNG of `9 + 3 * groups` bytes (its signature, then zeros), in base64.
+    fn png(groups: usize) -> ToolImage {
+        let base64 = format!("iVBORw0KGgoA{}", "AAAA".repeat(groups));
+        ToolImage::new("image/png", base64).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn with_images(call_id: &str, content: &str, images: Vec<ToolImage>) -> Message {
+        let Message::Tool(mut result) = result(call_id, content, false) else { unreachable!("a tool result") };
+        result.images = images;
+        Message::Tool(result)
+    }
+
+    fn calls(ids: &[&str]) -> Message {
+        Message::Assistant {
+            content: None,
+            tool_calls: ids.iter().map(|id| ToolCall::new(*id, "t", json!({}))).collect(),
+        }
+    }
+
+    #[test]
+    fn a_results_images_follow_its_text_as_image_blocks() {
+        let messages = [
+            Message::user("look"),
+            calls(&["a", "b"]),
+            with_images("a", "before\n[image: image/png, 12 bytes]\nafter", vec![png(1)]),
+            with_images("b", "", vec![png(0)]),
+        ];
+        let body = request_body(&ModelRequest { model: "m", messages: &messages, tools: &[] }, 100);
+        let image = |data: &str| json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}});
+        assert_eq!(
+            body["messages"][2]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "a", "content": [
+                    {"type": "text", "text": "before\n[image: image/png, 12 bytes]\nafter"},
+                    image("iVBORw0KGgoAAAAA"),
+                ]},
+                // No empty text block: the API refuses them.
+                {"type": "tool_result", "tool_use_id": "b", "content": [image("iVBORw0KGgoA")]},
+            ])
+        );
+    }
+
+    #[test]
+    fn a_request_carries_the_newest_images_within_its_budget() {
+        // 21 images over three results: the oldest one is left out, and its result says so.
+        let mut messages = vec![Message::user("look"), calls(&["a", "b", "c"])];
+        messages.push(with_images("a", "a", (0..7).map(png).collect()));
+        messages.push(with_images("b", "b", (0..7).map(png).collect()));
+        messages.push(with_images("c", "c", (0..7).map(png).collect()));
+        let body = request_body(&ModelRequest { model: "m", messages: &messages, tools: &[] }, 100);
+        let results = &body["messages"][2]["content"];
+        let kinds = |result: &Value| -> Vec<String> {
+            result["content"].as_array().map_or_else(Vec::new, |blocks| {
+                blocks.iter().map(|b| b["type"].as_str().unwrap_or_default().to_owned()).collect()
+            })
+        };
+        let sent: usize = (0..3).map(|i| kinds(&results[i]).iter().filter(|k| *k == "image").count()).sum();
+        assert_eq!(sent, MAX_REQUEST_IMAGES);
+        assert_eq!(kinds(&results[0]), ["text", "image", "image", "image", "image", "image", "image", "text"]);
+        assert_eq!(
+            results[0]["content"][1]["source"]["data"],
+            json!("iVBORw0KGgoAAAAA"),
+            "the first image is left out"
+        );
+        assert_eq!(
+            results[0]["content"][7]["text"],
+            json!(
+                "[1 image of this result not attached: a request carries at most the newest 20 images, 16 MB of them]"
+            )
+        );
+
+        // Four of the largest images: 20 MB of base64, so only the newest three go.
+        let largest = (MAX_IMAGE_BASE64_BYTES - 12) / 4;
+        let messages = [
+            calls(&["a", "b"]),
+            with_images("a", "a", vec![png(largest)]),
+            with_images("b", "b", vec![png(largest); 3]),
+        ];
+        let body = request_body(&ModelRequest { model: "m", messages: &messages, tools: &[] }, 100);
+        let results = &body["messages"][1]["content"];
+        assert_eq!(kinds(&results[0]), ["text", "text"]);
+        assert_eq!(kinds(&results[1]), ["text", "image", "image", "image"]);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! Our transcript maps onto the wire one to one: the system prompt first, each assistant turn with its
 //! `tool_calls` (arguments re-encoded as the JSON string the API expects, or the model's raw text for
 //! arguments that were not valid JSON), and each result as a `role: "tool"` message carrying its
-//! `tool_call_id`, in the order the loop recorded them — the call order.
+//! `tool_call_id`, in the order the loop recorded them — the call order. A tool message carries text
+//! only: a result's images go as the lines its text already has for them (`[image: image/png, 12 KB]`,
+//! [`tollgate_agent_core::image`]); compatible servers differ too much in what they see to send more.
 
 use crate::answer::{RawArguments, assign_call_ids, empty_answer, tool_call};
 use crate::http::{Endpoint, FixedHeader, ProviderError, ProviderFailure, ProviderSettings};
@@ -93,6 +95,10 @@ impl OpenAiModel {
 }
 
 impl ModelClient for OpenAiModel {
+    fn system(&self) -> &str {
+        "openai"
+    }
+
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
         Box::pin(self.call(request, &NoDeltas))
     }
@@ -451,6 +457,7 @@ mod tests {
                 content: "Tool fs_write was not run: its arguments are not valid JSON (EOF while parsing).".into(),
                 is_error: true,
                 denied: false,
+                images: Vec::new(),
             }),
         ];
         let body = request_body(&ModelRequest { model: "m", messages: &messages, tools: &[] });

@@ -1,8 +1,9 @@
 //! Cancelling a run that has not ended.
 
 use crate::error::CasFailure;
+use crate::telemetry::WaitEnd;
 use crate::{CancelError, DECIDE_ATTEMPTS, Runtime, events};
-use tollgate_agent_core::{Actor, Guard, RunId, RunRecord, Transition};
+use tollgate_agent_core::{Actor, Guard, RunId, RunRecord, RunStatus, Transition};
 
 impl Runtime {
     /// Cancels a run that has not finished.
@@ -23,6 +24,11 @@ impl Runtime {
             {
                 Ok(next) => {
                     self.inner.notify(&next);
+                    if let (Some(tracing), Some(turn), RunStatus::WaitingForApproval) =
+                        (&self.inner.tracing, run.held_turn(), run.status())
+                    {
+                        tracing.wait_ended(&run, turn, WaitEnd::Cancelled { actor: actor.as_str() }, now);
+                    }
                     return Ok(next);
                 }
                 Err(failed) => match CasFailure::from(failed) {

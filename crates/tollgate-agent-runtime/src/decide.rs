@@ -20,6 +20,7 @@
 use crate::error::{CasFailure, DecideError, DriveError};
 use crate::grants::GrantError;
 use crate::hooks::GrantReader;
+use crate::telemetry::WaitEnd;
 use crate::{DECIDE_ATTEMPTS, DecisionSet, Runtime, Settled, Work, events};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -364,7 +365,7 @@ impl Runtime {
             .suspension
             .parse()
             .map_err(|e| DecideError::CorruptSuspension { id: run.id.clone(), detail: e.to_string() })?;
-        Ok(spec.agent_loop.check_decision(&suspension, call_id, decision).await?)
+        Ok(spec.agent_loop.check_decision(&run.scope(), &suspension, call_id, decision).await?)
     }
 
     /// Records decisions for a waiting run. The request whose decisions complete the held turn's set
@@ -528,7 +529,8 @@ impl Runtime {
             } else {
                 Arc::from(Vec::new())
             };
-            let plan = spec.agent_loop.plan_resume(&suspension, &votes.after.decisions(), &grants).await?;
+            let plan =
+                spec.agent_loop.plan_resume(&run.scope(), &suspension, &votes.after.decisions(), &grants).await?;
             if let Some((call_id, message)) =
                 votes.decided.iter().find_map(|(call_id, _)| plan.refused_edit(call_id).map(|m| (call_id, m)))
             {
@@ -539,7 +541,8 @@ impl Runtime {
             resume_plan = Some(plan);
         } else {
             for (call_id, decision) in votes.decided.iter().filter(|(_, d)| matches!(d, Decision::Edit { .. })) {
-                if let Err(refused) = spec.agent_loop.check_decision(&suspension, call_id, decision).await {
+                if let Err(refused) = spec.agent_loop.check_decision(&run.scope(), &suspension, call_id, decision).await
+                {
                     // Nothing is recorded on the run (the call still waits for a decision); the process's
                     // log keeps who tried what and why it was refused.
                     let (actor, action) = (request.actor, decision.action());
@@ -550,6 +553,7 @@ impl Runtime {
         }
         // A free worker resumes the run in the same transaction as the votes that settle its turn;
         // without one (all busy, or shutting down) those votes queue it for any node's worker.
+        let settles = votes.completes();
         let slot = resume_plan.is_some().then(|| self.inner.pool.try_slot()).flatten();
         let lease = slot.as_ref().map(|_| self.inner.lease(now));
         let started = match (&mut resume_plan, &lease) {
@@ -570,6 +574,15 @@ impl Runtime {
             }
         };
         self.inner.notify(&next);
+        if settles && let (Some(tracing), Some(turn)) = (&self.inner.tracing, next.held_turn()) {
+            // The expiry sweep decides as `system`: the wait ended by its deadline.
+            let end = if request.actor.as_str() == crate::maintenance::SYSTEM_ACTOR {
+                WaitEnd::Expired
+            } else {
+                WaitEnd::Settled { actor: request.actor.as_str(), by_link: request.link.is_some() }
+            };
+            tracing.wait_ended(&next, turn, end, now);
+        }
         if let (Some(_), Some(resume_plan), Some(slot)) = (plan.resume, resume_plan, slot)
             && next.status() == RunStatus::Running
         {
@@ -777,6 +790,7 @@ mod tests {
             content: "ok".into(),
             is_error: false,
             denied: false,
+            images: Vec::new(),
         });
         let set = each(&[("a", Decision::Approve)]);
         let request =
@@ -801,6 +815,7 @@ mod tests {
             content: "ok".into(),
             is_error: false,
             denied: false,
+            images: Vec::new(),
         });
         recovered.calls[1].state = HeldCallState::InDoubt;
         let mut run = waiting(&[]);

@@ -10,6 +10,7 @@
 
 use crate::error::{DriveError, StartError};
 use crate::hooks::{GrantReader, PersistHooks};
+use crate::telemetry::{SegmentKind, SegmentTrace};
 use crate::workers::Slot;
 use crate::{AgentSpec, Inner, StartRun, events};
 use std::collections::BTreeMap;
@@ -139,7 +140,8 @@ impl Inner {
             now,
             leased.then(|| self.lease(now)),
         )
-        .with_metadata(metadata);
+        .with_metadata(metadata)
+        .with_trace(self.tracing.as_ref().map(crate::telemetry::Tracing::new_trace));
         Ok((run, spec))
     }
 
@@ -235,16 +237,42 @@ impl Inner {
         self.store.rows.get(id).await.ok().map(|run| run.status())
     }
 
-    /// Runs the loop for one segment and commits where it ended; answers the run as committed.
+    /// Runs the loop for one segment and commits where it ended, in the segment's span when the run is
+    /// traced ([`crate::telemetry`]); answers the run as committed.
     async fn drive(
         self: &Arc<Self>,
         run: RunRecord,
         spec: Arc<AgentSpec>,
         work: Work,
     ) -> Result<RunRecord, DriveError> {
+        let trace = self.tracing.as_ref().and_then(|tracing| {
+            // The first segment is the run's root span: a start before any model call.
+            let first = matches!(work, Work::Create | Work::Start) && run.iterations == 0;
+            let kind = if first { SegmentKind::First } else { SegmentKind::Later };
+            tracing.segment(&run, &spec.model, spec.agent_loop.system(), kind)
+        });
+        let Some(trace) = trace.map(Arc::new) else {
+            return self.drive_segment(run, spec, work, None).await;
+        };
+        let ended = self.drive_segment(run, spec, work, Some(Arc::clone(&trace))).await;
+        match &ended {
+            Ok(run) => trace.end(Ok(run)),
+            Err(error) => trace.end(Err((error.kind(), error.to_string()))),
+        }
+        ended
+    }
+
+    /// [`drive`](Self::drive) without its span: `trace` gets the segment's calls.
+    async fn drive_segment(
+        self: &Arc<Self>,
+        run: RunRecord,
+        spec: Arc<AgentSpec>,
+        work: Work,
+        trace: Option<Arc<SegmentTrace>>,
+    ) -> Result<RunRecord, DriveError> {
         let unborn = matches!(work, Work::Create).then(|| run.clone());
         let reader = GrantReader::new(&run, spec.forbid_self_approval, self.grants.enabled);
-        let hooks = PersistHooks::new(Arc::clone(self), &run, reader, unborn);
+        let hooks = PersistHooks::new(Arc::clone(self), &run, reader, unborn, trace);
         // The run's id and metadata as stored: a resume in another process has them as the start did.
         let scope = run.scope();
         let segment = async {
@@ -261,7 +289,7 @@ impl Inner {
                     } else {
                         Arc::from(Vec::new())
                     };
-                    let plan = spec.agent_loop.plan_resume(&suspension, &decisions, &grants).await?;
+                    let plan = spec.agent_loop.plan_resume(&scope, &suspension, &decisions, &grants).await?;
                     spec.agent_loop.resume_planned(&scope, suspension, plan, &hooks).await
                 }
             }
@@ -349,7 +377,7 @@ impl Inner {
                 Some(grants) => grants,
                 None => hooks.grants_in_force().await.unwrap_or_else(|_| Arc::from(Vec::new())),
             };
-            if let Ok(mut plan) = spec.agent_loop.plan_resume(suspension, &BTreeMap::new(), &in_force).await {
+            if let Ok(mut plan) = spec.agent_loop.plan_resume(&scope, suspension, &BTreeMap::new(), &in_force).await {
                 if let Some(call) = plan.commit_first_start() {
                     events.push(events::call_started(now, suspension.round, &run.id, &call));
                 }

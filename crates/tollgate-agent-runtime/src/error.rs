@@ -309,6 +309,17 @@ pub(crate) enum DriveError {
     Store(StoreError),
 }
 
+impl DriveError {
+    /// A short name for traces (`error.type`).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            DriveError::ChangedHands { .. } => "changed_hands",
+            DriveError::Released { .. } => "released",
+            DriveError::Store(_) => "store",
+        }
+    }
+}
+
 /// Why the maintenance sweep could not act on one due run (logged; the next sweep tries again).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SweepError {

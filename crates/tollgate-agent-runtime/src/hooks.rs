@@ -5,6 +5,7 @@
 use crate::Inner;
 use crate::events;
 use crate::live::RoundText;
+use crate::telemetry::SegmentTrace;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -109,6 +110,8 @@ pub(crate) struct PersistHooks {
     in_model_call: AtomicBool,
     /// The grants the segment's last gate check read, for planning the turn they cleared.
     last_grants: Mutex<Option<Arc<[GrantRecord]>>>,
+    /// The segment's span, when the run is traced: its model and tool calls are spans in it.
+    trace: Option<Arc<SegmentTrace>>,
 }
 
 #[derive(Default)]
@@ -126,7 +129,13 @@ struct State {
 }
 
 impl PersistHooks {
-    pub(crate) fn new(inner: Arc<Inner>, run: &RunRecord, grants: GrantReader, unborn: Option<RunRecord>) -> Self {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        run: &RunRecord,
+        grants: GrantReader,
+        unborn: Option<RunRecord>,
+        trace: Option<Arc<SegmentTrace>>,
+    ) -> Self {
         Self {
             inner,
             run_id: run.id.clone(),
@@ -135,6 +144,7 @@ impl PersistHooks {
             round_text: Mutex::new(RoundText::default()),
             in_model_call: AtomicBool::new(false),
             last_grants: Mutex::new(None),
+            trace,
         }
     }
 
@@ -265,6 +275,16 @@ impl LoopHooks for PersistHooks {
             // redacted, so a viewer's text of the round is whole.
             let mut round_text = self.round_text.lock().unwrap_or_else(PoisonError::into_inner);
             self.inner.deltas.finish(&self.run_id, *round, &mut round_text);
+        }
+        if let Some(trace) = &self.trace {
+            match &event {
+                LoopEvent::ModelRequest { round, .. } => trace.model_request(*round),
+                LoopEvent::ModelResponse { response, .. } => trace.model_response(response),
+                LoopEvent::ToolStarted { call_id, tool, arguments, gate, grant, .. } => {
+                    trace.tool_started(call_id, tool, arguments, *gate, *grant);
+                }
+                LoopEvent::ToolFinished { result, .. } => trace.tool_finished(result),
+            }
         }
         let now = self.inner.clock.now();
         let mut flush = None;

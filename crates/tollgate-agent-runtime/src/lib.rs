@@ -20,7 +20,7 @@
 //! #     "arguments": {"to": "ada"}}]}, {"text": "Sent."}]}"#)?));
 //! # let send = tool_fn("send", "Sends a message.", |m: Message, _ctx| async move {
 //! #     Ok(ToolOutput::text(format!("sent to {}", m.to)))
-//! # }).gate(|_| Gate::Ask);
+//! # }).gate(|_, _| Gate::Ask);
 //! let store = tollgate_agent_store::open("sqlite::memory:").await?;
 //! let tools = Arc::new(ToolRegistry::new().with(send.into_tool())?); // `send` is gated `ask`
 //! let agent = AgentSpec {
@@ -75,6 +75,7 @@
 
 pub use live::{LiveDelta, LiveText, RunDeltas};
 pub use privacy::PrivacyLevel;
+pub use telemetry::Telemetry;
 use tollgate_agent_core::Redactor;
 use tollgate_agent_core::{Actor, CallId, RunId};
 mod cancel;
@@ -94,6 +95,7 @@ mod reads;
 mod recovery;
 mod start;
 mod stores;
+pub mod telemetry;
 pub mod view;
 mod waits;
 pub mod wire;
@@ -192,14 +194,16 @@ pub struct ToolInfo {
 }
 
 impl ToolInfo {
-    /// Lists a tool with its own gate for empty arguments.
+    /// Lists a tool with its own gate for empty arguments, outside any run ([`ToolContext::listing`]).
+    ///
+    /// [`ToolContext::listing`]: tollgate_agent_core::ToolContext::listing
     pub fn of(tool: &dyn tollgate_agent_core::Tool, why: impl Into<String>) -> Self {
         let empty = serde_json::Value::Object(serde_json::Map::new());
         Self {
             name: tool.name().to_owned(),
             description: tool.description().to_owned(),
             parameters: tool.parameters().clone(),
-            gate: tool.gate(&empty),
+            gate: tool.gate(&empty, &tollgate_agent_core::ToolContext::listing()),
             why: why.into(),
             grantable: !tool.refuses_grants(),
         }
@@ -227,6 +231,8 @@ pub struct RuntimeOptions {
     pub max_takeovers: u32,
     /// `[grants]`: whether grants apply, and how long they last.
     pub grants: GrantSettings,
+    /// `[telemetry]`: where the runs' OpenTelemetry spans go, if anywhere ([`telemetry`]).
+    pub telemetry: Option<Telemetry>,
 }
 
 impl Default for RuntimeOptions {
@@ -240,6 +246,7 @@ impl Default for RuntimeOptions {
             workers: default_workers(std::thread::available_parallelism().map_or(1, usize::from)),
             max_takeovers: DEFAULT_MAX_TAKEOVERS,
             grants: GrantSettings::default(),
+            telemetry: None,
         }
     }
 }
@@ -388,6 +395,8 @@ pub(crate) struct Inner {
     _tap: Option<tollgate_agent_core::CommitTap>,
     /// The live text of this process's model calls ([`live`]).
     pub(crate) deltas: live::Deltas,
+    /// Where this process's spans go (`[telemetry]`), if anywhere ([`telemetry`]).
+    pub(crate) tracing: Option<telemetry::Tracing>,
 }
 
 impl Runtime {
@@ -402,6 +411,7 @@ impl Runtime {
         let (notices, _) = broadcast::channel(4096);
         let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX).max(1000);
         let deltas = live::Deltas::new(options.privacy, options.redactor.clone());
+        let tracing = options.telemetry.map(|t| telemetry::Tracing::new(t, options.privacy, options.redactor.clone()));
         let store = stores::Stores::new(store, options.privacy, options.redactor);
         forward_remote_changes(store.feed.as_ref(), &notices);
         let (recent, tap) = follow::Recent::tapping(store.feed.as_ref()).unzip();
@@ -427,6 +437,7 @@ impl Runtime {
                 recent,
                 _tap: tap,
                 deltas,
+                tracing,
             }),
         }
     }

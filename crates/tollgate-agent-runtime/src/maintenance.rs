@@ -9,6 +9,7 @@
 //! at shutdown both wind down to renewal alone while the runs in flight commit.
 
 use crate::error::SweepError;
+use crate::telemetry::WaitEnd;
 use crate::{DecisionSet, OnExpiry, Runtime, events, recovery};
 use std::sync::PoisonError;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use tokio::sync::watch;
 use tollgate_agent_core::{Actor, RunId};
 use tollgate_agent_core::{Guard, Millis, RunRecord, RunStatus, StoreError, Transition};
 
-const SYSTEM_ACTOR: &str = "system";
+pub(crate) const SYSTEM_ACTOR: &str = "system";
 const EXPIRY_REASON: &str = "approval deadline passed";
 /// The longest the scheduler sleeps before it looks at the clock again (a manual clock may jump).
 const LOOK_AGAIN: Duration = Duration::from_secs(1);
@@ -340,6 +341,9 @@ impl Runtime {
                     .transition(&run.id, Guard::Version(run.version), Transition::Expire, vec![event], now)
                     .await?;
                 inner.notify(&next);
+                if let Some(tracing) = &inner.tracing {
+                    tracing.wait_ended(run, pending, WaitEnd::Expired, now);
+                }
             }
         }
         Ok(())

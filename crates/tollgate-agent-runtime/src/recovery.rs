@@ -167,13 +167,15 @@ fn ledger(events: &[StoredEvent], round: u32) -> Result<BTreeMap<CallId, Option<
             }
             EventData::ToolFinished(finished) => {
                 // The log keeps no result under `[privacy] level = "metadata"` (and only its size under
-                // `redacted`): the call still finished, and is settled with what the log kept.
+                // `redacted`): the call still finished, and is settled with what the log kept. The log
+                // keeps no image data either: a result's images are left as its text describes them.
                 let result = ToolResult {
                     call_id: finished.call_id,
                     tool: finished.tool,
                     content: finished.result.unwrap_or_default(),
                     is_error: finished.is_error,
                     denied: false,
+                    images: Vec::new(),
                 };
                 ledger.insert(result.call_id.clone(), Some(result));
             }

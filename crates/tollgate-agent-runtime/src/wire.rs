@@ -207,7 +207,14 @@ mod tests {
     }
 
     fn result(content: &str, is_error: bool) -> ToolResult {
-        ToolResult { call_id: "call_1".into(), tool: "write".into(), content: content.into(), is_error, denied: false }
+        ToolResult {
+            call_id: "call_1".into(),
+            tool: "write".into(),
+            content: content.into(),
+            is_error,
+            denied: false,
+            images: Vec::new(),
+        }
     }
 
     /// The approval of `call_1`, decided by bob's approval.

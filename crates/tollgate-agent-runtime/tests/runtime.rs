@@ -94,8 +94,22 @@ impl Setup {
     }
 
     fn runtime(&self, store: Arc<dyn RunStore>, clock: &ManualClock, node: &str) -> Runtime {
-        let options =
-            RuntimeOptions { node_id: node.into(), lease: Duration::from_secs(30), ..RuntimeOptions::default() };
+        self.traced_runtime(store, clock, node, None)
+    }
+
+    fn traced_runtime(
+        &self,
+        store: Arc<dyn RunStore>,
+        clock: &ManualClock,
+        node: &str,
+        telemetry: Option<tollgate_agent_runtime::Telemetry>,
+    ) -> Runtime {
+        let options = RuntimeOptions {
+            node_id: node.into(),
+            lease: Duration::from_secs(30),
+            telemetry,
+            ..RuntimeOptions::default()
+        };
         Runtime::new(store, vec![self.spec()], Arc::new(clock.clone()), Arc::new(UuidV7Ids), options)
     }
 }
@@ -2090,4 +2104,97 @@ async fn with_grants_disabled_a_stored_grant_allows_nothing_and_none_is_made() {
         let counted = enabled.grant(&grant.id).await.unwrap_or_else(|e| panic!("{backend}: {e}"));
         assert_eq!(counted.uses, 1, "{backend}: only the run on the enabled runtime used it");
     }
+}
+
+/// Spans kept in memory, exported as each ends.
+#[derive(Clone, Debug, Default)]
+struct Spans(Arc<std::sync::Mutex<Vec<opentelemetry_sdk::trace::SpanData>>>);
+
+impl opentelemetry_sdk::trace::SpanExporter for Spans {
+    fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> impl std::future::Future<Output = opentelemetry_sdk::error::OTelSdkResult> + Send {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(batch);
+        std::future::ready(Ok(()))
+    }
+}
+
+impl Spans {
+    /// Telemetry sampling `ratio` of new runs into these spans.
+    fn telemetry(&self, ratio: f64) -> tollgate_agent_runtime::Telemetry {
+        use opentelemetry::trace::TracerProvider as _;
+        let provider =
+            opentelemetry_sdk::trace::SdkTracerProvider::builder().with_simple_exporter(self.clone()).build();
+        tollgate_agent_runtime::Telemetry::new(provider.tracer("test"), ratio, false)
+    }
+
+    /// The `await_approval` spans' attribute `key`, in the order they ended.
+    fn waits(&self, key: &str) -> Vec<String> {
+        let spans = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        spans
+            .iter()
+            .filter(|s| s.name.starts_with("await_approval"))
+            .map(|s| {
+                s.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.to_string()).unwrap_or_default()
+            })
+            .collect()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+}
+
+/// A held turn's wait is a span ended by what ended it: the settling vote (its actor, `approved` or
+/// `denied`), a deadline (`expired`, whichever `on_expiry`), a cancellation (`cancelled`) — one span per
+/// turn, none for a partial vote; a run sampled out makes no span at all.
+#[tokio::test]
+async fn a_waits_span_says_who_or_what_ended_it() {
+    let spans = Spans::default();
+    for on_expiry in [OnExpiry::Deny, OnExpiry::Cancel] {
+        let mut setup = Setup::new(one_write(), vec![write_tool()]);
+        setup.ttl = Some(Duration::from_secs(60));
+        setup.on_expiry = on_expiry;
+        let clock = ManualClock::at(T0);
+        let runtime = setup.traced_runtime(sqlite().await, &clock, "node-a", Some(spans.telemetry(1.0)));
+        let run = runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(run.trace.is_some_and(|t| t.sampled), "created with a sampled trace");
+        clock.advance(Duration::from_secs(61));
+        assert_eq!(runtime.sweep().await.ok(), Some(1));
+        runtime.wait_settled(&run.id).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(spans.waits("tollgate.approval.outcome"), ["expired", "expired"]);
+    assert_eq!(spans.waits("tollgate.approval.actor"), ["system", "system"]);
+
+    let setup = Setup::new(two_writes(), vec![write_tool()]);
+    let runtime = setup.traced_runtime(sqlite().await, &ManualClock::at(T0), "node-a", Some(spans.telemetry(1.0)));
+    let start =
+        || async { runtime.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}")) };
+    let cancelled = start().await;
+    runtime.cancel(&cancelled.id, &Actor::from("carol"), Some("not today")).await.unwrap_or_else(|e| panic!("{e}"));
+    let decided = start().await;
+    let call = |id: &str| DecisionSet::Each(vec![(CallId::from(id), Decision::Approve)]);
+    let partial = runtime.decide(&decided.id, &digest(&decided), call("call_1"), &Actor::from("bob")).await;
+    partial.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(spans.waits("tollgate.approval.outcome").len(), 3, "a partial vote ends no wait");
+    let deny = DecisionSet::Each(vec![(CallId::from("call_2"), Decision::Deny { reason: "no".into() })]);
+    runtime
+        .decide_and_wait(&decided, &digest(&decided), deny, &Actor::from("dave"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(spans.waits("tollgate.approval.outcome"), ["expired", "expired", "cancelled", "mixed"]);
+    assert_eq!(spans.waits("tollgate.approval.actor")[2..], ["carol", "dave"]);
+    assert_eq!(spans.waits("tollgate.approval.calls")[3], "2");
+
+    let before = spans.len();
+    let unsampled = setup.traced_runtime(sqlite().await, &ManualClock::at(T0), "node-a", Some(spans.telemetry(0.0)));
+    let run = unsampled.start_and_wait(StartRun::new("x", "alice")).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(run.trace.is_some_and(|t| !t.sampled), "the decision is stored");
+    let approve = DecisionSet::ApproveAll;
+    unsampled
+        .decide_and_wait(&run, &digest(&run), approve, &Actor::from("bob"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(spans.len(), before, "a run sampled out makes no span");
 }

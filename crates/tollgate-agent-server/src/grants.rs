@@ -25,12 +25,8 @@ pub(crate) const DEFAULT_GRANT_LIMIT: u32 = 50;
     post, path = "/v1/grants", tag = "grants", request_body = CreateGrantRequest,
     responses(
         (status = 201, description = "The grant (with `applied_to` when `apply_to_waiting` was true)", body = Grant),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the approver role, or grants are disabled", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown agent, tool or run", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A `match` key that is not a JSON pointer, a ttl over `max_ttl`, a scope and run that do not fit, a tool policy keeps from grants, or unknown fields", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -82,7 +78,6 @@ pub(crate) struct GrantListQuery {
     get, path = "/v1/grants", tag = "grants", params(GrantListQuery),
     responses(
         (status = 200, description = "A page of grants", body = GrantPage),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad query parameters", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -124,7 +119,6 @@ impl FromRequestParts<AppState> for GrantPath {
     params(("id" = String, Path, description = "The grant's id")),
     responses(
         (status = 200, description = "The grant", body = Grant),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such grant", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -140,7 +134,6 @@ pub(crate) async fn get_grant(State(state): State<AppState>, _caller: Caller, Gr
     params(("id" = String, Path, description = "The grant's id")),
     responses(
         (status = 200, description = "The grant, revoked", body = Grant),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the approver role", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such grant", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already revoked or expired", body = Problem, content_type = "application/problem+json"),

@@ -3,7 +3,9 @@
 //! The HTTP API of `docs/api.md` over a [`Runtime`]: start, list, read, follow (SSE), decide and cancel
 //! runs; agents and tools; purge; `/healthz` (alive), `/readyz` (the store can write: a committed
 //! probe within [`ServerOptions::ready_timeout`], its answer cached one second), `/metrics` (Prometheus text) and `/openapi.json`
-//! (OpenAPI 3.1, generated from this crate's code); the playground's mount point at `/`.
+//! (OpenAPI 3.1, generated from this crate's code: [`openapi_json`] with tokens configured,
+//! [`openapi_json_without_tokens`] without, which declares no bearer security); the playground's mount
+//! point at `/`.
 //!
 //! ```rust
 //! use axum::body::{Body, to_bytes};
@@ -31,7 +33,8 @@
 //! let list: AgentList = serde_json::from_slice(&to_bytes(response.into_body(), 1 << 20).await?)?;
 //! assert_eq!(list.agents[0].name, "demo");
 //!
-//! // The OpenAPI document of every route, as `GET /openapi.json` serves it.
+//! // The OpenAPI document of every route, as `GET /openapi.json` serves it with tokens configured
+//! // (`openapi_json_without_tokens` is the one served without).
 //! let openapi: serde_json::Value = serde_json::from_str(&openapi_json())?;
 //! assert_eq!(openapi["openapi"], "3.1.0");
 //! # Ok(()) }
@@ -152,6 +155,7 @@ mod auth;
 mod connections;
 mod duration;
 mod feed;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod grants;
@@ -170,7 +174,7 @@ mod webhooks;
 pub use auth::{ApiToken, LOCAL_ACTOR, Role};
 pub use duration::parse as parse_duration;
 pub use notify::{LinkSecret, Notifier, NotifyRetry, ShortLinkSecret};
-pub use openapi::openapi_json;
+pub use openapi::{openapi_json, openapi_json_without_tokens};
 pub use problem::{ApiError, PROBLEM_BASE, PROBLEM_JSON, ProblemKind};
 pub use routes::{DEFAULT_DENY_REASON, DEFAULT_LIMIT, MAX_LIMIT};
 /// How a notifier's messages leave: the transports of `tollgate-agent-notify`, for building [`Notifier`]s.
@@ -352,7 +356,8 @@ fn build(runtime: Runtime, options: &ServerOptions, listening: SocketAddr) -> Bu
         retention: options.retention,
         metrics: metrics.clone(),
         shutdown: shutdown_rx,
-        openapi: Arc::from(openapi_json()),
+        // Without tokens no operation needs a bearer token, and the document served says so.
+        openapi: Arc::from(if options.tokens.is_empty() { openapi_json_without_tokens() } else { openapi_json() }),
         sse_keep_alive: options.sse_keep_alive,
         streams: Arc::new(sse::StreamCounts::new(options.max_streams_per_client, metrics.clone())),
         links: links.clone(),

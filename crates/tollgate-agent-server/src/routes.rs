@@ -55,13 +55,8 @@ impl AppState {
     post, path = "/v1/runs", tag = "runs", request_body = StartRunRequest,
     responses(
         (status = 201, description = "The run as created: `queued` for a worker of any node; with `wait`, once it waits for approval or has ended", body = Run),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the runner role", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown agent", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "The body did not arrive within `[server] body_timeout`; the connection is closed", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Wrong types, missing or unknown fields, empty input, metadata that is not an object, over 16 KiB or nested over 16 levels", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -111,7 +106,6 @@ pub(crate) struct ListQuery {
     get, path = "/v1/runs", tag = "runs", params(ListQuery),
     responses(
         (status = 200, description = "One page of runs, newest first", body = RunPage),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad query parameters (unknown status, limit over 500, bad cursor)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -145,7 +139,6 @@ pub(crate) async fn list_runs(State(state): State<AppState>, _caller: Caller, ur
     params(("id" = String, Path, description = "The run's id")),
     responses(
         (status = 200, description = "The run", body = Run),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -192,7 +185,6 @@ fn seq_in_range(seq: u64, what: &str) -> Result<u64, ApiError> {
         (status = 200, description = "The events after `after`; or an SSE stream (`id:` seq, `event:` kind, `data:` the event JSON) ending after the terminal event, with `deltas=true` also `model_delta` events (no `id:`, `data:` `{\"round\", \"text\"}` or `{\"round\", \"reset\": true}`)",
             content((EventPage = "application/json"), (String = "text/event-stream"))),
         (status = 204, description = "SSE: the run has ended and every event was already sent"),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad `after` or `Last-Event-ID`", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "SSE: the caller already holds `[server] max_streams_per_client` streams", body = Problem, content_type = "application/problem+json"),
@@ -244,14 +236,27 @@ fn wants_event_stream(headers: &HeaderMap) -> bool {
         .any(|v| v.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream")))
 }
 
+/// The `Last-Event-ID` header as docs/api.md states it: absent, or one event seq (ASCII digits, 0 to
+/// 2^63−1). Anything else — empty, not ASCII, not a number, given twice — is 422, never taken as absent.
 fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
-    let Some(value) = headers.get("last-event-id") else { return Ok(None) };
-    let text = value.to_str().unwrap_or_default().trim();
-    if text.is_empty() {
-        return Ok(None);
+    let mut values = headers.get_all("last-event-id").iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(ApiError::invalid("Last-Event-ID is given more than once; give one event seq"));
     }
-    let seq =
-        text.parse::<u64>().map_err(|_| ApiError::invalid(format!("Last-Event-ID `{text}` is not an event seq")))?;
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::invalid("Last-Event-ID is not ASCII text; give an event seq (a number)"))?
+        .trim();
+    if text.is_empty() {
+        return Err(ApiError::invalid("Last-Event-ID is empty; give an event seq, or leave the header out"));
+    }
+    let seq = text
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| text.parse::<u64>().ok())
+        .flatten()
+        .ok_or_else(|| ApiError::invalid(format!("Last-Event-ID `{text}` is not an event seq")))?;
     seq_in_range(seq, "Last-Event-ID").map(Some)
 }
 
@@ -261,13 +266,9 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     params(("id" = String, Path, description = "The run's id")),
     responses(
         (status = 200, description = "The run after the decisions (still waiting while held calls remain undecided; with `wait`, once it waits again or has ended)", body = Run),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the approver role, or the agent forbids self-approval", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "The body did not arrive within `[server] body_timeout`; the connection is closed", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Not waiting, stale digest, call already decided, or lost a race", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad body, unknown call_id, a call that takes no decision, edited arguments failing the schema", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -366,11 +367,8 @@ fn decision(item: &CallDecision) -> (CallId, Decision) {
     params(("id" = String, Path, description = "The run's id")),
     responses(
         (status = 200, description = "The cancelled run", body = Run),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Lacks the runner role, or a runner cancelling a run it did not start", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "The body did not arrive within `[server] body_timeout`; the connection is closed", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already terminal", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Wrong types or unknown fields", body = Problem, content_type = "application/problem+json"),
     ),
@@ -400,7 +398,6 @@ pub(crate) async fn cancel_run(
     get, path = "/v1/agents", tag = "agents",
     responses(
         (status = 200, description = "The configured agents, the default first", body = AgentList),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -422,7 +419,6 @@ pub(crate) struct ToolsQuery {
     get, path = "/v1/tools", tag = "agents", params(ToolsQuery),
     responses(
         (status = 200, description = "With `agent`: its tools and effective gates; without: every tool the server knows with its own default gate", body = ToolList),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown agent", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad query parameters", body = Problem, content_type = "application/problem+json"),
     ),
@@ -447,10 +443,7 @@ pub(crate) async fn tools(State(state): State<AppState>, _caller: Caller, uri: U
     post, path = "/v1/purge", tag = "admin", request_body(content = Option<PurgeRequest>, description = "Optional; an empty body applies the configured windows"),
     responses(
         (status = 200, description = "How many runs went", body = PurgeResult),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not an admin", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "The body did not arrive within `[server] body_timeout`; the connection is closed", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Bad `older_than`, wrong types or unknown fields", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -539,7 +532,6 @@ pub(crate) async fn readyz(state: AppState, readiness: std::sync::Arc<Readiness>
     get, path = "/metrics", tag = "meta",
     responses(
         (status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"),
-        (status = 401, description = "Missing or unknown token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not an admin", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
@@ -551,7 +543,7 @@ pub(crate) async fn metrics(State(state): State<AppState>, caller: Caller) -> Ap
 }
 
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "meta", responses((status = 200, description = "The OpenAPI 3.1 document of this API", content_type = "application/json")))]
+#[utoipa::path(get, path = "/openapi.json", tag = "meta", responses((status = 200, description = "The OpenAPI 3.1 document of this API: with tokens configured this one, without them the same without security requirements or 401 answers", content_type = "application/json")))]
 pub(crate) async fn openapi(State(state): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], state.openapi.to_string()).into_response()
 }
@@ -671,8 +663,16 @@ mod tests {
         assert!(wants_event_stream(&headers));
         headers.insert("last-event-id", HeaderValue::from_static("7"));
         assert_eq!(last_event_id(&headers).ok(), Some(Some(7)));
-        headers.insert("last-event-id", HeaderValue::from_static("seven"));
-        assert!(last_event_id(&headers).is_err());
+        for bad in [&b"seven"[..], b"", b"  ", b"+7", b"-1", b"7 8", b"\xe2\x80\x8b7", b"9223372036854775808"] {
+            let value = HeaderValue::from_bytes(bad).unwrap_or_else(|e| panic!("{e}"));
+            headers.insert("last-event-id", value);
+            let refused = last_event_id(&headers).err().map(|e| e.kind);
+            assert_eq!(refused, Some(ProblemKind::InvalidRequest), "{}", String::from_utf8_lossy(bad));
+        }
+        headers.insert("last-event-id", HeaderValue::from_static("9223372036854775807"));
+        assert_eq!(last_event_id(&headers).ok(), Some(Some(9_223_372_036_854_775_807)));
+        headers.append("last-event-id", HeaderValue::from_static("8"));
+        assert!(last_event_id(&headers).is_err(), "given twice");
         assert!(!wants_event_stream(&HeaderMap::new()));
     }
 }

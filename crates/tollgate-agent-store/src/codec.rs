@@ -21,14 +21,16 @@ use tollgate_agent_core::run::{
 use tollgate_agent_core::suspension::{StoredSuspension, TurnDigest};
 use tollgate_agent_core::tool_loop::TerminationReason;
 use tollgate_agent_core::transcript::Usage;
-use tollgate_agent_core::{Approval, ApprovalCommand, ApprovalId, Conflict, Guard, Metadata, Requirement, StoreError};
+use tollgate_agent_core::{
+    Approval, ApprovalCommand, ApprovalId, Conflict, Guard, Metadata, Requirement, StoreError, TraceContext,
+};
 
 /// The columns of `runs`, in the order [`read_run_row`] reads them and [`bind_run_row!`] binds them.
 macro_rules! run_columns {
     () => {
         "id, agent, status, version, input, output, termination_reason, iterations, input_tokens, \
          output_tokens, created_by, created_at, updated_at, finished_at, error, suspension, turn_digest, \
-         required_calls, decisions, expires_at, lease_owner, lease_expires_at, last_seq, last_hash, metadata"
+         required_calls, decisions, expires_at, lease_owner, lease_expires_at, last_seq, last_hash, metadata, trace"
     };
 }
 pub(crate) use run_columns;
@@ -64,6 +66,7 @@ macro_rules! bind_run_row {
             .bind(row.last_seq)
             .bind(&row.last_hash)
             .bind(&row.metadata)
+            .bind(&row.trace)
     }};
 }
 #[cfg(feature = "postgres")]
@@ -73,7 +76,7 @@ pub(crate) use bind_run_row;
 /// Binds the fields a transition may change, in the order of the backends' `UPDATE runs SET …`
 /// statements: status, version, output, termination_reason, iterations, input_tokens, output_tokens,
 /// updated_at, finished_at, error, suspension, turn_digest, required_calls, decisions, expires_at,
-/// lease_owner, lease_expires_at, last_seq, last_hash. Not `metadata`, which never changes.
+/// lease_owner, lease_expires_at, last_seq, last_hash. Not `metadata` or `trace`, which never change.
 macro_rules! bind_run_changes {
     ($query:expr, $row:expr) => {{
         let row = $row;
@@ -131,6 +134,9 @@ pub(crate) struct RunRow {
     pub last_hash: String,
     /// JSON object; NULL when empty (and in rows from before migration 3).
     pub metadata: Option<String>,
+    /// The run's W3C `traceparent`; NULL without one (and in rows from before SQLite migration 10,
+    /// PostgreSQL 17).
+    pub trace: Option<String>,
 }
 
 /// Counters are `u64` in Rust and signed 64-bit in SQL; no real run comes near the limit.
@@ -268,6 +274,7 @@ impl RunRow {
             } else {
                 Some(encode_json(&run.id, "metadata", &run.metadata)?)
             },
+            trace: run.trace.map(|trace| trace.to_string()),
         })
     }
 
@@ -294,6 +301,10 @@ impl RunRow {
             Some(text) => serde_json::from_str::<Metadata>(&text)
                 .map_err(|e| corrupt(format!("column metadata is not valid: {e}")))?,
         };
+        let trace = self
+            .trace
+            .map(|text| TraceContext::parse(&text).map_err(|e| corrupt(format!("column trace: {e}"))))
+            .transpose()?;
         let iterations = u32::try_from(self.iterations)
             .map_err(|_| corrupt(format!("column iterations is out of range ({})", self.iterations)))?;
         let usage = Usage {
@@ -400,6 +411,7 @@ impl RunRow {
             agent: self.agent,
             input: self.input,
             metadata,
+            trace,
             iterations,
             usage,
             version: unsigned("version", self.version)?,
@@ -456,6 +468,7 @@ pub(crate) fn read_run_row(row: &impl Columns) -> Result<RunRow, StoreError> {
             last_seq: row.int(22)?,
             last_hash: row.text(23)?,
             metadata: row.optional_text(24)?,
+            trace: row.optional_text(25)?,
             id: id.clone(),
         })
     };

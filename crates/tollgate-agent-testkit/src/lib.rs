@@ -188,7 +188,7 @@ impl Tool for TestTool {
         &self.schema
     }
 
-    fn gate(&self, args: &Value) -> Gate {
+    fn gate(&self, args: &Value, _ctx: &ToolContext) -> Gate {
         (self.gate)(args)
     }
 
@@ -691,6 +691,32 @@ pub fn scratch_dir(label: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tollgate-{label}-{}-{nanos}-{n}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     dir
+}
+
+/// The Python of the venv holding the test tools (PyPI, pinned in `.ci/python/requirements.txt`):
+/// `TOLLGATE_TEST_PYTHON`, else `.ci/python/venv/bin/python` of this workspace, if it imports every one of
+/// `modules`. `None` (with a note) when it does not outside CI; a panic under CI (env `CI`), which runs
+/// these tests.
+pub fn test_python(modules: &[&str]) -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("TOLLGATE_TEST_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/python/venv/bin/python"));
+    let ready = std::process::Command::new(&python)
+        .args(["-c", &format!("import {}", modules.join(", "))])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if ready {
+        return Some(python);
+    }
+    let note = format!(
+        "no Python with {} at {} (./scripts/test installs them: \
+         python3 -m venv .ci/python/venv && .ci/python/venv/bin/pip install -r .ci/python/requirements.txt)",
+        modules.join(", "),
+        python.display()
+    );
+    assert!(std::env::var_os("CI").is_none(), "{note}; CI runs these tests");
+    eprintln!("skipped: {note}");
+    None
 }
 
 /// The PostgreSQL URL for tests (`TOLLGATE_TEST_POSTGRES_URL`). When it is unset: `None` locally, but a

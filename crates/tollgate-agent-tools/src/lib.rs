@@ -16,7 +16,7 @@
 //! let read = FsRead::new(workspace).into_tool();
 //!
 //! let args = json!({"path": "note.txt", "content": "hello\n"});
-//! assert_eq!(write.gate(&args), Gate::Ask); // a person approves each write, having seen:
+//! assert_eq!(write.gate(&args, &ToolContext::new("run-1", "call_1")), Gate::Ask); // a person approves each write, having seen:
 //! assert_eq!(write.preview(&args).await.as_deref(), Some("create note.txt (6 bytes)"));
 //! write.call(args, ToolContext::new("run-1", "call_1")).await?;
 //! let note = read.call(json!({"path": "note.txt"}), ToolContext::new("run-1", "call_2")).await?;

@@ -86,6 +86,16 @@ pub enum Command {
     Bench(BenchArgs),
 }
 
+impl Command {
+    /// Whether the command only reads, or changes only what the store already holds (a run, a grant, a
+    /// value to seal): in a folder without its SQLite file it has nothing to act on, so the file is not
+    /// created for it ([`crate::local::StoreUse::Existing`]). `run` and `grant` make something new,
+    /// `serve` takes work; `bench` opens stores of its own.
+    pub fn needs_existing_store(&self) -> bool {
+        !matches!(self, Command::Serve(_) | Command::Run(_) | Command::Grant(_) | Command::Bench(_))
+    }
+}
+
 /// `tollgate serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -324,6 +334,11 @@ pub struct BenchArgs {
     /// alternating rounds (docs/benchmarks.md, "What notifications cost").
     #[arg(long)]
     pub notifiers: bool,
+    /// Workload A only: what tracing costs instead of A's usual phases — A's phase 1 with OpenTelemetry
+    /// tracing on (every run sampled, and 1 %; spans sent over OTLP/HTTP to a loopback receiver in this
+    /// process) against off, in rounds taking turns (docs/benchmarks.md, "What tracing costs").
+    #[arg(long)]
+    pub traces: bool,
     /// Workload D only: M of the N waiting runs write a note one grant matches; the grant is then made
     /// with apply_to_waiting, and the time until it has decided them, then until they completed, measured.
     #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]

@@ -18,7 +18,8 @@
 //! when it fails.
 //!
 //! `tollgate bench A --notifiers` measures what notifications cost instead of A's usual phases
-//! (`tollgate_agent_bench::notify`, in process at c=1 and c=C, beside the SQLite floor).
+//! (`tollgate_agent_bench::notify`, in process at c=1 and c=C, beside the SQLite floor), and `tollgate bench
+//! A --traces` what tracing costs (`tollgate_agent_bench::traces`, likewise).
 //!
 //! `tollgate bench A --grants N` measures what grants cost instead of A's usual phases
 //! (`tollgate_agent_bench::grants`, in process at c=1 and c=C, beside the same floors as A); `tollgate bench D
@@ -88,6 +89,7 @@ pub async fn bench(args: &BenchArgs, json: bool, quiet: bool) -> Result<Exit, Cl
         let outcome = match (workload, args.grants) {
             (Workload::A, Some(grants)) => grant_costs(args.n, grants, concurrency, &store, &note).await,
             (Workload::A, None) if args.notifiers => notify_costs(args.n, concurrency, &store, &note).await,
+            (Workload::A, None) if args.traces => trace_costs(args.n, concurrency, &store, &note).await,
             _ => run_workload(workload, args.n, args.apply_to_waiting, concurrency, &store, &note).await,
         };
         match outcome {
@@ -121,6 +123,9 @@ fn check_grant_flags(args: &BenchArgs) -> Result<(), CliError> {
     }
     if args.notifiers && (args.workload != Some(Workload::A) || !alone || args.grants.is_some()) {
         return Err(CliError::usage("--notifiers goes with workload A in process: tollgate bench A --notifiers"));
+    }
+    if args.traces && (args.workload != Some(Workload::A) || !alone || args.grants.is_some() || args.notifiers) {
+        return Err(CliError::usage("--traces goes with workload A in process: tollgate bench A --traces"));
     }
     if let Some(matching) = args.apply_to_waiting {
         if args.workload != Some(Workload::D) || !alone {
@@ -349,17 +354,57 @@ async fn notify_costs(
     store: &impl Fn(&str) -> String,
     note: &impl Fn(String),
 ) -> Result<Vec<PhaseReport>, BenchError> {
-    let runs = n.unwrap_or(DEFAULT_RUNS);
     let rounds = tollgate_agent_bench::notify::ROUNDS;
-    let mut reports = Vec::new();
-    let levels = if concurrency == 1 { vec![1] } else { vec![1, concurrency] };
-    for concurrency in levels {
+    let runs = n.unwrap_or(DEFAULT_RUNS);
+    let levels = phase_1_levels(concurrency).into_iter().map(|c| {
         note(format!(
-            "A with notifiers: {rounds} alternating rounds of {runs} runs per side in process, {concurrency} in \
-             flight, two notifiers (Slack, SMTP) on one side"
+            "A with notifiers: {rounds} alternating rounds of {runs} runs per side in process, {c} in flight, two \
+             notifiers (Slack, SMTP) on one side"
         ));
-        let url = store(&format!("a-notify-c{concurrency}"));
-        reports.extend(tollgate_agent_bench::notify::notify_costs(&url, runs, concurrency, rounds).await?);
+        (c, store(&format!("a-notify-c{c}")))
+    });
+    beside_the_floor(runs, levels, async |url, c| {
+        tollgate_agent_bench::notify::notify_costs(url, runs, c, rounds).await
+    })
+    .await
+}
+
+/// `tollgate bench A --traces`: what tracing costs at c=1 and c=`concurrency`, each level beside the
+/// SQLite floor.
+async fn trace_costs(
+    n: Option<u64>,
+    concurrency: usize,
+    store: &impl Fn(&str) -> String,
+    note: &impl Fn(String),
+) -> Result<Vec<PhaseReport>, BenchError> {
+    let rounds = tollgate_agent_bench::traces::ROUNDS;
+    let runs = n.unwrap_or(DEFAULT_RUNS);
+    let levels = phase_1_levels(concurrency).into_iter().map(|c| {
+        note(format!(
+            "A with tracing: {rounds} rounds of {runs} runs per side in process, taking turns, {c} in flight; \
+             tracing off, on with 100 % and with 1 % sampled, the spans sent over OTLP/HTTP to a loopback receiver"
+        ));
+        (c, store(&format!("a-traces-c{c}")))
+    });
+    beside_the_floor(runs, levels, async |url, c| tollgate_agent_bench::traces::trace_costs(url, runs, c, rounds).await)
+        .await
+}
+
+/// The levels of concurrency A's comparisons measure: one run at a time, then `concurrency`.
+fn phase_1_levels(concurrency: usize) -> Vec<usize> {
+    if concurrency == 1 { vec![1] } else { vec![1, concurrency] }
+}
+
+/// `measure(url, c)` at each level (`c`, a store URL) in turn, the SQLite floor of `runs` commits after
+/// the one at c=1.
+async fn beside_the_floor(
+    runs: u64,
+    levels: impl Iterator<Item = (usize, String)>,
+    measure: impl AsyncFn(&str, usize) -> Result<Vec<PhaseReport>, BenchError>,
+) -> Result<Vec<PhaseReport>, BenchError> {
+    let mut reports = Vec::new();
+    for (concurrency, url) in levels {
+        reports.extend(measure(&url, concurrency).await?);
         if concurrency == 1 {
             reports.extend(tollgate_agent_bench::sqlite_commit_floor(&url, runs)?);
         }

@@ -32,13 +32,17 @@
 //! settle. With no configuration the built-in `demo` agent shows the whole approval cycle offline:
 //!
 //! ```text
-//! $ tollgate run "hello"            # exit 3: run … is waiting for approval
-//! $ tollgate approve 0193b0c6       # exit 0: Saved note.txt.  (workspace/note.txt holds "hello")
+//! $ tollgate run "hello"                # exit 3: run … is waiting for approval
+//! $ tollgate approve 0193b0c6-2b1a-7c3d # exit 0: Saved note.txt.  (workspace/note.txt holds "hello")
 //! ```
 //!
 //! With `--server URL` the same commands act through a Tollgate server's HTTP API (token from
 //! `TOLLGATE_TOKEN`) and open no store ([`remote`]). `tollgate bench` runs docs/benchmarks.md's workloads
 //! ([`mod@bench`]).
+//!
+//! A command that only reads, or changes only runs and grants that exist ([`args::Command::needs_existing_store`]:
+//! all but `run`, `grant`, `serve` and `bench`), never creates the SQLite file: where it is missing, the
+//! command answers as on an empty store (`no runs`, `no run matches …`) and the folder stays as it was.
 //!
 //! What it promises: data (and the waiting line) on stdout, messages on stderr, only JSON on stdout with
 //! `--json`; exit codes per docs/cli.md ([`exit::Exit`]), the same in local and `--server` mode; and every
@@ -75,7 +79,7 @@ use args::{Cli, Command};
 use backend::Backend;
 use commands::Context;
 use exit::{CliError, Exit};
-use local::Local;
+use local::{Local, StoreUse};
 use remote::Remote;
 
 /// Runs a parsed command line to its end and says how the process should exit.
@@ -95,7 +99,8 @@ pub async fn execute(cli: Cli) -> Result<Exit, CliError> {
     if let Command::Bench(args) = &cli.command {
         return bench::bench(args, cli.json, cli.quiet).await;
     }
-    let local = Local::open(cli.config.as_deref()).await?;
+    let store_use = if cli.command.needs_existing_store() { StoreUse::Existing } else { StoreUse::Create };
+    let local = Local::open(cli.config.as_deref(), store_use).await?;
     if let Command::Serve(serve) = &cli.command {
         let result = serve::serve(&local, serve).await;
         local.shutdown().await;

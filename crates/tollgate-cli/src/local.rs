@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tollgate_agent_app::App;
-use tollgate_agent_config::{Config, ConfigLoader};
+use tollgate_agent_config::{Config, ConfigLoader, StoreBackend, StoreConfig};
 use tollgate_agent_core::{
     Actor, CallId, ChainBreak, Clock, Decision, GrantId, GrantQuery, GrantRecord, RunId, RunQuery, RunRecord,
     RunStatus, StoredEvent, SystemClock,
@@ -50,15 +50,35 @@ pub struct Local {
     early_text: std::sync::Mutex<Option<broadcast::Receiver<Arc<LiveDelta>>>>,
 }
 
+/// What a command does with the store, which decides whether a missing SQLite file is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreUse {
+    /// It may add to the store (`run`, `grant`, `serve`): a missing SQLite file is created.
+    Create,
+    /// It reads, or changes only what is there already ([`crate::args::Command::needs_existing_store`]):
+    /// a missing SQLite file stays missing, and the command works on an empty store in memory instead,
+    /// so it answers as it would on an empty file (`no runs`, `no run matches …`) and leaves the folder
+    /// as it was.
+    Existing,
+}
+
 impl Local {
     /// Loads the configuration (`--config`, `TOLLGATE_CONFIG`, `./tollgate.toml`, or the built-in defaults),
-    /// opens the store and builds the agents. Any problem is a configuration error (exit 2).
-    pub async fn open(config_file: Option<&Path>) -> Result<Local, CliError> {
-        let config = ConfigLoader::from_process()
+    /// opens the store (as `store_use` says) and builds the agents. Any problem is a configuration error
+    /// (exit 2).
+    pub async fn open(config_file: Option<&Path>, store_use: StoreUse) -> Result<Local, CliError> {
+        let mut config = ConfigLoader::from_process()
             .map_err(|e| CliError::usage(e.to_string()))?
             .with_file(config_file.map(Path::to_path_buf))
             .load()
             .map_err(|e| CliError::usage(e.to_string()))?;
+        if store_use == StoreUse::Existing && names_missing_file(&config.store) {
+            config.store = StoreConfig {
+                url: IN_MEMORY.to_owned(),
+                backend: StoreBackend::SqliteInMemory,
+                connect_timeout: config.store.connect_timeout,
+            };
+        }
         crate::install_redactor(tollgate_agent_app::redactor(&config));
         let app = App::build(config.clone()).await.map_err(|e| CliError::usage(e.to_string()))?;
         Ok(Local {
@@ -93,6 +113,18 @@ impl Local {
     /// a run another process abandoned does not wait forever. The caller sweeps once at the start.
     pub fn spawn_maintenance(&self) -> Maintenance {
         self.runtime.spawn_maintenance(Schedule::command_line())
+    }
+}
+
+/// The store a command that needs an existing one works on when the configured SQLite file is missing.
+const IN_MEMORY: &str = "sqlite::memory:";
+
+/// Whether `store` is a SQLite file that does not exist (yet). A path that cannot be looked at (a folder
+/// without search permission) counts as present: opening it says what is wrong.
+fn names_missing_file(store: &StoreConfig) -> bool {
+    match &store.backend {
+        StoreBackend::Sqlite { path } => matches!(path.try_exists(), Ok(false)),
+        StoreBackend::SqliteInMemory | StoreBackend::Postgres => false,
     }
 }
 

@@ -36,15 +36,26 @@ impl Model {
 
     /// A model that plays a script of responses: for tests, demos and benchmarks, with no network.
     /// See [`Script`] for the format.
+    ///
+    /// ```
+    /// use tollgate::{Agent, Model, Script};
+    /// let script = Script::from_value(serde_json::json!({"turns": [
+    ///     {"text": "Hello, {{input}}."}
+    /// ]}))?;
+    /// let agent = Agent::new("greeter").model(Model::scripted(script));
+    /// # let _ = agent;
+    /// # Ok::<(), tollgate::ScriptError>(())
+    /// ```
     pub fn scripted(script: Script) -> Self {
         Self { client: Ok(Arc::new(ScriptedModel::new(script))), name: "scripted".into() }
     }
 
-    /// A scripted model from the script's JSON text; an invalid script fails [`Builder::build`].
+    /// A scripted model from the script's JSON text ([`Script`]); an invalid script fails
+    /// [`Builder::build`] with [`AgentError::Model`] saying what is wrong.
     pub fn scripted_json(json: &str) -> Self {
         match Script::from_json(json) {
             Ok(script) => Self::scripted(script),
-            Err(error) => Self { client: Err(format!("invalid script: {error}")), name: "scripted".into() },
+            Err(error) => Self { client: Err(error.to_string()), name: "scripted".into() },
         }
     }
 
@@ -269,6 +280,7 @@ pub struct Builder {
     secrets: Vec<String>,
     retention: Option<Retention>,
     no_maintenance: bool,
+    telemetry: Option<tollgate_agent_runtime::Telemetry>,
 }
 
 impl Builder {
@@ -299,10 +311,60 @@ impl Builder {
         self
     }
 
-    /// How many runs this process drives at once (default: 32 per CPU core). More runs than that wait
-    /// `queued` for a free worker; nothing is refused or dropped.
+    /// Makes this process a worker of the store, driving up to `workers` runs at once (at least 1): as
+    /// well as the runs it starts and those its decisions resume, it claims the runs queued on the store
+    /// by any process, oldest first — started while every worker of their process was busy, or given
+    /// back by a process that shut down ([`Tollgate::shutdown`]).
+    ///
+    /// Without it, the process claims no queued run: a process that only lists runs and decides on
+    /// them never takes on a run another process queued (its maintenance, like every process's, takes
+    /// over a run only once the process driving it died and its lease ran out). It still drives up to 32
+    /// runs per CPU core at once; more wait `queued` (nothing is refused or dropped), and once it has
+    /// queued a run itself it claims queued runs like a worker, so that its own are not stranded. A
+    /// service whose runs must be continued after it restarts (those it gave back at shutdown) is a
+    /// worker. (`Tollgate::router`, feature `server`, makes the process a worker too: the HTTP API
+    /// queues the runs it starts.)
+    ///
+    /// ```
+    /// # use tollgate::{Agent, Model, Tollgate};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = format!("sqlite://{}", dir.path().join("runs.db").display());
+    /// # let agent = || Agent::new("bank").model(Model::scripted_json(r#"{"turns": [{"text": "hi"}]}"#));
+    /// // The service: starts runs, and drives whatever is queued on the store, 8 at a time.
+    /// let service = Tollgate::builder().store(&store).agent(agent()).workers(8).build().await?;
+    /// // An approvals page in another process: reads and decides, drives only what it resumes.
+    /// let approvals = Tollgate::builder().store(&store).agent(agent()).build().await?;
+    /// # let _ = (service, approvals);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Tollgate::shutdown`]: crate::Tollgate::shutdown
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = Some(workers);
+        self
+    }
+
+    /// OpenTelemetry traces of the runs (docs/telemetry.md): a span per segment, model call and tool
+    /// call (the GenAI semantic conventions) and per wait at the gate, in one trace per run stored with
+    /// the run, so a resume in another process continues it. Pass the tracer of the `TracerProvider` your
+    /// application already runs (opentelemetry 0.31). Off by default.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use opentelemetry::trace::TracerProvider as _;
+    /// use tollgate::{Agent, Model, Telemetry, Tollgate};
+    /// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    /// // Every run traced (sample ratio 1.0); no prompt or argument content in spans.
+    /// let telemetry = Telemetry::new(provider.tracer("my-service"), 1.0, false);
+    /// let agent = Agent::new("bank").model(Model::scripted_json(r#"{"turns": [{"text": "hi"}]}"#));
+    /// let tollgate = Tollgate::builder().store("sqlite::memory:").agent(agent).telemetry(telemetry).build().await?;
+    /// # let _ = tollgate;
+    /// # Ok(()) }
+    /// ```
+    pub fn telemetry(mut self, telemetry: tollgate_agent_runtime::Telemetry) -> Self {
+        self.telemetry = Some(telemetry);
         self
     }
 
@@ -348,8 +410,9 @@ impl Builder {
         self
     }
 
-    /// Opens the store (applying its migrations), builds the agents and starts the maintenance. Must be
-    /// called within a Tokio runtime.
+    /// Opens the store (applying its migrations), builds the agents, starts the maintenance and, for a
+    /// worker ([`workers`](Self::workers)), the claim of queued runs. Must be called within a Tokio
+    /// runtime.
     pub async fn build(self) -> Result<Tollgate, BuildError> {
         crate::install_crypto_provider();
         if self.agents.is_empty() {
@@ -382,11 +445,14 @@ impl Builder {
             workers: self.workers.unwrap_or(defaults.workers),
             max_takeovers: self.max_takeovers.unwrap_or(defaults.max_takeovers),
             grants: defaults.grants,
+            telemetry: self.telemetry,
         };
         let runtime = Runtime::new(store, agents, Arc::new(SystemClock), Arc::new(UuidV7Ids), options);
         // Queued runs (started while every worker was busy, or given back by a process that shut down)
-        // are claimed by this process's workers.
-        runtime.start_workers();
+        // are claimed only by a worker: a process that reads and decides takes on no other process's runs.
+        if self.workers.is_some() {
+            runtime.start_workers();
+        }
         let maintenance = (!self.no_maintenance).then(|| {
             let mut schedule = Schedule::server(self.retention.unwrap_or_default());
             if self.retention.is_none() {

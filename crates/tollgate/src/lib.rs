@@ -27,7 +27,7 @@
 //!     const NAME: &str = "transfer";
 //!     const DESCRIPTION: &str = "Transfers money to someone.";
 //!     const GATE: Gate = Gate::Ask; // what listings show; per call:
-//!     fn gate(&self, args: &TransferArgs) -> Gate {
+//!     fn gate(&self, args: &TransferArgs, _ctx: &ToolContext) -> Gate {
 //!         if args.cents > 10_000 { Gate::Ask } else { Gate::Allow }
 //!     }
 //!     async fn call(&self, args: TransferArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
@@ -60,14 +60,93 @@
 //!   `postgres` feature), the [`Agent`]s with their [`Model`] and tools.
 //! - Tools: a [`TypedTool`] (arguments as a `serde` + `schemars` struct, the schema derived), a
 //!   [`tool_fn`] from a closure, the built-ins of `tools` (feature `tools`, default), an MCP server's
-//!   (`mcp`, feature `mcp`), or any [`Tool`] for dynamic cases.
+//!   (`mcp`, feature `mcp`), or any [`Tool`] for dynamic cases. A gate sees the call's
+//!   [`ToolContext`] (the run's metadata), and `?` works in a tool ([`ToolError`], [`ErrorContext`]).
 //! - Runs: [`Tollgate::start`], [`Tollgate::get`], [`Tollgate::list`], [`Tollgate::cancel`],
 //!   [`Tollgate::verify`]; waiting runs: [`Tollgate::pending`] gives a [`Held`] turn, whose
-//!   [`Decisions`] go to [`Tollgate::decide`]; [`Tollgate::events`] is a live [`EventStream`].
+//!   [`Decisions`] go to [`Tollgate::decide`]; [`Tollgate::events`] is a live [`EventStream`], and
+//!   [`Tollgate::run_deltas`] a run's live model text.
+//! - Processes: every Tollgate drives the runs it starts and those its decisions resume; one built
+//!   with [`Builder::workers`] also claims the runs queued on the store by any process.
 //! - Runs, calls and events are the types of Tollgate's HTTP API ([`wire`]), so what your code sees is
 //!   what an HTTP client sees.
 //! - With the `server` feature, `Tollgate::router` is Tollgate's whole HTTP API, live events and
 //!   playground as an axum router to mount in your own service.
+//!
+//! ## Tools that see the run, and `?` inside them
+//! A gate gets the call's [`ToolContext`], so it can decide by the run's metadata (what the model must
+//! not choose: the customer, the tenant) as well as by the arguments; a tool's own failures convert
+//! from any error with `?`, and [`ErrorContext::context`] says what the tool was doing. Such a
+//! [`ToolError`] is logged; the model is told only that the tool failed (an error the model should read
+//! is `Ok(ToolOutput::error(..))`).
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use tollgate::{
+//!     Agent, ErrorContext, Gate, Model, RunStatus, Tollgate, ToolContext, ToolError, ToolOutput, TypedTool,
+//! };
+//!
+//! /// Refund an order.
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct RefundArgs {
+//!     /// The order, e.g. `A-1042`.
+//!     order: String,
+//!     /// Euros.
+//!     amount: u32,
+//! }
+//!
+//! /// Refunds without asking up to each customer's limit; above it, or for a customer without one,
+//! /// a person decides.
+//! struct Refund {
+//!     limits: HashMap<&'static str, u32>,
+//! }
+//!
+//! impl TypedTool for Refund {
+//!     type Args = RefundArgs;
+//!     const NAME: &str = "refund";
+//!     const DESCRIPTION: &str = "Refunds an order.";
+//!     const GATE: Gate = Gate::Ask;
+//!     fn gate(&self, args: &RefundArgs, ctx: &ToolContext) -> Gate {
+//!         let customer = ctx.metadata.get("customer").and_then(|c| c.as_str()).unwrap_or_default();
+//!         let limit = self.limits.get(customer).copied().unwrap_or(0);
+//!         if args.amount <= limit { Gate::Allow } else { Gate::Ask }
+//!     }
+//!     async fn call(&self, args: RefundArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+//!         let digits = args.order.strip_prefix("A-").context("an order id starts with A-")?;
+//!         let number: u64 = digits.parse().with_context(|| format!("order {}", args.order))?;
+//!         Ok(format!("refunded {} EUR on order {number}", args.amount).into())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let refund = || Refund { limits: HashMap::from([("c-gold", 100), ("c-new", 20)]) };
+//! let model = Model::scripted_json(r#"{"turns": [
+//!     {"tool_calls": [{"name": "refund", "arguments": {"order": "A-1042", "amount": 80}}]},
+//!     {"text": "Refunded."}
+//! ]}"#);
+//! let tollgate = Tollgate::builder()
+//!     .store("sqlite::memory:")
+//!     .agent(Agent::new("support").model(model).tool(refund()))
+//!     .build()
+//!     .await?;
+//!
+//! let gold = tollgate.start("Refund A-1042").metadata("customer", "c-gold").wait().await?;
+//! assert_eq!(gold.status, RunStatus::Completed); // 80 is within c-gold's 100
+//! let new = tollgate.start("Refund A-1042").metadata("customer", "c-new").wait().await?;
+//! assert_eq!(new.status, RunStatus::WaitingForApproval); // above c-new's 20: a person decides
+//!
+//! // The failures `?` and `.context(..)` made, as the log gets them:
+//! use tollgate::IntoTool;
+//! let tool = refund().into_tool();
+//! let failed = |order: &str| {
+//!     let call = tool.call(serde_json::json!({"order": order, "amount": 5}), ToolContext::new("run-1", "call_1"));
+//!     async move { call.await.err().map(|e| e.message) }
+//! };
+//! assert_eq!(failed("B-7").await.as_deref(), Some("an order id starts with A-"));
+//! assert_eq!(failed("A-x7").await.as_deref(), Some("order A-x7: invalid digit found in string"));
+//! # Ok(()) }
+//! ```
 //!
 //! ## Features
 //! | feature | default | what it adds |
@@ -274,6 +353,11 @@
 //! ```compile_fail,E0432
 //! use tollgate::Transition; // nor the transitions
 //! ```
+//! Nor are the checks the fuzz targets run: the implementation crates compile them only with their
+//! `fuzzing` feature, which nothing of this crate enables.
+//! ```compile_fail,E0432
+//! use tollgate::wire::fuzzing;
+//! ```
 
 mod builder;
 mod events;
@@ -291,15 +375,17 @@ pub use tollgate_agent_core::{ApprovalError, DecisionError, Requirement, TurnDig
 pub use tollgate_agent_core::{BoxFuture, Clock, Millis, SystemClock};
 pub use tollgate_agent_core::{ChainBreak, ChainKey, ChainKeys, Conflict, StoreError, TransitionError};
 pub use tollgate_agent_core::{
+    ErrorContext, PolicyPath, Preview, RegistryError, Tool, ToolContext, ToolError, ToolOutput,
+};
+pub use tollgate_agent_core::{
     FinishReason, Message, ModelClient, ModelDelta, ModelDeltas, ModelError, ModelRequest, ModelResponse, ToolCall,
     ToolResult, ToolSpec,
 };
 pub use tollgate_agent_core::{FnTool, IntoTool, Metadata, Typed, TypedTool, tool_fn};
 pub use tollgate_agent_core::{MetadataError, MetadataValueError};
-pub use tollgate_agent_core::{PolicyPath, Preview, RegistryError, Tool, ToolContext, ToolError, ToolOutput};
 pub use tollgate_agent_runtime::{
     CancelError, DecideError, LiveDelta, LiveText, OnExpiry, PrivacyLevel, ReadError, ResolveError, Retention,
-    StartError,
+    RunDeltas, StartError, Telemetry,
 };
 pub use tollgate_agent_store::{DataKey, DataKeyError, DataKeys};
 
@@ -431,6 +517,32 @@ pub enum PendingError {
     Store(StoreError),
 }
 
+impl PendingError {
+    /// True when the same request may succeed later: only when the store failed in a way that may pass
+    /// (a run that is not found, or not waiting, stays so until someone acts on it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let tollgate = tollgate::Tollgate::builder()
+    /// #     .store("sqlite::memory:")
+    /// #     .agent(tollgate::Agent::new("chat").model(tollgate::Model::scripted_json(r#"{"turns": [{"text": "hi"}]}"#)))
+    /// #     .build()
+    /// #     .await?;
+    /// let run = tollgate.start("hello").wait().await?; // completed: nothing to decide
+    /// let error = tollgate.pending(&run.id).await.err();
+    /// assert!(matches!(error, Some(tollgate::PendingError::NotWaiting { .. })));
+    /// assert!(error.is_some_and(|e| !e.is_retryable()));
+    /// # Ok(()) }
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            PendingError::NotFound(_) | PendingError::NotWaiting { .. } => false,
+            PendingError::Store(error) => error.is_retryable(),
+        }
+    }
+}
+
 impl From<ReadError> for PendingError {
     fn from(error: ReadError) -> Self {
         match error {
@@ -517,9 +629,10 @@ impl Tollgate {
     }
 
     /// Starts a run of the default agent on `input`. Configure it with the [`Start`] methods, then
-    /// `.await` it: the answer is the run as created (`running`, driven in the background; `queued`
-    /// when all of [`Builder::workers`] are busy, driven as one comes free), or with
-    /// [`Start::wait`] the run once it waits for approval or has ended.
+    /// `.await` it: the answer is the run as created (`running`, driven in the background by this
+    /// process; `queued` when all of its workers ([`Builder::workers`]) are busy, driven as one comes
+    /// free, here or by another worker process), or with [`Start::wait`] the run once it waits for
+    /// approval or has ended.
     pub fn start(&self, input: impl Into<String>) -> Start<'_> {
         Start {
             tollgate: self,
@@ -611,6 +724,52 @@ impl Tollgate {
         self.runtime.deltas()
     }
 
+    /// Run `id`'s live model text from now on: [`deltas`](Self::deltas) with other runs' left out, as
+    /// Tollgate's HTTP API streams it (`GET /v1/runs/{id}/events?deltas=true`) and the CLI prints it.
+    /// [`RunDeltas::next`] waits for the next delta, [`RunDeltas::try_next`] takes one already received.
+    /// The same promises as `deltas`: this process's model calls only, live only (a receiver that falls
+    /// behind loses some), sent only at privacy level `full` and through the redactor; a
+    /// [`LiveText::Reset`] voids the round's text so far (the call is tried again).
+    ///
+    /// A run started without [`Start::wait`] is driven at once, in the background: to miss none of its
+    /// first model call, subscribe before starting it and filter later, `RunDeltas::new(tollgate.deltas(),
+    /// &run.id)`.
+    ///
+    /// ```
+    /// # use tollgate::{Agent, Gate, LiveText, Model, Tollgate, ToolOutput, tool_fn};
+    /// # #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// # struct NoArgs {}
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // A scripted model streams a turn's text in `stream_chunks` deltas, as a streaming provider would.
+    /// let model = Model::scripted_json(r#"{"turns": [
+    ///     {"tool_calls": [{"name": "pay"}]},
+    ///     {"text": "Paid Bob 250 dollars.", "stream_chunks": 3}
+    /// ]}"#);
+    /// let pay = tool_fn("pay", "Pays Bob.", |_: NoArgs, _| async { Ok(ToolOutput::text("paid")) })
+    ///     .gate(|_, _| Gate::Ask);
+    /// let tollgate =
+    ///     Tollgate::builder().store("sqlite::memory:").agent(Agent::new("bank").model(model).tool(pay)).build().await?;
+    ///
+    /// let run = tollgate.start("Pay Bob").wait().await?; // waits at the gate
+    /// let mut deltas = tollgate.run_deltas(&run.id); // before the resume: nothing of it is missed
+    /// let held = tollgate.pending(&run.id).await?;
+    /// let run = tollgate.decide(held.approve_all()).wait().await?;
+    ///
+    /// let mut streamed = Vec::new();
+    /// while let Some(delta) = deltas.try_next() {
+    ///     if let LiveText::Text(text) = &delta.text {
+    ///         streamed.push(text.clone());
+    ///     }
+    /// }
+    /// assert_eq!(streamed.len(), 3);
+    /// assert_eq!(Some(streamed.concat()), run.output); // the deltas add up to the turn's text
+    /// # Ok(()) }
+    /// ```
+    pub fn run_deltas(&self, id: &RunId) -> RunDeltas {
+        self.runtime.run_deltas(id)
+    }
+
     /// Checks a run's hash-chained event log from the first event to the run's recorded head; the answer
     /// is the number of events checked.
     pub async fn verify(&self, id: &RunId) -> Result<u64, VerifyError> {
@@ -619,7 +778,8 @@ impl Tollgate {
 
     /// Tollgate's HTTP API (docs/api.md), live events over SSE and the playground, as an axum router to
     /// serve or to nest under a path of your own service. No authentication is configured: put it behind
-    /// yours, or use the `tollgate serve` binary with `[[auth.tokens]]`.
+    /// yours, or use the `tollgate serve` binary with `[[auth.tokens]]`. The process becomes a worker
+    /// ([`Builder::workers`]): the API queues the runs it starts, and this process claims them.
     #[cfg(feature = "server")]
     pub fn router(&self) -> server::Router {
         tollgate_agent_server::router(self.runtime.clone(), &server::ServerOptions::default())
@@ -644,10 +804,11 @@ impl Tollgate {
 
     /// Stops taking on work and gives back the runs this process is driving: each stops at its next
     /// step boundary (once the model call or tool call under way has returned), keeps what it did, and
-    /// is queued for the next worker of any process on the store (this one after a restart); shell
-    /// commands still running are killed. Runs waiting for approval are unaffected: they stay in the
-    /// store for any process to resume. The webhook deliveries of `router_with` (feature `server`) get
-    /// up to 5 s to finish; where they got is stored, and another process on the store continues.
+    /// is queued for the next worker process on the store ([`Builder::workers`]; this one after a
+    /// restart, if it is one); shell commands still running are killed. Runs waiting for approval are
+    /// unaffected: they stay in the store for any process to resume. The webhook deliveries of
+    /// `router_with` (feature `server`) get up to 5 s to finish; where they got is stored, and another
+    /// process on the store continues.
     pub async fn shutdown(&self) {
         self.runtime.stop_taking_work();
         let maintenance = self.maintenance.lock().unwrap_or_else(PoisonError::into_inner).take();

@@ -44,7 +44,7 @@ impl TypedTool for Refund {
 
     const GATE: Gate = Gate::Ask;
 
-    fn gate(&self, args: &RefundArgs) -> Gate {
+    fn gate(&self, args: &RefundArgs, _ctx: &ToolContext) -> Gate {
         if args.cents > 5_000 { Gate::Ask } else { Gate::Allow }
     }
 

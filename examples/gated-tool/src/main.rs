@@ -30,7 +30,7 @@ impl TypedTool for Transfer {
 
     const GATE: Gate = Gate::Ask;
 
-    fn gate(&self, args: &TransferArgs) -> Gate {
+    fn gate(&self, args: &TransferArgs, _ctx: &ToolContext) -> Gate {
         if args.cents > 10_000 { Gate::Ask } else { Gate::Allow }
     }
 

@@ -30,7 +30,7 @@ impl TypedTool for Purge {
 
     const DESCRIPTION: &str = "Deletes the files matching a pattern.";
 
-    fn gate(&self, _args: &PurgeArgs) -> Gate {
+    fn gate(&self, _args: &PurgeArgs, _ctx: &ToolContext) -> Gate {
         Gate::Ask
     }
 

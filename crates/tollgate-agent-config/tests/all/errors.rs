@@ -1,6 +1,6 @@
 //! Every rule of the contract, broken once, gives a message naming the file, the key and what was expected.
 
-use crate::support::{check, error, parse};
+use crate::support::{check, error, loader, parse};
 use std::time::Duration;
 use tollgate_agent_config::ConfigError;
 
@@ -330,7 +330,7 @@ fn unknown_keys_are_named_with_the_known_ones() {
             "top level",
             "storage = { url = \"x\" }\n".into(),
             "tollgate.toml: storage: unknown key (known keys here: store, server, retention, workspace, auth, \
-             providers, mcp_servers, agents, webhooks, notify, sandbox, privacy, runtime, grants)",
+             providers, mcp_servers, agents, webhooks, notify, sandbox, privacy, runtime, grants, telemetry)",
         ),
         (
             "in a section",
@@ -538,6 +538,77 @@ fn grants_take_a_switch_and_two_lifetimes_in_order() -> anyhow::Result<()> {
             "tollgate.toml: grants.ttl: unknown key (known keys here: enabled, default_ttl, max_ttl)",
         ),
         ("not a table", "grants = true\n".into(), "tollgate.toml: grants: expected a table ([grants]), got true"),
+    ]);
+    Ok(())
+}
+
+#[test]
+fn telemetry_is_off_unless_an_endpoint_is_set_and_checks_each_key() -> anyhow::Result<()> {
+    let defaults = parse("")?.telemetry;
+    assert_eq!(defaults, tollgate_agent_config::TelemetryConfig::default());
+    assert_eq!(
+        (defaults.endpoint.as_deref(), defaults.service_name.as_str(), defaults.sample_ratio, defaults.content),
+        (None, "tollgate", 1.0, false)
+    );
+    assert_eq!(defaults.timeout, Duration::from_secs(10));
+    let on = parse(
+        "[telemetry]\nendpoint = \"http://collector:4318/\"\nservice_name = \"agents\"\nsample_ratio = 0.25\n\
+         content = true\ntimeout = \"2s\"\n",
+    )?
+    .telemetry;
+    assert_eq!(on.endpoint.as_deref(), Some("http://collector:4318/v1/traces"), "the traces path appended");
+    assert_eq!((on.service_name.as_str(), on.sample_ratio, on.content), ("agents", 0.25, true));
+    assert_eq!(on.timeout, Duration::from_secs(2));
+    let full = parse("[telemetry]\nendpoint = \"https://otel.example/v1/traces\"\nsample_ratio = 0\n")?.telemetry;
+    assert_eq!(full.endpoint.as_deref(), Some("https://otel.example/v1/traces"), "a full traces URL as written");
+    assert_eq!(full.sample_ratio, 0.0, "an integer 0 or 1 is a ratio");
+    let from_env = loader(&[
+        ("TOLLGATE_TELEMETRY_ENDPOINT", "http://127.0.0.1:4318"),
+        ("TOLLGATE_TELEMETRY_SAMPLE_RATIO", "0.01"),
+        ("TOLLGATE_TELEMETRY_CONTENT", "true"),
+    ])
+    .load_str("tollgate.toml", "")?
+    .telemetry;
+    assert_eq!(from_env.endpoint.as_deref(), Some("http://127.0.0.1:4318/v1/traces"));
+    assert_eq!((from_env.sample_ratio, from_env.content), (0.01, true));
+    let bad_ratio = loader(&[("TOLLGATE_TELEMETRY_SAMPLE_RATIO", "lots")]).load_str("tollgate.toml", "").unwrap_err();
+    assert_eq!(
+        bad_ratio.to_string(),
+        r#"TOLLGATE_TELEMETRY_SAMPLE_RATIO: telemetry.sample_ratio: expected a number from 0 to 1, got "lots""#
+    );
+
+    check(&[
+        (
+            "not an http URL",
+            "[telemetry]\nendpoint = \"grpc://collector:4317\"\n".into(),
+            r#"tollgate.toml: telemetry.endpoint: expected an http:// or https:// URL, got "grpc://collector:4317""#,
+        ),
+        (
+            "a ratio above 1",
+            "[telemetry]\nsample_ratio = 1.5\n".into(),
+            "tollgate.toml: telemetry.sample_ratio: expected a number from 0 to 1, got 1.5",
+        ),
+        (
+            "a negative ratio",
+            "[telemetry]\nsample_ratio = -0.1\n".into(),
+            "tollgate.toml: telemetry.sample_ratio: expected a number from 0 to 1, got -0.1",
+        ),
+        (
+            "an empty service name",
+            "[telemetry]\nservice_name = \" \"\n".into(),
+            r#"tollgate.toml: telemetry.service_name: expected a non-empty string, got " ""#,
+        ),
+        (
+            "content not a boolean",
+            "[telemetry]\ncontent = \"yes\"\n".into(),
+            r#"tollgate.toml: telemetry.content: expected true or false, got "yes""#,
+        ),
+        (
+            "an unknown key",
+            "[telemetry]\nratio = 1\n".into(),
+            "tollgate.toml: telemetry.ratio: unknown key (known keys here: endpoint, service_name, sample_ratio, \
+             content, timeout)",
+        ),
     ]);
     Ok(())
 }

@@ -156,7 +156,10 @@ async fn a_grant_in_force_allows_an_asking_call_without_anyone_deciding() {
     assert_eq!(held.decidable_calls().count(), 0, "no call takes a decision");
     assert_eq!(write.call_count() + list.call_count(), 0, "nothing of the turn ran before it was held");
 
-    let plan = agent.plan_resume(&held, &Decisions::new(), &grants).await.unwrap_or_else(|e| panic!("{e}"));
+    let plan = agent
+        .plan_resume(&RunScope::new("run"), &held, &Decisions::new(), &grants)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let first = plan.first_decided().map(|c| (c.call_id, c.gate, c.grant));
     assert_eq!(first, Some(("call_1".into(), Gate::Ask, Some("g-write".into()))), "its start may ride with the claim");
     let done = completed(agent.resume_planned(&scope, held, plan, &hooks).await);
@@ -196,7 +199,10 @@ async fn a_grant_never_lifts_forbid() {
     assert!(matches!(held.calls[0].state, HeldCallState::Refused(_)));
     assert!(matches!(held.calls[1].state, HeldCallState::Refused(_)));
     assert_eq!(held.calls[2].state, granted("g-write"));
-    let plan = agent.plan_resume(&held, &Decisions::new(), &grants).await.unwrap_or_else(|e| panic!("{e}"));
+    let plan = agent
+        .plan_resume(&RunScope::new("run"), &held, &Decisions::new(), &grants)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     completed(agent.resume_planned(&scope, held, plan, &hooks).await);
     assert_eq!(rm.call_count(), 0);
     assert_eq!(write.calls(), [(CallId::from("call_3"), json!({"path": "notes/a"}))]);
@@ -230,7 +236,8 @@ async fn a_call_its_tool_says_is_not_grantable_keeps_asking() {
         [(CallId::from("call_1"), Decision::Deny { reason: "no".into() }), (CallId::from("call_2"), Decision::Approve)]
             .into_iter()
             .collect();
-    let plan = agent.plan_resume(&held, &decided, &grants).await.unwrap_or_else(|e| panic!("{e}"));
+    let plan =
+        agent.plan_resume(&RunScope::new("run"), &held, &decided, &grants).await.unwrap_or_else(|e| panic!("{e}"));
     completed(agent.resume_planned(&scope, held, plan, &hooks).await);
     assert_eq!(shell.call_count(), 0, "denied, and no grant stands in");
     let started: Vec<String> = hooks.lines().into_iter().filter(|l| l.starts_with("tool_started")).collect();
@@ -290,7 +297,8 @@ async fn resume_with(held: Suspension, write: &TestTool, in_force: Vec<GrantReco
     let pay = TestTool::new("pay").gate(Gate::Ask);
     let agent = agent(granted_and_asking(), &[write, &pay]);
     let approve: Decisions = [(CallId::from("call_2"), Decision::Approve)].into_iter().collect();
-    let plan = agent.plan_resume(&held, &approve, &in_force).await.unwrap_or_else(|e| panic!("{e}"));
+    let plan =
+        agent.plan_resume(&RunScope::new("run"), &held, &approve, &in_force).await.unwrap_or_else(|e| panic!("{e}"));
     let hooks = hooks_with(in_force);
     let done = completed(agent.resume_planned(&RunScope::new("run"), held, plan, &hooks).await);
     (done, write.call_count(), pay.call_count())
@@ -346,7 +354,7 @@ async fn a_granted_call_left_in_doubt_takes_a_persons_decision() {
     assert_ne!(held.turn_digest, before);
     assert!(held.calls[0].takes_decision());
     assert_eq!(agent.granted(&held.calls[0], &grants), None);
-    let planned = agent.plan_resume(&held, &Decisions::new(), &grants).await;
+    let planned = agent.plan_resume(&RunScope::new("run"), &held, &Decisions::new(), &grants).await;
     assert!(matches!(planned, Err(DecisionError::Missing(ref m)) if m == &[CallId::from("call_1")]), "{planned:?}");
 }
 
@@ -640,7 +648,7 @@ async fn play(case: &GrantCase, tools: &[TestTool]) -> Result<Played, TestCaseEr
         segment = Segment { grants: case.in_force(segments), ..Segment::default() };
         let agent = new_loop()?;
         let plan = agent
-            .plan_resume(&held, &decisions, &segment.grants)
+            .plan_resume(&RunScope::new("run"), &held, &decisions, &segment.grants)
             .await
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         outcome = agent.resume_planned(&RunScope::new("run"), held, plan, &segment).await;

@@ -531,7 +531,7 @@ async fn an_edit_into_forbidden_arguments_is_refused_when_checked() {
     let suspension = suspended(agent.start(&RunScope::new("run"), "go", &NoHooks).await);
     let forbidden = Decision::Edit { arguments: json!({"path": "keep/a.txt", "content": "x"}) };
     let call_2 = CallId::from("call_2");
-    match agent.check_decision(&suspension, &call_2, &forbidden).await {
+    match agent.check_decision(&RunScope::new("run"), &suspension, &call_2, &forbidden).await {
         Err(DecisionError::InvalidEdit { call_id, message }) => {
             assert_eq!(call_id, "call_2");
             assert_eq!(message, "policy forbids write with them, so the edit is refused");
@@ -539,7 +539,7 @@ async fn an_edit_into_forbidden_arguments_is_refused_when_checked() {
         other => panic!("expected InvalidEdit, got {other:?}"),
     }
     let allowed = Decision::Edit { arguments: json!({"path": "b.txt", "content": "x"}) };
-    assert_eq!(agent.check_decision(&suspension, &call_2, &allowed).await, Ok(()));
+    assert_eq!(agent.check_decision(&RunScope::new("run"), &suspension, &call_2, &allowed).await, Ok(()));
 
     let done = completed(
         agent.resume(&RunScope::new("run"), reload(&suspension), &decisions(&[("call_2", forbidden)]), &NoHooks).await,
@@ -875,7 +875,7 @@ async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
     );
     let held = reload(&suspended(agent.start(&RunScope::new("run-1"), "go", &NoHooks).await));
     let first = async |d: &Decisions| {
-        let plan = agent.plan_resume(&held, d, &[]).await.ok()?;
+        let plan = agent.plan_resume(&RunScope::new("run-1"), &held, d, &[]).await.ok()?;
         plan.first_decided().map(|c| (c.call_id, c.arguments, c.gate))
     };
 
@@ -897,7 +897,8 @@ async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
 
     // A plan whose first start was committed with the claim runs that call without announcing its start
     // again; the next call's start is announced as usual.
-    let mut plan = agent.plan_resume(&held, &approve_both, &[]).await.unwrap_or_else(|e| panic!("{e}"));
+    let mut plan =
+        agent.plan_resume(&RunScope::new("run-1"), &held, &approve_both, &[]).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(plan.commit_first_start().map(|c| c.call_id), Some(CallId::from("call_1")));
     let hooks = RecordingHooks::default();
     completed(agent.resume_planned(&RunScope::new("run-1"), held.clone(), plan, &hooks).await);
@@ -919,7 +920,8 @@ async fn the_first_decided_call_is_the_one_the_resume_starts_first() {
         LoopConfig::default(),
     );
     let held = reload(&suspended(mixed.start(&RunScope::new("run-2"), "go", &NoHooks).await));
-    let plan = mixed.plan_resume(&held, &decisions(&[("call_2", Decision::Approve)]), &[]).await;
+    let plan =
+        mixed.plan_resume(&RunScope::new("run-2"), &held, &decisions(&[("call_2", Decision::Approve)]), &[]).await;
     assert_eq!(plan.map(|p| p.first_decided()), Ok(None));
 }
 
@@ -942,7 +944,7 @@ async fn an_edit_the_tool_refuses_at_planning_is_its_calls_error_result_and_the_
         ("call_1", Decision::Edit { arguments: json!({"content": "no path"}) }),
         ("call_2", Decision::Approve),
     ]);
-    let plan = agent.plan_resume(&held, &decided, &[]).await.unwrap_or_else(|e| panic!("{e}"));
+    let plan = agent.plan_resume(&RunScope::new("run"), &held, &decided, &[]).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(plan.refused_edit(&CallId::from("call_1")).is_some_and(|m| m.contains("path")), "{plan:?}");
     assert_eq!(plan.refused_edit(&CallId::from("call_2")), None);
     let done = completed(agent.resume_planned(&RunScope::new("run"), held.clone(), plan, &NoHooks).await);

@@ -1,7 +1,7 @@
 //! Typed tools through the loop: arguments parsed once and handed over typed, a gate and a preview that
 //! read them, the derived schema's shape, arguments the schema refuses and arguments it lets through that
 //! do not deserialise (refused before the gate, never run, also when an approver edits them in), a
-//! panicking typed tool, and `tool_fn`.
+//! panicking typed tool, a gate that reads the run's context, `?` in a tool, and `tool_fn`.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
 use tollgate_agent_core::scripted::{Script, ScriptedModel};
 use tollgate_agent_core::{
-    AgentLoop, CallId, Completion, Decision, DecisionError, Decisions, Gate, HeldCallState, IntoTool, LoopConfig,
-    LoopError, Message, NoHooks, Outcome, Preview, RunScope, Suspension, Tool, ToolContext, ToolError, ToolLoop,
-    ToolOutput, ToolRegistry, ToolResult, TypedTool, args_schema, tool_fn,
+    AgentLoop, CallId, Completion, Decision, DecisionError, Decisions, ErrorContext, Gate, HeldCallState, IntoTool,
+    LoopConfig, LoopError, Message, Metadata, NoHooks, Outcome, Preview, RunScope, Suspension, Tool, ToolContext,
+    ToolError, ToolLoop, ToolOutput, ToolRegistry, ToolResult, TypedTool, args_schema, tool_fn,
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -70,7 +70,7 @@ impl TypedTool for Transfer {
         if args.to == "mallory" { Err("payments to mallory are blocked".to_owned()) } else { Ok(()) }
     }
 
-    fn gate(&self, args: &TransferArgs) -> Gate {
+    fn gate(&self, args: &TransferArgs, _ctx: &ToolContext) -> Gate {
         if args.amount > 100 { Gate::Ask } else { Gate::Allow }
     }
 
@@ -226,8 +226,8 @@ async fn arguments_that_pass_the_schema_but_do_not_deserialise_are_refused_befor
     assert!(transfer.calls().is_empty());
 
     // Through the port directly: the declared gate, no preview, and a call made anyway is an error result.
-    assert_eq!(tool.gate(&bad), Gate::Ask, "the tool's declared GATE");
-    assert_eq!(tool.gate(&json!({})), Gate::Ask, "what listings show");
+    assert_eq!(tool.gate(&bad, &ToolContext::listing()), Gate::Ask, "the tool's declared GATE");
+    assert_eq!(tool.gate(&json!({}), &ToolContext::listing()), Gate::Ask, "what listings show");
     assert_eq!(tool.preview(&bad).await, None);
     let called = tool.call(bad, ToolContext::new("run", "call_1")).await.map_err(|e| e.to_string());
     assert_eq!(called, Ok(ToolOutput::error("invalid arguments: `euros` is not a currency code like EUR")));
@@ -286,6 +286,109 @@ async fn a_panicking_typed_tool_is_an_error_result_and_the_run_goes_on() {
     let failed = result(&done.transcript, "call_1");
     assert_eq!((failed.content.as_str(), failed.is_error), ("Tool explodes failed.", true));
     assert_eq!(done.output.as_deref(), Some("Done."));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// A gate that reads the run, and `?` in a tool
+
+/// An amount to pay.
+#[derive(Deserialize, JsonSchema)]
+struct AmountArgs {
+    /// Euros.
+    amount: u32,
+}
+
+/// Allows up to the run's `limit` (its metadata), asks above it, forbids a run without one; keeps the
+/// context of every gate question.
+#[derive(Clone, Default)]
+struct RunLimit {
+    asked: Arc<Mutex<Vec<ToolContext>>>,
+}
+
+impl TypedTool for RunLimit {
+    type Args = AmountArgs;
+    const NAME: &str = "pay";
+    const DESCRIPTION: &str = "Pays.";
+    const GATE: Gate = Gate::Ask;
+
+    fn gate(&self, args: &AmountArgs, ctx: &ToolContext) -> Gate {
+        self.asked.lock().unwrap_or_else(PoisonError::into_inner).push(ctx.clone());
+        match ctx.metadata.get_as::<u32>("limit") {
+            Ok(Some(limit)) if args.amount <= limit => Gate::Allow,
+            Ok(Some(_)) => Gate::Ask,
+            Ok(None) | Err(_) => Gate::Forbid,
+        }
+    }
+
+    async fn call(&self, args: AmountArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(format!("paid {}", args.amount).into())
+    }
+}
+
+#[tokio::test]
+async fn the_gate_reads_the_runs_context_at_the_start_at_an_edit_and_at_the_resume() {
+    let limit = RunLimit::default();
+    let agent = agent(
+        json!([{"name": "pay", "arguments": {"amount": 10}}, {"name": "pay", "arguments": {"amount": 500}}]),
+        vec![limit.clone().into_tool()],
+    );
+    let metadata = Metadata::try_from(json!({"limit": 100})).unwrap_or_else(|e| panic!("{e}"));
+    let scope = RunScope::new("run-7").with_metadata(metadata.clone());
+    let bare = RunScope::new("run-7");
+
+    let held = suspended(agent.start(&scope, "pay", &NoHooks).await);
+    let asked: Vec<(String, String, Metadata)> = limit
+        .asked
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .map(|c| (c.run_id.to_string(), c.call_id.to_string(), c.metadata.clone()))
+        .collect();
+    let each = |call: &str| ("run-7".to_owned(), call.to_owned(), metadata.clone());
+    assert_eq!(asked, [each("call_1"), each("call_2")]);
+    let states: Vec<&HeldCallState> = held.calls.iter().map(|c| &c.state).collect();
+    assert!(matches!(states[..], [HeldCallState::Allowed, HeldCallState::Asks]), "{states:?}");
+
+    // An edit is gated in the run's context: within the limit it is taken; without the run's metadata the
+    // same edit would be forbidden.
+    let edit = Decision::Edit { arguments: json!({"amount": 50}) };
+    let call_2 = CallId::from("call_2");
+    assert_eq!(agent.check_decision(&scope, &held, &call_2, &edit).await, Ok(()));
+    let refused = agent.check_decision(&bare, &held, &call_2, &edit).await;
+    assert!(matches!(refused, Err(DecisionError::InvalidEdit { .. })), "{refused:?}");
+
+    // The resume asks the gate again in the scope it is given.
+    let stored = held.to_json().unwrap_or_else(|e| panic!("{e}"));
+    let reload = || Suspension::from_json(&stored).unwrap_or_else(|e| panic!("{e}"));
+    let done = completed(agent.resume(&scope, reload(), &decide("call_2", Decision::Approve), &NoHooks).await);
+    assert_eq!(result(&done.transcript, "call_2").content, "paid 500");
+    let done = completed(agent.resume(&bare, reload(), &decide("call_2", Decision::Approve), &NoHooks).await);
+    assert_eq!(result(&done.transcript, "call_2").content, "Tool pay is forbidden by policy and was not run.");
+}
+
+/// Fails with a source, as a client library's error would.
+#[derive(Debug, thiserror::Error)]
+#[error("the ledger refused the payment")]
+struct LedgerRefused(#[source] std::num::ParseIntError);
+
+#[test]
+fn question_mark_in_a_tool_keeps_the_error_chain_and_adds_a_context() {
+    let pay = |amount: &str| -> Result<u32, ToolError> {
+        let cents: u32 = amount.parse().map_err(LedgerRefused)?;
+        Ok(cents)
+    };
+    assert_eq!(pay("12").ok(), Some(12));
+    let chain = "the ledger refused the payment: invalid digit found in string";
+    assert_eq!(pay("x").err().map(|e| e.message).as_deref(), Some(chain));
+    let context = pay("x").context("paying order 7").err().map(|e| e.to_string());
+    assert_eq!(context, Some(format!("paying order 7: {chain}")));
+    let absent: Option<u32> = None;
+    assert_eq!(
+        absent.with_context(|| format!("no order {}", 7)).err().map(|e| e.message).as_deref(),
+        Some("no order 7")
+    );
+    let boxed: Box<dyn std::error::Error + Send + Sync> = ToolError::new("the ledger is down").into();
+    assert_eq!(boxed.to_string(), "the ledger is down");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -381,11 +484,15 @@ async fn a_tool_fn_runs_gates_and_previews_from_its_typed_arguments() {
         Ok(format!("refunded {} EUR on {} ({})", args.amount, args.order, ctx.call_id).into())
     })
     .validate(|args| if args.order.is_empty() { Err("no order given".to_owned()) } else { Ok(()) })
-    .gate(|args| if args.amount > 100 { Gate::Ask } else { Gate::Allow })
+    .gate(|args, _ctx| if args.amount > 100 { Gate::Ask } else { Gate::Allow })
     .preview(|args| Some(format!("refund {} EUR on {}", args.amount, args.order)))
     .into_tool();
     assert_eq!(refund.parameters()["required"], json!(["order", "amount"]));
-    assert_eq!(refund.gate(&json!({})), Gate::Ask, "with a gate set, what cannot be read asks");
+    assert_eq!(
+        refund.gate(&json!({}), &ToolContext::listing()),
+        Gate::Ask,
+        "with a gate set, what cannot be read asks"
+    );
     let calls = json!([
         {"name": "refund", "arguments": {"order": "A-1", "amount": 20}},
         {"name": "refund", "arguments": {"order": "", "amount": 20}},
@@ -417,7 +524,7 @@ async fn a_tool_fn_runs_gates_and_previews_from_its_typed_arguments() {
 #[tokio::test]
 async fn a_tool_fn_without_a_gate_allows() {
     let now = tool_fn("now", "Tells the time.", |_: NoArgs, _| async { Ok(ToolOutput::text("noon")) }).into_tool();
-    assert_eq!(now.gate(&json!({})), Gate::Allow);
+    assert_eq!(now.gate(&json!({}), &ToolContext::listing()), Gate::Allow);
     assert_eq!(now.preview(&json!({})).await, None);
     let called = now.call(json!({}), ToolContext::new("run", "call_1")).await.map_err(|e| e.to_string());
     assert_eq!(called, Ok(ToolOutput::text("noon")));
@@ -440,8 +547,8 @@ impl TypedTool for ObservingTransfer {
     const DESCRIPTION: &str = "Transfers money to someone.";
     const GATE: Gate = Gate::Ask;
 
-    fn gate(&self, args: &TransferArgs) -> Gate {
-        self.inner.gate(args)
+    fn gate(&self, args: &TransferArgs, ctx: &ToolContext) -> Gate {
+        self.inner.gate(args, ctx)
     }
 
     async fn observed_preview(&self, args: &TransferArgs) -> Option<Preview> {

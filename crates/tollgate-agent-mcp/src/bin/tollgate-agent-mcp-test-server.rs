@@ -4,6 +4,9 @@
 //! Tools: `read_thing` (readOnlyHint), `delete_thing` (destructiveHint), `purge_things` (both hints at
 //! once), `crash` (exits mid-call), `slow`
 //! (answers after `ms` milliseconds, on its own thread), `mixed` (text, image and resource blocks),
+//! `picture` (readOnlyHint: `count` image blocks after a text line, each `bytes` long, claimed as
+//! `mime` (default `image/png`), starting with the signature of `format` (`png`, `jpeg`, `gif`, `webp`,
+//! `none`; default the one `mime` names); `data` sends that text as each image's data instead),
 //! `odd name.v2` (no description, a non-object schema), a tool whose `SERVER__TOOL` name is too long, and
 //! `get_env` (readOnlyHint: the value of the environment variable `name`, like the reference
 //! `server-everything`'s tool of the same kind), and `cancelled_requests` (readOnlyHint: the
@@ -213,6 +216,18 @@ fn tools() -> Vec<Value> {
             "inputSchema": {"type": "object"},
             "annotations": {"readOnlyHint": true}
         }),
+        json!({
+            "name": "picture",
+            "description": "Returns `count` images of `bytes` bytes each, claimed as `mime`, signed as `format`.",
+            "inputSchema": {"type": "object", "properties": {
+                "count": {"type": "integer"},
+                "bytes": {"type": "integer"},
+                "mime": {"type": "string"},
+                "format": {"type": "string"},
+                "data": {"type": "string"}
+            }},
+            "annotations": {"readOnlyHint": true}
+        }),
         json!({"name": "odd name.v2", "inputSchema": {"type": "string"}}),
         json!({"name": LONG_TOOL, "description": "Has a long name.", "inputSchema": {"type": "object"}}),
         json!({
@@ -241,6 +256,49 @@ fn list_tools(params: &Value, page_size: Option<usize>) -> Value {
 
 fn text(text: impl Into<String>) -> Value {
     json!({"content": [{"type": "text", "text": text.into()}]})
+}
+
+/// The answer of `picture` (see the module's header).
+fn picture(args: &Value) -> Value {
+    let count = args.get("count").and_then(Value::as_u64).unwrap_or(1);
+    let bytes = args.get("bytes").and_then(Value::as_u64).and_then(|b| usize::try_from(b).ok()).unwrap_or(64);
+    let mime = args.get("mime").and_then(Value::as_str).unwrap_or("image/png");
+    let format = args.get("format").and_then(Value::as_str).unwrap_or_else(|| mime.trim_start_matches("image/"));
+    let signature: &[u8] = match format {
+        "png" => b"\x89PNG\r\n\x1a\n",
+        "jpeg" => b"\xff\xd8\xff\xe0",
+        "gif" => b"GIF89a",
+        "webp" => b"RIFF\0\0\0\0WEBPVP8 ",
+        _ => b"",
+    };
+    let data = match args.get("data").and_then(Value::as_str) {
+        Some(data) => data.to_owned(),
+        None => {
+            let mut image = signature.to_vec();
+            image.resize(bytes.max(signature.len()), 0x5a);
+            base64(&image)
+        }
+    };
+    let mut content = vec![json!({"type": "text", "text": format!("{count} picture(s)")})];
+    content.extend((0..count).map(|_| json!({"type": "image", "data": data, "mimeType": mime})));
+    json!({"content": content})
+}
+
+/// Standard padded base64.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut text = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let group = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                text.push(char::from(ALPHABET[(group >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                text.push('=');
+            }
+        }
+    }
+    text
 }
 
 fn call_tool(params: &Value, id: &Value, out: &Out, journal: &Arc<Journal>) -> Result<Value, (i64, String)> {
@@ -276,6 +334,7 @@ fn call_tool(params: &Value, id: &Value, out: &Out, journal: &Arc<Journal>) -> R
             {"type": "resource", "resource": {"uri": "thing://1", "mimeType": "text/plain", "text": "embedded"}},
             {"type": "text", "text": "last"}
         ]})),
+        "picture" => Ok(picture(&args)),
         "odd name.v2" => Ok(text(format!("odd called with {args}"))),
         LONG_TOOL => Ok(text("long")),
         "get_env" => {

@@ -51,7 +51,7 @@ async fn reference_filesystem_server_reads_without_asking_and_writes_after_the_g
 
     let read = tool("files__read_text_file");
     let hello = json!({"path": root.join("hello.txt")});
-    assert_eq!((read.gate(&hello), read.gate_reason()), (Gate::Allow, GATE_REASON_READ_ONLY));
+    assert_eq!((read.gate(&hello, &ctx), read.gate_reason()), (Gate::Allow, GATE_REASON_READ_ONLY));
     let output = read.call(hello, ctx.clone()).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(!output.is_error, "{}", output.content);
     assert_eq!(output.content, "hello from the workspace");
@@ -59,7 +59,7 @@ async fn reference_filesystem_server_reads_without_asking_and_writes_after_the_g
     let write = tool("files__write_file");
     let note = root.join("note.txt");
     let args = json!({"path": note, "content": "written through tollgate"});
-    assert_eq!((write.gate(&args), write.gate_reason()), (Gate::Ask, GATE_REASON_DEFAULT));
+    assert_eq!((write.gate(&args, &ctx), write.gate_reason()), (Gate::Ask, GATE_REASON_DEFAULT));
     assert!(!note.exists(), "nothing is written before the call runs");
     // What the runtime does once a person approved the call.
     let output = write.call(args, ctx).await.unwrap_or_else(|e| panic!("{e}"));

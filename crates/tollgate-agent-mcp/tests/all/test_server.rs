@@ -14,13 +14,14 @@ use tollgate_agent_testkit::scratch_dir;
 
 const TEST_SERVER: &str = env!("CARGO_BIN_EXE_tollgate-agent-mcp-test-server");
 
-const ALL_NAMES: [&str; 10] = [
+const ALL_NAMES: [&str; 11] = [
     "test__read_thing",
     "test__delete_thing",
     "test__purge_things",
     "test__crash",
     "test__slow",
     "test__mixed",
+    "test__picture",
     "test__odd_name_v2",
     // sha256("test__a_tool_name_long_enough_that_the_full_name_passes_sixty_four_chars") starts a93594fd.
     "test__a_tool_name_long_enough_that_the_full_name_passes_a93594fd",
@@ -86,7 +87,7 @@ async fn lists_every_tool_under_its_tollgate_name() {
     assert_eq!(odd.description(), "Tool `odd name.v2` of MCP server `test`.");
     assert_eq!(odd.parameters(), &json!({"type": "object"}));
 
-    let long = tool(&source, ALL_NAMES[7]);
+    let long = tool(&source, ALL_NAMES[8]);
     assert_eq!(long.mcp_name(), "a_tool_name_long_enough_that_the_full_name_passes_sixty_four_chars");
     assert_eq!(long.name().len(), 64);
 
@@ -126,17 +127,17 @@ async fn gates_default_from_the_read_only_annotation() {
 
     let read = tool(&source, "test__read_thing");
     assert_eq!((read.default_gate(), read.gate_reason()), (Gate::Allow, GATE_REASON_READ_ONLY));
-    assert_eq!(read.gate(&args), Gate::Allow);
+    assert_eq!(read.gate(&args, &ToolContext::listing()), Gate::Allow);
 
     // Annotated destructive, and readOnlyHint false.
     let delete = tool(&source, "test__delete_thing");
     assert_eq!((delete.default_gate(), delete.gate_reason()), (Gate::Ask, GATE_REASON_DEFAULT));
-    assert_eq!(delete.gate(&args), Gate::Ask);
+    assert_eq!(delete.gate(&args, &ToolContext::listing()), Gate::Ask);
 
     // Annotated read-only and destructive at once: the hint that asks wins.
     let purge = tool(&source, "test__purge_things");
     assert_eq!((purge.default_gate(), purge.gate_reason()), (Gate::Ask, GATE_REASON_DESTRUCTIVE));
-    assert_eq!(purge.gate(&args), Gate::Ask);
+    assert_eq!(purge.gate(&args, &ToolContext::listing()), Gate::Ask);
 
     // No annotations at all.
     let crash = tool(&source, "test__crash");
@@ -154,9 +155,11 @@ async fn calls_return_the_servers_results() {
     let missing = call(&tool(&source, "test__delete_thing"), json!({"id": "missing"})).await;
     assert_eq!(missing, ToolOutput::error("no thing missing"));
 
-    // Text as it is, other blocks summarized, in order.
+    // Text as it is, other blocks summarized, in order; the image (a PNG's 8-byte signature) kept.
     let mixed = call(&tool(&source, "test__mixed"), Value::Null).await;
-    assert_eq!(mixed, ToolOutput::text("first\n[image: image/png]\n[resource: thing://1]\nembedded\nlast"));
+    assert_eq!(mixed.content, "first\n[image: image/png, 8 bytes]\n[resource: thing://1]\nembedded\nlast");
+    let images: Vec<(&str, &str)> = mixed.images().iter().map(|i| (i.media_type(), i.base64())).collect();
+    assert_eq!(images, [("image/png", "iVBORw0KGgo=")]);
 
     // The original MCP name goes on the wire.
     let odd = call(&tool(&source, "test__odd_name_v2"), json!({"x": 1})).await;
@@ -165,6 +168,63 @@ async fn calls_return_the_servers_results() {
     let not_an_object = call(&tool(&source, "test__read_thing"), json!([1, 2])).await;
     assert!(not_an_object.is_error);
     assert!(not_an_object.content.contains("must be a JSON object"), "{}", not_an_object.content);
+}
+
+#[tokio::test]
+async fn image_blocks_stay_images_within_the_limits_and_are_described_otherwise() {
+    let source = start(config()).await;
+    let picture = tool(&source, "test__picture");
+    let media_types = |output: &ToolOutput| output.images().iter().map(|i| i.media_type()).collect::<Vec<_>>();
+
+    for (format, size, line) in [
+        ("png", 64, "[image: image/png, 64 bytes]"),
+        ("jpeg", 12 * 1024, "[image: image/jpeg, 12 KB]"),
+        ("gif", 2_000, "[image: image/gif, 2 KB]"),
+        ("webp", 3 * 1024 * 1024, "[image: image/webp, 3.0 MB]"),
+    ] {
+        let output = call(&picture, json!({"mime": format!("image/{format}"), "bytes": size})).await;
+        assert_eq!(output.content, format!("1 picture(s)\n{line}"));
+        assert_eq!(media_types(&output), [format!("image/{format}")]);
+        assert_eq!(output.images()[0].byte_len(), size);
+    }
+
+    // Described with why, never passed on: another type, bytes of another type, data that is not base64,
+    // an image over the limit.
+    for (args, line) in [
+        (
+            json!({"mime": "image/svg+xml", "bytes": 3000}),
+            "[image: image/svg+xml, 3 KB; not shown to the model: only PNG, JPEG, GIF and WebP images are]",
+        ),
+        (
+            json!({"mime": "image/png", "format": "gif", "bytes": 100}),
+            "[image: image/png, 100 bytes; not shown to the model: its bytes are not of type image/png]",
+        ),
+        (
+            json!({"mime": "image/png", "data": "not base64 at all!"}),
+            "[image: image/png; not shown to the model: its data is not base64]",
+        ),
+        (
+            json!({"bytes": 3 * 1024 * 1024 + 800 * 1024}),
+            "[image: image/png, 3.8 MB; not shown to the model: it is over the limit of 3.75 MB per image]",
+        ),
+    ] {
+        let output = call(&picture, args.clone()).await;
+        assert_eq!(output.content, format!("1 picture(s)\n{line}"), "{args}");
+        assert!(output.images().is_empty(), "{args}");
+    }
+
+    // One result keeps 8 images, and 7.5 MB of them.
+    let full = "not shown to the model: the result already holds its limit of 8 images, 7.5 MB in all]";
+    let many = call(&picture, json!({"count": 9})).await;
+    assert_eq!(many.images().len(), 8);
+    assert!(
+        many.content.ends_with(&format!("[image: image/png, 64 bytes]\n[image: image/png, 64 bytes; {full}")),
+        "{}",
+        many.content
+    );
+    let heavy = call(&picture, json!({"count": 3, "bytes": 3 * 1024 * 1024})).await;
+    assert_eq!(heavy.images().len(), 2);
+    assert!(heavy.content.ends_with(&format!("[image: image/png, 3.0 MB; {full}")), "{}", heavy.content);
 }
 
 #[tokio::test]
@@ -312,7 +372,7 @@ async fn a_held_call_has_a_preview_with_server_tool_hints_and_arguments() {
     let source = start(config()).await;
     let delete = tool(&source, "test__delete_thing");
     let args = json!({"id": "42", "reason": "obsolete"});
-    assert_eq!(delete.gate(&args), Gate::Ask, "the call is held");
+    assert_eq!(delete.gate(&args, &ToolContext::listing()), Gate::Ask, "the call is held");
     // Made from what was listed at start: the server is not asked, so a stopped one does not matter.
     source.shutdown().await;
     let preview = delete.preview(&args).await;

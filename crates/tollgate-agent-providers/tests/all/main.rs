@@ -8,3 +8,4 @@ mod resume_snapshots;
 mod secrets;
 mod streaming;
 mod support;
+mod tool_images;

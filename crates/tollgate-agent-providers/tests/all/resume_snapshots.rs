@@ -4,20 +4,10 @@
 
 use crate::support::*;
 use serde_json::{Value, json};
-use std::sync::Arc;
-use tollgate_agent_core::{
-    AgentLoop, CallId, Decision, Decisions, ModelClient, Outcome, RunScope, Suspension, ToolLoop,
-};
-use tollgate_agent_providers::{AnthropicModel, OpenAiModel};
+use tollgate_agent_core::{AgentLoop, CallId, Decision, Decisions, Outcome, RunScope, Suspension, ToolLoop};
 use tollgate_agent_testkit::RecordingHooks;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer};
-
-#[derive(Clone, Copy)]
-enum Provider {
-    OpenAi,
-    Anthropic,
-}
 
 /// One model turn, in provider-neutral terms: optional text and `(id, tool, arguments)` calls.
 struct Turn {
@@ -48,27 +38,6 @@ fn script() -> Vec<Turn> {
 }
 
 impl Provider {
-    fn name(self) -> &'static str {
-        match self {
-            Provider::OpenAi => "openai",
-            Provider::Anthropic => "anthropic",
-        }
-    }
-
-    fn path(self) -> &'static str {
-        match self {
-            Provider::OpenAi => "/v1/chat/completions",
-            Provider::Anthropic => "/v1/messages",
-        }
-    }
-
-    fn model(self, server: &MockServer) -> anyhow::Result<Arc<dyn ModelClient>> {
-        Ok(match self {
-            Provider::OpenAi => Arc::new(OpenAiModel::new(settings(&format!("{}/v1", server.uri())))?),
-            Provider::Anthropic => Arc::new(AnthropicModel::new(settings(&server.uri()))?),
-        })
-    }
-
     /// A turn in this provider's documented answer format.
     fn answer(self, turn: &Turn) -> Value {
         match self {

@@ -13,6 +13,7 @@ mod malformed;
 mod nodes;
 mod notify;
 mod openapi;
+mod openapi_statuses;
 mod openapi_tools;
 mod outage;
 mod promtool;

@@ -59,6 +59,89 @@ async fn the_server_serves_the_same_document_without_a_token() {
     server.stop().await;
 }
 
+/// With tokens the document declares `bearer` on every operation that takes one (and says what a server
+/// without tokens serves); a server without tokens serves it with no security requirement and no 401,
+/// and nothing else changed.
+#[tokio::test]
+async fn security_is_declared_only_where_a_token_is_needed() {
+    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap_or_else(|e| panic!("{e}"));
+    let with = parse(&tollgate_agent_server::openapi_json());
+    let open = ["/healthz", "/readyz", "/openapi.json"];
+    for (path, item) in with["paths"].as_object().into_iter().flatten() {
+        for (method, operation) in item.as_object().into_iter().flatten() {
+            if open.contains(&path.as_str()) {
+                assert!(operation.get("security").is_none(), "{method} {path} needs no token");
+            } else {
+                assert_eq!(operation["security"], serde_json::json!([{"bearer": []}]), "{method} {path}");
+                assert!(operation["responses"]["401"].is_object(), "{method} {path} lists 401");
+            }
+        }
+    }
+    let description = with["info"]["description"].as_str().unwrap_or_default();
+    assert!(description.contains("A server without tokens serves"), "the committed document says so: {description}");
+
+    let server = common::Server::start(common::Config::default()).await;
+    let served = server.get("/openapi.json").await;
+    assert_eq!(served.status, 200);
+    assert_eq!(served.body, parse(&tollgate_agent_server::openapi_json_without_tokens()));
+    let text = served.body.to_string();
+    for key in ["\"security\"", "\"securitySchemes\"", "\"bearer\""] {
+        assert!(!text.contains(key), "{key} in the document served without tokens");
+    }
+    // The same document, less the security requirements and the 401 answers, and its description.
+    let mut expected = with.clone();
+    expected["components"].as_object_mut().map(|c| c.remove("securitySchemes"));
+    for item in expected["paths"].as_object_mut().into_iter().flat_map(|paths| paths.values_mut()) {
+        for operation in item.as_object_mut().into_iter().flat_map(|item| item.values_mut()) {
+            operation.as_object_mut().map(|o| o.remove("security"));
+            operation["responses"].as_object_mut().map(|r| r.remove("401"));
+        }
+    }
+    expected["info"]["description"] = served.body["info"]["description"].clone();
+    assert_eq!(served.body, expected);
+    let description = served.body["info"]["description"].as_str().unwrap_or_default();
+    assert!(description.contains("This server has no tokens configured"), "{description}");
+    server.stop().await;
+}
+
+/// No free-form object is left bare: each object schema without `properties` is open
+/// (`additionalProperties: true`), which generators read as a map of anything.
+#[test]
+fn free_form_objects_are_open() {
+    fn walk(schema: &serde_json::Value, at: &str, found: &mut Vec<String>) {
+        match schema {
+            serde_json::Value::Object(map) => {
+                let object = map
+                    .get("type")
+                    .is_some_and(|t| t == "object" || t.as_array().is_some_and(|a| a.contains(&"object".into())));
+                if object && !map.contains_key("properties") {
+                    assert_eq!(map.get("additionalProperties"), Some(&serde_json::Value::Bool(true)), "{at}");
+                    found.push(at.to_owned());
+                }
+                for (key, child) in map {
+                    walk(child, &format!("{at}/{key}"), found);
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|item| walk(item, at, found)),
+            _ => {}
+        }
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&tollgate_agent_server::openapi_json()).unwrap_or_else(|e| panic!("{e}"));
+    let mut found = Vec::new();
+    walk(&doc, "", &mut found);
+    for named in [
+        "/components/schemas/EditDecision/properties/arguments",
+        "/components/schemas/CreateRun/properties/metadata",
+        "/components/schemas/Run/properties/metadata",
+        "/components/schemas/HeldCall/properties/arguments",
+        "/components/schemas/Tool/properties/parameters",
+        "/components/schemas/Event/properties/data",
+    ] {
+        assert!(found.iter().any(|at| at == named), "{named} is a free-form object: {found:#?}");
+    }
+}
+
 /// Checks `value` against the document's component schema `name`.
 fn assert_fits(doc: &serde_json::Value, name: &str, value: &serde_json::Value) {
     let schema = serde_json::json!({

@@ -147,6 +147,7 @@ const MIGRATIONS: &[Migration] = &[
         name: "waiting_changed_index",
         sql: include_str!("../../migrations/postgres/0016_waiting_changed_index.sql"),
     },
+    Migration { version: 17, name: "run_trace", sql: include_str!("../../migrations/postgres/0017_run_trace.sql") },
 ];
 
 /// Connections per node.

@@ -111,6 +111,7 @@ const MIGRATIONS: &[Migration] = &[
         name: "waiting_changed_index",
         sql: include_str!("../../migrations/sqlite/0009_waiting_changed_index.sql"),
     },
+    Migration { version: 10, name: "run_trace", sql: include_str!("../../migrations/sqlite/0010_run_trace.sql") },
 ];
 
 // Shared by the readers and the writer (which reads a run as its batch left it).

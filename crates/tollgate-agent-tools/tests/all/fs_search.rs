@@ -3,7 +3,7 @@
 
 use crate::support::{Fixture, assert_refused, call};
 use serde_json::json;
-use tollgate_agent_core::{Gate, ToolOutput};
+use tollgate_agent_core::{Gate, ToolContext, ToolOutput};
 use tollgate_agent_tools::search::{MAX_FILE_BYTES, MAX_LINE_BYTES};
 
 fn lines(out: &ToolOutput) -> Vec<&str> {
@@ -17,7 +17,7 @@ async fn finds_matching_lines_with_paths_and_line_numbers() {
     fx.put("src/lib.rs", "pub fn alpha() {}\n\nfn beta() -> u8 {\n    7\n}\n");
     fx.put("src/deep/mod.rs", "// nothing\nasync fn gamma() {}\n");
     let search = fx.tool("fs_search");
-    assert_eq!(search.gate(&json!({"pattern": "x"})), Gate::Allow);
+    assert_eq!(search.gate(&json!({"pattern": "x"}), &ToolContext::listing()), Gate::Allow);
 
     let out = call(&search, json!({"pattern": r"fn \w+\("})).await;
     assert!(!out.is_error, "{out:?}");

@@ -3,7 +3,7 @@
 
 use crate::support::{Fixture, call};
 use serde_json::{Value, json};
-use tollgate_agent_core::{Gate, ToolOutput};
+use tollgate_agent_core::{Gate, ToolContext, ToolOutput};
 
 #[test]
 fn builtins_register_with_their_gates_and_schemas() {
@@ -11,7 +11,7 @@ fn builtins_register_with_their_gates_and_schemas() {
     let registry = fx.registry();
     let names: Vec<String> = registry.specs().into_iter().map(|s| s.name).collect();
     assert_eq!(names, tollgate_agent_tools::BUILTIN_TOOL_NAMES);
-    let gate = |name: &str, args: Value| fx.tool(name).gate(&args);
+    let gate = |name: &str, args: Value| fx.tool(name).gate(&args, &ToolContext::listing());
     assert_eq!(gate("fs_list", json!({})), Gate::Allow);
     assert_eq!(gate("fs_read", json!({"path": "a"})), Gate::Allow);
     assert_eq!(gate("fs_write", json!({"path": "a", "content": ""})), Gate::Ask);

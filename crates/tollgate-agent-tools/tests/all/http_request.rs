@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tollgate_agent_core::{Gate, IntoTool, Tool, ToolOutput};
+use tollgate_agent_core::{Gate, IntoTool, Tool, ToolContext, ToolOutput};
 use tollgate_agent_tools::HttpRequest;
 use tollgate_agent_tools::http::MAX_BODY_BYTES;
 use wiremock::matchers::{body_string, header, method, path};
@@ -109,7 +109,7 @@ async fn the_preview_hides_nothing_the_model_chose() {
         "headers": {"Authorization": "Bearer sk-live-123", "X-Api-Key": "k-456", "Cookie": "sid=789", "X-Session-Token": "t-1", "Accept": "application/json"},
         "body": "{\"name\":\"pen\"}"
     });
-    assert_eq!(tool.gate(&args), Gate::Ask);
+    assert_eq!(tool.gate(&args, &ToolContext::listing()), Gate::Ask);
     assert_eq!(tool.validate(&args).await, Ok(()));
     let preview = tool.preview(&args).await.unwrap_or_default();
     assert_eq!(

@@ -10,8 +10,8 @@
 
 use crate::support::Fixture;
 use serde_json::{Value, json};
-use tollgate_agent_core::Gate;
 use tollgate_agent_core::canonical::canonical_sha256;
+use tollgate_agent_core::{Gate, ToolContext};
 use tollgate_agent_tools::BUILTIN_TOOL_NAMES;
 
 /// Each built-in's hand-written schema and the hash a suspension pinned for it.
@@ -181,7 +181,7 @@ fn listings_show_the_same_gates_and_descriptions() {
     ];
     for (name, gate, description) in listed {
         let tool = fx.tool(name);
-        assert_eq!(tool.gate(&json!({})), gate, "{name}");
+        assert_eq!(tool.gate(&json!({}), &ToolContext::listing()), gate, "{name}");
         assert_eq!(tool.description(), description, "{name}");
     }
 }

@@ -5,7 +5,7 @@
 use crate::support::{Fixture, assert_refused, call};
 use serde_json::json;
 use std::path::Path;
-use tollgate_agent_core::{Gate, ToolOutput};
+use tollgate_agent_core::{Gate, ToolContext, ToolOutput};
 use tollgate_agent_tools::shell::{MAX_OUTPUT_BYTES, PASSED_ENV};
 use tollgate_agent_tools::{SandboxMode, SandboxSupport};
 
@@ -53,7 +53,7 @@ async fn the_preview_shows_the_command_program_folder_and_timeout() {
     let fx = Fixture::new();
     let shell = fx.tool("shell");
     let args = json!({"argv": ["echo", "a b", "it's", "line\nbreak"], "timeout_secs": 5});
-    assert_eq!(shell.gate(&args), Gate::Ask);
+    assert_eq!(shell.gate(&args, &ToolContext::listing()), Gate::Ask);
     assert_eq!(shell.validate(&args).await, Ok(()));
     let preview = shell.preview(&args).await.unwrap_or_default();
     let lines: Vec<&str> = preview.lines().collect();

@@ -3,7 +3,7 @@
 use crate::support::{Fixture, call};
 use serde_json::json;
 use std::sync::Arc;
-use tollgate_agent_core::{Gate, IntoTool, ToolOutput};
+use tollgate_agent_core::{Gate, IntoTool, ToolContext, ToolOutput};
 use tollgate_agent_testkit::ManualClock;
 use tollgate_agent_tools::TimeNow;
 
@@ -11,7 +11,7 @@ use tollgate_agent_tools::TimeNow;
 async fn reads_the_injected_clock_as_rfc3339_utc() {
     let clock = ManualClock::at(1_738_315_800_123);
     let tool = TimeNow::new(Arc::new(clock.clone())).into_tool();
-    assert_eq!(tool.gate(&json!({})), Gate::Allow);
+    assert_eq!(tool.gate(&json!({}), &ToolContext::listing()), Gate::Allow);
     assert_eq!(tool.preview(&json!({})).await, None);
     assert_eq!(call(&tool, json!({})).await, ToolOutput::text("2025-01-31T09:30:00.123Z"));
     clock.advance(std::time::Duration::from_secs(86_400));

@@ -126,6 +126,50 @@ fn workload_b_counts_loop_iterations_and_json_holds_the_reports() -> Result<()> 
     Ok(())
 }
 
+/// `--traces`: A's phase 1 with tracing off, on at 100 % and at 1 %, at c=1 and at `--concurrency`, the
+/// floor after c=1; the traced phases name the untraced one and count the spans their runs sent.
+#[test]
+fn workload_a_with_traces_compares_the_traced_sides_with_the_untraced_one() -> Result<()> {
+    let stdout = bench(&["bench", "A", "--traces", "--n", "8", "--concurrency", "2", "--json"])?;
+    let json: serde_json::Value = serde_json::from_str(&stdout).with_context(|| format!("not JSON: {stdout}"))?;
+    let reports = json["reports"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = reports.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "A phase 1, tracing off (c=1)",
+            "A phase 1, tracing on, 100 % sampled (c=1)",
+            "A phase 1, tracing on, 1 % sampled (c=1)",
+            "SQLite floor: insert 1 KiB + COMMIT (c=1)",
+            "A phase 1, tracing off (c=2)",
+            "A phase 1, tracing on, 100 % sampled (c=2)",
+            "A phase 1, tracing on, 1 % sampled (c=2)",
+        ]
+    );
+    for (c, at) in [(1, 0), (2, 4)] {
+        let rounds = 6;
+        assert!(reports[at].get("spans").is_none(), "{:#}", reports[at]);
+        for traced in &reports[at + 1..at + 3] {
+            assert_eq!(traced["count"], rounds * 8, "{traced:#}");
+            assert_eq!(traced["versus"]["of"], format!("A phase 1, tracing off (c={c})"), "{traced:#}");
+            assert_eq!(traced["versus"]["rounds"], rounds, "{traced:#}");
+        }
+        let spans = reports[at + 1]["spans"].as_u64().unwrap_or_default();
+        assert!(spans >= 48 && spans % 48 == 0, "each of the 48 runs sent a whole trace: {spans}");
+        let check = reports[at + 2]["check"].as_str().unwrap_or_default();
+        assert!(check.contains("at 100 % the OTLP receiver had 48 traces"), "{check}");
+    }
+    let usage = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["bench", "C", "--traces"])
+        .current_dir(scratch_dir("bench-traces-usage"))
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot start tollgate")?;
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("--traces goes with workload A in process"));
+    Ok(())
+}
+
 #[test]
 fn workload_a_on_two_nodes_resumes_every_run_on_the_node_that_did_not_start_it() -> Result<()> {
     let Some(url) = tollgate_agent_testkit::postgres_url() else { return Ok(()) };

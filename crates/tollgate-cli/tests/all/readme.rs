@@ -1,13 +1,19 @@
-//! The README's tour, run as written: every `$ tollgate …` line of its shell blocks (but `serve`, which
-//! `tests/cli.rs` starts itself) runs in a fresh folder with no config, in order, with the README's example
-//! id replaced by the real one. The output lines the README shows after a command must appear in its output.
+//! The README's tour, run as written: every `$ tollgate …` line of its shell blocks (and `$ cargo run
+//! --release -p tollgate-cli -- …`, the same binary; but `serve`, which `tests/cli.rs` starts itself) runs
+//! in a fresh folder with no config, in order, with the README's example id (or a prefix of it) replaced
+//! by the real one. Every output line the README shows after a command (but `…`, which stands for lines
+//! left out) must be in what the command printed, the example id read as the real one: the README's
+//! outputs are the binary's.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use tollgate_agent_testkit::scratch_dir;
 
-/// The id the README uses in its examples.
-const EXAMPLE_ID: &str = "019a7c2e";
+/// The run id of the README's examples: the one its copied outputs were made with.
+const EXAMPLE_ID: &str = "01a2465f-fe55-738e-8ecb-e0c72ea30745";
+
+/// How the README's first command runs the binary.
+const CARGO_RUN: &str = "cargo run --release -p tollgate-cli -- ";
 
 struct Step {
     command: String,
@@ -28,10 +34,12 @@ fn tour() -> Vec<Step> {
             continue;
         }
         if let Some(command) = line.strip_prefix("$ ") {
-            let command = command.split(" # ").next().unwrap_or(command).trim().to_owned();
+            let command = command.split(" # ").next().unwrap_or(command).trim();
+            let command =
+                command.strip_prefix(CARGO_RUN).map_or_else(|| command.to_owned(), |rest| format!("tollgate {rest}"));
             steps.push(Step { command, shown: Vec::new() });
         } else if let Some(step) = steps.last_mut() {
-            step.shown.push(line.trim().to_owned());
+            step.shown.push(line.trim_end().to_owned());
         }
     }
     steps.retain(|s| s.command.starts_with("tollgate ") && !s.command.starts_with("tollgate serve"));
@@ -70,8 +78,8 @@ fn the_readme_tour_runs_as_written() {
         let mut args = words(&step.command);
         args.remove(0);
         for arg in &mut args {
-            if arg.starts_with(EXAMPLE_ID) {
-                *arg = id.chars().take(EXAMPLE_ID.len()).collect();
+            if arg.len() >= 8 && EXAMPLE_ID.starts_with(arg.as_str()) {
+                *arg = id.chars().take(arg.len()).collect();
             }
         }
         let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -84,14 +92,19 @@ fn the_readme_tour_runs_as_written() {
             .output()
             .unwrap_or_else(|e| panic!("cannot run tollgate: {e}"));
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         let expected = if args.first().map(String::as_str) == Some("run") { 3 } else { 0 };
         assert_eq!(output.status.code(), Some(expected), "`{}`: {stdout}{stderr}", step.command);
         if args.first().map(String::as_str) == Some("run") {
             id = stdout.split_whitespace().nth(1).unwrap_or_else(|| panic!("no run id in {stdout}")).to_owned();
         }
-        for shown in step.shown.iter().filter(|l| !l.contains(EXAMPLE_ID) && !l.is_empty()) {
-            assert!(stdout.contains(shown.as_str()), "`{}` should show `{shown}`: {stdout}", step.command);
+        for shown in step.shown.iter().filter(|l| !l.trim().is_empty() && l.trim() != "…") {
+            let shown = shown.replace(EXAMPLE_ID, &id);
+            assert!(
+                stdout.contains(&shown) || stderr.contains(&shown),
+                "`{}` should show `{shown}`:\n{stderr}{stdout}",
+                step.command
+            );
         }
     }
     assert_eq!(std::fs::read_to_string(dir.join("workspace/note.txt")).ok().as_deref(), Some("hello"));

@@ -32,7 +32,8 @@ async fn two_tools_with_one_name_or_an_invalid_script_are_refused_at_build() {
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
-    assert!(error.contains("invalid script"), "{error}");
+    assert!(error.starts_with("agent `bank`: model `scripted`: invalid script: invalid type"), "{error}");
+    assert_eq!(error.matches("invalid script").count(), 1, "said once: {error}");
 }
 
 #[tokio::test]

@@ -2,10 +2,12 @@
 
 mod builder;
 mod events;
+mod gates;
 mod models;
 #[cfg(feature = "server")]
 mod server;
 mod waiting;
+mod workers;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -38,7 +40,7 @@ impl TypedTool for Pay {
 
     const GATE: Gate = Gate::Ask;
 
-    fn gate(&self, args: &PayArgs) -> Gate {
+    fn gate(&self, args: &PayArgs, _ctx: &ToolContext) -> Gate {
         if args.cents > 10_000 { Gate::Ask } else { Gate::Allow }
     }
 

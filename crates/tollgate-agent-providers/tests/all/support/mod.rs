@@ -7,8 +7,9 @@
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tollgate_agent_core::ModelClient;
 use tollgate_agent_core::{Gate, LoopConfig, ToolLoop, ToolRegistry, ToolSpec};
-use tollgate_agent_providers::{ApiKey, ProviderSettings};
+use tollgate_agent_providers::{AnthropicModel, ApiKey, OpenAiModel, ProviderSettings};
 use tollgate_agent_testkit::TestTool;
 use wiremock::{Request, ResponseTemplate};
 
@@ -77,6 +78,38 @@ impl Tools {
             registry.register(tool.shared())?;
         }
         Ok(Arc::new(registry))
+    }
+}
+
+/// The two HTTP adapters, for the scenarios run through each.
+#[derive(Clone, Copy)]
+pub(crate) enum Provider {
+    OpenAi,
+    Anthropic,
+}
+
+impl Provider {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
+        }
+    }
+
+    /// The path its requests go to on the mock server.
+    pub(crate) fn path(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "/v1/chat/completions",
+            Provider::Anthropic => "/v1/messages",
+        }
+    }
+
+    /// The adapter, pointed at `server`.
+    pub(crate) fn model(self, server: &wiremock::MockServer) -> anyhow::Result<Arc<dyn ModelClient>> {
+        Ok(match self {
+            Provider::OpenAi => Arc::new(OpenAiModel::new(settings(&format!("{}/v1", server.uri())))?),
+            Provider::Anthropic => Arc::new(AnthropicModel::new(settings(&server.uri()))?),
+        })
     }
 }
 

@@ -371,6 +371,42 @@ pub(crate) async fn metadata_round_trips_and_never_changes<H: Harness>(h: &H) ->
     Ok(())
 }
 
+/// A run's trace context (docs/telemetry.md) is stored with it as a `traceparent` and comes back unchanged
+/// through every transition and `list`; a run without one (and a row from before the column) has none;
+/// a column that is not a `traceparent` is corrupt.
+pub(crate) async fn trace_round_trips_and_never_changes<H: Harness>(h: &H) -> anyhow::Result<()> {
+    let store = h.store();
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let trace = Some(tollgate_agent_core::TraceContext::parse(traceparent)?);
+    let created = store
+        .create(running_run(1, "demo").with_trace(trace), vec![event(EventKind::RunStarted, 0, json!({}))])
+        .await?;
+    ensure!(created.trace == trace && store.get(&created.id).await? == created, "create, then get");
+    ensure!(stored_text(h, "trace", "runs", format!("id = '{}'", created.id)).await? == traceparent);
+    let waiting = create_waiting_from(&*store, &created).await?;
+    let decided = store
+        .transition(&created.id, Guard::Version(waiting.version), decide("call_1", Decision::Approve), vec![], T0 + 20)
+        .await?;
+    let resumed =
+        store.transition(&created.id, Guard::Version(decided.version), claim("node-b"), vec![], T0 + 30).await?;
+    let done = store.transition(&created.id, Guard::Lease("node-b".into()), complete(), vec![], T0 + 40).await?;
+    for (step, record) in [("waiting", &waiting), ("decided", &decided), ("resumed", &resumed), ("done", &done)] {
+        ensure!(record.trace == trace, "{step}: {:?}", record.trace);
+    }
+    let plain = create_running(&*store, 2, "demo").await?;
+    ensure!(plain.trace.is_none() && store.get(&plain.id).await?.trace.is_none());
+    let listed = store.list(RunQuery::default()).await?;
+    ensure!(listed.runs.iter().map(|r| r.trace).collect::<Vec<_>>() == vec![None, trace], "{listed:?}");
+
+    h.execute(format!("UPDATE runs SET trace = 'not a traceparent' WHERE id = '{}'", created.id)).await?;
+    let read = store.get(&created.id).await;
+    ensure!(
+        matches!(&read, Err(StoreError::Corrupt { id, detail }) if created.id == *id && detail.contains("trace")),
+        "{read:?}"
+    );
+    Ok(())
+}
+
 /// list: newest first, filters by status and agent, cursor pages that neither skip nor repeat.
 pub(crate) async fn list_filters_and_pages<H: Harness>(h: &H) -> anyhow::Result<()> {
     let store = h.store();
@@ -2172,6 +2208,7 @@ macro_rules! all_contract_tests {
             create_get_and_duplicate,
             a_waiting_run_round_trips,
             metadata_round_trips_and_never_changes,
+            trace_round_trips_and_never_changes,
             list_filters_and_pages,
             resolve_prefix_finds_one_run,
             legal_transitions_walk_the_cycle,

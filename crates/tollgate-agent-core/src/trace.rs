@@ -1,0 +1,134 @@
+//! A run's trace context (docs/telemetry.md): the OpenTelemetry trace a run's spans belong to, stored
+//! with the run when it is created so that every process that drives, decides or expires it later — on
+//! this node or another — continues the same trace.
+//!
+//! It is written as a W3C `traceparent` (version `00`): `00-<trace id, 32 hex>-<span id, 16 hex>-<flags,
+//! 2 hex>`. The span id is the run's root span (its first segment); the `sampled` flag is the sampling
+//! decision made once, at creation, which every later process follows.
+
+use std::fmt;
+
+/// The trace a run belongs to: its trace id, the id of its root span and whether it is sampled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TraceContext {
+    /// The W3C trace id (never all zeros).
+    pub trace_id: [u8; 16],
+    /// The run's root span id (never all zeros).
+    pub span_id: [u8; 8],
+    /// Whether the run's spans are recorded.
+    pub sampled: bool,
+}
+
+/// A `traceparent` that is not one [`TraceContext::parse`] accepts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, ids not all zeros): {0:?}")]
+pub struct TraceContextError(String);
+
+impl TraceContext {
+    /// A new trace from 32 random bytes (16 for the trace id, 8 for the span id, 8 for sampling):
+    /// sampled when the last 8, read as a fraction of 2^64, are below `ratio` (1.0 samples all, 0.0
+    /// none). An id drawn as all zeros, which W3C forbids, is made 1.
+    pub fn from_random(random: [u8; 32], ratio: f64) -> TraceContext {
+        let mut trace_id = [0; 16];
+        let mut span_id = [0; 8];
+        trace_id.copy_from_slice(&random[..16]);
+        span_id.copy_from_slice(&random[16..24]);
+        if trace_id == [0; 16] {
+            trace_id[15] = 1;
+        }
+        if span_id == [0; 8] {
+            span_id[7] = 1;
+        }
+        let mut draw = [0; 8];
+        draw.copy_from_slice(&random[24..]);
+        // The draw as a fraction in [0, 1): its top 53 bits, exactly representable.
+        #[allow(clippy::cast_precision_loss)]
+        let fraction = (u64::from_be_bytes(draw) >> 11) as f64 / (1u64 << 53) as f64;
+        let sampled = ratio >= 1.0 || fraction < ratio;
+        TraceContext { trace_id, span_id, sampled }
+    }
+
+    /// Parses a W3C `traceparent` of version `00`.
+    ///
+    /// # Errors
+    /// [`TraceContextError`] for anything else (shown in the error, cut to 64 characters).
+    pub fn parse(text: &str) -> Result<TraceContext, TraceContextError> {
+        let refuse = || TraceContextError(text.chars().take(64).collect());
+        let mut parts = text.split('-');
+        let (Some("00"), Some(trace), Some(span), Some(flags), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(refuse());
+        };
+        let mut trace_id = [0; 16];
+        let mut span_id = [0; 8];
+        let mut flag = [0; 1];
+        let lower = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !(lower(trace) && lower(span) && lower(flags)) {
+            return Err(refuse());
+        }
+        hex::decode_to_slice(trace, &mut trace_id).map_err(|_| refuse())?;
+        hex::decode_to_slice(span, &mut span_id).map_err(|_| refuse())?;
+        hex::decode_to_slice(flags, &mut flag).map_err(|_| refuse())?;
+        if trace_id == [0; 16] || span_id == [0; 8] {
+            return Err(refuse());
+        }
+        Ok(TraceContext { trace_id, span_id, sampled: flag[0] & 1 == 1 })
+    }
+
+    /// The trace id as 32 lowercase hex digits.
+    pub fn trace_id_hex(&self) -> String {
+        hex::encode(self.trace_id)
+    }
+}
+
+impl fmt::Display for TraceContext {
+    /// The `traceparent` text.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let flags = u8::from(self.sampled);
+        write!(f, "00-{}-{}-{flags:02x}", hex::encode(self.trace_id), hex::encode(self.span_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_round_trips_and_bad_ones_are_refused() {
+        let text = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let parsed = TraceContext::parse(text).unwrap();
+        assert!(parsed.sampled);
+        assert_eq!(parsed.to_string(), text);
+        assert_eq!(parsed.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        assert!(!TraceContext::parse(unsampled).unwrap().sampled);
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g",
+            "00-4bf92f3577b34da6a3ce929d0e0e47é6-00f067aa0ba902b7-01",
+        ] {
+            assert!(TraceContext::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sampling_follows_the_ratio_and_ids_are_never_zero() {
+        let mut random = [0u8; 32];
+        let zero = TraceContext::from_random(random, 1.0);
+        assert!(zero.sampled && zero.trace_id != [0; 16] && zero.span_id != [0; 8]);
+        assert!(!TraceContext::from_random(random, 0.0).sampled);
+        random[24] = 2; // 2/256 = 0.78 % < 1 %
+        assert!(TraceContext::from_random(random, 0.01).sampled);
+        random[24] = 3; // 3/256 = 1.17 % > 1 %
+        assert!(!TraceContext::from_random(random, 0.01).sampled);
+        let sampled = (0..=255u8).filter(|b| TraceContext::from_random([*b; 32], 0.25).sampled).count();
+        assert_eq!(sampled, 64);
+    }
+}
