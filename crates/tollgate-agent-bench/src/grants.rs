@@ -55,9 +55,7 @@ pub async fn grant_costs(
     rounds: u32,
 ) -> Result<Vec<PhaseReport>, BenchError> {
     let store_url = store_url.to_owned();
-    tokio::spawn(async move { grant_costs_here(&store_url, n, concurrency, grants, rounds).await })
-        .await
-        .map_err(|e| BenchError(format!("the workload task failed: {e}")))?
+    crate::in_own_task(async move { grant_costs_here(&store_url, n, concurrency, grants, rounds).await }).await
 }
 
 async fn grant_costs_here(
@@ -303,8 +301,7 @@ mod tests {
     /// its baseline with a ratio per round, and the end check named on the last.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_grant_variants_run_and_compare_with_their_baselines() {
-        let url =
-            format!("sqlite://{}", tollgate_agent_testkit::scratch_dir("bench-grants").join("bench.db").display());
+        let url = crate::scratch_store("bench-grants");
         let reports = grant_costs(&url, 12, 3, 5, 2).await.unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(

@@ -227,9 +227,20 @@ pub async fn approval_cycle(
     deny: bool,
 ) -> Result<Vec<PhaseReport>, BenchError> {
     let store_url = store_url.to_owned();
-    tokio::spawn(async move { approval_cycle_here(&store_url, n, concurrency, deny).await })
-        .await
-        .map_err(|e| BenchError(format!("the workload task failed: {e}")))?
+    crate::in_own_task(async move { approval_cycle_here(&store_url, n, concurrency, deny).await }).await
+}
+
+/// Runs `workload` in a task of its own on the current runtime's workers (why: [`approval_cycle`]).
+async fn in_own_task<T: Send + 'static>(
+    workload: impl std::future::Future<Output = Result<T, BenchError>> + Send + 'static,
+) -> Result<T, BenchError> {
+    tokio::spawn(workload).await.map_err(|e| BenchError(format!("the workload task failed: {e}")))?
+}
+
+/// A SQLite store in a fresh scratch folder labelled `label`, for a test's tiny sitting.
+#[cfg(test)]
+fn scratch_store(label: &str) -> String {
+    format!("sqlite://{}", tollgate_agent_testkit::scratch_dir(label).join("bench.db").display())
 }
 
 async fn approval_cycle_here(

@@ -46,9 +46,7 @@ pub async fn notify_costs(
     rounds: u32,
 ) -> Result<Vec<PhaseReport>, BenchError> {
     let store_url = store_url.to_owned();
-    tokio::spawn(async move { notify_costs_here(&store_url, n, concurrency, rounds).await })
-        .await
-        .map_err(|e| BenchError(format!("the workload task failed: {e}")))?
+    crate::in_own_task(async move { notify_costs_here(&store_url, n, concurrency, rounds).await }).await
 }
 
 async fn notify_costs_here(
@@ -211,26 +209,23 @@ struct Receiver {
 
 impl Receiver {
     async fn start(protocol: Protocol) -> Result<Receiver, BenchError> {
-        let listener = TcpListener::bind("127.0.0.1:0").await.map_err(err)?;
-        let port = listener.local_addr().map_err(err)?.port();
         let count = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&count);
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let counted = Arc::clone(&counted);
-                tokio::spawn(async move {
-                    let _ = match protocol {
-                        Protocol::Http => {
-                            serve_http(stream, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", |_| {
-                                counted.fetch_add(1, Ordering::AcqRel);
-                            })
-                            .await
-                        }
-                        Protocol::Smtp => serve_smtp(stream, &counted).await,
-                    };
-                });
+        let port = listen(move |stream| {
+            let counted = Arc::clone(&counted);
+            async move {
+                match protocol {
+                    Protocol::Http => {
+                        serve_http(stream, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", |_| {
+                            counted.fetch_add(1, Ordering::AcqRel);
+                        })
+                        .await
+                    }
+                    Protocol::Smtp => serve_smtp(stream, &counted).await,
+                }
             }
-        });
+        })
+        .await?;
         Ok(Receiver { protocol, port, count })
     }
 
@@ -276,6 +271,23 @@ impl Receiver {
         };
         Ok(Notifier { name: name.into(), transport, actor: Actor::new(BENCH_ACTOR), agents: vec![AGENT.into()] })
     }
+}
+
+/// Listens on a free loopback port, each connection answered by `serve` in a task of its own (until
+/// it fails or ends); returns the port.
+pub(crate) async fn listen<F, Fut>(serve: F) -> Result<u16, BenchError>
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(err)?;
+    let port = listener.local_addr().map_err(err)?.port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve(stream));
+        }
+    });
+    Ok(port)
 }
 
 /// Answers every HTTP/1.1 request on `stream` with `answer` (a whole response) once `take` has had its
@@ -365,8 +377,7 @@ mod tests {
     /// the delivery row come out in order.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_notified_runs_reach_both_receivers_and_compare_with_the_plain_ones() {
-        let url =
-            format!("sqlite://{}", tollgate_agent_testkit::scratch_dir("bench-notify").join("bench.db").display());
+        let url = crate::scratch_store("bench-notify");
         let reports = notify_costs(&url, 6, 2, 2).await.unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(

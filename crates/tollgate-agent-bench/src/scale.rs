@@ -280,7 +280,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_small_scale_run_fills_decides_a_sample_and_lists() {
-        let url = format!("sqlite://{}", tollgate_agent_testkit::scratch_dir("bench-scale").join("bench.db").display());
+        let url = crate::scratch_store("bench-scale");
         let reports = scale(&url, 120, 20).await.unwrap_or_else(|e| panic!("{e}"));
         let counts: Vec<u64> = reports.iter().map(|r| r.count).collect();
         assert_eq!(counts, [120, 20, LIST_REPEAT as u64]);
@@ -293,8 +293,7 @@ mod tests {
     /// and completed exactly the runs it matches; the sample is drawn from the others.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_grant_applied_to_waiting_runs_decides_the_matching_ones() {
-        let url =
-            format!("sqlite://{}", tollgate_agent_testkit::scratch_dir("bench-scale-grant").join("bench.db").display());
+        let url = crate::scratch_store("bench-scale-grant");
         let reports = scale_applying(&url, 150, 20, 30).await.unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(

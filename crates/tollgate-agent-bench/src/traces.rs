@@ -22,12 +22,11 @@
 //! spans for each trace it had; no request's body failed to read as OTLP protobuf.
 
 use crate::grants::{Tally, pair, start_runs};
-use crate::notify::{beside, serve_http};
+use crate::notify::{beside, listen, serve_http};
 use crate::{BenchError, PhaseReport, bench_agent, cpu_time, err, traced_runtime};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tokio::net::TcpListener;
 use tollgate_agent_config::TelemetryConfig;
 use tollgate_agent_core::{Gate, RunStatus, RunStore};
 
@@ -53,9 +52,7 @@ pub async fn trace_costs(
     rounds: u32,
 ) -> Result<Vec<PhaseReport>, BenchError> {
     let store_url = store_url.to_owned();
-    tokio::spawn(async move { trace_costs_here(&store_url, n, concurrency, rounds).await })
-        .await
-        .map_err(|e| BenchError(format!("the workload task failed: {e}")))?
+    crate::in_own_task(async move { trace_costs_here(&store_url, n, concurrency, rounds).await }).await
 }
 
 /// One side of the comparison.
@@ -195,42 +192,45 @@ struct Received {
 /// A loopback OTLP/HTTP receiver of traces, counting the spans of the requests it answered.
 struct Receiver {
     port: u16,
-    spans: Arc<AtomicU64>,
-    traces: Arc<AtomicU64>,
-    unreadable: Arc<AtomicU64>,
+    counted: Arc<Counters>,
+}
+
+/// [`Received`] as the receiver's connections count it.
+#[derive(Default)]
+struct Counters {
+    spans: AtomicU64,
+    traces: AtomicU64,
+    unreadable: AtomicU64,
 }
 
 impl Receiver {
     async fn start() -> Result<Receiver, BenchError> {
-        let listener = TcpListener::bind("127.0.0.1:0").await.map_err(err)?;
-        let port = listener.local_addr().map_err(err)?.port();
-        let [spans, traces, unreadable] = std::array::from_fn(|_| Arc::new(AtomicU64::new(0)));
-        let counters = [Arc::clone(&spans), Arc::clone(&traces), Arc::clone(&unreadable)];
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let [spans, traces, unreadable] = counters.clone();
-                tokio::spawn(async move {
-                    let _ = serve_http(stream, ACCEPTED, |body| match count_spans(body) {
-                        Some((s, t)) => {
-                            spans.fetch_add(s, Ordering::AcqRel);
-                            traces.fetch_add(t, Ordering::AcqRel);
-                        }
-                        None => {
-                            unreadable.fetch_add(1, Ordering::AcqRel);
-                        }
-                    })
-                    .await;
-                });
+        let counted = Arc::new(Counters::default());
+        let counters = Arc::clone(&counted);
+        let port = listen(move |stream| {
+            let counters = Arc::clone(&counters);
+            async move {
+                serve_http(stream, ACCEPTED, |body| match count_spans(body) {
+                    Some((spans, traces)) => {
+                        counters.spans.fetch_add(spans, Ordering::AcqRel);
+                        counters.traces.fetch_add(traces, Ordering::AcqRel);
+                    }
+                    None => {
+                        counters.unreadable.fetch_add(1, Ordering::AcqRel);
+                    }
+                })
+                .await
             }
-        });
-        Ok(Receiver { port, spans, traces, unreadable })
+        })
+        .await?;
+        Ok(Receiver { port, counted })
     }
 
     fn received(&self) -> Received {
         Received {
-            spans: self.spans.load(Ordering::Acquire),
-            traces: self.traces.load(Ordering::Acquire),
-            unreadable: self.unreadable.load(Ordering::Acquire),
+            spans: self.counted.spans.load(Ordering::Acquire),
+            traces: self.counted.traces.load(Ordering::Acquire),
+            unreadable: self.counted.unreadable.load(Ordering::Acquire),
         }
     }
 
@@ -377,8 +377,7 @@ mod tests {
     /// the untraced one, and the spans of every sampled run received.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_sampled_run_sends_its_trace_and_the_sides_compare() {
-        let url =
-            format!("sqlite://{}", tollgate_agent_testkit::scratch_dir("bench-traces").join("bench.db").display());
+        let url = crate::scratch_store("bench-traces");
         let reports = trace_costs(&url, 10, 2, 3).await.unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
