@@ -67,9 +67,15 @@ impl Telemetry {
 
     /// A new run's trace context: fresh ids, sampled at the configured ratio.
     pub(crate) fn new_trace(&self) -> TraceContext {
+        // A v4 UUID is random but for its version (byte 6's high nibble) and variant (byte 8's high
+        // bits): the ids take two whole, the sampling draw only the wholly random bytes of a third.
+        let (ids, draw) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
         let mut random = [0u8; 32];
-        random[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        random[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        random[..16].copy_from_slice(ids.as_bytes());
+        random[16..24].copy_from_slice(&uuid::Uuid::new_v4().as_bytes()[..8]);
+        let draw = draw.as_bytes();
+        random[24..30].copy_from_slice(&draw[..6]);
+        random[30..].copy_from_slice(&draw[9..11]);
         TraceContext::from_random(random, self.ratio)
     }
 }
@@ -462,5 +468,26 @@ fn finish_reason(reason: &FinishReason) -> String {
         FinishReason::Length => "length".to_owned(),
         FinishReason::ContentFilter => "content_filter".to_owned(),
         FinishReason::Other(other) => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::noop::NoopTracer;
+
+    /// New runs are sampled at the configured ratio, at every ratio (the draw is made of random bytes
+    /// only: a UUID's fixed version and variant bits once kept every ratio under 0.5 from sampling).
+    #[test]
+    fn new_traces_are_sampled_at_the_ratio() {
+        for (ratio, low, high) in [(0.01, 15, 100), (0.3, 1_000, 2_000), (0.7, 3_000, 4_000), (1.0, 5_000, 5_000)] {
+            let telemetry = Telemetry::new(NoopTracer::new(), ratio, false);
+            let sampled = (0..5_000).filter(|_| telemetry.new_trace().sampled).count();
+            assert!((low..=high).contains(&sampled), "ratio {ratio}: {sampled} of 5000 sampled");
+        }
+        let none = Telemetry::new(NoopTracer::new(), 0.0, false);
+        assert!((0..1_000).all(|_| !none.new_trace().sampled));
+        let at_one_percent = Telemetry::new(NoopTracer::new(), 0.01, false);
+        assert!((0..20_000).any(|_| at_one_percent.new_trace().sampled), "1 % samples some");
     }
 }

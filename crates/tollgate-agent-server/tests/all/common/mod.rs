@@ -4,7 +4,7 @@
 #![allow(dead_code, reason = "each test file uses a different part of this harness")]
 
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -517,31 +517,10 @@ pub(crate) fn id(run: &Value) -> RunId {
     RunId::from(run["id"].as_str().unwrap_or_default())
 }
 
-/// The Python of the venv holding the test tools (PyPI, pinned in `.ci/python/requirements.txt`):
-/// `TOLLGATE_TEST_PYTHON`, else `.ci/python/venv/bin/python`, if it imports every one of `modules`.
-/// `None` (with a note) when it does not outside CI; a panic under CI (env `CI`), which runs these tests.
+/// The Python of the venv holding the test tools, if it imports every one of `modules`
+/// ([`tollgate_agent_testkit::test_python`]: `None` with a note outside CI, a panic under CI).
 pub(crate) fn python(modules: &[&str]) -> Option<PathBuf> {
-    let python = std::env::var_os("TOLLGATE_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/python/venv/bin/python"));
-    let ready = Command::new(&python)
-        .args(["-c", &format!("import {}", modules.join(", "))])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if ready {
-        return Some(python);
-    }
-    let note = format!(
-        "no Python with {} at {} (./scripts/test installs them: \
-         python3 -m venv .ci/python/venv && .ci/python/venv/bin/pip install -r .ci/python/requirements.txt)",
-        modules.join(", "),
-        python.display()
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{note}; CI runs these tests");
-    }
-    eprintln!("skipped: {note}");
-    None
+    tollgate_agent_testkit::test_python(modules)
 }
 
 /// Runs `command`, failing the test with its output when it fails; answers its standard output.
