@@ -85,7 +85,8 @@ impl Telemetry {
 pub(crate) struct Tracing {
     telemetry: Telemetry,
     content: bool,
-    redactor: Redactor,
+    /// Shared: each segment's spans hold a clone of this.
+    redactor: Arc<Redactor>,
 }
 
 /// What a segment is, for its span.
@@ -111,7 +112,7 @@ pub(crate) enum WaitEnd<'a> {
 impl Tracing {
     pub(crate) fn new(telemetry: Telemetry, privacy: PrivacyLevel, redactor: Redactor) -> Tracing {
         let content = telemetry.content && privacy == PrivacyLevel::Full;
-        Tracing { telemetry, content, redactor }
+        Tracing { telemetry, content, redactor: Arc::new(redactor) }
     }
 
     /// A new run's trace context.
