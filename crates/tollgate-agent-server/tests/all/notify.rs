@@ -284,7 +284,7 @@ impl SmtpSink {
     }
 
     /// The mails received so far, each as its subject and decoded plain-text part (read by Python's
-    /// `email` package, which undoes the transfer encoding).
+    /// `email` package, which undoes the transfer encoding; the subject unfolded as RFC 5322 says).
     fn mails(&self) -> Vec<(String, String)> {
         let Ok(entries) = std::fs::read_dir(self.maildir.join("new")) else { return Vec::new() };
         let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
@@ -294,7 +294,7 @@ impl SmtpSink {
             text = [p.get_payload(decode=True).decode() for p in m.walk() if p.get_content_type() == 'text/plain']\n\
             html = [p for p in m.walk() if p.get_content_type() == 'text/html']\n\
             assert len(text) == 1 and len(html) == 1, 'a text and an HTML part'\n\
-            print(m['subject'].replace('\\n', ' '))\n\
+            print(m['subject'].replace('\\r', '').replace('\\n', ''))\n\
             print(text[0])\n";
         paths
             .iter()
@@ -342,19 +342,21 @@ async fn a_mail_reaches_a_real_smtp_server_and_its_links_decide() {
             agents: vec![SCRIBE.into()],
         };
         let server = server(&backend, vec![notifier]).await;
-        let before = sink.mails().len();
         let run = server.waiting_run(SCRIBE, "mail me").await;
         let run_id = id(&run);
-        let mut mail = None;
+        // The maildir's file names do not sort by arrival (their microseconds are not zero-padded), so the
+        // mail is found by its run, and there must be exactly one.
+        let mut mail = Vec::new();
         for _ in 0..200 {
-            mail = sink.mails().into_iter().nth(before);
-            if mail.is_some() {
+            mail = sink.mails().into_iter().filter(|(subject, _)| subject.contains(run_id.as_str())).collect();
+            if !mail.is_empty() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let (subject, text) = mail.unwrap_or_else(|| panic!("no mail within 10 s"));
-        assert!(subject.contains("scribe is waiting for approval") && subject.contains(run_id.as_str()), "{subject}");
+        assert_eq!(mail.len(), 1, "one mail for run {run_id} within 10 s: {mail:?}");
+        let (subject, text) = mail.remove(0);
+        assert_eq!(subject, format!("[Tollgate] scribe is waiting for approval (1 call, run {run_id})"));
         assert!(text.contains("mail me") && text.contains("write a note"), "{text}");
         assert!(text.contains(&format!("Review in the playground: {}", server.url(&format!("/#/runs/{run_id}")))));
         let deny = mail_links(&text, "Deny");
