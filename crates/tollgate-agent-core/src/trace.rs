@@ -5,6 +5,10 @@
 //! It is written as a W3C `traceparent` (version `00`): `00-<trace id, 32 hex>-<span id, 16 hex>-<flags,
 //! 2 hex>`. The span id is the run's root span (its first segment); the `sampled` flag is the sampling
 //! decision made once, at creation, which every later process follows.
+//!
+//! A run started inside a caller's trace (a `traceparent` header on `POST /v1/runs`, `TRACEPARENT` for
+//! the CLI) joins it ([`TraceContext::joining`]): the caller's trace id and sampling decision, and the
+//! caller's span as the parent of the run's root span ([`TraceContext::parent`], stored beside it).
 
 use std::fmt;
 
@@ -17,6 +21,9 @@ pub struct TraceContext {
     pub span_id: [u8; 8],
     /// Whether the run's spans are recorded.
     pub sampled: bool,
+    /// The caller's span the root span is a child of, when the run joined a caller's trace; `None`
+    /// when the root span is the trace's root. Not part of the `traceparent` text.
+    pub parent: Option<[u8; 8]>,
 }
 
 /// A `traceparent` that is not one [`TraceContext::parse`] accepts.
@@ -45,7 +52,34 @@ impl TraceContext {
         #[allow(clippy::cast_precision_loss)]
         let fraction = (u64::from_be_bytes(draw) >> 11) as f64 / (1u64 << 53) as f64;
         let sampled = ratio >= 1.0 || fraction < ratio;
-        TraceContext { trace_id, span_id, sampled }
+        TraceContext { trace_id, span_id, sampled, parent: None }
+    }
+
+    /// A run's context inside the caller's trace `caller` (a parsed `traceparent`): the caller's trace
+    /// id and sampling decision (the caller decided; no ratio applies), a root span id from `random`
+    /// (made 1 if all zeros), and the caller's span as its parent.
+    pub fn joining(caller: TraceContext, random: [u8; 8]) -> TraceContext {
+        let span_id = if random == [0; 8] { [0, 0, 0, 0, 0, 0, 0, 1] } else { random };
+        TraceContext { trace_id: caller.trace_id, span_id, sampled: caller.sampled, parent: Some(caller.span_id) }
+    }
+
+    /// This context with `parent` as its root span's parent, given as 16 lowercase hex digits (the form
+    /// [`TraceContext::parent_hex`] writes).
+    ///
+    /// # Errors
+    /// [`TraceContextError`] when `parent` is not 16 lowercase hex digits, or is all zeros.
+    pub fn with_parent_hex(self, parent: &str) -> Result<TraceContext, TraceContextError> {
+        let mut id = [0; 8];
+        let valid = lower_hex(parent) && hex::decode_to_slice(parent, &mut id).is_ok() && id != [0; 8];
+        if !valid {
+            return Err(TraceContextError(parent.chars().take(64).collect()));
+        }
+        Ok(TraceContext { parent: Some(id), ..self })
+    }
+
+    /// The parent span id as 16 lowercase hex digits, when there is one.
+    pub fn parent_hex(&self) -> Option<String> {
+        self.parent.map(hex::encode)
     }
 
     /// Parses a W3C `traceparent` of version `00`.
@@ -63,8 +97,7 @@ impl TraceContext {
         let mut trace_id = [0; 16];
         let mut span_id = [0; 8];
         let mut flag = [0; 1];
-        let lower = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if !(lower(trace) && lower(span) && lower(flags)) {
+        if !(lower_hex(trace) && lower_hex(span) && lower_hex(flags)) {
             return Err(refuse());
         }
         hex::decode_to_slice(trace, &mut trace_id).map_err(|_| refuse())?;
@@ -73,7 +106,7 @@ impl TraceContext {
         if trace_id == [0; 16] || span_id == [0; 8] {
             return Err(refuse());
         }
-        Ok(TraceContext { trace_id, span_id, sampled: flag[0] & 1 == 1 })
+        Ok(TraceContext { trace_id, span_id, sampled: flag[0] & 1 == 1, parent: None })
     }
 
     /// The trace id as 32 lowercase hex digits.
@@ -82,8 +115,13 @@ impl TraceContext {
     }
 }
 
+/// Whether `text` is only digits and lowercase `a`-`f` (W3C refuses uppercase).
+fn lower_hex(text: &str) -> bool {
+    text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 impl fmt::Display for TraceContext {
-    /// The `traceparent` text.
+    /// The `traceparent` text of the run's root span (the parent is not part of it).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let flags = u8::from(self.sampled);
         write!(f, "00-{}-{}-{flags:02x}", hex::encode(self.trace_id), hex::encode(self.span_id))
@@ -115,6 +153,23 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e47é6-00f067aa0ba902b7-01",
         ] {
             assert!(TraceContext::parse(bad).is_err(), "{bad:?}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_joined_context_keeps_the_callers_trace_and_decision() -> Result<(), TraceContextError> {
+        let caller = TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")?;
+        let joined = TraceContext::joining(caller, [7; 8]);
+        assert_eq!((joined.trace_id, joined.span_id, joined.sampled), (caller.trace_id, [7; 8], false));
+        assert_eq!(joined.parent_hex().as_deref(), Some("00f067aa0ba902b7"));
+        assert_eq!(joined.to_string(), "00-4bf92f3577b34da6a3ce929d0e0e4736-0707070707070707-00");
+        assert_eq!(TraceContext::joining(caller, [0; 8]).span_id, [0, 0, 0, 0, 0, 0, 0, 1]);
+        // Stored as two texts, read back as one context.
+        let stored = TraceContext::parse(&joined.to_string())?.with_parent_hex("00f067aa0ba902b7")?;
+        assert_eq!(stored, joined);
+        for bad in ["", "0000000000000000", "00F067AA0BA902B7", "00f067aa0ba902b", "00f067aa0ba902b7a"] {
+            assert!(joined.with_parent_hex(bad).is_err(), "{bad:?}");
         }
         Ok(())
     }

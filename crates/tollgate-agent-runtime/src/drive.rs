@@ -122,7 +122,7 @@ impl Inner {
         request: StartRun<'_>,
         leased: bool,
     ) -> Result<(RunRecord, Arc<AgentSpec>), StartError> {
-        let StartRun { agent, input, actor, metadata } = request;
+        let StartRun { agent, input, actor, metadata, trace_parent } = request;
         if input.trim().is_empty() {
             return Err(StartError::EmptyInput);
         }
@@ -141,7 +141,7 @@ impl Inner {
             leased.then(|| self.lease(now)),
         )
         .with_metadata(metadata)
-        .with_trace(self.tracing.as_ref().map(crate::telemetry::Tracing::new_trace));
+        .with_trace(self.tracing.as_ref().map(|tracing| tracing.new_trace(trace_parent)));
         Ok((run, spec))
     }
 

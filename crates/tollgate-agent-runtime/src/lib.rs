@@ -314,12 +314,16 @@ pub struct StartRun<'a> {
     /// Within [`Metadata`](tollgate_agent_core::Metadata)'s limits (16 KiB as JSON, 16 levels deep), else
     /// [`StartError::InvalidMetadata`]. Empty by default.
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The caller's trace to join (a parsed W3C `traceparent`; docs/telemetry.md): with telemetry on,
+    /// the run's spans go into that trace under the caller's span, sampled as the caller decided.
+    /// `None` (the default), or telemetry off: the run starts a trace of its own (when telemetry is on).
+    pub trace_parent: Option<tollgate_agent_core::TraceContext>,
 }
 
 impl<'a> StartRun<'a> {
     /// A run of the default agent on `input`, started by `actor`, without metadata.
     pub fn new(input: &'a str, actor: impl Into<Actor>) -> Self {
-        Self { agent: None, input, actor: actor.into(), metadata: serde_json::Map::new() }
+        Self { agent: None, input, actor: actor.into(), metadata: serde_json::Map::new(), trace_parent: None }
     }
 
     /// Runs this agent instead of the default one.
@@ -331,6 +335,12 @@ impl<'a> StartRun<'a> {
     /// With this metadata (replacing any given before).
     pub fn metadata(mut self, metadata: serde_json::Map<String, serde_json::Value>) -> Self {
         self.metadata = metadata;
+        self
+    }
+
+    /// Joins the caller's trace `parent` (see [`StartRun::trace_parent`]).
+    pub fn trace_parent(mut self, parent: tollgate_agent_core::TraceContext) -> Self {
+        self.trace_parent = Some(parent);
         self
     }
 }

@@ -65,8 +65,14 @@ impl Telemetry {
         Telemetry { tracer: Arc::new(BoxedTracer::new(Box::new(tracer))), ratio, content }
     }
 
-    /// A new run's trace context: fresh ids, sampled at the configured ratio.
-    pub(crate) fn new_trace(&self) -> TraceContext {
+    /// A new run's trace context: fresh ids, sampled at the configured ratio; or, inside the caller's
+    /// trace `parent`, a fresh root span id under the caller's span, sampled as the caller decided.
+    pub(crate) fn new_trace(&self, parent: Option<TraceContext>) -> TraceContext {
+        if let Some(caller) = parent {
+            let mut span = [0u8; 8];
+            span.copy_from_slice(&uuid::Uuid::new_v4().as_bytes()[..8]);
+            return TraceContext::joining(caller, span);
+        }
         // A v4 UUID is random but for its version (byte 6's high nibble) and variant (byte 8's high
         // bits): the ids take two whole, the sampling draw only the wholly random bytes of a third.
         let (ids, draw) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
@@ -115,9 +121,9 @@ impl Tracing {
         Tracing { telemetry, content, redactor: Arc::new(redactor) }
     }
 
-    /// A new run's trace context.
-    pub(crate) fn new_trace(&self) -> TraceContext {
-        self.telemetry.new_trace()
+    /// A new run's trace context (see [`Telemetry::new_trace`]).
+    pub(crate) fn new_trace(&self, parent: Option<TraceContext>) -> TraceContext {
+        self.telemetry.new_trace(parent)
     }
 
     /// The span of a segment of `run` (agent model `model`, provider `system`), or `None` when the run
@@ -149,7 +155,11 @@ impl Tracing {
                 builder = builder
                     .with_trace_id(TraceId::from_bytes(trace.trace_id))
                     .with_span_id(SpanId::from_bytes(trace.span_id));
-                Context::new()
+                match trace.parent {
+                    // The caller's span, whose trace the run joined.
+                    Some(caller) => remote_parent(trace.trace_id, caller),
+                    None => Context::new(),
+                }
             }
             SegmentKind::Later => root_context(&trace),
         };
@@ -264,9 +274,14 @@ fn requested_at(turn: &HeldTurn) -> Option<Millis> {
 
 /// The run's root span as a remote parent.
 fn root_context(trace: &TraceContext) -> Context {
+    remote_parent(trace.trace_id, trace.span_id)
+}
+
+/// A sampled span of another process (or an earlier segment) as a parent.
+fn remote_parent(trace_id: [u8; 16], span_id: [u8; 8]) -> Context {
     let parent = SpanContext::new(
-        TraceId::from_bytes(trace.trace_id),
-        SpanId::from_bytes(trace.span_id),
+        TraceId::from_bytes(trace_id),
+        SpanId::from_bytes(span_id),
         TraceFlags::SAMPLED,
         true,
         TraceState::default(),
@@ -483,12 +498,12 @@ mod tests {
     fn new_traces_are_sampled_at_the_ratio() {
         for (ratio, low, high) in [(0.01, 15, 100), (0.3, 1_000, 2_000), (0.7, 3_000, 4_000), (1.0, 5_000, 5_000)] {
             let telemetry = Telemetry::new(NoopTracer::new(), ratio, false);
-            let sampled = (0..5_000).filter(|_| telemetry.new_trace().sampled).count();
+            let sampled = (0..5_000).filter(|_| telemetry.new_trace(None).sampled).count();
             assert!((low..=high).contains(&sampled), "ratio {ratio}: {sampled} of 5000 sampled");
         }
         let none = Telemetry::new(NoopTracer::new(), 0.0, false);
-        assert!((0..1_000).all(|_| !none.new_trace().sampled));
+        assert!((0..1_000).all(|_| !none.new_trace(None).sampled));
         let at_one_percent = Telemetry::new(NoopTracer::new(), 0.01, false);
-        assert!((0..20_000).any(|_| at_one_percent.new_trace().sampled), "1 % samples some");
+        assert!((0..20_000).any(|_| at_one_percent.new_trace(None).sampled), "1 % samples some");
     }
 }

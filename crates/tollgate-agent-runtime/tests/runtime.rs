@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use tollgate_agent_core::{Actor, ApprovalError, CallId, DecisionError, GrantId, GrantQuery, RunId};
+use tollgate_agent_core::{Actor, ApprovalError, CallId, DecisionError, GrantId, GrantQuery, RunId, TraceContext};
 use tollgate_agent_core::{
     Clock, Decision, EventKind, Gate, Guard, HeldTurn, LoopConfig, Metadata, MetadataError, RunQuery, RunRecord,
     RunStatus, RunStore, StoredSuspension, ToolLoop, ToolRegistry, Transition, TurnDigest,
@@ -2197,4 +2197,48 @@ async fn a_waits_span_says_who_or_what_ended_it() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(spans.len(), before, "a run sampled out makes no span");
+}
+
+/// A run started inside a caller's trace joins it: its first segment's span is a child of the caller's
+/// span in the caller's trace, later segments and the wait stay in that trace, and the caller's sampling
+/// decision holds whatever the ratio (a caller that sampled out gets no span even at 100 %).
+#[tokio::test]
+async fn a_run_joins_the_callers_trace_and_follows_its_decision() {
+    let spans = Spans::default();
+    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let runtime = setup.traced_runtime(sqlite().await, &ManualClock::at(T0), "node-a", Some(spans.telemetry(0.0)));
+    let caller = TraceContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let run = runtime
+        .start_and_wait(StartRun::new("x", "alice").trace_parent(caller))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let trace = run.trace.unwrap_or_else(|| panic!("a trace"));
+    assert_eq!((trace.trace_id, trace.parent, trace.sampled), (caller.trace_id, Some(caller.span_id), true));
+    runtime
+        .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, &Actor::from("bob"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let recorded = spans.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let segments: Vec<_> = recorded.iter().filter(|s| s.name.starts_with("invoke_agent")).collect();
+    assert_eq!(segments.len(), 2, "start and resume: {recorded:?}");
+    assert!(recorded.iter().all(|s| s.span_context.trace_id().to_bytes() == caller.trace_id), "one trace");
+    let root = segments.iter().find(|s| s.span_context.span_id().to_bytes() == trace.span_id);
+    let root = root.unwrap_or_else(|| panic!("the root segment has the stored id"));
+    assert_eq!(root.parent_span_id.to_bytes(), caller.span_id, "the root is the caller's child");
+    assert!(recorded.iter().any(|s| s.name.starts_with("await_approval")), "the wait is in the trace");
+
+    let before = spans.len();
+    let runtime = setup.traced_runtime(sqlite().await, &ManualClock::at(T0), "node-a", Some(spans.telemetry(1.0)));
+    let unsampled = TraceContext { sampled: false, ..caller };
+    let run = runtime
+        .start_and_wait(StartRun::new("x", "alice").trace_parent(unsampled))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(run.trace.is_some_and(|t| !t.sampled && t.trace_id == caller.trace_id));
+    runtime
+        .decide_and_wait(&run, &digest(&run), DecisionSet::ApproveAll, &Actor::from("bob"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(spans.len(), before, "the caller sampled it out");
 }

@@ -53,6 +53,9 @@ impl AppState {
 /// Start a run.
 #[utoipa::path(
     post, path = "/v1/runs", tag = "runs", request_body = StartRunRequest,
+    params(
+        ("traceparent" = Option<String>, Header, description = "The caller's W3C trace context: with `[telemetry]` on, the run's spans join that trace under the caller's span and follow its sampling decision. One that is not valid is ignored, as W3C Trace Context says (the run starts its own trace)."),
+    ),
     responses(
         (status = 201, description = "The run as created: `queued` for a worker of any node; with `wait`, once it waits for approval or has ended", body = Run),
         (status = 403, description = "Lacks the runner role", body = Problem, content_type = "application/problem+json"),
@@ -61,11 +64,22 @@ impl AppState {
     ),
     security(("bearer" = []))
 )]
-pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, RawBody(body): RawBody) -> ApiResult {
+pub(crate) async fn create_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> ApiResult {
     caller.require(Role::Runner, "start runs")?;
     let StartRunRequest { agent, input, metadata, wait } = parse_json(&body)?;
     let actor = caller.actor.clone();
-    let start = StartRun { agent: agent.as_deref(), input: &input, actor, metadata: metadata.unwrap_or_default() };
+    let start = StartRun {
+        agent: agent.as_deref(),
+        input: &input,
+        actor,
+        metadata: metadata.unwrap_or_default(),
+        trace_parent: caller_trace(&headers),
+    };
     // With `wait`, driven here at once when a worker is free; without, queued for the first free worker
     // of any node (answered `queued`, with no wait for a worker).
     let run = if wait == Some(true) {
@@ -81,6 +95,23 @@ pub(crate) async fn create_run(State(state): State<AppState>, caller: Caller, Ra
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
+}
+
+/// The caller's trace context: its one `traceparent` header, when valid. A later version than `00` is
+/// read by its first four fields, as W3C Trace Context says; anything else (absent, repeated, malformed,
+/// version `ff`) is ignored, as it requires: the run starts a trace of its own.
+fn caller_trace(headers: &HeaderMap) -> Option<tollgate_agent_core::TraceContext> {
+    let mut values = headers.get_all("traceparent").iter();
+    let (Some(value), None) = (values.next(), values.next()) else { return None };
+    // W3C allows optional white space around a header's value.
+    let text = value.to_str().ok()?.trim_matches([' ', '\t']);
+    let version = text.get(..2)?;
+    let later = version != "00"
+        && version != "ff"
+        && version.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && text.as_bytes().get(55).is_none_or(|b| *b == b'-');
+    let text = if later { format!("00{}", text.get(2..55)?) } else { text.to_owned() };
+    tollgate_agent_core::TraceContext::parse(&text).ok()
 }
 
 /// Query of `GET /v1/runs`.
@@ -561,6 +592,37 @@ pub(crate) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn trace_of(values: &[&str]) -> Option<String> {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append("traceparent", HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{e}")));
+        }
+        caller_trace(&headers).map(|t| t.to_string())
+    }
+
+    #[test]
+    fn a_callers_traceparent_is_read_as_w3c_says() {
+        let valid = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(trace_of(&[valid]).as_deref(), Some(valid));
+        assert_eq!(trace_of(&[&format!(" {valid}\t")]).as_deref(), Some(valid), "white space around");
+        let later = "cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-what-comes-next";
+        assert_eq!(trace_of(&[later]).as_deref(), Some(valid), "a later version by its first fields");
+        assert_eq!(trace_of(&["cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]).as_deref(), Some(valid));
+        for ignored in [
+            &[][..],
+            &[valid, valid],
+            &["ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"],
+            &["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra"],
+            &["cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01x"],
+            &["00-00000000000000000000000000000000-b7ad6b7169203331-01"],
+            &["00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"],
+            &["not a trace"],
+            &[""],
+        ] {
+            assert_eq!(trace_of(ignored), None, "{ignored:?}");
+        }
+    }
 
     /// One probe a second at most, whatever it answered; the next second probes again.
     #[tokio::test]

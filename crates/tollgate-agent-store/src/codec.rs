@@ -30,7 +30,8 @@ macro_rules! run_columns {
     () => {
         "id, agent, status, version, input, output, termination_reason, iterations, input_tokens, \
          output_tokens, created_by, created_at, updated_at, finished_at, error, suspension, turn_digest, \
-         required_calls, decisions, expires_at, lease_owner, lease_expires_at, last_seq, last_hash, metadata, trace"
+         required_calls, decisions, expires_at, lease_owner, lease_expires_at, last_seq, last_hash, metadata, trace, \
+         trace_parent"
     };
 }
 pub(crate) use run_columns;
@@ -67,6 +68,7 @@ macro_rules! bind_run_row {
             .bind(&row.last_hash)
             .bind(&row.metadata)
             .bind(&row.trace)
+            .bind(&row.trace_parent)
     }};
 }
 #[cfg(feature = "postgres")]
@@ -137,6 +139,9 @@ pub(crate) struct RunRow {
     /// The run's W3C `traceparent`; NULL without one (and in rows from before SQLite migration 10,
     /// PostgreSQL 17).
     pub trace: Option<String>,
+    /// The parent of the run's root span (16 hex), when it joined a caller's trace; NULL otherwise (and
+    /// in rows from before SQLite migration 11, PostgreSQL 18).
+    pub trace_parent: Option<String>,
 }
 
 /// Counters are `u64` in Rust and signed 64-bit in SQL; no real run comes near the limit.
@@ -275,6 +280,7 @@ impl RunRow {
                 Some(encode_json(&run.id, "metadata", &run.metadata)?)
             },
             trace: run.trace.map(|trace| trace.to_string()),
+            trace_parent: run.trace.and_then(|trace| trace.parent_hex()),
         })
     }
 
@@ -301,10 +307,19 @@ impl RunRow {
             Some(text) => serde_json::from_str::<Metadata>(&text)
                 .map_err(|e| corrupt(format!("column metadata is not valid: {e}")))?,
         };
-        let trace = self
-            .trace
-            .map(|text| TraceContext::parse(&text).map_err(|e| corrupt(format!("column trace: {e}"))))
-            .transpose()?;
+        let trace = match (self.trace, self.trace_parent) {
+            (None, None) => None,
+            (None, Some(_)) => return Err(corrupt("column trace_parent is set without column trace".into())),
+            (Some(text), parent) => {
+                let trace = TraceContext::parse(&text).map_err(|e| corrupt(format!("column trace: {e}")))?;
+                match parent {
+                    None => Some(trace),
+                    Some(parent) => {
+                        Some(trace.with_parent_hex(&parent).map_err(|e| corrupt(format!("column trace_parent: {e}")))?)
+                    }
+                }
+            }
+        };
         let iterations = u32::try_from(self.iterations)
             .map_err(|_| corrupt(format!("column iterations is out of range ({})", self.iterations)))?;
         let usage = Usage {
@@ -469,6 +484,7 @@ pub(crate) fn read_run_row(row: &impl Columns) -> Result<RunRow, StoreError> {
             last_hash: row.text(23)?,
             metadata: row.optional_text(24)?,
             trace: row.optional_text(25)?,
+            trace_parent: row.optional_text(26)?,
             id: id.clone(),
         })
     };

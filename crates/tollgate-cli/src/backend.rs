@@ -11,9 +11,30 @@ use crate::remote::{EventFeed, Remote};
 use crate::view::{GrantView, RunView};
 use serde_json::Value;
 use std::time::Duration;
-use tollgate_agent_core::{Actor, CallId, ChainBreak, Decision, GrantId, RunId, RunStatus, StoredEvent};
+use tollgate_agent_core::{Actor, CallId, ChainBreak, Decision, GrantId, RunId, RunStatus, StoredEvent, TraceContext};
 use tollgate_agent_runtime::decide::RememberSpec;
 use tollgate_agent_runtime::{DecisionSet, GrantSettings, NewGrant};
+
+/// The environment variable naming the trace a started run joins (a W3C `traceparent`, the name
+/// OpenTelemetry gives environment carriers).
+pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
+
+/// The caller's trace from [`TRACEPARENT_ENV`]'s value: `None` when it is unset or empty, and, with a
+/// warning, when it is not a W3C `traceparent` (the run then starts a trace of its own).
+pub fn caller_trace(value: Option<&std::ffi::OsStr>) -> Option<TraceContext> {
+    let text = value?.to_string_lossy();
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    match TraceContext::parse(text) {
+        Ok(parent) => Some(parent),
+        Err(error) => {
+            say!("tollgate: warning: {TRACEPARENT_ENV} is ignored: {error}");
+            None
+        }
+    }
+}
 
 /// Where the runs are.
 pub enum Backend {
@@ -72,16 +93,18 @@ impl Watch {
 }
 
 impl Backend {
-    /// Starts a run with metadata for its tools; returns it as created (the caller follows it).
+    /// Starts a run with metadata for its tools, inside the trace `TRACEPARENT` names when it is set
+    /// (see [`caller_trace`]); returns it as created (the caller follows it).
     pub async fn start(
         &self,
         agent: Option<&str>,
         input: &str,
         metadata: serde_json::Map<String, serde_json::Value>,
     ) -> Result<RunView, CliError> {
+        let parent = caller_trace(std::env::var_os(TRACEPARENT_ENV).as_deref());
         match self {
-            Backend::Local(local) => local.start(agent, input, metadata).await,
-            Backend::Remote(remote) => remote.start(agent, input, metadata).await,
+            Backend::Local(local) => local.start(agent, input, metadata, parent).await,
+            Backend::Remote(remote) => remote.start(agent, input, metadata, parent).await,
         }
     }
 

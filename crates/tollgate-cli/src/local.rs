@@ -18,7 +18,7 @@ use tollgate_agent_app::App;
 use tollgate_agent_config::{Config, ConfigLoader, StoreBackend, StoreConfig};
 use tollgate_agent_core::{
     Actor, CallId, ChainBreak, Clock, Decision, GrantId, GrantQuery, GrantRecord, RunId, RunQuery, RunRecord,
-    RunStatus, StoredEvent, SystemClock,
+    RunStatus, StoredEvent, SystemClock, TraceContext,
 };
 use tollgate_agent_runtime::decide::RememberSpec;
 use tollgate_agent_runtime::{
@@ -144,16 +144,19 @@ const GRANT_PAGE: u32 = 500;
 /// The operations of [`crate::backend::Backend`], on this process's runtime. Everything is recorded with
 /// the actor [`ACTOR`].
 impl Local {
-    /// Starts a run, driven in this process; returns it as created.
+    /// Starts a run, driven in this process (inside the caller's trace `trace_parent`, if any); returns
+    /// it as created.
     pub async fn start(
         &self,
         agent: Option<&str>,
         input: &str,
         metadata: serde_json::Map<String, Value>,
+        trace_parent: Option<TraceContext>,
     ) -> Result<RunView, CliError> {
         self.ensure_workspace()?;
         *self.early_text.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(self.runtime.deltas());
-        view(&self.runtime.start(StartRun { agent, input, actor: self.actor.clone(), metadata }).await?)
+        let request = StartRun { agent, input, actor: self.actor.clone(), metadata, trace_parent };
+        view(&self.runtime.start(request).await?)
     }
 
     /// Reads one run.

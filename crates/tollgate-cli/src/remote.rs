@@ -29,7 +29,9 @@ use crate::view::{GrantView, RunView};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use tollgate_agent_core::{CallId, ChainBreak, Decision, GrantId, RunId, RunStatus, StoredEvent, verify_chain};
+use tollgate_agent_core::{
+    CallId, ChainBreak, Decision, GrantId, RunId, RunStatus, StoredEvent, TraceContext, verify_chain,
+};
 use tollgate_agent_protocol::{
     ApproveDecision, CallDecision, CancelRequest, CreateGrantRequest, DecisionRequest, DenyDecision, EditDecision,
     Problem, PurgeRequest, PurgeResult, Remember, RespondDecision, RunPage, StartRunRequest,
@@ -132,7 +134,12 @@ impl Remote {
 
     /// Sends one request and returns the JSON body of a 2xx answer.
     async fn call(&self, method: Method, url: Url, body: Option<&Value>) -> Result<Value, HttpError> {
-        let mut request = self.request(method, url).timeout(REQUEST_TIMEOUT);
+        self.send(self.request(method, url), body).await
+    }
+
+    /// Sends `request` (with `body` as JSON, if any) and returns the JSON body of a 2xx answer.
+    async fn send(&self, request: reqwest::RequestBuilder, body: Option<&Value>) -> Result<Value, HttpError> {
+        let mut request = request.timeout(REQUEST_TIMEOUT);
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -195,12 +202,14 @@ impl Remote {
             .map_err(|e| CliError::failed(format!("the server at {} answered unexpectedly: {e}", self.shown)))
     }
 
-    /// Starts a run (`POST /v1/runs`, not waiting: the caller follows it).
+    /// Starts a run (`POST /v1/runs`, not waiting: the caller follows it), inside the caller's trace
+    /// `trace_parent` when there is one (sent as `traceparent`).
     pub async fn start(
         &self,
         agent: Option<&str>,
         input: &str,
         metadata: serde_json::Map<String, Value>,
+        trace_parent: Option<TraceContext>,
     ) -> Result<RunView, CliError> {
         let body = request_body(&StartRunRequest {
             agent: agent.map(str::to_owned),
@@ -209,7 +218,11 @@ impl Remote {
             metadata: (!metadata.is_empty()).then_some(metadata),
             wait: None,
         });
-        let answer = self.call(Method::POST, self.url("v1/runs", &[]), Some(&body)).await;
+        let mut request = self.request(Method::POST, self.url("v1/runs", &[]));
+        if let Some(parent) = trace_parent {
+            request = request.header("traceparent", parent.to_string());
+        }
+        let answer = self.send(request, Some(&body)).await;
         let json = match answer {
             Ok(json) => json,
             // As locally: an unknown agent is a usage error naming it.

@@ -372,7 +372,7 @@ pub use held::{Decisions, Held};
 // types, which the runtime's errors and the tools' gates use too.
 pub use tollgate_agent_core::scripted::{Script, ScriptError};
 pub use tollgate_agent_core::{ApprovalError, DecisionError, Requirement, TurnDigest};
-pub use tollgate_agent_core::{BoxFuture, Clock, Millis, SystemClock};
+pub use tollgate_agent_core::{BoxFuture, Clock, Millis, SystemClock, TraceContext, TraceContextError};
 pub use tollgate_agent_core::{ChainBreak, ChainKey, ChainKeys, Conflict, StoreError, TransitionError};
 pub use tollgate_agent_core::{
     ErrorContext, PolicyPath, Preview, RegistryError, Tool, ToolContext, ToolError, ToolOutput,
@@ -640,6 +640,7 @@ impl Tollgate {
             agent: None,
             actor: Actor::from(DEFAULT_ACTOR),
             metadata: serde_json::Map::new(),
+            trace_parent: None,
             wait: false,
         }
     }
@@ -839,6 +840,7 @@ pub struct Start<'a> {
     agent: Option<String>,
     actor: Actor,
     metadata: serde_json::Map<String, serde_json::Value>,
+    trace_parent: Option<TraceContext>,
     wait: bool,
 }
 
@@ -867,6 +869,23 @@ impl Start<'_> {
         self.wait = true;
         self
     }
+
+    /// Joins your trace: with [`Builder::telemetry`] set, the run's spans go into the trace of `parent`
+    /// (your current span's W3C `traceparent`, parsed) as children of that span, and are recorded only
+    /// if it was sampled. Without it the run starts a trace of its own. docs/telemetry.md.
+    ///
+    /// ```
+    /// # async fn demo(tollgate: &tollgate::Tollgate) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::TraceContext;
+    /// let parent = TraceContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")?;
+    /// let run = tollgate.start("Refund order 42").trace_parent(parent).await?;
+    /// # let _ = run;
+    /// # Ok(()) }
+    /// ```
+    pub fn trace_parent(mut self, parent: TraceContext) -> Self {
+        self.trace_parent = Some(parent);
+        self
+    }
 }
 
 impl<'a> IntoFuture for Start<'a> {
@@ -881,6 +900,7 @@ impl<'a> IntoFuture for Start<'a> {
                 input: &self.input,
                 actor: self.actor,
                 metadata: self.metadata,
+                trace_parent: self.trace_parent,
             };
             let run = if self.wait { runtime.start_and_wait(request).await? } else { runtime.start(request).await? };
             Ok(tollgate_agent_runtime::wire::run(&run))

@@ -516,8 +516,7 @@ async fn the_event_feed_counts_every_event_of_a_burst_it_falls_behind() {
         let runtime = server.runtime.clone();
         tokio::spawn(async move {
             let input = format!("burst {i}");
-            let request =
-                StartRun { agent: Some(SCRIBE), input: &input, actor: "local".into(), metadata: Default::default() };
+            let request = StartRun::new(&input, "local").agent(SCRIBE);
             let run = runtime.start_and_wait(request).await.unwrap_or_else(|e| panic!("{e}"));
             let digest = run.held_turn().map(|held| held.turn_digest.as_str().to_owned()).unwrap_or_default();
             runtime

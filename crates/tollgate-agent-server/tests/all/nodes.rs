@@ -99,8 +99,7 @@ async fn another_nodes_commits_wake_waiters_and_streams_at_once() {
 
     // A starts the run and drives it (a pause, then the held turn); B follows it from the start. (Started
     // through A's runtime: over HTTP without `wait` it would be queued, and B's workers might claim it.)
-    let start =
-        StartRun { agent: Some(SLOW), input: "from node a", actor: "local".into(), metadata: Default::default() };
+    let start = StartRun::new("from node a", "local").agent(SLOW);
     let started = a.runtime.start(start).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(started.status().as_str(), "running");
     let run_id = started.id.clone();

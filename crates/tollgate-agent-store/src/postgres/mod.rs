@@ -148,6 +148,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/postgres/0016_waiting_changed_index.sql"),
     },
     Migration { version: 17, name: "run_trace", sql: include_str!("../../migrations/postgres/0017_run_trace.sql") },
+    Migration {
+        version: 18,
+        name: "run_trace_parent",
+        sql: include_str!("../../migrations/postgres/0018_run_trace_parent.sql"),
+    },
 ];
 
 /// Connections per node.

@@ -95,10 +95,10 @@ const CREATE_RUN: &str = concat!(
     "WITH created AS (INSERT INTO runs (",
     run_columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, ",
-    "$22, $23, $24, $25, $26) ON CONFLICT (id) DO NOTHING RETURNING id, version, status, last_seq), ",
+    "$22, $23, $24, $25, $26, $27) ON CONFLICT (id) DO NOTHING RETURNING id, version, status, last_seq), ",
     "chained AS (INSERT INTO event_batches (run_id, last_seq, seqs, ats, kinds, rounds, datas, hashes) ",
-    "SELECT created.id, ($27::BIGINT[])[cardinality($27::BIGINT[])], $27, $28::TEXT[], $29::TEXT[], ",
-    "$30::BIGINT[], $31::TEXT[], $32::TEXT[] FROM created WHERE cardinality($27::BIGINT[]) > 0), ",
+    "SELECT created.id, ($28::BIGINT[])[cardinality($28::BIGINT[])], $28, $29::TEXT[], $30::TEXT[], ",
+    "$31::BIGINT[], $32::TEXT[], $33::TEXT[] FROM created WHERE cardinality($28::BIGINT[]) > 0), ",
     announced!("created", "TRUE")
 );
 /// A transition: the new row and its events (one batch row, none without events), announced when the
@@ -122,14 +122,15 @@ const CREATE_RUNS: &str = concat!(
     "WITH input AS (SELECT * FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], ",
     "$6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::BIGINT[], $10::BIGINT[], $11::TEXT[], $12::BIGINT[], ",
     "$13::BIGINT[], $14::BIGINT[], $15::TEXT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::TEXT[], ",
-    "$20::BIGINT[], $21::TEXT[], $22::BIGINT[], $23::BIGINT[], $24::TEXT[], $25::TEXT[], $26::TEXT[]) AS i (",
+    "$20::BIGINT[], $21::TEXT[], $22::BIGINT[], $23::BIGINT[], $24::TEXT[], $25::TEXT[], $26::TEXT[], ",
+    "$27::TEXT[]) AS i (",
     run_columns!(),
     ")), created AS (INSERT INTO runs (",
     run_columns!(),
     ") SELECT ",
     run_columns!(),
     " FROM input ON CONFLICT (id) DO NOTHING RETURNING id, version, status, last_seq), ",
-    grouped_events!("created", "$27", "$28", "$29", "$30", "$31", "$32", "$33"),
+    grouped_events!("created", "$28", "$29", "$30", "$31", "$32", "$33", "$34"),
     announcement!("created", "TRUE"),
     "SELECT id FROM created WHERE (SELECT COUNT(*) FROM announced) >= 0"
 );
@@ -520,6 +521,7 @@ impl GroupColumns {
                 Text(Some(&r.last_hash)),
                 Text(r.metadata.as_deref()),
                 Text(r.trace.as_deref()),
+                Text(r.trace_parent.as_deref()),
             ];
             (values, r.id.as_str(), &planned.columns)
         }))

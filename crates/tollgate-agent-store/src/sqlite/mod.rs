@@ -112,6 +112,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/sqlite/0009_waiting_changed_index.sql"),
     },
     Migration { version: 10, name: "run_trace", sql: include_str!("../../migrations/sqlite/0010_run_trace.sql") },
+    Migration {
+        version: 11,
+        name: "run_trace_parent",
+        sql: include_str!("../../migrations/sqlite/0011_run_trace_parent.sql"),
+    },
 ];
 
 // Shared by the readers and the writer (which reads a run as its batch left it).

@@ -39,7 +39,7 @@ const INSERT_RUN: &str = concat!(
     "INSERT INTO runs (",
     run_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ",
-    "?23, ?24, ?25, ?26)"
+    "?23, ?24, ?25, ?26, ?27)"
 );
 
 const INSERT_EVENT: &str =
@@ -790,7 +790,7 @@ fn update_statement<'r>(new: &'r RunRow, old: &'r RunRow) -> rusqlite::Result<(S
 }
 
 /// A row's values in [`run_columns!`] order.
-fn run_values(r: &RunRow) -> [&dyn ToSql; 26] {
+fn run_values(r: &RunRow) -> [&dyn ToSql; 27] {
     [
         &r.id,
         &r.agent,
@@ -818,5 +818,6 @@ fn run_values(r: &RunRow) -> [&dyn ToSql; 26] {
         &r.last_hash,
         &r.metadata,
         &r.trace,
+        &r.trace_parent,
     ]
 }

@@ -433,7 +433,7 @@ async fn the_frozen_databases_migrate_to_grants() -> anyhow::Result<()> {
         let mut connection = SqliteConnectOptions::from_str(&url)?.connect().await?;
         let version: i64 =
             sqlx::query_scalar("SELECT MAX(version) FROM tollgate_migrations").fetch_one(&mut connection).await?;
-        anyhow::ensure!(version == 10, "{fixture}: migrated to {version}");
+        anyhow::ensure!(version == 11, "{fixture}: migrated to {version}");
         connection.close().await?;
     }
     Ok(())

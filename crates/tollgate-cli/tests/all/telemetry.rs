@@ -240,3 +240,70 @@ fn a_sample_ratio_of_zero_sends_nothing_and_a_bad_endpoint_is_a_config_error() -
     assert!(bad.stderr.contains("TOLLGATE_TELEMETRY_ENDPOINT"), "the variable is named: {bad:?}");
     Ok(())
 }
+
+/// The caller's trace (`TRACEPARENT`): its trace id on every span of the run.
+const CALLER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/// The root segment of `spans` (the one started with the run) is the caller's span's child, in the
+/// caller's trace, and every span is in that trace.
+fn joined_the_caller(spans: &[Value]) -> Result<()> {
+    assert!(spans.iter().all(|s| s["trace_id"] == "0af7651916cd43dd8448eb211c80319c"), "{spans:#?}");
+    let root = named(spans, "invoke_agent demo")
+        .into_iter()
+        .find(|s| s["attributes"]["tollgate.segment"] == "start")
+        .context("the first segment")?;
+    assert_eq!(root["parent_span_id"], "b7ad6b7169203331", "the caller's span is its parent: {root}");
+    Ok(())
+}
+
+/// `TRACEPARENT` puts the run into the caller's trace — locally, and through a server as the
+/// `traceparent` header of `POST /v1/runs` — and the resume in another process stays in it; one that is
+/// not a `traceparent` is ignored with a warning and the run starts its own trace.
+#[test]
+fn a_run_joins_the_trace_traceparent_names() -> Result<()> {
+    let Some(python) = test_python(&["opentelemetry.proto.collector.trace.v1.trace_service_pb2"]) else {
+        return Ok(());
+    };
+    let dir = scratch_dir("telemetry-joined");
+    let receiver = Receiver::start(&python, &dir)?;
+    let waiting = traced(&dir, &receiver, &["run", INPUT], &[("TRACEPARENT", CALLER)])?;
+    assert_eq!(waiting.code, 3, "{waiting:?}");
+    let id = waiting.waiting_id()?;
+    let first = receiver.wait_for(2)?;
+    let approved = traced(&dir, &receiver, &["approve", &id], &[])?;
+    assert_eq!(approved.code, 0, "{approved:?}");
+    let spans = receiver.wait_for(first.len() + 5)?;
+    joined_the_caller(&spans)?;
+    assert_eq!(named(&spans, "await_approval demo").len(), 1, "the wait is in the caller's trace");
+
+    // Not a traceparent: said, and the run has a trace of its own.
+    let dir = scratch_dir("telemetry-not-joined");
+    let receiver = Receiver::start(&python, &dir)?;
+    let bad = traced(&dir, &receiver, &["run", INPUT], &[("TRACEPARENT", "00-not-a-trace-01")])?;
+    assert_eq!(bad.code, 3, "{bad:?}");
+    assert!(bad.stderr.contains("warning: TRACEPARENT is ignored"), "{bad:?}");
+    let spans = receiver.wait_for(2)?;
+    assert!(spans.iter().all(|s| s["trace_id"] != "0af7651916cd43dd8448eb211c80319c"), "{spans:#?}");
+    assert!(named(&spans, "invoke_agent demo").iter().any(|s| s["parent_span_id"] == ""), "a root of its own");
+
+    // Through a server: the client sends it as `traceparent`; the server's spans join.
+    let dir = scratch_dir("telemetry-served");
+    let receiver = Receiver::start(&python, &dir)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut serve = crate::support::serve_in(&dir, &format!("127.0.0.1:{port}"));
+    let mut server = serve.env("TOLLGATE_TELEMETRY_ENDPOINT", &receiver.endpoint).spawn()?;
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let client = scratch_dir("telemetry-client");
+    let url = format!("http://127.0.0.1:{port}");
+    let waiting = tollgate_in(&client, &["--server", &url, "run", INPUT], &[("TRACEPARENT", CALLER)]);
+    let spans = waiting.and_then(|waiting| {
+        assert_eq!(waiting.code, 3, "{waiting:?}");
+        receiver.wait_for(2)
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    joined_the_caller(&spans?)
+}

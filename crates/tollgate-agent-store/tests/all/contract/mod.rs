@@ -398,6 +398,26 @@ pub(crate) async fn trace_round_trips_and_never_changes<H: Harness>(h: &H) -> an
     let listed = store.list(RunQuery::default()).await?;
     ensure!(listed.runs.iter().map(|r| r.trace).collect::<Vec<_>>() == vec![None, trace], "{listed:?}");
 
+    // A run that joined a caller's trace keeps the caller's span as its root's parent, in its own column;
+    // creates made together (grouped into one statement where the backend groups them) keep theirs.
+    let caller = tollgate_agent_core::TraceContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")?;
+    let joined: Vec<_> = (3..=10u8).map(|n| Some(tollgate_agent_core::TraceContext::joining(caller, [n; 8]))).collect();
+    let creates = joined.iter().zip(3..).map(|(trace, n)| {
+        store.create(running_run(n, "demo").with_trace(*trace), vec![event(EventKind::RunStarted, 0, json!({}))])
+    });
+    for (made, trace) in futures_util::future::try_join_all(creates).await?.iter().zip(&joined) {
+        ensure!(made.trace == *trace && store.get(&made.id).await?.trace == *trace, "{made:?}");
+    }
+    let first_joined = id(3);
+    let parent_text = stored_text(h, "trace_parent", "runs", format!("id = '{first_joined}'")).await?;
+    ensure!(parent_text == "b7ad6b7169203331", "{parent_text}");
+    h.execute(format!("UPDATE runs SET trace_parent = 'B7AD6B7169203331' WHERE id = '{first_joined}'")).await?;
+    let read = store.get(&first_joined).await;
+    ensure!(matches!(&read, Err(StoreError::Corrupt { detail, .. }) if detail.contains("trace_parent")), "{read:?}");
+    h.execute(format!("UPDATE runs SET trace = NULL WHERE id = '{first_joined}'")).await?;
+    let read = store.get(&first_joined).await;
+    ensure!(matches!(&read, Err(StoreError::Corrupt { detail, .. }) if detail.contains("trace_parent")), "{read:?}");
+
     h.execute(format!("UPDATE runs SET trace = 'not a traceparent' WHERE id = '{}'", created.id)).await?;
     let read = store.get(&created.id).await;
     ensure!(

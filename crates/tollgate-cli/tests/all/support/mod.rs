@@ -43,7 +43,7 @@ pub(crate) fn is_uuid_v7(id: &str) -> bool {
 }
 
 /// The real `tollgate` binary in `dir`, stdin not a terminal, with none of the ambient `TOLLGATE_*`
-/// variables that would point it elsewhere, plus `env`.
+/// variables that would point it elsewhere (nor a `TRACEPARENT`), plus `env`.
 pub(crate) fn tollgate_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {
     let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(args)
@@ -53,6 +53,7 @@ pub(crate) fn tollgate_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Re
         .env_remove("TOLLGATE_WORKSPACE_ROOT")
         .env_remove("TOLLGATE_CONFIG")
         .env_remove("TOLLGATE_TOKEN")
+        .env_remove("TRACEPARENT")
         .envs(env.iter().copied())
         .output()
         .context("cannot start tollgate")?;
@@ -76,7 +77,8 @@ pub(crate) fn serve_in(dir: &Path, addr: &str) -> Command {
         .env_remove("TOLLGATE_STORE_URL")
         .env_remove("TOLLGATE_WORKSPACE_ROOT")
         .env_remove("TOLLGATE_CONFIG")
-        .env_remove("TOLLGATE_TOKEN");
+        .env_remove("TOLLGATE_TOKEN")
+        .env_remove("TRACEPARENT");
     command
 }
 
