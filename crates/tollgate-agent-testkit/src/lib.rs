@@ -326,7 +326,8 @@ pub struct FailingStore {
 }
 
 /// A store outage a test switches on and off: while on, every write ([`tollgate_agent_core::RunStore`]'s
-/// `create`, `transition`, `append`, `claim_queued`) of a [`FailingStore`] sharing it fails with the
+/// `create`, `transition`, `append`, `create_grant`, `revoke_grant`, `purge`) of a [`FailingStore`]
+/// sharing it fails with the
 /// outage's error — refused before it reaches the store, or (with `answers_lost`) made and then
 /// answered with the error, as when a connection drops after the commit.
 #[derive(Default)]
@@ -418,8 +419,9 @@ impl FailingStore {
         }
     }
 
-    /// A store whose reads of runs (`get`, `list`, `events`) and write probe (`/readyz`) all fail with
-    /// `error` (a full disk, a read-only or corrupt database, ...); writes pass through.
+    /// A store whose reads (`get`, `list`, `events`, grants, the counts by status) and write probe
+    /// (`/readyz`) all fail with `error` (a full disk, a read-only or corrupt database, ...); writes pass
+    /// through.
     pub fn broken(inner: Arc<dyn tollgate_agent_core::RunStore>, error: tollgate_agent_core::StoreError) -> Self {
         Self { broken: Some(error), ..Self::new(inner, "") }
     }
@@ -582,7 +584,7 @@ impl tollgate_agent_core::Schedules for FailingStore {
         waiting_before: tollgate_agent_core::Millis,
         batch: u32,
     ) -> BoxFuture<'_, Result<u64, tollgate_agent_core::StoreError>> {
-        self.inner.purge(terminal_before, waiting_before, batch)
+        self.through_outage(self.inner.purge(terminal_before, waiting_before, batch))
     }
 }
 
@@ -590,7 +592,7 @@ impl tollgate_agent_core::StoreHealth for FailingStore {
     fn count_by_status(
         &self,
     ) -> BoxFuture<'_, Result<Vec<(tollgate_agent_core::RunStatus, u64)>, tollgate_agent_core::StoreError>> {
-        self.inner.count_by_status()
+        self.broken_with().unwrap_or_else(|| self.inner.count_by_status())
     }
 
     fn probe_write(&self) -> BoxFuture<'_, Result<(), tollgate_agent_core::StoreError>> {
@@ -638,27 +640,28 @@ impl tollgate_agent_core::ChangeFeed for FailingStore {
     }
 }
 
-/// Grants pass straight through: none of them fails, is logged or waits for an outage.
+/// Grants: reads fail as the store is broken, writes (made and revoked) while an outage is on; none is
+/// logged.
 impl tollgate_agent_core::Grants for FailingStore {
     fn create_grant(
         &self,
         grant: tollgate_agent_core::GrantRecord,
     ) -> BoxFuture<'_, Result<tollgate_agent_core::GrantRecord, tollgate_agent_core::StoreError>> {
-        self.inner.create_grant(grant)
+        self.through_outage(self.inner.create_grant(grant))
     }
 
     fn grant<'a>(
         &'a self,
         id: &'a tollgate_agent_core::GrantId,
     ) -> BoxFuture<'a, Result<tollgate_agent_core::GrantRecord, tollgate_agent_core::StoreError>> {
-        self.inner.grant(id)
+        self.broken_with().unwrap_or_else(|| self.inner.grant(id))
     }
 
     fn list_grants(
         &self,
         query: tollgate_agent_core::GrantQuery,
     ) -> BoxFuture<'_, Result<tollgate_agent_core::GrantPage, tollgate_agent_core::StoreError>> {
-        self.inner.list_grants(query)
+        self.broken_with().unwrap_or_else(|| self.inner.list_grants(query))
     }
 
     fn revoke_grant<'a>(
@@ -667,11 +670,11 @@ impl tollgate_agent_core::Grants for FailingStore {
         actor: &'a tollgate_agent_core::Actor,
         now: tollgate_agent_core::Millis,
     ) -> BoxFuture<'a, Result<tollgate_agent_core::GrantRecord, tollgate_agent_core::StoreError>> {
-        self.inner.revoke_grant(id, actor, now)
+        self.through_outage(self.inner.revoke_grant(id, actor, now))
     }
 
     fn grants_version<'a>(&'a self, agent: &'a str) -> BoxFuture<'a, Result<u64, tollgate_agent_core::StoreError>> {
-        self.inner.grants_version(agent)
+        self.broken_with().unwrap_or_else(|| self.inner.grants_version(agent))
     }
 
     fn active_grants<'a>(
@@ -679,7 +682,7 @@ impl tollgate_agent_core::Grants for FailingStore {
         agent: &'a str,
         now: tollgate_agent_core::Millis,
     ) -> BoxFuture<'a, Result<Vec<tollgate_agent_core::GrantRecord>, tollgate_agent_core::StoreError>> {
-        self.inner.active_grants(agent, now)
+        self.broken_with().unwrap_or_else(|| self.inner.active_grants(agent, now))
     }
 }
 

@@ -7,8 +7,7 @@
 //! client would fail on it (openapi-python-client raises `UnexpectedStatus`).
 //!
 //! Not driven here: the 403 a server without tokens answers another OS user (`local_owner.rs` drives it,
-//! as root), and the store's failures on grants, purge and `/metrics`, which the test store
-//! ([`FailingStore`]) does not fail; the document lists them by the same rule as the operations above.
+//! as root).
 
 use crate::common::{self, Config, PAIR, Reply, SCRIBE, Server, digest, id};
 use serde_json::{Value, json};
@@ -326,9 +325,9 @@ async fn every_answer_of_every_operation_is_listed_in_the_document() {
     server.stop().await;
 }
 
-/// The store's failures, as each operation that reads runs meets them (reads failing: a broken store)
-/// and as starts and decisions meet them (writes failing: an outage), on a server without tokens and in
-/// the document it serves.
+/// The store's failures, as each operation that reads runs, grants or counts meets them (reads failing:
+/// a broken store) and as each that writes — starts, decisions, cancels, grants, purges — meets them
+/// (writes failing: an outage), on a server without tokens and in the document it serves.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_store_s_failures_are_listed_where_they_are_answered() {
     let failures = [
@@ -338,7 +337,7 @@ async fn the_store_s_failures_are_listed_where_they_are_answered() {
         (StoreError::Unreachable("connection refused".into()), 503),
     ];
     for (error, status) in failures {
-        // Reads fail: every operation that reads a run or the log, and `/readyz`'s probe.
+        // Reads fail: every operation that reads a run, the log, grants or the counts, and `/readyz`'s probe.
         let store = Arc::new(FailingStore::broken(common::open_store(&Default::default()).await, error.clone()));
         let server = Server::start(Config { store: Some(store), ..Config::default() }).await;
         let doc = Document::served(&server).await;
@@ -352,6 +351,9 @@ async fn the_store_s_failures_are_listed_where_they_are_answered() {
                 .header("accept", b"text/event-stream"),
             Call::new("POST", "/v1/runs/{id}/decisions", format!("/v1/runs/{run}/decisions")).json(body),
             Call::new("POST", "/v1/runs/{id}/cancel", format!("/v1/runs/{run}/cancel")),
+            Call::new("GET", "/v1/grants", "/v1/grants"),
+            Call::new("GET", "/v1/grants/{id}", format!("/v1/grants/{run}")),
+            Call::new("GET", "/metrics", "/metrics"),
         ];
         for call in &reads {
             call.expect(&server, &doc, status).await;
@@ -359,19 +361,25 @@ async fn the_store_s_failures_are_listed_where_they_are_answered() {
         Call::new("GET", "/readyz", "/readyz").expect(&server, &doc, 503).await;
         server.stop().await;
 
-        // Writes fail: a start, a decision and a cancel.
+        // Writes fail: a start, a decision, a cancel, a grant made and revoked, a purge.
         let outage = Arc::new(Outage::default());
         let inner = common::open_store(&Default::default()).await;
         let store = Arc::new(FailingStore::with_outage(inner, outage.clone()));
         let server = Server::start(Config { store: Some(store), ..Config::default() }).await;
         let waiting = server.waiting_run(PAIR, "held").await;
         let run = id(&waiting);
+        let grant = json!({"agent": PAIR, "tool": "write", "match": {"/text": "never written here"}});
+        let made = Call::new("POST", "/v1/grants", "/v1/grants").json(grant.clone()).expect(&server, &doc, 201).await;
+        let made = made.body["id"].as_str().unwrap_or_default().to_owned();
         outage.begin(error.clone(), false);
         let approve = json!({"turn_digest": digest(&waiting), "approve_all": true});
         let writes = [
             Call::new("POST", "/v1/runs", "/v1/runs").json(json!({"agent": PAIR, "input": "x"})),
             Call::new("POST", "/v1/runs/{id}/decisions", format!("/v1/runs/{run}/decisions")).json(approve),
             Call::new("POST", "/v1/runs/{id}/cancel", format!("/v1/runs/{run}/cancel")),
+            Call::new("POST", "/v1/grants", "/v1/grants").json(grant),
+            Call::new("DELETE", "/v1/grants/{id}", format!("/v1/grants/{made}")),
+            Call::new("POST", "/v1/purge", "/v1/purge").json(json!({"older_than": "0s"})),
         ];
         for call in &writes {
             call.expect(&server, &doc, status).await;
