@@ -126,7 +126,8 @@
 //! its agents starts waiting, and the notifiers an `approval_escalated` event names are sent one when it
 //! is escalated: the run, its input, each held call with its preview and signed Approve / Deny links
 //! (`{public_url}/approve/{token}`, signed with [`ServerOptions::link_secret`]). They are sent by [`serve`]
-//! from the store's commit log through its `notifications` reader, at least once, with retries on
+//! (and beside a router of [`router_with_webhooks`], until its [`WebhookDelivery`] stops) from the store's
+//! commit log through its `notifications` reader, at least once, with retries on
 //! failures that may pass ([`NotifyRetry`]), never blocking or failing a run (docs/notifications.md).
 //! `GET /approve/{token}` shows the link's confirm page and decides nothing; the page's
 //! `POST /approve/{token}` decides once, as the link's actor. These routes take no bearer token (the
@@ -397,20 +398,37 @@ pub fn router(runtime: Runtime, options: &ServerOptions) -> Router {
     build(runtime, options, options.addr).router
 }
 
-/// [`router`], plus the deliveries of `options.webhooks` (`None` when there are none), counted in the
-/// router's `/metrics`: as `serve` delivers them, from the store's commit log, by the one process on the
-/// store holding its `webhooks` reader. They run until [`WebhookDelivery::stop`] or until the
-/// [`WebhookDelivery`] is dropped.
+/// [`router`], plus the deliveries of `options.webhooks` and the notifications of `options.notifiers`
+/// (`None` when there are neither), counted in the router's `/metrics`: as `serve` sends them, from the
+/// store's commit log, by the one process on the store holding its `webhooks` (`notifications`) reader.
+/// The links in notifications start with [`ServerOptions::public_url`] — set it to where your service
+/// serves this router — else with `http://` and [`ServerOptions::addr`]. They run until
+/// [`WebhookDelivery::stop`] or until the [`WebhookDelivery`] is dropped. A reader taken for the first
+/// time starts at the end of the log: await [`WebhookDelivery::positioned`] before serving, so a run
+/// started by the first request is delivered too.
 ///
 /// # Errors
-/// [`ServerError::Options`] for a webhook URL that is not a URL.
+/// [`ServerError::Options`] for a webhook URL that is not a URL, or notifiers without a link secret,
+/// with two of the same name, deciding as an actor no approver token has, or a `public_url` that is not
+/// an `http(s)://` URL.
 pub fn router_with_webhooks(
     runtime: Runtime,
     options: &ServerOptions,
 ) -> Result<(Router, Option<WebhookDelivery>), ServerError> {
+    check_notify(options)?;
     let built = build(runtime.clone(), options, options.addr);
-    let dispatcher = start_webhooks(runtime, options, &built)?;
-    Ok((built.router, dispatcher.map(WebhookDelivery)))
+    let outboxes: Vec<_> = start_webhooks(runtime.clone(), options, &built)?
+        .into_iter()
+        .chain(start_notifications(runtime, options, &built))
+        .collect();
+    Ok((built.router, (!outboxes.is_empty()).then_some(WebhookDelivery(outboxes))))
+}
+
+/// The notifications of `options.notifiers`, counting in `built`'s metrics; `None` when there are none
+/// or links cannot be signed (no link secret: refused by [`check_notify`] first).
+fn start_notifications(runtime: Runtime, options: &ServerOptions, built: &Built) -> Option<outbox::Dispatcher> {
+    let links = built.links.clone()?;
+    notify::spawn(runtime, options.notifiers.clone(), links, options.notify_retry, built.metrics.clone(), WEBHOOK_FLUSH)
 }
 
 /// The dispatcher of `options.webhooks`, counting in `built`'s metrics; `None` when there are none.
@@ -423,9 +441,10 @@ fn start_webhooks(
         .map_err(ServerError::Options)
 }
 
-/// Webhook deliveries running beside a router served by another server ([`router_with_webhooks`]).
-/// Dropping it stops them as [`WebhookDelivery::stop`] does, in the background.
-pub struct WebhookDelivery(outbox::Dispatcher);
+/// Webhook deliveries and notifications running beside a router served by another server
+/// ([`router_with_webhooks`]). Dropping it stops them as [`WebhookDelivery::stop`] does, in the
+/// background.
+pub struct WebhookDelivery(Vec<outbox::Dispatcher>);
 
 impl std::fmt::Debug for WebhookDelivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -434,11 +453,25 @@ impl std::fmt::Debug for WebhookDelivery {
 }
 
 impl WebhookDelivery {
-    /// Stops reading the commit log, lets the deliveries under way finish for up to 5 s, stores how far
-    /// they got and releases the `webhooks` reader, so another process on the store continues from there
-    /// at once (including the deliveries that did not finish).
+    /// Waits (at most 5 s each) until the commit-log readers hold their positions, so that every commit
+    /// from then on is delivered: await it before the router takes its first request. The future owns
+    /// what it waits on (it does not borrow this).
+    pub fn positioned(&self) -> impl Future<Output = ()> + Send + 'static {
+        let waits: Vec<_> = self.0.iter().map(|outbox| outbox.positioned(POSITION_WITHIN)).collect();
+        async move {
+            for wait in waits {
+                wait.await;
+            }
+        }
+    }
+
+    /// Stops reading the commit log, lets the deliveries (and notifications) under way finish for up to
+    /// 5 s, stores how far they got and releases the readers, so another process on the store continues
+    /// from there at once (including the deliveries that did not finish).
     pub async fn stop(self) {
-        self.0.stop(WEBHOOK_FLUSH).await;
+        for outbox in self.0 {
+            outbox.stop(WEBHOOK_FLUSH).await;
+        }
     }
 }
 
@@ -474,14 +507,11 @@ pub async fn serve_on(
     let limits = limits(&options)?;
     check_notify(&options)?;
     let built = build(runtime.clone(), &options, local);
-    let mut dispatcher = start_webhooks(runtime.clone(), &options, &built)?;
-    let mut notifications = built.links.clone().and_then(|links| {
-        let notifiers = options.notifiers.clone();
-        notify::spawn(runtime.clone(), notifiers, links, options.notify_retry, built.metrics.clone(), WEBHOOK_FLUSH)
-    });
+    let dispatcher = start_webhooks(runtime.clone(), &options, &built)?;
+    let notifications = start_notifications(runtime.clone(), &options, &built);
     // A reader taken for the first time starts at the end of the log: position it before accepting
     // work, so a run started by the first request is delivered too.
-    for outbox in [&mut dispatcher, &mut notifications].into_iter().flatten() {
+    for outbox in [&dispatcher, &notifications].into_iter().flatten() {
         outbox.positioned(POSITION_WITHIN).await;
     }
     let (stop_feed, feed_stopped) = tokio::sync::oneshot::channel();

@@ -28,7 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
+use tokio::sync::{Semaphore, broadcast, mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tollgate_agent_core::{Millis, ReaderHold, RunId, StoreError, StoredEvent};
 use tollgate_agent_runtime::{RunNotice, Runtime};
@@ -96,19 +96,25 @@ pub(crate) struct Dispatcher {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
     what: &'static str,
-    /// Ends once the first attempt to take the reader has: held and positioned, or found elsewhere.
-    positioned: Option<oneshot::Receiver<()>>,
+    /// Turns true once the first attempt to take the reader has ended: held and positioned, or found
+    /// elsewhere (or the reader has stopped: its sender is gone).
+    positioned: watch::Receiver<bool>,
 }
 
 impl Dispatcher {
     /// Waits, at most `within`, until the first attempt to take the reader has ended: held and
     /// positioned (a reader with no stored position starts at the end of the log, so a commit made before
     /// then is not delivered), held by another node, or failed. A server awaits it before it accepts work.
-    pub(crate) async fn positioned(&mut self, within: Duration) {
-        let Some(positioned) = self.positioned.take() else { return };
-        if tokio::time::timeout(within, positioned).await.is_err() {
-            let what = self.what;
-            tracing::warn!("the {what} reader is not positioned yet; serving anyway, it delivers from where it starts");
+    /// The future owns what it waits on, so it may be awaited after the dispatcher moved on.
+    pub(crate) fn positioned(&self, within: Duration) -> impl Future<Output = ()> + Send + 'static {
+        let mut positioned = self.positioned.clone();
+        let what = self.what;
+        async move {
+            if tokio::time::timeout(within, positioned.wait_for(|done| *done)).await.is_err() {
+                tracing::warn!(
+                    "the {what} reader is not positioned yet; serving anyway, it delivers from where it starts"
+                );
+            }
         }
     }
 
@@ -133,7 +139,7 @@ pub(crate) fn spawn<C: Consumer>(runtime: Runtime, consumer: C, names: Names, fl
     let (queue, jobs) = mpsc::channel(QUEUE);
     let deliveries = tokio::spawn(dispatch(jobs, consumer.clone()));
     let (stop, stopped) = oneshot::channel();
-    let (positioned, first_take) = oneshot::channel();
+    let (positioned, first_take) = watch::channel(false);
     let reader = Reader {
         positioned: Some(positioned),
         names,
@@ -150,14 +156,14 @@ pub(crate) fn spawn<C: Consumer>(runtime: Runtime, consumer: C, names: Names, fl
         pending: false,
     };
     let task = tokio::spawn(reader.run(stopped, deliveries, flush));
-    Dispatcher { stop, task, what: names.what, positioned: Some(first_take) }
+    Dispatcher { stop, task, what: names.what, positioned: first_take }
 }
 
 /// The holder's side: reads the log, queues deliveries, stores its position.
 struct Reader<C: Consumer> {
     names: Names,
     /// Told once the first attempt to take the reader has ended ([`Dispatcher::positioned`]).
-    positioned: Option<oneshot::Sender<()>>,
+    positioned: Option<watch::Sender<bool>>,
     runtime: Runtime,
     notices: broadcast::Receiver<RunNotice>,
     consumer: Arc<C>,
@@ -205,7 +211,7 @@ impl<C: Consumer> Reader<C> {
         loop {
             let taken = self.take(&mut stop).await;
             if let Some(positioned) = self.positioned.take() {
-                let _ = positioned.send(());
+                positioned.send_replace(true);
             }
             match taken {
                 Some(true) => {}

@@ -440,12 +440,13 @@ pub mod mcp {
 }
 
 /// Tollgate's HTTP API as a router of your service ([`Tollgate::router_with`]): its options, API tokens
-/// and roles, webhooks.
+/// and roles, webhooks, notifiers and their signed links.
 #[cfg(feature = "server")]
 pub mod server {
     pub use tollgate_agent_server::{
-        ApiToken, LOCAL_ACTOR, Role, Router, SIGNATURE_HEADER, ServerError, ServerOptions, WebhookRetry, WebhookTarget,
-        signature,
+        ApiToken, EmailNotifier, EmailSettings, LOCAL_ACTOR, LinkSecret, Notifier, NotifyRetry, Role, Router,
+        SIGNATURE_HEADER, ServerError, ServerOptions, SetupError, ShortLinkSecret, SlackNotifier, Transport,
+        WebhookRetry, WebhookTarget, signature,
     };
 }
 
@@ -787,13 +788,18 @@ impl Tollgate {
     }
 
     /// [`router`](Self::router) with options: API tokens and their roles (with tokens, every request but
-    /// `/healthz` needs `Authorization: Bearer TOKEN`, and each role may do only its part), webhooks, the
-    /// body limit, the live streams per client. Fields about listening (`addr`, timeouts, connection caps)
-    /// do not apply: your server listens. Webhooks are delivered as `tollgate serve` delivers them (from
-    /// the store's commit log, by one process on the store at a time) until [`shutdown`](Self::shutdown).
+    /// `/healthz` needs `Authorization: Bearer TOKEN`, and each role may do only its part), webhooks,
+    /// notifiers with their link secret and `public_url`, the body limit, the live streams per client.
+    /// Fields about listening (`addr`, timeouts, connection caps) do not apply: your server listens.
+    /// Webhooks and notifications are sent as `tollgate serve` sends them (from the store's commit log,
+    /// by one process on the store at a time) until [`shutdown`](Self::shutdown); await
+    /// [`deliveries_positioned`](Self::deliveries_positioned) before serving. Set `public_url` to where
+    /// your service serves this router, which the signed links in notifications start with.
     ///
     /// # Errors
-    /// [`server::ServerError::Options`] for a webhook URL that is not a URL.
+    /// [`server::ServerError::Options`] for a webhook URL that is not a URL, or notifiers without a link
+    /// secret, with two of the same name, deciding as an actor no approver token has, or a `public_url`
+    /// that is not an `http(s)://` URL.
     #[cfg(feature = "server")]
     pub fn router_with(&self, options: &server::ServerOptions) -> Result<server::Router, server::ServerError> {
         let (router, delivery) = tollgate_agent_server::router_with_webhooks(self.runtime.clone(), options)?;
@@ -801,6 +807,21 @@ impl Tollgate {
             self.webhooks.lock().unwrap_or_else(PoisonError::into_inner).push(delivery);
         }
         Ok(router)
+    }
+
+    /// Waits (at most 5 s) until the webhook deliveries and notifications of the routers made with
+    /// [`router_with`](Self::router_with) hold their place in the store's commit log. A place taken for
+    /// the first time is the log's end, so a run committed before it is not delivered: await this before
+    /// your service takes its first request.
+    #[cfg(feature = "server")]
+    pub async fn deliveries_positioned(&self) {
+        let waits: Vec<_> = {
+            let deliveries = self.webhooks.lock().unwrap_or_else(PoisonError::into_inner);
+            deliveries.iter().map(tollgate_agent_server::WebhookDelivery::positioned).collect()
+        };
+        for wait in waits {
+            wait.await;
+        }
     }
 
     /// Stops taking on work and gives back the runs this process is driving: each stops at its next

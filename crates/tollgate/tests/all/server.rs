@@ -1,4 +1,5 @@
-//! `Tollgate::router_with`: the HTTP API inside an embedder's service, with tokens, and its webhooks.
+//! `Tollgate::router_with`: the HTTP API inside an embedder's service, with tokens, its webhooks and its
+//! notifications.
 
 use super::*;
 use axum::body::{Body, to_bytes};
@@ -19,6 +20,19 @@ fn post(uri: &str, token: Option<&str>, body: serde_json::Value) -> Request<Body
         request = request.header("authorization", format!("Bearer {token}"));
     }
     request.body(Body::from(body.to_string())).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// What `receiver` was sent, once it was sent something (or after 10 s).
+async fn first_requests(receiver: &wiremock::MockServer) -> Vec<wiremock::Request> {
+    let mut received = Vec::new();
+    for _ in 0..200 {
+        received = receiver.received_requests().await.unwrap_or_default();
+        if !received.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    received
 }
 
 #[tokio::test]
@@ -91,19 +105,77 @@ async fn the_mounted_api_delivers_its_webhooks() {
     let decision = serde_json::json!({"turn_digest": run["pending"]["turn_digest"], "approve_all": true, "wait": true});
     let (status, done) = call(&mut router, post(&format!("/v1/runs/{id}/decisions"), None, decision)).await;
     assert_eq!(status, StatusCode::OK, "{done}");
-    let mut delivered = Vec::new();
-    for _ in 0..200 {
-        delivered = receiver.received_requests().await.unwrap_or_default();
-        if !delivered.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let delivered = first_requests(&receiver).await;
     assert_eq!(delivered.len(), 1, "run_completed, once");
     let body: serde_json::Value = serde_json::from_slice(&delivered[0].body).unwrap_or_default();
     assert_eq!(body["run_id"], id.as_str());
     assert_eq!(body["event"]["kind"], "run_completed");
     let signature = delivered[0].headers.get("x-tollgate-signature").and_then(|v| v.to_str().ok());
     assert_eq!(signature, Some(tollgate::server::signature("s", &delivered[0].body).as_str()));
+    tollgate.shutdown().await;
+}
+
+/// The notifiers given to `router_with` are told while the embedder serves the router: a run that waits
+/// reaches the Slack receiver with signed links under the embedder's `public_url`, and the Approve link,
+/// followed through the router, decides the call as the notifier's actor. Notifiers without a link secret
+/// are refused.
+#[tokio::test]
+async fn the_mounted_api_sends_its_notifications_and_takes_their_links() {
+    use tollgate::server::{LinkSecret, Notifier, SlackNotifier, Transport};
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let slack = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_string("ok")).mount(&slack).await;
+    let pay = Pay::default();
+    let tollgate = tollgate_on("sqlite::memory:", &pay).await;
+    let transport = SlackNotifier::new(format!("{}/hook", slack.uri()), std::time::Duration::from_secs(5));
+    let notifier = Notifier {
+        name: "ops".into(),
+        transport: Transport::Slack(transport.unwrap_or_else(|e| panic!("{e}"))),
+        actor: "lead".into(),
+        agents: vec!["bank".into()],
+    };
+    let refused = tollgate.router_with(&ServerOptions { notifiers: vec![notifier.clone()], ..Default::default() });
+    assert!(matches!(refused, Err(tollgate::server::ServerError::Options(_))), "{:?}", refused.err());
+    let secret = LinkSecret::new(b"a link secret of at least 32 bytes".to_vec()).unwrap_or_else(|e| panic!("{e}"));
+    let options = ServerOptions {
+        notifiers: vec![notifier],
+        link_secret: Some(secret),
+        public_url: Some("https://app.example.com/tollgate".into()),
+        ..Default::default()
+    };
+    let mut router = tollgate.router_with(&options).unwrap_or_else(|e| panic!("{e}"));
+    tollgate.deliveries_positioned().await;
+
+    let (status, run) =
+        call(&mut router, post("/v1/runs", None, serde_json::json!({"input": "pay", "wait": true}))).await;
+    assert_eq!((status, run["status"].as_str()), (StatusCode::CREATED, Some("waiting_for_approval")), "{run}");
+    let told = first_requests(&slack).await;
+    assert_eq!(told.len(), 1, "one message for the waiting run");
+    let message = String::from_utf8_lossy(&told[0].body).into_owned();
+    let prefix = "https://app.example.com/tollgate/approve/";
+    let links: Vec<&str> =
+        message.match_indices(prefix).filter_map(|(at, _)| message[at + prefix.len()..].split('"').next()).collect();
+    assert!(!links.is_empty(), "signed links under the public URL: {message}");
+
+    // Each Approve link of the held turn, followed through the embedder's router (as its public URL maps
+    // `/tollgate/approve/...` to the router's `/approve/...`); the form's POST decides.
+    let id = tollgate::RunId::from(run["id"].as_str().unwrap_or_default());
+    for token in links.iter().step_by(2) {
+        let request = Request::post(format!("/approve/{token}"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::empty())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let response = router.call(request).await.unwrap_or_else(|e| match e {});
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let done = tollgate.wait(&id).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done.status, tollgate::RunStatus::Completed, "{done:?}");
+    let request = Request::get(format!("/v1/runs/{id}/events")).body(Body::empty()).unwrap_or_else(|e| panic!("{e}"));
+    let (status, events) = call(&mut router, request).await;
+    assert_eq!(status, StatusCode::OK);
+    let decided: Vec<_> =
+        events["events"].as_array().into_iter().flatten().filter(|e| e["kind"] == "decision").collect();
+    assert!(!decided.is_empty() && decided.iter().all(|e| e["data"]["actor"] == "lead"), "{events}");
     tollgate.shutdown().await;
 }
