@@ -467,11 +467,10 @@ impl WebhookDelivery {
 
     /// Stops reading the commit log, lets the deliveries (and notifications) under way finish for up to
     /// 5 s, stores how far they got and releases the readers, so another process on the store continues
-    /// from there at once (including the deliveries that did not finish).
+    /// from there at once (including the deliveries that did not finish). Webhooks and notifications
+    /// stop together, so the wait is 5 s at most for both.
     pub async fn stop(self) {
-        for outbox in self.0 {
-            outbox.stop(WEBHOOK_FLUSH).await;
-        }
+        futures_util::future::join_all(self.0.into_iter().map(|outbox| outbox.stop(WEBHOOK_FLUSH))).await;
     }
 }
 
