@@ -165,6 +165,12 @@ pub trait ModelClient: Send + Sync {
         "unknown"
     }
 
+    /// The provider's server, as traces name it (`server.address`, `server.port`): the host and port
+    /// requests go to; `None` (the default) for a model that is not reached over the network.
+    fn server(&self) -> Option<(&str, u16)> {
+        None
+    }
+
     /// Makes one model call.
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>>;
 

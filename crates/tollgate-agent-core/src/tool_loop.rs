@@ -210,6 +210,11 @@ pub trait AgentLoop: Send + Sync {
         "unknown"
     }
 
+    /// The model provider's server (`server.address`, `server.port`); `None` unless the loop says.
+    fn server(&self) -> Option<(&str, u16)> {
+        None
+    }
+
     /// Starts a run on an input. Every tool call of the segment gets a context made from `scope`.
     fn start<'a>(
         &'a self,
@@ -1082,6 +1087,10 @@ impl ToolLoop {
 impl AgentLoop for ToolLoop {
     fn system(&self) -> &str {
         self.model.system()
+    }
+
+    fn server(&self) -> Option<(&str, u16)> {
+        self.model.server()
     }
 
     fn check_decision<'a>(

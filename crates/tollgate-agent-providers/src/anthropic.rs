@@ -116,6 +116,10 @@ impl ModelClient for AnthropicModel {
         "anthropic"
     }
 
+    fn server(&self) -> Option<(&str, u16)> {
+        Some(self.endpoint.server())
+    }
+
     fn complete<'a>(&'a self, request: ModelRequest<'a>) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
         Box::pin(self.call(request, &NoDeltas))
     }

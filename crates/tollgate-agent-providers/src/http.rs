@@ -154,6 +154,8 @@ pub(crate) struct Endpoint {
     provider: &'static str,
     client: reqwest::Client,
     url: String,
+    /// The host and port of `url` (for traces' `server.address` and `server.port`).
+    server: (String, u16),
     key: Option<ApiKey>,
     timeout: Duration,
     max_retries: u32,
@@ -189,6 +191,14 @@ impl Endpoint {
     ) -> Result<Self, ProviderError> {
         let base = settings.base_url.as_deref().unwrap_or(default_base);
         let url = join_url(base, path)?;
+        let server = reqwest::Url::parse(&url)
+            .ok()
+            // An IPv6 host without its brackets, as `server.address` takes it.
+            .and_then(|parsed| {
+                let host = parsed.host_str()?.trim_start_matches('[').trim_end_matches(']').to_owned();
+                Some((host, parsed.port_or_known_default()?))
+            })
+            .ok_or_else(|| ProviderError::InvalidBaseUrl { url: base.to_owned(), reason: "it names no host".into() })?;
         let mut header_map = HeaderMap::new();
         for header in headers {
             let mut value = HeaderValue::from_str(&header.value).map_err(|_| {
@@ -212,6 +222,7 @@ impl Endpoint {
             provider,
             client,
             url,
+            server,
             key: settings.api_key.clone(),
             timeout: settings.timeout,
             max_retries: settings.max_retries,
@@ -225,6 +236,11 @@ impl Endpoint {
     /// The address requests go to.
     pub(crate) fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The host and port requests go to.
+    pub(crate) fn server(&self) -> (&str, u16) {
+        (&self.server.0, self.server.1)
     }
 
     /// Sends `body`, retrying retryable failures, and returns the provider's JSON answer.
@@ -536,6 +552,9 @@ mod tests {
         }
         let ok = endpoint(with("http://127.0.0.1:11434/v1/"));
         assert_eq!(ok.url(), "http://127.0.0.1:11434/v1/x");
+        assert_eq!(ok.server(), ("127.0.0.1", 11434));
+        assert_eq!(endpoint(with("https://api.example.com/v1")).server(), ("api.example.com", 443));
+        assert_eq!(endpoint(with("http://[::1]:8080")).server(), ("::1", 8080));
     }
 
     #[test]

@@ -249,7 +249,8 @@ impl Inner {
             // The first segment is the run's root span: a start before any model call.
             let first = matches!(work, Work::Create | Work::Start) && run.iterations == 0;
             let kind = if first { SegmentKind::First } else { SegmentKind::Later };
-            tracing.segment(&run, &spec.model, spec.agent_loop.system(), kind)
+            let agent_loop = &spec.agent_loop;
+            tracing.segment(&run, &spec.model, (agent_loop.system(), agent_loop.server()), kind)
         });
         let Some(trace) = trace.map(Arc::new) else {
             return self.drive_segment(run, spec, work, None).await;

@@ -126,15 +126,16 @@ impl Tracing {
         self.telemetry.new_trace(parent)
     }
 
-    /// The span of a segment of `run` (agent model `model`, provider `system`), or `None` when the run
-    /// has no trace or is not sampled.
+    /// The span of a segment of `run` (agent model `model`; `provider`: its `gen_ai.system` and the
+    /// server its requests go to, if any), or `None` when the run has no trace or is not sampled.
     pub(crate) fn segment(
         &self,
         run: &RunRecord,
         model: &str,
-        system: &str,
+        provider: (&str, Option<(&str, u16)>),
         kind: SegmentKind,
     ) -> Option<SegmentTrace> {
+        let (system, server) = provider;
         let trace = run.trace.filter(|t| t.sampled)?;
         let tracer = &self.telemetry.tracer;
         let mut builder = tracer
@@ -174,6 +175,7 @@ impl Tracing {
             cx: Context::new().with_span(span),
             model: model.to_owned(),
             system: system.to_owned(),
+            server: server.map(|(host, port)| (host.to_owned(), port)),
             open: Mutex::new(Open::default()),
         })
     }
@@ -300,6 +302,8 @@ pub(crate) struct SegmentTrace {
     cx: Context,
     model: String,
     system: String,
+    /// The provider's host and port (`server.address`, `server.port` on model calls).
+    server: Option<(String, u16)>,
     open: Mutex<Open>,
 }
 
@@ -319,16 +323,21 @@ impl SegmentTrace {
     /// Model call `round` starts.
     pub(crate) fn model_request(&self, round: u32) {
         let tracer = &self.tracing.telemetry.tracer;
+        let mut attributes = vec![
+            KeyValue::new("gen_ai.operation.name", "chat"),
+            KeyValue::new("gen_ai.system", self.system.clone()),
+            KeyValue::new("gen_ai.provider.name", self.system.clone()),
+            KeyValue::new("gen_ai.request.model", self.model.clone()),
+            KeyValue::new("tollgate.round", i64::from(round)),
+        ];
+        if let Some((host, port)) = &self.server {
+            attributes.push(KeyValue::new("server.address", host.clone()));
+            attributes.push(KeyValue::new("server.port", i64::from(*port)));
+        }
         let span = tracer
             .span_builder(format!("chat {}", self.model))
             .with_kind(SpanKind::Client)
-            .with_attributes(vec![
-                KeyValue::new("gen_ai.operation.name", "chat"),
-                KeyValue::new("gen_ai.system", self.system.clone()),
-                KeyValue::new("gen_ai.provider.name", self.system.clone()),
-                KeyValue::new("gen_ai.request.model", self.model.clone()),
-                KeyValue::new("tollgate.round", i64::from(round)),
-            ])
+            .with_attributes(attributes)
             .start_with_context(&**tracer, &self.cx);
         // A call still open (one that never answered) ends here, unfinished.
         if let Some(mut previous) = self.open().model.replace(span) {

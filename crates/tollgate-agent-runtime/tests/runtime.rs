@@ -1802,6 +1802,11 @@ impl tollgate_agent_core::ModelClient for Listening {
         self.hear(&request);
         self.inner.complete_streaming(request, deltas)
     }
+
+    /// As a provider reached over the network says (the scripted model says nothing).
+    fn server(&self) -> Option<(&str, u16)> {
+        Some(("models.example.com", 8443))
+    }
 }
 
 /// A grant made by `actor` through `runtime` on every call of the writer's `write` tool.
@@ -2201,11 +2206,14 @@ async fn a_waits_span_says_who_or_what_ended_it() {
 
 /// A run started inside a caller's trace joins it: its first segment's span is a child of the caller's
 /// span in the caller's trace, later segments and the wait stay in that trace, and the caller's sampling
-/// decision holds whatever the ratio (a caller that sampled out gets no span even at 100 %).
+/// decision holds whatever the ratio (a caller that sampled out gets no span even at 100 %). Model calls
+/// carry the server the model names.
 #[tokio::test]
 async fn a_run_joins_the_callers_trace_and_follows_its_decision() {
     let spans = Spans::default();
-    let setup = Setup::new(one_write(), vec![write_tool()]);
+    let mut setup = Setup::new(one_write(), vec![write_tool()]);
+    // A model that names its server, which model calls' spans carry (`server.address`, `server.port`).
+    setup.heard = Some(Heard::default());
     let runtime = setup.traced_runtime(sqlite().await, &ManualClock::at(T0), "node-a", Some(spans.telemetry(0.0)));
     let caller = TraceContext::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         .unwrap_or_else(|e| panic!("{e}"));
@@ -2227,6 +2235,14 @@ async fn a_run_joins_the_callers_trace_and_follows_its_decision() {
     let root = root.unwrap_or_else(|| panic!("the root segment has the stored id"));
     assert_eq!(root.parent_span_id.to_bytes(), caller.span_id, "the root is the caller's child");
     assert!(recorded.iter().any(|s| s.name.starts_with("await_approval")), "the wait is in the trace");
+    let chats: Vec<_> = recorded.iter().filter(|s| s.name.starts_with("chat")).collect();
+    assert_eq!(chats.len(), 2, "a model call in each segment");
+    for chat in chats {
+        let attribute =
+            |key: &str| chat.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.to_string());
+        assert_eq!(attribute("server.address").as_deref(), Some("models.example.com"));
+        assert_eq!(attribute("server.port").as_deref(), Some("8443"));
+    }
 
     let before = spans.len();
     let runtime = setup.traced_runtime(sqlite().await, &ManualClock::at(T0), "node-a", Some(spans.telemetry(1.0)));
