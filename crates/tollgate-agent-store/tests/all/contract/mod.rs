@@ -335,16 +335,11 @@ pub(crate) async fn metadata_round_trips_and_never_changes<H: Harness>(h: &H) ->
     ensure!(!serde_json::to_string(&events[0].data)?.contains("acme"), "metadata is not in the events");
 
     store.append(&created.id, OWNER, vec![event(EventKind::ModelRequest, 1, json!({}))], T0 + 5).await?;
-    let waiting = create_waiting_from(&*store, &created).await?;
-    let decided = store
-        .transition(&created.id, Guard::Version(waiting.version), decide("call_1", Decision::Approve), vec![], T0 + 20)
-        .await?;
-    let resumed =
-        store.transition(&created.id, Guard::Version(decided.version), claim("node-b"), vec![], T0 + 30).await?;
-    let done = store.transition(&created.id, Guard::Lease("node-b".into()), complete(), vec![], T0 + 40).await?;
-    for (step, record) in [("waiting", &waiting), ("decided", &decided), ("resumed", &resumed), ("done", &done)] {
+    let walked = walk_to_done(&*store, &created).await?;
+    for (step, record) in &walked {
         ensure!(record.metadata == metadata, "{step}: {:?}", record.metadata);
     }
+    let done = walked[3].1.clone();
     ensure!(store.get(&created.id).await?.metadata == metadata);
 
     // The default query lists the first page (a default limit, not 0).
@@ -383,14 +378,7 @@ pub(crate) async fn trace_round_trips_and_never_changes<H: Harness>(h: &H) -> an
         .await?;
     ensure!(created.trace == trace && store.get(&created.id).await? == created, "create, then get");
     ensure!(stored_text(h, "trace", "runs", format!("id = '{}'", created.id)).await? == traceparent);
-    let waiting = create_waiting_from(&*store, &created).await?;
-    let decided = store
-        .transition(&created.id, Guard::Version(waiting.version), decide("call_1", Decision::Approve), vec![], T0 + 20)
-        .await?;
-    let resumed =
-        store.transition(&created.id, Guard::Version(decided.version), claim("node-b"), vec![], T0 + 30).await?;
-    let done = store.transition(&created.id, Guard::Lease("node-b".into()), complete(), vec![], T0 + 40).await?;
-    for (step, record) in [("waiting", &waiting), ("decided", &decided), ("resumed", &resumed), ("done", &done)] {
+    for (step, record) in &walk_to_done(&*store, &created).await? {
         ensure!(record.trace == trace, "{step}: {:?}", record.trace);
     }
     let plain = create_running(&*store, 2, "demo").await?;
@@ -592,6 +580,18 @@ pub(crate) async fn legal_transitions_walk_the_cycle<H: Harness>(h: &H) -> anyho
     let taken = store.transition(&running.id, Guard::Version(1), claim("node-c"), vec![], T0 + 50_000).await?;
     ensure!(taken.lease().map(|l| l.owner.as_str()) == Some("node-c"));
     Ok(())
+}
+
+/// Takes the running `run` through its life — held (`waiting`), approved (`decided`), claimed by
+/// `node-b` (`resumed`), completed (`done`) — and answers each record with its step's name.
+async fn walk_to_done(store: &dyn RunStore, run: &RunRecord) -> anyhow::Result<[(&'static str, RunRecord); 4]> {
+    let waiting = create_waiting_from(store, run).await?;
+    let decided = store
+        .transition(&run.id, Guard::Version(waiting.version), decide("call_1", Decision::Approve), vec![], T0 + 20)
+        .await?;
+    let resumed = store.transition(&run.id, Guard::Version(decided.version), claim("node-b"), vec![], T0 + 30).await?;
+    let done = store.transition(&run.id, Guard::Lease("node-b".into()), complete(), vec![], T0 + 40).await?;
+    Ok([("waiting", waiting), ("decided", decided), ("resumed", resumed), ("done", done)])
 }
 
 async fn create_waiting_from(store: &dyn RunStore, run: &RunRecord) -> anyhow::Result<RunRecord> {
