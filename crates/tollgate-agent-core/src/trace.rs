@@ -109,6 +109,24 @@ impl TraceContext {
         Ok(TraceContext { trace_id, span_id, sampled: flag[0] & 1 == 1, parent: None })
     }
 
+    /// Parses a `traceparent` as a receiver of one reads it (W3C Trace Context): optional white space
+    /// around it; a later version than `00` read by its first four fields (what follows them must start
+    /// with `-`); version `ff`, and anything [`TraceContext::parse`] refuses, refused. The server reads
+    /// a `traceparent` header so, the CLI its `TRACEPARENT`.
+    ///
+    /// # Errors
+    /// [`TraceContextError`] for a value a receiver must ignore.
+    pub fn parse_received(text: &str) -> Result<TraceContext, TraceContextError> {
+        let text = text.trim_matches([' ', '\t']);
+        let later = text.get(..2).is_some_and(|version| version != "00" && version != "ff" && lower_hex(version))
+            && text.as_bytes().get(55).is_none_or(|b| *b == b'-');
+        match text.get(2..55) {
+            Some(fields) if later => TraceContext::parse(&format!("00{fields}"))
+                .map_err(|_| TraceContextError(text.chars().take(64).collect())),
+            _ => TraceContext::parse(text),
+        }
+    }
+
     /// The trace id as 32 lowercase hex digits.
     pub fn trace_id_hex(&self) -> String {
         hex::encode(self.trace_id)

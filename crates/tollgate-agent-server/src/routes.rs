@@ -103,15 +103,7 @@ pub(crate) async fn create_run(
 fn caller_trace(headers: &HeaderMap) -> Option<tollgate_agent_core::TraceContext> {
     let mut values = headers.get_all("traceparent").iter();
     let (Some(value), None) = (values.next(), values.next()) else { return None };
-    // W3C allows optional white space around a header's value.
-    let text = value.to_str().ok()?.trim_matches([' ', '\t']);
-    let version = text.get(..2)?;
-    let later = version != "00"
-        && version != "ff"
-        && version.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        && text.as_bytes().get(55).is_none_or(|b| *b == b'-');
-    let text = if later { format!("00{}", text.get(2..55)?) } else { text.to_owned() };
-    tollgate_agent_core::TraceContext::parse(&text).ok()
+    tollgate_agent_core::TraceContext::parse_received(value.to_str().ok()?).ok()
 }
 
 /// Query of `GET /v1/runs`.

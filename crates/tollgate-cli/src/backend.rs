@@ -27,7 +27,7 @@ pub fn caller_trace(value: Option<&std::ffi::OsStr>) -> Option<TraceContext> {
     if text.is_empty() {
         return None;
     }
-    match TraceContext::parse(text) {
+    match TraceContext::parse_received(text) {
         Ok(parent) => Some(parent),
         Err(error) => {
             say!("tollgate: warning: {TRACEPARENT_ENV} is ignored: {error}");
